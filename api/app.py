@@ -1,0 +1,43 @@
+"""The FastAPI app factory."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from temporalio.client import Client
+
+from api import problems
+from api.middleware import RequestIdMiddleware
+from api.routers import deployments, health, oauth, profiles
+from api.runtime import Runtime
+from core.settings import Settings, get_settings
+
+
+def create_app(settings: Settings | None = None, temporal_client: Client | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    if settings.auth_algorithm == "HS256" and settings.auth_jwt_secret is None:
+        raise RuntimeError("MODEL_ROUTER_AUTH_JWT_SECRET must be set (HS256 signing key)")
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        runtime = Runtime(settings, temporal_client)
+        app.state.runtime = runtime
+        await runtime.temporal()  # connect early when possible; readiness reports otherwise
+        try:
+            yield
+        finally:
+            await runtime.close()
+
+    app = FastAPI(
+        title="model-router",
+        version="0.1.0",
+        summary="Model-access gateway: profiles resolved to evaluated deployments, with receipts.",
+        lifespan=lifespan,
+    )
+    app.add_middleware(RequestIdMiddleware)
+    problems.install(app)
+    for module in (health, oauth, profiles, deployments):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,87 @@
+"""FastAPI dependencies: settings, sessions, Temporal, the caller and what it may do."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+from sqlalchemy.ext.asyncio import AsyncSession
+from temporalio.client import Client
+
+from api.problems import Problem
+from api.runtime import Runtime
+from core.security import Principal, TokenError
+from core.settings import Settings
+from domain.access import Action, may, roles_for
+
+
+def get_runtime(request: Request) -> Runtime:
+    runtime: Runtime = request.app.state.runtime
+    return runtime
+
+
+RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+
+
+def get_settings_dep(runtime: RuntimeDep) -> Settings:
+    return runtime.settings
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+
+
+async def get_session(runtime: RuntimeDep) -> AsyncIterator[AsyncSession]:
+    async with runtime.sessions() as session:
+        yield session
+
+
+SessionDep = Annotated[AsyncSession, Depends(get_session)]
+
+
+async def get_temporal(runtime: RuntimeDep) -> Client:
+    client = await runtime.temporal()
+    if client is None:
+        raise Problem(
+            503, "Temporal is not reachable; try again shortly.", headers={"Retry-After": "5"}
+        )
+    return client
+
+
+TemporalDep = Annotated[Client, Depends(get_temporal)]
+
+_BEARER = {"WWW-Authenticate": 'Bearer realm="model-router"'}
+
+
+def get_principal(request: Request, runtime: RuntimeDep) -> Principal:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Problem(401, "A bearer token is required.", headers=_BEARER)
+    try:
+        return runtime.verifier.verify(token.strip())
+    except TokenError:
+        raise Problem(
+            401,
+            "The bearer token is invalid or expired.",
+            headers={"WWW-Authenticate": 'Bearer realm="model-router", error="invalid_token"'},
+        ) from None
+
+
+def require(scope: str, action: Action) -> Callable[[Principal], Coroutine[Any, Any, Principal]]:
+    """The caller must hold the scope (in its token) and a role allowed to take the action."""
+
+    async def check(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
+        if scope not in principal.scopes:
+            raise Problem(
+                403,
+                f"The token lacks the scope {scope}.",
+                headers={"WWW-Authenticate": f'Bearer error="insufficient_scope", scope="{scope}"'},
+                requiredScope=scope,
+            )
+        if not may(principal.roles, action):
+            allowed = ", ".join(sorted(roles_for(action)))
+            raise Problem(403, f"This action needs one of the roles: {allowed}.")
+        return principal
+
+    return check

@@ -1,0 +1,147 @@
+"""RFC 9457 problem details for every error, naming the offending field where there is one."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("model_router.api")
+
+PROBLEM_JSON = "application/problem+json"
+_TITLES = {
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    409: "Conflict",
+    413: "Content Too Large",
+    415: "Unsupported Media Type",
+    422: "Unprocessable Content",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+
+
+class Problem(Exception):
+    """Raise from a route to answer with problem+json."""
+
+    def __init__(
+        self,
+        status: int,
+        detail: str,
+        *,
+        type_: str = "about:blank",
+        title: str | None = None,
+        headers: dict[str, str] | None = None,
+        **extensions: Any,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.type = type_
+        self.title = title or _TITLES.get(status, "Error")
+        self.headers = headers or {}
+        self.extensions = extensions
+
+
+def problem_response(
+    request: Request,
+    status: int,
+    detail: str,
+    *,
+    type_: str = "about:blank",
+    title: str | None = None,
+    headers: dict[str, str] | None = None,
+    **extensions: Any,
+) -> JSONResponse:
+    body: dict[str, Any] = {
+        "type": type_,
+        "title": title or _TITLES.get(status, "Error"),
+        "status": status,
+        "detail": detail,
+        "instance": request.url.path,
+    }
+    request_id = getattr(request.state, "request_id", None)
+    if request_id:
+        body["requestId"] = request_id
+    body.update(extensions)
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+def _field(loc: tuple[Any, ...] | list[Any]) -> str:
+    return ".".join(str(part) for part in loc)
+
+
+def _validation_errors(exc: RequestValidationError) -> list[dict[str, str]]:
+    out = []
+    for err in exc.errors():
+        loc = tuple(err.get("loc", ()))
+        # A JSON syntax error reports a character offset as its "field"; the field is the body.
+        if err.get("type") == "json_invalid":
+            loc = loc[:1] or ("body",)
+        out.append({"field": _field(loc), "message": str(err.get("msg", "invalid"))})
+    return out
+
+
+async def _on_problem(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, Problem)
+    return problem_response(
+        request,
+        exc.status,
+        exc.detail,
+        type_=exc.type,
+        title=exc.title,
+        headers=exc.headers,
+        **exc.extensions,
+    )
+
+
+async def _on_validation(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = _validation_errors(exc)
+    malformed = any(e.get("type") == "json_invalid" for e in exc.errors())
+    status = 400 if malformed else 422
+    fields = ", ".join(dict.fromkeys(e["field"] for e in errors))
+    detail = "Malformed JSON body" if malformed else f"Invalid request: {fields}"
+    return problem_response(
+        request,
+        status,
+        detail,
+        type_="https://model-router.dev/problems/validation",
+        errors=errors,
+    )
+
+
+async def _on_http(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    return problem_response(
+        request,
+        exc.status_code,
+        str(exc.detail),
+        headers=dict(exc.headers) if exc.headers else None,
+    )
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    # Log the type only: exception messages can carry request content.
+    log.error(
+        "unhandled error %s on %s %s",
+        type(exc).__name__,
+        request.method,
+        request.url.path,
+    )
+    return problem_response(request, 500, "An internal error occurred.")
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(Problem, _on_problem)
+    app.add_exception_handler(RequestValidationError, _on_validation)
+    app.add_exception_handler(StarletteHTTPException, _on_http)
+    app.add_exception_handler(Exception, _on_unexpected)

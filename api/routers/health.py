@@ -1,0 +1,48 @@
+"""Liveness and readiness."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy import text
+
+from api.deps import RuntimeDep
+from api.problems import problem_response
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", response_model=None)
+async def readyz(request: Request, runtime: RuntimeDep) -> JSONResponse | dict[str, object]:
+    checks = {"database": await _database_ok(runtime), "temporal": await _temporal_ok(runtime)}
+    if all(checks.values()):
+        return {"status": "ready", "checks": checks}
+    down = ", ".join(name for name, ok in checks.items() if not ok)
+    return problem_response(request, 503, f"Not ready: {down} unreachable.", checks=checks)
+
+
+async def _database_ok(runtime: RuntimeDep) -> bool:
+    try:
+        async with asyncio.timeout(3), runtime.engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+        return True
+    except Exception:
+        return False
+
+
+async def _temporal_ok(runtime: RuntimeDep) -> bool:
+    client = await runtime.temporal()
+    if client is None:
+        return False
+    try:
+        async with asyncio.timeout(3):
+            return await client.service_client.check_health()
+    except Exception:
+        return False

@@ -1,0 +1,108 @@
+"""OAuth2 client-credentials token endpoint (RFC 6749 §4.4).
+
+Errors use the RFC's `error` codes inside a problem+json body, so OAuth clients and
+problem-aware clients both understand them.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Annotated
+
+from anyio import to_thread
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import JSONResponse
+
+from api.deps import SessionDep, SettingsDep
+from api.problems import problem_response
+from core.security import mint_token, verify_secret
+from store.repositories import find_client
+
+router = APIRouter(tags=["auth"])
+
+# Verifying against a fixed hash for unknown clients keeps response time from telling
+# which client ids exist.
+_DUMMY_HASH = "scrypt$AAAAAAAAAAAAAAAAAAAAAA==$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
+
+
+def _oauth_error(request: Request, status: int, error: str, description: str) -> JSONResponse:
+    headers = {"Cache-Control": "no-store"}
+    if error == "invalid_client":
+        headers["WWW-Authenticate"] = 'Basic realm="model-router"'
+    return problem_response(
+        request,
+        status,
+        description,
+        type_=f"https://model-router.dev/problems/oauth/{error}",
+        headers=headers,
+        error=error,
+        error_description=description,
+    )
+
+
+def _basic_credentials(request: Request) -> tuple[str, str] | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        decoded = base64.b64decode(value, validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    client_id, sep, secret = decoded.partition(":")
+    return (client_id, secret) if sep else None
+
+
+@router.post("/oauth/token", response_model=None)
+async def token(
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    grant_type: Annotated[str, Form()],
+    scope: Annotated[str | None, Form()] = None,
+    client_id: Annotated[str | None, Form()] = None,
+    client_secret: Annotated[str | None, Form()] = None,
+) -> JSONResponse:
+    if grant_type != "client_credentials":
+        return _oauth_error(
+            request, 400, "unsupported_grant_type", "grant_type must be client_credentials"
+        )
+    creds = _basic_credentials(request) or (
+        (client_id, client_secret) if client_id and client_secret else None
+    )
+    if creds is None:
+        return _oauth_error(request, 401, "invalid_client", "client authentication is required")
+    cid, secret = creds
+    client = await find_client(session, cid)
+    stored = client.secret_hash if client and not client.disabled else _DUMMY_HASH
+    valid = await to_thread.run_sync(verify_secret, secret, stored)
+    if client is None or client.disabled or not valid:
+        return _oauth_error(request, 401, "invalid_client", "client authentication failed")
+
+    allowed = list(client.scopes)
+    requested = scope.split() if scope else allowed
+    not_allowed = [s for s in requested if s not in allowed]
+    if not_allowed:
+        return _oauth_error(
+            request,
+            400,
+            "invalid_scope",
+            f"scope not allowed for this client: {' '.join(not_allowed)}",
+        )
+    access_token, ttl = mint_token(
+        settings,
+        client_id=client.client_id,
+        tenant_id=client.tenant_id,
+        roles=list(client.roles),
+        scopes=requested,
+    )
+    return JSONResponse(
+        {
+            "access_token": access_token,
+            "token_type": "Bearer",
+            "expires_in": ttl,
+            "scope": " ".join(requested),
+        },
+        headers={"Cache-Control": "no-store", "Pragma": "no-cache"},
+    )

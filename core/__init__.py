@@ -1,0 +1,1 @@
+"""Cross-cutting pieces every edge shares: settings and security primitives."""

@@ -1,0 +1,83 @@
+"""The one place configuration is read from (environment, prefix MODEL_ROUTER_, optional .env)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="MODEL_ROUTER_",
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+    )
+
+    environment: Literal["development", "test", "production"] = Field(
+        default="production",
+        description="Production unless said otherwise: unsafe switches refuse to turn on there.",
+    )
+
+    # Store
+    database_url: str = Field(
+        default="sqlite+aiosqlite:///.data/model-router.db",
+        description="SQLAlchemy async URL: postgresql+asyncpg://… or sqlite+aiosqlite:///….",
+    )
+    database_pool_size: int = Field(default=10, ge=1)
+    database_echo: bool = False
+
+    # Temporal
+    temporal_address: str = "localhost:7233"
+    temporal_namespace: str = "default"
+    temporal_task_queue: str = Field(
+        default="model-router",
+        description="Task queue of the shared worker (lifecycle and other durable work).",
+    )
+    temporal_tls: bool = False
+    temporal_tls_server_ca_cert: Path | None = None
+    temporal_tls_client_cert: Path | None = None
+    temporal_tls_client_key: Path | None = None
+    temporal_tls_server_name: str | None = None
+    temporal_api_key: SecretStr | None = None
+    temporal_connect_timeout_seconds: float = Field(default=10.0, gt=0)
+
+    # Auth
+    auth_issuer: str = "model-router"
+    auth_audience: str = "model-router"
+    auth_algorithm: Literal["HS256", "RS256"] = Field(
+        default="HS256",
+        description="HS256: tokens minted by /oauth/token with auth_jwt_secret. "
+        "RS256: tokens from an external issuer, verified against auth_jwks_url.",
+    )
+    auth_jwt_secret: SecretStr | None = Field(
+        default=None, description="HS256 signing key; required when auth_algorithm is HS256."
+    )
+    auth_jwks_url: str | None = None
+    auth_token_ttl_seconds: int = Field(default=3600, ge=60, le=86400)
+
+    # API
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(default=8000, ge=0, le=65535)
+
+    # Artifacts (outputs by content hash; never in the database)
+    artifact_root: Path = Path(".data/artifacts")
+
+    @model_validator(mode="after")
+    def _auth_is_configured(self) -> Settings:
+        if self.auth_algorithm == "RS256" and not self.auth_jwks_url:
+            raise ValueError("auth_jwks_url is required when auth_algorithm is RS256")
+        return self
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

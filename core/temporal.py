@@ -1,0 +1,52 @@
+"""Temporal client construction: namespace, TLS / mTLS and API key from Settings."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import TLSConfig
+
+from core.settings import Settings
+
+
+def tls_config(settings: Settings) -> TLSConfig | bool:
+    """TLS when asked for, or implied by client certificates or an API key (Temporal Cloud)."""
+    wants_tls = (
+        settings.temporal_tls
+        or settings.temporal_tls_client_cert is not None
+        or settings.temporal_api_key is not None
+    )
+    if not wants_tls:
+        return False
+    cert = settings.temporal_tls_client_cert
+    key = settings.temporal_tls_client_key
+    if (cert is None) != (key is None):
+        raise ValueError("temporal_tls_client_cert and temporal_tls_client_key go together")
+    ca = settings.temporal_tls_server_ca_cert
+    return TLSConfig(
+        server_root_ca_cert=ca.read_bytes() if ca else None,
+        client_cert=cert.read_bytes() if cert else None,
+        client_private_key=key.read_bytes() if key else None,
+        domain=settings.temporal_tls_server_name,
+    )
+
+
+def client_options(settings: Settings) -> dict[str, Any]:
+    options: dict[str, Any] = {
+        "namespace": settings.temporal_namespace,
+        "data_converter": pydantic_data_converter,
+        "tls": tls_config(settings),
+    }
+    if settings.temporal_api_key is not None:
+        options["api_key"] = settings.temporal_api_key.get_secret_value()
+    return options
+
+
+async def connect(settings: Settings) -> Client:
+    return await asyncio.wait_for(
+        Client.connect(settings.temporal_address, **client_options(settings)),
+        timeout=settings.temporal_connect_timeout_seconds,
+    )

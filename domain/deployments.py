@@ -1,0 +1,80 @@
+"""Deployment registration: the value types and the rules a registration must satisfy."""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from domain.enums import DeploymentState, PrivacyClass
+
+_ID = r"^[A-Za-z0-9][A-Za-z0-9._:/@-]{0,199}$"
+# endpointRef names a secret or connection held by the Secret Broker, e.g. "env:OPENAI_API_KEY"
+# or "file:/run/secrets/anthropic" or "pool:tenant-a/vllm". Anything else — a bare key, a URL
+# with credentials — is refused so that credentials never reach the database.
+_ENDPOINT_REF = re.compile(r"^(env|file|vault|pool|secret|upstream):[A-Za-z0-9._:/@-]{1,300}$")
+_CREDENTIAL_SHAPES = (
+    re.compile(r"sk-[A-Za-z0-9_-]{8,}"),
+    re.compile(r"sk-ant-[A-Za-z0-9_-]{8,}"),
+    re.compile(r"(?i)bearer\s+\S+"),
+    re.compile(r"://[^/\s:@]+:[^/\s@]+@"),
+)
+
+
+class LicenseMetadata(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    commercial_use: bool = Field(alias="commercialUse")
+    redistribution: bool = Field(default=False, alias="redistribution")
+    fine_tuning: bool = Field(default=False, alias="fineTuning")
+    customer_deployment: bool = Field(default=False, alias="customerDeployment")
+    license_name: str | None = Field(default=None, alias="licenseName", max_length=200)
+
+
+def looks_like_credential(value: str) -> bool:
+    return any(p.search(value) for p in _CREDENTIAL_SHAPES)
+
+
+class DeploymentRegistration(BaseModel):
+    """What an operator posts to register a Candidate."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, str_strip_whitespace=True)
+
+    deployment_id: str = Field(alias="deploymentId", pattern=_ID)
+    provider: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")
+    model: str = Field(min_length=1, max_length=200)
+    region: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+    privacy_class: PrivacyClass = Field(alias="privacyClass")
+    endpoint_ref: str = Field(alias="endpointRef", min_length=1, max_length=400)
+    compute_pool_id: str | None = Field(default=None, alias="computePoolId", max_length=200)
+    license_metadata: LicenseMetadata | None = Field(default=None, alias="licenseMetadata")
+
+    @field_validator("endpoint_ref")
+    @classmethod
+    def _endpoint_ref_is_a_reference(cls, value: str) -> str:
+        if looks_like_credential(value) or not _ENDPOINT_REF.match(value):
+            raise ValueError(
+                "endpointRef must reference a brokered secret or pool "
+                "(env:, file:, vault:, pool:, secret: or upstream:), never carry a credential"
+            )
+        return value
+
+
+class DeploymentRecord(BaseModel):
+    """A deployment as the catalog holds it (passed across the workflow boundary)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    deployment_id: str = Field(alias="deploymentId")
+    tenant_id: str = Field(alias="tenantId")
+    provider: str
+    model: str
+    region: str
+    privacy_class: PrivacyClass = Field(alias="privacyClass")
+    endpoint_ref: str = Field(alias="endpointRef")
+    compute_pool_id: str | None = Field(default=None, alias="computePoolId")
+    capability_evidence_ref: str | None = Field(default=None, alias="capabilityEvidenceRef")
+    license_metadata: LicenseMetadata | None = Field(default=None, alias="licenseMetadata")
+    state: DeploymentState
+    healthy: bool
+    version: int

@@ -1,0 +1,29 @@
+"""ModelProfile: the published, versioned set of requirements callers ask for by name."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from domain.enums import LatencyClass, Modality, PrivacyClass, ProfileStatus
+
+
+class ModelProfile(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, from_attributes=True)
+
+    profile_id: str = Field(alias="profileId")
+    version: str
+    release_id: str = Field(alias="releaseId")
+    tenant_id: str = Field(alias="tenantId")
+    modality: Modality
+    required_capabilities: dict[str, float] = Field(alias="requiredCapabilities")
+    privacy_class: PrivacyClass = Field(alias="privacyClass")
+    latency_class: LatencyClass = Field(alias="latencyClass")
+    max_context_tokens: int = Field(alias="maxContextTokens")
+    max_output_tokens: int = Field(alias="maxOutputTokens")
+    allowed_regions: list[str] = Field(alias="allowedRegions")
+    allowed_deployments: list[str] = Field(alias="allowedDeployments")
+    fallback_chain: list[str] = Field(alias="fallbackChain")
+    fallback_enabled: bool = Field(alias="fallbackEnabled")
+    embedding_compatibility: str | None = Field(default=None, alias="embeddingCompatibility")
+    price_basis: str = Field(alias="priceBasis")
+    status: ProfileStatus = ProfileStatus.ACTIVE

@@ -1,0 +1,33 @@
+# Shared by scripts/*.sh: find or install uv, then sync the locked environment.
+# shellcheck shell=bash
+
+ensure_uv() {
+  if command -v uv >/dev/null 2>&1; then
+    UV=(uv)
+  elif python3 -m uv --version >/dev/null 2>&1; then
+    UV=(python3 -m uv)
+  else
+    echo "installing uv with pip…" >&2
+    python3 -m pip install --quiet uv 2>/dev/null \
+      || python3 -m pip install --quiet --user --break-system-packages uv
+    UV=(python3 -m uv)
+  fi
+}
+
+sync_env() {
+  ensure_uv
+  "${UV[@]}" sync --frozen --quiet
+  VENV_BIN="$(pwd)/.venv/bin"
+}
+
+free_port() {
+  "$VENV_BIN/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+wait_for_port() { # port, what, deadline-seconds
+  local port=$1 what=$2 deadline=$(( $(date +%s) + ${3:-60} ))
+  until "$VENV_BIN/python" -c "import socket,sys; s=socket.socket(); s.settimeout(0.3); sys.exit(s.connect_ex(('127.0.0.1',$port)))"; do
+    if [ "$(date +%s)" -ge "$deadline" ]; then echo "$what did not open port $port in time" >&2; return 1; fi
+    sleep 0.2
+  done
+}

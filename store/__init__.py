@@ -1,0 +1,1 @@
+"""Persistence: SQLModel tables, tenant-scoped repositories, Alembic migrations."""

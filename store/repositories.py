@@ -1,0 +1,107 @@
+"""Tenant-scoped repositories.
+
+A repository is built for exactly one tenant and every query it issues filters by that tenant,
+so no method can read or write across tenants: another tenant's row is indistinguishable from a
+missing one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col, select
+
+from domain.enums import DeploymentState, ProfileStatus
+from store.tables import (
+    InvocationReceiptRow,
+    ModelDeploymentRow,
+    ModelProfileRow,
+    OAuthClient,
+    OutboxEventRow,
+)
+
+
+class TenantRepository:
+    def __init__(self, session: AsyncSession, tenant_id: str) -> None:
+        if not tenant_id:
+            raise ValueError("a tenant is required")
+        self.session = session
+        self.tenant_id = tenant_id
+
+
+class ModelDeploymentRepository(TenantRepository):
+    async def get(self, deployment_id: str) -> ModelDeploymentRow | None:
+        return await self.session.get(ModelDeploymentRow, (self.tenant_id, deployment_id))
+
+    async def list(self, state: DeploymentState | None = None) -> Sequence[ModelDeploymentRow]:
+        stmt = select(ModelDeploymentRow).where(col(ModelDeploymentRow.tenant_id) == self.tenant_id)
+        if state is not None:
+            stmt = stmt.where(col(ModelDeploymentRow.state) == state)
+        stmt = stmt.order_by(col(ModelDeploymentRow.deployment_id))
+        return (await self.session.scalars(stmt)).all()
+
+    def add(self, row: ModelDeploymentRow) -> None:
+        if row.tenant_id != self.tenant_id:
+            raise ValueError("row belongs to another tenant")
+        self.session.add(row)
+
+
+class ModelProfileRepository(TenantRepository):
+    async def list_active(self) -> Sequence[ModelProfileRow]:
+        stmt = (
+            select(ModelProfileRow)
+            .where(col(ModelProfileRow.tenant_id) == self.tenant_id)
+            .where(col(ModelProfileRow.status) == ProfileStatus.ACTIVE)
+            .order_by(col(ModelProfileRow.profile_id), col(ModelProfileRow.version))
+        )
+        return (await self.session.scalars(stmt)).all()
+
+
+class InvocationReceiptRepository(TenantRepository):
+    async def list_for_run(self, run_id: Any) -> Sequence[InvocationReceiptRow]:
+        stmt = (
+            select(InvocationReceiptRow)
+            .where(col(InvocationReceiptRow.tenant_id) == self.tenant_id)
+            .where(col(InvocationReceiptRow.run_id) == run_id)
+            .order_by(col(InvocationReceiptRow.started_at))
+        )
+        return (await self.session.scalars(stmt)).all()
+
+
+class OutboxRepository(TenantRepository):
+    def append(
+        self,
+        *,
+        event_type: str,
+        topic: str,
+        aggregate_type: str,
+        aggregate_id: str,
+        payload: dict[str, Any],
+    ) -> OutboxEventRow:
+        row = OutboxEventRow(
+            tenant_id=self.tenant_id,
+            event_type=event_type,
+            topic=topic,
+            aggregate_type=aggregate_type,
+            aggregate_id=aggregate_id,
+            payload=payload,
+        )
+        self.session.add(row)
+        return row
+
+    async def list_after(self, position: int, limit: int = 100) -> Sequence[OutboxEventRow]:
+        stmt = (
+            select(OutboxEventRow)
+            .where(col(OutboxEventRow.tenant_id) == self.tenant_id)
+            .where(col(OutboxEventRow.position) > position)
+            .order_by(col(OutboxEventRow.position))
+            .limit(limit)
+        )
+        return (await self.session.scalars(stmt)).all()
+
+
+async def find_client(session: AsyncSession, client_id: str) -> OAuthClient | None:
+    """Client lookup happens before a tenant is known (it is how the tenant becomes known)."""
+    return await session.get(OAuthClient, client_id)

@@ -1,0 +1,195 @@
+"""SQLModel tables. Column names are the spec's fields in snake_case; every spec column is kept.
+
+Content (prompts, outputs) has no column anywhere: receipts hold hashes and artifact references.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import sqlalchemy as sa
+from sqlmodel import Field, SQLModel
+
+from domain.enums import (
+    DeploymentState,
+    InvocationOutcome,
+    LatencyClass,
+    Modality,
+    PrivacyClass,
+    ProfileStatus,
+    UsageStatus,
+)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _ts(nullable: bool = False) -> Any:
+    return sa.Column(sa.DateTime(timezone=True), nullable=nullable)
+
+
+def _json(nullable: bool = False) -> Any:
+    return sa.Column(sa.JSON, nullable=nullable)
+
+
+def _enum(enum: type, name: str) -> Any:
+    # Stored as plain strings (no native ENUM type) so the same migration runs on both engines
+    # and adding a value needs no ALTER TYPE.
+    return sa.Column(
+        sa.Enum(enum, name=name, native_enum=False, values_callable=_values, length=32),
+        nullable=False,
+    )
+
+
+def _values(enum: type) -> list[str]:
+    return [m.value for m in enum]  # type: ignore[attr-defined]
+
+
+class Tenant(SQLModel, table=True):
+    __tablename__ = "tenants"
+
+    tenant_id: str = Field(primary_key=True, max_length=100)
+    name: str = Field(max_length=200)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
+
+
+class OAuthClient(SQLModel, table=True):
+    __tablename__ = "oauth_clients"
+
+    client_id: str = Field(primary_key=True, max_length=100)
+    tenant_id: str = Field(foreign_key="tenants.tenant_id", index=True, max_length=100)
+    secret_hash: str = Field(max_length=300)
+    roles: list[str] = Field(sa_column=_json())
+    scopes: list[str] = Field(sa_column=_json())
+    disabled: bool = False
+    created_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
+
+
+class ModelProfileRow(SQLModel, table=True):
+    __tablename__ = "model_profiles"
+    __table_args__ = (
+        sa.UniqueConstraint("tenant_id", "profile_id", "version", name="uq_model_profiles_version"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    profile_id: str = Field(max_length=200)
+    version: str = Field(max_length=50)
+    release_id: str = Field(max_length=200)
+    tenant_id: str = Field(max_length=100)
+    modality: Modality = Field(sa_column=_enum(Modality, "modality"))
+    required_capabilities: dict[str, Any] = Field(sa_column=_json())
+    privacy_class: PrivacyClass = Field(sa_column=_enum(PrivacyClass, "privacy_class"))
+    latency_class: LatencyClass = Field(sa_column=_enum(LatencyClass, "latency_class"))
+    max_context_tokens: int
+    max_output_tokens: int
+    allowed_regions: list[str] = Field(sa_column=_json())
+    allowed_deployments: list[str] = Field(sa_column=_json())
+    fallback_chain: list[str] = Field(sa_column=_json())
+    fallback_enabled: bool = False
+    embedding_compatibility: str | None = Field(default=None, max_length=200)
+    price_basis: str = Field(max_length=100)
+    status: ProfileStatus = Field(sa_column=_enum(ProfileStatus, "profile_status"))
+
+
+class ModelDeploymentRow(SQLModel, table=True):
+    __tablename__ = "model_deployments"
+    __table_args__ = (sa.Index("ix_model_deployments_tenant_state", "tenant_id", "state"),)
+
+    # Composite key: deployment ids are per tenant, so one tenant's id never collides with
+    # (and so never reveals) another tenant's.
+    tenant_id: str = Field(primary_key=True, max_length=100)
+    deployment_id: str = Field(primary_key=True, max_length=200)
+    provider: str = Field(max_length=64)
+    model: str = Field(max_length=200)
+    region: str = Field(max_length=64)
+    privacy_class: PrivacyClass = Field(sa_column=_enum(PrivacyClass, "privacy_class"))
+    endpoint_ref: str = Field(max_length=400)
+    compute_pool_id: str | None = Field(default=None, max_length=200)
+    capability_evidence_ref: str | None = Field(default=None, max_length=300)
+    license_metadata: dict[str, Any] | None = Field(default=None, sa_column=_json(nullable=True))
+    state: DeploymentState = Field(sa_column=_enum(DeploymentState, "deployment_state"))
+    healthy: bool = True
+    version: int = Field(default=1, sa_type=sa.BigInteger)
+
+
+class CapabilityScoreRow(SQLModel, table=True):
+    __tablename__ = "capability_scores"
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: str = Field(max_length=100)
+    deployment_id: str = Field(max_length=200)
+    capability: str = Field(max_length=64)
+    verdict: str = Field(max_length=16)
+    score: Decimal | None = Field(default=None, max_digits=6, decimal_places=4)
+    evaluated_at: datetime = Field(sa_column=_ts())
+    suite_version: str = Field(max_length=50)
+
+
+class RoutePlanRow(SQLModel, table=True):
+    __tablename__ = "route_plans"
+    __table_args__ = (
+        sa.UniqueConstraint("tenant_id", "run_id", "profile_id", name="uq_route_plans_run_profile"),
+    )
+
+    route_plan_id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
+    run_id: uuid.UUID
+    tenant_id: str = Field(max_length=100)
+    profile_id: str = Field(max_length=200)
+    profile_version: str = Field(max_length=50)
+    policy_revision: str = Field(max_length=100)
+    candidates: list[str] = Field(sa_column=_json())
+    constraints: dict[str, Any] = Field(sa_column=_json())
+    resolved_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
+
+
+class InvocationReceiptRow(SQLModel, table=True):
+    __tablename__ = "invocation_receipts"
+    __table_args__ = (
+        sa.UniqueConstraint("tenant_id", "idempotency_key", name="uq_receipts_idempotency"),
+        sa.Index("ix_receipts_tenant_run", "tenant_id", "run_id"),
+        sa.Index("ix_receipts_usage_status", "usage_status", "started_at"),
+    )
+
+    invocation_id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
+    tenant_id: str = Field(max_length=100)
+    project_id: str = Field(max_length=200)
+    run_id: uuid.UUID | None = None
+    attempt_id: uuid.UUID | None = None
+    profile_id: str = Field(max_length=200)
+    deployment_id: str = Field(max_length=200)
+    route_plan_id: uuid.UUID | None = None
+    fallback_used: bool = False
+    request_hash: str = Field(max_length=100)
+    idempotency_key: str = Field(max_length=200)
+    policy_decision_id: uuid.UUID
+    outcome: InvocationOutcome = Field(sa_column=_enum(InvocationOutcome, "invocation_outcome"))
+    usage_status: UsageStatus = Field(sa_column=_enum(UsageStatus, "usage_status"))
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    estimated_cost_usd: Decimal | None = Field(default=None, max_digits=18, decimal_places=8)
+    pricing_revision: str = Field(max_length=100)
+    latency_ms: int | None = None
+    output_artifact_ref: str | None = Field(default=None, max_length=300)
+    started_at: datetime = Field(sa_column=_ts())
+    ended_at: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
+
+
+class OutboxEventRow(SQLModel, table=True):
+    """Integration events written in the same transaction as the state change they describe."""
+
+    __tablename__ = "outbox_events"
+    __table_args__ = (sa.Index("ix_outbox_tenant_position", "tenant_id", "position"),)
+
+    position: int | None = Field(default=None, primary_key=True)
+    event_id: uuid.UUID = Field(default_factory=uuid.uuid4, unique=True)
+    tenant_id: str = Field(max_length=100)
+    event_type: str = Field(max_length=100)
+    topic: str = Field(max_length=200)
+    aggregate_type: str = Field(max_length=100)
+    aggregate_id: str = Field(max_length=300)
+    payload: dict[str, Any] = Field(sa_column=_json())
+    occurred_at: datetime = Field(default_factory=utcnow, sa_column=_ts())

@@ -1,0 +1,203 @@
+"""Fixtures: a fresh PostgreSQL database and a real Temporal dev server (both started by
+`make test`), an in-process worker, and the API served over real HTTP by uvicorn."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import socket
+import sys
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+
+import asyncpg
+import httpx
+import pytest
+import uvicorn
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from api.app import create_app
+from core.security import new_client_secret
+from core.settings import Settings
+from core.temporal import connect
+from domain.enums import Role, Scope
+from store.clients import upsert_client
+from store.db import create_engine, session_factory
+from store.migrate import upgrade
+from worker import build_worker
+
+
+def _required_env(name: str) -> str:
+    value = os.environ.get(name)
+    if not value:
+        pytest.fail(
+            f"{name} is not set: run the suite with `make test`, which starts PostgreSQL and "
+            "a Temporal dev server for it",
+            pytrace=False,
+        )
+    return value
+
+
+def pg_server_url() -> str:
+    return _required_env("MODEL_ROUTER_TEST_DATABASE_URL")
+
+
+async def create_database(prefix: str) -> str:
+    """A new, empty database on the test server; returns its SQLAlchemy URL."""
+    server = make_url(pg_server_url())
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    conn = await asyncpg.connect(
+        host=server.host, port=server.port, user=server.username, database=server.database
+    )
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    return server.set(database=name).render_as_string(hide_password=False)
+
+
+async def drop_database(url: str) -> None:
+    parsed = make_url(url)
+    server = make_url(pg_server_url())
+    conn = await asyncpg.connect(
+        host=server.host, port=server.port, user=server.username, database=server.database
+    )
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{parsed.database}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+async def database_url() -> AsyncIterator[str]:
+    url = await create_database("mr_test")
+    await asyncio.to_thread(upgrade, url)
+    yield url
+    await drop_database(url)
+
+
+@pytest.fixture(scope="session")
+def settings(database_url: str) -> Settings:
+    return Settings(
+        environment="test",
+        database_url=database_url,
+        temporal_address=_required_env("MODEL_ROUTER_TEST_TEMPORAL_ADDRESS"),
+        temporal_task_queue=f"model-router-test-{uuid.uuid4().hex[:8]}",
+        auth_jwt_secret=secrets.token_urlsafe(32),
+        _env_file=None,
+    )
+
+
+@pytest.fixture(scope="session")
+async def sessions(settings: Settings) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
+    engine = create_engine(settings.database_url)
+    yield session_factory(engine)
+    await engine.dispose()
+
+
+@pytest.fixture(scope="session")
+async def temporal_client(settings: Settings) -> Client:
+    return await connect(settings)
+
+
+@pytest.fixture(scope="session")
+async def worker(
+    temporal_client: Client, settings: Settings, sessions: async_sessionmaker[AsyncSession]
+) -> AsyncIterator[None]:
+    w = build_worker(temporal_client, settings, sessions)
+    async with w:
+        yield
+
+
+@pytest.fixture(scope="session")
+async def api_url(settings: Settings, temporal_client: Client, worker: None) -> AsyncIterator[str]:
+    port = free_port()
+    config = uvicorn.Config(
+        create_app(settings, temporal_client),
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    deadline = asyncio.get_running_loop().time() + 30
+    while not server.started:
+        if task.done() or asyncio.get_running_loop().time() > deadline:
+            raise RuntimeError("the API did not start")
+        await asyncio.sleep(0.02)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    await task
+
+
+@pytest.fixture
+async def http(api_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=api_url, timeout=30) as client:
+        yield client
+
+
+TokenFactory = Callable[..., Awaitable[str]]
+
+
+@pytest.fixture
+def token_for(sessions: async_sessionmaker[AsyncSession], api_url: str) -> TokenFactory:
+    """Creates an OAuth client and fetches a real token from /oauth/token."""
+
+    async def make(
+        tenant: str,
+        roles: list[Role] | None = None,
+        scopes: list[Scope] | None = None,
+    ) -> str:
+        client_id = f"client-{uuid.uuid4().hex[:10]}"
+        secret = new_client_secret()
+        await upsert_client(
+            sessions,
+            tenant_id=tenant,
+            client_id=client_id,
+            secret=secret,
+            roles=roles if roles is not None else [Role.PLATFORM_ADMIN],
+            scopes=scopes if scopes is not None else list(Scope),
+        )
+        async with httpx.AsyncClient(base_url=api_url) as c:
+            resp = await c.post(
+                "/oauth/token", data={"grant_type": "client_credentials"}, auth=(client_id, secret)
+            )
+        resp.raise_for_status()
+        return str(resp.json()["access_token"])
+
+    return make
+
+
+@pytest.fixture
+def tenant() -> str:
+    return f"tenant-{uuid.uuid4().hex[:8]}"
+
+
+_exit_status: list[int] = []
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _exit_status.append(int(exitstatus))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> Iterator[None] | None:
+    # The Temporal SDK can abort in PyGILState_Release while the interpreter tears down its
+    # native threads, flipping a green run's exit code. Everything is reported by now, so
+    # leave with pytest's own status instead of risking that teardown.
+    if _exit_status and os.environ.get("MODEL_ROUTER_TEST_HARD_EXIT", "1") == "1":
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_exit_status[-1])
+    return None

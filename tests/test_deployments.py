@@ -1,0 +1,166 @@
+"""The first real slice: register a Candidate through Temporal into PostgreSQL, then read it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import func
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlmodel import col, select
+from temporalio.client import Client
+
+from domain.enums import Role
+from store.tables import ModelDeploymentRow, OutboxEventRow
+from tests.conftest import TokenFactory
+
+
+def registration(deployment_id: str = "openai/global/gpt-test", **over: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "deploymentId": deployment_id,
+        "provider": "openai",
+        "model": "gpt-4.1-2025-04-14",
+        "region": "global",
+        "privacyClass": "External",
+        "endpointRef": "env:OPENAI_API_KEY",
+        "licenseMetadata": {"commercialUse": True, "customerDeployment": True},
+    }
+    body.update(over)
+    return body
+
+
+async def _count(sessions: async_sessionmaker[AsyncSession], tenant: str) -> tuple[int, int]:
+    async with sessions() as s:
+        rows = await s.scalar(
+            select(func.count())
+            .select_from(ModelDeploymentRow)
+            .where(col(ModelDeploymentRow.tenant_id) == tenant)
+        )
+        events = await s.scalar(
+            select(func.count())
+            .select_from(OutboxEventRow)
+            .where(col(OutboxEventRow.tenant_id) == tenant)
+        )
+    return int(rows or 0), int(events or 0)
+
+
+async def test_register_goes_through_temporal_into_the_database_and_lists(
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    tenant: str,
+    sessions: async_sessionmaker[AsyncSession],
+    temporal_client: Client,
+) -> None:
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    resp = await http.post("/factory/model-deployments", json=registration(), headers=auth)
+    assert resp.status_code == 201, resp.text
+    created = resp.json()
+    assert created["state"] == "Candidate" and created["healthy"] is True
+    assert created["version"] == 1 and created["tenantId"] == tenant
+    assert resp.headers["location"] == "/factory/model-deployments/openai/global/gpt-test"
+
+    # It was a workflow that did the write.
+    handle = temporal_client.get_workflow_handle(
+        f"register-deployment/{tenant}/openai/global/gpt-test"
+    )
+    desc = await handle.describe()
+    assert desc.workflow_type == "RegisterDeployment"
+    assert desc.status is not None and desc.status.name == "COMPLETED"
+
+    # The row and its DeploymentStateChanged event landed together.
+    async with sessions() as s:
+        event = await s.scalar(
+            select(OutboxEventRow).where(col(OutboxEventRow.tenant_id) == tenant)
+        )
+    assert event is not None and event.event_type == "DeploymentStateChanged"
+    assert event.payload["toState"] == "Candidate"
+    assert event.topic == "model-access.deployments.v1.deployment-state-changed"
+
+    listed = await http.get("/factory/model-deployments", headers=auth)
+    assert [d["deploymentId"] for d in listed.json()] == ["openai/global/gpt-test"]
+    got = await http.get("/factory/model-deployments/openai/global/gpt-test", headers=auth)
+    assert got.status_code == 200 and got.json()["licenseMetadata"]["commercialUse"] is True
+
+    again = await http.post("/factory/model-deployments", json=registration(), headers=auth)
+    assert again.status_code == 409
+    assert again.json()["field"] == "deploymentId"
+    assert await _count(sessions, tenant) == (1, 1)
+
+
+async def test_tenant_a_cannot_see_tenant_b(
+    http: httpx.AsyncClient, token_for: TokenFactory, tenant: str
+) -> None:
+    tenant_b = tenant + "-b"
+    a = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    b = {"Authorization": f"Bearer {await token_for(tenant_b)}"}
+    resp = await http.post("/factory/model-deployments", json=registration("b/only"), headers=b)
+    assert resp.status_code == 201
+
+    assert (await http.get("/factory/model-deployments/b/only", headers=a)).status_code == 404
+    assert (await http.get("/factory/model-deployments", headers=a)).json() == []
+    # The same id is free in tenant A: ids never collide (and so never leak) across tenants.
+    mine = await http.post("/factory/model-deployments", json=registration("b/only"), headers=a)
+    assert mine.status_code == 201
+    theirs = (await http.get("/factory/model-deployments/b/only", headers=b)).json()
+    assert theirs["tenantId"] == tenant_b
+
+
+BAD_BODIES = [
+    pytest.param(b"{not json", "body", 400, id="malformed-json"),
+    pytest.param(registration(privacyClass="Secretish"), "body.privacyClass", 422, id="bad-enum"),
+    pytest.param(registration(healthy="yes", deploymentId=42), "body.deploymentId", 422, id="type"),
+    pytest.param(
+        registration(licenseMetadata={"commercialUse": "maybe"}),
+        "body.licenseMetadata.commercialUse",
+        422,
+        id="nested-type",
+    ),
+    pytest.param(
+        registration(endpointRef="sk-live-abcdefghijklmnop"),
+        "body.endpointRef",
+        422,
+        id="raw-credential",
+    ),
+    pytest.param(
+        registration(endpointRef="https://user:pw@host/v1"),
+        "body.endpointRef",
+        422,
+        id="credential-in-url",
+    ),
+    pytest.param(
+        {k: v for k, v in registration().items() if k != "provider"},
+        "body.provider",
+        422,
+        id="missing-field",
+    ),
+    pytest.param(registration(surprise=1), "body.surprise", 422, id="unknown-field"),
+    pytest.param(b"[]", "body", 422, id="wrong-shape"),
+]
+
+
+@pytest.mark.parametrize(("body", "field", "status"), BAD_BODIES)
+async def test_bad_input_is_a_4xx_problem_naming_the_field_and_writes_nothing(
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    tenant: str,
+    sessions: async_sessionmaker[AsyncSession],
+    body: Any,
+    field: str,
+    status: int,
+) -> None:
+    auth = {"Authorization": f"Bearer {await token_for(tenant, roles=[Role.OPERATOR])}"}
+    if isinstance(body, bytes):
+        resp = await http.post(
+            "/factory/model-deployments",
+            content=body,
+            headers={**auth, "Content-Type": "application/json"},
+        )
+    else:
+        resp = await http.post("/factory/model-deployments", json=body, headers=auth)
+    assert resp.status_code == status, resp.text
+    assert resp.headers["content-type"] == "application/problem+json"
+    problem = resp.json()
+    assert field in [e["field"] for e in problem["errors"]]
+    assert problem["status"] == status
+    assert await _count(sessions, tenant) == (0, 0)

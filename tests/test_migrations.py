@@ -1,0 +1,141 @@
+"""One Alembic history that upgrades, downgrades and upgrades again on both engines."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from store.db import create_engine
+from store.migrate import downgrade, upgrade
+from tests.conftest import create_database, drop_database
+
+SPEC_TABLES = {
+    # table: spec columns that must be present (snake_case of the spec's field names)
+    "model_profiles": {
+        "profile_id",
+        "version",
+        "release_id",
+        "tenant_id",
+        "modality",
+        "required_capabilities",
+        "privacy_class",
+        "latency_class",
+        "max_context_tokens",
+        "max_output_tokens",
+        "allowed_regions",
+        "allowed_deployments",
+        "fallback_chain",
+        "fallback_enabled",
+        "embedding_compatibility",
+        "price_basis",
+    },
+    "model_deployments": {
+        "deployment_id",
+        "tenant_id",
+        "provider",
+        "model",
+        "region",
+        "privacy_class",
+        "endpoint_ref",
+        "compute_pool_id",
+        "capability_evidence_ref",
+        "license_metadata",
+        "state",
+        "healthy",
+        "version",
+    },
+    "capability_scores": {"capability", "verdict", "score", "evaluated_at", "suite_version"},
+    "route_plans": {
+        "route_plan_id",
+        "run_id",
+        "tenant_id",
+        "profile_id",
+        "profile_version",
+        "policy_revision",
+        "candidates",
+        "constraints",
+        "resolved_at",
+    },
+    "invocation_receipts": {
+        "invocation_id",
+        "tenant_id",
+        "project_id",
+        "run_id",
+        "attempt_id",
+        "profile_id",
+        "deployment_id",
+        "route_plan_id",
+        "fallback_used",
+        "request_hash",
+        "idempotency_key",
+        "policy_decision_id",
+        "outcome",
+        "usage_status",
+        "input_tokens",
+        "output_tokens",
+        "estimated_cost_usd",
+        "pricing_revision",
+        "latency_ms",
+        "output_artifact_ref",
+        "started_at",
+        "ended_at",
+    },
+    "outbox_events": {"position", "event_id", "tenant_id", "topic", "payload"},
+}
+
+
+async def _schema(url: str) -> tuple[dict[str, set[str]], dict[str, list[tuple[str, ...]]]]:
+    engine = create_engine(url)
+    try:
+        async with engine.connect() as conn:
+
+            def inspect(sync_conn: sa.Connection) -> tuple[dict, dict]:
+                insp = sa.inspect(sync_conn)
+                cols = {t: {c["name"] for c in insp.get_columns(t)} for t in insp.get_table_names()}
+                uniques: dict[str, list[tuple[str, ...]]] = {}
+                for t in insp.get_table_names():
+                    uniques[t] = [
+                        tuple(str(c) for c in u["column_names"])
+                        for u in insp.get_unique_constraints(t)
+                    ]
+                    uniques[t] += [
+                        tuple(str(c) for c in i["column_names"])
+                        for i in insp.get_indexes(t)
+                        if i.get("unique")
+                    ]
+                return cols, uniques
+
+            return await conn.run_sync(inspect)
+    finally:
+        await engine.dispose()
+
+
+async def _round_trip(url: str) -> None:
+    await asyncio.to_thread(upgrade, url)
+    cols, uniques = await _schema(url)
+    for table, expected in SPEC_TABLES.items():
+        assert expected <= cols[table], f"{table} lacks {expected - cols[table]}"
+    assert ("tenant_id", "run_id", "profile_id") in uniques["route_plans"]
+    assert ("tenant_id", "idempotency_key") in uniques["invocation_receipts"]
+
+    await asyncio.to_thread(downgrade, url, "base")
+    cols, _ = await _schema(url)
+    assert set(cols) <= {"alembic_version"}
+
+    await asyncio.to_thread(upgrade, url)
+    cols, _ = await _schema(url)
+    assert set(SPEC_TABLES) <= set(cols)
+
+
+async def test_migrations_round_trip_on_sqlite(tmp_path: Path) -> None:
+    await _round_trip(f"sqlite+aiosqlite:///{tmp_path}/rt.db")
+
+
+async def test_migrations_round_trip_on_postgresql() -> None:
+    url = await create_database("mr_migrate")
+    try:
+        await _round_trip(url)
+    finally:
+        await drop_database(url)

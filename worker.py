@@ -1,0 +1,61 @@
+"""The worker process: connects to Temporal, registers workflows and activities, runs until
+SIGINT/SIGTERM and then drains (in-flight activities finish before it exits)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from datetime import timedelta
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.deployments import DeploymentActivities
+from core.settings import Settings, get_settings
+from core.temporal import connect
+from store.db import create_engine, session_factory
+from workflows.register_deployment import RegisterDeploymentWorkflow
+
+log = logging.getLogger("model_router.worker")
+
+WORKFLOWS = [RegisterDeploymentWorkflow]
+
+
+def build_worker(
+    client: Client, settings: Settings, sessions: async_sessionmaker[AsyncSession]
+) -> Worker:
+    deployments = DeploymentActivities(sessions)
+    return Worker(
+        client,
+        task_queue=settings.temporal_task_queue,
+        workflows=WORKFLOWS,
+        activities=[deployments.register_candidate],
+        graceful_shutdown_timeout=timedelta(seconds=20),
+    )
+
+
+async def run(settings: Settings) -> None:
+    engine = create_engine(settings.database_url, pool_size=settings.database_pool_size)
+    client = await connect(settings)
+    worker = build_worker(client, settings, session_factory(engine))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    log.info("worker polling task queue %s", settings.temporal_task_queue)
+    async with worker:
+        await stop.wait()
+        log.info("worker draining")
+    await engine.dispose()
+    log.info("worker stopped")
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    asyncio.run(run(get_settings()))
+
+
+if __name__ == "__main__":
+    main()
