@@ -34,7 +34,6 @@ class DevStack:
         self.temporal_port = temporal_port
         self.ui_port = ui_port
         self.children: list[tuple[str, subprocess.Popen[bytes]]] = []
-        self._stopping = False
 
     # -- state ---------------------------------------------------------------------------
     def _dev_secrets(self) -> dict[str, str]:
@@ -79,7 +78,9 @@ class DevStack:
         return found
 
     def _stop_all(self) -> None:
-        self._stopping = True
+        # A second Ctrl-C (or a SIGTERM) while stopping must not abandon the children.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         for _name, proc in reversed(self.children):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)

@@ -1,0 +1,51 @@
+"""The worker process registers the workflows and activities and drains on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+
+from temporalio.client import Client
+
+from core.settings import Settings
+from domain.deployments import DeploymentRegistration
+from tests.helpers.process import Proc
+from workflows.register_deployment import RegisterDeploymentWorkflow
+
+
+async def test_worker_process_serves_registrations_and_drains_on_sigterm(
+    settings: Settings, temporal_client: Client
+) -> None:
+    queue = f"worker-proc-{uuid.uuid4().hex[:8]}"
+    env = {
+        **os.environ,
+        "MODEL_ROUTER_DATABASE_URL": settings.database_url,
+        "MODEL_ROUTER_TEMPORAL_ADDRESS": settings.temporal_address,
+        "MODEL_ROUTER_TEMPORAL_TASK_QUEUE": queue,
+    }
+    proc = Proc([sys.executable, "-c", "import worker; worker.main()"], env=env)
+    try:
+        proc.wait_for_line("worker polling", timeout=30)
+        tenant = f"t-{uuid.uuid4().hex[:8]}"
+        registration = DeploymentRegistration.model_validate(
+            {
+                "deploymentId": "vllm/pool-a/qwen",
+                "provider": "vllm",
+                "model": "qwen2.5-coder",
+                "region": "eu",
+                "privacyClass": "Local",
+                "endpointRef": "pool:tenant-a/vllm",
+            }
+        )
+        result = await temporal_client.execute_workflow(
+            RegisterDeploymentWorkflow.run,
+            args=[tenant, registration],
+            id=f"register-deployment/{tenant}/vllm/pool-a/qwen",
+            task_queue=queue,
+        )
+        assert result.created and result.deployment.state == "Candidate"
+    finally:
+        code = proc.stop(timeout=40)
+    assert code == 0, proc.output
+    assert "worker stopped" in proc.output
