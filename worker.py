@@ -12,26 +12,30 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.deployments import DeploymentActivities
+from activities.lifecycle import LifecycleActivities
 from core.settings import Settings, get_settings
 from core.temporal import connect
 from store.db import create_engine, session_factory
-from workflows.register_deployment import RegisterDeploymentWorkflow
+from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow
 
 log = logging.getLogger("model_router.worker")
 
-WORKFLOWS = [RegisterDeploymentWorkflow]
+WORKFLOWS = [DeploymentLifecycleWorkflow]
 
 
 def build_worker(
     client: Client, settings: Settings, sessions: async_sessionmaker[AsyncSession]
 ) -> Worker:
-    deployments = DeploymentActivities(sessions)
+    lifecycle = LifecycleActivities(sessions)
     return Worker(
         client,
         task_queue=settings.temporal_task_queue,
         workflows=WORKFLOWS,
-        activities=[deployments.register_candidate],
+        activities=[
+            lifecycle.register_candidate,
+            lifecycle.apply_transition,
+            lifecycle.check_approval,
+        ],
         graceful_shutdown_timeout=timedelta(seconds=20),
     )
 

@@ -13,10 +13,17 @@ from core.settings import Settings
 
 
 def tls_config(settings: Settings) -> TLSConfig | bool:
-    """TLS when asked for, or implied by client certificates or an API key (Temporal Cloud)."""
+    """TLS when asked for, or implied by any TLS material or an API key (Temporal Cloud).
+
+    Any configured certificate, key, CA or server name counts as asking for TLS: silently
+    dropping it would connect in plaintext to a server the operator meant to verify.
+    """
     wants_tls = (
         settings.temporal_tls
         or settings.temporal_tls_client_cert is not None
+        or settings.temporal_tls_client_key is not None
+        or settings.temporal_tls_server_ca_cert is not None
+        or settings.temporal_tls_server_name is not None
         or settings.temporal_api_key is not None
     )
     if not wants_tls:

@@ -39,3 +39,48 @@ def deployment_state_changed(
             "healthy": healthy,
         },
     }
+
+
+def capability_evidence_recorded(
+    *, tenant_id: str, deployment_id: str, suite_version: str, evidence_ref: str
+) -> dict[str, Any]:
+    return {
+        "event_type": "CapabilityEvidenceRecorded",
+        "topic": TOPICS["CapabilityEvidenceRecorded"],
+        "aggregate_type": "ModelDeployment",
+        "aggregate_id": deployment_id,
+        "payload": {
+            "deploymentId": deployment_id,
+            "tenantId": tenant_id,
+            "suiteVersion": suite_version,
+            "evidenceRef": evidence_ref,
+        },
+    }
+
+
+def profile_activated(
+    *, tenant_id: str, profile_id: str, version: str, release_id: str, privacy_class: str
+) -> dict[str, Any]:
+    return {
+        "event_type": "ModelProfileActivated",
+        "topic": TOPICS["ModelProfileActivated"],
+        "aggregate_type": "ModelProfile",
+        "aggregate_id": profile_id,
+        "payload": {
+            "profileId": profile_id,
+            "version": version,
+            "tenantId": tenant_id,
+            "releaseId": release_id,
+            "privacyClass": privacy_class,
+        },
+    }
+
+
+def profile_retired(*, tenant_id: str, profile_id: str, version: str) -> dict[str, Any]:
+    return {
+        "event_type": "ModelProfileRetired",
+        "topic": TOPICS["ModelProfileRetired"],
+        "aggregate_type": "ModelProfile",
+        "aggregate_id": profile_id,
+        "payload": {"profileId": profile_id, "version": version, "tenantId": tenant_id},
+    }

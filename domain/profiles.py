@@ -27,3 +27,17 @@ class ModelProfile(BaseModel):
     embedding_compatibility: str | None = Field(default=None, alias="embeddingCompatibility")
     price_basis: str = Field(alias="priceBasis")
     status: ProfileStatus = ProfileStatus.ACTIVE
+
+
+# The guarantees a fallback must keep: a fallback that drops tool calling or structured output
+# would break the caller in ways a retry cannot fix.
+GUARANTEE_CAPABILITIES: tuple[str, ...] = (
+    "tool-calling",
+    "parallel-tool-calling",
+    "strict-json",
+    "json-schema",
+)
+
+
+def guarantees(profile: ModelProfile) -> dict[str, float]:
+    return {c: t for c, t in profile.required_capabilities.items() if c in GUARANTEE_CAPABILITIES}

@@ -15,6 +15,7 @@ from sqlmodel import col, select
 
 from domain.enums import DeploymentState, ProfileStatus
 from store.tables import (
+    CapabilityScoreRow,
     InvocationReceiptRow,
     ModelDeploymentRow,
     ModelProfileRow,
@@ -46,6 +47,35 @@ class ModelDeploymentRepository(TenantRepository):
         if row.tenant_id != self.tenant_id:
             raise ValueError("row belongs to another tenant")
         self.session.add(row)
+
+
+class CapabilityScoreRepository(TenantRepository):
+    async def current(self, deployment_id: str, evidence_ref: str | None) -> dict[str, float]:
+        """The scores of the deployment's current evaluation record."""
+        if evidence_ref is None:
+            return {}
+        stmt = (
+            select(CapabilityScoreRow)
+            .where(col(CapabilityScoreRow.tenant_id) == self.tenant_id)
+            .where(col(CapabilityScoreRow.deployment_id) == deployment_id)
+            .where(col(CapabilityScoreRow.evidence_ref) == evidence_ref)
+        )
+        rows = (await self.session.scalars(stmt)).all()
+        return {r.capability: float(r.score) for r in rows if r.score is not None}
+
+    async def current_rows(
+        self, deployment_id: str, evidence_ref: str | None
+    ) -> Sequence[CapabilityScoreRow]:
+        if evidence_ref is None:
+            return []
+        stmt = (
+            select(CapabilityScoreRow)
+            .where(col(CapabilityScoreRow.tenant_id) == self.tenant_id)
+            .where(col(CapabilityScoreRow.deployment_id) == deployment_id)
+            .where(col(CapabilityScoreRow.evidence_ref) == evidence_ref)
+            .order_by(col(CapabilityScoreRow.capability))
+        )
+        return (await self.session.scalars(stmt)).all()
 
 
 class ModelProfileRepository(TenantRepository):

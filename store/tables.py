@@ -127,6 +127,9 @@ class CapabilityScoreRow(SQLModel, table=True):
     score: Decimal | None = Field(default=None, max_digits=6, decimal_places=4)
     evaluated_at: datetime = Field(sa_column=_ts())
     suite_version: str = Field(max_length=50)
+    # The evaluation record the score came from: the deployment's current scores are those
+    # whose evidence_ref is its capabilityEvidenceRef, older ones stay as history.
+    evidence_ref: str = Field(max_length=300)
 
 
 class RoutePlanRow(SQLModel, table=True):
@@ -193,3 +196,59 @@ class OutboxEventRow(SQLModel, table=True):
     aggregate_id: str = Field(max_length=300)
     payload: dict[str, Any] = Field(sa_column=_json())
     occurred_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
+
+
+class PricebookEntryRow(SQLModel, table=True):
+    """One price of one (provider, model) in a pricing revision. Revisions are immutable so
+    receipts that name one keep their meaning."""
+
+    __tablename__ = "pricebook_entries"
+    __table_args__ = (
+        sa.UniqueConstraint(
+            "tenant_id", "revision", "provider", "model", name="uq_pricebook_entry"
+        ),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: str = Field(max_length=100)
+    revision: str = Field(max_length=100)
+    effective_from: datetime = Field(sa_column=_ts())
+    provider: str = Field(max_length=64)
+    model: str = Field(max_length=200)
+    input_usd_per_mtok: Decimal = Field(max_digits=18, decimal_places=8)
+    output_usd_per_mtok: Decimal = Field(max_digits=18, decimal_places=8)
+    cached_input_usd_per_mtok: Decimal | None = Field(default=None, max_digits=18, decimal_places=8)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
+
+
+class IdempotencyRecordRow(SQLModel, table=True):
+    """What a keyed request answered, so a replay gets the same answer and a different body
+    under the same key is refused."""
+
+    __tablename__ = "idempotency_records"
+    __table_args__ = (
+        sa.UniqueConstraint("tenant_id", "operation", "key", name="uq_idempotency_key"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: str = Field(max_length=100)
+    operation: str = Field(max_length=100)
+    key: str = Field(max_length=200)
+    request_hash: str = Field(max_length=100)
+    status_code: int
+    response: dict[str, Any] = Field(sa_column=_json())
+    created_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
+
+
+class WebhookSubscriptionRow(SQLModel, table=True):
+    __tablename__ = "webhook_subscriptions"
+
+    subscription_id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
+    tenant_id: str = Field(max_length=100, index=True)
+    url: str = Field(max_length=2000)
+    # Our own signing key for this receiver (not a provider credential); shown once at creation.
+    signing_secret: str = Field(max_length=200)
+    event_types: list[str] = Field(sa_column=_json())
+    delivered_position: int = Field(default=0, sa_type=sa.BigInteger)
+    active: bool = True
+    created_at: datetime = Field(default_factory=utcnow, sa_column=_ts())

@@ -30,6 +30,10 @@ def registration(deployment_id: str = "openai/global/gpt-test", **over: Any) -> 
     return body
 
 
+def key(value: str) -> dict[str, str]:
+    return {"Idempotency-Key": value}
+
+
 async def _count(sessions: async_sessionmaker[AsyncSession], tenant: str) -> tuple[int, int]:
     async with sessions() as s:
         rows = await s.scalar(
@@ -53,7 +57,9 @@ async def test_register_goes_through_temporal_into_the_database_and_lists(
     temporal_client: Client,
 ) -> None:
     auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
-    resp = await http.post("/factory/model-deployments", json=registration(), headers=auth)
+    resp = await http.post(
+        "/factory/model-deployments", json=registration(), headers={**auth, **key("k1")}
+    )
     assert resp.status_code == 201, resp.text
     created = resp.json()
     assert created["state"] == "Candidate" and created["healthy"] is True
@@ -61,12 +67,10 @@ async def test_register_goes_through_temporal_into_the_database_and_lists(
     assert resp.headers["location"] == "/factory/model-deployments/openai/global/gpt-test"
 
     # It was a workflow that did the write.
-    handle = temporal_client.get_workflow_handle(
-        f"register-deployment/{tenant}/openai/global/gpt-test"
-    )
+    handle = temporal_client.get_workflow_handle(f"deployment/{tenant}/openai/global/gpt-test")
     desc = await handle.describe()
-    assert desc.workflow_type == "RegisterDeployment"
-    assert desc.status is not None and desc.status.name == "COMPLETED"
+    assert desc.workflow_type == "DeploymentLifecycle"
+    assert desc.status is not None and desc.status.name == "RUNNING"
 
     # The row and its DeploymentStateChanged event landed together.
     async with sessions() as s:
@@ -82,7 +86,9 @@ async def test_register_goes_through_temporal_into_the_database_and_lists(
     got = await http.get("/factory/model-deployments/openai/global/gpt-test", headers=auth)
     assert got.status_code == 200 and got.json()["licenseMetadata"]["commercialUse"] is True
 
-    again = await http.post("/factory/model-deployments", json=registration(), headers=auth)
+    again = await http.post(
+        "/factory/model-deployments", json=registration(), headers={**auth, **key("k2")}
+    )
     assert again.status_code == 409
     assert again.json()["field"] == "deploymentId"
     assert await _count(sessions, tenant) == (1, 1)
@@ -94,13 +100,18 @@ async def test_tenant_a_cannot_see_tenant_b(
     tenant_b = tenant + "-b"
     a = {"Authorization": f"Bearer {await token_for(tenant)}"}
     b = {"Authorization": f"Bearer {await token_for(tenant_b)}"}
-    resp = await http.post("/factory/model-deployments", json=registration("b/only"), headers=b)
+    resp = await http.post(
+        "/factory/model-deployments", json=registration("b/only"), headers={**b, **key("same")}
+    )
     assert resp.status_code == 201
 
     assert (await http.get("/factory/model-deployments/b/only", headers=a)).status_code == 404
     assert (await http.get("/factory/model-deployments", headers=a)).json() == []
     # The same id is free in tenant A: ids never collide (and so never leak) across tenants.
-    mine = await http.post("/factory/model-deployments", json=registration("b/only"), headers=a)
+    # So is the same idempotency key: keys are scoped to the tenant.
+    mine = await http.post(
+        "/factory/model-deployments", json=registration("b/only"), headers={**a, **key("same")}
+    )
     assert mine.status_code == 201
     theirs = (await http.get("/factory/model-deployments/b/only", headers=b)).json()
     assert theirs["tenantId"] == tenant_b
@@ -149,7 +160,10 @@ async def test_bad_input_is_a_4xx_problem_naming_the_field_and_writes_nothing(
     field: str,
     status: int,
 ) -> None:
-    auth = {"Authorization": f"Bearer {await token_for(tenant, roles=[Role.OPERATOR])}"}
+    auth = {
+        "Authorization": f"Bearer {await token_for(tenant, roles=[Role.OPERATOR])}",
+        **key("bad-input"),
+    }
     if isinstance(body, bytes):
         resp = await http.post(
             "/factory/model-deployments",
@@ -164,3 +178,52 @@ async def test_bad_input_is_a_4xx_problem_naming_the_field_and_writes_nothing(
     assert field in [e["field"] for e in problem["errors"]]
     assert problem["status"] == status
     assert await _count(sessions, tenant) == (0, 0)
+
+
+async def test_idempotency_key_is_required_replays_and_refuses_another_body(
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    tenant: str,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    missing = await http.post("/factory/model-deployments", json=registration(), headers=auth)
+    assert missing.status_code == 422
+    assert missing.json()["errors"][0]["field"] == "header.Idempotency-Key"
+
+    first = await http.post(
+        "/factory/model-deployments", json=registration("x/1"), headers={**auth, **key("once")}
+    )
+    replay = await http.post(
+        "/factory/model-deployments", json=registration("x/1"), headers={**auth, **key("once")}
+    )
+    assert first.status_code == replay.status_code == 201
+    assert replay.json() == first.json()
+    assert replay.headers["idempotent-replay"] == "true"
+
+    other = await http.post(
+        "/factory/model-deployments", json=registration("x/2"), headers={**auth, **key("once")}
+    )
+    assert other.status_code == 409
+    assert other.json()["field"] == "header.Idempotency-Key"
+    assert await _count(sessions, tenant) == (1, 1)
+
+
+async def test_concurrent_registrations_with_one_key_make_one_deployment(
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    tenant: str,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    import asyncio
+
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}", **key("race")}
+    responses = await asyncio.gather(
+        *(
+            http.post("/factory/model-deployments", json=registration("r/1"), headers=auth)
+            for _ in range(8)
+        )
+    )
+    assert {r.status_code for r in responses} == {201}
+    assert len({r.text for r in responses}) == 1
+    assert await _count(sessions, tenant) == (1, 1)

@@ -11,7 +11,8 @@ from temporalio.client import Client
 from core.settings import Settings
 from domain.deployments import DeploymentRegistration
 from tests.helpers.process import Proc
-from workflows.register_deployment import RegisterDeploymentWorkflow
+from activities.lifecycle_types import LifecycleInput, RegisterRequest
+from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow
 
 
 async def test_worker_process_serves_registrations_and_drains_on_sigterm(
@@ -38,13 +39,23 @@ async def test_worker_process_serves_registrations_and_drains_on_sigterm(
                 "endpointRef": "pool:tenant-a/vllm",
             }
         )
-        result = await temporal_client.execute_workflow(
-            RegisterDeploymentWorkflow.run,
-            args=[tenant, registration],
-            id=f"register-deployment/{tenant}/vllm/pool-a/qwen",
+        handle = await temporal_client.start_workflow(
+            DeploymentLifecycleWorkflow.run,
+            LifecycleInput(
+                tenant_id=tenant,
+                deployment_id="vllm/pool-a/qwen",
+                registration=registration,
+                idempotency_key="k",
+            ),
+            id=f"deployment/{tenant}/vllm/pool-a/qwen",
             task_queue=queue,
         )
+        result = await handle.execute_update(
+            DeploymentLifecycleWorkflow.register, RegisterRequest(idempotency_key="k")
+        )
         assert result.created and result.deployment.state == "Candidate"
+        retired = await handle.execute_update(DeploymentLifecycleWorkflow.retire)
+        assert retired.state == "Retired"
     finally:
         code = proc.stop(timeout=40)
     assert code == 0, proc.output

@@ -1,21 +1,24 @@
-"""Model deployments: register (through Temporal), list, get."""
+"""Model deployments: register, list, get, license, approve, retire."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Response
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from fastapi import APIRouter, Body, Depends
+from fastapi.responses import JSONResponse
 
-from api.deps import SessionDep, SettingsDep, TemporalDep, require
+from activities.lifecycle_types import ApproveRequest
+from api import lifecycle
+from api.deps import RuntimeDep, SessionDep, TemporalDep, require
+from api.idempotency import IdempotencyKey, IdempotencyStore, request_hash
 from api.problems import Problem
+from api.schemas import ApproveBody, DeploymentView
+from api.views import deployment_views
 from core.security import Principal
 from domain.access import Action
-from domain.deployments import DeploymentRecord, DeploymentRegistration
+from domain.deployments import DeploymentRecord, DeploymentRegistration, LicenseMetadata
 from domain.enums import Scope
 from store.repositories import ModelDeploymentRepository
-from store.views import deployment_record
-from workflows.register_deployment import RegisterDeploymentWorkflow
 
 router = APIRouter(prefix="/factory/model-deployments", tags=["deployments"])
 
@@ -28,22 +31,22 @@ Viewer = Annotated[Principal, Depends(require(Scope.MODELS_ADMIN, Action.READ_DE
     status_code=201,
     response_model=DeploymentRecord,
     operation_id="RegisterDeployment",
-    responses={409: {"description": "A deployment with this id exists in the tenant"}},
+    responses={409: {"description": "Id already registered, or the key was used for another body"}},
 )
 async def register_deployment(
     body: DeploymentRegistration,
+    idempotency_key: IdempotencyKey,
     principal: Admin,
     temporal: TemporalDep,
-    settings: SettingsDep,
-    response: Response,
-) -> DeploymentRecord:
-    result = await temporal.execute_workflow(
-        RegisterDeploymentWorkflow.run,
-        args=[principal.tenant_id, body],
-        id=f"register-deployment/{principal.tenant_id}/{body.deployment_id}",
-        task_queue=settings.temporal_task_queue,
-        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    runtime: RuntimeDep,
+) -> JSONResponse:
+    keys = IdempotencyStore(runtime.sessions, principal.tenant_id, "RegisterDeployment")
+    hash_ = request_hash(body.model_dump(mode="json", by_alias=True))
+    replay = await keys.replay(idempotency_key, hash_)
+    if replay is not None:
+        return replay
+    result = await lifecycle.register(
+        temporal, runtime.settings.temporal_task_queue, principal.tenant_id, idempotency_key, body
     )
     if not result.created:
         raise Problem(
@@ -52,25 +55,77 @@ async def register_deployment(
             field="deploymentId",
             state=result.deployment.state.value,
         )
-    response.headers["Location"] = f"/factory/model-deployments/{body.deployment_id}"
-    return result.deployment
+    answer = await keys.remember(
+        idempotency_key, hash_, 201, result.deployment.model_dump(mode="json", by_alias=True)
+    )
+    answer.headers["Location"] = f"/factory/model-deployments/{body.deployment_id}"
+    return answer
 
 
-@router.get("", response_model=list[DeploymentRecord], operation_id="ListModelDeployments")
-async def list_deployments(principal: Viewer, session: SessionDep) -> list[DeploymentRecord]:
-    rows = await ModelDeploymentRepository(session, principal.tenant_id).list()
-    return [deployment_record(r) for r in rows]
+@router.get("", response_model=list[DeploymentView], operation_id="ListModelDeployments")
+async def list_deployments(principal: Viewer, session: SessionDep) -> list[DeploymentView]:
+    rows = list(await ModelDeploymentRepository(session, principal.tenant_id).list())
+    return await deployment_views(session, principal.tenant_id, rows)
+
+
+@router.post(
+    "/{deploymentId:path}/approve",
+    response_model=DeploymentRecord,
+    operation_id="ApproveDeployment",
+)
+async def approve_deployment(
+    deploymentId: str,
+    principal: Admin,
+    temporal: TemporalDep,
+    runtime: RuntimeDep,
+    body: Annotated[ApproveBody | None, Body()] = None,
+) -> DeploymentRecord:
+    request = ApproveRequest(intended_use=(body or ApproveBody()).intended_use)
+    return await lifecycle.transition(
+        temporal, runtime.sessions, principal.tenant_id, deploymentId, "approve", request
+    )
+
+
+@router.post(
+    "/{deploymentId:path}/retire", response_model=DeploymentRecord, operation_id="RetireDeployment"
+)
+async def retire_deployment(
+    deploymentId: str,
+    principal: Admin,
+    temporal: TemporalDep,
+    runtime: RuntimeDep,
+) -> DeploymentRecord:
+    return await lifecycle.transition(
+        temporal, runtime.sessions, principal.tenant_id, deploymentId, "retire"
+    )
+
+
+@router.put(
+    "/{deploymentId:path}/license",
+    response_model=DeploymentRecord,
+    operation_id="RecordDeploymentLicense",
+)
+async def record_license(
+    deploymentId: str,
+    body: LicenseMetadata,
+    principal: Admin,
+    temporal: TemporalDep,
+    runtime: RuntimeDep,
+) -> DeploymentRecord:
+    return await lifecycle.transition(
+        temporal, runtime.sessions, principal.tenant_id, deploymentId, "record_license", body
+    )
 
 
 @router.get(
-    "/{deploymentId:path}", response_model=DeploymentRecord, operation_id="GetModelDeployment"
+    "/{deploymentId:path}", response_model=DeploymentView, operation_id="GetModelDeployment"
 )
 async def get_deployment(
     deploymentId: str,
     principal: Viewer,
     session: SessionDep,
-) -> DeploymentRecord:
+) -> DeploymentView:
     row = await ModelDeploymentRepository(session, principal.tenant_id).get(deploymentId)
     if row is None:
         raise Problem(404, f"No deployment {deploymentId!r}.", field="deploymentId")
-    return deployment_record(row)
+    return (await deployment_views(session, principal.tenant_id, [row]))[0]

@@ -1,0 +1,86 @@
+"""Idempotency-Key handling for keyed writes: a replay gets the stored answer, a different
+body under the same key gets 409, nothing is ever executed twice for one key."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Annotated, Any
+
+from fastapi import Header
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlmodel import col, select
+
+from api.problems import Problem
+from store.db import transaction
+from store.tables import IdempotencyRecordRow
+
+IdempotencyKey = Annotated[
+    str,
+    Header(alias="Idempotency-Key", min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:/-]+$"),
+]
+
+
+def request_hash(body: Any) -> str:
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class IdempotencyStore:
+    def __init__(
+        self, sessions: async_sessionmaker[AsyncSession], tenant_id: str, operation: str
+    ) -> None:
+        self._sessions = sessions
+        self._tenant = tenant_id
+        self._operation = operation
+
+    async def _find(self, session: AsyncSession, key: str) -> IdempotencyRecordRow | None:
+        stmt = (
+            select(IdempotencyRecordRow)
+            .where(col(IdempotencyRecordRow.tenant_id) == self._tenant)
+            .where(col(IdempotencyRecordRow.operation) == self._operation)
+            .where(col(IdempotencyRecordRow.key) == key)
+        )
+        return (await session.scalars(stmt)).first()
+
+    def _answer(self, record: IdempotencyRecordRow, hash_: str) -> JSONResponse:
+        if record.request_hash != hash_:
+            raise Problem(
+                409,
+                "This Idempotency-Key was used with a different request body.",
+                type_="https://model-router.dev/problems/idempotency-key-reused",
+                field="header.Idempotency-Key",
+            )
+        return JSONResponse(
+            record.response, status_code=record.status_code, headers={"Idempotent-Replay": "true"}
+        )
+
+    async def replay(self, key: str, hash_: str) -> JSONResponse | None:
+        async with self._sessions() as session:
+            record = await self._find(session, key)
+        return None if record is None else self._answer(record, hash_)
+
+    async def remember(
+        self, key: str, hash_: str, status: int, body: dict[str, Any]
+    ) -> JSONResponse:
+        """Store the answer; if a concurrent request stored one first, answer with that."""
+        try:
+            async with transaction(self._sessions) as session:
+                session.add(
+                    IdempotencyRecordRow(
+                        tenant_id=self._tenant,
+                        operation=self._operation,
+                        key=key,
+                        request_hash=hash_,
+                        status_code=status,
+                        response=body,
+                    )
+                )
+        except IntegrityError:
+            async with self._sessions() as session:
+                record = await self._find(session, key)
+            assert record is not None
+            return self._answer(record, hash_)
+        return JSONResponse(body, status_code=status)

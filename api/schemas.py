@@ -1,0 +1,56 @@
+"""Response shapes that add read-side summaries to domain records."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from domain.approval import IntendedUse
+from domain.deployments import DeploymentRecord
+from domain.profiles import ModelProfile
+
+
+class CapabilityEvidence(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    score: float | None
+    verdict: str
+    evaluated_at: datetime = Field(alias="evaluatedAt")
+    suite_version: str = Field(alias="suiteVersion")
+
+
+class EvidenceSummary(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    evidence_ref: str | None = Field(alias="evidenceRef")
+    capabilities: dict[str, CapabilityEvidence]
+
+
+class DeploymentView(DeploymentRecord):
+    evidence: EvidenceSummary
+
+
+class AllowedDeployment(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    deployment_id: str = Field(alias="deploymentId")
+    registered: bool
+    state: str | None = None
+    healthy: bool | None = None
+    routable: bool = False
+    evidence: EvidenceSummary | None = None
+
+
+class ProfileDetail(ModelProfile):
+    deployments: list[AllowedDeployment]
+
+
+class ApproveBody(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    intended_use: list[IntendedUse] = Field(
+        default_factory=lambda: [IntendedUse.COMMERCIAL_USE],
+        alias="intendedUse",
+        description="License terms the approval must be permitted by (default: commercialUse).",
+    )
