@@ -79,6 +79,24 @@ class CapabilityScoreRepository(TenantRepository):
 
 
 class ModelProfileRepository(TenantRepository):
+    async def latest_active(self) -> list[ModelProfileRow]:
+        """The newest active version of each profile: what new runs get."""
+        latest: dict[str, ModelProfileRow] = {}
+        for row in await self.list_active():
+            current = latest.get(row.profile_id)
+            if current is None or _version_key(row.version) > _version_key(current.version):
+                latest[row.profile_id] = row
+        return [latest[k] for k in sorted(latest)]
+
+    async def get_version(self, profile_id: str, version: str) -> ModelProfileRow | None:
+        stmt = (
+            select(ModelProfileRow)
+            .where(col(ModelProfileRow.tenant_id) == self.tenant_id)
+            .where(col(ModelProfileRow.profile_id) == profile_id)
+            .where(col(ModelProfileRow.version) == version)
+        )
+        return (await self.session.scalars(stmt)).first()
+
     async def list_active(self) -> Sequence[ModelProfileRow]:
         stmt = (
             select(ModelProfileRow)
@@ -87,6 +105,12 @@ class ModelProfileRepository(TenantRepository):
             .order_by(col(ModelProfileRow.profile_id), col(ModelProfileRow.version))
         )
         return (await self.session.scalars(stmt)).all()
+
+
+def _version_key(version: str) -> tuple[tuple[int, object], ...]:
+    # "10" sorts after "9": numeric parts compare as numbers, the rest as text.
+    parts = version.replace("-", ".").split(".")
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts)
 
 
 class InvocationReceiptRepository(TenantRepository):

@@ -1,34 +1,115 @@
-"""Model profiles: the catalog callers choose from."""
+"""Model profiles: the catalog callers choose from, and the asset events that feed it."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Body, Depends, Query
+from sqlalchemy.exc import IntegrityError
 
 from api.deps import SessionDep, require
 from api.problems import Problem
+from api.schemas import AllowedDeployment, ProfileDetail
+from api.views import evidence_summary
 from core.security import Principal
 from domain.access import Action
 from domain.enums import Scope
+from domain.lifecycle import is_routable
+from domain.profile_releases import AssetEvent, AssetReleasePublished
 from domain.profiles import ModelProfile
-from store.repositories import ModelProfileRepository
+from store import profile_catalog
+from store.evidence import current_scores
+from store.repositories import ModelDeploymentRepository, ModelProfileRepository
 
-router = APIRouter(prefix="/factory/model-profiles", tags=["profiles"])
+router = APIRouter(tags=["profiles"])
 
 Reader = Annotated[Principal, Depends(require(Scope.MODELS_READ, Action.READ_CATALOG))]
+Admin = Annotated[Principal, Depends(require(Scope.MODELS_ADMIN, Action.MANAGE_DEPLOYMENTS))]
+_TYPE = "https://model-router.dev/problems/"
 
 
-@router.get("", response_model=list[ModelProfile], operation_id="ListModelProfiles")
+@router.get(
+    "/factory/model-profiles", response_model=list[ModelProfile], operation_id="ListModelProfiles"
+)
 async def list_profiles(principal: Reader, session: SessionDep) -> list[ModelProfile]:
-    rows = await ModelProfileRepository(session, principal.tenant_id).list_active()
+    rows = await ModelProfileRepository(session, principal.tenant_id).latest_active()
     return [ModelProfile.model_validate(r) for r in rows]
 
 
-@router.get("/{profileId}", response_model=ModelProfile, operation_id="GetModelProfile")
-async def get_profile(profileId: str, principal: Reader, session: SessionDep) -> ModelProfile:
-    rows = await ModelProfileRepository(session, principal.tenant_id).list_active()
-    matching = [r for r in rows if r.profile_id == profileId]
-    if not matching:
+@router.get(
+    "/factory/model-profiles/{profileId}",
+    response_model=ProfileDetail,
+    operation_id="GetModelProfile",
+)
+async def get_profile(
+    profileId: str,
+    principal: Reader,
+    session: SessionDep,
+    version: Annotated[
+        str | None, Query(max_length=50, description="A specific (possibly retired) version")
+    ] = None,
+) -> ProfileDetail:
+    profiles = ModelProfileRepository(session, principal.tenant_id)
+    if version is not None:
+        row = await profiles.get_version(profileId, version)
+    else:
+        row = next((r for r in await profiles.latest_active() if r.profile_id == profileId), None)
+    if row is None:
         raise Problem(404, f"No active profile {profileId!r}.", field="profileId")
-    return ModelProfile.model_validate(matching[-1])
+    deployments = ModelDeploymentRepository(session, principal.tenant_id)
+    found = {d.deployment_id: d for d in await deployments.list()}
+    listed = [found[i] for i in row.allowed_deployments if i in found]
+    scores = await current_scores(session, principal.tenant_id, listed)
+    allowed = []
+    for deployment_id in row.allowed_deployments:
+        d = found.get(deployment_id)
+        allowed.append(
+            AllowedDeployment(deployment_id=deployment_id, registered=False)
+            if d is None
+            else AllowedDeployment(
+                deployment_id=deployment_id,
+                registered=True,
+                state=d.state.value,
+                healthy=d.healthy,
+                routable=is_routable(d.state, d.healthy),
+                evidence=evidence_summary(d.capability_evidence_ref, scores.get(deployment_id, [])),
+            )
+        )
+    return ProfileDetail(**ModelProfile.model_validate(row).model_dump(), deployments=allowed)
+
+
+@router.post(
+    "/factory/asset-events",
+    response_model=ModelProfile,
+    operation_id="AcceptAssetEvent",
+    summary="Accept an AssetReleasePublished / Deprecated / Revoked event for a profile",
+)
+async def accept_asset_event(
+    event: Annotated[AssetEvent, Body()], principal: Admin, session: SessionDep
+) -> ModelProfile:
+    try:
+        async with session.begin():
+            if isinstance(event, AssetReleasePublished):
+                outcome = await profile_catalog.activate(session, principal.tenant_id, event)
+            else:
+                retired = await profile_catalog.retire(session, principal.tenant_id, event)
+                if retired is None:
+                    raise Problem(
+                        404,
+                        f"No profile {event.profile_id!r} version {event.version!r}.",
+                        field="profileId",
+                    )
+                outcome = retired
+    except profile_catalog.ActivationRefused as exc:
+        raise Problem(
+            422,
+            "Profile activation refused: " + "; ".join(exc.refusals) + ".",
+            type_=_TYPE + "profile-activation-refused",
+            refusals=exc.refusals,
+        ) from None
+    except profile_catalog.VersionConflict as exc:
+        raise Problem(409, f"{exc}.", field="profile.version") from None
+    except IntegrityError:
+        # A concurrent activation of the same version won; versions are immutable.
+        raise Problem(409, "This profile version was activated concurrently.") from None
+    return outcome.profile

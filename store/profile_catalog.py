@@ -1,0 +1,99 @@
+"""Activating and retiring profile versions from asset events, each with its event, in one
+transaction. Versions are kept: a retired version stays readable for runs pinned to it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col, select
+
+from domain.enums import ProfileStatus
+from domain.events import profile_activated, profile_retired
+from domain.profile_releases import AssetReleasePublished, AssetReleaseRetired, activation_refusals
+from domain.profiles import ModelProfile
+from store.repositories import ModelProfileRepository, OutboxRepository
+from store.tables import ModelProfileRow
+
+
+class ActivationRefused(Exception):
+    def __init__(self, refusals: list[str]) -> None:
+        super().__init__("; ".join(refusals))
+        self.refusals = refusals
+
+
+class VersionConflict(Exception):
+    """The version exists from another release: versions are immutable."""
+
+
+@dataclass
+class Outcome:
+    profile: ModelProfile
+    changed: bool
+
+
+async def _version(
+    session: AsyncSession, tenant_id: str, profile_id: str, version: str
+) -> ModelProfileRow | None:
+    stmt = (
+        select(ModelProfileRow)
+        .where(col(ModelProfileRow.tenant_id) == tenant_id)
+        .where(col(ModelProfileRow.profile_id) == profile_id)
+        .where(col(ModelProfileRow.version) == version)
+    )
+    return (await session.scalars(stmt)).first()
+
+
+async def activate(session: AsyncSession, tenant_id: str, event: AssetReleasePublished) -> Outcome:
+    definition = event.profile
+    existing = await _version(session, tenant_id, definition.profile_id, definition.version)
+    if existing is not None:
+        if existing.release_id != event.release_id:
+            raise VersionConflict(
+                f"profile {definition.profile_id} version {definition.version} exists from "
+                f"release {existing.release_id}"
+            )
+        return Outcome(ModelProfile.model_validate(existing), changed=False)
+
+    active = {
+        p.profile_id: p for p in await ModelProfileRepository(session, tenant_id).latest_active()
+    }
+
+    def find_active(profile_id: str) -> ModelProfile | None:
+        row = active.get(profile_id)
+        return ModelProfile.model_validate(row) if row else None
+
+    refusals = activation_refusals(event, find_active)
+    if refusals:
+        raise ActivationRefused(refusals)
+    profile = definition.to_profile(tenant_id=tenant_id, release_id=event.release_id)
+    session.add(
+        ModelProfileRow(**profile.model_dump(exclude={"status"}), status=ProfileStatus.ACTIVE)
+    )
+    OutboxRepository(session, tenant_id).append(
+        **profile_activated(
+            tenant_id=tenant_id,
+            profile_id=profile.profile_id,
+            version=profile.version,
+            release_id=profile.release_id,
+            privacy_class=profile.privacy_class.value,
+        )
+    )
+    await session.flush()
+    return Outcome(profile, changed=True)
+
+
+async def retire(
+    session: AsyncSession, tenant_id: str, event: AssetReleaseRetired
+) -> Outcome | None:
+    row = await _version(session, tenant_id, event.profile_id, event.version)
+    if row is None:
+        return None
+    if row.status is ProfileStatus.RETIRED:
+        return Outcome(ModelProfile.model_validate(row), changed=False)
+    row.status = ProfileStatus.RETIRED
+    OutboxRepository(session, tenant_id).append(
+        **profile_retired(tenant_id=tenant_id, profile_id=row.profile_id, version=row.version)
+    )
+    await session.flush()
+    return Outcome(ModelProfile.model_validate(row), changed=True)

@@ -1,0 +1,295 @@
+"""The ModelOps state machine through the API and the lifecycle workflow: every legal and
+illegal transition, the approval gate's refusals, and their events."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlmodel import col, select
+from temporalio.client import Client
+
+from store.tables import OutboxEventRow
+from tests.conftest import TokenFactory
+from tests.helpers.catalog import profile_event, publish, record_evidence, register
+from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow, workflow_id
+
+
+@pytest.fixture
+async def auth(token_for: TokenFactory, tenant: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {await token_for(tenant)}"}
+
+
+async def _events(
+    sessions: async_sessionmaker[AsyncSession], tenant: str, aggregate: str
+) -> list[tuple[str, object, object]]:
+    async with sessions() as s:
+        rows = (
+            await s.scalars(
+                select(OutboxEventRow)
+                .where(col(OutboxEventRow.tenant_id) == tenant)
+                .where(col(OutboxEventRow.aggregate_id) == aggregate)
+                .order_by(col(OutboxEventRow.position))
+            )
+        ).all()
+    return [(r.event_type, r.payload.get("fromState"), r.payload.get("toState")) for r in rows]
+
+
+async def _probe(temporal: Client, tenant: str, deployment_id: str, update: str) -> str:
+    handle = temporal.get_workflow_handle(workflow_id(tenant, deployment_id))
+    record = await handle.execute_update(update, result_type=dict)
+    return str(record["state"])
+
+
+async def test_the_whole_legal_path_with_versions_and_events(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    temporal_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    await register(http, auth, "d/full")
+    evaluated = await record_evidence(temporal_client, tenant, "d/full", {"tool-calling": 0.95})
+    assert (evaluated.state, evaluated.version) == ("Evaluated", 2)
+
+    approved = await http.post("/factory/model-deployments/d/full/approve", headers=auth)
+    assert approved.status_code == 200, approved.text
+    assert (approved.json()["state"], approved.json()["version"]) == ("Approved", 3)
+
+    assert await _probe(temporal_client, tenant, "d/full", "probe_failed") == "Degraded"
+    got = (await http.get("/factory/model-deployments/d/full", headers=auth)).json()
+    assert (got["state"], got["healthy"], got["version"]) == ("Degraded", False, 4)
+    assert await _probe(temporal_client, tenant, "d/full", "probe_failed") == "Degraded"  # no-op
+    assert await _probe(temporal_client, tenant, "d/full", "probe_recovered") == "Approved"
+    assert await _probe(temporal_client, tenant, "d/full", "probe_recovered") == "Approved"  # no-op
+
+    # New evidence on an Approved deployment keeps the approval.
+    again = await record_evidence(temporal_client, tenant, "d/full", {"tool-calling": 0.5})
+    assert again.state == "Approved"
+
+    retired = await http.post("/factory/model-deployments/d/full/retire", headers=auth)
+    assert retired.status_code == 200 and retired.json()["state"] == "Retired"
+    final = (await http.get("/factory/model-deployments/d/full", headers=auth)).json()
+    assert final["version"] == 7
+    assert final["evidence"]["capabilities"]["tool-calling"]["score"] == 0.5
+
+    assert await _events(sessions, tenant, "d/full") == [
+        ("DeploymentStateChanged", None, "Candidate"),
+        ("CapabilityEvidenceRecorded", None, None),
+        ("DeploymentStateChanged", "Candidate", "Evaluated"),
+        ("DeploymentStateChanged", "Evaluated", "Approved"),
+        ("DeploymentStateChanged", "Approved", "Degraded"),
+        ("DeploymentStateChanged", "Degraded", "Approved"),
+        ("CapabilityEvidenceRecorded", None, None),
+        ("DeploymentStateChanged", "Approved", "Retired"),
+    ]
+    handle = temporal_client.get_workflow_handle(workflow_id(tenant, "d/full"))
+    assert (await handle.describe()).status.name == "COMPLETED"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("start", ["Candidate", "Evaluated", "Degraded"])
+async def test_retire_from_every_non_final_state(
+    http: httpx.AsyncClient, auth: dict[str, str], tenant: str, temporal_client: Client, start: str
+) -> None:
+    await register(http, auth, "d/r")
+    if start != "Candidate":
+        await record_evidence(temporal_client, tenant, "d/r", {"tool-calling": 0.9})
+    if start == "Degraded":
+        assert (
+            await http.post("/factory/model-deployments/d/r/approve", headers=auth)
+        ).status_code == 200
+        await _probe(temporal_client, tenant, "d/r", "probe_failed")
+    resp = await http.post("/factory/model-deployments/d/r/retire", headers=auth)
+    assert resp.status_code == 200 and resp.json()["state"] == "Retired"
+
+
+ILLEGAL = [
+    ("Candidate", "approve"),
+    ("Candidate", "probe_failed"),
+    ("Candidate", "probe_recovered"),
+    ("Evaluated", "probe_failed"),
+    ("Evaluated", "probe_recovered"),
+    ("Approved", "approve"),
+    ("Approved", "record_license"),
+    ("Degraded", "approve"),
+    ("Degraded", "record_license"),
+    ("Retired", "approve"),
+    ("Retired", "retire"),
+    ("Retired", "record_license"),
+    ("Retired", "probe_failed"),
+]
+
+
+async def _bring_to(
+    http: httpx.AsyncClient, auth: dict[str, str], tenant: str, temporal: Client, state: str
+) -> None:
+    await register(http, auth, "d/x")
+    if state == "Candidate":
+        return
+    if state != "Retired":
+        await record_evidence(temporal, tenant, "d/x", {"tool-calling": 0.9})
+    if state in ("Approved", "Degraded"):
+        assert (
+            await http.post("/factory/model-deployments/d/x/approve", headers=auth)
+        ).status_code == 200
+    if state == "Degraded":
+        await _probe(temporal, tenant, "d/x", "probe_failed")
+    if state == "Retired":
+        assert (
+            await http.post("/factory/model-deployments/d/x/retire", headers=auth)
+        ).status_code == 200
+
+
+@pytest.mark.parametrize(("state", "action"), ILLEGAL)
+async def test_illegal_transitions_are_refused_naming_the_state(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    temporal_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    state: str,
+    action: str,
+) -> None:
+    await _bring_to(http, auth, tenant, temporal_client, state)
+    before = (await http.get("/factory/model-deployments/d/x", headers=auth)).json()
+    if action in ("approve", "retire"):
+        resp = await http.post(f"/factory/model-deployments/d/x/{action}", headers=auth)
+    elif action == "record_license":
+        resp = await http.put(
+            "/factory/model-deployments/d/x/license", json={"commercialUse": True}, headers=auth
+        )
+    else:
+        handle = temporal_client.get_workflow_handle(workflow_id(tenant, "d/x"))
+        from temporalio.client import WorkflowUpdateFailedError
+        from temporalio.service import RPCError
+
+        with pytest.raises((WorkflowUpdateFailedError, RPCError)) as info:
+            await handle.execute_update(action)
+        if state != "Retired":
+            assert state in str(info.value.cause)  # type: ignore[union-attr]
+        return
+    assert resp.status_code == 409, resp.text
+    assert resp.json()["state"] == state
+    assert state in resp.json()["detail"]
+    after = (await http.get("/factory/model-deployments/d/x", headers=auth)).json()
+    assert after == before  # nothing was written
+
+
+async def test_license_is_recorded_before_approval(
+    http: httpx.AsyncClient, auth: dict[str, str], tenant: str, temporal_client: Client
+) -> None:
+    await register(http, auth, "d/lic", licenseMetadata=None)
+    await record_evidence(temporal_client, tenant, "d/lic", {"tool-calling": 0.9})
+    refused = await http.post("/factory/model-deployments/d/lic/approve", headers=auth)
+    assert refused.status_code == 409
+    assert [r["code"] for r in refused.json()["refusals"]] == ["license-missing"]
+    recorded = await http.put(
+        "/factory/model-deployments/d/lic/license",
+        json={"commercialUse": True, "fineTuning": False},
+        headers=auth,
+    )
+    assert recorded.status_code == 200 and recorded.json()["licenseMetadata"]["commercialUse"]
+    assert (
+        await http.post("/factory/model-deployments/d/lic/approve", headers=auth)
+    ).status_code == 200
+
+
+async def test_approval_refusals_name_each_cause(
+    http: httpx.AsyncClient, auth: dict[str, str], tenant: str, temporal_client: Client
+) -> None:
+    await register(http, auth, "d/gate", licenseMetadata={"commercialUse": False})
+    for event in (
+        profile_event("code-agent", ["d/gate"], {"tool-calling": 0.9, "json-schema": 0.95}),
+        profile_event("reasoning", ["d/gate"], {"planning": 0.8, "tool-calling": 0.7}),
+        profile_event("unrelated", ["d/other"], {"patch-success": 0.99}),
+    ):
+        assert (await publish(http, auth, event)).status_code == 200
+    await record_evidence(
+        temporal_client, tenant, "d/gate", {"tool-calling": 0.85, "json-schema": 0.99}
+    )
+    resp = await http.post(
+        "/factory/model-deployments/d/gate/approve",
+        json={"intendedUse": ["commercialUse", "customerDeployment"]},
+        headers=auth,
+    )
+    assert resp.status_code == 409
+    refusals = resp.json()["refusals"]
+    assert {
+        (r["code"], r.get("licenseTerm")) for r in refusals if r["code"].startswith("license")
+    } == {
+        ("license-forbids", "commercialUse"),
+        ("license-forbids", "customerDeployment"),
+    }
+    evidence = {
+        (r["profileId"], r["capability"], r.get("threshold"), r.get("score"))
+        for r in refusals
+        if "profileId" in r
+    }
+    assert evidence == {
+        ("code-agent", "tool-calling", 0.9, 0.85),
+        ("reasoning", "planning", 0.8, None),  # never measured
+    }
+    assert "unrelated" not in resp.text  # only profiles that list the deployment count
+    state = (await http.get("/factory/model-deployments/d/gate", headers=auth)).json()["state"]
+    assert state == "Evaluated"
+
+    # Fix the license and the evidence: approval goes through.
+    await http.put(
+        "/factory/model-deployments/d/gate/license",
+        json={"commercialUse": True, "customerDeployment": True},
+        headers=auth,
+    )
+    await record_evidence(
+        temporal_client,
+        tenant,
+        "d/gate",
+        {"tool-calling": 0.95, "json-schema": 0.99, "planning": 0.9},
+    )
+    ok = await http.post("/factory/model-deployments/d/gate/approve", headers=auth)
+    assert ok.status_code == 200 and ok.json()["state"] == "Approved"
+
+
+async def test_license_forbidding_use_is_never_approved_even_with_perfect_evidence(
+    http: httpx.AsyncClient, auth: dict[str, str], tenant: str, temporal_client: Client
+) -> None:
+    await register(http, auth, "d/nc", licenseMetadata={"commercialUse": False})
+    await record_evidence(temporal_client, tenant, "d/nc", {"tool-calling": 1.0})
+    resp = await http.post("/factory/model-deployments/d/nc/approve", headers=auth)
+    assert resp.status_code == 409 and resp.json()["refusals"][0]["licenseTerm"] == "commercialUse"
+
+
+async def test_unknown_and_foreign_deployments_are_404(
+    http: httpx.AsyncClient, auth: dict[str, str], token_for: TokenFactory, tenant: str
+) -> None:
+    await register(http, auth, "d/mine")
+    other = {"Authorization": f"Bearer {await token_for(tenant + '-other')}"}
+    for path in (
+        "/factory/model-deployments/d/mine/approve",
+        "/factory/model-deployments/d/mine/retire",
+    ):
+        resp = await http.post(path, headers=other)
+        assert resp.status_code == 404, resp.text
+    lic = await http.put(
+        "/factory/model-deployments/d/mine/license", json={"commercialUse": True}, headers=other
+    )
+    assert lic.status_code == 404
+    assert (
+        await http.post("/factory/model-deployments/nope/approve", headers=auth)
+    ).status_code == 404
+    # The owner's deployment is untouched.
+    mine = (await http.get("/factory/model-deployments/d/mine", headers=auth)).json()
+    assert mine["state"] == "Candidate" and mine["version"] == 1
+
+
+def test_workflow_is_registered_with_the_expected_updates() -> None:
+    names = {
+        "register",
+        "approve",
+        "record_evidence",
+        "record_license",
+        "probe_failed",
+        "probe_recovered",
+        "retire",
+    }
+    defn = DeploymentLifecycleWorkflow.__temporal_workflow_definition  # type: ignore[attr-defined]
+    assert names <= set(defn.updates)
