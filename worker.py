@@ -8,25 +8,33 @@ import logging
 import signal
 from datetime import timedelta
 
+import httpx
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.lifecycle import LifecycleActivities
+from activities.webhooks import WebhookActivities
 from core.settings import Settings, get_settings
 from core.temporal import connect
 from store.db import create_engine, session_factory
 from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow
+from workflows.webhook_delivery import WebhookDeliveryWorkflow
 
 log = logging.getLogger("model_router.worker")
 
-WORKFLOWS = [DeploymentLifecycleWorkflow]
+WORKFLOWS = [DeploymentLifecycleWorkflow, WebhookDeliveryWorkflow]
 
 
 def build_worker(
-    client: Client, settings: Settings, sessions: async_sessionmaker[AsyncSession]
+    client: Client,
+    settings: Settings,
+    sessions: async_sessionmaker[AsyncSession],
+    http: httpx.AsyncClient | None = None,
 ) -> Worker:
     lifecycle = LifecycleActivities(sessions)
+    # Webhook receivers are third parties: never follow their redirects.
+    webhooks = WebhookActivities(sessions, http or httpx.AsyncClient(follow_redirects=False))
     return Worker(
         client,
         task_queue=settings.temporal_task_queue,
@@ -35,6 +43,9 @@ def build_worker(
             lifecycle.register_candidate,
             lifecycle.apply_transition,
             lifecycle.check_approval,
+            webhooks.pending,
+            webhooks.deliver,
+            webhooks.advance,
         ],
         graceful_shutdown_timeout=timedelta(seconds=20),
     )

@@ -64,6 +64,15 @@ class Settings(BaseSettings):
     api_host: str = "127.0.0.1"
     api_port: int = Field(default=8000, ge=0, le=65535)
 
+    # Outbox delivery to webhook subscribers
+    webhook_poll_interval_seconds: float = Field(
+        default=2.0, gt=0, description="How often an idle subscription looks for new events."
+    )
+    webhook_retry_max_interval_seconds: float = Field(
+        default=60.0, gt=0, description="Backoff cap while a receiver is failing."
+    )
+    webhook_timeout_seconds: float = Field(default=10.0, gt=0, description="Per-delivery timeout.")
+
     # Artifacts (outputs by content hash; never in the database)
     artifact_root: Path = Path(".data/artifacts")
 

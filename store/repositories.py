@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from sqlalchemy import func
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col, select
 
@@ -21,6 +22,7 @@ from store.tables import (
     ModelProfileRow,
     OAuthClient,
     OutboxEventRow,
+    WebhookSubscriptionRow,
 )
 
 
@@ -154,6 +156,27 @@ class OutboxRepository(TenantRepository):
             .limit(limit)
         )
         return (await self.session.scalars(stmt)).all()
+
+
+class WebhookSubscriptionRepository(TenantRepository):
+    async def list(self) -> Sequence[WebhookSubscriptionRow]:
+        stmt = (
+            select(WebhookSubscriptionRow)
+            .where(col(WebhookSubscriptionRow.tenant_id) == self.tenant_id)
+            .order_by(col(WebhookSubscriptionRow.created_at))
+        )
+        return (await self.session.scalars(stmt)).all()
+
+    async def get(self, subscription_id: Any) -> WebhookSubscriptionRow | None:
+        row = await self.session.get(WebhookSubscriptionRow, subscription_id)
+        return row if row is not None and row.tenant_id == self.tenant_id else None
+
+
+async def last_position(session: AsyncSession, tenant_id: str) -> int:
+    stmt = select(func.max(OutboxEventRow.position)).where(
+        col(OutboxEventRow.tenant_id) == tenant_id
+    )
+    return int((await session.scalar(stmt)) or 0)
 
 
 async def find_client(session: AsyncSession, client_id: str) -> OAuthClient | None:

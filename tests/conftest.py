@@ -93,6 +93,8 @@ def settings(database_url: str) -> Settings:
         temporal_address=_required_env("MODEL_ROUTER_TEST_TEMPORAL_ADDRESS"),
         temporal_task_queue=f"model-router-test-{uuid.uuid4().hex[:8]}",
         auth_jwt_secret=secrets.token_urlsafe(32),
+        webhook_poll_interval_seconds=0.2,
+        webhook_retry_max_interval_seconds=1.0,
         _env_file=None,
     )
 

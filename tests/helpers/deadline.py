@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -11,13 +12,17 @@ T = TypeVar("T")
 
 
 async def eventually(
-    probe: Callable[[], Awaitable[T | None]], *, timeout: float = 20.0, interval: float = 0.05
+    probe: Callable[[], Awaitable[T | None] | T | None],
+    *,
+    timeout: float = 20.0,
+    interval: float = 0.05,
 ) -> T:
-    """Await probe() until it returns something truthy, or fail after timeout seconds."""
+    """Call probe() (sync or async) until it returns something truthy, or fail after timeout."""
     deadline = time.monotonic() + timeout
     last: T | None = None
     while time.monotonic() < deadline:
-        last = await probe()
+        result = probe()
+        last = await result if inspect.isawaitable(result) else result
         if last:
             return last
         await asyncio.sleep(interval)

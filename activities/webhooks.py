@@ -1,0 +1,139 @@
+"""Outbox delivery to webhook subscribers: read what is pending, POST it signed, move the
+cursor. Delivery is at least once: the cursor moves only after the receiver said 2xx."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import httpx
+from pydantic import BaseModel
+from sqlalchemy import update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlmodel import col, select
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from domain.cloudevents import OutboxEvent, signature, to_cloudevent
+from store.tables import OutboxEventRow, WebhookSubscriptionRow
+
+
+class PendingInput(BaseModel):
+    tenant_id: str
+    subscription_id: str
+    after: int
+    limit: int = 50
+
+
+class Pending(BaseModel):
+    active: bool
+    events: list[OutboxEvent]
+    scanned_to: int
+
+
+class DeliverInput(BaseModel):
+    tenant_id: str
+    subscription_id: str
+    event: OutboxEvent
+    timeout_seconds: float
+
+
+class CursorInput(BaseModel):
+    tenant_id: str
+    subscription_id: str
+    position: int
+
+
+class WebhookActivities:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], http: httpx.AsyncClient) -> None:
+        self._sessions = sessions
+        self._http = http
+
+    async def _subscription(
+        self, session: AsyncSession, tenant: str, sub_id: str
+    ) -> WebhookSubscriptionRow | None:
+        stmt = (
+            select(WebhookSubscriptionRow)
+            .where(col(WebhookSubscriptionRow.tenant_id) == tenant)
+            .where(col(WebhookSubscriptionRow.subscription_id) == _uuid(sub_id))
+        )
+        return (await session.scalars(stmt)).first()
+
+    @activity.defn(name="webhook_pending")
+    async def pending(self, data: PendingInput) -> Pending:
+        async with self._sessions() as session:
+            sub = await self._subscription(session, data.tenant_id, data.subscription_id)
+            if sub is None or not sub.active:
+                return Pending(active=False, events=[], scanned_to=data.after)
+            stmt = (
+                select(OutboxEventRow)
+                .where(col(OutboxEventRow.tenant_id) == data.tenant_id)
+                .where(col(OutboxEventRow.position) > max(data.after, sub.delivered_position))
+                .order_by(col(OutboxEventRow.position))
+                .limit(data.limit)
+            )
+            rows = (await session.scalars(stmt)).all()
+        wanted = set(sub.event_types)
+        return Pending(
+            active=True,
+            events=[_event(r) for r in rows if not wanted or r.event_type in wanted],
+            # The cursor passes events the subscriber did not ask for, too.
+            scanned_to=int(rows[-1].position or 0) if rows else data.after,
+        )
+
+    @activity.defn(name="webhook_deliver")
+    async def deliver(self, data: DeliverInput) -> None:
+        async with self._sessions() as session:
+            sub = await self._subscription(session, data.tenant_id, data.subscription_id)
+        if sub is None or not sub.active:
+            return  # unsubscribed while this event was in flight: nothing to deliver to
+        body = json.dumps(to_cloudevent(data.event), separators=(",", ":")).encode()
+        timestamp = int(time.time())
+        headers = {
+            "Content-Type": "application/cloudevents+json",
+            "webhook-id": data.event.event_id,
+            "webhook-timestamp": str(timestamp),
+            "webhook-signature": signature(
+                sub.signing_secret, data.event.event_id, timestamp, body
+            ),
+        }
+        try:
+            resp = await self._http.post(
+                sub.url, content=body, headers=headers, timeout=data.timeout_seconds
+            )
+        except httpx.HTTPError as exc:
+            raise ApplicationError(f"receiver unreachable: {type(exc).__name__}") from None
+        if resp.status_code >= 300:
+            # Every failure is retried (with backoff, by the workflow's policy): a receiver that
+            # answers 4xx today may be fixed tomorrow, and order must not be broken by skipping.
+            raise ApplicationError(f"receiver answered {resp.status_code}")
+
+    @activity.defn(name="webhook_advance")
+    async def advance(self, data: CursorInput) -> None:
+        async with self._sessions() as session, session.begin():
+            await session.execute(
+                update(WebhookSubscriptionRow)
+                .where(col(WebhookSubscriptionRow.tenant_id) == data.tenant_id)
+                .where(col(WebhookSubscriptionRow.subscription_id) == _uuid(data.subscription_id))
+                .where(col(WebhookSubscriptionRow.delivered_position) < data.position)
+                .values(delivered_position=data.position)
+            )
+
+
+def _uuid(value: str) -> uuid.UUID:
+    return uuid.UUID(value)
+
+
+def _event(row: OutboxEventRow) -> OutboxEvent:
+    return OutboxEvent(
+        position=int(row.position or 0),
+        event_id=str(row.event_id),
+        tenant_id=row.tenant_id,
+        event_type=row.event_type,
+        topic=row.topic,
+        aggregate_type=row.aggregate_type,
+        aggregate_id=row.aggregate_id,
+        payload=row.payload,
+        occurred_at=row.occurred_at,
+    )

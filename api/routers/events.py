@@ -1,0 +1,180 @@
+"""Integration events: the cursor feed and webhook subscriptions."""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from datetime import datetime
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, Query, Response
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
+
+from api.deps import RuntimeDep, SessionDep, TemporalDep, require
+from api.problems import Problem
+from core.security import Principal
+from domain.access import Action
+from domain.cloudevents import OutboxEvent, to_cloudevent
+from domain.enums import Scope
+from domain.events import TOPICS
+from store.db import transaction
+from store.repositories import OutboxRepository, WebhookSubscriptionRepository, last_position
+from store.tables import WebhookSubscriptionRow
+from workflows.webhook_delivery import DeliveryInput, WebhookDeliveryWorkflow, workflow_id
+
+router = APIRouter(tags=["events"])
+
+Reader = Annotated[Principal, Depends(require(Scope.MODELS_READ, Action.READ_DEPLOYMENTS))]
+Admin = Annotated[Principal, Depends(require(Scope.MODELS_ADMIN, Action.MANAGE_DEPLOYMENTS))]
+EventName = Literal[
+    "ModelProfileActivated",
+    "ModelProfileRetired",
+    "DeploymentStateChanged",
+    "CapabilityEvidenceRecorded",
+    "RoutePlanResolved",
+    "ModelInvoked",
+    "ModelFallbackUsed",
+]
+assert set(EventName.__args__) == set(TOPICS)  # type: ignore[attr-defined]
+
+
+class EventPage(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    events: list[dict[str, object]]
+    next_after: int = Field(alias="nextAfter", description="Pass as `after` to continue")
+
+
+@router.get("/factory/events", response_model=EventPage, operation_id="ListEvents")
+async def list_events(
+    principal: Reader,
+    session: SessionDep,
+    after: Annotated[int, Query(ge=0, description="Position of the last event already seen")] = 0,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> EventPage:
+    rows = await OutboxRepository(session, principal.tenant_id).list_after(after, limit)
+    events = [
+        to_cloudevent(
+            OutboxEvent(
+                position=int(r.position or 0),
+                event_id=str(r.event_id),
+                tenant_id=r.tenant_id,
+                event_type=r.event_type,
+                topic=r.topic,
+                aggregate_type=r.aggregate_type,
+                aggregate_id=r.aggregate_id,
+                payload=r.payload,
+                occurred_at=r.occurred_at,
+            )
+        )
+        for r in rows
+    ]
+    return EventPage(events=events, next_after=int(rows[-1].position or 0) if rows else after)
+
+
+class SubscriptionBody(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    url: AnyHttpUrl
+    event_types: list[EventName] = Field(default_factory=list, alias="eventTypes")
+    start_after: int | None = Field(
+        default=None,
+        alias="startAfter",
+        ge=0,
+        description="Deliver events after this position; default: only events from now on.",
+    )
+
+
+class Subscription(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    subscription_id: uuid.UUID = Field(alias="subscriptionId")
+    url: str
+    event_types: list[str] = Field(alias="eventTypes")
+    delivered_position: int = Field(alias="deliveredPosition")
+    active: bool
+    created_at: datetime = Field(alias="createdAt")
+
+
+class CreatedSubscription(Subscription):
+    signing_secret: str = Field(
+        alias="signingSecret", description="Shown once: verifies the webhook-signature header."
+    )
+
+
+def _view(row: WebhookSubscriptionRow) -> Subscription:
+    return Subscription(
+        subscription_id=row.subscription_id,
+        url=row.url,
+        event_types=row.event_types,
+        delivered_position=row.delivered_position,
+        active=row.active,
+        created_at=row.created_at,
+    )
+
+
+@router.post(
+    "/factory/webhook-subscriptions",
+    status_code=201,
+    response_model=CreatedSubscription,
+    operation_id="CreateWebhookSubscription",
+)
+async def create_subscription(
+    body: SubscriptionBody, principal: Admin, runtime: RuntimeDep, temporal: TemporalDep
+) -> CreatedSubscription:
+    settings = runtime.settings
+    async with transaction(runtime.sessions) as session:
+        start = body.start_after
+        if start is None:
+            start = await last_position(session, principal.tenant_id)
+        row = WebhookSubscriptionRow(
+            tenant_id=principal.tenant_id,
+            url=str(body.url),
+            signing_secret="whsec_" + secrets.token_urlsafe(32),
+            event_types=list(body.event_types),
+            delivered_position=start,
+        )
+        session.add(row)
+    await temporal.start_workflow(
+        WebhookDeliveryWorkflow.run,
+        DeliveryInput(
+            tenant_id=principal.tenant_id,
+            subscription_id=str(row.subscription_id),
+            after=start,
+            poll_interval_seconds=settings.webhook_poll_interval_seconds,
+            retry_max_interval_seconds=settings.webhook_retry_max_interval_seconds,
+            timeout_seconds=settings.webhook_timeout_seconds,
+        ),
+        id=workflow_id(principal.tenant_id, str(row.subscription_id)),
+        task_queue=settings.temporal_task_queue,
+    )
+    return CreatedSubscription(**_view(row).model_dump(), signing_secret=row.signing_secret)
+
+
+@router.get(
+    "/factory/webhook-subscriptions",
+    response_model=list[Subscription],
+    operation_id="ListWebhookSubscriptions",
+)
+async def list_subscriptions(principal: Admin, session: SessionDep) -> list[Subscription]:
+    rows = await WebhookSubscriptionRepository(session, principal.tenant_id).list()
+    return [_view(r) for r in rows]
+
+
+@router.delete(
+    "/factory/webhook-subscriptions/{subscriptionId}",
+    status_code=204,
+    operation_id="DeleteWebhookSubscription",
+)
+async def delete_subscription(
+    subscriptionId: uuid.UUID,
+    principal: Admin,
+    runtime: RuntimeDep,
+) -> Response:
+    async with transaction(runtime.sessions) as session:
+        row = await WebhookSubscriptionRepository(session, principal.tenant_id).get(subscriptionId)
+        if row is None:
+            raise Problem(404, f"No subscription {subscriptionId}.", field="subscriptionId")
+        # The delivery workflow sees the subscription inactive at its next look and ends.
+        row.active = False
+    return Response(status_code=204)

@@ -1,0 +1,83 @@
+"""WebhookDelivery: one workflow per subscription relays the tenant's outbox in order.
+
+Each event is retried with backoff until the receiver accepts it, so a receiver that is down for
+a while gets everything, in order, when it comes back (at least once: a crash between the POST
+and the cursor write repeats one event). History stays bounded through continue-as-new.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from pydantic import BaseModel
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from activities.webhooks import CursorInput, DeliverInput, Pending, PendingInput
+
+ITERATIONS_PER_RUN = 300
+
+
+class DeliveryInput(BaseModel):
+    tenant_id: str
+    subscription_id: str
+    after: int = 0
+    poll_interval_seconds: float = 2.0
+    retry_max_interval_seconds: float = 60.0
+    timeout_seconds: float = 10.0
+
+
+def workflow_id(tenant_id: str, subscription_id: str) -> str:
+    return f"webhook/{tenant_id}/{subscription_id}"
+
+
+@workflow.defn(name="WebhookDelivery")
+class WebhookDeliveryWorkflow:
+    @workflow.run
+    async def run(self, data: DeliveryInput) -> None:
+        after = data.after
+        retry = RetryPolicy(
+            initial_interval=timedelta(milliseconds=500),
+            backoff_coefficient=2.0,
+            maximum_interval=timedelta(seconds=data.retry_max_interval_seconds),
+        )
+        for _ in range(ITERATIONS_PER_RUN):
+            pending: Pending = await workflow.execute_activity(
+                "webhook_pending",
+                PendingInput(
+                    tenant_id=data.tenant_id, subscription_id=data.subscription_id, after=after
+                ),
+                result_type=Pending,
+                start_to_close_timeout=timedelta(seconds=15),
+            )
+            if not pending.active:
+                return
+            for event in pending.events:
+                await workflow.execute_activity(
+                    "webhook_deliver",
+                    DeliverInput(
+                        tenant_id=data.tenant_id,
+                        subscription_id=data.subscription_id,
+                        event=event,
+                        timeout_seconds=data.timeout_seconds,
+                    ),
+                    start_to_close_timeout=timedelta(seconds=data.timeout_seconds + 5),
+                    retry_policy=retry,
+                )
+            if pending.scanned_to > after:
+                after = pending.scanned_to
+                await workflow.execute_activity(
+                    "webhook_advance",
+                    CursorInput(
+                        tenant_id=data.tenant_id,
+                        subscription_id=data.subscription_id,
+                        position=after,
+                    ),
+                    start_to_close_timeout=timedelta(seconds=15),
+                )
+            else:
+                await workflow.sleep(timedelta(seconds=data.poll_interval_seconds))
+            if workflow.info().is_continue_as_new_suggested():
+                break
+        workflow.continue_as_new(data.model_copy(update={"after": after}))
