@@ -1,0 +1,125 @@
+"""Pricebooks and cost estimates, shared by the planner (cost term, budget filter) and the
+invoke path (receipt estimates).
+
+Money is Decimal: receipts and budgets must add up exactly. The planner only needs ratios, so
+it converts to float once, when a snapshot is compiled.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from datetime import date
+from decimal import Decimal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+
+TOKENS_PER_PRICE_UNIT = Decimal(1_000_000)
+
+
+class PriceEntry(BaseModel):
+    """USD per million tokens for one provider model, from `effective_from` until superseded."""
+
+    model_config = ConfigDict(
+        frozen=True, validate_by_name=True, validate_by_alias=True, extra="forbid"
+    )
+
+    provider: str = Field(min_length=1)
+    model: str = Field(min_length=1)
+    input_usd_per_mtok: Decimal = Field(alias="inputUsdPerMtok", ge=0)
+    output_usd_per_mtok: Decimal = Field(alias="outputUsdPerMtok", ge=0)
+    # None: the provider has no cache discount, so cached input bills at the input price.
+    cached_input_usd_per_mtok: Decimal | None = Field(
+        default=None, alias="cachedInputUsdPerMtok", ge=0
+    )
+    effective_from: date = Field(alias="effectiveFrom")
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.provider, self.model)
+
+
+class Pricebook(BaseModel):
+    """One pricing revision. Entries for the same model with later `effective_from` dates are
+    announced price changes, so a revision can be published before the prices it holds apply."""
+
+    model_config = ConfigDict(
+        frozen=True, validate_by_name=True, validate_by_alias=True, extra="forbid"
+    )
+
+    revision: str = Field(min_length=1)
+    entries: tuple[PriceEntry, ...] = ()
+
+    _index: dict[tuple[str, str], tuple[list[int], list[PriceEntry]]] = PrivateAttr(
+        default_factory=dict
+    )
+
+    @model_validator(mode="after")
+    def _one_price_per_day(self) -> Pricebook:
+        seen: set[tuple[str, str, date]] = set()
+        for e in self.entries:
+            k = (e.provider, e.model, e.effective_from)
+            if k in seen:
+                raise ValueError(
+                    f"pricebook {self.revision}: two prices for {e.provider}/{e.model} "
+                    f"effective {e.effective_from.isoformat()}"
+                )
+            seen.add(k)
+        return self
+
+    def model_post_init(self, _context: object) -> None:
+        grouped: dict[tuple[str, str], list[PriceEntry]] = {}
+        for e in self.entries:
+            grouped.setdefault(e.key, []).append(e)
+        for key, items in grouped.items():
+            items.sort(key=lambda e: e.effective_from)
+            self._index[key] = ([e.effective_from.toordinal() for e in items], items)
+
+    def price_for(self, provider: str, model: str, on: date) -> PriceEntry | None:
+        """The price in force on `on`, or None when the model has no price yet (or at all)."""
+        found = self._index.get((provider, model))
+        if found is None:
+            return None
+        starts, items = found
+        i = bisect_right(starts, on.toordinal()) - 1
+        return items[i] if i >= 0 else None
+
+    def history(self, provider: str, model: str) -> tuple[PriceEntry, ...]:
+        """Every price of one model in this revision, oldest first."""
+        found = self._index.get((provider, model))
+        return tuple(found[1]) if found else ()
+
+
+def estimate_cost_usd(
+    price: PriceEntry,
+    *,
+    input_tokens: int,
+    output_tokens: int,
+    cached_input_tokens: int = 0,
+) -> Decimal:
+    """Cost of known usage. `cached_input_tokens` is the part of `input_tokens` served from the
+    provider's prompt cache (OpenAI reports it that way; adapters normalise to it)."""
+    if min(input_tokens, output_tokens, cached_input_tokens) < 0:
+        raise ValueError("token counts cannot be negative")
+    if cached_input_tokens > input_tokens:
+        raise ValueError("cached input tokens are part of input tokens, so cannot exceed them")
+    cached_price = (
+        price.cached_input_usd_per_mtok
+        if price.cached_input_usd_per_mtok is not None
+        else price.input_usd_per_mtok
+    )
+    total = (
+        (input_tokens - cached_input_tokens) * price.input_usd_per_mtok
+        + cached_input_tokens * cached_price
+        + output_tokens * price.output_usd_per_mtok
+    )
+    return total / TOKENS_PER_PRICE_UNIT
+
+
+def worst_case_cost_usd(
+    price: PriceEntry, *, input_tokens_estimate: int, max_output_tokens: int
+) -> Decimal:
+    """What a request may cost at most: its input estimate with no cache hits, plus the full
+    output allowance. Budget reservations use this, so they never under-reserve."""
+    return estimate_cost_usd(
+        price, input_tokens=input_tokens_estimate, output_tokens=max_output_tokens
+    )

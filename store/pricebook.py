@@ -1,0 +1,95 @@
+"""Pricing revisions: immutable once published, so receipts that name one keep their meaning."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime, time
+from decimal import Decimal
+
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col, select
+
+from domain.pricing import Pricebook, PriceEntry
+from store.tables import PricebookEntryRow
+
+
+class RevisionConflict(Exception):
+    """The revision exists with other prices."""
+
+
+def _rows(tenant_id: str, book: Pricebook) -> list[PricebookEntryRow]:
+    return [
+        PricebookEntryRow(
+            tenant_id=tenant_id,
+            revision=book.revision,
+            effective_from=datetime.combine(e.effective_from, time.min, tzinfo=UTC),
+            provider=e.provider,
+            model=e.model,
+            input_usd_per_mtok=e.input_usd_per_mtok,
+            output_usd_per_mtok=e.output_usd_per_mtok,
+            cached_input_usd_per_mtok=e.cached_input_usd_per_mtok,
+        )
+        for e in book.entries
+    ]
+
+
+def _entry(row: PricebookEntryRow) -> PriceEntry:
+    return PriceEntry(
+        provider=row.provider,
+        model=row.model,
+        input_usd_per_mtok=Decimal(row.input_usd_per_mtok),
+        output_usd_per_mtok=Decimal(row.output_usd_per_mtok),
+        cached_input_usd_per_mtok=(
+            Decimal(row.cached_input_usd_per_mtok)
+            if row.cached_input_usd_per_mtok is not None
+            else None
+        ),
+        effective_from=row.effective_from.date(),
+    )
+
+
+def _canonical(book: Pricebook) -> list[tuple[object, ...]]:
+    return sorted(
+        (
+            e.provider,
+            e.model,
+            e.effective_from,
+            e.input_usd_per_mtok.normalize(),
+            e.output_usd_per_mtok.normalize(),
+            e.cached_input_usd_per_mtok.normalize()
+            if e.cached_input_usd_per_mtok is not None
+            else None,
+        )
+        for e in book.entries
+    )
+
+
+async def load(session: AsyncSession, tenant_id: str, revision: str) -> Pricebook | None:
+    stmt = (
+        select(PricebookEntryRow)
+        .where(col(PricebookEntryRow.tenant_id) == tenant_id)
+        .where(col(PricebookEntryRow.revision) == revision)
+        .order_by(col(PricebookEntryRow.provider), col(PricebookEntryRow.model))
+    )
+    rows = (await session.scalars(stmt)).all()
+    return Pricebook(revision=revision, entries=tuple(_entry(r) for r in rows)) if rows else None
+
+
+async def revisions(session: AsyncSession, tenant_id: str) -> dict[str, int]:
+    stmt = select(PricebookEntryRow).where(col(PricebookEntryRow.tenant_id) == tenant_id)
+    counts: dict[str, int] = defaultdict(int)
+    for row in (await session.scalars(stmt)).all():
+        counts[row.revision] += 1
+    return dict(sorted(counts.items()))
+
+
+async def publish(session: AsyncSession, tenant_id: str, book: Pricebook) -> bool:
+    """Store the revision; False when the identical revision was already there."""
+    existing = await load(session, tenant_id, book.revision)
+    if existing is not None:
+        if _canonical(existing) != _canonical(book):
+            raise RevisionConflict(f"pricing revision {book.revision} exists with other prices")
+        return False
+    session.add_all(_rows(tenant_id, book))
+    await session.flush()
+    return True

@@ -1,0 +1,100 @@
+"""Pricing revisions are published once, stay readable, and are tenant-scoped."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from domain.enums import Role, Scope
+from tests.conftest import TokenFactory
+
+
+def revision(name: str, input_price: str = "2.5") -> dict[str, Any]:
+    return {
+        "revision": name,
+        "entries": [
+            {
+                "provider": "openai",
+                "model": "gpt-4.1",
+                "inputUsdPerMtok": input_price,
+                "outputUsdPerMtok": "10",
+                "cachedInputUsdPerMtok": "1.25",
+                "effectiveFrom": "2026-11-01",
+            },
+            {
+                "provider": "anthropic",
+                "model": "claude-sonnet",
+                "inputUsdPerMtok": "3",
+                "outputUsdPerMtok": "15",
+                "effectiveFrom": "2026-11-01",
+            },
+        ],
+    }
+
+
+@pytest.fixture
+async def auth(token_for: TokenFactory, tenant: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {await token_for(tenant)}"}
+
+
+async def test_publish_read_and_immutability(
+    http: httpx.AsyncClient, auth: dict[str, str], token_for: TokenFactory, tenant: str
+) -> None:
+    first = await http.post("/factory/pricebook-revisions", json=revision("2026-11"), headers=auth)
+    assert first.status_code == 201, first.text
+    again = await http.post("/factory/pricebook-revisions", json=revision("2026-11"), headers=auth)
+    assert again.status_code == 200
+    changed = await http.post(
+        "/factory/pricebook-revisions", json=revision("2026-11", "9.99"), headers=auth
+    )
+    assert changed.status_code == 409 and changed.json()["field"] == "body.revision"
+    await http.post("/factory/pricebook-revisions", json=revision("2026-12", "2"), headers=auth)
+
+    old = (await http.get("/factory/pricebook-revisions/2026-11", headers=auth)).json()
+    prices = {(e["provider"], e["model"]): e for e in old["entries"]}
+    assert float(prices[("openai", "gpt-4.1")]["inputUsdPerMtok"]) == 2.5
+    assert prices[("anthropic", "claude-sonnet")]["cachedInputUsdPerMtok"] is None
+    listed = (await http.get("/factory/pricebook-revisions", headers=auth)).json()
+    assert listed == [{"revision": "2026-11", "entries": 2}, {"revision": "2026-12", "entries": 2}]
+
+    reader = {
+        "Authorization": f"Bearer {await token_for(tenant, [Role.OBSERVER], [Scope.MODELS_READ])}"
+    }
+    assert (
+        await http.get("/factory/pricebook-revisions/2026-11", headers=reader)
+    ).status_code == 200
+    denied = await http.post("/factory/pricebook-revisions", json=revision("x"), headers=reader)
+    assert denied.status_code == 403
+
+    other = {"Authorization": f"Bearer {await token_for(tenant + '-p')}"}
+    assert (
+        await http.get("/factory/pricebook-revisions/2026-11", headers=other)
+    ).status_code == 404
+    assert (await http.get("/factory/pricebook-revisions", headers=other)).json() == []
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (
+            {
+                "revision": "r",
+                "entries": [{**revision("r")["entries"][0], "inputUsdPerMtok": "-1"}],
+            },
+            "body.entries.0.inputUsdPerMtok",
+        ),
+        ({"revision": "r", "entries": [revision("r")["entries"][0]] * 2}, "body"),
+        ({"revision": "r", "entries": []}, "body.entries"),
+        ({"revision": "", "entries": revision("r")["entries"]}, "body.revision"),
+    ],
+)
+async def test_bad_revisions_are_422_naming_the_field(
+    http: httpx.AsyncClient, auth: dict[str, str], body: dict[str, Any], field: str
+) -> None:
+    resp = await http.post("/factory/pricebook-revisions", json=body, headers=auth)
+    assert resp.status_code == 422, resp.text
+    body_ = resp.json()
+    fields = [e["field"] for e in body_.get("errors", [])] + [body_.get("field")]
+    assert any(f and f.startswith(field) for f in fields), body_
