@@ -5,21 +5,21 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 
 async def eventually(
-    probe: Callable[[], Awaitable[T | None] | T | None],
+    probe: Callable[[], Any],
     *,
     timeout: float = 20.0,
     interval: float = 0.05,
-) -> T:
+) -> Any:
     """Call probe() (sync or async) until it returns something truthy, or fail after timeout."""
     deadline = time.monotonic() + timeout
-    last: T | None = None
+    last: Any = None
     while time.monotonic() < deadline:
         result = probe()
         last = await result if inspect.isawaitable(result) else result
