@@ -174,6 +174,10 @@ class DevStack:
             f"{api}/oauth/token | python3 -c 'import json,sys; print(json.load(sys.stdin)"
             '["access_token"])\')\n'
             f'  curl -H "Authorization: Bearer $TOKEN" {api}/factory/model-profiles\n'
+            "or, with the CLI:\n"
+            f"  export MODEL_ROUTER_API_URL={api} MODEL_ROUTER_CLIENT_ID={DEMO_CLIENT} "
+            f"MODEL_ROUTER_CLIENT_SECRET={client_secret}\n"
+            "  .venv/bin/model-router deployments list\n"
             "Ctrl-C stops everything.",
             flush=True,
         )

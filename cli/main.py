@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from cli import catalog
 from core.settings import get_settings
 from domain.enums import Role, Scope
 
@@ -17,6 +18,8 @@ db_app = typer.Typer(help="Database migrations.", no_args_is_help=True)
 clients_app = typer.Typer(help="OAuth clients.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(clients_app, name="clients")
+app.add_typer(catalog.deployments, name="deployments")
+app.add_typer(catalog.profiles, name="profiles")
 
 
 @app.command()

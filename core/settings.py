@@ -73,6 +73,11 @@ class Settings(BaseSettings):
     )
     webhook_timeout_seconds: float = Field(default=10.0, gt=0, description="Per-delivery timeout.")
 
+    # The operator CLI talks to a running API with client credentials.
+    api_url: str = Field(default="http://127.0.0.1:8000", description="API the CLI talks to.")
+    client_id: str | None = Field(default=None, description="OAuth client the CLI acts as.")
+    client_secret: SecretStr | None = Field(default=None, description="That client's secret.")
+
     # Artifacts (outputs by content hash; never in the database)
     artifact_root: Path = Path(".data/artifacts")
 

@@ -1,0 +1,210 @@
+"""`model-router deployments …` and `model-router profiles …`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from cli.http import connect, err
+
+out = Console()
+deployments = typer.Typer(help="Deployments and their ModelOps lifecycle.", no_args_is_help=True)
+profiles = typer.Typer(help="Model profiles.", no_args_is_help=True)
+
+
+def _load(file: Path) -> Any:
+    try:
+        return yaml.safe_load(file.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        err.print(f"[red]Cannot read {file}: {exc}[/red]")
+        raise typer.Exit(2) from None
+
+
+def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
+    table = Table(title=title, show_lines=False)
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*("" if v is None else str(v) for v in row))
+    out.print(table)
+
+
+def _deployment_rows(items: list[dict[str, Any]]) -> list[list[Any]]:
+    rows = []
+    for d in items:
+        caps = d.get("evidence", {}).get("capabilities", {})
+        lic = d.get("licenseMetadata") or {}
+        rows.append(
+            [
+                d["deploymentId"],
+                d["provider"],
+                d["model"],
+                d["region"],
+                d["privacyClass"],
+                d["state"],
+                "yes" if d["healthy"] else "no",
+                "commercial" if lic.get("commercialUse") else ("none" if not lic else "restricted"),
+                f"{len(caps)} capabilities" if caps else "-",
+            ]
+        )
+    return rows
+
+
+@deployments.command("list")
+def deployments_list() -> None:
+    """List the tenant's deployments."""
+    items = connect().call("GET", "/factory/model-deployments")
+    _table(
+        "deployments",
+        ["ID", "PROVIDER", "MODEL", "REGION", "PRIVACY", "STATE", "HEALTHY", "LICENSE", "EVIDENCE"],
+        _deployment_rows(items),
+    )
+
+
+@deployments.command("show")
+def deployments_show(deployment_id: str) -> None:
+    """One deployment with its capability evidence."""
+    d = connect().call("GET", f"/factory/model-deployments/{deployment_id}")
+    _table(
+        "deployment",
+        ["ID", "PROVIDER", "MODEL", "REGION", "PRIVACY", "STATE", "HEALTHY", "LICENSE", "EVIDENCE"],
+        _deployment_rows([d]),
+    )
+    caps = d.get("evidence", {}).get("capabilities", {})
+    if caps:
+        _table(
+            f"evidence {d['evidence'].get('evidenceRef')}",
+            ["CAPABILITY", "SCORE", "VERDICT", "SUITE"],
+            [[c, v["score"], v["verdict"], v["suiteVersion"]] for c, v in sorted(caps.items())],
+        )
+
+
+@deployments.command("register")
+def deployments_register(
+    file: Annotated[Path, typer.Argument(help="YAML or JSON with the registration fields")],
+    idempotency_key: Annotated[
+        str | None, typer.Option(help="Default: a hash of the file, so a retry is a replay")
+    ] = None,
+) -> None:
+    """Register a Candidate deployment."""
+    body = _load(file)
+    key = (
+        idempotency_key
+        or "cli-" + hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:32]
+    )
+    d = connect().call(
+        "POST", "/factory/model-deployments", json=body, headers={"Idempotency-Key": key}
+    )
+    out.print(f"registered {d['deploymentId']} ({d['state']})")
+
+
+@deployments.command("approve")
+def deployments_approve(
+    deployment_id: str,
+    intended_use: Annotated[
+        list[str] | None, typer.Option(help="License term the use needs (repeatable)")
+    ] = None,
+) -> None:
+    """Approve an Evaluated deployment (license and evidence gates)."""
+    body = {"intendedUse": intended_use} if intended_use else None
+    d = connect().call("POST", f"/factory/model-deployments/{deployment_id}/approve", json=body)
+    out.print(f"approved {d['deploymentId']} (version {d['version']})")
+
+
+@deployments.command("retire")
+def deployments_retire(deployment_id: str) -> None:
+    """Retire a deployment."""
+    d = connect().call("POST", f"/factory/model-deployments/{deployment_id}/retire")
+    out.print(f"retired {d['deploymentId']}")
+
+
+@profiles.command("list")
+def profiles_list() -> None:
+    """Active profiles (the newest active version of each)."""
+    items = connect().call("GET", "/factory/model-profiles")
+    _table(
+        "profiles",
+        [
+            "PROFILE",
+            "VERSION",
+            "MODALITY",
+            "PRIVACY",
+            "CONTEXT",
+            "OUTPUT",
+            "FALLBACK",
+            "DEPLOYMENTS",
+        ],
+        [
+            [
+                p["profileId"],
+                p["version"],
+                p["modality"],
+                p["privacyClass"],
+                p["maxContextTokens"],
+                p["maxOutputTokens"],
+                " → ".join(p["fallbackChain"]) if p["fallbackEnabled"] else "off",
+                len(p["allowedDeployments"]),
+            ]
+            for p in items
+        ],
+    )
+
+
+@profiles.command("show")
+def profiles_show(profile_id: str, version: Annotated[str | None, typer.Option()] = None) -> None:
+    """A profile with its requirements and its deployments' evidence."""
+    params = {"version": version} if version else None
+    p = connect().call("GET", f"/factory/model-profiles/{profile_id}", params=params)
+    out.print(
+        f"[bold]{p['profileId']}[/bold] v{p['version']} ({p['status']}), "
+        f"{p['modality']}, privacy {p['privacyClass']}, price basis {p['priceBasis']}"
+    )
+    _table(
+        "required capabilities",
+        ["CAPABILITY", "THRESHOLD"],
+        [[c, t] for c, t in sorted(p["requiredCapabilities"].items())],
+    )
+    _table(
+        "allowed deployments (preference order)",
+        ["DEPLOYMENT", "STATE", "HEALTHY", "ROUTABLE"],
+        [
+            [d["deploymentId"], d.get("state") or "not registered", d.get("healthy"), d["routable"]]
+            for d in p["deployments"]
+        ],
+    )
+
+
+@profiles.command("publish")
+def profiles_publish(
+    file: Annotated[Path, typer.Argument(help="An AssetReleasePublished event as YAML")],
+) -> None:
+    """Publish a profile release (activation checks the invariants)."""
+    p = connect().call("POST", "/factory/asset-events", json=_load(file))
+    out.print(f"activated {p['profileId']} version {p['version']}")
+
+
+@profiles.command("retire")
+def profiles_retire(
+    profile_id: str,
+    version: str,
+    release_id: Annotated[str, typer.Option(help="The release being retired")],
+    revoked: Annotated[
+        bool, typer.Option(help="Revoked (immediately) rather than deprecated")
+    ] = False,
+) -> None:
+    """Retire a profile version (runs pinned to it finish on their plans)."""
+    event = {
+        "eventType": "AssetReleaseRevoked" if revoked else "AssetReleaseDeprecated",
+        "releaseId": release_id,
+        "profileId": profile_id,
+        "version": version,
+    }
+    p = connect().call("POST", "/factory/asset-events", json=event)
+    out.print(f"retired {p['profileId']} version {p['version']}")

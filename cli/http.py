@@ -1,0 +1,63 @@
+"""The CLI's connection to a running API: a client-credentials token, then plain calls.
+Problems (RFC 9457) become a non-zero exit with the reason on stderr."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import typer
+from rich.console import Console
+
+from core.settings import get_settings
+
+err = Console(stderr=True)
+
+
+class Api:
+    def __init__(self, base_url: str, client_id: str, client_secret: str) -> None:
+        self._http = httpx.Client(base_url=base_url, timeout=60)
+        resp = self._http.post(
+            "/oauth/token",
+            data={"grant_type": "client_credentials"},
+            auth=(client_id, client_secret),
+        )
+        _raise_for_problem(resp)
+        self._http.headers["Authorization"] = f"Bearer {resp.json()['access_token']}"
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        resp = self._http.request(method, path, **kwargs)
+        _raise_for_problem(resp)
+        return resp.json() if resp.content else None
+
+
+def connect() -> Api:
+    s = get_settings()
+    if not s.client_id or s.client_secret is None:
+        err.print(
+            "[red]Set MODEL_ROUTER_CLIENT_ID and MODEL_ROUTER_CLIENT_SECRET "
+            "(and MODEL_ROUTER_API_URL if the API is not on 127.0.0.1:8000).[/red]"
+        )
+        raise typer.Exit(2)
+    try:
+        return Api(s.api_url, s.client_id, s.client_secret.get_secret_value())
+    except httpx.TransportError as exc:
+        err.print(f"[red]Cannot reach the API at {s.api_url}: {type(exc).__name__}[/red]")
+        raise typer.Exit(2) from None
+
+
+def _raise_for_problem(resp: httpx.Response) -> None:
+    if resp.status_code < 400:
+        return
+    try:
+        problem = resp.json()
+    except ValueError:
+        problem = {"detail": resp.text or resp.reason_phrase}
+    err.print(
+        f"[red]{resp.status_code} {problem.get('title', '')}: {problem.get('detail', '')}[/red]"
+    )
+    for refusal in problem.get("refusals", []):
+        err.print(f"  - {refusal['message'] if isinstance(refusal, dict) else refusal}")
+    for error in problem.get("errors", []):
+        err.print(f"  - {error.get('field')}: {error.get('message')}")
+    raise typer.Exit(1)

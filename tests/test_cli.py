@@ -1,0 +1,118 @@
+"""The operator CLI against the running API: readable tables, non-zero exit with the reason."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+from typer.testing import CliRunner, Result
+
+from cli.main import app
+from core.settings import get_settings
+from domain.enums import Role, Scope
+from store.clients import upsert_client
+from tests.helpers.catalog import deployment_body, profile_event, record_evidence
+
+
+@pytest.fixture
+async def cli_env(
+    api_url: str, sessions: async_sessionmaker[AsyncSession], tenant: str
+) -> dict[str, str]:
+    client_id, secret = f"cli-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    await upsert_client(
+        sessions,
+        tenant_id=tenant,
+        client_id=client_id,
+        secret=secret,
+        roles=[Role.PLATFORM_ADMIN],
+        scopes=list(Scope),
+    )
+    return {
+        "MODEL_ROUTER_API_URL": api_url,
+        "MODEL_ROUTER_CLIENT_ID": client_id,
+        "MODEL_ROUTER_CLIENT_SECRET": secret,
+        "COLUMNS": "250",
+    }
+
+
+async def run(env: dict[str, str], *args: str) -> Result:
+    def invoke() -> Result:
+        get_settings.cache_clear()
+        try:
+            return CliRunner().invoke(app, list(args), env=env)
+        finally:
+            get_settings.cache_clear()
+
+    # The API serves from this event loop, so the (synchronous) CLI runs beside it.
+    return await asyncio.to_thread(invoke)
+
+
+async def test_operator_flow_through_the_cli(
+    cli_env: dict[str, str], tmp_path: Path, tenant: str, temporal_client: Client
+) -> None:
+    reg = tmp_path / "deployment.yaml"
+    reg.write_text(yaml.safe_dump(deployment_body("cli/coder", licenseMetadata=None)))
+    first = await run(cli_env, "deployments", "register", str(reg))
+    assert first.exit_code == 0, first.output
+    assert "registered cli/coder (Candidate)" in first.stdout
+    replay = await run(cli_env, "deployments", "register", str(reg))
+    assert replay.exit_code == 0, replay.output  # same file, same key: a replay
+
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(
+        yaml.safe_dump(profile_event("cli-agent", ["cli/coder"], {"tool-calling": 0.9}))
+    )
+    published = await run(cli_env, "profiles", "publish", str(profile))
+    assert published.exit_code == 0 and "activated cli-agent version 1" in published.stdout
+
+    listed = await run(cli_env, "deployments", "list")
+    assert "cli/coder" in listed.stdout and "Candidate" in listed.stdout
+    profiles = await run(cli_env, "profiles", "list")
+    assert "cli-agent" in profiles.stdout and "Chat" in profiles.stdout
+
+    early = await run(cli_env, "deployments", "approve", "cli/coder")
+    assert early.exit_code == 1
+    assert "Candidate" in early.stderr
+
+    await record_evidence(temporal_client, tenant, "cli/coder", {"tool-calling": 0.7})
+    refused = await run(cli_env, "deployments", "approve", "cli/coder")
+    assert refused.exit_code == 1
+    assert "no license metadata" in refused.stderr
+    assert "cli-agent requires tool-calling >= 0.9; measured 0.7" in refused.stderr
+
+    shown = await run(cli_env, "deployments", "show", "cli/coder")
+    assert "tool-calling" in shown.stdout and "0.7" in shown.stdout
+    detail = await run(cli_env, "profiles", "show", "cli-agent")
+    assert "cli/coder" in detail.stdout and "Evaluated" in detail.stdout
+
+    retired = await run(cli_env, "deployments", "retire", "cli/coder")
+    assert retired.exit_code == 0 and "retired cli/coder" in retired.stdout
+    after = await run(cli_env, "deployments", "approve", "cli/coder")
+    assert after.exit_code == 1 and "Retired" in after.stderr
+
+    gone = await run(
+        cli_env, "profiles", "retire", "cli-agent", "1", "--release-id", "rel-cli-agent-1"
+    )
+    assert gone.exit_code == 0, gone.output
+
+
+async def test_cli_without_credentials_or_with_bad_input_exits_non_zero(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    no_creds = {k: v for k, v in cli_env.items() if "CLIENT" not in k}
+    result = await run(no_creds, "deployments", "list")
+    assert result.exit_code == 2 and "MODEL_ROUTER_CLIENT_ID" in result.stderr
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(deployment_body("cli/bad", privacyClass="Whatever")))
+    result = await run(cli_env, "deployments", "register", str(bad))
+    assert result.exit_code == 1 and "body.privacyClass" in result.stderr
+
+    wrong = {**cli_env, "MODEL_ROUTER_CLIENT_SECRET": "nope"}
+    result = await run(wrong, "profiles", "list")
+    assert result.exit_code == 1 and "401" in result.stderr
