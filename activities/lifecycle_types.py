@@ -58,6 +58,8 @@ class LifecycleInput(BaseModel):
     # Carried across continue-as-new so the new run starts from the projection it had.
     record: DeploymentRecord | None = None
     created_by_key: str | None = None
+    # Far below Temporal's limits; a deployment sees a few transitions a day.
+    max_transitions_per_run: int = Field(default=200, ge=1)
 
 
 class RegisterRequest(BaseModel):

@@ -9,9 +9,13 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col, select
 from temporalio.client import Client
 
+from activities.lifecycle_types import ApproveRequest
+from core.settings import Settings
+from domain.approval import IntendedUse
 from store.tables import OutboxEventRow
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import profile_event, publish, record_evidence, register
+from tests.helpers.deadline import eventually
 from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow, workflow_id
 
 
@@ -293,3 +297,59 @@ def test_workflow_is_registered_with_the_expected_updates() -> None:
     }
     defn = DeploymentLifecycleWorkflow.__temporal_workflow_definition  # type: ignore[attr-defined]
     assert names <= set(defn.updates)
+
+
+async def test_history_stays_bounded_through_continue_as_new(
+    temporal_client: Client, settings: Settings, worker: None
+) -> None:
+    import uuid
+
+    from activities.lifecycle_types import LifecycleInput, RegisterRequest
+    from domain.deployments import DeploymentRegistration
+
+    tenant, dep = f"t-{uuid.uuid4().hex[:8]}", "can/1"
+    handle = await temporal_client.start_workflow(
+        DeploymentLifecycleWorkflow.run,
+        LifecycleInput(
+            tenant_id=tenant,
+            deployment_id=dep,
+            registration=DeploymentRegistration.model_validate(
+                {
+                    "deploymentId": dep,
+                    "provider": "openai",
+                    "model": "m",
+                    "region": "eu",
+                    "privacyClass": "Regional",
+                    "endpointRef": "env:K",
+                    "licenseMetadata": {"commercialUse": True},
+                }
+            ),
+            idempotency_key="k",
+            max_transitions_per_run=2,
+        ),
+        id=workflow_id(tenant, dep),
+        task_queue=settings.temporal_task_queue,
+    )
+    first_run = (await handle.describe()).run_id
+    await handle.execute_update(
+        DeploymentLifecycleWorkflow.register, RegisterRequest(idempotency_key="k")
+    )
+    await record_evidence(temporal_client, tenant, dep, {"tool-calling": 0.9})
+    await record_evidence(temporal_client, tenant, dep, {"tool-calling": 0.95})
+
+    latest = temporal_client.get_workflow_handle(workflow_id(tenant, dep))
+
+    async def new_run() -> bool:
+        return (await latest.describe()).run_id != first_run
+
+    await eventually(new_run)
+    # The new run carries the projection and keeps serving transitions and the original key.
+    again = await latest.execute_update(
+        DeploymentLifecycleWorkflow.register, RegisterRequest(idempotency_key="k")
+    )
+    assert again.created and again.deployment.version == 3
+    approved = await latest.execute_update(
+        DeploymentLifecycleWorkflow.approve,
+        ApproveRequest(intended_use=[IntendedUse.COMMERCIAL_USE]),
+    )
+    assert approved.state == "Approved" and approved.version == 4

@@ -35,8 +35,6 @@ T = TypeVar("T")
 
 ILLEGAL = "IllegalTransition"
 REFUSED = "ApprovalRefused"
-# Far below Temporal's limits; a deployment sees a few transitions a day.
-MAX_TRANSITIONS_PER_RUN = 200
 
 _STORE_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=200),
@@ -87,7 +85,7 @@ class DeploymentLifecycleWorkflow:
         await workflow.wait_condition(
             lambda: (
                 self._retired()
-                or self._transitions >= MAX_TRANSITIONS_PER_RUN
+                or self._transitions >= data.max_transitions_per_run
                 or workflow.info().is_continue_as_new_suggested()
             )
         )
@@ -96,11 +94,13 @@ class DeploymentLifecycleWorkflow:
         if self._retired():
             return self._record
         workflow.continue_as_new(
-            LifecycleInput(
-                tenant_id=data.tenant_id,
-                deployment_id=data.deployment_id,
-                record=self._record,
-                created_by_key=self._created_by_key,
+            data.model_copy(
+                update={
+                    "registration": None,
+                    "idempotency_key": None,
+                    "record": self._record,
+                    "created_by_key": self._created_by_key,
+                }
             )
         )
 
