@@ -8,10 +8,10 @@ import uuid
 
 from temporalio.client import Client
 
+from activities.lifecycle_types import LifecycleInput, RegisterRequest
 from core.settings import Settings
 from domain.deployments import DeploymentRegistration
 from tests.helpers.process import Proc
-from activities.lifecycle_types import LifecycleInput, RegisterRequest
 from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow
 
 
