@@ -1,0 +1,64 @@
+"""The adapter interface the router calls. One adapter instance serves one deployment
+(provider, model, connection) and may be shared by concurrent calls."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncGenerator, Sequence
+from types import TracebackType
+
+from providers.errors import ErrorKind, ProviderError
+from providers.types import ChatRequest, Completion, EmbeddingResult, RerankResult, StreamEvent
+
+
+class ProviderAdapter(ABC):
+    """Every method returns normalised results or raises ProviderError: SDK and transport
+    exceptions never escape. Operations a provider does not offer raise ProviderError with
+    kind `unsupported`."""
+
+    provider: str
+    model: str
+
+    async def stream(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+        """Text and tool-call deltas as they arrive, then a UsageEvent when the provider
+        reported usage, then Finish. A stream that ends without the provider's stop signal
+        raises ProviderError(stream_incomplete). Closing the iterator early closes the HTTP
+        response."""
+        raise self.unsupported("chat")
+        yield  # pragma: no cover - makes this an async generator like the overrides
+
+    async def complete(self, request: ChatRequest) -> Completion:
+        """The same answer without streaming, normalised through the same events."""
+        raise self.unsupported("chat")
+
+    async def embed(
+        self, inputs: Sequence[str], *, dimensions: int | None = None
+    ) -> EmbeddingResult:
+        raise self.unsupported("embeddings")
+
+    async def rerank(
+        self, query: str, documents: Sequence[str], *, top_n: int | None = None
+    ) -> RerankResult:
+        raise self.unsupported("rerank")
+
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Releases the HTTP connection pool."""
+
+    def unsupported(self, what: str) -> ProviderError:
+        return ProviderError(
+            ErrorKind.UNSUPPORTED,
+            provider=self.provider,
+            reason=f"{what} is not offered by this adapter",
+        )
+
+    async def __aenter__(self) -> ProviderAdapter:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

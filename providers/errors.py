@@ -1,0 +1,198 @@
+"""One classification of provider failures, made once at the adapter boundary.
+
+The router only asks two questions of a failure: may it retry (and when), and what to write on
+the receipt. Provider error *messages* are kept because they explain the failure without being
+content; raw bodies are not, because validation errors of some servers echo the input back.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import re
+import time
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Any
+
+import httpx
+import httpx2
+
+
+class ErrorKind(StrEnum):
+    # transient: the same request may succeed later
+    CONNECTION = "connection"
+    TIMEOUT = "timeout"
+    RATE_LIMIT = "rate_limit"
+    SERVER = "server_error"
+    OVERLOADED = "overloaded"
+    STREAM_INCOMPLETE = "stream_incomplete"
+    # non-retryable: the same request will fail the same way
+    CONTEXT_LENGTH = "context_length"
+    CONTENT_POLICY = "content_policy"
+    AUTH = "auth"
+    QUOTA = "quota"
+    NOT_FOUND = "not_found"
+    INVALID_REQUEST = "invalid_request"
+    UNSUPPORTED = "unsupported"
+
+    @property
+    def transient(self) -> bool:
+        return self in _TRANSIENT
+
+
+_TRANSIENT = frozenset(
+    {
+        ErrorKind.CONNECTION,
+        ErrorKind.TIMEOUT,
+        ErrorKind.RATE_LIMIT,
+        ErrorKind.SERVER,
+        ErrorKind.OVERLOADED,
+        ErrorKind.STREAM_INCOMPLETE,
+    }
+)
+
+_REASON_LIMIT = 300
+_CREDENTIALS = re.compile(r"(sk-[A-Za-z0-9_*.-]{4,}|(?i:bearer)\s+\S+|key[-_][A-Za-z0-9]{8,})")
+
+
+class ProviderError(Exception):
+    """A classified provider failure. Never chained to the SDK exception: that one holds the
+    HTTP request, whose body is the prompt."""
+
+    def __init__(
+        self,
+        kind: ErrorKind,
+        *,
+        provider: str,
+        status_code: int | None = None,
+        code: str | None = None,
+        reason: str | None = None,
+        retry_after: float | None = None,
+        provider_request_id: str | None = None,
+    ) -> None:
+        self.kind = kind
+        self.provider = provider
+        self.status_code = status_code
+        self.code = code
+        self.reason = clean_reason(reason)
+        self.retry_after = retry_after
+        self.provider_request_id = provider_request_id
+        super().__init__(self._describe())
+
+    @property
+    def transient(self) -> bool:
+        return self.kind.transient
+
+    def _describe(self) -> str:
+        parts = [f"{self.provider}: {self.kind.value}"]
+        if self.status_code is not None:
+            parts.append(f"status {self.status_code}")
+        if self.code:
+            parts.append(f"code {self.code}")
+        if self.retry_after is not None:
+            parts.append(f"retry after {self.retry_after:g}s")
+        text = ", ".join(parts)
+        return f"{text}: {self.reason}" if self.reason else text
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keyword-only constructor: rebuild from attributes so the error survives pickling.
+        return (_rebuild, (self.__dict__.copy(),))
+
+
+def _rebuild(state: dict[str, Any]) -> ProviderError:
+    return ProviderError(
+        state["kind"],
+        provider=state["provider"],
+        status_code=state["status_code"],
+        code=state["code"],
+        reason=state["reason"],
+        retry_after=state["retry_after"],
+        provider_request_id=state["provider_request_id"],
+    )
+
+
+def clean_reason(reason: str | None) -> str | None:
+    if not reason:
+        return None
+    text = _CREDENTIALS.sub("[redacted]", " ".join(str(reason).split()))
+    return text if len(text) <= _REASON_LIMIT else text[: _REASON_LIMIT - 1] + "…"
+
+
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """Retry-After-Ms (OpenAI), Retry-After in seconds, or Retry-After as an HTTP date."""
+    millis = headers.get("retry-after-ms")
+    if millis:
+        try:
+            return max(0.0, float(millis) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def error_field(body: object, *path: str) -> str | None:
+    """A string at body[path…], tolerating the shapes providers and proxies really send."""
+    node: object = body
+    for key in path:
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(key)
+    return node if isinstance(node, str) else None
+
+
+_CONTEXT_HINTS = ("context length", "context_length", "prompt is too long", "too many tokens")
+_POLICY_HINTS = ("content_policy", "content policy", "content filter", "safety system")
+
+
+def kind_from_status(status: int, code: str | None, message: str | None) -> ErrorKind:
+    """Status-code classification shared by every HTTP provider, refined by code and message."""
+    code_l = (code or "").lower()
+    text = f"{code_l} {(message or '').lower()}"
+    if status == 429:
+        return ErrorKind.QUOTA if code_l == "insufficient_quota" else ErrorKind.RATE_LIMIT
+    if status in (401, 403):
+        return ErrorKind.AUTH
+    if status == 402:
+        return ErrorKind.QUOTA
+    if status == 404:
+        return ErrorKind.NOT_FOUND
+    if status == 408:
+        return ErrorKind.TIMEOUT
+    if status == 529:
+        return ErrorKind.OVERLOADED
+    if status >= 500 or status == 409:
+        return ErrorKind.OVERLOADED if "overloaded" in text else ErrorKind.SERVER
+    if any(hint in text for hint in _CONTEXT_HINTS):
+        return ErrorKind.CONTEXT_LENGTH
+    if any(hint in text for hint in _POLICY_HINTS):
+        return ErrorKind.CONTENT_POLICY
+    return ErrorKind.INVALID_REQUEST
+
+
+def transport_error(exc: Exception, *, provider: str) -> ProviderError | None:
+    """Transport failures that reach us unwrapped: the Anthropic SDK lets read errors inside a
+    stream through as httpx2 exceptions, and the rerank adapter uses httpx directly."""
+    if isinstance(exc, httpx2.TimeoutException | httpx.TimeoutException):
+        return ProviderError(ErrorKind.TIMEOUT, provider=provider, reason="timed out")
+    if isinstance(exc, httpx2.TransportError | httpx.TransportError):
+        return ProviderError(ErrorKind.CONNECTION, provider=provider, reason=type(exc).__name__)
+    return None
+
+
+def stream_incomplete(provider: str, request_id: str | None) -> ProviderError:
+    return ProviderError(
+        ErrorKind.STREAM_INCOMPLETE,
+        provider=provider,
+        reason="the stream ended before the provider signalled the end of the answer",
+        provider_request_id=request_id,
+    )

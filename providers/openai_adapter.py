@@ -1,0 +1,332 @@
+"""OpenAI chat completions through the official SDK; also serves OpenAI-compatible servers
+(vLLM, Ollama, llama.cpp server, the local upstream) through their base URL."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Iterator, Sequence
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx2
+import openai
+from openai.types.chat import ChatCompletion
+from openai.types.completion_usage import CompletionUsage
+
+from providers import log_guard
+from providers.base import ProviderAdapter
+from providers.errors import (
+    ErrorKind,
+    ProviderError,
+    error_field,
+    kind_from_status,
+    retry_after_seconds,
+    stream_incomplete,
+    transport_error,
+)
+from providers.secrets import Connection
+from providers.types import (
+    ChatRequest,
+    Completion,
+    EmbeddingResult,
+    Finish,
+    FinishReason,
+    Message,
+    ProviderTimeouts,
+    StreamEvent,
+    TextDelta,
+    ToolCallDelta,
+    UsageEvent,
+    collect_events,
+)
+
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+# What the SDK and its transport raise; anything else is a bug of ours and must surface as one.
+_FAILURES = (openai.OpenAIError, httpx2.HTTPError, OSError)
+_FINISH = {
+    "stop": FinishReason.STOP,
+    "length": FinishReason.LENGTH,
+    "tool_calls": FinishReason.TOOL_CALLS,
+    "function_call": FinishReason.TOOL_CALLS,
+    "content_filter": FinishReason.CONTENT_FILTER,
+}
+
+
+def api_base_url(base_url: str | None) -> str:
+    """A bare host (http://vllm:8000) gets /v1, the prefix every compatible server uses;
+    a URL with a path is taken as given."""
+    if not base_url:
+        return OPENAI_BASE_URL
+    parts = urlsplit(base_url)
+    if parts.path in ("", "/"):
+        return urlunsplit(parts._replace(path="/v1"))
+    return base_url.rstrip("/")
+
+
+def sdk_timeout(timeouts: ProviderTimeouts) -> openai.Timeout:
+    return openai.Timeout(
+        timeouts.read,
+        connect=timeouts.connect,
+        read=timeouts.read,
+        write=timeouts.write,
+        pool=timeouts.pool,
+    )
+
+
+def map_error(exc: Exception, provider: str) -> ProviderError:
+    if isinstance(exc, openai.APITimeoutError):
+        return ProviderError(ErrorKind.TIMEOUT, provider=provider, reason="timed out")
+    if isinstance(exc, openai.APIConnectionError):
+        return ProviderError(ErrorKind.CONNECTION, provider=provider, reason="connection error")
+    if isinstance(exc, openai.APIStatusError):
+        message = error_field(exc.body, "message") or error_field(exc.body, "error", "message")
+        code = exc.code or error_field(exc.body, "type")
+        return ProviderError(
+            kind_from_status(exc.status_code, code, message),
+            provider=provider,
+            status_code=exc.status_code,
+            code=exc.code,
+            reason=message,
+            retry_after=retry_after_seconds(exc.response.headers),
+            provider_request_id=exc.request_id,
+        )
+    if isinstance(exc, openai.APIError):
+        # An error event inside a stream: no status of its own, classify by its fields.
+        code = exc.code or exc.type
+        message = error_field(exc.body, "message")
+        status = 429 if code == "rate_limit_exceeded" else 400
+        kind = kind_from_status(status, code, message)
+        if kind is ErrorKind.INVALID_REQUEST and code in (None, "server_error", "internal_error"):
+            kind = ErrorKind.SERVER
+        return ProviderError(kind, provider=provider, code=exc.code, reason=message)
+    mapped = transport_error(exc, provider=provider)
+    if mapped is not None:
+        return mapped
+    return ProviderError(ErrorKind.SERVER, provider=provider, reason=type(exc).__name__)
+
+
+def _message(message: Message) -> dict[str, Any]:
+    if message.role == "tool":
+        return {
+            "role": "tool",
+            "tool_call_id": message.tool_call_id,
+            "content": message.content or "",
+        }
+    out: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        out["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in message.tool_calls
+        ]
+    elif message.content is None:
+        out["content"] = ""
+    return out
+
+
+def usage_event(usage: CompletionUsage | None) -> UsageEvent | None:
+    if usage is None or usage.prompt_tokens is None or usage.completion_tokens is None:
+        return None
+    details = usage.prompt_tokens_details
+    return UsageEvent(
+        input_tokens=usage.prompt_tokens,
+        output_tokens=usage.completion_tokens,
+        cached_input_tokens=(details.cached_tokens or 0) if details else 0,
+        cache_write_input_tokens=(getattr(details, "cache_write_tokens", None) or 0)
+        if details
+        else 0,
+    )
+
+
+def _finish_reason(raw: str | None, saw_tool_calls: bool) -> FinishReason:
+    reason = _FINISH.get(raw or "", FinishReason.OTHER)
+    # OpenAI reports "stop" when tool_choice forced a named function, some servers always do.
+    return FinishReason.TOOL_CALLS if saw_tool_calls and reason is FinishReason.STOP else reason
+
+
+class OpenAIAdapter(ProviderAdapter):
+    def __init__(
+        self,
+        *,
+        model: str,
+        connection: Connection,
+        timeouts: ProviderTimeouts,
+        provider: str = "openai",
+        max_tokens_param: Literal["max_tokens", "max_completion_tokens"] | None = None,
+    ) -> None:
+        log_guard.install()
+        self.provider = provider
+        self.model = model
+        # OpenAI itself wants max_completion_tokens; compatible servers reliably know max_tokens.
+        self._max_tokens_param = max_tokens_param or (
+            "max_completion_tokens" if provider == "openai" else "max_tokens"
+        )
+        self._client = openai.AsyncOpenAI(
+            api_key=connection.api_key.get_secret_value(),
+            base_url=api_base_url(connection.base_url),
+            timeout=sdk_timeout(timeouts),
+            max_retries=0,
+        )
+
+    def _params(self, request: ChatRequest) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "model": self.model,
+            "messages": [_message(m) for m in request.messages],
+        }
+        if request.tools:
+            params["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        **({"description": t.description} if t.description else {}),
+                        "parameters": t.parameters,
+                        **({"strict": True} if t.strict else {}),
+                    },
+                }
+                for t in request.tools
+            ]
+            if request.tool_choice is not None:
+                choice = request.tool_choice
+                params["tool_choice"] = (
+                    {"type": "function", "function": {"name": choice.name}}
+                    if choice.mode == "tool"
+                    else choice.mode
+                )
+            if request.parallel_tool_calls is not None:
+                params["parallel_tool_calls"] = request.parallel_tool_calls
+        fmt = request.response_format
+        if fmt is not None and fmt.type == "json_object":
+            params["response_format"] = {"type": "json_object"}
+        elif fmt is not None and fmt.type == "json_schema":
+            params["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": fmt.name or "response",
+                    "schema": fmt.json_schema,
+                    "strict": fmt.strict,
+                },
+            }
+        if request.max_tokens is not None:
+            params[self._max_tokens_param] = request.max_tokens
+        if request.temperature is not None:
+            params["temperature"] = request.temperature
+        if request.stop:
+            params["stop"] = list(request.stop)
+        return params
+
+    async def stream(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+        params = self._params(request)
+        try:
+            response = await self._client.chat.completions.create(
+                **params, stream=True, stream_options={"include_usage": True}
+            )
+        except _FAILURES as exc:
+            raise map_error(exc, self.provider) from None
+        request_id = response.response.headers.get("x-request-id")
+        response_id: str | None = None
+        usage: UsageEvent | None = None
+        finish: str | None = None
+        indices: dict[str, int] = {}
+        saw_tools = False
+        try:
+            async with response:
+                async for chunk in response:
+                    response_id = response_id or chunk.id
+                    usage = usage_event(chunk.usage) or usage
+                    for choice in chunk.choices:
+                        if choice.index != 0:
+                            continue
+                        delta = choice.delta
+                        if delta.content:
+                            yield TextDelta(text=delta.content)
+                        for call in delta.tool_calls or []:
+                            saw_tools = True
+                            index = call.index
+                            if index is None:
+                                # Some servers omit the index: a new id starts a call, and
+                                # fragments without one continue the latest.
+                                if call.id:
+                                    index = indices.setdefault(call.id, len(indices))
+                                else:
+                                    index = max(indices.values(), default=0)
+                            fn = call.function
+                            yield ToolCallDelta(
+                                index=index,
+                                id=call.id,
+                                name=fn.name if fn else None,
+                                arguments_delta=(fn.arguments or "") if fn else "",
+                            )
+                        finish = choice.finish_reason or finish
+        except _FAILURES as exc:
+            raise map_error(exc, self.provider) from None
+        if finish is None:
+            raise stream_incomplete(self.provider, request_id)
+        if usage is not None:
+            yield usage
+        yield Finish(
+            reason=_finish_reason(finish, saw_tools),
+            provider_request_id=request_id,
+            response_id=response_id,
+        )
+
+    async def complete(self, request: ChatRequest) -> Completion:
+        try:
+            raw = await self._client.chat.completions.with_raw_response.create(
+                **self._params(request)
+            )
+            completion = raw.parse()
+        except _FAILURES as exc:
+            raise map_error(exc, self.provider) from None
+        return collect_events(_events(completion, raw.headers.get("x-request-id"), self.provider))
+
+    async def embed(
+        self, inputs: Sequence[str], *, dimensions: int | None = None
+    ) -> EmbeddingResult:
+        extra: dict[str, Any] = {"dimensions": dimensions} if dimensions else {}
+        try:
+            raw = await self._client.embeddings.with_raw_response.create(
+                model=self.model, input=list(inputs), **extra
+            )
+            result = raw.parse()
+        except _FAILURES as exc:
+            raise map_error(exc, self.provider) from None
+        vectors = [
+            tuple(float(x) for x in d.embedding) for d in sorted(result.data, key=lambda d: d.index)
+        ]
+        usage = getattr(result, "usage", None)
+        return EmbeddingResult(
+            vectors=tuple(vectors),
+            input_tokens=getattr(usage, "prompt_tokens", None),
+            provider_request_id=raw.headers.get("x-request-id"),
+        )
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+
+def _events(
+    completion: ChatCompletion, request_id: str | None, provider: str
+) -> Iterator[StreamEvent]:
+    if not completion.choices:
+        raise ProviderError(
+            ErrorKind.SERVER, provider=provider, reason="the response has no choices"
+        )
+    choice = completion.choices[0]
+    if choice.message.content:
+        yield TextDelta(text=choice.message.content)
+    calls = choice.message.tool_calls or []
+    for index, call in enumerate(calls):
+        function = getattr(call, "function", None)
+        yield ToolCallDelta(
+            index=index,
+            id=call.id,
+            name=function.name if function else None,
+            arguments_delta=function.arguments if function else "",
+        )
+    usage = usage_event(completion.usage)
+    if usage is not None:
+        yield usage
+    yield Finish(
+        reason=_finish_reason(choice.finish_reason, bool(calls)),
+        provider_request_id=request_id,
+        response_id=completion.id,
+    )

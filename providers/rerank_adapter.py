@@ -1,0 +1,133 @@
+"""Rerank over HTTP, in the Cohere/Jina request shape that self-hosted rerankers (vLLM, the
+TEI-compatible servers, the local upstream) accept at `{base_url}/rerank`. No official SDK
+covers these servers, so this is plain httpx."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from providers.base import ProviderAdapter
+from providers.errors import (
+    ErrorKind,
+    ProviderError,
+    error_field,
+    kind_from_status,
+    retry_after_seconds,
+    transport_error,
+)
+from providers.secrets import Connection
+from providers.types import ProviderTimeouts, RerankItem, RerankResult
+
+
+def _request_id(response: httpx.Response) -> str | None:
+    return response.headers.get("x-request-id") or response.headers.get("request-id")
+
+
+def _status_error(response: httpx.Response, provider: str) -> ProviderError:
+    try:
+        body: Any = response.json()
+    except ValueError:
+        body = None
+    # Only message fields: FastAPI-style validation errors echo the input under "input".
+    message = (
+        error_field(body, "error", "message")
+        or error_field(body, "message")
+        or error_field(body, "detail")
+    )
+    code = error_field(body, "error", "code") or error_field(body, "error", "type")
+    return ProviderError(
+        kind_from_status(response.status_code, code, message),
+        provider=provider,
+        status_code=response.status_code,
+        code=code,
+        reason=message,
+        retry_after=retry_after_seconds(response.headers),
+        provider_request_id=_request_id(response),
+    )
+
+
+def _items(body: Any) -> list[RerankItem]:
+    rows = body.get("results") if isinstance(body, dict) else body
+    if not isinstance(rows, list):
+        raise ValueError("no results")
+    items = []
+    for row in rows:
+        score = row.get("relevance_score", row.get("score"))
+        items.append(RerankItem(index=int(row["index"]), relevance_score=float(score)))
+    return sorted(items, key=lambda item: (-item.relevance_score, item.index))
+
+
+class RerankAdapter(ProviderAdapter):
+    def __init__(
+        self,
+        *,
+        model: str,
+        connection: Connection,
+        timeouts: ProviderTimeouts,
+        provider: str = "rerank",
+    ) -> None:
+        if not connection.base_url:
+            raise ProviderError(
+                ErrorKind.INVALID_REQUEST,
+                provider=provider,
+                reason="a rerank server needs a base URL",
+            )
+        self.provider = provider
+        self.model = model
+        self._url = connection.base_url.rstrip("/") + "/rerank"
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(
+                timeouts.read,
+                connect=timeouts.connect,
+                read=timeouts.read,
+                write=timeouts.write,
+                pool=timeouts.pool,
+            ),
+            headers={"authorization": f"Bearer {connection.api_key.get_secret_value()}"},
+            follow_redirects=False,
+        )
+
+    async def rerank(
+        self, query: str, documents: Sequence[str], *, top_n: int | None = None
+    ) -> RerankResult:
+        body: dict[str, Any] = {"model": self.model, "query": query, "documents": list(documents)}
+        if top_n is not None:
+            body["top_n"] = top_n
+        try:
+            response = await self._client.post(self._url, json=body)
+        except httpx.HTTPError as exc:
+            raise (
+                transport_error(exc, provider=self.provider)
+                or ProviderError(ErrorKind.CONNECTION, provider=self.provider)
+            ) from None
+        if response.status_code >= 400:
+            raise _status_error(response, self.provider)
+        try:
+            payload = response.json()
+            items = _items(payload)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise ProviderError(
+                ErrorKind.SERVER,
+                provider=self.provider,
+                reason="the rerank response has no readable results",
+                provider_request_id=_request_id(response),
+            ) from None
+        usage = payload.get("usage") if isinstance(payload, dict) else None
+        meta = payload.get("meta") if isinstance(payload, dict) else None
+        units = (
+            (meta or {}).get("billed_units", {}).get("search_units")
+            if isinstance(meta, dict)
+            else None
+        )
+        return RerankResult(
+            results=tuple(items),
+            input_tokens=(usage or {}).get("total_tokens") if isinstance(usage, dict) else None,
+            search_units=units,
+            provider_request_id=_request_id(response),
+        )
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

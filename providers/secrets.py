@@ -1,0 +1,172 @@
+"""The Secret Broker: turns a deployment's endpointRef into a live connection.
+
+endpointRef values are stored in the catalog; what they resolve to (keys, and base URLs that may
+embed tenancy) never is. Nothing here logs, and a Connection's repr masks its key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, SecretStr
+
+UPSTREAM_DUMMY_KEY = "upstream-simulator-key"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_HOST_PORT = re.compile(r"^(?P<host>[A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\]):(?P<port>[0-9]{1,5})$")
+
+
+class Connection(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    api_key: SecretStr
+    base_url: str | None = None
+
+
+class SecretResolutionError(Exception):
+    """The reference could not be resolved. Messages name the reference, never a secret."""
+
+
+class SecretBroker(Protocol):
+    async def resolve(self, endpoint_ref: str) -> Connection: ...
+
+
+def split_ref(endpoint_ref: str) -> tuple[str, str]:
+    scheme, sep, rest = endpoint_ref.partition(":")
+    if not sep or not rest:
+        raise SecretResolutionError(f"endpointRef {endpoint_ref!r} has no scheme")
+    return scheme, rest
+
+
+def _expect(endpoint_ref: str, scheme: str) -> str:
+    got, rest = split_ref(endpoint_ref)
+    if got != scheme:
+        raise SecretResolutionError(f"endpointRef {endpoint_ref!r} is not a {scheme}: reference")
+    return rest
+
+
+class EnvSecretBroker:
+    """`env:NAME`: the key is $NAME; the base URL is $NAME_BASE_URL when set."""
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        # Read at resolve time, not copied, so rotated variables are seen.
+        self._environ = environ if environ is not None else os.environ
+
+    async def resolve(self, endpoint_ref: str) -> Connection:
+        name = _expect(endpoint_ref, "env")
+        if not _ENV_NAME.match(name):
+            raise SecretResolutionError(f"endpointRef {endpoint_ref!r}: not a variable name")
+        key = self._environ.get(name, "").strip()
+        if not key:
+            raise SecretResolutionError(f"endpointRef {endpoint_ref!r}: ${name} is not set")
+        base_url = self._environ.get(f"{name}_BASE_URL", "").strip() or None
+        return Connection(api_key=SecretStr(key), base_url=base_url)
+
+
+class FileSecretBroker:
+    """`file:/path`: the file holds the bare key, or JSON {"api_key": …, "base_url": …}.
+
+    With `allowed_dirs`, only files under those directories resolve, so a catalog entry cannot
+    point the broker at an arbitrary file on the host.
+    """
+
+    def __init__(self, allowed_dirs: Iterable[Path | str] | None = None) -> None:
+        self._allowed = (
+            None if allowed_dirs is None else tuple(Path(d).resolve() for d in allowed_dirs)
+        )
+
+    async def resolve(self, endpoint_ref: str) -> Connection:
+        path = Path(_expect(endpoint_ref, "file"))
+        if not path.is_absolute():
+            raise SecretResolutionError(f"endpointRef {endpoint_ref!r}: path must be absolute")
+        text = await asyncio.to_thread(self._read, path, endpoint_ref)
+        return _parse_secret_file(text.strip(), endpoint_ref)
+
+    def _read(self, path: Path, endpoint_ref: str) -> str:
+        resolved = path.resolve()
+        if self._allowed is not None and not any(resolved.is_relative_to(d) for d in self._allowed):
+            raise SecretResolutionError(f"endpointRef {endpoint_ref!r}: outside allowed dirs")
+        try:
+            return resolved.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise SecretResolutionError(
+                f"endpointRef {endpoint_ref!r}: cannot read ({exc.strerror})"
+            ) from None
+
+
+def _parse_secret_file(text: str, endpoint_ref: str) -> Connection:
+    if text.startswith(("{", "[", '"')):
+        try:
+            data = json.loads(text)
+        except ValueError:
+            # Never include the text: it is the secret.
+            raise SecretResolutionError(f"endpointRef {endpoint_ref!r}: invalid JSON") from None
+        if isinstance(data, str):
+            data = {"api_key": data}
+        if not isinstance(data, dict):
+            raise SecretResolutionError(f"endpointRef {endpoint_ref!r}: expected a JSON object")
+        key = data.get("api_key") or data.get("apiKey")
+        base_url = data.get("base_url") or data.get("baseUrl")
+        if not isinstance(key, str) or not key.strip():
+            raise SecretResolutionError(f"endpointRef {endpoint_ref!r}: no api_key in file")
+        if base_url is not None and not isinstance(base_url, str):
+            raise SecretResolutionError(f"endpointRef {endpoint_ref!r}: base_url is not text")
+        return Connection(api_key=SecretStr(key.strip()), base_url=base_url or None)
+    if not text or any(c.isspace() for c in text):
+        raise SecretResolutionError(f"endpointRef {endpoint_ref!r}: expected a single-line key")
+    return Connection(api_key=SecretStr(text))
+
+
+class UpstreamSecretBroker:
+    """`upstream:HOST:PORT`: the local upstream simulator, which takes any key."""
+
+    async def resolve(self, endpoint_ref: str) -> Connection:
+        rest = _expect(endpoint_ref, "upstream")
+        match = _HOST_PORT.match(rest)
+        if not match or not 0 < int(match["port"]) < 65536:
+            raise SecretResolutionError(f"endpointRef {endpoint_ref!r}: expected HOST:PORT")
+        return Connection(
+            api_key=SecretStr(UPSTREAM_DUMMY_KEY),
+            base_url=f"http://{match['host']}:{int(match['port'])}",
+        )
+
+
+class CompositeSecretBroker:
+    """Dispatches on the reference's scheme; an unconfigured scheme is an error, not a guess."""
+
+    def __init__(self, brokers: Mapping[str, SecretBroker]) -> None:
+        self._brokers = dict(brokers)
+
+    @property
+    def schemes(self) -> frozenset[str]:
+        return frozenset(self._brokers)
+
+    async def resolve(self, endpoint_ref: str) -> Connection:
+        scheme, _ = split_ref(endpoint_ref)
+        broker = self._brokers.get(scheme)
+        if broker is None:
+            raise SecretResolutionError(
+                f"endpointRef {endpoint_ref!r}: no broker configured for scheme {scheme!r}"
+            )
+        return await broker.resolve(endpoint_ref)
+
+
+def default_broker(
+    *,
+    allow_upstream: bool = False,
+    file_dirs: Iterable[Path | str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> CompositeSecretBroker:
+    """env: and file: always; upstream: (the simulator) only when asked, for dev and tests."""
+    brokers: dict[str, SecretBroker] = {
+        "env": EnvSecretBroker(environ),
+        "file": FileSecretBroker(file_dirs),
+    }
+    if allow_upstream:
+        brokers["upstream"] = UpstreamSecretBroker()
+    return CompositeSecretBroker(brokers)

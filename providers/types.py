@@ -1,0 +1,249 @@
+"""Provider-neutral request, stream events and results shared by every adapter.
+
+The router speaks only these types; each adapter translates them to and from its provider's
+wire shapes. They carry content (prompts, outputs), so they must never be logged or stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, Iterable
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ToolCall(_Model):
+    """A complete tool call: `arguments` is the JSON text exactly as the model produced it."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+
+class Message(_Model):
+    """One conversation turn. A `tool` message carries the result of `tool_call_id`."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> Message:
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a tool message needs tool_call_id")
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError("only assistant messages carry tool_calls")
+        return self
+
+
+class Tool(_Model):
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    strict: bool = False
+
+
+class ToolChoice(_Model):
+    """`auto` lets the model decide, `required` forces some tool, `tool` forces `name`."""
+
+    mode: Literal["auto", "none", "required", "tool"] = "auto"
+    name: str | None = None
+
+    @model_validator(mode="after")
+    def _named(self) -> ToolChoice:
+        if (self.mode == "tool") != (self.name is not None):
+            raise ValueError("name is given exactly when mode is 'tool'")
+        return self
+
+
+class ResponseFormat(_Model):
+    type: Literal["text", "json_object", "json_schema"] = "text"
+    name: str | None = None
+    json_schema: dict[str, Any] | None = None
+    strict: bool = True
+
+    @model_validator(mode="after")
+    def _schema(self) -> ResponseFormat:
+        if (self.type == "json_schema") != (self.json_schema is not None):
+            raise ValueError("json_schema is given exactly when type is 'json_schema'")
+        return self
+
+
+class ChatRequest(_Model):
+    messages: tuple[Message, ...] = Field(min_length=1)
+    tools: tuple[Tool, ...] = ()
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    stop: tuple[str, ...] = ()
+
+
+class FinishReason(StrEnum):
+    STOP = "stop"
+    LENGTH = "length"
+    TOOL_CALLS = "tool_calls"
+    CONTENT_FILTER = "content_filter"
+    OTHER = "other"
+
+
+class TextDelta(_Model):
+    type: Literal["text_delta"] = "text_delta"
+    text: str
+
+
+class ToolCallDelta(_Model):
+    """A fragment of tool call `index` (0-based, in call order). The first fragment of a call
+    carries its id and name; `arguments_delta` fragments concatenate to the JSON arguments."""
+
+    type: Literal["tool_call_delta"] = "tool_call_delta"
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments_delta: str = ""
+
+
+class UsageEvent(_Model):
+    """Usage as the provider reported it. `input_tokens` counts every prompt token, cached or
+    not; `cached_input_tokens` is the part read from the provider's prompt cache and
+    `cache_write_input_tokens` the part written to it (Anthropic bills those differently)."""
+
+    type: Literal["usage"] = "usage"
+    input_tokens: int
+    output_tokens: int
+    cached_input_tokens: int = 0
+    cache_write_input_tokens: int = 0
+
+
+class Finish(_Model):
+    """The provider said the answer is over. `provider_request_id` is the transport request id
+    (x-request-id / request-id header); `response_id` the id in the body (chatcmpl-…, msg_…)."""
+
+    type: Literal["finish"] = "finish"
+    reason: FinishReason
+    provider_request_id: str | None = None
+    response_id: str | None = None
+
+
+StreamEvent = Annotated[
+    TextDelta | ToolCallDelta | UsageEvent | Finish, Field(discriminator="type")
+]
+
+
+class Usage(_Model):
+    input_tokens: int
+    output_tokens: int
+    cached_input_tokens: int = 0
+    cache_write_input_tokens: int = 0
+
+
+class Completion(_Model):
+    """A whole answer, folded from stream events (or from a non-streamed response)."""
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage | None = None
+    finish_reason: FinishReason
+    provider_request_id: str | None = None
+    response_id: str | None = None
+
+
+class CompletionBuilder:
+    """Folds stream events into a Completion; the same fold serves stream and non-stream."""
+
+    def __init__(self) -> None:
+        self._text: list[str] = []
+        self._calls: dict[int, dict[str, Any]] = {}
+        self._usage: Usage | None = None
+        self._finish: Finish | None = None
+
+    def add(self, event: TextDelta | ToolCallDelta | UsageEvent | Finish) -> None:
+        if isinstance(event, TextDelta):
+            self._text.append(event.text)
+        elif isinstance(event, ToolCallDelta):
+            call = self._calls.setdefault(event.index, {"id": None, "name": None, "args": []})
+            call["id"] = call["id"] or event.id
+            call["name"] = call["name"] or event.name
+            call["args"].append(event.arguments_delta)
+        elif isinstance(event, UsageEvent):
+            self._usage = Usage(**event.model_dump(exclude={"type"}))
+        else:
+            self._finish = event
+
+    @property
+    def finished(self) -> bool:
+        return self._finish is not None
+
+    def build(self) -> Completion:
+        if self._finish is None:
+            raise ValueError("the stream has not finished")
+        calls = tuple(
+            ToolCall(
+                id=c["id"] or f"call_{i}",
+                name=c["name"] or "",
+                # A call without arguments streams none; its arguments are the empty object.
+                arguments="".join(c["args"]) or "{}",
+            )
+            for i, c in sorted(self._calls.items())
+        )
+        return Completion(
+            text="".join(self._text),
+            tool_calls=calls,
+            usage=self._usage,
+            finish_reason=self._finish.reason,
+            provider_request_id=self._finish.provider_request_id,
+            response_id=self._finish.response_id,
+        )
+
+
+def collect_events(events: Iterable[TextDelta | ToolCallDelta | UsageEvent | Finish]) -> Completion:
+    builder = CompletionBuilder()
+    for event in events:
+        builder.add(event)
+    return builder.build()
+
+
+async def collect_stream(
+    events: AsyncIterable[TextDelta | ToolCallDelta | UsageEvent | Finish],
+) -> Completion:
+    builder = CompletionBuilder()
+    async for event in events:
+        builder.add(event)
+    return builder.build()
+
+
+class EmbeddingResult(_Model):
+    vectors: tuple[tuple[float, ...], ...]
+    input_tokens: int | None = None
+    provider_request_id: str | None = None
+
+
+class RerankItem(_Model):
+    index: int
+    relevance_score: float
+
+
+class RerankResult(_Model):
+    """Results ordered by descending relevance, as the provider ranked them."""
+
+    results: tuple[RerankItem, ...]
+    input_tokens: int | None = None
+    search_units: int | None = None
+    provider_request_id: str | None = None
+
+
+class ProviderTimeouts(_Model):
+    """Per-phase HTTP timeouts in seconds. `read` bounds every wait for bytes, so it is also
+    the longest silence tolerated mid-stream (first token included)."""
+
+    connect: float = Field(gt=0)
+    read: float = Field(gt=0)
+    write: float = Field(default=10.0, gt=0)
+    pool: float = Field(default=5.0, gt=0)

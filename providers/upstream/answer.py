@@ -1,0 +1,128 @@
+"""Turns a responder's Reply into the answer a provider would send: request constraints
+applied, ids assigned, usage counted."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from dataclasses import dataclass, field
+from typing import Literal
+
+from providers.upstream.tokens import count_tokens, truncate_tokens
+from providers.upstream.turn import ChatTurn, Reply
+
+Finish = Literal["stop", "length", "tool_calls", "content_filter"]
+
+
+@dataclass(frozen=True)
+class AnswerToolCall:
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class AnswerUsage:
+    """`input_tokens` counts the whole prompt; the cache figures are parts of it."""
+
+    input_tokens: int
+    output_tokens: int
+    cached_input_tokens: int = 0
+    cache_write_input_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Answer:
+    text: str
+    tool_calls: list[AnswerToolCall]
+    finish: Finish
+    usage: AnswerUsage
+    stop_sequence: str | None = None
+    response_id: str = field(default_factory=lambda: secrets.token_hex(12))
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}{secrets.token_hex(12)}"
+
+
+def _arguments(arguments: dict[str, object] | str) -> str:
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps(arguments, separators=(",", ":"), ensure_ascii=False)
+
+
+def build_answer(
+    reply: Reply,
+    turn: ChatTurn,
+    *,
+    input_tokens: int,
+    cached_input_tokens: int,
+    cache_write_input_tokens: int,
+    tool_id_prefix: str,
+) -> Answer:
+    calls = list(reply.tool_calls)
+    text = reply.text
+    stop_sequence: str | None = None
+    truncated = False
+    if not reply.verbatim:
+        if turn.tool_choice == "none" or not turn.tools:
+            calls = []
+        elif not turn.parallel_tool_calls:
+            calls = calls[:1]
+        hits = [(text.find(s), s) for s in turn.stop if s and s in text]
+        if hits:
+            position, stop_sequence = min(hits)
+            text = text[:position]
+        if turn.max_tokens is not None:
+            text, truncated = truncate_tokens(text, turn.max_tokens)
+    answer_calls = [
+        AnswerToolCall(
+            id=c.id or new_id(tool_id_prefix), name=c.name, arguments=_arguments(c.arguments)
+        )
+        for c in calls
+    ]
+    finish: Finish = "length" if truncated else ("tool_calls" if answer_calls else "stop")
+    if reply.finish_reason is not None:
+        finish = reply.finish_reason
+    output = count_tokens(text) + sum(
+        count_tokens(c.name) + count_tokens(c.arguments) for c in answer_calls
+    )
+    cached = (
+        reply.cached_input_tokens if reply.cached_input_tokens is not None else cached_input_tokens
+    )
+    usage = AnswerUsage(
+        input_tokens=input_tokens,
+        output_tokens=output,
+        cached_input_tokens=min(cached, input_tokens),
+        cache_write_input_tokens=min(
+            cache_write_input_tokens, input_tokens - min(cached, input_tokens)
+        ),
+    )
+    return Answer(
+        text=text,
+        tool_calls=answer_calls,
+        finish=finish,
+        usage=usage,
+        stop_sequence=stop_sequence if finish == "stop" else None,
+    )
+
+
+def prompt_prefixes(turn: ChatTurn) -> list[tuple[str, int]]:
+    """(digest, tokens) of every prompt prefix at a message boundary, shortest first: the
+    preamble (system and tool definitions) alone, then one more message each. The last entry
+    is the whole prompt. Chained hashes keep this linear in the prompt's length."""
+    preamble = [turn.system, *(json.dumps(t.model_dump(), sort_keys=True) for t in turn.tools)]
+    digest = hashlib.sha256("\x00".join(preamble).encode())
+    tokens = sum(count_tokens(p) for p in preamble)
+    prefixes = [(digest.hexdigest(), tokens)]
+    for message in turn.messages:
+        parts = [message.role, message.text]
+        parts += [c.name + _arguments(c.arguments) for c in message.tool_calls]
+        digest.update(("\x01" + "\x00".join(parts)).encode())
+        tokens += count_tokens(message.text)
+        tokens += sum(
+            count_tokens(c.name) + count_tokens(_arguments(c.arguments)) for c in message.tool_calls
+        )
+        prefixes.append((digest.copy().hexdigest(), tokens))
+    return prefixes

@@ -1,0 +1,229 @@
+"""Anthropic's messages wire protocol, as the simulator speaks it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from providers.upstream.answer import Answer, AnswerUsage
+from providers.upstream.chat import BadRequest, Codec, StreamPlan, chat_endpoint, sse
+from providers.upstream.problems import anthropic_error
+from providers.upstream.tokens import fixed_chunks, text_chunks
+from providers.upstream.turn import ChatTurn, ToolCallReply, ToolSpec, TurnMessage
+
+_STOP = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "content_filter": "refusal",
+}
+_ERROR_TYPES = {401: "authentication_error", 500: "api_error"}
+
+
+def _stop_reason(answer: Answer) -> str:
+    return "stop_sequence" if answer.stop_sequence else _STOP[answer.finish]
+
+
+def _blocks_text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(b.get("text", ""))
+            for b in content
+            if isinstance(b, dict) and b.get("type") == "text"
+        )
+    return ""
+
+
+def _messages(raw: object) -> list[TurnMessage]:
+    if not isinstance(raw, list) or not raw:
+        raise BadRequest("messages: at least one message is required")
+    out: list[TurnMessage] = []
+    for item in raw:
+        role = item.get("role") if isinstance(item, dict) else None
+        if role not in ("user", "assistant"):
+            raise BadRequest("messages[].role: must be user or assistant")
+        content = item.get("content")
+        blocks = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
+        if role == "assistant":
+            calls = [
+                ToolCallReply(
+                    id=b.get("id"), name=b.get("name", ""), arguments=b.get("input") or {}
+                )
+                for b in blocks
+                if b.get("type") == "tool_use"
+            ]
+            out.append(TurnMessage(role="assistant", text=_blocks_text(blocks), tool_calls=calls))
+            continue
+        for block in blocks:
+            if block.get("type") == "tool_result":
+                out.append(
+                    TurnMessage(
+                        role="tool",
+                        text=_blocks_text(block.get("content")),
+                        tool_call_id=block.get("tool_use_id"),
+                    )
+                )
+        text = _blocks_text(blocks)
+        if text or not any(b.get("type") == "tool_result" for b in blocks):
+            out.append(TurnMessage(role="user", text=text))
+    return out
+
+
+def parse(body: dict[str, Any]) -> ChatTurn:
+    if not isinstance(body.get("max_tokens"), int):
+        raise BadRequest("max_tokens: Field required")
+    tools = [
+        ToolSpec(
+            name=t["name"], description=t.get("description"), parameters=t.get("input_schema") or {}
+        )
+        for t in body.get("tools") or []
+        if isinstance(t, dict) and "name" in t
+    ]
+    raw_choice = body.get("tool_choice") or {"type": "auto"}
+    kind = raw_choice.get("type", "auto")
+    choice = {"auto": "auto", "any": "required", "tool": "tool", "none": "none"}.get(kind)
+    if choice is None:
+        raise BadRequest("tool_choice.type: not valid")
+    name = raw_choice.get("name") if choice == "tool" else None
+    if name is not None and not any(t.name == name for t in tools):
+        raise BadRequest("tool_choice.name: not in tools")
+    fmt = (body.get("output_config") or {}).get("format") or {}
+    schema = fmt.get("schema") if fmt.get("type") == "json_schema" else None
+    return ChatTurn(
+        api="anthropic",
+        model=str(body["model"]),
+        system=_blocks_text(body.get("system")),
+        messages=_messages(body.get("messages")),
+        tools=tools,
+        tool_choice=choice,
+        tool_name=name,
+        parallel_tool_calls=not raw_choice.get("disable_parallel_tool_use", False),
+        response_format="json_schema" if schema is not None else "text",
+        json_schema=schema,
+        max_tokens=body["max_tokens"],
+        stop=list(body.get("stop_sequences") or []),
+        stream=bool(body.get("stream")),
+        raw=body,
+    )
+
+
+def _usage(usage: AnswerUsage) -> dict[str, Any]:
+    # Anthropic's input_tokens excludes the tokens read from or written to the cache.
+    fresh = usage.input_tokens - usage.cached_input_tokens - usage.cache_write_input_tokens
+    return {
+        "input_tokens": fresh,
+        "output_tokens": usage.output_tokens,
+        "cache_creation_input_tokens": usage.cache_write_input_tokens,
+        "cache_read_input_tokens": usage.cached_input_tokens,
+    }
+
+
+def _input(arguments: str) -> dict[str, Any]:
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return {"_unparsed": arguments}
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def _message(answer: Answer, turn: ChatTurn, content: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "id": f"msg_{answer.response_id}",
+        "type": "message",
+        "role": "assistant",
+        "model": turn.model,
+        "content": content,
+        "stop_reason": None,
+        "stop_sequence": None,
+    }
+
+
+def render(answer: Answer, turn: ChatTurn, with_usage: bool) -> dict[str, Any]:
+    content: list[dict[str, Any]] = [{"type": "text", "text": answer.text}] if answer.text else []
+    content += [
+        {"type": "tool_use", "id": c.id, "name": c.name, "input": _input(c.arguments)}
+        for c in answer.tool_calls
+    ]
+    body = _message(answer, turn, content)
+    body["stop_reason"] = _stop_reason(answer)
+    body["stop_sequence"] = answer.stop_sequence
+    if with_usage:
+        body["usage"] = _usage(answer.usage)
+    return body
+
+
+def stream(answer: Answer, turn: ChatTurn, with_usage: bool) -> StreamPlan:
+    start = _message(answer, turn, [])
+    if with_usage:
+        start["usage"] = {**_usage(answer.usage), "output_tokens": 1}
+    frames = [sse({"type": "message_start", "message": start}, "message_start")]
+    blocks: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+    if answer.text:
+        deltas = [{"type": "text_delta", "text": t} for t in text_chunks(answer.text)]
+        blocks.append(({"type": "text", "text": ""}, deltas))
+    for call in answer.tool_calls:
+        head = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
+        deltas = [
+            {"type": "input_json_delta", "partial_json": p} for p in fixed_chunks(call.arguments)
+        ]
+        blocks.append((head, deltas))
+    for index, (head, deltas) in enumerate(blocks):
+        frames.append(
+            sse(
+                {"type": "content_block_start", "index": index, "content_block": head},
+                "content_block_start",
+            )
+        )
+        if index == 0:
+            frames.append(sse({"type": "ping"}, "ping"))
+        frames += [
+            sse({"type": "content_block_delta", "index": index, "delta": d}, "content_block_delta")
+            for d in deltas
+        ]
+        frames.append(sse({"type": "content_block_stop", "index": index}, "content_block_stop"))
+    delta: dict[str, Any] = {
+        "type": "message_delta",
+        "delta": {"stop_reason": _stop_reason(answer), "stop_sequence": answer.stop_sequence},
+    }
+    if with_usage:
+        delta["usage"] = {"output_tokens": answer.usage.output_tokens}
+    frames.append(sse(delta, "message_delta"))
+    return StreamPlan(
+        frames=frames, terminator=sse({"type": "message_stop"}, "message_stop"), content_start=1
+    )
+
+
+def error(status: int, message: str, request_id: str, headers: dict[str, str]) -> Response:
+    type_ = _ERROR_TYPES.get(status, "invalid_request_error")
+    return anthropic_error(status, message, type_=type_, request_id=request_id, headers=headers)
+
+
+def api_key(request: Request) -> str | None:
+    key = request.headers.get("x-api-key")
+    if key:
+        return key.strip()
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None
+
+
+CODEC = Codec(
+    api="anthropic",
+    endpoint="messages",
+    request_id_header="request-id",
+    tool_id_prefix="toolu_",
+    parse=parse,
+    render=render,
+    stream=stream,
+    error=error,
+    api_key=api_key,
+    # Anthropic caches only where the request marks a cache_control breakpoint.
+    caches=lambda turn: "cache_control" in json.dumps(turn.raw),
+    reports_cache_writes=True,
+)
+
+messages = chat_endpoint(CODEC)

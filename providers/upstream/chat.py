@@ -1,0 +1,188 @@
+"""The chat request flow both wire protocols share: count, authenticate, apply faults, ask the
+responder, apply the request's constraints, deliver (streamed or not) and note the ledger."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from providers.upstream.answer import Answer, build_answer, new_id, prompt_prefixes
+from providers.upstream.faults import Endpoint, Fault, FaultKind
+from providers.upstream.problems import Api, context_length_error, fault_response
+from providers.upstream.responders import respond
+from providers.upstream.state import RequestRecord, UpstreamState
+from providers.upstream.streaming import DelayedResponse, SimStream
+from providers.upstream.turn import ChatTurn
+
+log = logging.getLogger("providers.upstream")
+
+
+class BadRequest(Exception):
+    """The request is malformed; the message names the field, never its value."""
+
+
+@dataclass(frozen=True)
+class StreamPlan:
+    frames: Sequence[bytes]
+    terminator: bytes
+    content_start: int
+
+
+@dataclass(frozen=True)
+class Codec:
+    api: Api
+    endpoint: Endpoint
+    request_id_header: str
+    tool_id_prefix: str
+    parse: Callable[[dict[str, object]], ChatTurn]
+    render: Callable[[Answer, ChatTurn, bool], dict[str, object]]
+    stream: Callable[[Answer, ChatTurn, bool], StreamPlan]
+    error: Callable[[int, str, str, dict[str, str]], Response]
+    api_key: Callable[[Request], str | None]
+    caches: Callable[[ChatTurn], bool]
+    reports_cache_writes: bool
+
+
+async def read_body(request: Request) -> dict[str, object]:
+    try:
+        body = json.loads(await request.body())
+    except ValueError:
+        raise BadRequest("the body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    return body
+
+
+def chat_endpoint(codec: Codec) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        state: UpstreamState = request.app.state.upstream
+        request_id = new_id("req_")
+        headers = {codec.request_id_header: request_id, "x-upstream-simulator": "model-router"}
+        try:
+            body = await read_body(request)
+        except BadRequest as exc:
+            state.stats.record("", codec.endpoint)  # a request all the same
+            return codec.error(400, str(exc), request_id, headers)
+        model = body.get("model")
+        model = model if isinstance(model, str) else ""
+        state.stats.record(model, codec.endpoint)
+
+        def finish(response: Response, answer: Answer | None = None) -> Response:
+            usage = answer.usage if answer else None
+            state.record(
+                RequestRecord(
+                    model=model,
+                    endpoint=codec.endpoint,
+                    status=response.status_code,
+                    request_id=request_id,
+                    response_id=answer.response_id if answer else None,
+                    input_tokens=usage.input_tokens if usage else None,
+                    output_tokens=usage.output_tokens if usage else None,
+                    cached_input_tokens=usage.cached_input_tokens if usage else None,
+                )
+            )
+            return response
+
+        if not state.key_accepted(codec.api_key(request)):
+            return finish(codec.error(401, "invalid api key", request_id, headers))
+        gate, shapes = state.faults.take(model, codec.endpoint)
+        if gate is not None:
+            resp = fault_response(
+                gate, codec.api, headers=headers, request_id=request_id, shutdown=state.shutdown
+            )
+            return finish(resp)
+        try:
+            if not model:
+                raise BadRequest("model is required")
+            turn = codec.parse(body)
+        except BadRequest as exc:
+            return finish(codec.error(400, str(exc), request_id, headers))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            message = "the request does not match the API's schema"
+            return finish(codec.error(400, message, request_id, headers))
+        settings = state.settings_for(model)
+        prefixes = prompt_prefixes(turn)
+        used = prefixes[-1][1]
+        if settings.context_window is not None and used > settings.context_window:
+            resp = context_length_error(
+                codec.api,
+                used=used,
+                window=settings.context_window,
+                headers=headers,
+                request_id=request_id,
+            )
+            return finish(resp)
+        cached = written = 0
+        if codec.caches(turn):
+            cached = state.prompt_cache(model, prefixes)
+            if codec.reports_cache_writes:
+                # What this request adds to the cache: its history beyond what was cached.
+                written = max(0, prefixes[-2][1] - cached)
+        try:
+            reply = await respond(state.responder_for(model), turn)
+        except Exception as exc:
+            # The type only: a responder's message could quote the prompt.
+            log.warning("responder for a model failed: %s", type(exc).__name__)
+            return finish(codec.error(500, "the model failed", request_id, headers))
+        answer = build_answer(
+            reply,
+            turn,
+            input_tokens=used,
+            cached_input_tokens=cached,
+            cache_write_input_tokens=written,
+            tool_id_prefix=codec.tool_id_prefix,
+        )
+        return finish(_deliver(codec, state, turn, answer, shapes, headers), answer)
+
+    return endpoint
+
+
+def _deliver(
+    codec: Codec,
+    state: UpstreamState,
+    turn: ChatTurn,
+    answer: Answer,
+    shapes: list[Fault],
+    headers: dict[str, str],
+) -> Response:
+    """The answer as the response, shaped by the faults in force (late, cut, stalled…)."""
+    kinds = {f.kind: f for f in shapes}
+    with_usage = FaultKind.NO_USAGE not in kinds
+    slow = kinds.get(FaultKind.SLOW_FIRST_TOKEN)
+    if not turn.stream:
+        response: Response = _json(codec.render(answer, turn, with_usage), headers)
+        if slow is not None:
+            response = DelayedResponse(response, slow.delay, state.shutdown)
+        return response
+    plan = codec.stream(answer, turn, with_usage)
+    frames = list(plan.frames)
+    if FaultKind.MISSING_TERMINATOR not in kinds:
+        frames.append(plan.terminator)
+    cut, stall = kinds.get(FaultKind.STREAM_CUT), kinds.get(FaultKind.STREAM_STALL)
+    return SimStream(
+        frames,
+        headers=headers,
+        shutdown=state.shutdown,
+        content_start=plan.content_start,
+        first_delay=slow.delay if slow else 0.0,
+        chunk_delay=state.settings_for(turn.model).chunk_delay,
+        cut_after=cut.after_chunks if cut else None,
+        cut_gracefully=bool(cut and cut.graceful),
+        stall_after=stall.after_chunks if stall else None,
+    )
+
+
+def _json(body: dict[str, object], headers: dict[str, str]) -> Response:
+    content = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    return Response(content, 200, headers=headers, media_type="application/json")
+
+
+def sse(data: object, event: str | None = None) -> bytes:
+    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+    prefix = f"event: {event}\n" if event else ""
+    return f"{prefix}data: {payload}\n\n".encode()

@@ -1,0 +1,116 @@
+"""Injected failures, per model (or "*" for every model), optionally per endpoint.
+
+Gate faults replace the answer (an error status, or no answer at all); shape faults change how
+a real answer is delivered (late, cut, stalled, unterminated, unbilled) and combine. A fault
+with `times` applies to that many matching requests and then disappears; without, it stays
+until cleared.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Endpoint = Literal["chat.completions", "messages", "embeddings", "rerank"]
+ANY_MODEL = "*"
+
+
+class FaultKind(StrEnum):
+    # gate faults
+    RATE_LIMIT = "rate_limit"  # 429, Retry-After when retry_after is set
+    SERVER_ERROR = "server_error"  # 500
+    UNAVAILABLE = "unavailable"  # 503
+    OVERLOADED = "overloaded"  # Anthropic 529 overloaded_error; OpenAI 503 "overloaded"
+    HANG = "hang"  # accept the request, never answer
+    CONTEXT_LENGTH = "context_length"  # 400 the provider's context-length error
+    CONTENT_POLICY = "content_policy"  # 400 the provider's content-policy error
+    AUTH = "auth"  # 401
+    # shape faults
+    SLOW_FIRST_TOKEN = "slow_first_token"  # noqa: S105 - `delay` seconds before the first content
+    STREAM_CUT = "stream_cut"  # connection dropped after `after_chunks` SSE events
+    STREAM_STALL = "stream_stall"  # silence after `after_chunks` events, connection kept
+    MISSING_TERMINATOR = "missing_terminator"  # no [DONE] / message_stop
+    NO_USAGE = "no_usage"  # usage omitted
+
+    @property
+    def gate(self) -> bool:
+        return self in _GATES
+
+
+_GATES = frozenset(
+    {
+        FaultKind.RATE_LIMIT,
+        FaultKind.SERVER_ERROR,
+        FaultKind.UNAVAILABLE,
+        FaultKind.OVERLOADED,
+        FaultKind.HANG,
+        FaultKind.CONTEXT_LENGTH,
+        FaultKind.CONTENT_POLICY,
+        FaultKind.AUTH,
+    }
+)
+
+
+class Fault(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: FaultKind
+    times: int | None = Field(default=None, ge=1)
+    endpoint: Endpoint | None = None
+    retry_after: float | None = Field(default=None, ge=0)
+    delay: float = Field(default=1.0, ge=0)
+    after_chunks: int = Field(default=2, ge=0)
+    # stream_cut only: end the body cleanly instead of dropping the connection, as a proxy
+    # that gives up on a long stream does; the client sees a stream without its ending.
+    graceful: bool = False
+
+
+class FaultSpec(Fault):
+    """The admin endpoint's body: a fault and the model it applies to."""
+
+    model: str = ANY_MODEL
+
+
+class FaultBook:
+    def __init__(self) -> None:
+        self._faults: dict[str, list[Fault]] = {}
+
+    def add(self, model: str, fault: Fault) -> None:
+        self._faults.setdefault(model, []).append(fault.model_copy())
+
+    def clear(self, model: str | None = None) -> None:
+        if model is None:
+            self._faults.clear()
+        else:
+            self._faults.pop(model, None)
+
+    def listing(self) -> list[FaultSpec]:
+        return [
+            FaultSpec(model=model, **fault.model_dump())
+            for model, faults in self._faults.items()
+            for fault in faults
+        ]
+
+    def take(self, model: str, endpoint: Endpoint) -> tuple[Fault | None, list[Fault]]:
+        """The faults this request meets: the first gate fault, else every shape fault.
+        Counted faults are consumed only when they apply."""
+        candidates = [
+            (key, f)
+            for key in (model, ANY_MODEL)
+            for f in self._faults.get(key, [])
+            if f.endpoint is None or f.endpoint == endpoint
+        ]
+        gate = next(((k, f) for k, f in candidates if f.kind.gate), None)
+        applied = [gate] if gate else [(k, f) for k, f in candidates if not f.kind.gate]
+        for key, fault in applied:
+            self._consume(key, fault)
+        return (gate[1] if gate else None), ([] if gate else [f for _, f in applied])
+
+    def _consume(self, key: str, fault: Fault) -> None:
+        if fault.times is None:
+            return
+        fault.times -= 1
+        if fault.times == 0:
+            self._faults[key] = [f for f in self._faults[key] if f is not fault]

@@ -1,0 +1,128 @@
+"""Error responses in each provider's real JSON shape, and the injected gate faults."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Literal
+
+from starlette.responses import JSONResponse, Response
+
+from providers.upstream.faults import Fault, FaultKind
+from providers.upstream.streaming import HangResponse
+
+Api = Literal["openai", "anthropic"]
+
+# (status, openai type, openai code, openai message, anthropic type, anthropic message)
+_FAULTS: dict[FaultKind, tuple[int, str, str | None, str, str, str]] = {
+    FaultKind.RATE_LIMIT: (
+        429,
+        "requests",
+        "rate_limit_exceeded",
+        "Rate limit reached for requests per min (RPM). Please try again later.",
+        "rate_limit_error",
+        "Number of requests has exceeded your per-minute rate limit.",
+    ),
+    FaultKind.SERVER_ERROR: (
+        500,
+        "server_error",
+        None,
+        "The server had an error while processing your request. Sorry about that!",
+        "api_error",
+        "Internal server error",
+    ),
+    FaultKind.UNAVAILABLE: (
+        503,
+        "server_error",
+        None,
+        "Service Unavailable.",
+        "api_error",
+        "Service unavailable",
+    ),
+    FaultKind.OVERLOADED: (
+        503,
+        "server_error",
+        None,
+        "The engine is currently overloaded, please try again later.",
+        "overloaded_error",
+        "Overloaded",
+    ),
+    FaultKind.CONTENT_POLICY: (
+        400,
+        "invalid_request_error",
+        "content_policy_violation",
+        "Your request was rejected as a result of our safety system. Your prompt may contain "
+        "text that is not allowed by our safety system.",
+        "invalid_request_error",
+        "Output blocked by content filtering policy",
+    ),
+    FaultKind.AUTH: (
+        401,
+        "invalid_request_error",
+        "invalid_api_key",
+        "Incorrect API key provided.",
+        "authentication_error",
+        "invalid x-api-key",
+    ),
+}
+
+
+def openai_error(
+    status: int,
+    message: str,
+    *,
+    type_: str = "invalid_request_error",
+    code: str | None = None,
+    param: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    return JSONResponse(body, status, headers=headers)
+
+
+def anthropic_error(
+    status: int,
+    message: str,
+    *,
+    type_: str = "invalid_request_error",
+    request_id: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    body = {"type": "error", "error": {"type": type_, "message": message}, "request_id": request_id}
+    return JSONResponse(body, status, headers=headers)
+
+
+def context_length_error(
+    api: Api, *, used: int, window: int, headers: dict[str, str], request_id: str
+) -> JSONResponse:
+    if api == "anthropic":
+        message = f"prompt is too long: {used} tokens > {window} maximum"
+        return anthropic_error(400, message, request_id=request_id, headers=headers)
+    message = (
+        f"This model's maximum context length is {window} tokens. However, your messages "
+        f"resulted in {used} tokens. Please reduce the length of the messages."
+    )
+    return openai_error(
+        400, message, code="context_length_exceeded", param="messages", headers=headers
+    )
+
+
+def fault_response(
+    fault: Fault, api: Api, *, headers: dict[str, str], request_id: str, shutdown: asyncio.Event
+) -> Response:
+    if fault.kind is FaultKind.HANG:
+        return HangResponse(shutdown)
+    if fault.kind is FaultKind.CONTEXT_LENGTH:
+        return context_length_error(
+            api, used=200_001, window=200_000, headers=headers, request_id=request_id
+        )
+    status, o_type, o_code, o_message, a_type, a_message = _FAULTS[fault.kind]
+    headers = dict(headers)
+    if fault.kind is FaultKind.RATE_LIMIT and fault.retry_after is not None:
+        headers["retry-after"] = f"{fault.retry_after:g}"
+    if api == "anthropic":
+        if fault.kind is FaultKind.OVERLOADED:
+            status = 529
+        return anthropic_error(
+            status, a_message, type_=a_type, request_id=request_id, headers=headers
+        )
+    return openai_error(status, o_message, type_=o_type, code=o_code, headers=headers)

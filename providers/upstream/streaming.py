@@ -1,0 +1,119 @@
+"""ASGI responses that misbehave on purpose: late, cut, stalled, or never sent.
+
+They watch for the client going away, so a test client that gives up frees the server task
+at once, and for simulator shutdown, so nothing outlives the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Mapping, Sequence
+
+from starlette.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
+
+
+async def _client_gone(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _first(*waits: Awaitable[object]) -> int:
+    """Runs the awaitables until one finishes; returns its position, cancels the rest."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+    finished = next(t for t in tasks if t in done)
+    if not finished.cancelled() and finished.exception() is not None:
+        raise finished.exception()  # type: ignore[misc]
+    return tasks.index(finished)
+
+
+class HangResponse(Response):
+    """Accepts the request and never answers, until the client gives up (or shutdown, which
+    answers 503 so the server can stop)."""
+
+    def __init__(self, shutdown: asyncio.Event) -> None:
+        # Status 0 in the ledger: no response was ever sent.
+        super().__init__(status_code=0)
+        self._shutdown = shutdown
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if await _first(_client_gone(receive), self._shutdown.wait()) == 1:
+            await JSONResponse({"error": "simulator shutting down"}, 503)(scope, receive, send)
+
+
+class DelayedResponse(Response):
+    """`inner`, sent after `delay` seconds (a slow non-streamed answer)."""
+
+    def __init__(self, inner: Response, delay: float, shutdown: asyncio.Event) -> None:
+        super().__init__()
+        self._inner, self._delay, self._shutdown = inner, delay, shutdown
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        waited = await _first(
+            asyncio.sleep(self._delay), _client_gone(receive), self._shutdown.wait()
+        )
+        if waited == 0:
+            await self._inner(scope, receive, send)
+
+
+class SimStream(Response):
+    """Server-sent events with optional faults.
+
+    `frames` are complete SSE events, the terminator included when one should be sent.
+    `content_start` is the frame before which a slow first token waits. `cut_after` closes the
+    connection abruptly (no final chunk) after that many frames; `stall_after` goes silent
+    after that many frames but keeps the connection open.
+    """
+
+    media_type = "text/event-stream"
+
+    def __init__(
+        self,
+        frames: Sequence[bytes],
+        *,
+        headers: Mapping[str, str],
+        shutdown: asyncio.Event,
+        content_start: int = 0,
+        first_delay: float = 0.0,
+        chunk_delay: float = 0.0,
+        cut_after: int | None = None,
+        cut_gracefully: bool = False,
+        stall_after: int | None = None,
+    ) -> None:
+        super().__init__(headers={**headers, "cache-control": "no-cache"})
+        self._frames = list(frames)
+        self._shutdown = shutdown
+        self._content_start = content_start
+        self._first_delay = first_delay
+        self._chunk_delay = chunk_delay
+        self._cut_after = cut_after
+        self._cut_gracefully = cut_gracefully
+        self._stall_after = stall_after
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await _first(self._produce(send), _client_gone(receive), self._shutdown.wait())
+
+    async def _produce(self, send: Send) -> None:
+        for i, frame in enumerate(self._frames):
+            if self._cut_after is not None and i >= self._cut_after:
+                if self._cut_gracefully:
+                    break
+                # Returning without the final body message makes the server drop the
+                # connection mid-body: the client sees an incomplete chunked read. (uvicorn
+                # logs "ASGI callable returned without completing response" for it.)
+                return
+            if self._stall_after is not None and i >= self._stall_after:
+                await asyncio.Event().wait()
+            if i == self._content_start and self._first_delay:
+                await asyncio.sleep(self._first_delay)
+            elif i > self._content_start and self._chunk_delay:
+                await asyncio.sleep(self._chunk_delay)
+            await send({"type": "http.response.body", "body": frame, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -1,0 +1,82 @@
+"""What a scripted model sees (ChatTurn) and what it answers (Reply), independent of the wire
+protocol the request came in on. Responders are written against these types only."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ToolSpec(BaseModel):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+
+
+class ToolCallReply(BaseModel):
+    """A tool call to answer with. `arguments` as a dict is serialised compactly; a string is
+    sent as is (a deliberately malformed call is a string that is not JSON)."""
+
+    name: str
+    arguments: dict[str, Any] | str = Field(default_factory=dict)
+    id: str | None = None
+
+
+class TurnMessage(BaseModel):
+    role: Literal["user", "assistant", "tool"]
+    text: str = ""
+    tool_calls: list[ToolCallReply] = Field(default_factory=list)
+    tool_call_id: str | None = None
+
+
+class ChatTurn(BaseModel):
+    """A chat request, parsed from either API. `raw` is the request body as received, for
+    responders that need a provider-specific field."""
+
+    model_config = ConfigDict(frozen=True)
+
+    api: Literal["openai", "anthropic"]
+    model: str
+    system: str = ""
+    messages: list[TurnMessage]
+    tools: list[ToolSpec] = Field(default_factory=list)
+    tool_choice: Literal["auto", "none", "required", "tool"] = "auto"
+    tool_name: str | None = None
+    parallel_tool_calls: bool = True
+    response_format: Literal["text", "json_object", "json_schema"] = "text"
+    json_schema: dict[str, Any] | None = None
+    max_tokens: int | None = None
+    stop: list[str] = Field(default_factory=list)
+    stream: bool = False
+    raw: dict[str, Any] = Field(default_factory=dict, repr=False)
+
+    @property
+    def last(self) -> TurnMessage:
+        return self.messages[-1]
+
+    @property
+    def last_user_text(self) -> str:
+        for message in reversed(self.messages):
+            if message.role == "user" and message.text:
+                return message.text
+        return ""
+
+    def tool(self, name: str) -> ToolSpec | None:
+        return next((t for t in self.tools if t.name == name), None)
+
+
+class Reply(BaseModel):
+    """A responder's answer.
+
+    The simulator then applies the request's constraints the way a provider would: at most one
+    tool call when parallel_tool_calls is false, none when tool_choice is none, the first stop
+    sequence cuts the text, max_tokens truncates it (finish reason `length`). `verbatim=True`
+    skips all of that, for responders that must misbehave on purpose.
+    """
+
+    text: str = ""
+    tool_calls: list[ToolCallReply] = Field(default_factory=list)
+    finish_reason: Literal["stop", "length", "tool_calls", "content_filter"] | None = None
+    cached_input_tokens: int | None = None
+    verbatim: bool = False
