@@ -147,6 +147,9 @@ class RoutePlanRow(SQLModel, table=True):
     candidates: list[str] = Field(sa_column=_json())
     constraints: dict[str, Any] = Field(sa_column=_json())
     resolved_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
+    # The decision record: which catalog snapshot and which policy decision produced the plan.
+    snapshot_version: int | None = Field(default=None, sa_type=sa.BigInteger)
+    policy_decision_id: uuid.UUID | None = None
 
 
 class InvocationReceiptRow(SQLModel, table=True):
@@ -179,6 +182,11 @@ class InvocationReceiptRow(SQLModel, table=True):
     output_artifact_ref: str | None = Field(default=None, max_length=300)
     started_at: datetime = Field(sa_column=_ts())
     ended_at: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
+    # Beyond the spec's 22: what reconciliation matches on and what the latency metric needs.
+    provider_request_id: str | None = Field(default=None, max_length=200)
+    cached_input_tokens: int | None = None
+    time_to_first_token_ms: int | None = None
+    statement_ref: str | None = Field(default=None, max_length=300)
 
 
 class OutboxEventRow(SQLModel, table=True):
@@ -252,3 +260,19 @@ class WebhookSubscriptionRow(SQLModel, table=True):
     delivered_position: int = Field(default=0, sa_type=sa.BigInteger)
     active: bool = True
     created_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
+
+
+class TenantPolicyRow(SQLModel, table=True):
+    __tablename__ = "tenant_policies"
+
+    tenant_id: str = Field(primary_key=True, max_length=100)
+    revision: str = Field(max_length=100)
+    document: dict[str, Any] = Field(sa_column=_json())
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
+
+
+class CatalogStateRow(SQLModel, table=True):
+    __tablename__ = "catalog_state"
+
+    id: int = Field(primary_key=True)
+    version: int = Field(sa_type=sa.BigInteger)
