@@ -23,6 +23,7 @@ from domain.enums import DeploymentState
 from domain.events import capability_evidence_recorded, deployment_state_changed
 from domain.lifecycle import Transition, healthy_in, next_state
 from domain.profiles import ModelProfile
+from store import catalog_state
 from store.db import transaction
 from store.repositories import (
     CapabilityScoreRepository,
@@ -70,6 +71,7 @@ class LifecycleActivities:
                 version=1,
             )
             deployments.add(row)
+            await catalog_state.bump(session)
             OutboxRepository(session, data.tenant_id).append(
                 **deployment_state_changed(
                     tenant_id=data.tenant_id,
@@ -140,6 +142,7 @@ class LifecycleActivities:
             )
             if result.rowcount != 1:  # type: ignore[attr-defined]
                 raise ApplicationError("concurrent write", type=CONFLICT, non_retryable=True)
+            await catalog_state.bump(session)
             if (to_state, values["healthy"]) != (before_state, before_healthy):
                 outbox.append(
                     **deployment_state_changed(

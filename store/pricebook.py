@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col, select
 
 from domain.pricing import Pricebook, PriceEntry
+from store import catalog_state
 from store.tables import PricebookEntryRow
 
 
@@ -91,5 +92,6 @@ async def publish(session: AsyncSession, tenant_id: str, book: Pricebook) -> boo
             raise RevisionConflict(f"pricing revision {book.revision} exists with other prices")
         return False
     session.add_all(_rows(tenant_id, book))
+    await catalog_state.bump(session)
     await session.flush()
     return True

@@ -12,6 +12,7 @@ from domain.enums import ProfileStatus
 from domain.events import profile_activated, profile_retired
 from domain.profile_releases import AssetReleasePublished, AssetReleaseRetired, activation_refusals
 from domain.profiles import ModelProfile
+from store import catalog_state
 from store.repositories import ModelProfileRepository, OutboxRepository
 from store.tables import ModelProfileRow
 
@@ -70,6 +71,7 @@ async def activate(session: AsyncSession, tenant_id: str, event: AssetReleasePub
     session.add(
         ModelProfileRow(**profile.model_dump(exclude={"status"}), status=ProfileStatus.ACTIVE)
     )
+    await catalog_state.bump(session)
     OutboxRepository(session, tenant_id).append(
         **profile_activated(
             tenant_id=tenant_id,
@@ -92,6 +94,7 @@ async def retire(
     if row.status is ProfileStatus.RETIRED:
         return Outcome(ModelProfile.model_validate(row), changed=False)
     row.status = ProfileStatus.RETIRED
+    await catalog_state.bump(session)
     OutboxRepository(session, tenant_id).append(
         **profile_retired(tenant_id=tenant_id, profile_id=row.profile_id, version=row.version)
     )
