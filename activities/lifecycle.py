@@ -63,6 +63,7 @@ class LifecycleActivities:
                 privacy_class=reg.privacy_class,
                 endpoint_ref=reg.endpoint_ref,
                 compute_pool_id=reg.compute_pool_id,
+                context_window_tokens=reg.context_window_tokens,
                 license_metadata=(
                     reg.license_metadata.model_dump(by_alias=True) if reg.license_metadata else None
                 ),

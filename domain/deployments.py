@@ -48,6 +48,11 @@ class DeploymentRegistration(BaseModel):
     endpoint_ref: str = Field(alias="endpointRef", min_length=1, max_length=400)
     compute_pool_id: str | None = Field(default=None, alias="computePoolId", max_length=200)
     license_metadata: LicenseMetadata | None = Field(default=None, alias="licenseMetadata")
+    # Not a spec field: the model's context window, so the router can refuse requests it cannot
+    # hold. Unknown (absent) is never assumed to be large enough.
+    context_window_tokens: int | None = Field(
+        default=None, alias="contextWindowTokens", gt=0, le=100_000_000
+    )
 
     @field_validator("endpoint_ref")
     @classmethod
@@ -78,3 +83,4 @@ class DeploymentRecord(BaseModel):
     state: DeploymentState
     healthy: bool
     version: int
+    context_window_tokens: int | None = Field(default=None, alias="contextWindowTokens")

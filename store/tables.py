@@ -114,6 +114,7 @@ class ModelDeploymentRow(SQLModel, table=True):
     state: DeploymentState = Field(sa_column=_enum(DeploymentState, "deployment_state"))
     healthy: bool = True
     version: int = Field(default=1, sa_type=sa.BigInteger)
+    context_window_tokens: int | None = None
 
 
 class CapabilityScoreRow(SQLModel, table=True):

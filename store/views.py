@@ -23,4 +23,5 @@ def deployment_record(row: ModelDeploymentRow) -> DeploymentRecord:
         state=row.state,
         healthy=row.healthy,
         version=row.version,
+        context_window_tokens=row.context_window_tokens,
     )

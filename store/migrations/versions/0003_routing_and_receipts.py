@@ -35,6 +35,10 @@ def upgrade() -> None:
         sa.Column("version", sa.BigInteger(), nullable=False),
     )
     op.execute("INSERT INTO catalog_state (id, version) VALUES (1, 1)")
+    # Not a spec field: the model's context window (from provider documentation or the serving
+    # pool's configuration); the router refuses deployments whose window cannot hold a request.
+    with op.batch_alter_table("model_deployments") as batch:
+        batch.add_column(sa.Column("context_window_tokens", sa.Integer(), nullable=True))
     with op.batch_alter_table("route_plans") as batch:
         batch.add_column(sa.Column("snapshot_version", sa.BigInteger(), nullable=True))
         batch.add_column(sa.Column("policy_decision_id", sa.Uuid(), nullable=True))
@@ -54,5 +58,7 @@ def downgrade() -> None:
     with op.batch_alter_table("route_plans") as batch:
         batch.drop_column("policy_decision_id")
         batch.drop_column("snapshot_version")
+    with op.batch_alter_table("model_deployments") as batch:
+        batch.drop_column("context_window_tokens")
     op.drop_table("catalog_state")
     op.drop_table("tenant_policies")
