@@ -10,7 +10,7 @@ from temporalio.client import Client
 
 from api import problems
 from api.middleware import RequestIdMiddleware
-from api.routers import deployments, events, health, oauth, pricebook, profiles
+from api.routers import deployments, events, health, oauth, pricebook, profiles, routing
 from api.runtime import Runtime
 from core.settings import Settings, get_settings
 
@@ -38,6 +38,6 @@ def create_app(settings: Settings | None = None, temporal_client: Client | None 
     )
     app.add_middleware(RequestIdMiddleware)
     problems.install(app)
-    for module in (health, oauth, profiles, deployments, pricebook, events):
+    for module in (health, oauth, profiles, deployments, pricebook, routing, events):
         app.include_router(module.router)
     return app

@@ -8,6 +8,7 @@ import logging
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
+from api.routing import SnapshotCache
 from core.security import TokenVerifier
 from core.settings import Settings
 from core.temporal import connect
@@ -26,6 +27,7 @@ class Runtime:
         )
         self.sessions: async_sessionmaker[AsyncSession] = session_factory(self.engine)
         self.verifier = TokenVerifier(settings)
+        self.snapshots = SnapshotCache(self.sessions)
         self._client = temporal_client
         self._lock = asyncio.Lock()
 

@@ -277,3 +277,4 @@ class CatalogStateRow(SQLModel, table=True):
 
     id: int = Field(primary_key=True)
     version: int = Field(sa_type=sa.BigInteger)
+    weights: dict[str, Any] | None = Field(default=None, sa_column=_json(nullable=True))

@@ -24,6 +24,7 @@ def deployment_body(deployment_id: str, **over: Any) -> dict[str, Any]:
         "privacyClass": "Regional",
         "endpointRef": "env:OPENAI_API_KEY",
         "licenseMetadata": {"commercialUse": True, "customerDeployment": True},
+        "contextWindowTokens": 200_000,
     }
     body.update(over)
     return body

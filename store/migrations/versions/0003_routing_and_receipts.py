@@ -33,6 +33,8 @@ def upgrade() -> None:
         "catalog_state",
         sa.Column("id", sa.Integer(), primary_key=True),
         sa.Column("version", sa.BigInteger(), nullable=False),
+        # ModelAccess:Routing:Weights, reloadable: part of the catalog's version like the rest.
+        sa.Column("weights", sa.JSON(), nullable=True),
     )
     op.execute("INSERT INTO catalog_state (id, version) VALUES (1, 1)")
     # Not a spec field: the model's context window (from provider documentation or the serving

@@ -1,0 +1,160 @@
+"""Routing: tenant policy, scoring weights, the route-plan preview and ResolveRoutePlan."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.deps import RuntimeDep, SessionDep, require
+from api.problems import Problem
+from api.routing import current_profile, decide
+from core.security import Principal
+from domain.access import Action
+from domain.enums import Scope
+from domain.planner import PlanRequest
+from domain.policy import DataClassification, TenantPolicy
+from domain.route_plan import RoutePlanResult
+from domain.scoring import Weights
+from store import catalog_state, route_plans
+from store.catalog_loader import load_policy, load_weights
+from store.db import transaction
+from store.tables import CatalogStateRow, TenantPolicyRow
+
+router = APIRouter(tags=["routing"])
+
+Reader = Annotated[Principal, Depends(require(Scope.MODELS_READ, Action.READ_CATALOG))]
+Admin = Annotated[Principal, Depends(require(Scope.MODELS_ADMIN, Action.MANAGE_DEPLOYMENTS))]
+Invoker = Annotated[Principal, Depends(require(Scope.MODELS_INVOKE, Action.INVOKE))]
+
+
+class Needs(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    data_classification: DataClassification = Field(
+        default=DataClassification.INTERNAL, alias="dataClassification"
+    )
+    needs_tools: bool = Field(default=False, alias="needsTools")
+    needs_structured_output: bool = Field(default=False, alias="needsStructuredOutput")
+    context_tokens: int | None = Field(default=None, alias="contextTokens", gt=0, le=100_000_000)
+    budget_applies: bool = Field(default=False, alias="budgetApplies")
+
+    def plan_request(self, tenant_id: str) -> PlanRequest:
+        return PlanRequest(tenant_id=tenant_id, **self.model_dump(include=set(Needs.model_fields)))
+
+
+class ResolveBody(Needs):
+    run_id: uuid.UUID = Field(alias="runId")
+    profile_id: str = Field(alias="profileId", min_length=1, max_length=200)
+
+
+class RoutePlanView(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    route_plan_id: uuid.UUID = Field(alias="routePlanId")
+    run_id: uuid.UUID = Field(alias="runId")
+    profile_id: str = Field(alias="profileId")
+    profile_version: str = Field(alias="profileVersion")
+    policy_revision: str = Field(alias="policyRevision")
+    policy_decision_id: uuid.UUID | None = Field(alias="policyDecisionId")
+    snapshot_version: int | None = Field(alias="snapshotVersion")
+    candidates: list[str]
+    constraints: dict[str, Any]
+    resolved_at: datetime = Field(alias="resolvedAt")
+
+
+class PolicyBody(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    revision: str = Field(min_length=1, max_length=100)
+    policy: dict[str, Any] = Field(description="TenantPolicy fields except tenantId and revision")
+
+
+@router.post(
+    "/factory/model-profiles/{profileId}/route-plan/preview",
+    response_model=RoutePlanResult,
+    operation_id="PreviewRoutePlan",
+)
+async def preview(
+    profileId: str,
+    principal: Reader,
+    runtime: RuntimeDep,
+    body: Needs | None = None,
+) -> RoutePlanResult:
+    profile = await current_profile(runtime.sessions, principal.tenant_id, profileId)
+    needs = body or Needs()
+    return await decide(runtime.snapshots, profile, needs.plan_request(principal.tenant_id))
+
+
+@router.post(
+    "/gateway/route-plans",
+    response_model=RoutePlanView,
+    operation_id="ResolveRoutePlan",
+    responses={200: {"description": "The run's existing plan"}, 201: {"description": "Resolved"}},
+)
+async def resolve(
+    body: ResolveBody, principal: Invoker, runtime: RuntimeDep, response: Response
+) -> RoutePlanView:
+    tenant = principal.tenant_id
+
+    async def decide_now() -> RoutePlanResult:
+        profile = await current_profile(runtime.sessions, tenant, body.profile_id)
+        return await decide(runtime.snapshots, profile, body.plan_request(tenant))
+
+    row, created = await route_plans.resolve_once(
+        runtime.sessions, tenant, body.run_id, body.profile_id, decide_now
+    )
+    response.status_code = 201 if created else 200
+    return RoutePlanView.model_validate(row, from_attributes=True)
+
+
+@router.get("/factory/tenant-policy", response_model=TenantPolicy, operation_id="GetTenantPolicy")
+async def get_policy(principal: Reader, session: SessionDep) -> TenantPolicy:
+    return await load_policy(session, principal.tenant_id)
+
+
+@router.put("/factory/tenant-policy", response_model=TenantPolicy, operation_id="PutTenantPolicy")
+async def put_policy(body: PolicyBody, principal: Admin, runtime: RuntimeDep) -> TenantPolicy:
+    try:
+        policy = TenantPolicy.model_validate(
+            {**body.policy, "tenantId": principal.tenant_id, "revision": body.revision}
+        )
+    except ValueError as exc:
+        raise Problem(422, f"Invalid policy: {exc}", field="body.policy") from None
+    document = policy.model_dump(mode="json", by_alias=True, exclude={"tenant_id", "revision"})
+    async with transaction(runtime.sessions) as session:
+        row = await session.get(TenantPolicyRow, principal.tenant_id)
+        if row is None:
+            session.add(
+                TenantPolicyRow(
+                    tenant_id=principal.tenant_id, revision=body.revision, document=document
+                )
+            )
+        else:
+            if row.revision == body.revision and row.document != document:
+                raise Problem(
+                    409, "This policy revision exists with other rules.", field="body.revision"
+                )
+            row.revision, row.document, row.updated_at = body.revision, document, datetime.now(UTC)
+        await catalog_state.bump(session)
+    return policy
+
+
+@router.get("/factory/routing/weights", response_model=Weights, operation_id="GetRoutingWeights")
+async def get_weights(principal: Reader, session: SessionDep) -> Weights:
+    return (await load_weights(session))[1]
+
+
+@router.put("/factory/routing/weights", response_model=Weights, operation_id="PutRoutingWeights")
+async def put_weights(body: Weights, principal: Admin, runtime: RuntimeDep) -> Weights:
+    if "PlatformAdmin" not in principal.roles:
+        raise Problem(403, "Routing weights are platform-wide: PlatformAdmin only.")
+    async with transaction(runtime.sessions) as session:
+        row = await session.get(CatalogStateRow, 1)
+        assert row is not None
+        row.weights = body.model_dump()
+        await catalog_state.bump(session)
+    return body

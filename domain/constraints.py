@@ -1,0 +1,97 @@
+"""A plan's constraints: the guarantees every candidate satisfies (privacy, region, tools,
+structured output, context, capability thresholds), and an independent check of them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from domain.cohort import Cohort
+from domain.enums import Capability
+from domain.policy import CompiledPolicy, DataClassification
+from domain.route_plan import PlanConstraints
+from domain.snapshot import CatalogSnapshot
+
+STRUCTURED_OUTPUT = (Capability.STRICT_JSON.value, Capability.JSON_SCHEMA.value)
+# A request asking for something its profile does not guarantee needs at least a passing
+# evaluation of it; the profile's threshold applies when the profile lists the capability.
+IMPLIED_THRESHOLD = 0.0
+
+Thresholds = tuple[tuple[str, float], ...]
+
+
+def implied_capabilities(cohort: Cohort, needs_tools: bool, needs_structured: bool) -> Thresholds:
+    """What a request needs that its profile does not already require."""
+    key = ("implied", needs_tools, needs_structured)
+    found = cohort.memo.get(key)
+    if found is not None:
+        return found
+    required = dict(cohort.thresholds)
+    out = []
+    if needs_tools and Capability.TOOL_CALLING.value not in required:
+        out.append((Capability.TOOL_CALLING.value, IMPLIED_THRESHOLD))
+    if needs_structured and not any(c in required for c in STRUCTURED_OUTPUT):
+        out.append((Capability.JSON_SCHEMA.value, IMPLIED_THRESHOLD))
+    implied = cohort.memo[key] = tuple(out)
+    return implied
+
+
+def plan_constraints(
+    cohort: Cohort,
+    policy: CompiledPolicy | None,
+    dc: DataClassification,
+    implied: Thresholds,
+    context: int,
+) -> PlanConstraints:
+    """A fresh object per decision (callers may hold or change it); what goes into it is
+    remembered per cohort, policy, classification and request-implied capabilities."""
+    key = ("constraints", policy, dc, implied)
+    values: dict[str, Any] | None = cohort.memo.get(key)
+    if values is None:
+        values = cohort.memo[key] = _constraint_values(cohort, policy, dc, implied)
+    return PlanConstraints(**values, context_tokens=context)
+
+
+def _constraint_values(
+    cohort: Cohort, policy: CompiledPolicy | None, dc: DataClassification, implied: Thresholds
+) -> dict[str, Any]:
+    profile = cohort.profile
+    thresholds = dict(sorted((*cohort.thresholds, *implied)))
+    floor = profile.privacy_class
+    allowed = policy.privacy_classes_for(dc) if policy else frozenset()
+    ordered = sorted(
+        (c for c in allowed if c.at_least_as_strict_as(floor)), key=lambda c: c.strictness
+    )
+    regions: frozenset[str] | None = frozenset(profile.allowed_regions) or None
+    if policy is not None and policy.regions is not None:
+        regions = policy.regions if regions is None else regions & policy.regions
+    return {
+        "privacy_class": ordered[0] if ordered else floor,
+        "allowed_privacy_classes": tuple(ordered),
+        "data_classification": dc,
+        "regions": tuple(sorted(regions)) if regions is not None else None,
+        "tools": "strict" if Capability.TOOL_CALLING.value in thresholds else "none",
+        "structured_output": any(c in thresholds for c in STRUCTURED_OUTPUT),
+        "capabilities": thresholds,  # validation copies it, so the remembered one stays private
+    }
+
+
+def satisfies_constraints(
+    snapshot: CatalogSnapshot, tenant_id: str, deployment_id: str, constraints: PlanConstraints
+) -> bool:
+    """Checked independently of the planner: does this deployment meet the plan's guarantees?
+    Health is not a constraint: it changes during a run, and the invoke path skips unhealthy
+    candidates without changing the plan. Useful to vet a fallback against a plan."""
+    d = snapshot.deployment(tenant_id, deployment_id)
+    if d is None:
+        return False
+    if d.privacy_class not in constraints.allowed_privacy_classes:
+        return False
+    if constraints.regions is not None and d.region not in constraints.regions:
+        return False
+    if d.context_window_tokens is None or d.context_window_tokens < constraints.context_tokens:
+        return False
+    for cap, threshold in constraints.capabilities.items():
+        ev = snapshot.capability(tenant_id, deployment_id, cap)
+        if ev is None or not ev.passed or ev.measured < threshold:
+            return False
+    return True

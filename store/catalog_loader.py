@@ -1,0 +1,91 @@
+"""Reads what one tenant's routing decisions depend on into the planner's plain values."""
+
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col, select
+
+from domain.catalog import CapabilityScore, CatalogData, CatalogDeployment
+from domain.enums import ProfileStatus
+from domain.policy import TenantPolicy, baseline_policy
+from domain.pricing import Pricebook
+from domain.profiles import ModelProfile
+from domain.scoring import DEFAULT_WEIGHTS, Weights
+from store import pricebook
+from store.evidence import current_scores
+from store.tables import CatalogStateRow, ModelDeploymentRow, ModelProfileRow, TenantPolicyRow
+
+
+async def load_weights(session: AsyncSession) -> tuple[int, Weights]:
+    row = await session.get(CatalogStateRow, 1)
+    if row is None:
+        return 0, DEFAULT_WEIGHTS
+    return row.version, Weights.from_config(row.weights) if row.weights else DEFAULT_WEIGHTS
+
+
+async def load_policy(session: AsyncSession, tenant_id: str) -> TenantPolicy:
+    row = await session.get(TenantPolicyRow, tenant_id)
+    if row is None:
+        # A tenant that wrote no policy gets the conservative baseline (documented), not none.
+        return baseline_policy(tenant_id)
+    return TenantPolicy.model_validate(
+        {**row.document, "tenantId": tenant_id, "revision": row.revision}
+    )
+
+
+async def load_catalog(session: AsyncSession, tenant_id: str, version: int) -> CatalogData:
+    deployments = (
+        await session.scalars(
+            select(ModelDeploymentRow).where(col(ModelDeploymentRow.tenant_id) == tenant_id)
+        )
+    ).all()
+    profiles = (
+        await session.scalars(
+            select(ModelProfileRow).where(col(ModelProfileRow.tenant_id) == tenant_id)
+        )
+    ).all()
+    scores = await current_scores(session, tenant_id, deployments)
+    books: list[Pricebook] = []
+    for revision in await pricebook.revisions(session, tenant_id):
+        book = await pricebook.load(session, tenant_id, revision)
+        if book is not None:
+            books.append(book)
+    return CatalogData(
+        version=version,
+        deployments=tuple(
+            CatalogDeployment(
+                deployment_id=d.deployment_id,
+                tenant_id=d.tenant_id,
+                provider=d.provider,
+                model=d.model,
+                region=d.region,
+                privacy_class=d.privacy_class,
+                state=d.state,
+                healthy=d.healthy,
+                version=d.version,
+                compute_pool_id=d.compute_pool_id,
+                context_window_tokens=d.context_window_tokens,
+            )
+            for d in deployments
+        ),
+        capability_scores=tuple(
+            CapabilityScore(
+                tenant_id=tenant_id,
+                deployment_id=s.deployment_id,
+                capability=s.capability,
+                verdict=s.verdict,
+                score=float(s.score) if s.score is not None else None,
+                evaluated_at=s.evaluated_at,
+                suite_version=s.suite_version,
+            )
+            for rows in scores.values()
+            for s in rows
+        ),
+        pricebooks=tuple(books),
+        tenant_policies=(await load_policy(session, tenant_id),),
+        profiles=tuple(
+            ModelProfile.model_validate(p)
+            for p in profiles
+            if p.status in (ProfileStatus.ACTIVE, ProfileStatus.RETIRED)
+        ),
+    )
