@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import jwt
 import typer
 from rich.console import Console
 
@@ -23,7 +24,10 @@ class Api:
             auth=(client_id, client_secret),
         )
         _raise_for_problem(resp)
-        self._http.headers["Authorization"] = f"Bearer {resp.json()['access_token']}"
+        token = resp.json()["access_token"]
+        self._http.headers["Authorization"] = f"Bearer {token}"
+        # Only to tell the operator which tenant they act for; the server verifies the token.
+        self.tenant_id = str(jwt.decode(token, options={"verify_signature": False}).get("tid"))
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
         resp = self._http.request(method, path, **kwargs)

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from cli import catalog
+from cli import catalog, route
 from core.settings import get_settings
 from domain.enums import Role, Scope
 
@@ -20,6 +20,7 @@ app.add_typer(db_app, name="db")
 app.add_typer(clients_app, name="clients")
 app.add_typer(catalog.deployments, name="deployments")
 app.add_typer(catalog.profiles, name="profiles")
+app.add_typer(route.route, name="route")
 
 
 @app.command()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -17,6 +18,7 @@ from core.settings import get_settings
 from domain.enums import Role, Scope
 from store.clients import upsert_client
 from tests.helpers.catalog import deployment_body, profile_event, record_evidence
+from tests.helpers.catalog import register as register_via_api
 
 
 @pytest.fixture
@@ -116,3 +118,33 @@ async def test_cli_without_credentials_or_with_bad_input_exits_non_zero(
     wrong = {**cli_env, "MODEL_ROUTER_CLIENT_SECRET": "nope"}
     result = await run(wrong, "profiles", "list")
     assert result.exit_code == 1 and "401" in result.stderr
+
+
+async def test_route_preview_prints_kept_and_excluded_with_reasons(
+    cli_env: dict[str, str], tmp_path: Path, tenant: str, temporal_client: Client, http: Any
+) -> None:
+    auth = {"Authorization": f"Bearer {await _token(cli_env, http)}"}
+    for dep, privacy in (("cli/regional", "Regional"), ("cli/external", "External")):
+        await register_via_api(http, auth, dep, privacyClass=privacy)
+        await record_evidence(temporal_client, tenant, dep, {"tool-calling": 0.95})
+        assert (
+            await http.post(f"/factory/model-deployments/{dep}/approve", headers=auth)
+        ).status_code == 200
+    event = profile_event("cli-route", ["cli/regional", "cli/external"], privacyClass="External")
+    assert (await http.post("/factory/asset-events", json=event, headers=auth)).status_code == 200
+
+    result = await run(cli_env, "route", "preview", "cli-route", "--data-class", "Confidential")
+    assert result.exit_code == 0, result.output
+    assert "kept" in result.stdout and "excluded" in result.stdout
+    assert "privacy class External not allowed by tenant policy" in result.stdout
+    other = await run(cli_env, "route", "preview", "cli-route", "--tenant", "someone-else")
+    assert other.exit_code == 2 and "someone-else" in other.stderr
+
+
+async def _token(env: dict[str, str], http: Any) -> str:
+    resp = await http.post(
+        "/oauth/token",
+        data={"grant_type": "client_credentials"},
+        auth=(env["MODEL_ROUTER_CLIENT_ID"], env["MODEL_ROUTER_CLIENT_SECRET"]),
+    )
+    return str(resp.json()["access_token"])

@@ -1,0 +1,70 @@
+"""`model-router route preview PROFILE`: the router's decision, explained."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from cli.http import connect, err
+from domain.policy import DataClassification
+
+out = Console()
+route = typer.Typer(help="Route plans.", no_args_is_help=True)
+
+
+@route.command("preview")
+def preview(
+    profile_id: str,
+    data_class: Annotated[
+        DataClassification, typer.Option("--data-class", help="Classification of the data")
+    ] = DataClassification.INTERNAL,
+    tools: Annotated[bool, typer.Option(help="The request uses tools")] = False,
+    structured_output: Annotated[bool, typer.Option(help="The request needs JSON output")] = False,
+    context_tokens: Annotated[int | None, typer.Option(help="Context the request needs")] = None,
+    budget: Annotated[bool, typer.Option(help="A budget applies")] = False,
+    tenant: Annotated[
+        str | None, typer.Option(help="Must be the client's own tenant (previews never cross)")
+    ] = None,
+) -> None:
+    """Kept and excluded candidates with their reasons, without persisting anything."""
+    api = connect()
+    if tenant is not None and tenant != api.tenant_id:
+        err.print(f"[red]This client acts for tenant {api.tenant_id}, not {tenant}.[/red]")
+        raise typer.Exit(2)
+    body = {
+        "dataClassification": data_class.value,
+        "needsTools": tools,
+        "needsStructuredOutput": structured_output,
+        "contextTokens": context_tokens,
+        "budgetApplies": budget,
+    }
+    plan = api.call("POST", f"/factory/model-profiles/{profile_id}/route-plan/preview", json=body)
+    out.print(
+        f"[bold]{plan['profileId']}[/bold] v{plan['profileVersion']}"
+        f"  policy {plan['policyRevision']}  snapshot {plan['snapshotVersion']}"
+        f"  decision {plan['policyDecisionId']}"
+    )
+    kept = Table(title="kept (in route order)")
+    for column in ("RANK", "DEPLOYMENT", "SCORE", "CAPABILITY", "COST", "LATENCY", "HISTORY"):
+        kept.add_column(column)
+    for c in plan["candidates"]:
+        t = c["terms"]
+        kept.add_row(
+            str(c["rank"]),
+            c["deploymentId"],
+            f"{c['score']:.3f}",
+            f"{t['capability']:.2f}",
+            f"{t['cost']:.2f}",
+            f"{t['latency']:.2f}",
+            f"{t['history']:.2f}",
+        )
+    out.print(kept)
+    excluded = Table(title="excluded")
+    for column in ("DEPLOYMENT", "CODE", "REASON"):
+        excluded.add_column(column)
+    for e in plan["excluded"]:
+        excluded.add_row(e["deploymentId"], e["code"], e["reason"])
+    out.print(excluded)
