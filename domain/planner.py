@@ -7,9 +7,10 @@ so a deployment under a threshold is never a candidate, however cheap. Candidate
 score (domain.scoring), ties broken by the profile's preference order; deploymentId would break
 the next tie, but a deployment holds exactly one preference position, so none remains.
 
-Work that does not depend on the request is done when the snapshot is compiled (domain.cohort)
-or once per tenant policy and data classification (domain.admission); a decision runs only the
-request's own filters, the arithmetic and one sort.
+Work that does not depend on the request is done when the snapshot is compiled (domain.cohort),
+once per tenant policy and data classification (domain.admission), and once per price epoch and
+weights (the admitted deployments' score columns and best price and latency). A decision runs
+the request's own filters, scores the survivors, sorts once, and builds its record.
 """
 
 from __future__ import annotations
@@ -17,12 +18,19 @@ from __future__ import annotations
 import hashlib
 import uuid
 from bisect import bisect_right
+from collections.abc import Sequence
 from datetime import UTC, date, datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from domain.admission import admit
-from domain.cohort import Cohort, RawExclusion, capability_exclusion, context_exclusion
+from domain.cohort import (
+    MEMO_LIMIT,
+    Cohort,
+    RawExclusion,
+    capability_exclusion,
+    context_exclusion,
+)
 from domain.constraints import implied_capabilities, plan_constraints
 from domain.exclusions import ExclusionCode
 from domain.policy import DataClassification
@@ -77,7 +85,7 @@ def plan_route(
     context = max(request.context_tokens or 0, profile_context)
 
     admitted, refused = admit(cohort, policy, dc)
-    survivors: list[int] = list(admitted)
+    survivors: Sequence[int] = admitted
     excluded: list[RawExclusion] = list(refused)
     if implied:
         survivors = _capable(cohort, survivors, implied, excluded)
@@ -93,13 +101,24 @@ def plan_route(
     # term = 1 / (1 + (log - best)) rewritten as 1 / (log + (1 - best)) so the loop does one
     # addition and one division per term. A missing value is UNKNOWN (inf): its term here is 0
     # and its NEUTRAL term is already in base.
-    base = cohort.base_scores(weights, epoch)
-    lat = cohort.latency_log
-    cost_best = min(map(costs.__getitem__, survivors), default=UNKNOWN)
-    lat_best = min(map(lat.__getitem__, survivors), default=UNKNOWN)
+    if survivors is admitted:
+        # The usual case: the request filtered nothing more, so the survivors' columns and
+        # bests are those of the admitted set, gathered once per epoch and weights.
+        base, cost_col, lat_col, cost_best, lat_best = _admitted_columns(
+            cohort, (policy, dc), admitted, epoch, weights
+        )
+    else:
+        full_base, lat = cohort.base_scores(weights, epoch), cohort.latency_log
+        base = [full_base[i] for i in survivors]
+        cost_col = [costs[i] for i in survivors]
+        lat_col = [lat[i] for i in survivors]
+        cost_best, lat_best = min(cost_col, default=UNKNOWN), min(lat_col, default=UNKNOWN)
     cost_shift, lat_shift = _shift(cost_best), _shift(lat_best)
     wk, wl = weights.cost, weights.latency
-    scores = [base[i] + wk / (costs[i] + cost_shift) + wl / (lat[i] + lat_shift) for i in survivors]
+    scores = [
+        b + wk / (c + cost_shift) + wl / (x + lat_shift)
+        for b, c, x in zip(base, cost_col, lat_col, strict=True)
+    ]
     # Survivors are in preference order and the sort is stable (with reverse=True too), so
     # equal scores keep the profile's preference order.
     order = sorted(range(len(scores)), key=scores.__getitem__, reverse=True)
@@ -123,6 +142,36 @@ def plan_route(
     )
 
 
+def _admitted_columns(
+    cohort: Cohort,
+    admission: tuple[object, ...],
+    admitted: Sequence[int],
+    epoch: int,
+    weights: Weights,
+) -> tuple[list[float], list[float], list[float], float, float]:
+    key = ("columns", *admission, epoch, weights)
+    found = cohort.memo.get(key)
+    if found is not None:
+        return found
+    full_base, costs, lat = (
+        cohort.base_scores(weights, epoch),
+        cohort.costs_at(epoch),
+        cohort.latency_log,
+    )
+    cost_col = [costs[i] for i in admitted]
+    lat_col = [lat[i] for i in admitted]
+    columns = (
+        [full_base[i] for i in admitted],
+        cost_col,
+        lat_col,
+        min(cost_col, default=UNKNOWN),
+        min(lat_col, default=UNKNOWN),
+    )
+    if len(cohort.memo) < MEMO_LIMIT:  # callers choose weights; keep a bound on what we hold
+        cohort.memo[key] = columns
+    return columns
+
+
 def _shift(best: float) -> float:
     # With every value unknown, best is inf; an infinite shift keeps inf + shift away from
     # inf - inf (nan) and the term at 0.
@@ -131,10 +180,10 @@ def _shift(best: float) -> float:
 
 def _capable(
     cohort: Cohort,
-    survivors: list[int],
+    survivors: Sequence[int],
     implied: tuple[tuple[str, float], ...],
     excluded: list[RawExclusion],
-) -> list[int]:
+) -> Sequence[int]:
     entries = cohort.entries
     for cap, threshold in implied:
         kept = []
@@ -146,13 +195,14 @@ def _capable(
                 kept.append(i)
             else:
                 excluded.append((i, found[0], found[1]))
-        survivors = kept
+        if len(kept) < len(survivors):  # keep the same object when nothing was refused
+            survivors = kept
     return survivors
 
 
 def _fits(
-    cohort: Cohort, survivors: list[int], context: int, excluded: list[RawExclusion]
-) -> list[int]:
+    cohort: Cohort, survivors: Sequence[int], context: int, excluded: list[RawExclusion]
+) -> Sequence[int]:
     kept = []
     for i in survivors:
         e = cohort.entries[i]
@@ -162,16 +212,16 @@ def _fits(
             kept.append(i)
         else:
             excluded.append((i, found[0], found[1]))
-    return kept
+    return survivors if len(kept) == len(survivors) else kept
 
 
 def _priced(
     cohort: Cohort,
-    survivors: list[int],
+    survivors: Sequence[int],
     costs: list[float],
     day: date,
     excluded: list[RawExclusion],
-) -> list[int]:
+) -> Sequence[int]:
     if UNKNOWN not in map(costs.__getitem__, survivors):
         return survivors
     kept = []
@@ -202,24 +252,29 @@ def _decision_id(
     """uuid5 over a canonical encoding of every input, so an identical decision gets the same
     id on any machine and any changed input a different one. The repr of a tuple of str, int,
     bool, None and float is canonical (floats print as the shortest round-tripping string)."""
-    key = ("decision-id", snapshot.version)
+    # Everything but the clock is remembered per cohort, request, policy revision and weights.
+    key = ("decision-id", snapshot.version, request, policy_revision, weights)
     prefix: bytes | None = cohort.memo.get(key)
     if prefix is None:
-        head = repr(("route-plan/1", snapshot.version, cohort.fingerprint))
-        prefix = cohort.memo[key] = _DECISION_NAMESPACE.bytes + head.encode()
-    tail = repr(
-        (
-            policy_revision,
-            request.tenant_id,
-            request.data_classification.value,
-            request.needs_tools,
-            request.needs_structured_output,
-            request.context_tokens,
-            request.budget_applies,
-            weights.as_tuple(),
-            now.isoformat(),
+        name = repr(
+            (
+                "route-plan/1",
+                snapshot.version,
+                cohort.fingerprint,
+                policy_revision,
+                request.tenant_id,
+                request.data_classification.value,
+                request.needs_tools,
+                request.needs_structured_output,
+                request.context_tokens,
+                request.budget_applies,
+                weights.as_tuple(),
+            )
         )
-    )
+        prefix = _DECISION_NAMESPACE.bytes + name.encode()
+        if len(cohort.memo) < MEMO_LIMIT:
+            cohort.memo[key] = prefix
+    tail = repr(now.isoformat())
     # Exactly uuid.uuid5(namespace, name), with the constant part of the name encoded once.
     digest = hashlib.sha1(prefix + tail.encode(), usedforsecurity=False).digest()
     return uuid.UUID(bytes=digest[:16], version=5)

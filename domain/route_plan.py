@@ -11,6 +11,7 @@ constraints and the decision id, so that cost is paid only by whoever asks for t
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -132,7 +133,7 @@ class RoutePlanDecision:
         cohort: Cohort,
         tenant_id: str,
         constraints: PlanConstraints,
-        survivors: list[int],
+        survivors: Sequence[int],
         order: list[int],
         scores: list[float],
         costs: list[float],

@@ -209,6 +209,13 @@ def test_every_candidate_satisfies_the_plan_constraints(s: Scenario) -> None:
         )
         assert verdict is PolicyVerdict.ALLOW
     assert list(d.scores) == sorted(d.scores, reverse=True)
+    # Whichever path computed them, scores are the weighted sums of the terms shown.
+    w = s.weights
+    for score, t in zip(d.scores, d.terms(), strict=True):
+        expected = (
+            w.capability * t.capability + w.cost * t.cost + w.latency * t.latency
+        ) + w.history * t.history
+        assert abs(score - expected) < 1e-9
 
 
 @SETTINGS
