@@ -51,16 +51,38 @@ def build_worker(
     )
 
 
+def build_invocation_worker(
+    client: Client, settings: Settings, sessions: async_sessionmaker[AsyncSession]
+) -> Worker:
+    """Polls the invocations queue beside the API processes, so an invocation whose API process
+    died is still carried to a closed receipt. It holds no requests: a provider call that lands
+    here reports NOT_HERE and is never made."""
+    from activities.invoke_hub import InvocationHub
+    from activities.invoke_setup import invoke_activities
+    from workflows.invoke import InvokeModelWorkflow
+
+    activities, _ = invoke_activities(settings, sessions, InvocationHub())
+    return Worker(
+        client,
+        task_queue=settings.temporal_invocation_task_queue,
+        workflows=[InvokeModelWorkflow],
+        activities=[activities.call_provider, activities.close_abandoned],
+        graceful_shutdown_timeout=timedelta(seconds=20),
+    )
+
+
 async def run(settings: Settings) -> None:
     engine = create_engine(settings.database_url, pool_size=settings.database_pool_size)
     client = await connect(settings)
-    worker = build_worker(client, settings, session_factory(engine))
+    sessions = session_factory(engine)
+    worker = build_worker(client, settings, sessions)
+    invocations = build_invocation_worker(client, settings, sessions)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     log.info("worker polling task queue %s", settings.temporal_task_queue)
-    async with worker:
+    async with worker, invocations:
         await stop.wait()
         log.info("worker draining")
     await engine.dispose()

@@ -10,7 +10,17 @@ from temporalio.client import Client
 
 from api import problems
 from api.middleware import RequestIdMiddleware
-from api.routers import deployments, events, health, oauth, pricebook, profiles, routing
+from api.routers import (
+    deployments,
+    events,
+    health,
+    oauth,
+    openai,
+    pricebook,
+    profiles,
+    receipts,
+    routing,
+)
 from api.runtime import Runtime
 from core.settings import Settings, get_settings
 
@@ -24,7 +34,7 @@ def create_app(settings: Settings | None = None, temporal_client: Client | None 
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         runtime = Runtime(settings, temporal_client)
         app.state.runtime = runtime
-        await runtime.temporal()  # connect early when possible; readiness reports otherwise
+        await runtime.startup()  # connect early when possible; readiness reports otherwise
         try:
             yield
         finally:
@@ -38,6 +48,16 @@ def create_app(settings: Settings | None = None, temporal_client: Client | None 
     )
     app.add_middleware(RequestIdMiddleware)
     problems.install(app)
-    for module in (health, oauth, profiles, deployments, pricebook, routing, events):
+    for module in (
+        health,
+        oauth,
+        profiles,
+        deployments,
+        pricebook,
+        routing,
+        events,
+        receipts,
+        openai,
+    ):
         app.include_router(module.router)
     return app

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
+from api.invoke_runtime import InvokeRuntime
 from api.routing import SnapshotCache
 from core.security import TokenVerifier
 from core.settings import Settings
@@ -28,8 +30,22 @@ class Runtime:
         self.sessions: async_sessionmaker[AsyncSession] = session_factory(self.engine)
         self.verifier = TokenVerifier(settings)
         self.snapshots = SnapshotCache(self.sessions)
-        self._client = temporal_client
+        self.invoke = InvokeRuntime(settings, self.sessions)
+        self._client: Client | None = None
+        self._given = temporal_client
         self._lock = asyncio.Lock()
+        self._connector: asyncio.Task[None] | None = None
+
+    async def startup(self) -> None:
+        if await self.temporal() is None:
+            # Keep trying in the background: invocations need the in-process workers.
+            self._connector = asyncio.create_task(self._connect_until_up())
+
+    async def _connect_until_up(self) -> None:
+        for attempt in itertools.count(1):
+            if await self.temporal() is not None:
+                return
+            await asyncio.sleep(min(2.0, 0.2 * attempt))  # a retry interval, not a wait-for
 
     async def temporal(self) -> Client | None:
         """The Temporal client, connecting on first use so the API starts even when Temporal is
@@ -39,11 +55,16 @@ class Runtime:
         async with self._lock:
             if self._client is None:
                 try:
-                    self._client = await connect(self.settings)
+                    client = self._given or await connect(self.settings)
                 except Exception as exc:  # any connect failure means "not reachable yet"
                     log.warning("temporal not reachable: %s", type(exc).__name__)
                     return None
+                self.invoke.start(client, self)
+                self._client = client
         return self._client
 
     async def close(self) -> None:
+        if self._connector is not None:
+            self._connector.cancel()
+        await self.invoke.stop()
         await self.engine.dispose()

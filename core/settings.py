@@ -78,8 +78,62 @@ class Settings(BaseSettings):
     client_id: str | None = Field(default=None, description="OAuth client the CLI acts as.")
     client_secret: SecretStr | None = Field(default=None, description="That client's secret.")
 
+    # Invocations (ModelAccess:Invocation)
+    temporal_invocation_task_queue: str = Field(
+        default="model-router-invocations",
+        description="Task queue of InvokeModel workflows; API processes and workers poll it.",
+    )
+    default_timeout_seconds: float = Field(
+        default=120.0, gt=0, description="DefaultTimeoutSeconds: an invocation's overall budget."
+    )
+    provider_connect_timeout_seconds: float = Field(default=5.0, gt=0)
+    provider_read_timeout_seconds: float = Field(
+        default=60.0, gt=0, description="Longest silence tolerated from a provider mid-call."
+    )
+    allow_upstream_endpoints: bool = Field(
+        default=False,
+        description="Accept endpointRef upstream:HOST:PORT (the local simulator): dev and tests.",
+    )
+
     # Artifacts (outputs by content hash; never in the database)
     artifact_root: Path = Path(".data/artifacts")
+
+    # Schedules: health probes and receipt reconciliation (created or updated at worker start)
+    schedules_enabled: bool = Field(
+        default=True, description="Create or update the schedules when a worker starts."
+    )
+    schedule_id_prefix: str = Field(default="model-router", min_length=1, max_length=100)
+    health_probe_cron: str = Field(default="*/2 * * * *", description="UTC cron of the probe.")
+    health_probe_timeout_seconds: float = Field(default=10.0, gt=0, le=120)
+    health_probe_concurrency: int = Field(default=8, ge=1, le=256)
+    health_probe_attempts: int = Field(
+        default=2, ge=1, le=5, description="Probe attempts (fixed interval) before Degraded."
+    )
+    health_probe_retry_interval_seconds: float = Field(default=5.0, gt=0)
+    health_probe_sample_retention_hours: int = Field(default=72, ge=1)
+    reconciler_cron: str = Field(default="30 * * * *", description="UTC cron of the reconciler.")
+    reconciler_lookback_hours: int = Field(default=72, ge=1, le=24 * 31)
+    reconciler_settle_delay_minutes: int = Field(
+        default=15, ge=0, description="A statement bucket is used this long after it ended."
+    )
+    reconciler_bucket_width: Literal["1m", "1h", "1d"] = "1h"
+    reconciler_settle_zero_usage: bool = Field(
+        default=False, description="Allow a statement to settle a receipt to zero tokens."
+    )
+    reconciler_retry_max_interval_seconds: float = Field(default=600.0, gt=0)
+    statements_openai_admin_ref: str | None = Field(
+        default=None, description="Secret reference of an OpenAI admin key (Usage API)."
+    )
+    statements_openai_key_refs: dict[str, str] = Field(
+        default={}, description="OpenAI api_key_id -> the endpointRef that uses that key."
+    )
+    statements_anthropic_admin_ref: str | None = Field(
+        default=None, description="Secret reference of an Anthropic admin key (usage report)."
+    )
+    statements_anthropic_key_refs: dict[str, str] = Field(
+        default={}, description="Anthropic api_key_id -> the endpointRef that uses that key."
+    )
+    usage_statement_max_bytes: int = Field(default=5_000_000, ge=1024)
 
     @model_validator(mode="after")
     def _auth_is_configured(self) -> Settings:

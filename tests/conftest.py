@@ -86,12 +86,16 @@ async def database_url() -> AsyncIterator[str]:
 
 
 @pytest.fixture(scope="session")
-def settings(database_url: str) -> Settings:
+def settings(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    session = uuid.uuid4().hex[:8]
     return Settings(
         environment="test",
         database_url=database_url,
         temporal_address=_required_env("MODEL_ROUTER_TEST_TEMPORAL_ADDRESS"),
-        temporal_task_queue=f"model-router-test-{uuid.uuid4().hex[:8]}",
+        temporal_task_queue=f"model-router-test-{session}",
+        temporal_invocation_task_queue=f"model-router-test-invocations-{session}",
+        allow_upstream_endpoints=True,
+        artifact_root=tmp_path_factory.mktemp("artifacts"),
         auth_jwt_secret=secrets.token_urlsafe(32),
         webhook_poll_interval_seconds=0.2,
         webhook_retry_max_interval_seconds=1.0,

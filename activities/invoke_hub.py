@@ -1,0 +1,57 @@
+"""The in-memory meeting point of an HTTP request and its provider call, inside one API
+process. The request (content) and the stream of events (content) pass only through here —
+never through Temporal or the database."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+END = object()  # the consumer's sentinel: nothing more will come
+
+
+@dataclass
+class PendingCall:
+    request: Any  # providers.types.ChatRequest, or the inputs of an embed / rerank
+    events: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    claimed: bool = False
+
+
+class InvocationHub:
+    def __init__(self) -> None:
+        self._calls: dict[str, PendingCall] = {}
+
+    def open(self, request: Any) -> tuple[str, PendingCall]:
+        token = secrets.token_urlsafe(16)
+        call = PendingCall(request=request)
+        self._calls[token] = call
+        return token, call
+
+    def claim(self, token: str) -> PendingCall | None:
+        """The call for this token, once: a second execution finds nothing to run."""
+        call = self._calls.get(token)
+        if call is None or call.claimed:
+            return None
+        call.claimed = True
+        return call
+
+    def close(self, token: str) -> None:
+        self._calls.pop(token, None)
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+
+@dataclass(frozen=True)
+class ReceiptReady:
+    """The last item a call puts on its queue: the receipt is durable by the time it arrives."""
+
+    summary: Any  # domain.invocation.InvocationSummary
+
+
+@dataclass(frozen=True)
+class Attach:
+    """This call's execution found the invocation claimed elsewhere: wait for that one."""

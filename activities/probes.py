@@ -1,0 +1,170 @@
+"""Health-probe activities: list what to probe, send one minimal request through the
+deployment's real adapter, record the sample, and hand the verdict to the lifecycle workflow.
+
+A probe is never an invocation: it writes no receipt, reserves no budget and emits no
+ModelInvoked. The request is a fixed word of ours, never a customer's content.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio import activity
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.probe_types import (
+    PROBE_FAILED,
+    ApplyVerdictInput,
+    ApplyVerdictResult,
+    ListTargetsInput,
+    ProbeRequest,
+    PruneInput,
+)
+from core import metrics
+from domain.deployments import DeploymentRecord
+from domain.enums import Modality
+from domain.health import ProbeOutcome, ProbeResult, ProbeTarget
+from providers.base import ProviderAdapter
+from providers.errors import ErrorKind, ProviderError
+from providers.registry import resolve_adapter
+from providers.secrets import SecretBroker, SecretResolutionError
+from providers.types import ChatRequest, Message, ProviderTimeouts
+from store import probes
+from store.db import transaction
+from workflows.deployment_lifecycle import ILLEGAL, workflow_id
+
+_PING = ChatRequest(messages=(Message(role="user", content="ping"),), max_tokens=1)
+CREDENTIALS = "credentials"
+
+
+async def _ping(adapter: ProviderAdapter, modality: Modality) -> None:
+    if modality is Modality.EMBEDDING:
+        await adapter.embed(["ping"])
+    elif modality is Modality.RERANK:
+        await adapter.rerank("ping", ["pong"], top_n=1)
+    else:
+        await adapter.complete(_PING)
+
+
+class ProbeActivities:
+    def __init__(
+        self, sessions: async_sessionmaker[AsyncSession], client: Client, broker: SecretBroker
+    ) -> None:
+        self._sessions = sessions
+        self._client = client
+        self._broker = broker
+
+    @activity.defn(name="probe_targets")
+    async def targets(self, data: ListTargetsInput) -> list[ProbeTarget]:
+        async with self._sessions() as session:
+            return await probes.probe_targets(session, data.tenant_ids)
+
+    @activity.defn(name="probe_deployment")
+    async def probe(self, data: ProbeRequest) -> ProbeResult:
+        """Returns a successful probe; raises ProbeFailed (details: the result) for a failed
+        one, so the workflow's fixed-interval retry policy decides whether to try again and
+        the attempt in the UI names the adapter's error class."""
+        target, attempt = data.target, activity.info().attempt
+        if attempt == 1:
+            # Another run already probed this window (a manual trigger, a re-run): reuse it.
+            async with self._sessions() as session:
+                seen = await probes.find_sample(
+                    session, target.tenant_id, target.deployment_id, data.window_start
+                )
+            if seen is not None:
+                replay = ProbeResult(
+                    tenant_id=target.tenant_id,
+                    deployment_id=target.deployment_id,
+                    outcome=ProbeOutcome(seen.outcome),
+                    latency_ms=seen.latency_ms,
+                    error_class=seen.error_class,
+                    replayed=True,
+                )
+                return _raise_if_failed(replay, transient=False, message="recorded")
+        result, transient, message = await self._send(target, data.timeout_seconds)
+        async with transaction(self._sessions) as session:
+            await probes.record_sample(session, result, data.window_start, attempt)
+        _observe(target, result)
+        return _raise_if_failed(result, transient=transient, message=message)
+
+    async def _send(self, target: ProbeTarget, timeout: float) -> tuple[ProbeResult, bool, str]:
+        started = time.perf_counter()
+        error: str | None = None
+        transient, message = False, "ok"
+        try:
+            adapter = await resolve_adapter(
+                self._broker,
+                provider=target.provider,
+                model=target.model,
+                endpoint_ref=target.endpoint_ref,
+                timeouts=ProviderTimeouts(connect=timeout, read=timeout),
+                modality=target.modality,
+            )
+            try:
+                await asyncio.wait_for(_ping(adapter, target.modality), timeout)
+            finally:
+                await adapter.aclose()
+        except ProviderError as exc:
+            error, transient, message = exc.kind.value, exc.transient, str(exc)
+        except TimeoutError:
+            error, transient, message = ErrorKind.TIMEOUT.value, True, f"no answer in {timeout}s"
+        except SecretResolutionError as exc:
+            # The reference names where the key lives, never the key.
+            error, message = CREDENTIALS, str(exc)
+        elapsed_ms = round((time.perf_counter() - started) * 1000)
+        result = ProbeResult(
+            tenant_id=target.tenant_id,
+            deployment_id=target.deployment_id,
+            outcome=ProbeOutcome.FAILED if error else ProbeOutcome.OK,
+            latency_ms=elapsed_ms,
+            error_class=error,
+        )
+        return result, transient, message
+
+    @activity.defn(name="probe_apply_verdict")
+    async def apply_verdict(self, data: ApplyVerdictInput) -> ApplyVerdictResult:
+        """Transitions go through the deployment's lifecycle workflow, which writes the row and
+        its DeploymentStateChanged event in one transaction (and ignores repeats)."""
+        handle = self._client.get_workflow_handle(workflow_id(data.tenant_id, data.deployment_id))
+        try:
+            record = await handle.execute_update(data.verdict.value, result_type=DeploymentRecord)
+        except WorkflowUpdateFailedError as exc:
+            cause = exc.cause
+            if isinstance(cause, ApplicationError) and cause.type == ILLEGAL:
+                # Retired (or otherwise moved on) since the probe listed it: nothing to do.
+                return ApplyVerdictResult(applied=False, reason=cause.message)
+            raise
+        except RPCError as exc:
+            if exc.status is RPCStatusCode.NOT_FOUND:
+                return ApplyVerdictResult(applied=False, reason="lifecycle workflow closed")
+            raise
+        return ApplyVerdictResult(applied=True, state=record.state)
+
+    @activity.defn(name="probe_prune")
+    async def prune(self, data: PruneInput) -> int:
+        async with transaction(self._sessions) as session:
+            return await probes.prune_samples(session, data.older_than)
+
+
+def _raise_if_failed(result: ProbeResult, *, transient: bool, message: str) -> ProbeResult:
+    if result.outcome is ProbeOutcome.OK:
+        return result
+    raise ApplicationError(
+        f"probe failed ({result.error_class}): {message}",
+        result.model_dump(mode="json"),
+        type=PROBE_FAILED,
+        non_retryable=not transient,
+    )
+
+
+def _observe(target: ProbeTarget, result: ProbeResult) -> None:
+    attrs = {"provider": target.provider, "deployment": target.deployment_id}
+    metrics.probe_outcomes.add(1, {**attrs, "outcome": result.outcome.value})
+    if result.outcome is ProbeOutcome.OK and result.latency_ms is not None:
+        metrics.probe_latency.record(result.latency_ms / 1000, attrs)
+    elif result.error_class is not None:
+        metrics.provider_errors.add(1, {"provider": target.provider, "class": result.error_class})

@@ -1,0 +1,146 @@
+"""Receipt reconciler activities: fetch provider statements into the store, settle one day of
+receipts from the stored statements (pure rules in `domain.reconciliation`), and recount the
+receipts still waiting for the usage_unknown gauge."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+
+import httpx
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.reconcile_types import (
+    SOURCE_REFUSED,
+    FetchInput,
+    FetchResult,
+    WindowInput,
+    WindowResult,
+)
+from core import metrics
+from core.settings import Settings
+from domain.reconciliation import Rule, plan
+from providers.secrets import Connection, SecretBroker, SecretResolutionError
+from providers.statements.anthropic_usage import AnthropicUsageSource
+from providers.statements.base import StatementSource, StatementSourceError
+from providers.statements.openai_usage import OpenAIUsageSource
+from store import reconciliation, statements
+from store.db import transaction
+
+_Factory = Callable[[Connection], StatementSource]
+
+
+class ReconcileActivities:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        settings: Settings,
+        broker: SecretBroker,
+        http: httpx.AsyncClient,
+    ) -> None:
+        self._sessions = sessions
+        self._broker = broker
+        self._sources: dict[str, tuple[str, _Factory]] = {}
+        if settings.statements_openai_admin_ref:
+            openai_keys = settings.statements_openai_key_refs
+            self._sources[OpenAIUsageSource.name] = (
+                settings.statements_openai_admin_ref,
+                lambda c: OpenAIUsageSource(http, c, openai_keys),
+            )
+        if settings.statements_anthropic_admin_ref:
+            anthropic_keys = settings.statements_anthropic_key_refs
+            self._sources[AnthropicUsageSource.name] = (
+                settings.statements_anthropic_admin_ref,
+                lambda c: AnthropicUsageSource(http, c, anthropic_keys),
+            )
+
+    @activity.defn(name="reconcile_sources")
+    async def sources(self) -> list[str]:
+        return sorted(self._sources)
+
+    @activity.defn(name="reconcile_fetch")
+    async def fetch(self, data: FetchInput) -> FetchResult:
+        """Reads one provider's statement for [start, end) and stores its lines. Transient
+        failures raise a retryable error (the workflow backs off exponentially); a refused
+        credential or request stops the retries for this run."""
+        configured = self._sources.get(data.source)
+        if configured is None:
+            raise ApplicationError(
+                f"statement source {data.source} is not configured on this worker",
+                type=SOURCE_REFUSED,
+                non_retryable=True,
+            )
+        ref, factory = configured
+        try:
+            source = factory(await self._broker.resolve(ref))
+            lines = await source.fetch(data.start, data.end, data.bucket_width)
+        except SecretResolutionError as exc:
+            raise ApplicationError(str(exc), type=SOURCE_REFUSED, non_retryable=True) from None
+        except StatementSourceError as exc:
+            raise ApplicationError(
+                str(exc),
+                type=SOURCE_REFUSED if not exc.transient else "StatementSourceUnavailable",
+                non_retryable=not exc.transient,
+            ) from None
+        async with transaction(self._sessions) as session:
+            await statements.upsert_lines(session, lines)
+        return FetchResult(source=data.source, lines=len(lines))
+
+    @activity.defn(name="reconcile_window")
+    async def window(self, data: WindowInput) -> WindowResult:
+        async with self._sessions() as session:
+            pending = await reconciliation.receipts_in_window(
+                session,
+                start=data.start,
+                end=data.end,
+                tenant_ids=data.tenant_ids,
+                awaiting_only=True,
+            )
+            if not pending:
+                return WindowResult()
+            receipts = await reconciliation.receipts_in_window(
+                session, start=data.start, end=data.end, tenant_ids=data.tenant_ids
+            )
+            lines = await statements.lines_for(
+                session,
+                providers={r.usage.provider for r in pending},
+                tenants={r.usage.tenant_id for r in pending},
+                start=data.start,
+                end=data.end,
+                request_ids={
+                    r.usage.provider_request_id for r in pending if r.usage.provider_request_id
+                },
+            )
+        outcome = plan(lines, [r.usage for r in receipts], settle_zero=data.settle_zero_usage)
+        by_id = {r.usage.invocation_id: r for r in receipts}
+        by_statement = defaultdict(list)
+        for settlement in outcome.settlements:
+            by_statement[settlement.statement_ref].append(settlement)
+        result = WindowResult(pending=len(pending), skipped=len(outcome.skipped))
+        pricing = reconciliation.Pricing()
+        # One transaction per statement bucket: its shares land together or not at all.
+        for ref in sorted(by_statement):
+            async with transaction(self._sessions) as session:
+                for settlement in by_statement[ref]:
+                    receipt = by_id[settlement.invocation_id]
+                    cost = await pricing.cost(session, receipt, settlement)
+                    if not await reconciliation.settle(session, receipt, settlement, cost):
+                        continue
+                    result.settled += 1
+                    if settlement.rule is Rule.REQUEST_ID:
+                        result.by_request_id += 1
+                    metrics.receipts_reconciled.add(
+                        1, {"provider": receipt.usage.provider, "rule": settlement.rule.value}
+                    )
+        return result
+
+    @activity.defn(name="reconcile_gauge")
+    async def gauge(self) -> dict[str, int]:
+        async with self._sessions() as session:
+            counts = await reconciliation.awaiting_by_provider(session)
+        seen = {dict(k).get("provider", "") for k in metrics.usage_unknown.snapshot()}
+        for provider in sorted(seen | set(counts)):
+            metrics.usage_unknown.move_to(counts.get(provider, 0), {"provider": provider})
+        return counts

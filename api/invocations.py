@@ -1,0 +1,276 @@
+"""Starting an invocation from the API process and following it to its receipt.
+
+The request stays in this process (the hub); the workflow is started eagerly so its first task
+and the provider call run here; events come back through memory. A keyed request that was seen
+before replays its receipt and stored output; one still running is waited for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from sqlmodel import col, select
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import WorkflowIDConflictPolicy
+
+from activities.invoke_hub import Attach, InvocationHub, ReceiptReady
+from api.problems import Problem
+from api.routing import current_profile, decide
+from api.runtime_types import InvokeConfig
+from core.security import Principal
+from domain.hashing import request_hash
+from domain.invocation import InvocationInput, InvocationSummary, Operation, Target, invocation_id
+from domain.lifecycle import is_routable
+from domain.planner import PlanRequest
+from domain.policy import DataClassification
+from store import receipts, route_plans
+from store.artifacts import ArtifactStore
+from store.tables import InvocationReceiptRow, ModelDeploymentRow
+from workflows.invoke import InvokeModelWorkflow
+
+
+@dataclass
+class Call:
+    """What the caller asked for, with the content kept in memory only."""
+
+    profile_id: str
+    project_id: str
+    run_id: uuid.UUID | None
+    attempt_id: uuid.UUID | None
+    idempotency_key: str | None
+    operation: Operation
+    payload: dict[str, Any]  # the canonical request, hashed (never stored)
+    request: Any  # providers.types.ChatRequest, or the list of inputs to embed
+    data_classification: DataClassification = DataClassification.INTERNAL
+    needs_tools: bool = False
+    needs_structured_output: bool = False
+
+
+@dataclass
+class Running:
+    """An invocation this request started (events arrive live) or attached to (replayed)."""
+
+    invocation_id: uuid.UUID
+    deployment_id: str
+    events: AsyncIterator[Any]
+
+
+class Invocations:
+    def __init__(
+        self,
+        client: Client,
+        config: InvokeConfig,
+        hub: InvocationHub,
+        artifacts: ArtifactStore,
+        runtime: Any,
+    ) -> None:
+        self._client = client
+        self._config = config
+        self._hub = hub
+        self._artifacts = artifacts
+        self._runtime = runtime
+
+    async def start(self, principal: Principal, call: Call) -> Running:
+        tenant = principal.tenant_id
+        key = call.idempotency_key or f"auto-{uuid.uuid4()}"
+        hash_ = request_hash(
+            {"op": call.operation.value, "profile": call.profile_id, **call.payload}
+        )
+        async with self._runtime.sessions() as session:
+            seen = await receipts.by_key(session, tenant, key)
+        if seen is not None:
+            return self._replay_or_wait(tenant, key, hash_, seen)
+        targets, plan_id, decision_id, pricing = await self._route(principal, call)
+        token, pending = self._hub.open(call.request)
+        data = InvocationInput(
+            invocation_id=invocation_id(tenant, key),
+            tenant_id=tenant,
+            project_id=call.project_id,
+            run_id=call.run_id,
+            attempt_id=call.attempt_id,
+            profile_id=call.profile_id,
+            route_plan_id=plan_id,
+            policy_decision_id=decision_id,
+            idempotency_key=key,
+            request_hash=hash_,
+            operation=call.operation,
+            targets=targets,
+            pricing_revision=pricing,
+            caller_token=token,
+            caller_queue=self._config.caller_queue,
+            timeout_seconds=self._config.timeout_seconds,
+        )
+        handle = await self._client.start_workflow(
+            InvokeModelWorkflow.run,
+            data,
+            id=f"invoke/{tenant}/{data.invocation_id}",
+            task_queue=self._config.workflow_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            request_eager_start=True,
+        )
+        return Running(
+            data.invocation_id,
+            targets[0].deployment_id,
+            self._follow(tenant, key, hash_, token, pending, handle),
+        )
+
+    async def _follow(
+        self,
+        tenant: str,
+        key: str,
+        hash_: str,
+        token: str,
+        pending: Any,
+        handle: WorkflowHandle[Any, Any],
+    ) -> AsyncIterator[Any]:
+        finished = False
+        try:
+            result = asyncio.ensure_future(handle.result())
+            while True:
+                getter = asyncio.ensure_future(pending.events.get())
+                done, _ = await asyncio.wait({getter, result}, return_when=asyncio.FIRST_COMPLETED)
+                if getter in done:
+                    item = getter.result()
+                    if isinstance(item, Attach):
+                        break
+                    yield item
+                    if isinstance(item, ReceiptReady):
+                        finished = True
+                        result.cancel()
+                        return
+                    continue
+                getter.cancel()
+                break
+            # Another execution of this key answered (or is answering): wait, then replay.
+            result.cancel()
+            async for item in self._replay(tenant, key, hash_):
+                yield item
+            finished = True
+        finally:
+            if not finished:
+                pending.cancelled.set()  # the caller went away: stop the provider call
+            self._hub.close(token)
+
+    def _replay_or_wait(
+        self, tenant: str, key: str, hash_: str, seen: InvocationReceiptRow
+    ) -> Running:
+        if seen.request_hash != hash_:
+            raise Problem(
+                409,
+                "This Idempotency-Key was used with a different request.",
+                field="header.Idempotency-Key",
+                type_="https://model-router.dev/problems/idempotency-key-reused",
+            )
+        return Running(seen.invocation_id, seen.deployment_id, self._replay(tenant, key, hash_))
+
+    async def _replay(self, tenant: str, key: str, hash_: str) -> AsyncIterator[Any]:
+        receipt = await self._wait_closed(tenant, key)
+        if receipt.request_hash != hash_:
+            raise Problem(
+                409,
+                "This Idempotency-Key was used with a different request.",
+                field="header.Idempotency-Key",
+            )
+        output = (
+            self._artifacts.get(tenant, receipt.output_artifact_ref)
+            if receipt.output_artifact_ref
+            else None
+        )
+        yield Replayed(output)
+        yield ReceiptReady(summary_of(receipt))
+
+    async def _wait_closed(self, tenant: str, key: str) -> InvocationReceiptRow:
+        handle = self._client.get_workflow_handle(f"invoke/{tenant}/{invocation_id(tenant, key)}")
+        # The receipt, not the workflow's result, is the answer; a failed workflow still
+        # closed it (or the loop below says it has not).
+        with contextlib.suppress(Exception):
+            await handle.result()
+        for _ in range(100):
+            async with self._runtime.sessions() as session:
+                row = await receipts.by_key(session, tenant, key)
+            if row is not None and row.ended_at is not None:
+                return row
+            await asyncio.sleep(0.05)
+        raise Problem(503, "The invocation with this key has not finished; retry shortly.")
+
+    async def _route(
+        self, principal: Principal, call: Call
+    ) -> tuple[list[Target], uuid.UUID | None, uuid.UUID, str]:
+        tenant = principal.tenant_id
+        needs = PlanRequest(
+            tenant_id=tenant,
+            data_classification=call.data_classification,
+            needs_tools=call.needs_tools,
+            needs_structured_output=call.needs_structured_output,
+        )
+        if call.run_id is not None:
+
+            async def decide_now() -> Any:
+                profile = await current_profile(self._runtime.sessions, tenant, call.profile_id)
+                return await decide(self._runtime.snapshots, profile, needs)
+
+            row, _ = await route_plans.resolve_once(
+                self._runtime.sessions, tenant, call.run_id, call.profile_id, decide_now
+            )
+            candidates, plan_id = list(row.candidates), row.route_plan_id
+            decision_id = row.policy_decision_id or uuid.uuid4()
+            profile = await current_profile(self._runtime.sessions, tenant, call.profile_id)
+        else:
+            profile = await current_profile(self._runtime.sessions, tenant, call.profile_id)
+            plan = await decide(self._runtime.snapshots, profile, needs)
+            candidates, plan_id, decision_id = plan.candidate_ids, None, plan.policy_decision_id
+        async with self._runtime.sessions() as session:
+            rows = {
+                r.deployment_id: r
+                for r in (
+                    await session.scalars(
+                        select(ModelDeploymentRow)
+                        .where(col(ModelDeploymentRow.tenant_id) == tenant)
+                        .where(col(ModelDeploymentRow.deployment_id).in_(candidates))
+                    )
+                ).all()
+            }
+        # Degraded or unhealthy candidates are skipped; the plan itself never changes.
+        targets = [
+            Target(deployment_id=d, provider=r.provider, model=r.model, endpoint_ref=r.endpoint_ref)
+            for d in candidates
+            if (r := rows.get(d)) is not None and is_routable(r.state, r.healthy)
+        ]
+        if not targets:
+            raise Problem(
+                503,
+                f"No candidate of profile {call.profile_id!r} is available "
+                "(none approved and healthy under this plan).",
+                headers={"Retry-After": "30"},
+                errorClass="transient",
+            )
+        return targets, plan_id, decision_id, profile.price_basis
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """The stored output of an invocation that already ran (bytes of the artifact)."""
+
+    output: bytes | None
+
+
+def summary_of(row: InvocationReceiptRow) -> InvocationSummary:
+    return InvocationSummary(
+        invocation_id=row.invocation_id,
+        outcome=row.outcome,
+        usage_status=row.usage_status,
+        deployment_id=row.deployment_id,
+        input_tokens=row.input_tokens,
+        output_tokens=row.output_tokens,
+        cached_input_tokens=row.cached_input_tokens,
+        estimated_cost_usd=row.estimated_cost_usd,
+        latency_ms=row.latency_ms,
+        time_to_first_token_ms=row.time_to_first_token_ms,
+        output_artifact_ref=row.output_artifact_ref,
+        provider_request_id=row.provider_request_id,
+    )

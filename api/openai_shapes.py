@@ -1,0 +1,234 @@
+"""OpenAI chat-completions wire shapes: requests in, responses and stream chunks out."""
+
+from __future__ import annotations
+
+import base64
+import struct
+import time
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from providers.types import (
+    ChatRequest,
+    Completion,
+    Finish,
+    Message,
+    ResponseFormat,
+    TextDelta,
+    Tool,
+    ToolCall,
+    ToolCallDelta,
+    ToolChoice,
+)
+
+
+class _Loose(BaseModel):
+    # Clients send fields this gateway does not use (user, seed, metadata …): accept, ignore.
+    model_config = ConfigDict(extra="allow")
+
+
+class FunctionCall(_Loose):
+    name: str
+    arguments: str = "{}"
+
+
+class ToolCallIn(_Loose):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class MessageIn(_Loose):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    tool_calls: list[ToolCallIn] | None = None
+    tool_call_id: str | None = None
+
+
+class FunctionDef(_Loose):
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    strict: bool | None = None
+
+
+class ToolIn(_Loose):
+    type: Literal["function"] = "function"
+    function: FunctionDef
+
+
+class JsonSchemaFormat(_Loose):
+    name: str = "response"
+    schema_: dict[str, Any] = Field(alias="schema")
+    strict: bool | None = True
+
+
+class ResponseFormatIn(_Loose):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+class StreamOptions(_Loose):
+    include_usage: bool = False
+
+
+class ChatCompletionIn(_Loose):
+    model: str = Field(min_length=1, max_length=200, description="A profile id")
+    messages: list[MessageIn] = Field(min_length=1, max_length=10_000)
+    tools: list[ToolIn] | None = Field(default=None, max_length=512)
+    tool_choice: Literal["auto", "none", "required"] | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormatIn | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = Field(default=1, ge=1, le=1, description="Only one choice is supported")
+
+
+class EmbeddingsIn(_Loose):
+    model: str = Field(min_length=1, max_length=200)
+    input: str | list[str] = Field(description="Text or texts (token arrays are not accepted)")
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(default=None, ge=1)
+
+
+def _text(content: str | list[dict[str, Any]] | None) -> str | None:
+    if content is None or isinstance(content, str):
+        return content
+    return "".join(str(p.get("text", "")) for p in content if p.get("type") in ("text", None))
+
+
+def to_chat_request(body: ChatCompletionIn) -> ChatRequest:
+    messages = []
+    for m in body.messages:
+        role = "system" if m.role == "developer" else m.role
+        messages.append(
+            Message(
+                role=role,
+                content=_text(m.content),
+                tool_calls=tuple(
+                    ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments)
+                    for c in m.tool_calls or []
+                ),
+                tool_call_id=m.tool_call_id,
+            )
+        )
+    choice: ToolChoice | None = None
+    if isinstance(body.tool_choice, str):
+        choice = ToolChoice(mode=body.tool_choice)
+    elif isinstance(body.tool_choice, dict):
+        name = (body.tool_choice.get("function") or {}).get("name")
+        choice = ToolChoice(mode="tool", name=name)
+    fmt = None
+    if body.response_format is not None:
+        schema = body.response_format.json_schema
+        fmt = ResponseFormat(
+            type=body.response_format.type,
+            name=schema.name if schema else None,
+            json_schema=schema.schema_ if schema else None,
+            strict=bool(schema.strict) if schema and schema.strict is not None else True,
+        )
+    stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
+    return ChatRequest(
+        messages=tuple(messages),
+        tools=tuple(
+            Tool(
+                name=t.function.name,
+                description=t.function.description,
+                parameters=t.function.parameters,
+                strict=bool(t.function.strict),
+            )
+            for t in body.tools or []
+        ),
+        tool_choice=choice,
+        parallel_tool_calls=body.parallel_tool_calls,
+        response_format=fmt,
+        max_tokens=body.max_completion_tokens or body.max_tokens,
+        temperature=body.temperature,
+        stop=stop,
+    )
+
+
+def _finish(reason: str) -> str:
+    return reason if reason in ("stop", "length", "tool_calls", "content_filter") else "stop"
+
+
+def completion_body(
+    invocation_id: uuid.UUID, profile: str, completion: Completion, usage: dict[str, int] | None
+) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": completion.text or None}
+    if completion.tool_calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in completion.tool_calls
+        ]
+    body: dict[str, Any] = {
+        "id": f"chatcmpl-{invocation_id.hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": profile,
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": _finish(completion.finish_reason)}
+        ],
+    }
+    if usage is not None:
+        body["usage"] = usage
+    return body
+
+
+def usage_body(input_tokens: int | None, output_tokens: int | None) -> dict[str, int] | None:
+    if input_tokens is None or output_tokens is None:
+        return None
+    return {
+        "prompt_tokens": input_tokens,
+        "completion_tokens": output_tokens,
+        "total_tokens": input_tokens + output_tokens,
+    }
+
+
+def chunk(
+    invocation_id: uuid.UUID,
+    profile: str,
+    delta: dict[str, Any] | None = None,
+    finish: str | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "id": f"chatcmpl-{invocation_id.hex}",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": profile,
+        "choices": (
+            [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]
+        ),
+    }
+    body.update(extra)
+    return body
+
+
+def delta_of(event: TextDelta | ToolCallDelta | Finish) -> tuple[dict[str, Any], str | None]:
+    if isinstance(event, TextDelta):
+        return {"content": event.text}, None
+    if isinstance(event, ToolCallDelta):
+        call: dict[str, Any] = {
+            "index": event.index,
+            "function": {"arguments": event.arguments_delta},
+        }
+        if event.id is not None:
+            call["id"] = event.id
+            call["type"] = "function"
+        if event.name is not None:
+            call["function"]["name"] = event.name
+        return {"tool_calls": [call]}, None
+    return {}, _finish(event.reason)
+
+
+def encode_vector(vector: tuple[float, ...] | list[float], fmt: str) -> list[float] | str:
+    if fmt == "base64":
+        return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+    return list(vector)

@@ -1,0 +1,87 @@
+"""What crosses the invocation workflow's boundary: ids, hashes, routing and usage — never the
+prompt or the output, which stay in the API process's memory and the artifact store."""
+
+from __future__ import annotations
+
+import uuid
+from decimal import Decimal
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+
+from domain.enums import InvocationOutcome, UsageStatus
+
+_NAMESPACE = uuid.UUID("2f1d8c3e-7a0b-5c2e-8d4f-3b6a9e1c0d57")
+
+
+class Operation(StrEnum):
+    CHAT = "chat"
+    EMBED = "embed"
+    RERANK = "rerank"
+
+
+class Target(BaseModel):
+    """One candidate deployment of the run's route plan, in route order."""
+
+    deployment_id: str
+    provider: str
+    model: str
+    endpoint_ref: str
+
+
+class InvocationInput(BaseModel):
+    invocation_id: uuid.UUID
+    tenant_id: str
+    project_id: str
+    run_id: uuid.UUID | None = None
+    attempt_id: uuid.UUID | None = None
+    profile_id: str
+    route_plan_id: uuid.UUID | None = None
+    policy_decision_id: uuid.UUID
+    idempotency_key: str
+    request_hash: str
+    operation: Operation = Operation.CHAT
+    targets: list[Target] = Field(min_length=1)
+    pricing_revision: str
+    # The API process that holds the request in memory: the hub token of this call and the
+    # task queue only that process polls.
+    caller_token: str
+    caller_queue: str
+    timeout_seconds: float = Field(gt=0)
+
+
+class Disposition(StrEnum):
+    DONE = "done"
+    # The request is not in this process's memory (the call landed elsewhere, or the process
+    # that had it is gone): nothing was claimed, nothing was called.
+    NOT_HERE = "not-here"
+    # Another execution already claimed this receipt: the provider must not be called again.
+    ALREADY_CLAIMED = "already-claimed"
+
+
+class InvocationSummary(BaseModel):
+    """The receipt's story without content, as the workflow returns it."""
+
+    invocation_id: uuid.UUID
+    disposition: Disposition = Disposition.DONE
+    outcome: InvocationOutcome | None = None
+    usage_status: UsageStatus | None = None
+    deployment_id: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_input_tokens: int | None = None
+    estimated_cost_usd: Decimal | None = None
+    latency_ms: int | None = None
+    time_to_first_token_ms: int | None = None
+    output_artifact_ref: str | None = None
+    provider_request_id: str | None = None
+    error_kind: str | None = None
+
+
+def invocation_id(tenant_id: str, idempotency_key: str) -> uuid.UUID:
+    """Stable per (tenant, key): every retry of a keyed request names the same invocation."""
+    return uuid.uuid5(_NAMESPACE, f"{tenant_id}\x00{idempotency_key}")
+
+
+def workflow_id(tenant_id: str, idempotency_key: str) -> str:
+    return f"invoke/{tenant_id}/{invocation_id(tenant_id, idempotency_key)}"

@@ -1,0 +1,286 @@
+"""The invoke path end to end: the official openai SDK as the client of this API, the real
+openai and anthropic SDKs as adapters to the project's local upstream, a durable receipt for
+every call, and idempotency that never calls the provider twice."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+
+import httpx
+import openai
+import pytest
+from openai import AsyncOpenAI
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from core.settings import Settings
+from providers.upstream import UpstreamServer
+from store.receipts import by_key
+from tests.conftest import TokenFactory
+from tests.helpers.catalog import profile_event, publish, record_evidence, register
+
+
+@pytest.fixture(scope="module")
+async def upstream() -> AsyncIterator[UpstreamServer]:
+    async with UpstreamServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def catalog(
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+) -> dict[str, str]:
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    deployments = {
+        "sim/openai": {"provider": "openai", "model": "gpt-sim"},
+        "sim/anthropic": {"provider": "anthropic", "model": "claude-sim"},
+        "sim/embed": {"provider": "openai", "model": "embed-sim"},
+    }
+    caps = {
+        "tool-calling": 0.95,
+        "parallel-tool-calling": 0.9,
+        "json-schema": 0.95,
+        "strict-json": 0.95,
+    }
+    for dep, fields in deployments.items():
+        await register(http, auth, dep, endpointRef=upstream.endpoint_ref, **fields)
+        await record_evidence(temporal_client, tenant, dep, caps)
+        assert (
+            await http.post(f"/factory/model-deployments/{dep}/approve", headers=auth)
+        ).status_code == 200
+    for profile, dep, extra in (
+        ("chat", "sim/openai", {}),
+        ("claude", "sim/anthropic", {}),
+        ("embedding", "sim/embed", {"modality": "Embedding", "embeddingCompatibility": "sim-256"}),
+    ):
+        event = profile_event(profile, [dep], {"tool-calling": 0.8}, **extra)
+        assert (await publish(http, auth, event)).status_code == 200
+    return auth
+
+
+@pytest.fixture
+async def sdk(
+    api_url: str, token_for: TokenFactory, tenant: str, catalog: dict[str, str]
+) -> AsyncIterator[AsyncOpenAI]:
+    token = await token_for(tenant)
+    async with AsyncOpenAI(base_url=f"{api_url}/v1", api_key=token, max_retries=0) as client:
+        yield client
+
+
+async def test_non_streaming_chat_writes_a_receipt(
+    sdk: AsyncOpenAI,
+    tenant: str,
+    sessions: async_sessionmaker[AsyncSession],
+    settings: Settings,
+    upstream: UpstreamServer,
+    http: httpx.AsyncClient,
+    catalog: dict[str, str],
+) -> None:
+    run = uuid.uuid4()
+    raw = await sdk.chat.completions.with_raw_response.create(
+        model="chat",
+        messages=[{"role": "user", "content": "hello router"}],
+        extra_headers={"X-Run-Id": str(run), "Idempotency-Key": "nonstream-1"},
+    )
+    completion = raw.parse()
+    assert completion.choices[0].message.content == "Echo: hello router"
+    assert completion.model == "chat"
+    assert raw.headers["x-model-router-deployment"] == "sim/openai"
+    receipt_id = raw.headers["x-model-router-receipt-id"]
+
+    async with sessions() as s:
+        row = await by_key(s, tenant, "nonstream-1")
+    assert row is not None and str(row.invocation_id) == receipt_id
+    assert (row.outcome, row.usage_status) == ("Completed", "Reported")
+    assert row.input_tokens and row.output_tokens and row.ended_at is not None
+    assert row.deployment_id == "sim/openai" and row.run_id == run
+    assert row.request_hash.startswith("sha256:") and row.output_artifact_ref
+    stored = (settings.artifact_root / tenant).rglob(row.output_artifact_ref.split(":")[1])
+    assert json.loads(next(stored).read_bytes())["text"] == "Echo: hello router"
+
+    listed = await http.get(f"/factory/runs/{run}/model-receipts", headers=catalog)
+    [receipt] = listed.json()
+    assert receipt["invocationId"] == receipt_id and receipt["routePlanId"]
+    assert set(receipt) >= {
+        "invocationId",
+        "tenantId",
+        "projectId",
+        "runId",
+        "attemptId",
+        "profileId",
+        "deploymentId",
+        "routePlanId",
+        "fallbackUsed",
+        "requestHash",
+        "idempotencyKey",
+        "policyDecisionId",
+        "outcome",
+        "usageStatus",
+        "inputTokens",
+        "outputTokens",
+        "estimatedCostUsd",
+        "pricingRevision",
+        "latencyMs",
+        "outputArtifactRef",
+        "startedAt",
+        "endedAt",
+    }
+
+
+async def test_streaming_chat_through_both_adapters(sdk: AsyncOpenAI) -> None:
+    for profile in ("chat", "claude"):
+        stream = await sdk.chat.completions.create(
+            model=profile,
+            messages=[{"role": "user", "content": "stream me"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        text, usage, final = "", None, None
+        async for event in stream:
+            if event.choices and event.choices[0].delta.content:
+                text += event.choices[0].delta.content
+            if event.usage:
+                usage = event.usage
+            extra = getattr(event, "model_router", None)
+            if extra:
+                final = extra
+        assert text == "Echo: stream me", profile
+        assert usage is not None and usage.completion_tokens > 0
+        assert final is not None and final["outcome"] == "Completed"
+
+
+async def test_tools_parallel_tools_and_json_schema(sdk: AsyncOpenAI) -> None:
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": name,
+                "parameters": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string"}},
+                    "required": ["city"],
+                },
+            },
+        }
+        for name in ("get_weather", "get_time")
+    ]
+    for profile in ("chat", "claude"):
+        one = await sdk.chat.completions.create(
+            model=profile,
+            messages=[{"role": "user", "content": "weather?"}],
+            tools=tools,  # type: ignore[arg-type]
+            tool_choice="required",
+        )
+        calls = one.choices[0].message.tool_calls
+        assert calls and calls[0].function.name == "get_weather"  # type: ignore[union-attr]
+        assert "city" in json.loads(calls[0].function.arguments)  # type: ignore[union-attr]
+        assert one.choices[0].finish_reason == "tool_calls"
+
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "integer"}},
+        "required": ["answer"],
+        "additionalProperties": False,
+    }
+    structured = await sdk.chat.completions.create(
+        model="chat",
+        messages=[{"role": "user", "content": "2+2"}],
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "a", "schema": schema, "strict": True},
+        },
+    )
+    assert isinstance(json.loads(structured.choices[0].message.content or "")["answer"], int)
+
+
+async def test_parallel_tool_calls_stream(sdk: AsyncOpenAI, upstream: UpstreamServer) -> None:
+    from providers.upstream import Reply, ToolCallReply
+
+    upstream.register(
+        "gpt-sim",
+        lambda turn: (
+            Reply(
+                tool_calls=[
+                    ToolCallReply(name="a", arguments={"x": 1}),
+                    ToolCallReply(name="b", arguments={"y": 2}),
+                ]
+            )
+            if turn.tools
+            else Reply(text="Echo: " + turn.last_user_text)
+        ),
+    )
+    try:
+        tools = [
+            {"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+            for n in ("a", "b")
+        ]
+        stream = await sdk.chat.completions.create(
+            model="chat",
+            messages=[{"role": "user", "content": "both"}],
+            tools=tools,  # type: ignore[arg-type]
+            parallel_tool_calls=True,
+            stream=True,
+        )
+        calls: dict[int, dict[str, str]] = {}
+        async for event in stream:
+            for c in (event.choices[0].delta.tool_calls or []) if event.choices else []:
+                entry = calls.setdefault(c.index, {"name": "", "args": ""})
+                entry["name"] += (c.function.name or "") if c.function else ""
+                entry["args"] += (c.function.arguments or "") if c.function else ""
+        assert [calls[i]["name"] for i in sorted(calls)] == ["a", "b"]
+        assert json.loads(calls[1]["args"]) == {"y": 2}
+    finally:
+        from providers.upstream import default_responder
+
+        upstream.register("gpt-sim", default_responder)
+
+
+async def test_embeddings_and_models(sdk: AsyncOpenAI) -> None:
+    result = await sdk.embeddings.create(model="embedding", input=["a", "b"])  # base64 by default
+    assert len(result.data) == 2 and len(result.data[0].embedding) > 0
+    assert result.data[0].embedding != result.data[1].embedding
+    floats = await sdk.embeddings.create(model="embedding", input="a", encoding_format="float")
+    assert floats.data[0].embedding == pytest.approx(result.data[0].embedding, rel=1e-6)
+    models = {m.id async for m in sdk.models.list()}
+    assert models == {"chat", "claude", "embedding"}
+
+
+async def test_hundred_concurrent_calls_with_one_key_make_one_provider_call(
+    sdk: AsyncOpenAI, upstream: UpstreamServer
+) -> None:
+    before = upstream.requests("gpt-sim")
+    key = f"same-{uuid.uuid4().hex}"
+
+    async def call() -> str:
+        done = await sdk.chat.completions.create(
+            model="chat",
+            messages=[{"role": "user", "content": "only once"}],
+            extra_headers={"Idempotency-Key": key},
+        )
+        return done.choices[0].message.content or ""
+
+    answers = await asyncio.gather(*(call() for _ in range(100)))
+    assert set(answers) == {"Echo: only once"}
+    assert upstream.requests("gpt-sim") - before == 1
+
+    with pytest.raises(openai.ConflictError):
+        await sdk.chat.completions.create(
+            model="chat",
+            messages=[{"role": "user", "content": "something else"}],
+            extra_headers={"Idempotency-Key": key},
+        )
+    assert upstream.requests("gpt-sim") - before == 1
+
+
+async def test_unknown_profile_and_bad_input(sdk: AsyncOpenAI) -> None:
+    with pytest.raises(openai.NotFoundError):
+        await sdk.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(openai.UnprocessableEntityError):
+        await sdk.chat.completions.create(model="chat", messages=[])

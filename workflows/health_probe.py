@@ -1,0 +1,129 @@
+"""DeploymentHealthProbe: started by its schedule (every 2 minutes by default); probes every
+Approved and Degraded deployment and moves it Approved ⇄ Degraded through its lifecycle.
+
+Probes run as one activity per deployment, at most `concurrency` at once, each retried at a
+fixed interval (a single blip should not degrade a deployment, and the next run is minutes
+away). The run's probe window (its start time, floored) is the idempotency key per deployment:
+a second run in the same window reuses the recorded results instead of probing again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.probe_types import (
+        PROBE_FAILED,
+        ApplyVerdictInput,
+        ApplyVerdictResult,
+        HealthProbeInput,
+        HealthProbeReport,
+        ListTargetsInput,
+        ProbeRequest,
+        PruneInput,
+    )
+    from domain.health import (
+        ProbeOutcome,
+        ProbeResult,
+        ProbeTarget,
+        ProbeVerdict,
+        probe_window,
+        verdict,
+    )
+
+_STORE = RetryPolicy(initial_interval=timedelta(milliseconds=500), maximum_attempts=5)
+
+
+@workflow.defn(name="DeploymentHealthProbe")
+class HealthProbeWorkflow:
+    @workflow.run
+    async def run(self, data: HealthProbeInput) -> HealthProbeReport:
+        window = data.window_start or probe_window(
+            workflow.now(), timedelta(seconds=data.window_seconds)
+        )
+        targets: list[ProbeTarget] = await workflow.execute_activity(
+            "probe_targets",
+            ListTargetsInput(tenant_ids=data.tenant_ids),
+            result_type=list[ProbeTarget],
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=_STORE,
+        )
+        report = HealthProbeReport(window_start=window, probed=len(targets))
+        slots = asyncio.Semaphore(data.concurrency)
+
+        async def one(target: ProbeTarget) -> None:
+            async with slots:
+                result = await self._probe(target, window, data)
+            if result is None:
+                return
+            if result.outcome is ProbeOutcome.OK:
+                report.ok += 1
+            else:
+                report.failed += 1
+            wanted = verdict(target.state, result.outcome)
+            if wanted is ProbeVerdict.NONE:
+                return
+            applied: ApplyVerdictResult = await workflow.execute_activity(
+                "probe_apply_verdict",
+                ApplyVerdictInput(
+                    tenant_id=target.tenant_id,
+                    deployment_id=target.deployment_id,
+                    verdict=wanted,
+                ),
+                result_type=ApplyVerdictResult,
+                start_to_close_timeout=timedelta(seconds=40),
+                retry_policy=_STORE,
+            )
+            if applied.applied:
+                moved = report.degraded if wanted is ProbeVerdict.DEGRADE else report.recovered
+                moved.append(f"{target.tenant_id}/{target.deployment_id}")
+
+        await asyncio.gather(*(one(t) for t in targets))
+        report.degraded.sort()
+        report.recovered.sort()
+        await workflow.execute_activity(
+            "probe_prune",
+            PruneInput(older_than=window - timedelta(hours=data.sample_retention_hours)),
+            result_type=int,
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=_STORE,
+        )
+        return report
+
+    async def _probe(
+        self, target: ProbeTarget, window: datetime, data: HealthProbeInput
+    ) -> ProbeResult | None:
+        interval = timedelta(seconds=data.retry_interval_seconds)
+        try:
+            result: ProbeResult = await workflow.execute_activity(
+                "probe_deployment",
+                ProbeRequest(target=target, window_start=window, timeout_seconds=data.timeout_seconds),
+                result_type=ProbeResult,
+                # The adapter call is bounded by timeout_seconds; the rest is the store.
+                start_to_close_timeout=timedelta(seconds=data.timeout_seconds + 15),
+                retry_policy=RetryPolicy(
+                    initial_interval=interval,
+                    backoff_coefficient=1.0,
+                    maximum_interval=interval,
+                    maximum_attempts=data.attempts,
+                ),
+            )
+            return result
+        except ActivityError as exc:
+            cause = exc.cause
+            if isinstance(cause, ApplicationError) and cause.type == PROBE_FAILED and cause.details:
+                return ProbeResult.model_validate(cause.details[0])
+            # The probe itself could not run (worker lost, store down): that says nothing about
+            # the deployment, so its state is left alone until the next run.
+            workflow.logger.warning(
+                "probe of %s/%s did not run: %s",
+                target.tenant_id,
+                target.deployment_id,
+                type(cause).__name__,
+            )
+            return None

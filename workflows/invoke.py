@@ -1,0 +1,66 @@
+"""InvokeModel: one invocation, durable. The provider call runs where the caller's HTTP request
+lives; whatever happens to that process, the workflow closes the receipt.
+
+1. Started eagerly by the API process, its first task runs there, and the call runs as a local
+   activity: no extra round trip, tokens stream to the response in memory.
+2. If that local activity ran somewhere without the request (the workflow task was not eager,
+   or it is being replayed after the API process died), it reports NOT_HERE without claiming
+   anything, and the call goes to the caller's own task queue instead.
+3. If the caller's process is gone (the activity is never picked up, or stops heartbeating), or
+   the invocation was claimed by an earlier execution, the receipt is closed on the shared
+   queue: Failed, usage Unknown. The provider is never called twice: the claim is a unique row.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from domain.invocation import Disposition, InvocationInput, InvocationSummary
+
+ONCE = RetryPolicy(maximum_attempts=1)
+
+
+@workflow.defn(name="InvokeModel")
+class InvokeModelWorkflow:
+    @workflow.run
+    async def run(self, data: InvocationInput) -> InvocationSummary:
+        budget = timedelta(seconds=data.timeout_seconds + 10)
+        summary: InvocationSummary | None = None
+        try:
+            summary = await workflow.execute_local_activity(
+                "call_provider",
+                data,
+                result_type=InvocationSummary,
+                start_to_close_timeout=budget,
+                retry_policy=ONCE,
+            )
+        except ActivityError:
+            summary = None
+        if summary is not None and summary.disposition is Disposition.NOT_HERE:
+            try:
+                summary = await workflow.execute_activity(
+                    "call_provider",
+                    data,
+                    result_type=InvocationSummary,
+                    task_queue=data.caller_queue,
+                    # Nobody polls a dead process's queue: notice quickly and close up.
+                    schedule_to_start_timeout=timedelta(seconds=10),
+                    start_to_close_timeout=budget,
+                    heartbeat_timeout=timedelta(seconds=15),
+                    retry_policy=ONCE,
+                )
+            except ActivityError:
+                summary = None
+        if summary is None or summary.disposition is not Disposition.DONE:
+            summary = await workflow.execute_activity(
+                "close_abandoned_receipt",
+                data,
+                result_type=InvocationSummary,
+                start_to_close_timeout=timedelta(seconds=30),
+            )
+        return summary

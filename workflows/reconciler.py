@@ -1,0 +1,111 @@
+"""ReceiptReconciler: started by its schedule (hourly at :30 by default); settles receipts whose
+usage is Unknown or Estimated from provider statements.
+
+First every configured statement source is read into the store (each retried with exponential
+backoff while it fails; a source that stays down is reported and the run goes on with the
+statements already stored), then the lookback is reconciled one UTC day at a time. A day holds
+whole statement buckets (1m, 1h or 1d, aligned), so a bucket's receipts are always shared out
+together. Everything is idempotent per receipt and statement: a second run settles nothing new.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.reconcile_types import (
+        SOURCE_REFUSED,
+        FetchInput,
+        FetchResult,
+        ReconcileReport,
+        ReconcilerInput,
+        WindowInput,
+        WindowResult,
+    )
+    from domain.reconciliation import WIDTHS
+
+_STORE = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
+_DAY = timedelta(days=1)
+
+
+def _floor(at: datetime, width: timedelta) -> datetime:
+    step = int(width.total_seconds())
+    seconds = int(at.timestamp())
+    return datetime.fromtimestamp(seconds - seconds % step, UTC)
+
+
+@workflow.defn(name="ReceiptReconciler")
+class ReceiptReconcilerWorkflow:
+    @workflow.run
+    async def run(self, data: ReconcilerInput) -> ReconcileReport:
+        now = workflow.now()
+        cutoff = now - timedelta(minutes=data.settle_delay_minutes)
+        start = _floor(now - timedelta(hours=data.lookback_hours), _DAY)
+        fetch_end = _floor(cutoff, WIDTHS[data.bucket_width])
+        report = ReconcileReport(cutoff=cutoff)
+
+        sources: list[str] = await workflow.execute_activity(
+            "reconcile_sources",
+            result_type=list[str],
+            start_to_close_timeout=timedelta(seconds=10),
+            retry_policy=_STORE,
+        )
+        fetch_retry = RetryPolicy(
+            initial_interval=timedelta(seconds=data.retry_initial_seconds),
+            backoff_coefficient=2.0,
+            maximum_interval=timedelta(seconds=data.retry_max_interval_seconds),
+            non_retryable_error_types=[SOURCE_REFUSED],
+        )
+
+        async def fetch(source: str) -> None:
+            try:
+                got: FetchResult = await workflow.execute_activity(
+                    "reconcile_fetch",
+                    FetchInput(
+                        source=source, start=start, end=fetch_end, bucket_width=data.bucket_width
+                    ),
+                    result_type=FetchResult,
+                    start_to_close_timeout=timedelta(minutes=2),
+                    schedule_to_close_timeout=timedelta(seconds=data.source_timeout_seconds),
+                    retry_policy=fetch_retry,
+                )
+                report.sources[source] = got.lines
+            except ActivityError as exc:
+                cause = exc.cause
+                report.failed_sources[source] = str(cause) if cause else str(exc)
+
+        await asyncio.gather(*(fetch(s) for s in sources))
+
+        day = start
+        while day < cutoff:
+            end = min(day + _DAY, cutoff)
+            got: WindowResult = await workflow.execute_activity(
+                "reconcile_window",
+                WindowInput(
+                    start=day,
+                    end=end,
+                    settle_zero_usage=data.settle_zero_usage,
+                    tenant_ids=data.tenant_ids,
+                ),
+                result_type=WindowResult,
+                start_to_close_timeout=timedelta(minutes=10),
+                retry_policy=_STORE,
+            )
+            report.pending += got.pending
+            report.settled += got.settled
+            report.by_request_id += got.by_request_id
+            report.skipped += got.skipped
+            day += _DAY
+
+        report.awaiting = await workflow.execute_activity(
+            "reconcile_gauge",
+            result_type=dict[str, int],
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=_STORE,
+        )
+        return report
