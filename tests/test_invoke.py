@@ -8,6 +8,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import openai
@@ -157,7 +158,7 @@ async def test_streaming_chat_through_both_adapters(sdk: AsyncOpenAI) -> None:
 
 
 async def test_tools_parallel_tools_and_json_schema(sdk: AsyncOpenAI) -> None:
-    tools = [
+    tools: Any = [
         {
             "type": "function",
             "function": {
@@ -175,12 +176,12 @@ async def test_tools_parallel_tools_and_json_schema(sdk: AsyncOpenAI) -> None:
         one = await sdk.chat.completions.create(
             model=profile,
             messages=[{"role": "user", "content": "weather?"}],
-            tools=tools,  # type: ignore[arg-type]
+            tools=tools,
             tool_choice="required",
         )
-        calls = one.choices[0].message.tool_calls
-        assert calls and calls[0].function.name == "get_weather"  # type: ignore[union-attr]
-        assert "city" in json.loads(calls[0].function.arguments)  # type: ignore[union-attr]
+        calls: Any = one.choices[0].message.tool_calls
+        assert calls and calls[0].function.name == "get_weather"
+        assert "city" in json.loads(calls[0].function.arguments)
         assert one.choices[0].finish_reason == "tool_calls"
 
     schema = {
@@ -217,14 +218,14 @@ async def test_parallel_tool_calls_stream(sdk: AsyncOpenAI, upstream: UpstreamSe
         ),
     )
     try:
-        tools = [
+        tools: Any = [
             {"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
             for n in ("a", "b")
         ]
         stream = await sdk.chat.completions.create(
             model="chat",
             messages=[{"role": "user", "content": "both"}],
-            tools=tools,  # type: ignore[arg-type]
+            tools=tools,
             parallel_tool_calls=True,
             stream=True,
         )
