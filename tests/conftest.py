@@ -27,7 +27,11 @@ from domain.enums import Role, Scope
 from store.clients import upsert_client
 from store.db import create_engine, session_factory
 from store.migrate import upgrade
-from worker import build_worker
+from worker import build_invocation_worker, build_worker
+
+# Worker processes the tests spawn would otherwise create the real schedules on the shared
+# Temporal server, pointed at a task queue nobody polls once the test ends.
+os.environ.setdefault("MODEL_ROUTER_SCHEDULES_ENABLED", "false")
 
 
 def _required_env(name: str) -> str:
@@ -120,7 +124,11 @@ async def worker(
     temporal_client: Client, settings: Settings, sessions: async_sessionmaker[AsyncSession]
 ) -> AsyncIterator[None]:
     w = build_worker(temporal_client, settings, sessions)
-    async with w:
+    # The standalone worker's share of invocations: it finishes those whose API process died.
+    # Its own connection, as in production where it is another process (one client may not
+    # run two workers on one queue).
+    invocations = build_invocation_worker(await connect(settings), settings, sessions)
+    async with w, invocations:
         yield
 
 

@@ -1,0 +1,195 @@
+"""What the invoke path promises beyond the happy path: no content anywhere it must not be,
+and a receipt that closes even when the API process dies mid-stream — with no second call."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import uuid
+from collections.abc import AsyncIterator
+
+import asyncpg
+import httpx
+import pytest
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from core.settings import Settings
+from providers.upstream import UpstreamServer
+from store.receipts import by_key
+from tests.conftest import TokenFactory, free_port
+from tests.helpers.catalog import profile_event, publish, record_evidence, register
+from tests.helpers.deadline import eventually
+from tests.helpers.process import Proc
+
+
+@pytest.fixture(scope="module")
+async def upstream() -> AsyncIterator[UpstreamServer]:
+    async with UpstreamServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def auth(
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+) -> dict[str, str]:
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    await register(
+        http,
+        auth,
+        "sim/slow",
+        provider="openai",
+        model="slow-sim",
+        endpointRef=upstream.endpoint_ref,
+    )
+    await record_evidence(temporal_client, tenant, "sim/slow", {"tool-calling": 0.9})
+    assert (
+        await http.post("/factory/model-deployments/sim/slow/approve", headers=auth)
+    ).status_code == 200
+    assert (await publish(http, auth, profile_event("slow", ["sim/slow"]))).status_code == 200
+    return auth
+
+
+async def _dump(database_url: str) -> str:
+    url = make_url(database_url)
+    conn = await asyncpg.connect(
+        host=url.host, port=url.port, user=url.username, database=url.database
+    )
+    try:
+        tables = [
+            r["table_name"]
+            for r in await conn.fetch(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
+            )
+        ]
+        rows = []
+        for table in tables:
+            rows += [r[0] for r in await conn.fetch(f'SELECT t::text FROM "{table}" t')]
+        return "\n".join(rows)
+    finally:
+        await conn.close()
+
+
+async def test_marker_never_reaches_database_logs_or_histories(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    settings: Settings,
+    temporal_client: Client,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    marker = f"CANARY-{uuid.uuid4().hex}"
+    caplog.set_level(logging.DEBUG)
+    for stream in (False, True):
+        resp = await http.post(
+            "/v1/chat/completions",
+            json={
+                "model": "slow",
+                "stream": stream,
+                "messages": [
+                    {"role": "system", "content": f"system {marker}"},
+                    {"role": "user", "content": f"say {marker}"},
+                ],
+            },
+            headers={**auth, "Idempotency-Key": f"canary-{stream}"},
+        )
+        assert resp.status_code == 200 and marker in resp.text  # the caller does get it back
+    dump = await _dump(settings.database_url)
+    assert tenant in dump and "canary-True" in dump  # the dump really holds the receipts
+    assert marker not in dump
+    assert marker not in caplog.text
+    histories = []
+    async for wf in temporal_client.list_workflows(
+        f"WorkflowType = 'InvokeModel' AND WorkflowId STARTS_WITH 'invoke/{tenant}/'"
+    ):
+        history = await temporal_client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
+        histories.append(json.dumps(history.to_json_dict()))
+    assert len(histories) == 2
+    assert not any(marker in h for h in histories)
+
+
+async def test_api_killed_mid_stream_closes_receipt_unknown_without_a_second_call(
+    auth: dict[str, str],
+    tenant: str,
+    settings: Settings,
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    upstream.state.configure("slow-sim", chunk_delay=0.5)
+    before = upstream.requests("slow-sim")
+    port = free_port()
+    env = {
+        **os.environ,
+        "MODEL_ROUTER_DATABASE_URL": settings.database_url,
+        "MODEL_ROUTER_TEMPORAL_ADDRESS": settings.temporal_address,
+        "MODEL_ROUTER_TEMPORAL_TASK_QUEUE": settings.temporal_task_queue,
+        "MODEL_ROUTER_TEMPORAL_INVOCATION_TASK_QUEUE": settings.temporal_invocation_task_queue,
+        "MODEL_ROUTER_AUTH_JWT_SECRET": settings.auth_jwt_secret.get_secret_value(),  # type: ignore[union-attr]
+        "MODEL_ROUTER_ALLOW_UPSTREAM_ENDPOINTS": "true",
+        "MODEL_ROUTER_ARTIFACT_ROOT": str(settings.artifact_root),
+    }
+    argv = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--factory",
+        "api.app:create_app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+    api = Proc(argv, env=env)
+    try:
+        api.wait_for_line("Application startup complete", timeout=90)
+        run = uuid.uuid4()
+        body = {
+            "model": "slow",
+            "stream": True,
+            "messages": [{"role": "user", "content": "a long answer please " * 5}],
+        }
+        headers = {**auth, "Idempotency-Key": "killed", "X-Run-Id": str(run)}
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
+            async with c.stream("POST", "/v1/chat/completions", json=body, headers=headers) as resp:
+                assert resp.status_code == 200
+                async for line in resp.aiter_lines():
+                    if '"content":"E' in line or '"content":"Echo' in line:
+                        break  # the first token reached the caller
+                api.proc.send_signal(signal.SIGKILL)
+                api.proc.wait(timeout=10)
+    finally:
+        api.stop()
+        upstream.state.configure("slow-sim", chunk_delay=0.0)
+
+    async def closed() -> object:
+        async with sessions() as s:
+            row = await by_key(s, tenant, "killed")
+        return row if row is not None and row.ended_at is not None else None
+
+    row = await eventually(closed, timeout=60, interval=0.25)
+    assert (row.outcome, row.usage_status) == ("Failed", "Unknown")
+    assert row.input_tokens is None and row.output_tokens is None  # Unknown is never zero
+    assert upstream.requests("slow-sim") - before == 1
+
+    # After a restart the API serves the closed receipt; a retry with the key replays it.
+    again = Proc(argv, env=env)
+    try:
+        again.wait_for_line("Application startup complete", timeout=90)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
+            listed = (await c.get(f"/factory/runs/{run}/model-receipts", headers=auth)).json()
+            assert [(r["outcome"], r["usageStatus"]) for r in listed] == [("Failed", "Unknown")]
+            retry = await c.post(
+                "/v1/chat/completions", json={**body, "stream": False}, headers=headers
+            )
+            assert retry.status_code in (409, 502)
+    finally:
+        again.stop()
+    assert upstream.requests("slow-sim") - before == 1
