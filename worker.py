@@ -13,17 +13,34 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.adapter_pool import AdapterPool
+from activities.evaluation import EvaluationActivities
+from activities.invoke_setup import provider_timeouts
 from activities.lifecycle import LifecycleActivities
+from activities.probes import ProbeActivities
+from activities.reconcile import ReconcileActivities
 from activities.webhooks import WebhookActivities
+from core.schedules import ensure_schedules
 from core.settings import Settings, get_settings
 from core.temporal import connect
+from providers.secrets import default_broker
+from store.artifacts import ArtifactStore
 from store.db import create_engine, session_factory
 from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow
+from workflows.evaluate import EvaluateDeploymentWorkflow
+from workflows.health_probe import HealthProbeWorkflow
+from workflows.reconciler import ReceiptReconcilerWorkflow
 from workflows.webhook_delivery import WebhookDeliveryWorkflow
 
 log = logging.getLogger("model_router.worker")
 
-WORKFLOWS = [DeploymentLifecycleWorkflow, WebhookDeliveryWorkflow]
+WORKFLOWS = [
+    DeploymentLifecycleWorkflow,
+    WebhookDeliveryWorkflow,
+    HealthProbeWorkflow,
+    ReceiptReconcilerWorkflow,
+    EvaluateDeploymentWorkflow,
+]
 
 
 def build_worker(
@@ -35,6 +52,22 @@ def build_worker(
     lifecycle = LifecycleActivities(sessions)
     # Webhook receivers are third parties: never follow their redirects.
     webhooks = WebhookActivities(sessions, http or httpx.AsyncClient(follow_redirects=False))
+    broker = default_broker(allow_upstream=settings.allow_upstream_endpoints)
+    probes = ProbeActivities(sessions, client, broker)
+    # Usage APIs answer slowly for long ranges; they are providers, never redirect targets.
+    statements = httpx.AsyncClient(timeout=60.0, follow_redirects=False)
+    reconcile = ReconcileActivities(sessions, settings, broker, statements)
+
+    async def this_client() -> Client:
+        return client
+
+    evaluation = EvaluationActivities(
+        sessions,
+        AdapterPool(broker, provider_timeouts(settings)),
+        ArtifactStore(settings.artifact_root),
+        this_client,
+        settings.evaluation_context_token_cap,
+    )
     return Worker(
         client,
         task_queue=settings.temporal_task_queue,
@@ -46,6 +79,18 @@ def build_worker(
             webhooks.pending,
             webhooks.deliver,
             webhooks.advance,
+            probes.targets,
+            probes.probe,
+            probes.apply_verdict,
+            probes.prune,
+            reconcile.sources,
+            reconcile.fetch,
+            reconcile.window,
+            reconcile.gauge,
+            evaluation.prepare,
+            evaluation.run_case,
+            evaluation.record,
+            evaluation.fail,
         ],
         graceful_shutdown_timeout=timedelta(seconds=20),
     )
@@ -74,6 +119,9 @@ def build_invocation_worker(
 async def run(settings: Settings) -> None:
     engine = create_engine(settings.database_url, pool_size=settings.database_pool_size)
     client = await connect(settings)
+    if settings.schedules_enabled:
+        for schedule, outcome in (await ensure_schedules(client, settings)).items():
+            log.info("schedule %s %s", schedule, outcome)
     sessions = session_factory(engine)
     worker = build_worker(client, settings, sessions)
     invocations = build_invocation_worker(client, settings, sessions)

@@ -13,21 +13,6 @@ from domain.health import ProbeTarget, ProbeVerdict
 PROBE_FAILED = "ProbeFailed"
 
 
-class HealthProbeInput(BaseModel):
-    """The schedule's argument, built from settings by `core.schedules`."""
-
-    timeout_seconds: float = Field(default=10.0, gt=0)
-    concurrency: int = Field(default=8, ge=1)
-    attempts: int = Field(default=2, ge=1)
-    retry_interval_seconds: float = Field(default=5.0, gt=0)
-    window_seconds: int = Field(default=120, ge=1)
-    sample_retention_hours: int = Field(default=72, ge=1)
-    # None: every tenant. A list shards the probe (and keeps tests to their own tenant).
-    tenant_ids: list[str] | None = None
-    # The window is the run's start time, floored; given here only to re-run a past window.
-    window_start: datetime | None = None
-
-
 class ListTargetsInput(BaseModel):
     tenant_ids: list[str] | None = None
 

@@ -91,7 +91,7 @@ class ProbeActivities:
         _observe(target, result)
         return _raise_if_failed(result, transient=transient, message=message)
 
-    async def _send(self, target: ProbeTarget, timeout: float) -> tuple[ProbeResult, bool, str]:
+    async def _send(self, target: ProbeTarget, seconds: float) -> tuple[ProbeResult, bool, str]:
         started = time.perf_counter()
         error: str | None = None
         transient, message = False, "ok"
@@ -101,17 +101,17 @@ class ProbeActivities:
                 provider=target.provider,
                 model=target.model,
                 endpoint_ref=target.endpoint_ref,
-                timeouts=ProviderTimeouts(connect=timeout, read=timeout),
+                timeouts=ProviderTimeouts(connect=seconds, read=seconds),
                 modality=target.modality,
             )
             try:
-                await asyncio.wait_for(_ping(adapter, target.modality), timeout)
+                await asyncio.wait_for(_ping(adapter, target.modality), seconds)
             finally:
                 await adapter.aclose()
         except ProviderError as exc:
             error, transient, message = exc.kind.value, exc.transient, str(exc)
         except TimeoutError:
-            error, transient, message = ErrorKind.TIMEOUT.value, True, f"no answer in {timeout}s"
+            error, transient, message = ErrorKind.TIMEOUT.value, True, f"no answer in {seconds}s"
         except SecretResolutionError as exc:
             # The reference names where the key lives, never the key.
             error, message = CREDENTIALS, str(exc)

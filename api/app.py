@@ -20,6 +20,7 @@ from api.routers import (
     profiles,
     receipts,
     routing,
+    usage_statements,
 )
 from api.runtime import Runtime
 from core.settings import Settings, get_settings
@@ -58,6 +59,7 @@ def create_app(settings: Settings | None = None, temporal_client: Client | None 
         events,
         receipts,
         openai,
+        usage_statements,
     ):
         app.include_router(module.router)
     return app

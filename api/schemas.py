@@ -6,6 +6,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from api.evaluations import EvaluationView
 from domain.approval import IntendedUse
 from domain.deployments import DeploymentRecord
 from domain.profiles import ModelProfile
@@ -29,6 +30,9 @@ class EvidenceSummary(BaseModel):
 
 class DeploymentView(DeploymentRecord):
     evidence: EvidenceSummary
+    evaluation: EvaluationView | None = Field(
+        default=None, description="The latest evaluation (on a single deployment's GET)"
+    )
 
 
 class AllowedDeployment(BaseModel):

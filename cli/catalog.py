@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
+import uuid
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 import yaml
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from cli.http import connect, err
@@ -208,3 +211,48 @@ def profiles_retire(
     }
     p = connect().call("POST", "/factory/asset-events", json=event)
     out.print(f"retired {p['profileId']} version {p['version']}")
+
+
+@deployments.command("evaluate")
+def deployments_evaluate(
+    deployment_id: str,
+    wait: Annotated[bool, typer.Option(help="Show progress and the score table")] = False,
+    idempotency_key: Annotated[
+        str | None, typer.Option(help="Default: a new key (a new evaluation)")
+    ] = None,
+) -> None:
+    """Run the capability suite against a deployment."""
+    api = connect()
+    key = idempotency_key or f"cli-{uuid.uuid4().hex}"
+    ev = api.call(
+        "POST",
+        f"/factory/model-deployments/{deployment_id}/evaluate",
+        headers={"Idempotency-Key": key},
+    )
+    out.print(f"evaluation {ev['evaluationId']} ({ev['status']}, suite {ev['suiteVersion']})")
+    if not wait:
+        return
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=out
+    ) as bar:
+        task = bar.add_task("cases", total=None)
+        while True:
+            d = api.call("GET", f"/factory/model-deployments/{deployment_id}")
+            ev = d.get("evaluation") or {}
+            progress = ev.get("progress") or {}
+            if progress.get("total"):
+                bar.update(task, total=progress["total"], completed=progress["done"])
+            if ev.get("status") in ("Completed", "Failed"):
+                break
+            time.sleep(0.5)  # polling the API at a human pace
+    if ev["status"] == "Failed":
+        err.print(f"[red]evaluation failed: {ev.get('reason')}[/red]")
+        raise typer.Exit(1)
+    scores = (ev.get("summary") or {}).get("scores", {})
+    _table(
+        f"capabilities of {deployment_id} ({d['state']})",
+        ["CAPABILITY", "PASS RATE", "VERDICT"],
+        [[c, f"{s['score']:.2f}", s["verdict"]] for c, s in sorted(scores.items())],
+    )
+    for shortfall in (ev.get("summary") or {}).get("shortfalls", []):
+        err.print(f"[yellow]below a listing profile: {shortfall['message']}[/yellow]")

@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -28,7 +29,15 @@ READY_DEADLINE_S = 60.0
 
 
 class DevStack:
-    def __init__(self, data_dir: Path, api_port: int, temporal_port: int, ui_port: int) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        api_port: int,
+        temporal_port: int,
+        ui_port: int,
+        upstream_port: int = 8787,
+    ) -> None:
+        self.upstream_port = upstream_port
         self.data_dir = data_dir.resolve()
         self.api_port = api_port
         self.temporal_port = temporal_port
@@ -60,6 +69,8 @@ class DevStack:
                 "MODEL_ROUTER_ARTIFACT_ROOT": str(self.data_dir / "artifacts"),
                 "MODEL_ROUTER_API_HOST": "127.0.0.1",
                 "MODEL_ROUTER_API_PORT": str(self.api_port),
+                # The demo catalog lives on the local upstream simulator.
+                "MODEL_ROUTER_ALLOW_UPSTREAM_ENDPOINTS": "true",
             }
         )
         return env
@@ -112,7 +123,7 @@ class DevStack:
             print("stopped", flush=True)
 
     def _run(self, env: dict[str, str], client_secret: str) -> int:
-        for port in (self.temporal_port, self.ui_port, self.api_port):
+        for port in (self.temporal_port, self.ui_port, self.api_port, self.upstream_port):
             if _port_open(port):
                 print(f"port {port} is already in use; pick another with --*-port", flush=True)
                 return 2
@@ -142,6 +153,11 @@ class DevStack:
         _wait_for(lambda: _port_open(self.temporal_port), "Temporal", self.children)
 
         python = sys.executable
+        self._spawn(
+            "upstream",
+            [python, "-c", f"from cli.dev_upstream import main; main({self.upstream_port})"],
+            env,
+        )
         self._spawn("worker", [python, "-c", "import worker; worker.main()"], env)
         self._spawn(
             "api",
@@ -178,15 +194,33 @@ class DevStack:
             f"  export MODEL_ROUTER_API_URL={api} MODEL_ROUTER_CLIENT_ID={DEMO_CLIENT} "
             f"MODEL_ROUTER_CLIENT_SECRET={client_secret}\n"
             "  .venv/bin/model-router deployments list\n"
-            "Ctrl-C stops everything.",
+            f"  simulator     http://127.0.0.1:{self.upstream_port} (local upstream, not a model)\n"
+            "Ctrl-C stops everything. Seeding the demo catalog…",
             flush=True,
         )
+        threading.Thread(target=self._seed, args=(api, client_secret), daemon=True).start()
         while True:
             for name, proc in self.children:
                 if proc.poll() is not None:
                     print(f"{name} exited with {proc.returncode}; see {name}.log", flush=True)
                     return 1
             time.sleep(0.5)
+
+    def _seed(self, api: str, client_secret: str) -> None:
+        from cli.dev_seed import seed
+
+        try:
+            approved = seed(api, DEMO_CLIENT, client_secret, self.upstream_port)
+        except Exception as exc:  # the stack stays up; the operator can seed by hand
+            print(f"demo catalog not seeded: {type(exc).__name__}: {exc}", flush=True)
+            return
+        print(
+            f"demo catalog ready: profiles code-agent, embedding; approved {', '.join(approved)}\n"
+            f"  curl -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' "
+            f'{api}/v1/chat/completions -d \'{{"model":"code-agent","messages":'
+            f'[{{"role":"user","content":"hello"}}]}}\'',
+            flush=True,
+        )
 
 
 async def _seed(database_url: str, client_secret: str) -> None:

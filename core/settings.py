@@ -95,6 +95,12 @@ class Settings(BaseSettings):
         description="Accept endpointRef upstream:HOST:PORT (the local simulator): dev and tests.",
     )
 
+    # Capability evaluation
+    evaluation_context_token_cap: int = Field(
+        default=16_000, ge=1024, description="Largest context reliable-context tests (cost cap)."
+    )
+    evaluation_concurrency: int = Field(default=4, ge=1, le=64, description="Cases run at once.")
+
     # Artifacts (outputs by content hash; never in the database)
     artifact_root: Path = Path(".data/artifacts")
 

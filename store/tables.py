@@ -278,3 +278,20 @@ class CatalogStateRow(SQLModel, table=True):
     id: int = Field(primary_key=True)
     version: int = Field(sa_type=sa.BigInteger)
     weights: dict[str, Any] | None = Field(default=None, sa_column=_json(nullable=True))
+
+
+class EvaluationRow(SQLModel, table=True):
+    __tablename__ = "evaluations"
+
+    evaluation_id: str = Field(primary_key=True, max_length=300)
+    tenant_id: str = Field(max_length=100)
+    deployment_id: str = Field(max_length=200)
+    suite_version: str = Field(max_length=50)
+    status: str = Field(max_length=20)  # Running, Completed, Failed
+    # Why a run could not complete (provider unreachable, credentials missing), never content.
+    reason: str | None = Field(default=None, max_length=500)
+    evidence_ref: str | None = Field(default=None, max_length=300)
+    # Per capability: pass rate, verdict, and listing profiles it now falls short of.
+    summary: dict[str, Any] | None = Field(default=None, sa_column=_json(nullable=True))
+    started_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
+    ended_at: datetime | None = Field(default=None, sa_column=_ts(nullable=True))

@@ -215,3 +215,25 @@ def pytest_unconfigure(config: pytest.Config) -> Iterator[None] | None:
         sys.stderr.flush()
         os._exit(_exit_status[-1])
     return None
+
+
+@pytest.fixture
+async def cli_env(
+    api_url: str, sessions: async_sessionmaker[AsyncSession], tenant: str
+) -> dict[str, str]:
+    """Environment for the operator CLI: a PlatformAdmin client of the test tenant."""
+    client_id, secret = f"cli-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    await upsert_client(
+        sessions,
+        tenant_id=tenant,
+        client_id=client_id,
+        secret=secret,
+        roles=[Role.PLATFORM_ADMIN],
+        scopes=list(Scope),
+    )
+    return {
+        "MODEL_ROUTER_API_URL": api_url,
+        "MODEL_ROUTER_CLIENT_ID": client_id,
+        "MODEL_ROUTER_CLIENT_SECRET": secret,
+        "COLUMNS": "250",
+    }

@@ -2,56 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
-import uuid
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
-from typer.testing import CliRunner, Result
 
-from cli.main import app
-from core.settings import get_settings
-from domain.enums import Role, Scope
-from store.clients import upsert_client
 from tests.helpers.catalog import deployment_body, profile_event, record_evidence
 from tests.helpers.catalog import register as register_via_api
-
-
-@pytest.fixture
-async def cli_env(
-    api_url: str, sessions: async_sessionmaker[AsyncSession], tenant: str
-) -> dict[str, str]:
-    client_id, secret = f"cli-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
-    await upsert_client(
-        sessions,
-        tenant_id=tenant,
-        client_id=client_id,
-        secret=secret,
-        roles=[Role.PLATFORM_ADMIN],
-        scopes=list(Scope),
-    )
-    return {
-        "MODEL_ROUTER_API_URL": api_url,
-        "MODEL_ROUTER_CLIENT_ID": client_id,
-        "MODEL_ROUTER_CLIENT_SECRET": secret,
-        "COLUMNS": "250",
-    }
-
-
-async def run(env: dict[str, str], *args: str) -> Result:
-    def invoke() -> Result:
-        get_settings.cache_clear()
-        try:
-            return CliRunner().invoke(app, list(args), env=env)
-        finally:
-            get_settings.cache_clear()
-
-    # The API serves from this event loop, so the (synchronous) CLI runs beside it.
-    return await asyncio.to_thread(invoke)
+from tests.helpers.cli import run
 
 
 async def test_operator_flow_through_the_cli(

@@ -39,6 +39,8 @@ def _start(data_dir: Path, ports: dict[str, int]) -> Proc:
             str(ports["temporal"]),
             "--ui-port",
             str(ports["ui"]),
+            "--upstream-port",
+            str(ports["upstream"]),
         ],
         env=env,
         cwd=data_dir,
@@ -51,7 +53,7 @@ def _value(proc: Proc, label: str) -> str:
 
 @pytest.fixture
 def ports() -> dict[str, int]:
-    return {"api": free_port(), "temporal": free_port(), "ui": free_port()}
+    return {"api": free_port(), "temporal": free_port(), "ui": free_port(), "upstream": free_port()}
 
 
 def test_dev_is_ready_within_60s_and_stops_everything_on_ctrl_c(
@@ -78,6 +80,16 @@ def test_dev_is_ready_within_60s_and_stops_everything_on_ctrl_c(
             f"{api}/factory/model-profiles", headers={"Authorization": f"Bearer {token}"}
         )
         assert profiles.status_code == 200
+        # The demo catalog (on the local upstream simulator) lets a newcomer invoke at once.
+        dev.wait_for_line("demo catalog ready", timeout=120)
+        answer = httpx.post(
+            f"{api}/v1/chat/completions",
+            json={"model": "code-agent", "messages": [{"role": "user", "content": "hi"}]},
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
+        )
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["choices"][0]["message"]["content"] == "Echo: hi"
         # The embedded default really is SQLite and a Temporal SQLite file under the data dir.
         assert (tmp_path / "model-router.db").exists() and (tmp_path / "temporal.db").exists()
     finally:

@@ -146,6 +146,9 @@ class DeploymentLifecycleWorkflow:
     async def record_evidence(self, evidence: EvidenceInput) -> DeploymentRecord:
         async with self._lock:
             record = await self._ready(Transition.RECORD_EVIDENCE)
+            # The importer is idempotent on the evidence reference: a retry records nothing new.
+            if record.capability_evidence_ref == evidence.evidence_ref:
+                return record
             return await self._apply(record, Transition.RECORD_EVIDENCE, evidence=evidence)
 
     @workflow.update

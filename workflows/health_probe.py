@@ -21,13 +21,13 @@ with workflow.unsafe.imports_passed_through():
         PROBE_FAILED,
         ApplyVerdictInput,
         ApplyVerdictResult,
-        HealthProbeInput,
         HealthProbeReport,
         ListTargetsInput,
         ProbeRequest,
         PruneInput,
     )
     from domain.health import (
+        HealthProbeInput,
         ProbeOutcome,
         ProbeResult,
         ProbeTarget,
@@ -102,7 +102,9 @@ class HealthProbeWorkflow:
         try:
             result: ProbeResult = await workflow.execute_activity(
                 "probe_deployment",
-                ProbeRequest(target=target, window_start=window, timeout_seconds=data.timeout_seconds),
+                ProbeRequest(
+                    target=target, window_start=window, timeout_seconds=data.timeout_seconds
+                ),
                 result_type=ProbeResult,
                 # The adapter call is bounded by timeout_seconds; the rest is the store.
                 start_to_close_timeout=timedelta(seconds=data.timeout_seconds + 15),

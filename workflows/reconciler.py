@@ -23,11 +23,10 @@ with workflow.unsafe.imports_passed_through():
         FetchInput,
         FetchResult,
         ReconcileReport,
-        ReconcilerInput,
         WindowInput,
         WindowResult,
     )
-    from domain.reconciliation import WIDTHS
+    from domain.statements import WIDTHS, ReconcilerInput
 
 _STORE = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
 _DAY = timedelta(days=1)

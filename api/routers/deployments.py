@@ -8,8 +8,9 @@ from fastapi import APIRouter, Body, Depends
 from fastapi.responses import JSONResponse
 
 from activities.lifecycle_types import ApproveRequest
-from api import lifecycle
+from api import evaluations, lifecycle
 from api.deps import RuntimeDep, SessionDep, TemporalDep, require
+from api.evaluations import EvaluationView
 from api.idempotency import IdempotencyKey, IdempotencyStore, request_hash
 from api.problems import Problem
 from api.schemas import ApproveBody, DeploymentView
@@ -87,6 +88,35 @@ async def approve_deployment(
 
 
 @router.post(
+    "/{deploymentId:path}/evaluate",
+    status_code=202,
+    response_model=EvaluationView,
+    operation_id="EvaluateDeployment",
+)
+async def evaluate_deployment(
+    deploymentId: str,
+    idempotency_key: IdempotencyKey,
+    principal: Admin,
+    temporal: TemporalDep,
+    runtime: RuntimeDep,
+) -> EvaluationView:
+    """Run the capability suite against the deployment through its real adapter."""
+    async with runtime.sessions() as session:
+        row = await ModelDeploymentRepository(session, principal.tenant_id).get(deploymentId)
+    if row is None:
+        raise Problem(404, f"No deployment {deploymentId!r}.", field="deploymentId")
+    return await evaluations.start(
+        temporal,
+        runtime.sessions,
+        runtime.settings.temporal_task_queue,
+        runtime.settings.evaluation_concurrency,
+        principal.tenant_id,
+        deploymentId,
+        idempotency_key,
+    )
+
+
+@router.post(
     "/{deploymentId:path}/retire", response_model=DeploymentRecord, operation_id="RetireDeployment"
 )
 async def retire_deployment(
@@ -124,8 +154,13 @@ async def get_deployment(
     deploymentId: str,
     principal: Viewer,
     session: SessionDep,
+    runtime: RuntimeDep,
 ) -> DeploymentView:
     row = await ModelDeploymentRepository(session, principal.tenant_id).get(deploymentId)
     if row is None:
         raise Problem(404, f"No deployment {deploymentId!r}.", field="deploymentId")
-    return (await deployment_views(session, principal.tenant_id, [row]))[0]
+    view = (await deployment_views(session, principal.tenant_id, [row]))[0]
+    view.evaluation = await evaluations.latest(
+        await runtime.temporal(), runtime.sessions, principal.tenant_id, deploymentId
+    )
+    return view

@@ -1,0 +1,186 @@
+"""EvaluateDeployment's steps: prepare the suite for a deployment, drive one case through its
+real adapter, record the outcome (artifact by hash + evidence through the lifecycle), or say why
+the run could not complete. Case texts and model outputs stay inside `run_case`."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio import activity
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+
+from activities.adapter_pool import AdapterPool
+from activities.evaluation_types import CaseInput, EvaluationInput, FailInput, Prepared, RecordInput
+from activities.lifecycle_types import CapabilityMeasurement, EvidenceInput
+from activities.suite_mapping import to_answer, to_chat
+from domain.approval import evidence_refusals
+from domain.hashing import canonical_json
+from domain.invocation import Target
+from domain.profiles import ModelProfile
+from domain.suite import CaseResult, Suite, SuiteAnswer, SuiteRequest, run_case_async
+from providers.errors import ErrorKind, ProviderError
+from providers.secrets import SecretResolutionError
+from store.artifacts import ArtifactStore
+from store.db import transaction
+from store.repositories import ModelDeploymentRepository, ModelProfileRepository
+from store.tables import EvaluationRow
+from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow, workflow_id
+
+CANNOT_RUN = "CannotRun"
+# A provider that refuses the credentials, or does not know the model, will not do better on a
+# retry: the run stops and the operator is told. Other refusals are the model failing a case.
+_FATAL = {ErrorKind.AUTH, ErrorKind.NOT_FOUND, ErrorKind.UNSUPPORTED, ErrorKind.QUOTA}
+
+
+class EvaluationActivities:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        adapters: AdapterPool,
+        artifacts: ArtifactStore,
+        client: Callable[[], Awaitable[Client]],
+        context_token_cap: int,
+    ) -> None:
+        self._sessions = sessions
+        self._adapters = adapters
+        self._artifacts = artifacts
+        self._client = client
+        self._cap = context_token_cap
+        self._suites: dict[int, Suite] = {}
+
+    def _suite(self, context_tokens: int) -> Suite:
+        if context_tokens not in self._suites:
+            self._suites[context_tokens] = Suite(
+                max_context_tokens=context_tokens, context_token_cap=self._cap
+            )
+        return self._suites[context_tokens]
+
+    @activity.defn(name="evaluation_prepare")
+    async def prepare(self, data: EvaluationInput) -> Prepared:
+        async with self._sessions() as session:
+            row = await ModelDeploymentRepository(session, data.tenant_id).get(data.deployment_id)
+            profiles = await ModelProfileRepository(session, data.tenant_id).list_active()
+        if row is None:
+            raise ApplicationError("deployment not found", type=CANNOT_RUN, non_retryable=True)
+        listing = [p for p in profiles if data.deployment_id in p.allowed_deployments]
+        # Reliable context is measured up to what the listing profiles need (capped for cost).
+        wanted = max((p.max_context_tokens for p in listing), default=8192)
+        suite = self._suite(max(1024, min(wanted, self._cap)))
+        return Prepared(
+            target=Target(
+                deployment_id=row.deployment_id,
+                provider=row.provider,
+                model=row.model,
+                endpoint_ref=row.endpoint_ref,
+            ),
+            context_tokens=suite.context_tokens,
+            suite_version=suite.suite_version,
+            case_ids=[c.case_id for c in suite.cases],
+            capability_of={c.case_id: c.capability.value for c in suite.cases},
+        )
+
+    @activity.defn(name="evaluation_run_case")
+    async def run_case(self, data: CaseInput) -> CaseResult:
+        suite = self._suite(data.context_tokens)
+        case = suite.case(data.case_id)
+        try:
+            adapter = await self._adapters.get(data.target)
+        except SecretResolutionError:
+            raise ApplicationError(
+                f"credentials for endpointRef {data.target.endpoint_ref} are missing",
+                type=CANNOT_RUN,
+                non_retryable=True,
+            ) from None
+
+        async def ask(request: SuiteRequest) -> SuiteAnswer:
+            return to_answer(await adapter.complete(to_chat(request)))
+
+        try:
+            return await run_case_async(case, ask)
+        except ProviderError as exc:
+            if exc.kind in _FATAL:
+                raise ApplicationError(
+                    f"provider refused the evaluation ({exc.kind.value})",
+                    type=CANNOT_RUN,
+                    non_retryable=True,
+                ) from None
+            if exc.transient:
+                # Retried with backoff by the workflow's policy; past it, the run cannot run.
+                raise ApplicationError(f"provider unavailable ({exc.kind.value})") from None
+            return suite.unanswered(case)
+
+    @activity.defn(name="evaluation_record")
+    async def record(self, data: RecordInput) -> str:
+        suite = self._suite(data.context_tokens)
+        scores = suite.score(data.results)
+        record = canonical_json(
+            {
+                "suiteVersion": suite.suite_version,
+                "deploymentId": data.deployment_id,
+                "contextTokens": data.context_tokens,
+                "results": [r.model_dump(mode="json") for r in data.results],
+                "scores": {c.value: [s.pass_rate, s.verdict] for c, s in scores.items()},
+            }
+        )
+        evidence_ref = self._artifacts.put(data.tenant_id, record)
+        measured = {c.value: s.pass_rate for c, s in scores.items()}
+        client = await self._client()
+        handle = client.get_workflow_handle(workflow_id(data.tenant_id, data.deployment_id))
+        try:
+            await handle.execute_update(
+                DeploymentLifecycleWorkflow.record_evidence,
+                EvidenceInput(
+                    evidence_ref=evidence_ref,
+                    suite_version=suite.suite_version,
+                    evaluated_at=datetime.now(UTC),
+                    scores={
+                        c.value: CapabilityMeasurement(score=s.pass_rate, verdict=s.verdict)
+                        for c, s in scores.items()
+                    },
+                ),
+            )
+        except WorkflowUpdateFailedError as exc:
+            raise ApplicationError(
+                f"evidence not recorded: {exc.cause}", type=CANNOT_RUN, non_retryable=True
+            ) from None
+        async with transaction(self._sessions) as session:
+            profiles = await ModelProfileRepository(session, data.tenant_id).list_active()
+            listing = [
+                ModelProfile.model_validate(p)
+                for p in profiles
+                if data.deployment_id in p.allowed_deployments
+            ]
+            shortfalls = evidence_refusals(measured, listing)
+            row = await session.get(EvaluationRow, data.evaluation_id)
+            if row is not None:
+                row.status, row.evidence_ref, row.ended_at = (
+                    "Completed",
+                    evidence_ref,
+                    datetime.now(UTC),
+                )
+                row.summary = {
+                    "scores": {
+                        c.value: {"score": s.pass_rate, "verdict": s.verdict}
+                        for c, s in scores.items()
+                    },
+                    # Profiles the deployment no longer qualifies for: the router stops choosing
+                    # it there, and the operator sees it here.
+                    "shortfalls": [
+                        r.model_dump(by_alias=True, exclude_none=True) for r in shortfalls
+                    ],
+                }
+        return evidence_ref
+
+    @activity.defn(name="evaluation_fail")
+    async def fail(self, data: FailInput) -> None:
+        async with transaction(self._sessions) as session:
+            row = await session.get(EvaluationRow, data.evaluation_id)
+            if row is not None and row.tenant_id == data.tenant_id:
+                row.status, row.reason, row.ended_at = (
+                    "Failed",
+                    data.reason[:500],
+                    datetime.now(UTC),
+                )

@@ -1,0 +1,112 @@
+"""Starting evaluations and reporting their progress."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlmodel import col, select
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+from activities.evaluation_types import EvaluationInput, Progress
+from domain.suite import SUITE_VERSION
+from store.db import transaction
+from store.tables import EvaluationRow
+from workflows.evaluate import EvaluateDeploymentWorkflow
+
+
+class EvaluationView(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    evaluation_id: str = Field(alias="evaluationId")
+    status: str
+    suite_version: str = Field(alias="suiteVersion")
+    reason: str | None = None
+    evidence_ref: str | None = Field(default=None, alias="evidenceRef")
+    summary: dict[str, Any] | None = None
+    progress: Progress | None = None
+    started_at: datetime = Field(alias="startedAt")
+    ended_at: datetime | None = Field(default=None, alias="endedAt")
+
+
+def evaluation_id(tenant_id: str, deployment_id: str, key: str) -> str:
+    digest = hashlib.sha256(key.encode()).hexdigest()[:24]
+    return f"evaluate/{tenant_id}/{deployment_id}/{digest}"
+
+
+async def start(
+    client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    task_queue: str,
+    concurrency: int,
+    tenant_id: str,
+    deployment_id: str,
+    key: str,
+) -> EvaluationView:
+    """One evaluation per key: the same key again answers with the evaluation it started."""
+    eid = evaluation_id(tenant_id, deployment_id, key)
+    try:
+        async with transaction(sessions) as session:
+            if await session.get(EvaluationRow, eid) is None:
+                session.add(
+                    EvaluationRow(
+                        evaluation_id=eid,
+                        tenant_id=tenant_id,
+                        deployment_id=deployment_id,
+                        suite_version=SUITE_VERSION,
+                        status="Running",
+                    )
+                )
+    except IntegrityError:
+        pass  # a concurrent request with the same key inserted it first
+    try:
+        await client.start_workflow(
+            EvaluateDeploymentWorkflow.run,
+            EvaluationInput(
+                evaluation_id=eid,
+                tenant_id=tenant_id,
+                deployment_id=deployment_id,
+                concurrency=concurrency,
+            ),
+            id=eid,
+            task_queue=task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+        )
+    except WorkflowAlreadyStartedError:
+        pass  # it ran to its end already; its row says how it went
+    view = await latest(client, sessions, tenant_id, deployment_id, eid)
+    assert view is not None
+    return view
+
+
+async def latest(
+    client: Client | None,
+    sessions: async_sessionmaker[AsyncSession],
+    tenant_id: str,
+    deployment_id: str,
+    eid: str | None = None,
+) -> EvaluationView | None:
+    async with sessions() as session:
+        stmt = select(EvaluationRow).where(col(EvaluationRow.tenant_id) == tenant_id)
+        stmt = stmt.where(col(EvaluationRow.deployment_id) == deployment_id)
+        if eid is not None:
+            stmt = stmt.where(col(EvaluationRow.evaluation_id) == eid)
+        row = (await session.scalars(stmt.order_by(col(EvaluationRow.started_at).desc()))).first()
+    if row is None:
+        return None
+    view = EvaluationView.model_validate(row, from_attributes=True)
+    if row.status == "Running" and client is not None:
+        try:
+            view.progress = await client.get_workflow_handle(row.evaluation_id).query(
+                EvaluateDeploymentWorkflow.progress
+            )
+        except Exception:
+            view.progress = None
+    return view

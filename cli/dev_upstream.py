@@ -1,0 +1,26 @@
+"""The local upstream SIMULATOR as `make dev` runs it: every model answers the capability suite
+competently (so the demo catalog passes evaluation) and echoes anything else. Not a model."""
+
+from __future__ import annotations
+
+import sys
+
+import uvicorn
+
+from domain.suite import Suite
+from providers.upstream.app import create_app
+from providers.upstream.state import UpstreamState
+from providers.upstream.suite_responders import competent_responder
+
+
+def main(port: int) -> None:
+    state = UpstreamState()
+    state.register("*", competent_responder(Suite()))
+    print(f"upstream simulator (not a real provider) on http://127.0.0.1:{port}", flush=True)
+    uvicorn.run(
+        create_app(state), host="127.0.0.1", port=port, log_level="warning", access_log=False
+    )
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))

@@ -1,0 +1,153 @@
+"""`model-router schedules list|trigger|pause|resume`: the health-probe and reconciler schedules,
+straight against Temporal (the same settings as the worker: address, namespace, TLS, prefix)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from temporalio.client import Client, ScheduleCalendarSpec, ScheduleHandle, ScheduleRange
+from temporalio.service import RPCError, RPCStatusCode
+
+from core.schedules import NAMES, schedule_id
+from core.settings import get_settings
+from core.temporal import connect
+
+out = Console()
+err = Console(stderr=True)
+schedules = typer.Typer(help="The health-probe and reconciler schedules.", no_args_is_help=True)
+T = TypeVar("T")
+
+Name = Annotated[
+    str, typer.Argument(help=f"{' or '.join(NAMES)} (or the full schedule id)", show_default=False)
+]
+
+# Field order and full range of each calendar field, as cron writes them.
+_FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day_of_month", 1, 31), ("month", 1, 12))
+
+
+def _ranges(ranges: Sequence[ScheduleRange], low: int, high: int) -> str:
+    parts = []
+    for r in ranges:
+        end = max(r.end, r.start)
+        step = f"/{r.step}" if r.step > 1 else ""
+        if r.start == low and end == high:
+            parts.append(f"*{step}")
+        elif r.start == end:
+            parts.append(str(r.start))
+        else:
+            parts.append(f"{r.start}-{end}{step}")
+    return ",".join(parts) or "*"
+
+
+def cron_of(calendar: ScheduleCalendarSpec) -> str:
+    """The server keeps cron specs as calendars; show them as the cron they came from."""
+    fields = [_ranges(getattr(calendar, name), low, high) for name, low, high in _FIELDS]
+    fields.append(_ranges(calendar.day_of_week, 0, 6))
+    return " ".join(fields)
+
+
+def _run(action: Callable[[Client], Awaitable[T]]) -> T:
+    async def go() -> T:
+        try:
+            client = await connect(get_settings())
+        except Exception as exc:  # any connect failure: say which server, exit 2
+            err.print(f"[red]Cannot reach Temporal at {get_settings().temporal_address}: {exc}")
+            raise typer.Exit(2) from None
+        try:
+            return await action(client)
+        except RPCError as exc:
+            if exc.status is RPCStatusCode.NOT_FOUND:
+                err.print(f"[red]No such schedule ({exc.message}).[/red]")
+                raise typer.Exit(1) from None
+            raise
+
+    return asyncio.run(go())
+
+
+def _id(name: str) -> str:
+    settings = get_settings()
+    if name in NAMES:
+        return schedule_id(settings, name)
+    if name.startswith(settings.schedule_id_prefix + "/"):
+        return name
+    err.print(f"[red]Unknown schedule {name!r}: use one of {', '.join(NAMES)}.[/red]")
+    raise typer.Exit(1)
+
+
+@schedules.command("list")
+def list_() -> None:
+    """The schedules with their spec, state, last and next run."""
+
+    async def describe(client: Client) -> list[list[Any]]:
+        rows = []
+        for name in NAMES:
+            sid = schedule_id(get_settings(), name)
+            try:
+                d = await client.get_schedule_handle(sid).describe()
+            except RPCError as exc:
+                if exc.status is not RPCStatusCode.NOT_FOUND:
+                    raise
+                rows.append([sid, "-", "missing (start a worker)", "-", "-", "-", "-"])
+                continue
+            spec = d.schedule.spec
+            cron = ", ".join([*spec.cron_expressions, *(cron_of(c) for c in spec.calendars)])
+            recent = d.info.recent_actions
+            nxt = d.info.next_action_times
+            rows.append(
+                [
+                    sid,
+                    cron,
+                    "paused" if d.schedule.state.paused else "active",
+                    d.schedule.policy.overlap.name,
+                    recent[-1].scheduled_at.isoformat() if recent else "-",
+                    nxt[0].isoformat() if nxt else "-",
+                    d.schedule.state.note or "",
+                ]
+            )
+        return rows
+
+    table = Table(title="schedules")
+    for column in ("ID", "SPEC (UTC)", "STATE", "OVERLAP", "LAST RUN", "NEXT RUN", "NOTE"):
+        table.add_column(column)
+    for row in _run(describe):
+        table.add_row(*(str(v) for v in row))
+    out.print(table)
+
+
+def _on_handle(name: str, action: Callable[[ScheduleHandle], Awaitable[None]], done: str) -> None:
+    sid = _id(name)
+
+    async def go(client: Client) -> None:
+        await action(client.get_schedule_handle(sid))
+
+    _run(go)
+    out.print(f"{done} {sid}")
+
+
+@schedules.command("trigger")
+def trigger(name: Name) -> None:
+    """Run the job now (under the schedule's overlap policy)."""
+    _on_handle(name, lambda h: h.trigger(), "triggered")
+
+
+@schedules.command("pause")
+def pause(
+    name: Name,
+    note: Annotated[str, typer.Option(help="Why (shown by list)")] = "paused from the CLI",
+) -> None:
+    """Stop scheduled runs until resumed (a manual trigger still runs)."""
+    _on_handle(name, lambda h: h.pause(note=note), "paused")
+
+
+@schedules.command("resume")
+def resume(
+    name: Name,
+    note: Annotated[str, typer.Option(help="Why (shown by list)")] = "resumed from the CLI",
+) -> None:
+    """Resume scheduled runs."""
+    _on_handle(name, lambda h: h.unpause(note=note), "resumed")

@@ -1,0 +1,126 @@
+"""Health-probe rules: probe windows, what a probe result does to a deployment, and the latency
+statistics the router's latency term reads."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from domain.enums import DeploymentState, Modality
+
+PROBED_STATES = (DeploymentState.APPROVED, DeploymentState.DEGRADED)
+
+
+class ProbeOutcome(StrEnum):
+    OK = "ok"
+    FAILED = "failed"
+
+
+class ProbeVerdict(StrEnum):
+    """What the lifecycle is asked to do after a probe."""
+
+    NONE = "none"
+    DEGRADE = "probe_failed"
+    RECOVER = "probe_recovered"
+
+
+class ProbeTarget(BaseModel):
+    tenant_id: str
+    deployment_id: str
+    provider: str
+    model: str
+    endpoint_ref: str
+    state: DeploymentState
+    modality: Modality = Modality.CHAT
+
+
+class ProbeResult(BaseModel):
+    tenant_id: str
+    deployment_id: str
+    outcome: ProbeOutcome
+    latency_ms: int | None = None
+    error_class: str | None = None
+    # True when the window had been probed already and no request was sent.
+    replayed: bool = False
+
+
+class HealthProbeInput(BaseModel):
+    """The schedule's argument, built from settings by `core.schedules`."""
+
+    timeout_seconds: float = Field(default=10.0, gt=0)
+    concurrency: int = Field(default=8, ge=1)
+    attempts: int = Field(default=2, ge=1)
+    retry_interval_seconds: float = Field(default=5.0, gt=0)
+    window_seconds: int = Field(default=60, ge=1)
+    sample_retention_hours: int = Field(default=72, ge=1)
+    # None: every tenant. A list shards the probe (and keeps tests to their own tenant).
+    tenant_ids: list[str] | None = None
+    # The window is the run's start time, floored; given here only to re-run a past window.
+    window_start: datetime | None = None
+
+
+def probe_window(at: datetime, width: timedelta) -> datetime:
+    """The start of the window `at` falls in. Windows are aligned to the epoch, so every worker
+    and every retry agrees on them: one probe result per deployment and window."""
+    if at.tzinfo is None:
+        raise ValueError("probe times are timezone-aware")
+    step = int(width.total_seconds())
+    if step <= 0:
+        raise ValueError("a probe window has a positive width")
+    seconds = int(at.timestamp())
+    return datetime.fromtimestamp(seconds - seconds % step, UTC)
+
+
+def verdict(state: DeploymentState, outcome: ProbeOutcome) -> ProbeVerdict:
+    """Only a change is asked for; the lifecycle treats a repeat as a no-op anyway."""
+    if outcome is ProbeOutcome.FAILED and state is DeploymentState.APPROVED:
+        return ProbeVerdict.DEGRADE
+    if outcome is ProbeOutcome.OK and state is DeploymentState.DEGRADED:
+        return ProbeVerdict.RECOVER
+    return ProbeVerdict.NONE
+
+
+class LatencyStats(BaseModel):
+    """Probe latency of one deployment over a window: what a catalog snapshot builder maps
+    onto the deployment's latency statistics (p95 drives the router's latency term)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tenant_id: str
+    deployment_id: str
+    latency_p50_ms: float | None = Field(default=None, ge=0)
+    latency_p95_ms: float | None = Field(default=None, ge=0)
+    latency_samples: int = Field(default=0, ge=0)
+    probes: int = Field(default=0, ge=0)
+    failures: int = Field(default=0, ge=0)
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile: always an observed value, stable for small samples."""
+    if not 0 < q <= 100:
+        raise ValueError("q is in (0, 100]")
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = math.ceil(q / 100 * len(ordered))
+    return float(ordered[max(rank, 1) - 1])
+
+
+def latency_stats(
+    tenant_id: str, deployment_id: str, samples: Sequence[tuple[ProbeOutcome, int | None]]
+) -> LatencyStats:
+    """Latency counts successful probes only: a failure's time says how fast it failed."""
+    ok = [float(ms) for outcome, ms in samples if outcome is ProbeOutcome.OK and ms is not None]
+    return LatencyStats(
+        tenant_id=tenant_id,
+        deployment_id=deployment_id,
+        latency_p50_ms=percentile(ok, 50),
+        latency_p95_ms=percentile(ok, 95),
+        latency_samples=len(ok),
+        probes=len(samples),
+        failures=sum(1 for outcome, _ in samples if outcome is ProbeOutcome.FAILED),
+    )

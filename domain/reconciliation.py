@@ -1,0 +1,249 @@
+"""Settling receipts from provider statements: the pure matching and allocation rules.
+
+A receipt whose usage is Unknown or Estimated is settled by a statement in one of two ways:
+
+1. **By provider request id.** A statement line that names the request id the receipt
+   recorded settles that receipt with the line's tokens. Exact; tried first.
+2. **By bucket allocation.** Usage APIs report tokens per (provider, model, key, time bucket),
+   not per request. A bucket's *unexplained* tokens are its total minus the tokens of the
+   receipts in the bucket whose usage is already known (Reported or Reconciled). They are
+   shared among the bucket's unsettled receipts in proportion to each receipt's own estimate
+   (an Estimated receipt's tokens; a receipt without one weighs the mean of the estimates, or
+   1 when nobody has an estimate), separately for input and output tokens, by the largest
+   remainder method so the shares add up exactly to the unexplained total; equal remainders go
+   to the smaller invocation id. Cached input tokens are shared with the input weights and
+   capped at each receipt's input share (cached tokens are part of the input).
+
+A receipt belongs to a bucket when the provider matches, the statement's model is the
+deployment's model or a dated snapshot of it (`gpt-4o` ~ `gpt-4o-2024-08-06`), the statement's
+key (the endpointRef the provider key belongs to) is the deployment's or unstated, the tenant
+matches (imported statements belong to their tenant; provider statements to everyone), and the
+receipt started inside the bucket. Buckets are taken in time order, a tenant's own statements
+before provider-wide ones; what one bucket settles counts as known usage for the next, which is
+why running the rules again over the same statements settles nothing new.
+
+Nothing settles to zero unless asked for: a share of zero input and zero output tokens leaves
+the receipt as it was (a statement that explains nothing is no proof that nothing was used).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from domain.enums import UsageStatus
+from domain.statements import AWAITING, ReceiptUsage, StatementLine
+
+
+class Rule(StrEnum):
+    REQUEST_ID = "provider-request-id"
+    BUCKET = "bucket-allocation"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Settlement(_Frozen):
+    invocation_id: str
+    tenant_id: str
+    statement_ref: str
+    rule: Rule
+    input_tokens: int = Field(ge=0)
+    output_tokens: int = Field(ge=0)
+    cached_input_tokens: int = Field(ge=0)
+
+
+class Skipped(_Frozen):
+    invocation_id: str
+    statement_ref: str
+    reason: str
+
+
+class Plan(_Frozen):
+    settlements: tuple[Settlement, ...] = ()
+    skipped: tuple[Skipped, ...] = ()
+
+
+_SNAPSHOT = re.compile(r"\d{4}-\d{2}-\d{2}|\d{8}")
+
+
+def model_matches(statement_model: str, deployment_model: str) -> bool:
+    if statement_model == deployment_model:
+        return True
+    prefix = deployment_model + "-"
+    return statement_model.startswith(prefix) and bool(
+        _SNAPSHOT.fullmatch(statement_model[len(prefix) :])
+    )
+
+
+def allocate(total: int, weights: Sequence[int]) -> list[int]:
+    """Largest remainder: integer shares proportional to `weights` that sum to `total`.
+    Equal remainders go to the earlier position; all-zero weights share equally."""
+    if total < 0 or any(w < 0 for w in weights):
+        raise ValueError("totals and weights are non-negative")
+    if not weights:
+        return []
+    if sum(weights) == 0:
+        weights = [1] * len(weights)
+    whole = sum(weights)
+    quotas = [total * w for w in weights]
+    shares = [q // whole for q in quotas]
+    left = total - sum(shares)
+    order = sorted(range(len(weights)), key=lambda i: (-(quotas[i] % whole), i))
+    for i in order[:left]:
+        shares[i] += 1
+    return shares
+
+
+def estimate_weights(estimates: Sequence[int | None]) -> list[int]:
+    known = [e for e in estimates if e is not None]
+    fill = max(1, round(sum(known) / len(known))) if known else 1
+    return [e if e is not None else fill for e in estimates]
+
+
+_GroupKey = tuple[str, str | None, str, str, str | None, datetime, datetime]
+
+
+def _group_key(line: StatementLine) -> _GroupKey:
+    assert line.model is not None and line.bucket_start is not None
+    assert line.bucket_end is not None
+    return (
+        line.source,
+        line.tenant_id,
+        line.provider.lower(),
+        line.model,
+        line.key,
+        line.bucket_start,
+        line.bucket_end,
+    )
+
+
+def _order(key: _GroupKey) -> tuple[Any, ...]:
+    source, tenant, provider, model, k, start, end = key
+    return (start, end, provider, model, k or "", tenant is None, tenant or "", source)
+
+
+def _belongs(key: _GroupKey, r: ReceiptUsage) -> bool:
+    _, tenant, provider, model, k, start, end = key
+    return (
+        r.provider.lower() == provider
+        and model_matches(model, r.model)
+        and (k is None or k == r.key)
+        and (tenant is None or tenant == r.tenant_id)
+        and start <= r.started_at < end
+    )
+
+
+def group_ref(lines: Iterable[StatementLine]) -> str:
+    refs = sorted(line.statement_ref for line in lines)
+    return refs[0] if len(refs) == 1 else f"{refs[0]}+{len(refs) - 1}"
+
+
+class _Ledger:
+    """Receipts' current status and usage as the plan settles them."""
+
+    def __init__(self, receipts: Iterable[ReceiptUsage]) -> None:
+        self.receipts = sorted(receipts, key=lambda r: r.invocation_id)
+        self.status = {r.invocation_id: r.usage_status for r in self.receipts}
+        self.usage = {
+            r.invocation_id: (r.input_tokens or 0, r.output_tokens or 0, r.cached_input_tokens or 0)
+            for r in self.receipts
+        }
+        self.settlements: list[Settlement] = []
+        self.skipped: list[Skipped] = []
+
+    def awaiting(self, r: ReceiptUsage) -> bool:
+        return self.status[r.invocation_id] in AWAITING
+
+    def settle(self, r: ReceiptUsage, ref: str, rule: Rule, usage: tuple[int, int, int]) -> None:
+        self.status[r.invocation_id] = UsageStatus.RECONCILED
+        self.usage[r.invocation_id] = usage
+        self.settlements.append(
+            Settlement(
+                invocation_id=r.invocation_id,
+                tenant_id=r.tenant_id,
+                statement_ref=ref,
+                rule=rule,
+                input_tokens=usage[0],
+                output_tokens=usage[1],
+                cached_input_tokens=usage[2],
+            )
+        )
+
+    def skip(self, r: ReceiptUsage, ref: str, reason: str) -> None:
+        self.skipped.append(
+            Skipped(invocation_id=r.invocation_id, statement_ref=ref, reason=reason)
+        )
+
+
+def plan(
+    lines: Iterable[StatementLine], receipts: Iterable[ReceiptUsage], *, settle_zero: bool = False
+) -> Plan:
+    """What the statements settle. `receipts` must hold every receipt (any status) that a
+    bucket of `lines` covers, or the unexplained tokens are miscounted."""
+    ledger = _Ledger(receipts)
+    by_request: dict[tuple[str, str], list[StatementLine]] = defaultdict(list)
+    groups: dict[_GroupKey, list[StatementLine]] = defaultdict(list)
+    for line in lines:
+        if line.provider_request_id is not None:
+            by_request[(line.provider.lower(), line.provider_request_id)].append(line)
+        else:
+            groups[_group_key(line)].append(line)
+
+    for r in ledger.receipts:
+        if not ledger.awaiting(r) or r.provider_request_id is None:
+            continue
+        found = [
+            line
+            for line in by_request.get((r.provider.lower(), r.provider_request_id), [])
+            if line.tenant_id in (None, r.tenant_id)
+        ]
+        if not found:
+            continue
+        line = min(found, key=lambda x: x.statement_ref)
+        usage = (line.input_tokens, line.output_tokens, line.cached_input_tokens)
+        if usage[0] + usage[1] == 0 and not settle_zero:
+            ledger.skip(r, line.statement_ref, "the statement reports zero tokens")
+            continue
+        ledger.settle(r, line.statement_ref, Rule.REQUEST_ID, usage)
+
+    for key in sorted(groups, key=_order):
+        _allocate_group(ledger, key, groups[key], settle_zero)
+    return Plan(settlements=tuple(ledger.settlements), skipped=tuple(ledger.skipped))
+
+
+def _allocate_group(
+    ledger: _Ledger, key: _GroupKey, lines: list[StatementLine], settle_zero: bool
+) -> None:
+    members = [r for r in ledger.receipts if _belongs(key, r)]
+    todo = [r for r in members if ledger.awaiting(r)]
+    if not todo:
+        return
+    ref = group_ref(lines)
+    known = [ledger.usage[r.invocation_id] for r in members if not ledger.awaiting(r)]
+    unexplained = [
+        max(0, sum(getattr(line, f) for line in lines) - sum(u[i] for u in known))
+        for i, f in enumerate(("input_tokens", "output_tokens", "cached_input_tokens"))
+    ]
+    estimated = [r.usage_status is UsageStatus.ESTIMATED for r in todo]
+    in_weights = estimate_weights(
+        [r.input_tokens if est else None for r, est in zip(todo, estimated, strict=True)]
+    )
+    out_weights = estimate_weights(
+        [r.output_tokens if est else None for r, est in zip(todo, estimated, strict=True)]
+    )
+    inputs = allocate(unexplained[0], in_weights)
+    outputs = allocate(unexplained[1], out_weights)
+    cached = [min(c, i) for c, i in zip(allocate(unexplained[2], in_weights), inputs, strict=True)]
+    for r, i, o, c in zip(todo, inputs, outputs, cached, strict=True):
+        if i + o == 0 and not settle_zero:
+            ledger.skip(r, ref, "no unexplained tokens left in the statement's bucket")
+            continue
+        ledger.settle(r, ref, Rule.BUCKET, (i, o, c))

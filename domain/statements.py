@@ -1,0 +1,128 @@
+"""What the reconciler reads and writes: statement lines (token counts a provider billed, never
+content), the receipts' usage as the rules see it, the job's parameters, and the ModelInvoked
+correction a settled receipt sends to usage accounting."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from domain.enums import InvocationOutcome, UsageStatus
+from domain.events import TOPICS
+
+AWAITING = frozenset({UsageStatus.UNKNOWN, UsageStatus.ESTIMATED})
+
+BucketWidth = Literal["1m", "1h", "1d"]
+WIDTHS: dict[str, timedelta] = {
+    "1m": timedelta(minutes=1),
+    "1h": timedelta(hours=1),
+    "1d": timedelta(days=1),
+}
+
+
+class ReconcilerInput(BaseModel):
+    """The schedule's argument, built from settings by `core.schedules`."""
+
+    lookback_hours: int = Field(default=72, ge=1)
+    settle_delay_minutes: int = Field(default=15, ge=0)
+    bucket_width: BucketWidth = "1h"
+    settle_zero_usage: bool = False
+    retry_initial_seconds: float = Field(default=30.0, gt=0)
+    retry_max_interval_seconds: float = Field(default=600.0, gt=0)
+    # How long one source may keep failing before this run goes on without it.
+    source_timeout_seconds: float = Field(default=2700.0, gt=0)
+    # None: every tenant. A list narrows receipts (tenants with their own provider accounts,
+    # tests); provider statements are then shared among those tenants' receipts only.
+    tenant_ids: list[str] | None = None
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class StatementLine(_Frozen):
+    """Token counts a provider (or an imported statement) says were billed. Never content."""
+
+    statement_ref: str = Field(min_length=1, max_length=300)
+    source: str = Field(min_length=1, max_length=64)
+    tenant_id: str | None = None  # None: a provider-wide statement
+    provider: str = Field(min_length=1)
+    model: str | None = None
+    key: str | None = None  # the endpointRef whose provider key was billed; None: any
+    bucket_start: datetime | None = None
+    bucket_end: datetime | None = None
+    provider_request_id: str | None = None
+    input_tokens: int = Field(ge=0)
+    output_tokens: int = Field(ge=0)
+    cached_input_tokens: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _shape(self) -> StatementLine:
+        if self.cached_input_tokens > self.input_tokens:
+            raise ValueError("cached input tokens are part of input tokens")
+        if self.provider_request_id is None:
+            if self.bucket_start is None or self.bucket_end is None or not self.model:
+                raise ValueError("a line without a request id needs a bucket and a model")
+        if self.bucket_start is not None and self.bucket_end is not None:
+            if self.bucket_start.tzinfo is None or self.bucket_end.tzinfo is None:
+                raise ValueError("bucket times are timezone-aware")
+            if self.bucket_end <= self.bucket_start:
+                raise ValueError("a bucket ends after it starts")
+        return self
+
+
+class ReceiptUsage(_Frozen):
+    """What the rules need of a receipt (joined with its deployment's provider, model, key)."""
+
+    invocation_id: str
+    tenant_id: str
+    provider: str
+    model: str
+    key: str
+    started_at: datetime
+    usage_status: UsageStatus
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_input_tokens: int | None = None
+    provider_request_id: str | None = None
+
+
+def usage_corrected_event(
+    *,
+    invocation_id: str,
+    tenant_id: str,
+    project_id: str,
+    run_id: str | None,
+    attempt_id: str | None,
+    profile_id: str,
+    deployment_id: str,
+    outcome: InvocationOutcome,
+    input_tokens: int,
+    output_tokens: int,
+    estimated_cost_usd: Decimal | None,
+) -> dict[str, Any]:
+    """ModelInvoked again, with the settled usage: usage accounting keys on invocationId, so
+    this replaces what it recorded for the receipt (usageStatus Reconciled says why)."""
+    return {
+        "event_type": "ModelInvoked",
+        "topic": TOPICS["ModelInvoked"],
+        "aggregate_type": "InvocationReceipt",
+        "aggregate_id": invocation_id,
+        "payload": {
+            "invocationId": invocation_id,
+            "tenantId": tenant_id,
+            "projectId": project_id,
+            "runId": run_id,
+            "attemptId": attempt_id,
+            "profileId": profile_id,
+            "deploymentId": deployment_id,
+            "outcome": outcome.value,
+            "usageStatus": UsageStatus.RECONCILED.value,
+            "inputTokens": input_tokens,
+            "outputTokens": output_tokens,
+            "estimatedCostUsd": str(estimated_cost_usd) if estimated_cost_usd is not None else None,
+        },
+    }

@@ -1,0 +1,180 @@
+"""Statement files for providers without a usage API (self-hosted pools, resellers): CSV with a
+header row, or JSON lines, one usage record per row, token counts only.
+
+Fields (camelCase, as every JSON body of the API): `provider`; either `providerRequestId`, or
+`bucketStart` (RFC 3339 with a zone, aligned to the width) + `bucketWidth` (`1m`, `1h`, `1d`) +
+`model` [+ `key`, the endpointRef whose credential was billed]; `inputTokens`, `outputTokens`
+[, `cachedInputTokens`, part of the input]. Any other field is refused, so no prompt or output
+can ride along. A file is all or nothing: one bad row and nothing is imported.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from domain.deployments import looks_like_credential
+from domain.statements import WIDTHS, BucketWidth, StatementLine
+
+CSV = "csv"
+JSONL = "jsonl"
+_JSONL_TYPES = {
+    "application/jsonl",
+    "application/x-jsonlines",
+    "application/x-ndjson",
+    "application/json-lines",
+    "application/jsonlines",
+}
+MAX_ERRORS = 50
+
+
+def format_of(content_type: str | None) -> str | None:
+    media = (content_type or "").split(";")[0].strip().lower()
+    if media in ("text/csv", "application/csv"):
+        return CSV
+    if media in _JSONL_TYPES:
+        return JSONL
+    return None
+
+
+class ImportRow(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    provider: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")
+    provider_request_id: str | None = Field(
+        default=None, alias="providerRequestId", min_length=1, max_length=200
+    )
+    bucket_start: datetime | None = Field(default=None, alias="bucketStart")
+    bucket_width: BucketWidth | None = Field(default=None, alias="bucketWidth")
+    model: str | None = Field(default=None, min_length=1, max_length=200)
+    key: str | None = Field(default=None, min_length=1, max_length=400)
+    input_tokens: int = Field(alias="inputTokens", ge=0)
+    output_tokens: int = Field(alias="outputTokens", ge=0)
+    cached_input_tokens: int = Field(default=0, alias="cachedInputTokens", ge=0)
+
+
+class RowError(BaseModel):
+    line: int
+    field: str | None = None
+    message: str
+
+
+class StatementFileError(Exception):
+    def __init__(self, errors: list[RowError]) -> None:
+        super().__init__(f"{len(errors)} invalid row(s)")
+        self.errors = errors
+
+
+def _records(text: str, fmt: str) -> list[tuple[int, Any]]:
+    if fmt == CSV:
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        if not reader.fieldnames:
+            raise StatementFileError([RowError(line=1, message="no header row")])
+        records: list[tuple[int, Any]] = []
+        for row in reader:
+            if None in row:
+                records.append((reader.line_num, "more cells than the header has columns"))
+                continue
+            records.append((reader.line_num, {k: v for k, v in row.items() if v not in ("", None)}))
+        return records
+    out: list[tuple[int, Any]] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            out.append((number, json.loads(raw)))
+        except ValueError:
+            out.append((number, "not a JSON object"))
+    return out
+
+
+def _cross_checks(row: ImportRow) -> list[tuple[str, str]]:
+    problems: list[tuple[str, str]] = []
+    if row.cached_input_tokens > row.input_tokens:
+        problems.append(("cachedInputTokens", "cached input tokens are part of inputTokens"))
+    if row.key is not None and looks_like_credential(row.key):
+        problems.append(("key", "key names the endpointRef, never a credential"))
+    if row.provider_request_id is not None:
+        return problems
+    for name, value in (
+        ("bucketStart", row.bucket_start),
+        ("bucketWidth", row.bucket_width),
+        ("model", row.model),
+    ):
+        if value is None:
+            problems.append((name, "required when providerRequestId is absent"))
+    if row.bucket_start is not None:
+        if row.bucket_start.tzinfo is None:
+            problems.append(("bucketStart", "needs a time zone (e.g. Z)"))
+        elif row.bucket_width is not None:
+            step = int(WIDTHS[row.bucket_width].total_seconds())
+            if int(row.bucket_start.timestamp()) % step or row.bucket_start.microsecond:
+                problems.append(("bucketStart", f"not aligned to a {row.bucket_width} bucket"))
+    return problems
+
+
+def parse(text: str, fmt: str) -> list[tuple[int, ImportRow]]:
+    """Every row with its line number, or StatementFileError listing every bad row."""
+    rows: list[tuple[int, ImportRow]] = []
+    errors: list[RowError] = []
+    for line, record in _records(text, fmt):
+        if not isinstance(record, dict):
+            message = record if isinstance(record, str) else "not a JSON object"
+            errors.append(RowError(line=line, message=message))
+            continue
+        try:
+            row = ImportRow.model_validate(record)
+        except ValidationError as exc:
+            errors.extend(
+                RowError(
+                    line=line,
+                    field=".".join(str(p) for p in e["loc"]) or None,
+                    message=str(e["msg"]),
+                )
+                for e in exc.errors(include_input=False)
+            )
+            continue
+        problems = _cross_checks(row)
+        errors.extend(RowError(line=line, field=f, message=m) for f, m in problems)
+        if not problems:
+            rows.append((line, row))
+    if errors:
+        raise StatementFileError(errors[:MAX_ERRORS])
+    if not rows:
+        raise StatementFileError([RowError(line=1, message="the file has no usage rows")])
+    return rows
+
+
+def statement_lines(
+    import_id: uuid.UUID, tenant_id: str, rows: list[tuple[int, ImportRow]]
+) -> list[StatementLine]:
+    lines = []
+    for number, row in rows:
+        end = (
+            row.bucket_start + WIDTHS[row.bucket_width]
+            if row.bucket_start is not None and row.bucket_width is not None
+            else None
+        )
+        lines.append(
+            StatementLine(
+                statement_ref=f"import/{import_id}#L{number}",
+                source=f"import/{import_id}",
+                tenant_id=tenant_id,
+                provider=row.provider,
+                model=row.model,
+                key=row.key,
+                bucket_start=row.bucket_start if row.provider_request_id is None else None,
+                bucket_end=end if row.provider_request_id is None else None,
+                provider_request_id=row.provider_request_id,
+                input_tokens=row.input_tokens,
+                output_tokens=row.output_tokens,
+                cached_input_tokens=row.cached_input_tokens,
+            )
+        )
+    return lines

@@ -1,0 +1,117 @@
+"""Tables of the scheduled jobs: probe samples, usage statements and reconciliation records
+(migration 0004). Statements carry token counts and ids, never content."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import sqlalchemy as sa
+from sqlmodel import Field, SQLModel
+
+from store.tables import utcnow
+
+
+def as_utc(value: datetime) -> datetime:
+    """SQLite hands timezone-aware columns back naive (they are stored as UTC)."""
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _ts(nullable: bool = False) -> Any:
+    return sa.Column(sa.DateTime(timezone=True), nullable=nullable)
+
+
+class ProbeSampleRow(SQLModel, table=True):
+    """One probe of one deployment in one probe window: the window is the idempotency key, so
+    a re-run of the same window finds the sample instead of probing again."""
+
+    __tablename__ = "probe_samples"
+    __table_args__ = (
+        sa.UniqueConstraint(
+            "tenant_id", "deployment_id", "window_start", name="uq_probe_samples_window"
+        ),
+        sa.Index("ix_probe_samples_probed_at", "probed_at"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: str = Field(max_length=100)
+    deployment_id: str = Field(max_length=200)
+    window_start: datetime = Field(sa_column=_ts())
+    probed_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
+    outcome: str = Field(max_length=16)
+    latency_ms: int | None = None
+    error_class: str | None = Field(default=None, max_length=64)
+    attempt: int = 1
+
+
+class StatementImportRow(SQLModel, table=True):
+    """An imported statement file: the content hash makes a re-upload a replay."""
+
+    __tablename__ = "statement_imports"
+    __table_args__ = (
+        sa.UniqueConstraint("tenant_id", "content_hash", name="uq_statement_imports_hash"),
+    )
+
+    import_id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
+    tenant_id: str = Field(max_length=100)
+    content_hash: str = Field(max_length=100)
+    format: str = Field(max_length=16)
+    lines: int
+    imported_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
+
+
+class UsageStatementLineRow(SQLModel, table=True):
+    """A statement line, from a provider's usage API (tenant_id null: provider-wide) or from
+    an import (tenant_id set). Re-fetching a provider bucket updates its line in place."""
+
+    __tablename__ = "usage_statement_lines"
+    __table_args__ = (
+        sa.UniqueConstraint("statement_ref", name="uq_usage_statement_lines_ref"),
+        sa.Index("ix_usage_statement_lines_bucket", "provider", "bucket_start"),
+        sa.Index("ix_usage_statement_lines_request", "provider", "provider_request_id"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    statement_ref: str = Field(max_length=300)
+    source: str = Field(max_length=64)
+    import_id: uuid.UUID | None = None
+    tenant_id: str | None = Field(default=None, max_length=100)
+    provider: str = Field(max_length=64)
+    model: str | None = Field(default=None, max_length=200)
+    key: str | None = Field(default=None, max_length=400)
+    bucket_start: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
+    bucket_end: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
+    provider_request_id: str | None = Field(default=None, max_length=200)
+    input_tokens: int = Field(sa_type=sa.BigInteger)
+    output_tokens: int = Field(sa_type=sa.BigInteger)
+    cached_input_tokens: int = Field(default=0, sa_type=sa.BigInteger)
+    fetched_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
+
+
+class ReceiptReconciliationRow(SQLModel, table=True):
+    """How a receipt was settled and what it said before: the audit trail, and (unique on
+    invocation + statement) the reconciler's idempotency key."""
+
+    __tablename__ = "receipt_reconciliations"
+    __table_args__ = (
+        sa.UniqueConstraint(
+            "invocation_id", "statement_ref", name="uq_receipt_reconciliations_statement"
+        ),
+        sa.Index("ix_receipt_reconciliations_tenant", "tenant_id", "reconciled_at"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: str = Field(max_length=100)
+    invocation_id: uuid.UUID
+    statement_ref: str = Field(max_length=300)
+    rule: str = Field(max_length=32)
+    previous_usage_status: str = Field(max_length=32)
+    previous_input_tokens: int | None = None
+    previous_output_tokens: int | None = None
+    input_tokens: int
+    output_tokens: int
+    cached_input_tokens: int
+    estimated_cost_usd: Decimal | None = Field(default=None, max_digits=18, decimal_places=8)
+    reconciled_at: datetime = Field(default_factory=utcnow, sa_column=_ts())

@@ -1,0 +1,196 @@
+"""Reading receipts for the reconciler and writing what it settled.
+
+The reconciler is a platform job: provider statements cover every tenant that shares a
+provider key, so these reads span tenants (optionally narrowed to some). Each settlement is
+written under the receipt's own tenant: the receipt, its reconciliation record and its
+ModelInvoked correction in one transaction, guarded so a receipt settles once.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from sqlalchemy import func, update
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col, select
+
+from domain.enums import UsageStatus
+from domain.pricing import Pricebook, estimate_cost_usd
+from domain.reconciliation import Settlement
+from domain.statements import AWAITING, ReceiptUsage, usage_corrected_event
+from store import pricebook
+from store.ops_tables import ReceiptReconciliationRow, as_utc
+from store.repositories import OutboxRepository
+from store.tables import InvocationReceiptRow, ModelDeploymentRow, utcnow
+from store.upsert import upsert
+
+
+@dataclass(frozen=True)
+class ReceiptInWindow:
+    usage: ReceiptUsage
+    row: InvocationReceiptRow
+
+
+async def receipts_in_window(
+    session: AsyncSession,
+    *,
+    start: datetime,
+    end: datetime,
+    tenant_ids: Sequence[str] | None,
+    awaiting_only: bool = False,
+) -> list[ReceiptInWindow]:
+    """Receipts started in [start, end) with their deployment's provider, model and key."""
+    stmt = (
+        select(
+            InvocationReceiptRow,
+            ModelDeploymentRow.provider,
+            ModelDeploymentRow.model,
+            ModelDeploymentRow.endpoint_ref,
+        )
+        .join(
+            ModelDeploymentRow,
+            (col(ModelDeploymentRow.tenant_id) == col(InvocationReceiptRow.tenant_id))
+            & (col(ModelDeploymentRow.deployment_id) == col(InvocationReceiptRow.deployment_id)),
+        )
+        .where(col(InvocationReceiptRow.started_at) >= start)
+        .where(col(InvocationReceiptRow.started_at) < end)
+    )
+    if awaiting_only:
+        stmt = stmt.where(col(InvocationReceiptRow.usage_status).in_(sorted(AWAITING)))
+    if tenant_ids is not None:
+        stmt = stmt.where(col(InvocationReceiptRow.tenant_id).in_(list(tenant_ids)))
+    out = []
+    for row, provider, model, key in (await session.execute(stmt)).all():
+        out.append(
+            ReceiptInWindow(
+                usage=ReceiptUsage(
+                    invocation_id=str(row.invocation_id),
+                    tenant_id=row.tenant_id,
+                    provider=provider,
+                    model=model,
+                    key=key,
+                    started_at=as_utc(row.started_at),
+                    usage_status=row.usage_status,
+                    input_tokens=row.input_tokens,
+                    output_tokens=row.output_tokens,
+                    cached_input_tokens=row.cached_input_tokens,
+                    provider_request_id=row.provider_request_id,
+                ),
+                row=row,
+            )
+        )
+    return out
+
+
+class Pricing:
+    """Pricebook revisions by (tenant, revision), loaded once per reconciliation pass."""
+
+    def __init__(self) -> None:
+        self._books: dict[tuple[str, str], Pricebook | None] = {}
+
+    async def cost(
+        self, session: AsyncSession, receipt: ReceiptInWindow, settlement: Settlement
+    ) -> Decimal | None:
+        row = receipt.row
+        key = (row.tenant_id, row.pricing_revision)
+        if key not in self._books:
+            self._books[key] = await pricebook.load(session, *key)
+        book = self._books[key]
+        price = (
+            book.price_for(receipt.usage.provider, receipt.usage.model, row.started_at.date())
+            if book
+            else None
+        )
+        if price is None:
+            return None
+        return estimate_cost_usd(
+            price,
+            input_tokens=settlement.input_tokens,
+            output_tokens=settlement.output_tokens,
+            cached_input_tokens=settlement.cached_input_tokens,
+        )
+
+
+async def settle(
+    session: AsyncSession,
+    receipt: ReceiptInWindow,
+    settlement: Settlement,
+    cost: Decimal | None,
+) -> bool:
+    """Writes one settlement; False when the receipt was settled meanwhile (nothing written)."""
+    row = receipt.row
+    result = await session.execute(
+        update(InvocationReceiptRow)
+        .where(col(InvocationReceiptRow.invocation_id) == row.invocation_id)
+        .where(col(InvocationReceiptRow.usage_status).in_(sorted(AWAITING)))
+        .values(
+            usage_status=UsageStatus.RECONCILED,
+            input_tokens=settlement.input_tokens,
+            output_tokens=settlement.output_tokens,
+            cached_input_tokens=settlement.cached_input_tokens,
+            estimated_cost_usd=cost,
+            statement_ref=settlement.statement_ref,
+        )
+    )
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        return False
+    await upsert(
+        session,
+        ReceiptReconciliationRow,
+        [
+            {
+                "tenant_id": row.tenant_id,
+                "invocation_id": row.invocation_id,
+                "statement_ref": settlement.statement_ref,
+                "rule": settlement.rule.value,
+                "previous_usage_status": row.usage_status.value,
+                "previous_input_tokens": row.input_tokens,
+                "previous_output_tokens": row.output_tokens,
+                "input_tokens": settlement.input_tokens,
+                "output_tokens": settlement.output_tokens,
+                "cached_input_tokens": settlement.cached_input_tokens,
+                "estimated_cost_usd": cost,
+                "reconciled_at": utcnow(),
+            }
+        ],
+        conflict=("invocation_id", "statement_ref"),
+    )
+    OutboxRepository(session, row.tenant_id).append(
+        **usage_corrected_event(
+            invocation_id=str(row.invocation_id),
+            tenant_id=row.tenant_id,
+            project_id=row.project_id,
+            run_id=str(row.run_id) if row.run_id else None,
+            attempt_id=str(row.attempt_id) if row.attempt_id else None,
+            profile_id=row.profile_id,
+            deployment_id=row.deployment_id,
+            outcome=row.outcome,
+            input_tokens=settlement.input_tokens,
+            output_tokens=settlement.output_tokens,
+            estimated_cost_usd=cost,
+        )
+    )
+    return True
+
+
+async def awaiting_by_provider(session: AsyncSession) -> dict[str, int]:
+    """Receipts whose usage is Unknown or Estimated, per provider: the usage_unknown gauge."""
+    stmt = (
+        select(ModelDeploymentRow.provider, func.count())
+        .select_from(InvocationReceiptRow)
+        .join(
+            ModelDeploymentRow,
+            (col(ModelDeploymentRow.tenant_id) == col(InvocationReceiptRow.tenant_id))
+            & (col(ModelDeploymentRow.deployment_id) == col(InvocationReceiptRow.deployment_id)),
+        )
+        .where(col(InvocationReceiptRow.usage_status).in_(sorted(AWAITING)))
+        .group_by(ModelDeploymentRow.provider)
+    )
+    counts: dict[str, int] = defaultdict(int)
+    for provider, count in (await session.execute(stmt)).all():
+        counts[provider] += int(count)
+    return dict(counts)

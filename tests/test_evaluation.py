@@ -1,0 +1,138 @@
+"""EvaluateDeployment end to end: API → Temporal → the real SDKs → the local upstream, with one
+model answering the suite competently and one scripted to fail tool-calling."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from core.settings import Settings
+from domain.enums import Capability
+from domain.suite import Oracle, Suite
+from providers.upstream import UpstreamServer
+from providers.upstream.suite_responders import competent_responder, failing_responder
+from tests.conftest import TokenFactory, free_port
+from tests.helpers.catalog import profile_event, publish, register
+from tests.helpers.cli import run
+from tests.helpers.deadline import eventually
+from tests.test_invoke_durability import _dump
+
+
+@pytest.fixture(scope="module")
+async def upstream() -> AsyncIterator[UpstreamServer]:
+    async with UpstreamServer() as server:
+        suite = Suite()
+        server.register("good-sim", competent_responder(suite))
+        server.register("bad-sim", failing_responder(suite, {Capability.TOOL_CALLING}))
+        yield server
+
+
+@pytest.fixture
+async def auth(token_for: TokenFactory, tenant: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {await token_for(tenant)}"}
+
+
+async def _evaluate(
+    http: httpx.AsyncClient, auth: dict[str, str], dep: str, key: str
+) -> dict[str, Any]:
+    resp = await http.post(
+        f"/factory/model-deployments/{dep}/evaluate", headers={**auth, "Idempotency-Key": key}
+    )
+    assert resp.status_code == 202, resp.text
+    return dict(resp.json())
+
+
+async def _finished(http: httpx.AsyncClient, auth: dict[str, str], dep: str) -> dict[str, Any]:
+    async def done() -> dict[str, Any] | None:
+        body = (await http.get(f"/factory/model-deployments/{dep}", headers=auth)).json()
+        ev = body.get("evaluation") or {}
+        return body if ev.get("status") in ("Completed", "Failed") else None
+
+    return dict(await eventually(done, timeout=120, interval=0.3))
+
+
+async def test_gates_hold_end_to_end(
+    http: httpx.AsyncClient, auth: dict[str, str], upstream: UpstreamServer, settings: Settings
+) -> None:
+    for dep, model in (("eval/good", "good-sim"), ("eval/bad", "bad-sim")):
+        await register(http, auth, dep, model=model, endpointRef=upstream.endpoint_ref)
+    coder = profile_event(
+        "coder", ["eval/good", "eval/bad"], {"tool-calling": 0.9}, maxContextTokens=8192
+    )
+    assert (await publish(http, auth, coder)).status_code == 200
+
+    started = await _evaluate(http, auth, "eval/bad", "bad-1")
+    assert started["status"] == "Running" and started["suiteVersion"] == "2026.11.1"
+    await _evaluate(http, auth, "eval/good", "good-1")
+    bad, good = await _finished(http, auth, "eval/bad"), await _finished(http, auth, "eval/good")
+
+    assert good["state"] == "Evaluated" and good["evaluation"]["status"] == "Completed"
+    assert len(good["evidence"]["capabilities"]) == 13
+    assert all(c["score"] == 1.0 for c in good["evidence"]["capabilities"].values())
+    assert bad["state"] == "Evaluated"
+    caps = bad["evidence"]["capabilities"]
+    assert caps["tool-calling"]["score"] == 0.0 and caps["tool-calling"]["verdict"] == "fail"
+    assert caps["json-schema"]["score"] == 1.0
+    assert bad["evaluation"]["summary"]["shortfalls"][0]["capability"] == "tool-calling"
+
+    refused = await http.post("/factory/model-deployments/eval/bad/approve", headers=auth)
+    assert refused.status_code == 409
+    [refusal] = refused.json()["refusals"]
+    assert (
+        refusal["profileId"],
+        refusal["capability"],
+        refusal["threshold"],
+        refusal["score"],
+    ) == ("coder", "tool-calling", 0.9, 0.0)
+    approved = await http.post("/factory/model-deployments/eval/good/approve", headers=auth)
+    assert approved.status_code == 200 and approved.json()["state"] == "Approved"
+
+    # The same key starts no second evaluation: same id, no new upstream traffic.
+    seen = upstream.requests("bad-sim")
+    again = await _evaluate(http, auth, "eval/bad", "bad-1")
+    assert again["evaluationId"] == started["evaluationId"] and again["status"] == "Completed"
+    assert upstream.requests("bad-sim") == seen
+
+    # No case text and no model output reached the database.
+    dump = await _dump(settings.database_url)
+    suite, oracle = Suite(), Oracle(Suite())
+    texts = [c.start().first_user_text for c in suite.cases]
+    answers = [oracle.answer(c.start()).text for c in suite.cases]
+    assert "eval/good" in dump
+    leaked = [t[:60] for t in texts + answers if len(t) > 20 and t[:60] in dump]
+    assert leaked == []
+
+
+async def test_unreachable_provider_leaves_candidate_with_the_reason(
+    http: httpx.AsyncClient, auth: dict[str, str]
+) -> None:
+    await register(http, auth, "eval/dead", endpointRef=f"upstream:127.0.0.1:{free_port()}")
+    await _evaluate(http, auth, "eval/dead", f"dead-{uuid.uuid4().hex}")
+    body = await _finished(http, auth, "eval/dead")
+    assert body["state"] == "Candidate"
+    assert body["evaluation"]["status"] == "Failed"
+    assert "provider unavailable (connection)" in body["evaluation"]["reason"]
+
+    await register(http, auth, "eval/nokey", endpointRef="env:MODEL_ROUTER_TEST_NO_SUCH_KEY")
+    await _evaluate(http, auth, "eval/nokey", "nokey")
+    body = await _finished(http, auth, "eval/nokey")
+    assert body["state"] == "Candidate"
+    assert "credentials" in body["evaluation"]["reason"]
+    other = await http.post(
+        "/factory/model-deployments/nope/evaluate", headers={**auth, "Idempotency-Key": "x"}
+    )
+    assert other.status_code == 404
+
+
+async def test_cli_evaluate_waits_with_progress_and_prints_scores(
+    http: httpx.AsyncClient, auth: dict[str, str], upstream: UpstreamServer, cli_env: dict[str, str]
+) -> None:
+    await register(http, auth, "eval/cli", model="bad-sim", endpointRef=upstream.endpoint_ref)
+    result = await run(cli_env, "deployments", "evaluate", "eval/cli", "--wait")
+    assert result.exit_code == 0, result.output
+    assert "tool-calling" in result.stdout and "fail" in result.stdout
+    assert "json-schema" in result.stdout and "1.00" in result.stdout

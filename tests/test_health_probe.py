@@ -1,0 +1,146 @@
+"""The health probe against the real dev server, a real deployment lifecycle and the local
+upstream simulator with fault injection: Approved → Degraded at the next probe when the
+upstream fails, Degraded → Approved when it recovers, each with its event, and never a receipt."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlmodel import col, func, select
+from temporalio.client import Client
+
+from activities.probe_types import HealthProbeReport
+from core import metrics
+from core.settings import Settings
+from domain.health import HealthProbeInput
+from providers.upstream import Fault, FaultKind, UpstreamServer
+from store.probes import probe_latency
+from store.tables import InvocationReceiptRow, OutboxEventRow
+from tests.conftest import TokenFactory
+from tests.helpers.catalog import record_evidence, register
+from workflows.health_probe import HealthProbeWorkflow
+
+MODEL = "probe-model"
+
+
+@pytest.fixture
+async def auth(token_for: TokenFactory, tenant: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {await token_for(tenant)}"}
+
+
+async def _transitions(
+    sessions: async_sessionmaker[AsyncSession], tenant: str
+) -> list[tuple[str, str, bool]]:
+    async with sessions() as s:
+        rows = (
+            await s.scalars(
+                select(OutboxEventRow)
+                .where(col(OutboxEventRow.tenant_id) == tenant)
+                .where(col(OutboxEventRow.event_type) == "DeploymentStateChanged")
+                .order_by(col(OutboxEventRow.position))
+            )
+        ).all()
+    return [
+        (r.payload["fromState"], r.payload["toState"], r.payload["healthy"])
+        for r in rows
+        if r.payload["fromState"] in ("Approved", "Degraded")
+    ]
+
+
+async def test_a_failing_upstream_degrades_the_deployment_and_recovery_restores_it(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    settings: Settings,
+    temporal_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    async with UpstreamServer() as upstream:
+        await register(
+            http, auth, "sim/probe", provider="local-upstream", model=MODEL,
+            endpointRef=upstream.endpoint_ref,
+        )  # fmt: skip
+        await register(  # a Candidate is never probed
+            http, auth, "sim/candidate", provider="local-upstream", model="candidate-model",
+            endpointRef=upstream.endpoint_ref,
+        )  # fmt: skip
+        await record_evidence(temporal_client, tenant, "sim/probe", {"tool-calling": 0.95})
+        approved = await http.post("/factory/model-deployments/sim/probe/approve", headers=auth)
+        assert approved.status_code == 200, approved.text
+
+        first = datetime.fromtimestamp(int(time.time()) // 60 * 60, UTC)
+
+        async def probe(minute: int) -> HealthProbeReport:
+            return await temporal_client.execute_workflow(
+                HealthProbeWorkflow.run,
+                HealthProbeInput(
+                    tenant_ids=[tenant],
+                    window_start=first + timedelta(minutes=minute),
+                    timeout_seconds=5,
+                    attempts=2,
+                    retry_interval_seconds=0.2,
+                ),
+                id=f"probe-test-{uuid.uuid4().hex[:8]}",
+                task_queue=settings.temporal_task_queue,
+            )
+
+        async def state() -> tuple[str, bool]:
+            got = (await http.get("/factory/model-deployments/sim/probe", headers=auth)).json()
+            return got["state"], got["healthy"]
+
+        healthy = await probe(0)
+        assert (healthy.probed, healthy.ok, healthy.degraded) == (1, 1, [])
+        assert upstream.requests(MODEL) == 1 and upstream.requests("candidate-model") == 0
+
+        upstream.inject(MODEL, Fault(kind=FaultKind.SERVER_ERROR))
+        failing = await probe(1)
+        assert failing.degraded == [f"{tenant}/sim/probe"]
+        assert await state() == ("Degraded", False)
+        assert upstream.requests(MODEL) == 3  # a transient failure is tried again once
+
+        again = await probe(1)  # the same window: the recorded result, no second probe
+        assert (again.failed, again.degraded) == (1, [])
+        assert upstream.requests(MODEL) == 3
+
+        upstream.state.clear_faults(MODEL)
+        recovered = await probe(2)
+        assert recovered.recovered == [f"{tenant}/sim/probe"]
+        assert await state() == ("Approved", True)
+
+        upstream.inject(MODEL, Fault(kind=FaultKind.AUTH))
+        refused = await probe(3)
+        assert refused.degraded == [f"{tenant}/sim/probe"]
+        assert upstream.requests(MODEL) == 5  # an auth failure is not retried
+
+    assert await _transitions(sessions, tenant) == [
+        ("Approved", "Degraded", False),
+        ("Degraded", "Approved", True),
+        ("Approved", "Degraded", False),
+    ]
+    async with sessions() as s:
+        stats = await probe_latency(s, since=first, tenant_id=tenant)
+        receipts = await s.scalar(
+            select(func.count())
+            .select_from(InvocationReceiptRow)
+            .where(col(InvocationReceiptRow.tenant_id) == tenant)
+        )
+        invoked = await s.scalar(
+            select(func.count())
+            .select_from(OutboxEventRow)
+            .where(col(OutboxEventRow.tenant_id) == tenant)
+            .where(col(OutboxEventRow.event_type) == "ModelInvoked")
+        )
+    # A probe is not an invocation: no receipt, no usage event, no budget.
+    assert (receipts, invoked) == (0, 0)
+    latency = stats[(tenant, "sim/probe")]
+    assert (latency.latency_samples, latency.probes, latency.failures) == (2, 4, 2)
+    assert latency.latency_p50_ms is not None and latency.latency_p95_ms is not None
+    assert latency.latency_p50_ms <= latency.latency_p95_ms
+    attrs = {"provider": "local-upstream", "deployment": "sim/probe"}
+    assert metrics.probe_outcomes.value({**attrs, "outcome": "failed"}) >= 2
+    assert len(metrics.probe_latency.values(attrs)) >= 2

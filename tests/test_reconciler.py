@@ -1,0 +1,310 @@
+"""The receipt reconciler against local servers speaking OpenAI's and Anthropic's usage APIs:
+Unknown and Estimated receipts become Reconciled with the right tokens and cost, once.
+Receipts are inserted directly (the invoke path that writes them is not built yet)."""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlmodel import col, func, select
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from activities.reconcile import ReconcileActivities
+from activities.reconcile_types import ReconcileReport
+from core import metrics
+from core.settings import Settings
+from domain.enums import UsageStatus
+from domain.pricing import PriceEntry, estimate_cost_usd
+from domain.statements import ReconcilerInput
+from providers.secrets import default_broker
+from store.ops_tables import ReceiptReconciliationRow
+from tests.conftest import TokenFactory
+from tests.helpers.catalog import register
+from tests.helpers.receipts import add_receipt, invoked_events, receipts
+from tests.helpers.statement_servers import StatementServer, Usage
+from worker import build_worker
+from workflows.reconciler import ReceiptReconcilerWorkflow
+
+ADMIN_KEY = "sk-admin-local-statements"
+GPT = PriceEntry.model_validate(
+    {
+        "provider": "openai",
+        "model": "gpt-4o",
+        "inputUsdPerMtok": "2.5",
+        "outputUsdPerMtok": "10",
+        "cachedInputUsdPerMtok": "1.25",
+        "effectiveFrom": "2026-01-01",
+    }
+)
+SONNET = PriceEntry.model_validate(
+    {
+        "provider": "anthropic",
+        "model": "claude-sonnet-4",
+        "inputUsdPerMtok": "3",
+        "outputUsdPerMtok": "15",
+        "cachedInputUsdPerMtok": "0.3",
+        "effectiveFrom": "2026-01-01",
+    }
+)
+
+
+@pytest.fixture
+async def auth(token_for: TokenFactory, tenant: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {await token_for(tenant)}"}
+
+
+def _sources(settings: Settings, server: StatementServer, mp: pytest.MonkeyPatch) -> Settings:
+    for name in ("MR_TEST_OPENAI_ADMIN", "MR_TEST_ANTHROPIC_ADMIN"):
+        mp.setenv(name, ADMIN_KEY)
+        mp.setenv(f"{name}_BASE_URL", server.base_url)
+    return settings.model_copy(
+        update={
+            "temporal_task_queue": f"reconcile-{uuid.uuid4().hex[:8]}",
+            "statements_openai_admin_ref": "env:MR_TEST_OPENAI_ADMIN",
+            "statements_openai_key_refs": {"key_A": "env:OPENAI_KEY_A"},
+            "statements_anthropic_admin_ref": "env:MR_TEST_ANTHROPIC_ADMIN",
+            "statements_anthropic_key_refs": {"apikey_A": "env:ANTHROPIC_KEY_A"},
+        }
+    )
+
+
+async def _counts(sessions: async_sessionmaker[AsyncSession], tenant: str) -> tuple[int, int]:
+    async with sessions() as s:
+        settled = await s.scalar(
+            select(func.count())
+            .select_from(ReceiptReconciliationRow)
+            .where(col(ReceiptReconciliationRow.tenant_id) == tenant)
+        )
+    return int(settled or 0), len(await invoked_events(sessions, tenant))
+
+
+async def test_provider_statements_settle_receipts_with_tokens_and_cost_once(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    settings: Settings,
+    sessions: async_sessionmaker[AsyncSession],
+    temporal_client: Client,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    await register(http, auth, "oa/gpt-4o", model="gpt-4o", endpointRef="env:OPENAI_KEY_A")
+    await register(
+        http,
+        auth,
+        "an/sonnet",
+        provider="anthropic",
+        model="claude-sonnet-4",
+        endpointRef="env:ANTHROPIC_KEY_A",
+    )
+    book = {
+        "revision": "2026-11",
+        "entries": [e.model_dump(mode="json", by_alias=True) for e in (GPT, SONNET)],
+    }
+    assert (await http.post("/factory/pricebook-revisions", json=book, headers=auth)).is_success
+
+    hour = datetime.fromtimestamp(int(time.time()) // 3600 * 3600, UTC) - timedelta(hours=3)
+    at = [hour + timedelta(minutes=m) for m in range(0, 60, 5)]
+    gpt = "oa/gpt-4o"
+    reported = await add_receipt(
+        sessions,
+        tenant=tenant,
+        deployment_id=gpt,
+        started_at=at[0],
+        usage_status=UsageStatus.REPORTED,
+        input_tokens=100,
+        output_tokens=10,
+    )
+    timed_out = await add_receipt(
+        sessions,
+        tenant=tenant,
+        deployment_id=gpt,
+        started_at=at[1],
+        usage_status=UsageStatus.UNKNOWN,
+    )
+    estimated = await add_receipt(
+        sessions,
+        tenant=tenant,
+        deployment_id=gpt,
+        started_at=at[2],
+        usage_status=UsageStatus.ESTIMATED,
+        input_tokens=300,
+        output_tokens=50,
+        estimated_cost_usd=Decimal("0.00125"),
+    )
+    no_usage = await add_receipt(
+        sessions,
+        tenant=tenant,
+        deployment_id=gpt,
+        started_at=at[3],
+        usage_status=UsageStatus.UNKNOWN,
+        provider_request_id="req_abc",
+    )
+    sonnet = [
+        await add_receipt(
+            sessions,
+            tenant=tenant,
+            deployment_id="an/sonnet",
+            started_at=t,
+            usage_status=UsageStatus.UNKNOWN,
+        )
+        for t in at[4:6]
+    ]
+    outside = await add_receipt(  # no statement covers its bucket yet: stays Unknown
+        sessions,
+        tenant=tenant,
+        deployment_id=gpt,
+        started_at=hour + timedelta(hours=2, minutes=59),
+        usage_status=UsageStatus.UNKNOWN,
+    )
+
+    async with StatementServer(admin_key=ADMIN_KEY, page_size=8) as server:
+        server.openai = [
+            # 100 reported + 900 unexplained input, 150 unexplained output, 150 cached.
+            Usage(at[0], "gpt-4o-2024-08-06", "key_A", {"input_tokens": 1000, "output_tokens": 160,
+                                                          "input_cached_tokens": 150}),
+            Usage(at[1], "gpt-4o-2024-08-06", "key_other", {"input_tokens": 10**6}),
+            Usage(at[1], "gpt-4o-2024-08-06", "key_A", {"input_tokens": 10**6}, "batch"),
+        ]  # fmt: skip
+        server.anthropic = [
+            Usage(at[4], "claude-sonnet-4-20250514", "apikey_A", {"uncached_input_tokens": 400,
+                  "cache_read_input_tokens": 200, "cache_creation_5m": 100,
+                  "cache_creation_1h": 100, "output_tokens": 120}),
+            Usage(at[4], "claude-sonnet-4-20250514", "apikey_A", {"output_tokens": 10**6},
+                  "batch"),
+        ]  # fmt: skip
+        reconcile_settings = _sources(settings, server, monkeypatch)
+        worker = build_worker(temporal_client, reconcile_settings, sessions)
+
+        async def run() -> ReconcileReport:
+            return await temporal_client.execute_workflow(
+                ReceiptReconcilerWorkflow.run,
+                ReconcilerInput(lookback_hours=4, settle_delay_minutes=0, tenant_ids=[tenant]),
+                id=f"reconcile-test-{uuid.uuid4().hex[:8]}",
+                task_queue=reconcile_settings.temporal_task_queue,
+            )
+
+        async with worker:
+            first = await run()
+            after_first = await receipts(sessions, [reported, timed_out, estimated, no_usage])
+            counts_first = await _counts(sessions, tenant)
+            second = await run()
+
+    assert first.failed_sources == {}
+    assert (first.settled, second.settled) == (5, 0)
+    paths = {path for path, _ in server.requests}
+    assert paths == {
+        "/v1/organization/usage/completions",
+        "/v1/organizations/usage_report/messages",
+    }
+    openai_params = next(p for path, p in server.requests if "completions" in path)
+    assert ("group_by", "model") in openai_params and ("group_by", "api_key_id") in openai_params
+    assert ("bucket_width", "1h") in openai_params and ("batch", "false") in openai_params
+    assert any(name == "page" for path, p in server.requests for name, _ in p)  # paged
+
+    rows = await receipts(sessions, [reported, timed_out, estimated, no_usage, *sonnet, outside])
+    assert rows[reported].usage_status is UsageStatus.REPORTED
+    assert rows[outside].usage_status is UsageStatus.UNKNOWN and rows[outside].input_tokens is None
+    for rid in (timed_out, estimated, no_usage):
+        r = rows[rid]
+        assert r.usage_status is UsageStatus.RECONCILED
+        assert (r.input_tokens, r.output_tokens, r.cached_input_tokens) == (300, 50, 50)
+        assert r.estimated_cost_usd == estimate_cost_usd(
+            GPT, input_tokens=300, output_tokens=50, cached_input_tokens=50
+        )
+        assert r.statement_ref and r.statement_ref.startswith("openai-usage/")
+    for rid in sonnet:
+        r = rows[rid]
+        assert (r.input_tokens, r.output_tokens, r.cached_input_tokens) == (400, 60, 100)
+        assert r.estimated_cost_usd == estimate_cost_usd(
+            SONNET, input_tokens=400, output_tokens=60, cached_input_tokens=100
+        )
+        assert r.statement_ref and r.statement_ref.startswith("anthropic-usage/")
+
+    events = await invoked_events(sessions, tenant)
+    by_invocation = {e.payload["invocationId"]: e.payload for e in events}
+    assert set(by_invocation) == {str(i) for i in (timed_out, estimated, no_usage, *sonnet)}
+    payload = by_invocation[str(timed_out)]
+    assert payload["usageStatus"] == "Reconciled" and payload["inputTokens"] == 300
+    assert payload["projectId"] == "proj-ingest" and payload["deploymentId"] == gpt
+    assert Decimal(payload["estimatedCostUsd"]) == rows[timed_out].estimated_cost_usd
+
+    # The second run changed nothing: same rows, no new records or events.
+    assert await receipts(sessions, list(after_first)) == after_first
+    assert await _counts(sessions, tenant) == counts_first == (5, 5)
+    assert second.awaiting == {
+        p: int(metrics.usage_unknown.value({"provider": p})) for p in second.awaiting
+    }
+
+
+async def test_a_failing_statement_source_is_retried_with_exponential_backoff(
+    settings: Settings,
+    sessions: async_sessionmaker[AsyncSession],
+    tenant: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Time-skipping: three failures cost 60 + 120 + 240 s of workflow time, not of ours; a
+    refused credential is not retried and the run goes on without that source."""
+    test_server = Path(sys.executable).parent / "temporal-test-server"
+    async with (
+        StatementServer(admin_key=ADMIN_KEY, fail_next=3, page_size=50) as server,
+        httpx.AsyncClient(timeout=10) as statements_http,
+    ):
+        source_settings = _sources(settings, server, monkeypatch).model_copy(
+            update={"statements_anthropic_admin_ref": None}
+        )
+        acts = ReconcileActivities(sessions, source_settings, default_broker(), statements_http)
+        env = await WorkflowEnvironment.start_time_skipping(
+            data_converter=pydantic_data_converter, test_server_existing_path=str(test_server)
+        )
+        async with env:
+            queue = "reconcile-time-skipping"
+            async with Worker(
+                env.client,
+                task_queue=queue,
+                workflows=[ReceiptReconcilerWorkflow],
+                activities=[acts.sources, acts.fetch, acts.window, acts.gauge],
+            ):
+                job = ReconcilerInput(
+                    lookback_hours=1,
+                    tenant_ids=[tenant],
+                    retry_initial_seconds=60,
+                    retry_max_interval_seconds=600,
+                )
+                real = time.monotonic()
+                handle = await env.client.start_workflow(
+                    ReceiptReconcilerWorkflow.run, job, id="reconcile-backoff", task_queue=queue
+                )
+                report = await handle.result()
+                real_elapsed = time.monotonic() - real
+                # The test server's clock: what the workflow lived through.
+                run = await handle.describe()
+                assert run.close_time is not None
+                virtual_elapsed = run.close_time - run.start_time
+                attempts = len(server.requests)
+
+                monkeypatch.setenv("MR_TEST_OPENAI_ADMIN", "sk-admin-revoked")
+                refused = await env.client.execute_workflow(
+                    ReceiptReconcilerWorkflow.run, job, id="reconcile-refused", task_queue=queue
+                )
+
+    assert report.failed_sources == {} and "openai-usage" in report.sources
+    # Three refusals, then one successful page (the day fits in one page of 50 buckets).
+    assert server.fail_next == 0 and attempts == 4
+    assert timedelta(seconds=60 + 120 + 240) <= virtual_elapsed < timedelta(seconds=600)
+    assert real_elapsed < 30
+    assert len(server.requests) == attempts + 1  # a refused credential is asked once
+    assert (
+        "openai-usage" in refused.failed_sources
+        and "auth" in refused.failed_sources["openai-usage"]
+    )

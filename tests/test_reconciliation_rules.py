@@ -1,0 +1,272 @@
+"""The pure rules behind the scheduled jobs: statement matching and allocation, statement-file
+parsing, probe windows and latency statistics."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from domain.enums import DeploymentState, UsageStatus
+from domain.health import (
+    ProbeOutcome,
+    ProbeVerdict,
+    latency_stats,
+    percentile,
+    probe_window,
+    verdict,
+)
+from domain.reconciliation import Rule, Settlement, allocate, model_matches, plan
+from domain.statements import ReceiptUsage, StatementLine
+from providers.statements.imports import CSV, JSONL, StatementFileError, parse, statement_lines
+
+H = datetime(2026, 11, 30, 10, tzinfo=UTC)
+KEY = "env:OPENAI_API_KEY"
+
+
+def receipt(n: int, status: UsageStatus = UsageStatus.UNKNOWN, **over: object) -> ReceiptUsage:
+    values: dict[str, object] = {
+        "invocation_id": f"inv-{n:02d}",
+        "tenant_id": "t1",
+        "provider": "openai",
+        "model": "gpt-4o",
+        "key": KEY,
+        "started_at": H + timedelta(minutes=n),
+        "usage_status": status,
+    }
+    values.update(over)
+    return ReceiptUsage.model_validate(values)
+
+
+def bucket(inp: int, out: int, cached: int = 0, **over: object) -> StatementLine:
+    values: dict[str, object] = {
+        "statement_ref": "openai-usage/10h/gpt-4o",
+        "source": "openai-usage",
+        "provider": "openai",
+        "model": "gpt-4o-2024-08-06",
+        "key": KEY,
+        "bucket_start": H,
+        "bucket_end": H + timedelta(hours=1),
+        "input_tokens": inp,
+        "output_tokens": out,
+        "cached_input_tokens": cached,
+    }
+    values.update(over)
+    return StatementLine.model_validate(values)
+
+
+def tokens(settlements: tuple[Settlement, ...]) -> dict[str, tuple[int, int, int]]:
+    return {
+        s.invocation_id: (s.input_tokens, s.output_tokens, s.cached_input_tokens)
+        for s in settlements
+    }
+
+
+def applied(receipts: list[ReceiptUsage], settled: tuple[Settlement, ...]) -> list[ReceiptUsage]:
+    by_id = {s.invocation_id: s for s in settled}
+    out = []
+    for r in receipts:
+        s = by_id.get(r.invocation_id)
+        if s is None:
+            out.append(r)
+        else:
+            out.append(
+                r.model_copy(
+                    update={
+                        "usage_status": UsageStatus.RECONCILED,
+                        "input_tokens": s.input_tokens,
+                        "output_tokens": s.output_tokens,
+                        "cached_input_tokens": s.cached_input_tokens,
+                    }
+                )
+            )
+    return out
+
+
+# -- allocation ------------------------------------------------------------------------------
+def test_largest_remainder_adds_up_and_breaks_ties_by_position() -> None:
+    assert allocate(10, [1, 1, 1]) == [4, 3, 3]
+    assert allocate(2, [1, 1, 1]) == [1, 1, 0]
+    assert allocate(7, [0, 0]) == [4, 3]
+    assert allocate(100, [3, 1]) == [75, 25]
+    assert allocate(0, [5, 5]) == [0, 0]
+
+
+@given(st.integers(0, 10**9), st.lists(st.integers(0, 10**6), min_size=1, max_size=30))
+def test_allocation_is_exact_and_within_one_of_the_quota(total: int, weights: list[int]) -> None:
+    shares = allocate(total, weights)
+    assert sum(shares) == total
+    effective = weights if sum(weights) else [1] * len(weights)
+    for share, w in zip(shares, effective, strict=True):
+        quota = total * w / sum(effective)
+        assert quota - 1 < share < quota + 1
+
+
+def test_dated_snapshots_match_their_alias_only() -> None:
+    assert model_matches("gpt-4o-2024-08-06", "gpt-4o")
+    assert model_matches("claude-sonnet-4-20250514", "claude-sonnet-4")
+    assert model_matches("gpt-4o", "gpt-4o")
+    assert not model_matches("gpt-4o-mini", "gpt-4o")
+    assert not model_matches("gpt-4o-mini-2024-07-18", "gpt-4o")
+
+
+# -- matching --------------------------------------------------------------------------------
+def test_request_id_lines_settle_exactly_and_only_their_tenant() -> None:
+    mine = receipt(1, provider_request_id="req_1")
+    other = receipt(2, tenant_id="t2", provider_request_id="req_1")
+    line = bucket(
+        120,
+        30,
+        statement_ref="import/x#L2",
+        source="import/x",
+        tenant_id="t1",
+        provider_request_id="req_1",
+        bucket_start=None,
+        bucket_end=None,
+        model=None,
+    )
+    result = plan([line], [mine, other])
+    assert [(s.invocation_id, s.rule) for s in result.settlements] == [("inv-01", Rule.REQUEST_ID)]
+    assert tokens(result.settlements) == {"inv-01": (120, 30, 0)}
+
+
+def test_unexplained_tokens_are_shared_by_estimate_and_a_second_pass_settles_nothing() -> None:
+    receipts = [
+        receipt(1, UsageStatus.REPORTED, input_tokens=100, output_tokens=10),
+        receipt(2, UsageStatus.ESTIMATED, input_tokens=300, output_tokens=30),
+        receipt(3, UsageStatus.ESTIMATED, input_tokens=100, output_tokens=10),
+        receipt(4),  # Unknown: weighs the mean estimate (200 in, 20 out)
+        receipt(5, started_at=H + timedelta(hours=1)),  # the next bucket
+        receipt(6, key="env:OTHER_KEY"),  # another provider key
+    ]
+    first = plan([bucket(1300, 130, 600)], receipts)
+    assert tokens(first.settlements) == {
+        "inv-02": (600, 60, 300),
+        "inv-03": (200, 20, 100),
+        "inv-04": (400, 40, 200),
+    }
+    assert {s.statement_ref for s in first.settlements} == {"openai-usage/10h/gpt-4o"}
+    second = plan([bucket(1300, 130, 600)], applied(receipts, first.settlements))
+    assert second.settlements == ()
+
+
+def test_nothing_settles_to_zero_unless_asked() -> None:
+    receipts = [receipt(1, UsageStatus.REPORTED, input_tokens=50, output_tokens=5), receipt(2)]
+    fully_explained = bucket(50, 5)
+    result = plan([fully_explained], receipts)
+    assert result.settlements == ()
+    assert [s.invocation_id for s in result.skipped] == ["inv-02"]
+    allowed = plan([fully_explained], receipts, settle_zero=True)
+    assert tokens(allowed.settlements) == {"inv-02": (0, 0, 0)}
+
+
+def test_cached_tokens_never_exceed_the_input_share() -> None:
+    receipts = [receipt(1), receipt(2), receipt(3)]
+    result = plan([bucket(2, 9, 2)], receipts)
+    for i, _, c in tokens(result.settlements).values():
+        assert c <= i
+
+
+def test_a_tenants_own_statement_goes_before_the_providers_and_is_not_counted_twice() -> None:
+    receipts = [receipt(1), receipt(2)]
+    own = bucket(
+        40, 4, statement_ref="import/a#L2", source="import/a", tenant_id="t1", model="gpt-4o"
+    )
+    provider_wide = bucket(1000, 100)
+    result = plan([provider_wide, own], receipts)
+    assert tokens(result.settlements) == {"inv-01": (20, 2, 0), "inv-02": (20, 2, 0)}
+    assert {s.statement_ref for s in result.settlements} == {"import/a#L2"}
+
+
+def test_bucket_bounds_are_start_inclusive_end_exclusive() -> None:
+    at_start = receipt(1, started_at=H)
+    at_end = receipt(2, started_at=H + timedelta(hours=1))
+    result = plan([bucket(10, 1)], [at_start, at_end])
+    assert [s.invocation_id for s in result.settlements] == ["inv-01"]
+
+
+# -- statement files -------------------------------------------------------------------------
+def test_csv_and_json_lines_parse_to_statement_lines() -> None:
+    csv_text = (
+        "provider,providerRequestId,bucketStart,bucketWidth,model,key,inputTokens,outputTokens\n"
+        "vllm,req-9,,,,,12,3\n"
+        "vllm,,2026-11-30T10:00:00Z,1h,qwen2.5-coder,pool:tenant-a/vllm,100,20\n"
+    )
+    rows = parse(csv_text, CSV)
+    assert [n for n, _ in rows] == [2, 3]
+    import_id = uuid.uuid4()
+    lines = statement_lines(import_id, "t1", rows)
+    assert lines[0].provider_request_id == "req-9" and lines[0].bucket_start is None
+    assert lines[1].bucket_end == H + timedelta(hours=1)
+    assert lines[1].statement_ref == f"import/{import_id}#L3"
+    jsonl = (
+        '{"provider": "vllm", "providerRequestId": "r1", "inputTokens": 1, "outputTokens": 2}\n'
+        "\n"
+        '{"provider": "vllm", "bucketStart": "2026-11-30T00:00:00+00:00", "bucketWidth": "1d",'
+        ' "model": "m", "inputTokens": 5, "outputTokens": 6, "cachedInputTokens": 5}\n'
+    )
+    assert [n for n, _ in parse(jsonl, JSONL)] == [1, 3]
+
+
+@pytest.mark.parametrize(
+    ("text", "fmt", "line", "field"),
+    [
+        ("provider,inputTokens,outputTokens,prompt\nvllm,1,2,hello\n", CSV, 2, "prompt"),
+        (
+            "provider,providerRequestId,inputTokens,outputTokens\nvllm,r,-1,2\n",
+            CSV,
+            2,
+            "inputTokens",
+        ),
+        (
+            "provider,providerRequestId,inputTokens,outputTokens\nvllm,r,1.5,2\n",
+            CSV,
+            2,
+            "inputTokens",
+        ),
+        ('{"provider": "vllm", "inputTokens": 1, "outputTokens": 2}\n', JSONL, 1, "bucketStart"),
+        (
+            '{"provider":"vllm","providerRequestId":"a","inputTokens":1,"outputTokens":1}\n'
+            '{"provider":"vllm","bucketStart":"2026-11-30T10:30:00Z","bucketWidth":"1h",'
+            '"model":"m","inputTokens":1,"outputTokens":1}\n',
+            JSONL,
+            2,
+            "bucketStart",
+        ),
+        (
+            '{"provider":"vllm","providerRequestId":"a","key":"sk-abcdefghijklmnop",'
+            '"inputTokens":1,"outputTokens":1}\n',
+            JSONL,
+            1,
+            "key",
+        ),
+        ('{"provider":"vllm"\n', JSONL, 1, None),
+    ],
+)
+def test_a_bad_row_is_reported_with_its_line_and_field(
+    text: str, fmt: str, line: int, field: str | None
+) -> None:
+    with pytest.raises(StatementFileError) as caught:
+        parse(text, fmt)
+    first = caught.value.errors[0]
+    assert (first.line, first.field) == (line, field)
+
+
+# -- health ----------------------------------------------------------------------------------
+def test_probe_windows_verdicts_and_latency_statistics() -> None:
+    at = datetime(2026, 11, 30, 10, 3, 59, tzinfo=UTC)
+    assert probe_window(at, timedelta(minutes=2)) == datetime(2026, 11, 30, 10, 2, tzinfo=UTC)
+    assert probe_window(at, timedelta(minutes=1)) == datetime(2026, 11, 30, 10, 3, tzinfo=UTC)
+    assert verdict(DeploymentState.APPROVED, ProbeOutcome.FAILED) is ProbeVerdict.DEGRADE
+    assert verdict(DeploymentState.DEGRADED, ProbeOutcome.OK) is ProbeVerdict.RECOVER
+    assert verdict(DeploymentState.DEGRADED, ProbeOutcome.FAILED) is ProbeVerdict.NONE
+    assert percentile([5.0, 1.0, 3.0, 2.0, 4.0], 50) == 3.0
+    assert percentile(list(range(1, 101)), 95) == 95.0
+    stats = latency_stats(
+        "t1", "d", [(ProbeOutcome.OK, 10), (ProbeOutcome.OK, 30), (ProbeOutcome.FAILED, 9000)]
+    )
+    assert (stats.latency_p50_ms, stats.latency_p95_ms, stats.latency_samples) == (10, 30, 2)
+    assert (stats.probes, stats.failures) == (3, 1)

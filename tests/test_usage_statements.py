@@ -1,0 +1,167 @@
+"""Statement imports for self-hosted providers: all or nothing with the bad row's line and
+field, replayed by content, tenant-scoped, and settled by the reconciler (by provider request
+id, or shared out per bucket). Receipts are inserted directly: the invoke path is not built."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlmodel import col, func, select
+from temporalio.client import Client
+
+from core.settings import Settings
+from domain.enums import Role, UsageStatus
+from domain.statements import ReconcilerInput
+from store.ops_tables import StatementImportRow, UsageStatementLineRow
+from tests.conftest import TokenFactory
+from tests.helpers.catalog import register
+from tests.helpers.receipts import add_receipt, invoked_events, receipts
+from workflows.reconciler import ReceiptReconcilerWorkflow
+
+CSV = {"Content-Type": "text/csv"}
+JSONL = {"Content-Type": "application/x-ndjson"}
+
+
+@pytest.fixture
+async def auth(token_for: TokenFactory, tenant: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {await token_for(tenant)}"}
+
+
+async def _stored(sessions: async_sessionmaker[AsyncSession], tenant: str) -> tuple[int, int]:
+    async with sessions() as s:
+        imports = await s.scalar(
+            select(func.count())
+            .select_from(StatementImportRow)
+            .where(col(StatementImportRow.tenant_id) == tenant)
+        )
+        lines = await s.scalar(
+            select(func.count())
+            .select_from(UsageStatementLineRow)
+            .where(col(UsageStatementLineRow.tenant_id) == tenant)
+        )
+    return int(imports or 0), int(lines or 0)
+
+
+async def test_a_malformed_row_rejects_the_whole_file_naming_its_line_and_field(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    body = (
+        "provider,bucketStart,bucketWidth,model,key,inputTokens,outputTokens\n"
+        "vllm,2026-11-30T10:00:00Z,1h,qwen2.5-coder,pool:tenant-a/vllm,1000,200\n"
+        "vllm,2026-11-30T11:00:00Z,1h,qwen2.5-coder,pool:tenant-a/vllm,lots,200\n"
+        "vllm,2026-11-30T12:00:00Z,1h,qwen2.5-coder,pool:tenant-a/vllm,10,2\n"
+    )
+    resp = await http.post("/factory/usage-statements", content=body, headers={**auth, **CSV})
+    assert resp.status_code == 422, resp.text
+    assert resp.headers["content-type"].startswith("application/problem+json")
+    problem = resp.json()
+    assert problem["errors"] == [
+        {"line": 3, "field": "inputTokens", "message": problem["errors"][0]["message"]}
+    ]
+    assert "line 3, inputTokens" in problem["detail"]
+    assert await _stored(sessions, tenant) == (0, 0)
+
+    ok = await http.post(
+        "/factory/usage-statements", content=body.replace("lots", "500"), headers={**auth, **CSV}
+    )
+    assert ok.status_code == 201, ok.text
+    assert ok.json()["lines"] == 3 and await _stored(sessions, tenant) == (1, 3)
+    replay = await http.post(
+        "/factory/usage-statements", content=body.replace("lots", "500"), headers={**auth, **CSV}
+    )
+    assert replay.status_code == 200 and replay.json()["importId"] == ok.json()["importId"]
+    assert await _stored(sessions, tenant) == (1, 3)
+    listed = await http.get("/factory/usage-statements", headers=auth)
+    assert [i["importId"] for i in listed.json()] == [ok.json()["importId"]]
+
+
+async def test_imports_refuse_other_media_types_and_non_admins(
+    http: httpx.AsyncClient, auth: dict[str, str], token_for: TokenFactory, tenant: str
+) -> None:
+    wrong = await http.post(
+        "/factory/usage-statements", content="{}", headers={**auth, "Content-Type": "text/plain"}
+    )
+    assert wrong.status_code == 415 and wrong.json()["field"] == "header.content-type"
+    observer = {"Authorization": f"Bearer {await token_for(tenant, roles=[Role.OBSERVER])}"}
+    line = '{"provider":"vllm","providerRequestId":"r","inputTokens":1,"outputTokens":1}\n'
+    refused = await http.post(
+        "/factory/usage-statements", content=line, headers={**observer, **JSONL}
+    )
+    assert refused.status_code == 403
+
+
+async def test_imported_statements_settle_self_hosted_receipts(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    settings: Settings,
+    sessions: async_sessionmaker[AsyncSession],
+    temporal_client: Client,
+) -> None:
+    pool = "pool:tenant-a/vllm"
+    await register(
+        http, auth, "vllm/qwen", provider="vllm", model="qwen2.5-coder", endpointRef=pool
+    )
+    hour = datetime.fromtimestamp(int(time.time()) // 3600 * 3600, UTC) - timedelta(hours=2)
+    cut = await add_receipt(
+        sessions,
+        tenant=tenant,
+        deployment_id="vllm/qwen",
+        started_at=hour + timedelta(minutes=1),
+        usage_status=UsageStatus.UNKNOWN,
+        provider_request_id="cmpl-7f3a",
+    )
+    shared = [
+        await add_receipt(
+            sessions,
+            tenant=tenant,
+            deployment_id="vllm/qwen",
+            started_at=hour + timedelta(minutes=m),
+            usage_status=UsageStatus.UNKNOWN,
+        )
+        for m in (10, 20)
+    ]
+    start = hour.strftime("%Y-%m-%dT%H:%M:%SZ")
+    statement = (
+        '{"provider":"vllm","providerRequestId":"cmpl-7f3a","inputTokens":812,'
+        '"outputTokens":97,"cachedInputTokens":512}\n'
+        f'{{"provider":"vllm","bucketStart":"{start}","bucketWidth":"1h",'
+        f'"model":"qwen2.5-coder","key":"{pool}","inputTokens":2812,"outputTokens":297}}\n'
+    )
+    resp = await http.post(
+        "/factory/usage-statements", content=statement, headers={**auth, **JSONL}
+    )
+    assert resp.status_code == 201, resp.text
+    import_id = resp.json()["importId"]
+
+    async def reconcile() -> int:
+        report = await temporal_client.execute_workflow(
+            ReceiptReconcilerWorkflow.run,
+            ReconcilerInput(lookback_hours=4, settle_delay_minutes=0, tenant_ids=[tenant]),
+            id=f"reconcile-import-{uuid.uuid4().hex[:8]}",
+            task_queue=settings.temporal_task_queue,
+        )
+        return report.settled
+
+    assert await reconcile() == 3
+    rows = await receipts(sessions, [cut, *shared])
+    assert (rows[cut].input_tokens, rows[cut].output_tokens) == (812, 97)
+    assert rows[cut].cached_input_tokens == 512
+    assert rows[cut].statement_ref == f"import/{import_id}#L1"
+    # The bucket's 2812/297 less the request matched by id, shared equally by the two others.
+    for rid in shared:
+        assert rows[rid].usage_status is UsageStatus.RECONCILED
+        assert (rows[rid].input_tokens, rows[rid].output_tokens) == (1000, 100)
+        assert rows[rid].statement_ref == f"import/{import_id}#L2"
+    assert rows[cut].estimated_cost_usd is None  # no price for the pool: tokens, not a guess
+    assert len(await invoked_events(sessions, tenant)) == 3
+    assert await reconcile() == 0
+    assert len(await invoked_events(sessions, tenant)) == 3

@@ -1,0 +1,125 @@
+"""EvaluateDeployment: run the capability suite against one deployment through its real
+adapter, cases as activities with bounded concurrency and retries on transient provider errors,
+then import the evidence (Candidate → Evaluated). If the suite cannot run, the deployment stays
+as it was and the evaluation says why."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.evaluation_types import (
+        CaseInput,
+        EvaluationInput,
+        FailInput,
+        Prepared,
+        Progress,
+        RecordInput,
+    )
+    from domain.suite import CaseResult
+
+CASE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=4,
+    non_retryable_error_types=["CannotRun"],
+)
+
+
+def _reason(exc: ActivityError) -> str:
+    cause = exc.cause
+    while isinstance(cause, ApplicationError | ActivityError) and cause.cause is not None:
+        cause = cause.cause
+    return str(cause) if cause is not None else str(exc)
+
+
+@workflow.defn(name="EvaluateDeployment")
+class EvaluateDeploymentWorkflow:
+    def __init__(self) -> None:
+        self._status = "Preparing"
+        self._capability_of: dict[str, str] = {}
+        self._done: Counter[str] = Counter()
+
+    @workflow.query
+    def progress(self) -> Progress:
+        totals = Counter(self._capability_of.values())
+        return Progress(
+            total=len(self._capability_of),
+            done=sum(self._done.values()),
+            by_capability={c: [self._done[c], n] for c, n in sorted(totals.items())},
+            status=self._status,
+        )
+
+    @workflow.run
+    async def run(self, data: EvaluationInput) -> str | None:
+        quick = timedelta(seconds=30)
+        try:
+            prepared = await workflow.execute_activity(
+                "evaluation_prepare", data, result_type=Prepared, start_to_close_timeout=quick
+            )
+        except ActivityError as exc:
+            await self._fail(data, _reason(exc))
+            return None
+        self._capability_of = prepared.capability_of
+        self._status = "Running"
+        limit = asyncio.Semaphore(data.concurrency)
+
+        async def one(case_id: str) -> CaseResult:
+            async with limit:
+                result: CaseResult = await workflow.execute_activity(
+                    "evaluation_run_case",
+                    CaseInput(
+                        tenant_id=data.tenant_id,
+                        target=prepared.target,
+                        context_tokens=prepared.context_tokens,
+                        case_id=case_id,
+                    ),
+                    result_type=CaseResult,
+                    start_to_close_timeout=timedelta(minutes=5),
+                    retry_policy=CASE_RETRY,
+                )
+            self._done[self._capability_of[case_id]] += 1
+            return result
+
+        try:
+            results = await asyncio.gather(*(one(c) for c in prepared.case_ids))
+        except ActivityError as exc:
+            await self._fail(data, _reason(exc))
+            return None
+        self._status = "Recording"
+        try:
+            ref: str = await workflow.execute_activity(
+                "evaluation_record",
+                RecordInput(
+                    evaluation_id=data.evaluation_id,
+                    tenant_id=data.tenant_id,
+                    deployment_id=data.deployment_id,
+                    context_tokens=prepared.context_tokens,
+                    results=list(results),
+                ),
+                result_type=str,
+                start_to_close_timeout=timedelta(minutes=2),
+                retry_policy=RetryPolicy(
+                    non_retryable_error_types=["CannotRun"], maximum_attempts=5
+                ),
+            )
+        except ActivityError as exc:
+            await self._fail(data, _reason(exc))
+            return None
+        self._status = "Completed"
+        return ref
+
+    async def _fail(self, data: EvaluationInput, reason: str) -> None:
+        self._status = "Failed"
+        await workflow.execute_activity(
+            "evaluation_fail",
+            FailInput(evaluation_id=data.evaluation_id, tenant_id=data.tenant_id, reason=reason),
+            start_to_close_timeout=timedelta(seconds=30),
+        )
