@@ -20,6 +20,7 @@ from temporalio import activity
 
 from activities.adapter_pool import AdapterPool
 from activities.invoke_hub import Attach, InvocationHub, PendingCall, ReceiptReady
+from core import metrics
 from domain.enums import InvocationOutcome, UsageStatus
 from domain.hashing import canonical_json
 from domain.invocation import Disposition, InvocationInput, InvocationSummary, Operation
@@ -107,6 +108,7 @@ class InvokeActivities:
             )
         await receipts.finalize(self._sessions, data.tenant_id, summary)
         pending.events.put_nowait(ReceiptReady(summary))
+        record_metrics(data, target.provider, summary)
         return summary
 
     async def _cost(
@@ -146,6 +148,8 @@ class InvokeActivities:
         adapter = await self._adapters.get(data.targets[0])
         if data.operation is Operation.EMBED:
             return await self._embed(adapter, pending)
+        if data.operation is Operation.RERANK:
+            return await self._rerank(adapter, pending)
         request: ChatRequest = pending.request
         builder = CompletionBuilder()
         ttft: int | None = None
@@ -210,6 +214,27 @@ class InvokeActivities:
             provider_request_id=result.provider_request_id,
         )
 
+    async def _rerank(self, adapter: ProviderAdapter, pending: PendingCall) -> _Outcome:
+        query, documents, top_n = pending.request
+        try:
+            result = await adapter.rerank(query, documents, top_n=top_n)
+        except ProviderError as exc:
+            return _Outcome(
+                InvocationOutcome.FAILED, UsageStatus.UNKNOWN, error_kind=exc.kind.value
+            )
+        pending.events.put_nowait(result)
+        tokens = result.input_tokens
+        return _Outcome(
+            outcome=InvocationOutcome.COMPLETED,
+            usage=UsageStatus.REPORTED if tokens is not None else UsageStatus.ESTIMATED,
+            input_tokens=tokens
+            if tokens is not None
+            else _estimate_tokens(query + "".join(documents)),
+            output_tokens=0,
+            artifact=canonical_json({"results": [r.model_dump() for r in result.results]}),
+            provider_request_id=result.provider_request_id,
+        )
+
     @activity.defn(name="close_abandoned_receipt")
     async def close_abandoned(self, data: InvocationInput) -> InvocationSummary:
         """The process that held the call is gone (or never ran it). A claimed receipt is closed
@@ -227,3 +252,29 @@ class InvokeActivities:
             summary.input_tokens = summary.output_tokens = 0
         await receipts.finalize(self._sessions, data.tenant_id, summary)
         return summary
+
+
+def record_metrics(data: InvocationInput, provider: str, summary: InvocationSummary) -> None:
+    """The spec's instruments, with ids and classes as dimensions (never content)."""
+    outcome = summary.outcome.value if summary.outcome else "Unknown"
+    metrics.invocations.add(
+        1,
+        {
+            "tenant": data.tenant_id,
+            "profile": data.profile_id,
+            "provider": provider,
+            "outcome": outcome,
+        },
+    )
+    where = {"profile": data.profile_id, "provider": provider}
+    if summary.time_to_first_token_ms is not None:
+        metrics.latency.record(summary.time_to_first_token_ms / 1000, {**where, "phase": "ttft"})
+    if summary.latency_ms is not None:
+        metrics.latency.record(summary.latency_ms / 1000, {**where, "phase": "completion"})
+    for direction, count in (("input", summary.input_tokens), ("output", summary.output_tokens)):
+        if count:
+            metrics.tokens.add(count, {"tenant": data.tenant_id, **where, "direction": direction})
+    if summary.error_kind:
+        metrics.provider_errors.add(1, {"provider": provider, "class": summary.error_kind})
+    if summary.usage_status is UsageStatus.UNKNOWN:
+        metrics.usage_unknown.add(1, {"provider": provider})

@@ -13,6 +13,7 @@ from api.middleware import RequestIdMiddleware
 from api.routers import (
     deployments,
     events,
+    gateway,
     health,
     oauth,
     openai,
@@ -59,6 +60,7 @@ def create_app(settings: Settings | None = None, temporal_client: Client | None 
         events,
         receipts,
         openai,
+        gateway,
         usage_statements,
     ):
         app.include_router(module.router)

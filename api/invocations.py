@@ -12,6 +12,8 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 from sqlmodel import col, select
@@ -22,13 +24,15 @@ from activities.invoke_hub import Attach, InvocationHub, ReceiptReady
 from api.problems import Problem
 from api.routing import current_profile, decide
 from api.runtime_types import InvokeConfig
+from core import metrics
 from core.security import Principal
-from domain.hashing import request_hash
+from domain.hashing import canonical_json, request_hash
 from domain.invocation import InvocationInput, InvocationSummary, Operation, Target, invocation_id
 from domain.lifecycle import is_routable
 from domain.planner import PlanRequest
 from domain.policy import DataClassification
-from store import receipts, route_plans
+from domain.pricing import worst_case_cost_usd
+from store import pricebook, receipts, route_plans
 from store.artifacts import ArtifactStore
 from store.tables import InvocationReceiptRow, ModelDeploymentRow
 from workflows.invoke import InvokeModelWorkflow
@@ -49,6 +53,10 @@ class Call:
     data_classification: DataClassification = DataClassification.INTERNAL
     needs_tools: bool = False
     needs_structured_output: bool = False
+    # A budget for this call: its worst case (input estimate + the output allowance) must fit
+    # at the profile's pricing revision, or the call is Denied before any provider sees it.
+    budget_usd: Decimal | None = None
+    max_output_tokens: int | None = None
 
 
 @dataclass
@@ -86,7 +94,6 @@ class Invocations:
         if seen is not None:
             return self._replay_or_wait(tenant, key, hash_, seen)
         targets, plan_id, decision_id, pricing = await self._route(principal, call)
-        token, pending = self._hub.open(call.request)
         data = InvocationInput(
             invocation_id=invocation_id(tenant, key),
             tenant_id=tenant,
@@ -101,10 +108,14 @@ class Invocations:
             operation=call.operation,
             targets=targets,
             pricing_revision=pricing,
-            caller_token=token,
+            caller_token="",
             caller_queue=self._config.caller_queue,
             timeout_seconds=self._config.timeout_seconds,
         )
+        if call.budget_usd is not None:
+            await self._admit(data, call)
+        token, pending = self._hub.open(call.request)
+        data.caller_token = token
         handle = await self._client.start_workflow(
             InvokeModelWorkflow.run,
             data,
@@ -198,6 +209,42 @@ class Invocations:
             await asyncio.sleep(0.05)
         raise Problem(503, "The invocation with this key has not finished; retry shortly.")
 
+    async def _admit(self, data: InvocationInput, call: Call) -> None:
+        assert call.budget_usd is not None
+        target = data.targets[0]
+        async with self._runtime.sessions() as session:
+            book = await pricebook.load(session, data.tenant_id, data.pricing_revision)
+        price = (
+            book.price_for(target.provider, target.model, datetime.now(UTC).date())
+            if book
+            else None
+        )
+        if price is None:
+            reason = "no-price"
+            detail = f"{target.deployment_id} has no price in revision {data.pricing_revision}"
+        else:
+            worst = worst_case_cost_usd(
+                price,
+                input_tokens_estimate=max(1, len(canonical_json(call.payload)) // 4),
+                max_output_tokens=call.max_output_tokens or 4096,
+            )
+            if worst <= call.budget_usd:
+                return
+            reason, detail = (
+                "over-budget",
+                f"worst case {worst:.6f} USD exceeds {call.budget_usd} USD",
+            )
+        summary = await receipts.deny(self._runtime.sessions, data, reason)
+        metrics.denials.add(1, {"tenant": data.tenant_id, "reason": reason})
+        raise Problem(
+            402,
+            f"Denied: {detail}.",
+            type_="https://model-router.dev/problems/budget",
+            reason=reason,
+            receiptId=str(summary.invocation_id),
+            headers={"X-Model-Router-Receipt-Id": str(summary.invocation_id)},
+        )
+
     async def _route(
         self, principal: Principal, call: Call
     ) -> tuple[list[Target], uuid.UUID | None, uuid.UUID, str]:
@@ -207,6 +254,7 @@ class Invocations:
             data_classification=call.data_classification,
             needs_tools=call.needs_tools,
             needs_structured_output=call.needs_structured_output,
+            budget_applies=call.budget_usd is not None,
         )
         if call.run_id is not None:
 

@@ -102,6 +102,11 @@ class Histogram(Instrument):
 
 _PREFIX = "connectsoft.factory.model_gateway."
 
+invocations = Counter(_PREFIX + "invocations", "{invocation}", "Invocations by outcome.")
+latency = Histogram(_PREFIX + "latency", "s", "Time to first token and completion.")
+tokens = Counter(_PREFIX + "tokens", "{token}", "Input and output tokens.")
+fallbacks = Counter(_PREFIX + "fallbacks", "{invocation}", "Fallbacks taken.")
+denials = Counter(_PREFIX + "denials", "{invocation}", "Invocations denied by policy.")
 provider_errors = Counter(_PREFIX + "provider_errors", "{error}", "Adapter errors by class.")
 usage_unknown = UpDownCounter(
     _PREFIX + "usage_unknown", "{receipt}", "Receipts awaiting usage reconciliation."
@@ -115,6 +120,11 @@ receipts_reconciled = Counter(
 )
 
 INSTRUMENTS: tuple[Instrument, ...] = (
+    invocations,
+    latency,
+    tokens,
+    fallbacks,
+    denials,
     provider_errors,
     usage_unknown,
     probe_latency,

@@ -126,3 +126,22 @@ async def by_key(
         .where(col(InvocationReceiptRow.idempotency_key) == idempotency_key)
     )
     return (await session.scalars(stmt)).first()
+
+
+async def deny(
+    sessions: async_sessionmaker[AsyncSession], data: InvocationInput, reason: str
+) -> InvocationSummary:
+    """A denied invocation gets a receipt too; nothing reached the provider, so its usage is
+    our own count: zero."""
+    summary = InvocationSummary(
+        invocation_id=data.invocation_id,
+        outcome=InvocationOutcome.DENIED,
+        usage_status=UsageStatus.ESTIMATED,
+        deployment_id=data.targets[0].deployment_id,
+        input_tokens=0,
+        output_tokens=0,
+        error_kind=reason,
+    )
+    await claim(sessions, data, data.targets[0].deployment_id)
+    await finalize(sessions, data.tenant_id, summary)
+    return summary

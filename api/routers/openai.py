@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator
+from decimal import Decimal
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Request
@@ -64,7 +65,9 @@ class Headers:
         data_classification: Annotated[
             DataClassification, Header(alias="X-Data-Classification")
         ] = DataClassification.INTERNAL,
+        budget_usd: Annotated[Decimal | None, Header(alias="X-Budget-Usd", ge=0)] = None,
     ) -> None:
+        self.budget_usd = budget_usd
         self.run_id, self.attempt_id, self.project_id = run_id, attempt_id, project_id
         self.idempotency_key, self.data_classification = idempotency_key, data_classification
 
@@ -107,6 +110,8 @@ async def chat_completions(
         payload=chat.model_dump(mode="json"),
         request=chat,
         data_classification=headers.data_classification,
+        budget_usd=headers.budget_usd,
+        max_output_tokens=chat.max_tokens,
         needs_tools=bool(chat.tools),
         needs_structured_output=chat.response_format is not None
         and chat.response_format.type != "text",

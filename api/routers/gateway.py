@@ -1,0 +1,183 @@
+"""The model gateway for runtimes that pass run, attempt and profile explicitly: Invoke (SSE
+ending with a receipt event, or JSON with the receipt), Embed and Rerank."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from decimal import Decimal
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from activities.invoke_hub import ReceiptReady
+from api.deps import require
+from api.invocations import Call, Running
+from api.routers.openai import RECEIPT, Service, _collect, _failure, _first
+from core.security import Principal
+from domain.access import Action
+from domain.enums import InvocationOutcome, Scope
+from domain.invocation import InvocationSummary, Operation
+from domain.policy import DataClassification
+from providers.types import ChatRequest, Finish, RerankResult, TextDelta, ToolCallDelta
+
+router = APIRouter(prefix="/gateway", tags=["gateway"])
+
+Invoker = Annotated[Principal, Depends(require(Scope.MODELS_INVOKE, Action.INVOKE))]
+
+
+class _Scope(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    profile_id: str = Field(alias="profileId", min_length=1, max_length=200)
+    run_id: uuid.UUID | None = Field(default=None, alias="runId")
+    attempt_id: uuid.UUID | None = Field(default=None, alias="attemptId")
+    project_id: str = Field(default="default", alias="projectId", max_length=200)
+    idempotency_key: str | None = Field(
+        default=None, alias="idempotencyKey", max_length=200, pattern=r"^[A-Za-z0-9._:/-]+$"
+    )
+    data_classification: DataClassification = Field(
+        default=DataClassification.INTERNAL, alias="dataClassification"
+    )
+    budget_usd: Decimal | None = Field(default=None, alias="budgetUsd", ge=0)
+
+    def call(
+        self, operation: Operation, payload: dict[str, Any], request: Any, **extra: Any
+    ) -> Call:
+        return Call(
+            profile_id=self.profile_id,
+            project_id=self.project_id,
+            run_id=self.run_id,
+            attempt_id=self.attempt_id,
+            idempotency_key=self.idempotency_key,
+            operation=operation,
+            payload=payload,
+            request=request,
+            data_classification=self.data_classification,
+            budget_usd=self.budget_usd,
+            **extra,
+        )
+
+
+class InvokeBody(_Scope):
+    request: ChatRequest
+    stream: bool = False
+
+
+class EmbedBody(_Scope):
+    inputs: list[str] = Field(min_length=1, max_length=2048)
+
+
+class RerankBody(_Scope):
+    query: str = Field(min_length=1)
+    documents: list[str] = Field(min_length=1, max_length=1000)
+    top_n: int | None = Field(default=None, alias="topN", ge=1)
+
+
+def _receipt(summary: InvocationSummary) -> dict[str, Any]:
+    return summary.model_dump(mode="json", exclude={"disposition"})
+
+
+@router.post("/invoke", operation_id="Invoke", response_model=None)
+async def invoke(
+    body: InvokeBody, request: Request, principal: Invoker, service: Service
+) -> Response:
+    chat = body.request
+    call = body.call(
+        Operation.CHAT,
+        chat.model_dump(mode="json"),
+        chat,
+        needs_tools=bool(chat.tools),
+        needs_structured_output=chat.response_format is not None
+        and chat.response_format.type != "text",
+        max_output_tokens=chat.max_tokens,
+    )
+    running = await service.start(principal, call)
+    first = await _first(running)
+    if isinstance(first, ReceiptReady) and first.summary.outcome is not InvocationOutcome.COMPLETED:
+        return _failure(request, first.summary)
+    headers = {RECEIPT: str(running.invocation_id)}
+    if body.stream:
+        return StreamingResponse(
+            _events(running, first), media_type="text/event-stream", headers=headers
+        )
+    completion, summary = await _collect(running, first)
+    if summary.outcome is not InvocationOutcome.COMPLETED or completion is None:
+        return _failure(request, summary)
+    return JSONResponse(
+        {
+            "output": completion.model_dump(mode="json", exclude={"usage"}),
+            "receipt": _receipt(summary),
+        },
+        headers=headers,
+    )
+
+
+def _sse(event: str, data: Any) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+async def _events(running: Running, first: Any) -> AsyncIterator[bytes]:
+    from api.invocations import Replayed
+    from api.routers.openai import _replay_events
+
+    item = first
+    while True:
+        if isinstance(item, Replayed):
+            for event in _replay_events(item):
+                yield _sse(event.type, event.model_dump(mode="json"))
+        elif isinstance(item, TextDelta | ToolCallDelta | Finish):
+            yield _sse(item.type, item.model_dump(mode="json"))
+        elif isinstance(item, ReceiptReady):
+            ok = item.summary.outcome is InvocationOutcome.COMPLETED
+            yield _sse("receipt" if ok else "error", _receipt(item.summary))
+            return
+        item = await anext(running.events)
+
+
+async def _final(running: Running) -> tuple[Any, InvocationSummary]:
+    from api.invocations import Replayed
+
+    result: Any = None
+    async for item in running.events:
+        if isinstance(item, ReceiptReady):
+            return result, item.summary
+        if isinstance(item, Replayed):
+            result = json.loads(item.output) if item.output else None
+        else:
+            result = item.model_dump(mode="json")
+    raise RuntimeError("the invocation ended without a receipt")
+
+
+@router.post("/embed", operation_id="Embed", response_model=None)
+async def embed(
+    body: EmbedBody, request: Request, principal: Invoker, service: Service
+) -> Response:
+    running = await service.start(
+        principal, body.call(Operation.EMBED, {"input": body.inputs}, list(body.inputs))
+    )
+    result, summary = await _final(running)
+    if summary.outcome is not InvocationOutcome.COMPLETED:
+        return _failure(request, summary)
+    return JSONResponse({"vectors": result["vectors"], "receipt": _receipt(summary)})
+
+
+@router.post("/rerank", operation_id="Rerank", response_model=None)
+async def rerank(
+    body: RerankBody, request: Request, principal: Invoker, service: Service
+) -> Response:
+    payload = {"query": body.query, "documents": body.documents, "topN": body.top_n}
+    running = await service.start(
+        principal,
+        body.call(Operation.RERANK, payload, (body.query, list(body.documents), body.top_n)),
+    )
+    result, summary = await _final(running)
+    if summary.outcome is not InvocationOutcome.COMPLETED:
+        return _failure(request, summary)
+    results = RerankResult.model_validate(result).results if result else ()
+    return JSONResponse(
+        {"results": [r.model_dump() for r in results], "receipt": _receipt(summary)}
+    )

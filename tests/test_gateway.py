@@ -1,0 +1,188 @@
+"""The gateway surface for runtimes (Invoke, Embed, Rerank with receipts), budgets that deny
+before any provider sees the call, and the invocation metrics."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from decimal import Decimal
+
+import httpx
+import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from core import metrics
+from providers.upstream import UpstreamServer
+from store.receipts import by_key
+from tests.conftest import TokenFactory
+from tests.helpers.catalog import profile_event, publish, record_evidence, register
+
+
+@pytest.fixture(scope="module")
+async def upstream() -> AsyncIterator[UpstreamServer]:
+    async with UpstreamServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def auth(
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+) -> dict[str, str]:
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    prices = {
+        "revision": "gw-1",
+        "entries": [
+            {
+                "provider": "openai",
+                "model": "gw-chat",
+                "inputUsdPerMtok": "1000",
+                "outputUsdPerMtok": "2000",
+                "effectiveFrom": "2026-01-01",
+            }
+        ],
+    }
+    assert (
+        await http.post("/factory/pricebook-revisions", json=prices, headers=auth)
+    ).status_code == 201
+    for dep, model, provider in (
+        ("gw/chat", "gw-chat", "openai"),
+        ("gw/embed", "gw-embed", "openai"),
+        ("gw/rerank", "gw-rerank", "rerank"),
+    ):
+        await register(
+            http, auth, dep, model=model, provider=provider, endpointRef=upstream.endpoint_ref
+        )
+        await record_evidence(temporal_client, tenant, dep, {"tool-calling": 0.9})
+        assert (
+            await http.post(f"/factory/model-deployments/{dep}/approve", headers=auth)
+        ).status_code == 200
+    for profile, dep, modality in (
+        ("gw", "gw/chat", "Chat"),
+        ("gw-embed", "gw/embed", "Embedding"),
+        ("gw-rerank", "gw/rerank", "Rerank"),
+    ):
+        event = profile_event(profile, [dep], {}, modality=modality, priceBasis="gw-1")
+        assert (await publish(http, auth, event)).status_code == 200
+    return auth
+
+
+def _chat(text: str = "gateway hello") -> dict[str, object]:
+    return {"messages": [{"role": "user", "content": text}], "max_tokens": 50}
+
+
+async def test_invoke_json_and_sse_end_with_the_receipt(
+    http: httpx.AsyncClient, auth: dict[str, str], tenant: str
+) -> None:
+    run = str(uuid.uuid4())
+    before = metrics.invocations.value(
+        {"tenant": tenant, "profile": "gw", "provider": "openai", "outcome": "Completed"}
+    )
+    resp = await http.post(
+        "/gateway/invoke",
+        headers=auth,
+        json={
+            "profileId": "gw",
+            "runId": run,
+            "attemptId": str(uuid.uuid4()),
+            "idempotencyKey": "gw-1",
+            "request": _chat(),
+        },
+    )
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["output"]["text"] == "Echo: gateway hello"
+    assert (
+        body["receipt"]["outcome"] == "Completed" and body["receipt"]["deployment_id"] == "gw/chat"
+    )
+    assert Decimal(body["receipt"]["estimated_cost_usd"]) > 0  # priced from revision gw-1
+
+    async with http.stream(
+        "POST",
+        "/gateway/invoke",
+        headers=auth,
+        json={"profileId": "gw", "runId": run, "request": _chat("streamed"), "stream": True},
+    ) as sse:
+        events = [
+            line.removeprefix("event: ")
+            async for line in sse.aiter_lines()
+            if line.startswith("event: ")
+        ]
+    assert events[0] == "text_delta" and events[-1] == "receipt" and "finish" in events
+    after = metrics.invocations.value(
+        {"tenant": tenant, "profile": "gw", "provider": "openai", "outcome": "Completed"}
+    )
+    assert after - before == 2
+
+
+async def test_embed_and_rerank_with_receipts(
+    http: httpx.AsyncClient, auth: dict[str, str]
+) -> None:
+    embedded = await http.post(
+        "/gateway/embed", headers=auth, json={"profileId": "gw-embed", "inputs": ["a", "b", "c"]}
+    )
+    assert embedded.status_code == 200, embedded.text
+    assert (
+        len(embedded.json()["vectors"]) == 3
+        and embedded.json()["receipt"]["outcome"] == "Completed"
+    )
+    ranked = await http.post(
+        "/gateway/rerank",
+        headers=auth,
+        json={
+            "profileId": "gw-rerank",
+            "query": "red fruit",
+            "documents": ["apple", "sky", "cherry"],
+            "topN": 2,
+        },
+    )
+    assert ranked.status_code == 200, ranked.text
+    results = ranked.json()["results"]
+    assert len(results) == 2 and {r["index"] for r in results} <= {0, 1, 2}
+    assert ranked.json()["receipt"]["deployment_id"] == "gw/rerank"
+
+
+async def test_budget_denies_before_the_provider_and_leaves_a_receipt(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    before = upstream.requests("gw-chat")
+    denied = await http.post(
+        "/gateway/invoke",
+        headers=auth,
+        json={
+            "profileId": "gw",
+            "idempotencyKey": "poor",
+            "budgetUsd": "0.0001",
+            "request": _chat(),
+        },
+    )
+    assert denied.status_code == 402, denied.text
+    assert denied.json()["reason"] == "over-budget"
+    assert upstream.requests("gw-chat") == before
+    async with sessions() as s:
+        row = await by_key(s, tenant, "poor")
+    assert row is not None and (row.outcome, row.usage_status) == ("Denied", "Estimated")
+    assert str(row.invocation_id) == denied.json()["receiptId"]
+
+    rich = await http.post(
+        "/v1/chat/completions",
+        headers={**auth, "X-Budget-Usd": "100"},
+        json={"model": "gw", "messages": [{"role": "user", "content": "ok"}], "max_tokens": 10},
+    )
+    assert rich.status_code == 200 and upstream.requests("gw-chat") == before + 1
+
+    # A deployment with no price while a budget applies is refused, never reserved at zero.
+    unpriced = await http.post(
+        "/gateway/embed",
+        headers=auth,
+        json={"profileId": "gw-embed", "inputs": ["x"], "budgetUsd": "100"},
+    )
+    assert unpriced.status_code == 503 and "No candidate" in unpriced.json()["detail"]
