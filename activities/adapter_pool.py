@@ -15,8 +15,13 @@ from providers.types import ProviderTimeouts
 
 class AdapterPool:
     def __init__(
-        self, broker: SecretBroker, timeouts: ProviderTimeouts, ttl_seconds: float = 300.0
+        self,
+        broker: SecretBroker,
+        timeouts: ProviderTimeouts,
+        ttl_seconds: float = 300.0,
+        prompt_caching: bool = True,
     ) -> None:
+        self._prompt_caching = prompt_caching
         self._broker = broker
         self._timeouts = timeouts
         self._ttl = ttl_seconds
@@ -38,6 +43,7 @@ class AdapterPool:
                 model=target.model,
                 endpoint_ref=target.endpoint_ref,
                 timeouts=self._timeouts,
+                prompt_caching=self._prompt_caching,
             )
             if found is not None:
                 await found[1].aclose()

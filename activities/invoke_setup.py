@@ -26,6 +26,7 @@ def invoke_activities(
     adapters = AdapterPool(
         default_broker(allow_upstream=settings.allow_upstream_endpoints),
         provider_timeouts(settings),
+        prompt_caching=settings.prompt_caching,
     )
     return InvokeActivities(
         sessions, hub, adapters, ArtifactStore(settings.artifact_root)

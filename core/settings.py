@@ -90,6 +90,10 @@ class Settings(BaseSettings):
     provider_read_timeout_seconds: float = Field(
         default=60.0, gt=0, description="Longest silence tolerated from a provider mid-call."
     )
+    prompt_caching: bool = Field(
+        default=True,
+        description="PromptCaching: use provider prompt caching where the adapter supports it.",
+    )
     allow_upstream_endpoints: bool = Field(
         default=False,
         description="Accept endpointRef upstream:HOST:PORT (the local simulator): dev and tests.",

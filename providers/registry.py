@@ -52,13 +52,17 @@ def build_adapter(
     *,
     timeouts: ProviderTimeouts,
     modality: Modality | None = None,
+    prompt_caching: bool = True,
 ) -> ProviderAdapter:
     kind = adapter_kind(provider, modality)
     name = provider.lower()
     if kind == "rerank":
         return RerankAdapter(model=model, connection=connection, timeouts=timeouts, provider=name)
     if kind == "anthropic":
-        return AnthropicAdapter(model=model, connection=connection, timeouts=timeouts)
+        # OpenAI caches prompt prefixes by itself; Anthropic needs breakpoints asked for.
+        return AnthropicAdapter(
+            model=model, connection=connection, timeouts=timeouts, prompt_caching=prompt_caching
+        )
     if name != OPENAI and not connection.base_url:
         # A self-hosted server without an address would silently fall through to OpenAI.
         raise ProviderError(
@@ -77,7 +81,15 @@ async def resolve_adapter(
     endpoint_ref: str,
     timeouts: ProviderTimeouts,
     modality: Modality | None = None,
+    prompt_caching: bool = True,
 ) -> ProviderAdapter:
     """Resolves the deployment's endpointRef through the broker and builds its adapter."""
     connection = await broker.resolve(endpoint_ref)
-    return build_adapter(provider, model, connection, timeouts=timeouts, modality=modality)
+    return build_adapter(
+        provider,
+        model,
+        connection,
+        timeouts=timeouts,
+        modality=modality,
+        prompt_caching=prompt_caching,
+    )

@@ -193,3 +193,97 @@ async def test_api_killed_mid_stream_closes_receipt_unknown_without_a_second_cal
     finally:
         again.stop()
     assert upstream.requests("slow-sim") - before == 1
+
+
+async def test_client_disconnect_cancels_the_call_and_records_cancelled(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+    api_url: str,
+) -> None:
+    upstream.state.configure("slow-sim", chunk_delay=0.5)
+    try:
+        body = {
+            "model": "slow",
+            "stream": True,
+            "messages": [{"role": "user", "content": "long answer " * 20}],
+        }
+        async with httpx.AsyncClient(base_url=api_url, timeout=30) as c:
+            async with c.stream(
+                "POST",
+                "/v1/chat/completions",
+                json=body,
+                headers={**auth, "Idempotency-Key": "walked-away"},
+            ) as resp:
+                async for line in resp.aiter_lines():
+                    if '"content":"E' in line:
+                        break  # one token, then the caller goes away
+
+        async def closed() -> object:
+            async with sessions() as s:
+                row = await by_key(s, tenant, "walked-away")
+            return row if row is not None and row.ended_at is not None else None
+
+        row = await eventually(closed, timeout=30)
+        assert (row.outcome, row.usage_status) == ("Cancelled", "Unknown")
+        assert row.latency_ms is not None and row.latency_ms < 10_000  # not the whole answer
+    finally:
+        upstream.state.configure("slow-sim", chunk_delay=0.0)
+
+
+async def test_a_replayed_provider_call_never_reaches_the_upstream_twice(
+    auth: dict[str, str],
+    tenant: str,
+    settings: Settings,
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    from temporalio.testing import ActivityEnvironment
+
+    from activities.invoke_hub import InvocationHub
+    from activities.invoke_setup import invoke_activities
+    from domain.invocation import Disposition, InvocationInput, Target, invocation_id
+    from providers.types import ChatRequest, Message
+
+    hub = InvocationHub()
+    acts, adapters = invoke_activities(settings, sessions, hub)
+    request = ChatRequest(messages=(Message(role="user", content="once"),))
+    key = f"replay-{uuid.uuid4().hex}"
+
+    def attempt() -> InvocationInput:
+        token, _ = hub.open(request)
+        return InvocationInput(
+            invocation_id=invocation_id(tenant, key),
+            tenant_id=tenant,
+            project_id="p",
+            profile_id="slow",
+            policy_decision_id=uuid.uuid4(),
+            idempotency_key=key,
+            request_hash="sha256:x",
+            pricing_revision="none",
+            caller_token=token,
+            caller_queue="q",
+            timeout_seconds=30,
+            targets=[
+                Target(
+                    deployment_id="sim/slow",
+                    provider="openai",
+                    model="slow-sim",
+                    endpoint_ref=upstream.endpoint_ref,
+                )
+            ],
+        )
+
+    before = upstream.requests("slow-sim")
+    first_input = attempt()
+    env = ActivityEnvironment()
+    first = await env.run(acts.call_provider, first_input)
+    assert first.disposition is Disposition.DONE and first.outcome == "Completed"
+    # The same attempt replayed finds its request already taken; a new attempt for the same
+    # invocation (another process holding the request again) finds the receipt claimed.
+    assert (await env.run(acts.call_provider, first_input)).disposition is Disposition.NOT_HERE
+    assert (await env.run(acts.call_provider, attempt())).disposition is Disposition.ALREADY_CLAIMED
+    assert upstream.requests("slow-sim") - before == 1
+    await adapters.aclose()
