@@ -9,9 +9,8 @@ and finalises the receipt. Its result carries ids, hashes and usage only.
 from __future__ import annotations
 
 import asyncio
-import json
+import random
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -20,34 +19,32 @@ from temporalio import activity
 
 from activities.adapter_pool import AdapterPool
 from activities.invoke_hub import Attach, InvocationHub, PendingCall, ReceiptReady
+from activities.invoke_outcomes import TRANSIENT as _TRANSIENT
+from activities.invoke_outcomes import Outcome as _Outcome
+from activities.invoke_outcomes import Route as _Route
+from activities.invoke_outcomes import completed as _completed
+from activities.invoke_outcomes import embed_once, record_metrics, rerank_once
+from activities.invoke_outcomes import failed as _failed
+from activities.resilience import Resilience, timed_stream
 from core import metrics
+from domain.breaker import Breaker
 from domain.enums import InvocationOutcome, UsageStatus
-from domain.hashing import canonical_json
-from domain.invocation import Disposition, InvocationInput, InvocationSummary, Operation
+from domain.fallback import Next, after_failure, may_answer
+from domain.invocation import (
+    AttemptTimeouts,
+    Disposition,
+    InvocationInput,
+    InvocationSummary,
+    Operation,
+    Target,
+)
 from domain.pricing import Pricebook, estimate_cost_usd
+from domain.retry import retry_delay
 from providers.base import ProviderAdapter
-from providers.errors import ProviderError
+from providers.errors import ErrorKind, ProviderError
 from providers.types import ChatRequest, CompletionBuilder, TextDelta, ToolCallDelta
 from store import pricebook, receipts
 from store.artifacts import ArtifactStore
-
-
-@dataclass
-class _Outcome:
-    outcome: InvocationOutcome
-    usage: UsageStatus
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    cached: int | None = None
-    artifact: bytes | None = None
-    provider_request_id: str | None = None
-    ttft_ms: int | None = None
-    error_kind: str | None = None
-
-
-def _estimate_tokens(text: str) -> int:
-    # Our own count where the provider said nothing: about four characters a token.
-    return max(1, (len(text) + 3) // 4)
 
 
 class InvokeActivities:
@@ -57,7 +54,9 @@ class InvokeActivities:
         hub: InvocationHub,
         adapters: AdapterPool,
         artifacts: ArtifactStore,
+        resilience: Resilience | None = None,
     ) -> None:
+        self._resilience = resilience or Resilience()
         self._sessions = sessions
         self._hub = hub
         self._adapters = adapters
@@ -79,14 +78,17 @@ class InvokeActivities:
             return InvocationSummary(
                 invocation_id=data.invocation_id, disposition=Disposition.NOT_HERE
             )
-        target = data.targets[0]
-        if not await receipts.claim(self._sessions, data, target.deployment_id):
+        # One receipt per invocation, however many attempts and fallbacks it takes.
+        if not await receipts.claim(self._sessions, data, data.targets[0].deployment_id):
             pending.events.put_nowait(Attach())
             return InvocationSummary(
                 invocation_id=data.invocation_id, disposition=Disposition.ALREADY_CLAIMED
             )
         started = time.monotonic()
         result = await self._run(data, pending, started)
+        target = result.target or data.targets[0]
+        primary = data.targets[0].deployment_id
+        fell_back = result.target is not None and target.deployment_id != primary
         summary = InvocationSummary(
             invocation_id=data.invocation_id,
             outcome=result.outcome,
@@ -99,10 +101,19 @@ class InvokeActivities:
             time_to_first_token_ms=result.ttft_ms,
             provider_request_id=result.provider_request_id,
             error_kind=result.error_kind,
+            error_reason=result.error_reason,
+            fallback_used=fell_back,
+            fallback_from=primary if fell_back else None,
+            fallback_reason=result.fallback_reason if fell_back else None,
         )
         if result.artifact is not None:
             summary.output_artifact_ref = self._artifacts.put(data.tenant_id, result.artifact)
-        if result.input_tokens is not None and result.output_tokens is not None:
+        if (
+            result.outcome is InvocationOutcome.COMPLETED
+            and result.input_tokens is not None
+            and result.output_tokens is not None
+        ):
+            # Only the attempt that answered is priced; failed attempts are never billed.
             summary.estimated_cost_usd = await self._cost(
                 data, target.provider, target.model, result
             )
@@ -126,114 +137,161 @@ class InvokeActivities:
         )
 
     async def _run(self, data: InvocationInput, pending: PendingCall, started: float) -> _Outcome:
-        work = asyncio.create_task(self._call(data, pending, started))
+        route = _Route()
+        work = asyncio.create_task(self._route(data, pending, started, route))
         cancelled = asyncio.create_task(pending.cancelled.wait())
+        # On the caller's queue the workflow watches heartbeats to notice a dead process; a
+        # wait for a first token, or a backoff, must not look like one.
+        beat = None if activity.info().is_local else asyncio.create_task(_heartbeat())
         try:
             done, _ = await asyncio.wait(
                 {work, cancelled}, timeout=data.timeout_seconds, return_when=asyncio.FIRST_COMPLETED
             )
         finally:
             cancelled.cancel()
+            if beat is not None:
+                beat.cancel()
         if work in done:
             return work.result()
         work.cancel()
         # A caller that left, or a call past its budget: billable work may have happened.
-        if pending.cancelled.is_set():
-            return _Outcome(
-                InvocationOutcome.CANCELLED, UsageStatus.UNKNOWN, error_kind="cancelled"
-            )
-        return _Outcome(InvocationOutcome.FAILED, UsageStatus.UNKNOWN, error_kind="timeout")
+        kind = "cancelled" if pending.cancelled.is_set() else "timeout"
+        if kind == "cancelled":
+            outcome = InvocationOutcome.CANCELLED
+        else:
+            outcome = InvocationOutcome.PARTIAL if route.emitted else InvocationOutcome.FAILED
+        return _Outcome(
+            outcome,
+            UsageStatus.UNKNOWN,
+            error_kind=kind,
+            target=route.current,
+            ttft_ms=route.ttft_ms,
+            output_tokens=route.emitted_tokens or None,
+            fallback_reason=route.fallback_reason,
+        )
 
-    async def _call(self, data: InvocationInput, pending: PendingCall, started: float) -> _Outcome:
-        adapter = await self._adapters.get(data.targets[0])
-        if data.operation is Operation.EMBED:
-            return await self._embed(adapter, pending)
-        if data.operation is Operation.RERANK:
-            return await self._rerank(adapter, pending)
+    async def _route(
+        self, data: InvocationInput, pending: PendingCall, started: float, route: _Route
+    ) -> _Outcome:
+        """The candidates in route order: each allowed by its breaker and by the fallback rules
+        relative to the last failure, retried on transient failures, until one answers."""
+        failed: Target | None = None
+        reason = ""
+        skipped: list[str] = []
+        last: _Outcome | None = None
+        for target in data.targets:
+            if failed is not None and not may_answer(data, failed, target, reason):
+                continue
+            breaker = self._resilience.breakers.get(data.tenant_id, target.deployment_id)
+            if not breaker.allow():
+                skipped.append(target.deployment_id)
+                failed, reason = target, "circuit_open"
+                route.fallback_reason = route.fallback_reason or reason
+                continue
+            route.current = target
+            result = await self._on_target(data, pending, started, target, breaker, route)
+            result.target = target
+            result.fallback_reason = route.fallback_reason
+            if result.outcome is not InvocationOutcome.FAILED or (
+                after_failure(result.error_kind or "") is Next.STOP
+            ):
+                return result
+            failed, reason, last = target, result.error_kind or "", result
+            route.fallback_reason = route.fallback_reason or reason
+        if last is not None:
+            return last
+        # Nothing was called: every candidate was refused before any provider saw the request.
+        return _Outcome(
+            InvocationOutcome.FAILED,
+            UsageStatus.ESTIMATED,
+            input_tokens=0,
+            output_tokens=0,
+            error_kind="unavailable",
+            error_reason="no candidate available: circuit open for " + ", ".join(skipped),
+        )
+
+    async def _on_target(
+        self,
+        data: InvocationInput,
+        pending: PendingCall,
+        started: float,
+        target: Target,
+        breaker: Breaker,
+        route: _Route,
+    ) -> _Outcome:
+        adapter = await self._adapters.get(target)
+        timeouts = self._resilience.timeouts_for(data.profile_id, target.deployment_id)
+        attempt = 0
+        while True:
+            attempt += 1
+            remaining = started + data.timeout_seconds - time.monotonic()
+            result = await self._attempt(
+                data, adapter, pending, started, timeouts, remaining, route
+            )
+            if result.outcome is InvocationOutcome.COMPLETED:
+                breaker.success()
+                return result
+            kind = result.error_kind or "server_error"
+            metrics.provider_errors.add(1, {"provider": target.provider, "class": kind})
+            transient = kind in _TRANSIENT
+            if transient:
+                breaker.failure()
+            if result.outcome is InvocationOutcome.PARTIAL:
+                return result  # output reached the caller: never retried, never spliced
+            delay = retry_delay(
+                self._resilience.retry,
+                attempt,
+                kind,
+                transient,
+                result.retry_after,
+                random.random(),  # noqa: S311 - jitter, not a secret
+                started + data.timeout_seconds - time.monotonic(),
+            )
+            if delay is None or not breaker.allow():
+                return result
+            await asyncio.sleep(delay)
+
+    async def _attempt(
+        self,
+        data: InvocationInput,
+        adapter: ProviderAdapter,
+        pending: PendingCall,
+        started: float,
+        timeouts: AttemptTimeouts,
+        remaining: float,
+        route: _Route,
+    ) -> _Outcome:
+        budget = min(timeouts.attempt, remaining)
+        if data.operation is not Operation.CHAT:
+            try:
+                async with asyncio.timeout(budget):
+                    if data.operation is Operation.EMBED:
+                        return await embed_once(adapter, pending)
+                    return await rerank_once(adapter, pending)
+            except TimeoutError:
+                return _failed(ProviderError(ErrorKind.TIMEOUT, provider=adapter.provider))
         request: ChatRequest = pending.request
         builder = CompletionBuilder()
-        ttft: int | None = None
-        emitted = False
-        heartbeat = not activity.info().is_local
         try:
-            async for event in adapter.stream(request):
-                if ttft is None and isinstance(event, TextDelta | ToolCallDelta):
-                    ttft = int((time.monotonic() - started) * 1000)
-                    emitted = True
+            async for event in timed_stream(adapter, request, timeouts, budget):
+                if isinstance(event, TextDelta | ToolCallDelta):
+                    if route.ttft_ms is None:
+                        route.ttft_ms = int((time.monotonic() - started) * 1000)
+                    route.emitted.append(
+                        event.text if isinstance(event, TextDelta) else event.arguments_delta
+                    )
                 builder.add(event)
                 pending.events.put_nowait(event)
-                if heartbeat:
-                    activity.heartbeat()
             completion = builder.build()
         except ProviderError as exc:
-            # Once output reached the caller the answer is Partial, never spliced or retried.
-            return _Outcome(
-                outcome=InvocationOutcome.PARTIAL if emitted else InvocationOutcome.FAILED,
-                usage=UsageStatus.UNKNOWN,
-                error_kind=exc.kind.value,
-                provider_request_id=exc.provider_request_id,
-                ttft_ms=ttft,
-            )
-        body = completion.model_dump(mode="json", exclude={"usage"})
-        if completion.usage is not None:
-            usage = UsageStatus.REPORTED
-            tokens_in, tokens_out = completion.usage.input_tokens, completion.usage.output_tokens
-            cached: int | None = completion.usage.cached_input_tokens
-        else:
-            usage = UsageStatus.ESTIMATED
-            tokens_in = _estimate_tokens(json.dumps(request.model_dump(mode="json")))
-            tokens_out = _estimate_tokens(completion.text + json.dumps(body["tool_calls"]))
-            cached = None
-        return _Outcome(
-            outcome=InvocationOutcome.COMPLETED,
-            usage=usage,
-            input_tokens=tokens_in,
-            output_tokens=tokens_out,
-            cached=cached,
-            artifact=canonical_json(body),
-            provider_request_id=completion.provider_request_id,
-            ttft_ms=ttft,
-        )
-
-    async def _embed(self, adapter: ProviderAdapter, pending: PendingCall) -> _Outcome:
-        inputs: list[str] = pending.request
-        try:
-            result = await adapter.embed(inputs)
-        except ProviderError as exc:
-            return _Outcome(
-                InvocationOutcome.FAILED, UsageStatus.UNKNOWN, error_kind=exc.kind.value
-            )
-        pending.events.put_nowait(result)
-        tokens = result.input_tokens
-        return _Outcome(
-            outcome=InvocationOutcome.COMPLETED,
-            usage=UsageStatus.REPORTED if tokens is not None else UsageStatus.ESTIMATED,
-            input_tokens=tokens if tokens is not None else sum(map(_estimate_tokens, inputs)),
-            output_tokens=0,
-            artifact=canonical_json({"vectors": [list(v) for v in result.vectors]}),
-            provider_request_id=result.provider_request_id,
-        )
-
-    async def _rerank(self, adapter: ProviderAdapter, pending: PendingCall) -> _Outcome:
-        query, documents, top_n = pending.request
-        try:
-            result = await adapter.rerank(query, documents, top_n=top_n)
-        except ProviderError as exc:
-            return _Outcome(
-                InvocationOutcome.FAILED, UsageStatus.UNKNOWN, error_kind=exc.kind.value
-            )
-        pending.events.put_nowait(result)
-        tokens = result.input_tokens
-        return _Outcome(
-            outcome=InvocationOutcome.COMPLETED,
-            usage=UsageStatus.REPORTED if tokens is not None else UsageStatus.ESTIMATED,
-            input_tokens=tokens
-            if tokens is not None
-            else _estimate_tokens(query + "".join(documents)),
-            output_tokens=0,
-            artifact=canonical_json({"results": [r.model_dump() for r in result.results]}),
-            provider_request_id=result.provider_request_id,
-        )
+            if route.emitted:
+                # Output reached the caller: Partial, the emitted tokens counted as our estimate
+                # while what the provider bills for it stays Unknown.
+                out = _failed(exc, InvocationOutcome.PARTIAL)
+                out.output_tokens, out.ttft_ms = route.emitted_tokens, route.ttft_ms
+                return out
+            return _failed(exc)
+        return _completed(request, completion, route.ttft_ms)
 
     @activity.defn(name="close_abandoned_receipt")
     async def close_abandoned(self, data: InvocationInput) -> InvocationSummary:
@@ -254,27 +312,7 @@ class InvokeActivities:
         return summary
 
 
-def record_metrics(data: InvocationInput, provider: str, summary: InvocationSummary) -> None:
-    """The spec's instruments, with ids and classes as dimensions (never content)."""
-    outcome = summary.outcome.value if summary.outcome else "Unknown"
-    metrics.invocations.add(
-        1,
-        {
-            "tenant": data.tenant_id,
-            "profile": data.profile_id,
-            "provider": provider,
-            "outcome": outcome,
-        },
-    )
-    where = {"profile": data.profile_id, "provider": provider}
-    if summary.time_to_first_token_ms is not None:
-        metrics.latency.record(summary.time_to_first_token_ms / 1000, {**where, "phase": "ttft"})
-    if summary.latency_ms is not None:
-        metrics.latency.record(summary.latency_ms / 1000, {**where, "phase": "completion"})
-    for direction, count in (("input", summary.input_tokens), ("output", summary.output_tokens)):
-        if count:
-            metrics.tokens.add(count, {"tenant": data.tenant_id, **where, "direction": direction})
-    if summary.error_kind:
-        metrics.provider_errors.add(1, {"provider": provider, "class": summary.error_kind})
-    if summary.usage_status is UsageStatus.UNKNOWN:
-        metrics.usage_unknown.add(1, {"provider": provider})
+async def _heartbeat() -> None:
+    while True:
+        activity.heartbeat()
+        await asyncio.sleep(3)

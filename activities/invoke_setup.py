@@ -7,6 +7,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from activities.adapter_pool import AdapterPool
 from activities.invoke import InvokeActivities
 from activities.invoke_hub import InvocationHub
+from activities.resilience import Resilience
 from core.settings import Settings
 from providers.secrets import default_broker
 from providers.types import ProviderTimeouts
@@ -29,5 +30,9 @@ def invoke_activities(
         prompt_caching=settings.prompt_caching,
     )
     return InvokeActivities(
-        sessions, hub, adapters, ArtifactStore(settings.artifact_root)
+        sessions,
+        hub,
+        adapters,
+        ArtifactStore(settings.artifact_root),
+        Resilience.from_settings(settings),
     ), adapters

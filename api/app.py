@@ -9,12 +9,14 @@ from fastapi import FastAPI
 from temporalio.client import Client
 
 from api import problems
+from api.limits import LimitsMiddleware
 from api.middleware import RequestIdMiddleware
 from api.routers import (
     deployments,
     events,
     gateway,
     health,
+    metrics,
     oauth,
     openai,
     pricebook,
@@ -24,6 +26,8 @@ from api.routers import (
     usage_statements,
 )
 from api.runtime import Runtime
+from core import metrics as instruments
+from core.logging import configure_logging
 from core.settings import Settings, get_settings
 
 
@@ -31,6 +35,7 @@ def create_app(settings: Settings | None = None, temporal_client: Client | None 
     settings = settings or get_settings()
     if settings.auth_algorithm == "HS256" and settings.auth_jwt_secret is None:
         raise RuntimeError("MODEL_ROUTER_AUTH_JWT_SECRET must be set (HS256 signing key)")
+    configure_logging(settings.log_level, json_lines=settings.log_json)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -48,8 +53,18 @@ def create_app(settings: Settings | None = None, temporal_client: Client | None 
         summary="Model-access gateway: profiles resolved to evaluated deployments, with receipts.",
         lifespan=lifespan,
     )
+    # Added first so it runs inside RequestIdMiddleware: its refusals carry the request id and
+    # get an access line too.
+    app.add_middleware(LimitsMiddleware, settings=settings)
     app.add_middleware(RequestIdMiddleware)
     problems.install(app)
+    if settings.metrics_enabled or settings.otlp_metrics_endpoint:
+        app.state.metrics_registry = instruments.configure_exporters(
+            otlp_endpoint=settings.otlp_metrics_endpoint,
+            otlp_interval_seconds=settings.otlp_export_interval_seconds,
+        )
+    if settings.metrics_enabled:
+        app.include_router(metrics.router)
     for module in (
         health,
         oauth,

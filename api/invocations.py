@@ -16,25 +16,25 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlmodel import col, select
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 
 from activities.invoke_hub import Attach, InvocationHub, ReceiptReady
 from api.problems import Problem
+from api.route_targets import chain_targets, routable_targets
 from api.routing import current_profile, decide
 from api.runtime_types import InvokeConfig
 from core import metrics
 from core.security import Principal
 from domain.hashing import canonical_json, request_hash
 from domain.invocation import InvocationInput, InvocationSummary, Operation, Target, invocation_id
-from domain.lifecycle import is_routable
 from domain.planner import PlanRequest
 from domain.policy import DataClassification
 from domain.pricing import worst_case_cost_usd
+from domain.route_plan import PlanConstraints
 from store import pricebook, receipts, route_plans
 from store.artifacts import ArtifactStore
-from store.tables import InvocationReceiptRow, ModelDeploymentRow
+from store.tables import InvocationReceiptRow
 from workflows.invoke import InvokeModelWorkflow
 
 
@@ -93,7 +93,7 @@ class Invocations:
             seen = await receipts.by_key(session, tenant, key)
         if seen is not None:
             return self._replay_or_wait(tenant, key, hash_, seen)
-        targets, plan_id, decision_id, pricing = await self._route(principal, call)
+        targets, plan_id, decision_id, pricing, rules = await self._route(principal, call)
         data = InvocationInput(
             invocation_id=invocation_id(tenant, key),
             tenant_id=tenant,
@@ -111,6 +111,8 @@ class Invocations:
             caller_token="",
             caller_queue=self._config.caller_queue,
             timeout_seconds=self._config.timeout_seconds,
+            data_classification=call.data_classification.value,
+            **rules,
         )
         if call.budget_usd is not None:
             await self._admit(data, call)
@@ -247,7 +249,7 @@ class Invocations:
 
     async def _route(
         self, principal: Principal, call: Call
-    ) -> tuple[list[Target], uuid.UUID | None, uuid.UUID, str]:
+    ) -> tuple[list[Target], uuid.UUID | None, uuid.UUID, str, dict[str, Any]]:
         tenant = principal.tenant_id
         needs = PlanRequest(
             tenant_id=tenant,
@@ -266,29 +268,25 @@ class Invocations:
                 self._runtime.sessions, tenant, call.run_id, call.profile_id, decide_now
             )
             candidates, plan_id = list(row.candidates), row.route_plan_id
+            constraints = PlanConstraints.model_validate(row.constraints)
             decision_id = row.policy_decision_id or uuid.uuid4()
             profile = await current_profile(self._runtime.sessions, tenant, call.profile_id)
         else:
             profile = await current_profile(self._runtime.sessions, tenant, call.profile_id)
             plan = await decide(self._runtime.snapshots, profile, needs)
             candidates, plan_id, decision_id = plan.candidate_ids, None, plan.policy_decision_id
-        async with self._runtime.sessions() as session:
-            rows = {
-                r.deployment_id: r
-                for r in (
-                    await session.scalars(
-                        select(ModelDeploymentRow)
-                        .where(col(ModelDeploymentRow.tenant_id) == tenant)
-                        .where(col(ModelDeploymentRow.deployment_id).in_(candidates))
-                    )
-                ).all()
-            }
-        # Degraded or unhealthy candidates are skipped; the plan itself never changes.
-        targets = [
-            Target(deployment_id=d, provider=r.provider, model=r.model, endpoint_ref=r.endpoint_ref)
-            for d in candidates
-            if (r := rows.get(d)) is not None and is_routable(r.state, r.healthy)
-        ]
+            constraints = plan.constraints
+        targets = await routable_targets(
+            self._runtime.sessions, tenant, candidates, profile.embedding_compatibility
+        )
+        targets += await chain_targets(
+            self._runtime.sessions,
+            self._runtime.snapshots,
+            profile,
+            needs,
+            constraints,
+            set(candidates),
+        )
         if not targets:
             raise Problem(
                 503,
@@ -297,7 +295,11 @@ class Invocations:
                 headers={"Retry-After": "30"},
                 errorClass="transient",
             )
-        return targets, plan_id, decision_id, profile.price_basis
+        rules = {
+            "fallback_enabled": profile.fallback_enabled,
+            "allowed_privacy_classes": [c.value for c in constraints.allowed_privacy_classes],
+        }
+        return targets, plan_id, decision_id, profile.price_basis, rules
 
 
 @dataclass(frozen=True)
@@ -321,4 +323,5 @@ def summary_of(row: InvocationReceiptRow) -> InvocationSummary:
         time_to_first_token_ms=row.time_to_first_token_ms,
         output_artifact_ref=row.output_artifact_ref,
         provider_request_id=row.provider_request_id,
+        fallback_used=bool(row.fallback_used),
     )

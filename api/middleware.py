@@ -1,14 +1,25 @@
-"""Request ids: accepted from X-Request-Id when well-formed, generated otherwise, always echoed."""
+"""Request ids: accepted from X-Request-Id when well-formed, generated otherwise, always echoed.
+
+The same middleware opens the request's log context (request id, then tenant and receipt id as
+they become known) and writes one access line per request: method, path, status, duration,
+never a body or a query string (either can carry content)."""
 
 from __future__ import annotations
 
+import logging
 import re
+import time
 import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from core.logging import bind, request_context
+
 HEADER = b"x-request-id"
+RECEIPT_HEADER = b"x-model-router-receipt-id"
 _SAFE = re.compile(rb"^[A-Za-z0-9._:-]{1,128}$")
+
+access_log = logging.getLogger("model_router.access")
 
 
 class RequestIdMiddleware:
@@ -24,12 +35,34 @@ class RequestIdMiddleware:
         incoming = dict(scope.get("headers") or []).get(HEADER)
         request_id = incoming.decode() if incoming and _SAFE.match(incoming) else uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
+        started = time.perf_counter()
+        status = 500
 
         async def send_with_id(message: Message) -> None:
+            nonlocal status
             if message["type"] == "http.response.start":
+                status = int(message["status"])
                 headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != HEADER]
                 headers.append((HEADER, request_id.encode()))
                 message["headers"] = headers
+                receipt = dict(headers).get(RECEIPT_HEADER)
+                if receipt:
+                    bind(receipt_id=receipt.decode("latin-1"))
             await send(message)
 
-        await self.app(scope, receive, send_with_id)
+        with request_context(request_id=request_id):
+            try:
+                await self.app(scope, receive, send_with_id)
+            finally:
+                access_log.info(
+                    "%s %s %s",
+                    scope.get("method", ""),
+                    scope.get("path", ""),
+                    status,
+                    extra={
+                        "method": scope.get("method", ""),
+                        "path": scope.get("path", ""),
+                        "status": status,
+                        "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+                    },
+                )

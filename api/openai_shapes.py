@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import struct
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from providers.types import (
     ChatRequest,
@@ -103,55 +106,74 @@ def _text(content: str | list[dict[str, Any]] | None) -> str | None:
     return "".join(str(p.get("text", "")) for p in content if p.get("type") in ("text", None))
 
 
+@contextlib.contextmanager
+def _field(*loc: str | int) -> Iterator[None]:
+    """The normalised types check rules the OpenAI shapes do not (a tool message needs its
+    tool_call_id, …): a refusal there is the caller's 422 naming the field, not a 500."""
+    try:
+        yield
+    except ValidationError as exc:
+        raise RequestValidationError(
+            [
+                {"type": "value_error", "loc": ("body", *loc), "msg": e["msg"], "input": None}
+                for e in exc.errors()
+            ]
+        ) from None
+
+
 def to_chat_request(body: ChatCompletionIn) -> ChatRequest:
     messages = []
-    for m in body.messages:
+    for index, m in enumerate(body.messages):
         role = "system" if m.role == "developer" else m.role
-        messages.append(
-            Message(
-                role=role,
-                content=_text(m.content),
-                tool_calls=tuple(
-                    ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments)
-                    for c in m.tool_calls or []
-                ),
-                tool_call_id=m.tool_call_id,
+        with _field("messages", index):
+            messages.append(
+                Message(
+                    role=role,
+                    content=_text(m.content),
+                    tool_calls=tuple(
+                        ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments)
+                        for c in m.tool_calls or []
+                    ),
+                    tool_call_id=m.tool_call_id,
+                )
             )
-        )
     choice: ToolChoice | None = None
-    if isinstance(body.tool_choice, str):
-        choice = ToolChoice(mode=body.tool_choice)
-    elif isinstance(body.tool_choice, dict):
-        name = (body.tool_choice.get("function") or {}).get("name")
-        choice = ToolChoice(mode="tool", name=name)
+    with _field("tool_choice"):
+        if isinstance(body.tool_choice, str):
+            choice = ToolChoice(mode=body.tool_choice)
+        elif isinstance(body.tool_choice, dict):
+            name = (body.tool_choice.get("function") or {}).get("name")
+            choice = ToolChoice(mode="tool", name=name)
     fmt = None
     if body.response_format is not None:
         schema = body.response_format.json_schema
-        fmt = ResponseFormat(
-            type=body.response_format.type,
-            name=schema.name if schema else None,
-            json_schema=schema.schema_ if schema else None,
-            strict=bool(schema.strict) if schema and schema.strict is not None else True,
-        )
-    stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
-    return ChatRequest(
-        messages=tuple(messages),
-        tools=tuple(
-            Tool(
-                name=t.function.name,
-                description=t.function.description,
-                parameters=t.function.parameters,
-                strict=bool(t.function.strict),
+        with _field("response_format"):
+            fmt = ResponseFormat(
+                type=body.response_format.type,
+                name=schema.name if schema else None,
+                json_schema=schema.schema_ if schema else None,
+                strict=bool(schema.strict) if schema and schema.strict is not None else True,
             )
-            for t in body.tools or []
-        ),
-        tool_choice=choice,
-        parallel_tool_calls=body.parallel_tool_calls,
-        response_format=fmt,
-        max_tokens=body.max_completion_tokens or body.max_tokens,
-        temperature=body.temperature,
-        stop=stop,
-    )
+    stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
+    with _field():
+        return ChatRequest(
+            messages=tuple(messages),
+            tools=tuple(
+                Tool(
+                    name=t.function.name,
+                    description=t.function.description,
+                    parameters=t.function.parameters,
+                    strict=bool(t.function.strict),
+                )
+                for t in body.tools or []
+            ),
+            tool_choice=choice,
+            parallel_tool_calls=body.parallel_tool_calls,
+            response_format=fmt,
+            max_tokens=body.max_completion_tokens or body.max_tokens,
+            temperature=body.temperature,
+            stop=stop,
+        )
 
 
 def _finish(reason: str) -> str:

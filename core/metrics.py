@@ -1,9 +1,11 @@
-"""Metrics, recorded in-process until OpenTelemetry is wired up.
+"""Metrics: module-level instruments, kept in-process and forwarded to OpenTelemetry.
 
 The seam: code records through the module-level instruments below, whose methods mirror
 OpenTelemetry's (`Counter.add`, `UpDownCounter.add`, `Histogram.record`, attributes as a
-mapping). Wiring OpenTelemetry means giving `Instrument` an OTel instrument to forward to;
-callers do not change. Until then `snapshot()` is how tests and a debug endpoint read them.
+mapping). `configure_exporters()` builds the process's OTel MeterProvider (a Prometheus
+reader for `GET /metrics`, plus OTLP when an endpoint is configured) and gives every
+`Instrument` an OTel instrument to forward to; callers do not change. The in-process copy
+stays so tests can read values with `snapshot()` without scraping.
 
 Attributes carry ids and classes only (provider, deployment, outcome), never content.
 """
@@ -12,7 +14,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import Meter
+    from prometheus_client.registry import CollectorRegistry
 
 Attributes = Mapping[str, str]
 _Key = tuple[tuple[str, str], ...]
@@ -28,6 +34,10 @@ class Instrument:
         self.unit = unit
         self.description = description
         self._lock = threading.Lock()
+        self._otel: Any = None
+
+    def bind(self, meter: Meter) -> None:
+        raise NotImplementedError
 
     def snapshot(self) -> dict[_Key, Any]:
         raise NotImplementedError
@@ -50,6 +60,11 @@ class Counter(Instrument):
         key = _key(attributes)
         with self._lock:
             self._values[key] = self._values.get(key, 0) + amount
+        if self._otel is not None:
+            self._otel.add(amount, dict(key))
+
+    def bind(self, meter: Meter) -> None:
+        self._otel = meter.create_counter(self.name, self.unit, self.description)
 
     def value(self, attributes: Attributes | None = None) -> float:
         return self._values.get(_key(attributes), 0)
@@ -67,12 +82,18 @@ class UpDownCounter(Counter):
     def add(self, amount: float, attributes: Attributes | None = None) -> None:
         self._add(amount, attributes)
 
+    def bind(self, meter: Meter) -> None:
+        self._otel = meter.create_up_down_counter(self.name, self.unit, self.description)
+
     def move_to(self, value: float, attributes: Attributes | None = None) -> None:
         """Moves the series to `value`, for owners that recount from the store rather than see
         every increment (the reconciler does); over OpenTelemetry this adds the difference."""
         key = _key(attributes)
         with self._lock:
+            delta = value - self._values.get(key, 0)
             self._values[key] = value
+        if self._otel is not None and delta:
+            self._otel.add(delta, dict(key))
 
 
 class Histogram(Instrument):
@@ -85,8 +106,19 @@ class Histogram(Instrument):
         with self._lock:
             series = self._values.setdefault(key, [])
             series.append(value)
-            # Bounded: an exporter would have taken these long ago.
+            # Bounded: the exporter keeps the cumulative buckets; this is only for tests.
             del series[:-1000]
+        if self._otel is not None:
+            self._otel.record(value, dict(key))
+
+    def bind(self, meter: Meter) -> None:
+        self._otel = meter.create_histogram(
+            self.name,
+            self.unit,
+            self.description,
+            # OTel's default boundaries are milliseconds-shaped; these instruments are seconds.
+            explicit_bucket_boundaries_advisory=_SECONDS_BUCKETS if self.unit == "s" else None,
+        )
 
     def values(self, attributes: Attributes | None = None) -> list[float]:
         return list(self._values.get(_key(attributes), []))
@@ -99,6 +131,23 @@ class Histogram(Instrument):
         with self._lock:
             self._values.clear()
 
+
+_SECONDS_BUCKETS = [
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+]
 
 _PREFIX = "connectsoft.factory.model_gateway."
 
@@ -135,3 +184,51 @@ INSTRUMENTS: tuple[Instrument, ...] = (
 
 def snapshot() -> dict[str, dict[_Key, Any]]:
     return {i.name: i.snapshot() for i in INSTRUMENTS}
+
+
+_configured_lock = threading.Lock()
+_registry: CollectorRegistry | None = None
+
+
+def configure_exporters(
+    *,
+    service_name: str = "model-router",
+    otlp_endpoint: str | None = None,
+    otlp_interval_seconds: float = 60.0,
+) -> CollectorRegistry:
+    """Once per process: the OTel MeterProvider behind every instrument, read by Prometheus
+    (its own registry, rendered by `GET /metrics`) and pushed over OTLP/HTTP when an endpoint
+    is given. Later calls return the same registry: a process has one provider, so the first
+    caller's OTLP choice stands (`create_app` calls it; a worker process would call it once at
+    start to export what probes and the reconciler record)."""
+    global _registry
+    with _configured_lock:
+        if _registry is not None:
+            return _registry
+        from opentelemetry.exporter.prometheus import PrometheusMetricReader
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+        from opentelemetry.sdk.resources import Resource
+        from prometheus_client.registry import CollectorRegistry
+
+        registry = CollectorRegistry(auto_describe=True)
+        readers: list[MetricReader] = [
+            PrometheusMetricReader(disable_target_info=True, registry=registry)
+        ]
+        if otlp_endpoint:
+            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+            readers.append(
+                PeriodicExportingMetricReader(
+                    OTLPMetricExporter(endpoint=otlp_endpoint),
+                    export_interval_millis=otlp_interval_seconds * 1000,
+                )
+            )
+        provider = MeterProvider(
+            metric_readers=readers, resource=Resource.create({"service.name": service_name})
+        )
+        meter = provider.get_meter("model_router")
+        for instrument in INSTRUMENTS:
+            instrument.bind(meter)
+        _registry = registry
+        return registry

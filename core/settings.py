@@ -90,6 +90,33 @@ class Settings(BaseSettings):
     provider_read_timeout_seconds: float = Field(
         default=60.0, gt=0, description="Longest silence tolerated from a provider mid-call."
     )
+    invoke_first_token_timeout_seconds: float = Field(
+        default=30.0, gt=0, description="An attempt's longest wait for its first token."
+    )
+    invoke_stream_idle_timeout_seconds: float = Field(
+        default=30.0, gt=0, description="Longest silence between stream events once streaming."
+    )
+    invoke_attempt_timeout_seconds: float = Field(
+        default=120.0, gt=0, description="One attempt's budget (the overall budget still caps it)."
+    )
+    invoke_timeout_overrides: dict[str, dict[str, float]] = Field(
+        default={},
+        description='"profile:ID" or "deployment:ID" -> {first_token, idle, attempt} seconds.',
+    )
+    invoke_retry_max_attempts: int = Field(
+        default=3, ge=1, le=10, description="Attempts per deployment on transient failures."
+    )
+    invoke_retry_base_delay_seconds: float = Field(default=0.2, gt=0)
+    invoke_retry_max_delay_seconds: float = Field(default=2.0, gt=0)
+    invoke_retry_after_max_seconds: float = Field(
+        default=5.0, ge=0, description="A longer Retry-After moves to the next candidate."
+    )
+    invoke_breaker_threshold: int = Field(
+        default=3, ge=1, description="Consecutive transient failures that open a breaker."
+    )
+    invoke_breaker_cooldown_seconds: float = Field(
+        default=5.0, gt=0, description="Open breaker's wait before one trial call."
+    )
     prompt_caching: bool = Field(
         default=True,
         description="PromptCaching: use provider prompt caching where the adapter supports it.",
@@ -145,10 +172,38 @@ class Settings(BaseSettings):
     )
     usage_statement_max_bytes: int = Field(default=5_000_000, ge=1024)
 
+    # Observability and limits (issue 9). Content is never logged: log_content is a debugging
+    # switch that only development or test environments may turn on.
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_json: bool = Field(default=True, description="One JSON object per log line.")
+    log_content: bool = Field(
+        default=False, description="LogContent: reserved; refused outside development/test."
+    )
+    metrics_enabled: bool = Field(default=True, description="Serve GET /metrics (Prometheus).")
+    otlp_metrics_endpoint: str | None = Field(
+        default=None, description="OTLP/HTTP metrics URL, e.g. http://collector:4318/v1/metrics."
+    )
+    otlp_export_interval_seconds: float = Field(default=60.0, gt=0)
+    max_body_bytes: int = Field(default=1_048_576, ge=1024, description="Largest request body.")
+    max_json_depth: int = Field(default=64, ge=4, le=1000, description="Deepest JSON nesting.")
+    rate_limit_enabled: bool = True
+    rate_limit_per_second: float = Field(
+        default=200.0, gt=0, description="Sustained requests per second per client (bucket)."
+    )
+    rate_limit_burst: int = Field(default=400, ge=1, description="Token bucket capacity.")
+
     @model_validator(mode="after")
     def _auth_is_configured(self) -> Settings:
         if self.auth_algorithm == "RS256" and not self.auth_jwks_url:
             raise ValueError("auth_jwks_url is required when auth_algorithm is RS256")
+        return self
+
+    @model_validator(mode="after")
+    def _content_logging_is_not_for_production(self) -> Settings:
+        if self.log_content and self.environment not in ("development", "test"):
+            raise ValueError(
+                "log_content may only be turned on when environment is development or test"
+            )
         return self
 
     @property

@@ -27,6 +27,21 @@ class Target(BaseModel):
     provider: str
     model: str
     endpoint_ref: str
+    # What the fallback rules need to judge this candidate without I/O.
+    privacy_class: str | None = None
+    external: bool = False
+    context_window_tokens: int | None = None
+    embedding_compatibility: str | None = None
+
+
+class AttemptTimeouts(BaseModel):
+    """Seconds one attempt may take: to the first token (the connection and the first byte are
+    bounded by the adapter's own connect and read timeouts), between events once streaming, and
+    in all. The invocation's overall budget still bounds every attempt together."""
+
+    first_token: float = Field(default=30.0, gt=0)
+    idle: float = Field(default=30.0, gt=0)
+    attempt: float = Field(default=120.0, gt=0)
 
 
 class InvocationInput(BaseModel):
@@ -48,6 +63,10 @@ class InvocationInput(BaseModel):
     caller_token: str
     caller_queue: str
     timeout_seconds: float = Field(gt=0)
+    fallback_enabled: bool = False
+    data_classification: str = "Internal"
+    # The plan's privacy guarantee: every answering deployment has one of these classes.
+    allowed_privacy_classes: list[str] = Field(default_factory=list)
 
 
 class Disposition(StrEnum):
@@ -76,6 +95,11 @@ class InvocationSummary(BaseModel):
     output_artifact_ref: str | None = None
     provider_request_id: str | None = None
     error_kind: str | None = None
+    # The provider's own words (never content), e.g. why a content policy refused.
+    error_reason: str | None = None
+    fallback_used: bool = False
+    fallback_from: str | None = None
+    fallback_reason: str | None = None
 
 
 def invocation_id(tenant_id: str, idempotency_key: str) -> uuid.UUID:

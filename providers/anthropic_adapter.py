@@ -268,6 +268,10 @@ class AnthropicAdapter(ProviderAdapter):
                     elif event.type == "message_delta":
                         stop_reason = event.delta.stop_reason or stop_reason
                         usage.update(getattr(event, "usage", None))
+                        if stop_reason is not None:
+                            # The answer and its usage are complete: a provider that never
+                            # sends message_stop (or never closes) must not hold the call.
+                            break
         except _FAILURES as exc:
             raise map_error(exc, self.provider) from None
         # The stop reason ends the answer; a missing message_stop after it loses nothing.

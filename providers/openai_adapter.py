@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, Iterator, Sequence
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
@@ -142,6 +143,9 @@ def _finish_reason(raw: str | None, saw_tool_calls: bool) -> FinishReason:
     return FinishReason.TOOL_CALLS if saw_tool_calls and reason is FinishReason.STOP else reason
 
 
+FINISH_GRACE_SECONDS = 2.0
+
+
 class OpenAIAdapter(ProviderAdapter):
     def __init__(
         self,
@@ -229,7 +233,21 @@ class OpenAIAdapter(ProviderAdapter):
         saw_tools = False
         try:
             async with response:
-                async for chunk in response:
+                chunks = aiter(response)
+                while True:
+                    try:
+                        # Once the finish reason is in, only the usage chunk is still due: a
+                        # server that never sends it, or never closes after [DONE], must not
+                        # hold a complete answer.
+                        chunk = await (
+                            asyncio.wait_for(anext(chunks), FINISH_GRACE_SECONDS)
+                            if finish is not None
+                            else anext(chunks)
+                        )
+                    except StopAsyncIteration:
+                        break
+                    except TimeoutError:
+                        break
                     response_id = response_id or chunk.id
                     usage = usage_event(chunk.usage) or usage
                     for choice in chunk.choices:
@@ -256,6 +274,8 @@ class OpenAIAdapter(ProviderAdapter):
                                 arguments_delta=(fn.arguments or "") if fn else "",
                             )
                         finish = choice.finish_reason or finish
+                    if finish is not None and usage is not None:
+                        break
         except _FAILURES as exc:
             raise map_error(exc, self.provider) from None
         if finish is None:

@@ -76,6 +76,23 @@ def _model_invoked(row: InvocationReceiptRow) -> dict[str, object]:
     }
 
 
+def _fallback_used(row: InvocationReceiptRow, summary: InvocationSummary) -> dict[str, object]:
+    return {
+        "event_type": "ModelFallbackUsed",
+        "topic": TOPICS["ModelFallbackUsed"],
+        "aggregate_type": "InvocationReceipt",
+        "aggregate_id": str(row.invocation_id),
+        "payload": {
+            "invocationId": str(row.invocation_id),
+            "tenantId": row.tenant_id,
+            "profileId": row.profile_id,
+            "fromDeploymentId": summary.fallback_from,
+            "toDeploymentId": row.deployment_id,
+            "reason": summary.fallback_reason,
+        },
+    }
+
+
 async def finalize(
     sessions: async_sessionmaker[AsyncSession], tenant_id: str, summary: InvocationSummary
 ) -> InvocationReceiptRow | None:
@@ -99,8 +116,12 @@ async def finalize(
         row.time_to_first_token_ms = summary.time_to_first_token_ms
         row.output_artifact_ref = summary.output_artifact_ref
         row.provider_request_id = summary.provider_request_id
+        row.fallback_used = summary.fallback_used
         row.ended_at = datetime.now(UTC)
-        OutboxRepository(session, tenant_id).append(**_model_invoked(row))  # type: ignore[arg-type]
+        outbox = OutboxRepository(session, tenant_id)
+        outbox.append(**_model_invoked(row))  # type: ignore[arg-type]
+        if summary.fallback_used:
+            outbox.append(**_fallback_used(row, summary))  # type: ignore[arg-type]
         return row
 
 

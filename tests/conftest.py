@@ -103,6 +103,13 @@ def settings(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Set
         auth_jwt_secret=secrets.token_urlsafe(32),
         webhook_poll_interval_seconds=0.2,
         webhook_retry_max_interval_seconds=1.0,
+        # Resilience in test time: the upstream's faults are measured against these bounds.
+        invoke_first_token_timeout_seconds=2.0,
+        invoke_stream_idle_timeout_seconds=2.0,
+        invoke_retry_base_delay_seconds=0.05,
+        invoke_retry_max_delay_seconds=0.2,
+        invoke_retry_after_max_seconds=1.0,
+        invoke_breaker_cooldown_seconds=1.0,
         _env_file=None,
     )
 

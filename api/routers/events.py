@@ -37,6 +37,10 @@ EventName = Literal[
 ]
 assert set(EventName.__args__) == set(TOPICS)  # type: ignore[attr-defined]
 
+# outbox_events.position is a PostgreSQL integer: a larger cursor cannot name an event, and
+# asyncpg refuses to bind it (a 500 before this bound).
+MAX_POSITION = 2**31 - 1
+
 
 class EventPage(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
@@ -49,7 +53,9 @@ class EventPage(BaseModel):
 async def list_events(
     principal: Reader,
     session: SessionDep,
-    after: Annotated[int, Query(ge=0, description="Position of the last event already seen")] = 0,
+    after: Annotated[
+        int, Query(ge=0, le=MAX_POSITION, description="Position of the last event already seen")
+    ] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> EventPage:
     rows = await OutboxRepository(session, principal.tenant_id).list_after(after, limit)
@@ -81,6 +87,7 @@ class SubscriptionBody(BaseModel):
         default=None,
         alias="startAfter",
         ge=0,
+        le=MAX_POSITION,
         description="Deliver events after this position; default: only events from now on.",
     )
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from activities.invoke_hub import ReceiptReady
 from api.deps import require
 from api.invocations import Call, Running
-from api.routers.openai import RECEIPT, Service, _collect, _failure, _first
+from api.routers.openai import DEPLOYMENT, RECEIPT, Service, _collect, _failure, _first
 from core.security import Principal
 from domain.access import Action
 from domain.enums import InvocationOutcome, Scope
@@ -107,6 +107,8 @@ async def invoke(
     completion, summary = await _collect(running, first)
     if summary.outcome is not InvocationOutcome.COMPLETED or completion is None:
         return _failure(request, summary)
+    # The deployment that answered, which a fallback may have changed.
+    headers[DEPLOYMENT] = summary.deployment_id or ""
     return JSONResponse(
         {
             "output": completion.model_dump(mode="json", exclude={"usage"}),

@@ -75,15 +75,30 @@ class Headers:
 CallHeaders = Annotated[Headers, Depends()]
 
 
+# The request is at fault (the caller must change it); or every candidate is busy or down
+# (the caller may come back); anything else is a bad gateway.
+_CALLER_FAULT = frozenset({"content_policy", "context_length", "invalid_request"})
+_COME_BACK = frozenset({"unavailable", "rate_limit", "overloaded", "timeout", "server_error"})
+
+
 def _failure(request: Request, summary: InvocationSummary) -> JSONResponse:
     kind = summary.error_kind or "provider_error"
+    headers = {RECEIPT: str(summary.invocation_id), DEPLOYMENT: summary.deployment_id or ""}
+    status = 400 if kind in _CALLER_FAULT else 502
+    if kind in _COME_BACK:
+        status, headers["Retry-After"] = 503, "5"
+    message = f"model call failed: {kind}"
+    if summary.error_reason:
+        message = f"{message}: {summary.error_reason}"
     return problem_response(
         request,
-        502,
+        status,
         f"The model call failed ({kind}).",
-        headers={RECEIPT: str(summary.invocation_id), DEPLOYMENT: summary.deployment_id or ""},
-        error={"message": f"model call failed: {kind}", "type": kind, "code": kind},
+        headers=headers,
+        error={"message": message, "type": kind, "code": kind},
         receiptId=str(summary.invocation_id),
+        reason=summary.error_reason,
+        errorClass="transient" if kind in _COME_BACK else "permanent",
     )
 
 
@@ -185,6 +200,7 @@ async def _sse(
                             "type": summary.error_kind,
                             "code": summary.outcome,
                             "receiptId": str(inv),
+                            "deploymentId": summary.deployment_id,
                         }
                     }
                 )
@@ -204,6 +220,7 @@ async def _sse(
                         "deploymentId": summary.deployment_id,
                         "outcome": summary.outcome,
                         "usageStatus": summary.usage_status,
+                        "fallbackUsed": summary.fallback_used,
                     },
                 )
             )

@@ -1,0 +1,153 @@
+"""What one attempt, or a whole route, came to: the pieces the invoke activity folds into the
+receipt's summary (ids, counts and classes; the output itself only as artifact bytes)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from activities.invoke_hub import PendingCall
+from core import metrics
+from domain.enums import InvocationOutcome, UsageStatus
+from domain.hashing import canonical_json
+from domain.invocation import InvocationInput, InvocationSummary, Target
+from providers.base import ProviderAdapter
+from providers.errors import ErrorKind, ProviderError
+from providers.types import ChatRequest, Completion
+
+TRANSIENT = frozenset(k.value for k in ErrorKind if k.transient)
+
+
+@dataclass
+class Outcome:
+    outcome: InvocationOutcome
+    usage: UsageStatus
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cached: int | None = None
+    artifact: bytes | None = None
+    provider_request_id: str | None = None
+    ttft_ms: int | None = None
+    error_kind: str | None = None
+    error_reason: str | None = None
+    retry_after: float | None = None
+    target: Target | None = None
+    fallback_reason: str | None = None
+
+
+@dataclass
+class Route:
+    """What the caller has seen so far, across attempts: once `emitted` is not empty, no other
+    attempt may answer."""
+
+    current: Target | None = None
+    ttft_ms: int | None = None
+    emitted: list[str] = field(default_factory=list)
+    fallback_reason: str | None = None
+
+    @property
+    def emitted_tokens(self) -> int:
+        return estimate_tokens("".join(self.emitted)) if self.emitted else 0
+
+
+def estimate_tokens(text: str) -> int:
+    # Our own count where the provider said nothing: about four characters a token.
+    return max(1, (len(text) + 3) // 4)
+
+
+def failed(exc: ProviderError, outcome: InvocationOutcome = InvocationOutcome.FAILED) -> Outcome:
+    return Outcome(
+        outcome,
+        UsageStatus.UNKNOWN,
+        error_kind=exc.kind.value,
+        error_reason=exc.reason,
+        retry_after=exc.retry_after,
+        provider_request_id=exc.provider_request_id,
+    )
+
+
+def completed(request: ChatRequest, completion: Completion, ttft_ms: int | None) -> Outcome:
+    body = completion.model_dump(mode="json", exclude={"usage"})
+    if completion.usage is not None:
+        usage = UsageStatus.REPORTED
+        tokens_in, tokens_out = completion.usage.input_tokens, completion.usage.output_tokens
+        cached: int | None = completion.usage.cached_input_tokens
+    else:
+        usage = UsageStatus.ESTIMATED
+        tokens_in = estimate_tokens(json.dumps(request.model_dump(mode="json")))
+        tokens_out = estimate_tokens(completion.text + json.dumps(body["tool_calls"]))
+        cached = None
+    return Outcome(
+        outcome=InvocationOutcome.COMPLETED,
+        usage=usage,
+        input_tokens=tokens_in,
+        output_tokens=tokens_out,
+        cached=cached,
+        artifact=canonical_json(body),
+        provider_request_id=completion.provider_request_id,
+        ttft_ms=ttft_ms,
+    )
+
+
+async def embed_once(adapter: ProviderAdapter, pending: PendingCall) -> Outcome:
+    inputs: list[str] = pending.request
+    try:
+        result = await adapter.embed(inputs)
+    except ProviderError as exc:
+        return failed(exc)
+    pending.events.put_nowait(result)
+    tokens = result.input_tokens
+    return Outcome(
+        outcome=InvocationOutcome.COMPLETED,
+        usage=UsageStatus.REPORTED if tokens is not None else UsageStatus.ESTIMATED,
+        input_tokens=tokens if tokens is not None else sum(map(estimate_tokens, inputs)),
+        output_tokens=0,
+        artifact=canonical_json({"vectors": [list(v) for v in result.vectors]}),
+        provider_request_id=result.provider_request_id,
+    )
+
+
+async def rerank_once(adapter: ProviderAdapter, pending: PendingCall) -> Outcome:
+    query, documents, top_n = pending.request
+    try:
+        result = await adapter.rerank(query, documents, top_n=top_n)
+    except ProviderError as exc:
+        return failed(exc)
+    pending.events.put_nowait(result)
+    tokens = result.input_tokens
+    return Outcome(
+        outcome=InvocationOutcome.COMPLETED,
+        usage=UsageStatus.REPORTED if tokens is not None else UsageStatus.ESTIMATED,
+        input_tokens=tokens if tokens is not None else estimate_tokens(query + "".join(documents)),
+        output_tokens=0,
+        artifact=canonical_json({"results": [r.model_dump() for r in result.results]}),
+        provider_request_id=result.provider_request_id,
+    )
+
+
+def record_metrics(data: InvocationInput, provider: str, summary: InvocationSummary) -> None:
+    """The spec's instruments, with ids and classes as dimensions (never content)."""
+    outcome = summary.outcome.value if summary.outcome else "Unknown"
+    metrics.invocations.add(
+        1,
+        {
+            "tenant": data.tenant_id,
+            "profile": data.profile_id,
+            "provider": provider,
+            "outcome": outcome,
+        },
+    )
+    where = {"profile": data.profile_id, "provider": provider}
+    if summary.time_to_first_token_ms is not None:
+        metrics.latency.record(summary.time_to_first_token_ms / 1000, {**where, "phase": "ttft"})
+    if summary.latency_ms is not None:
+        metrics.latency.record(summary.latency_ms / 1000, {**where, "phase": "completion"})
+    for direction, count in (("input", summary.input_tokens), ("output", summary.output_tokens)):
+        if count:
+            metrics.tokens.add(count, {"tenant": data.tenant_id, **where, "direction": direction})
+    if summary.fallback_used:
+        metrics.fallbacks.add(
+            1, {"profile": data.profile_id, "reason": summary.fallback_reason or "unknown"}
+        )
+    if summary.usage_status is UsageStatus.UNKNOWN:
+        metrics.usage_unknown.add(1, {"provider": provider})

@@ -1,0 +1,117 @@
+"""The invoke path's resilience settings and state: attempt timeouts (with per-profile and
+per-deployment overrides), retry rules, and the circuit breakers.
+
+Breakers live in process memory, one registry per process (API process or worker): each
+process learns a deployment's failures from its own calls. That keeps the hot path free of
+I/O; a fleet of N processes sends at most N trial calls to a provider that is down."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from core.settings import Settings
+from domain.breaker import Breaker
+from domain.invocation import AttemptTimeouts
+from domain.retry import RetryRules
+from providers.base import ProviderAdapter
+from providers.errors import ErrorKind, ProviderError
+from providers.types import ChatRequest, StreamEvent, TextDelta, ToolCallDelta
+
+
+class BreakerRegistry:
+    def __init__(
+        self, threshold: int, cooldown: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._threshold, self._cooldown, self._clock = threshold, cooldown, clock
+        self._breakers: dict[tuple[str, str], Breaker] = {}
+
+    def get(self, tenant_id: str, deployment_id: str) -> Breaker:
+        # Deployment ids are tenant-scoped: two tenants' "primary" are different providers.
+        key = (tenant_id, deployment_id)
+        found = self._breakers.get(key)
+        if found is None:
+            found = self._breakers[key] = Breaker(
+                self._clock, threshold=self._threshold, cooldown=self._cooldown
+            )
+        return found
+
+
+@dataclass
+class Resilience:
+    timeouts: AttemptTimeouts = field(default_factory=AttemptTimeouts)
+    overrides: dict[str, dict[str, float]] = field(default_factory=dict)
+    retry: RetryRules = field(default_factory=RetryRules)
+    breakers: BreakerRegistry = field(default_factory=lambda: BreakerRegistry(3, 5.0))
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Resilience:
+        return cls(
+            timeouts=AttemptTimeouts(
+                first_token=settings.invoke_first_token_timeout_seconds,
+                idle=settings.invoke_stream_idle_timeout_seconds,
+                attempt=settings.invoke_attempt_timeout_seconds,
+            ),
+            overrides=dict(settings.invoke_timeout_overrides),
+            retry=RetryRules(
+                max_attempts=settings.invoke_retry_max_attempts,
+                base_delay=settings.invoke_retry_base_delay_seconds,
+                max_delay=settings.invoke_retry_max_delay_seconds,
+                max_retry_after=settings.invoke_retry_after_max_seconds,
+            ),
+            breakers=BreakerRegistry(
+                settings.invoke_breaker_threshold, settings.invoke_breaker_cooldown_seconds
+            ),
+        )
+
+    def timeouts_for(self, profile_id: str, deployment_id: str) -> AttemptTimeouts:
+        values = self.timeouts.model_dump()
+        for key in (f"profile:{profile_id}", f"deployment:{deployment_id}"):
+            values.update(self.overrides.get(key, {}))
+        return AttemptTimeouts.model_validate(values)
+
+
+async def timed_stream(
+    adapter: ProviderAdapter, request: ChatRequest, timeouts: AttemptTimeouts, budget: float
+) -> AsyncIterator[StreamEvent]:
+    """The adapter's stream, bounded: the first token, every later silence, and the attempt as
+    a whole. A provider that accepts and never answers fails as a timeout, never holds on."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + min(budget, timeouts.attempt)
+    started = False
+    stream = adapter.stream(request)
+    try:
+        while True:
+            phase = "stream idle" if started else "first token"
+            limit = min(timeouts.idle if started else timeouts.first_token, end - loop.time())
+            if limit <= 0:
+                raise _timeout(adapter, "attempt budget")
+            try:
+                event = await asyncio.wait_for(anext(stream), limit)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                raise _timeout(adapter, phase) from None
+            except ProviderError:
+                raise
+            except Exception as exc:
+                # Garbage from a provider (or its SDK) is a failed attempt, never a crash.
+                raise ProviderError(
+                    ErrorKind.STREAM_INCOMPLETE,
+                    provider=adapter.provider,
+                    reason=f"malformed stream ({type(exc).__name__})",
+                ) from None
+            if isinstance(event, TextDelta | ToolCallDelta):
+                started = True
+            yield event
+    finally:
+        try:
+            await stream.aclose()
+        except Exception:  # noqa: S110 - the attempt's outcome is already decided
+            pass
+
+
+def _timeout(adapter: ProviderAdapter, phase: str) -> ProviderError:
+    return ProviderError(ErrorKind.TIMEOUT, provider=adapter.provider, reason=f"{phase} timeout")

@@ -1,0 +1,245 @@
+"""Hostile-input limits, enforced before the app does any work: rate (token bucket per client),
+body size (by Content-Length and by counting what arrives), JSON nesting depth, encoding and NUL
+characters. Pure ASGI so streaming responses are not buffered.
+
+Request bodies are read here in full (they are bounded by the size limit and every route reads
+its body whole anyway) so a refusal is a clean 413/400 before any route code runs; the app then
+receives the same bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import re
+import time
+from collections import OrderedDict
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from core.logging import bind
+from core.settings import Settings
+
+PROBLEM_JSON = b"application/problem+json"
+# Probes and scrapes must keep answering whatever a client does.
+_UNLIMITED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+# Where a larger body is the point: statement files have their own, larger limit.
+_LARGE_BODY_PATHS = ("/factory/usage-statements",)
+_JSON_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_MAX_BUCKETS = 100_000
+
+
+def json_depth_exceeds(body: bytes, limit: int) -> bool:
+    """Whether the JSON text nests deeper than `limit`, without parsing it (strings skipped)."""
+    depth = 0
+    for match in _JSON_TOKENS.finditer(body):
+        token = match.group()
+        if token in (b"[", b"{"):
+            depth += 1
+            if depth > limit:
+                return True
+        elif token in (b"]", b"}"):
+            depth -= 1
+    return False
+
+
+def unverified_claims(headers: dict[bytes, bytes]) -> dict[str, Any] | None:
+    """The bearer token's claims, NOT verified: used only to pick a rate-limit bucket and a log
+    field. Verification stays in the routes (api/deps.py)."""
+    scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
+    if scheme.lower() != b"bearer":
+        return None
+    parts = token.strip().split(b".")
+    if len(parts) != 3:
+        return None
+    try:
+        payload = base64.urlsafe_b64decode(parts[1] + b"=" * (-len(parts[1]) % 4))
+        claims = json.loads(payload)
+    except (binascii.Error, ValueError):
+        return None
+    return claims if isinstance(claims, dict) else None
+
+
+class TokenBuckets:
+    """One bucket per key, refilled continuously; least recently used keys are forgotten first
+    (a forgotten bucket comes back full, which only ever errs towards letting a request in)."""
+
+    def __init__(self, rate: float, burst: int, clock: Any = time.monotonic) -> None:
+        self.rate = rate
+        self.burst = float(burst)
+        self.clock = clock
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+
+    def take(self, key: str) -> float:
+        """0 when the request may go ahead, otherwise the seconds until it could."""
+        now = self.clock()
+        tokens, last = self._buckets.pop(key, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        wait = 0.0
+        if tokens >= 1:
+            tokens -= 1
+        else:
+            wait = (1 - tokens) / self.rate
+        self._buckets[key] = (tokens, now)
+        if len(self._buckets) > _MAX_BUCKETS:
+            self._buckets.popitem(last=False)
+        return wait
+
+
+class LimitsMiddleware:
+    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+        self.app = app
+        self.settings = settings
+        self.buckets = (
+            TokenBuckets(settings.rate_limit_per_second, settings.rate_limit_burst)
+            if settings.rate_limit_enabled
+            else None
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path: str = scope.get("path", "")
+        headers = dict(scope.get("headers") or [])
+        claims = unverified_claims(headers)
+
+        if self.buckets is not None and path not in _UNLIMITED_PATHS:
+            if claims is not None:
+                key = f"c:{claims.get('tid')}:{claims.get('sub')}"
+            else:
+                client = scope.get("client")
+                key = f"a:{client[0] if client else 'unknown'}"
+            wait = self.buckets.take(key)
+            if wait > 0:
+                await _problem(
+                    scope,
+                    send,
+                    429,
+                    "Too Many Requests",
+                    "Rate limit exceeded for this client; retry after the indicated delay.",
+                    headers=[(b"retry-after", str(max(1, math.ceil(wait))).encode())],
+                )
+                return
+
+        if _CONTROL.search(path) or b"%00" in scope.get("query_string", b""):
+            await _problem(scope, send, 400, "Bad Request", "The URL contains control characters.")
+            return
+
+        limit = self.settings.max_body_bytes
+        if path.startswith(_LARGE_BODY_PATHS):
+            limit = max(limit, self.settings.usage_statement_max_bytes)
+        length = headers.get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            await _too_large(scope, send, limit)
+            return
+
+        body = bytearray()
+        more = scope.get("method") not in ("GET", "HEAD", "OPTIONS", "DELETE") or length
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            if len(body) > limit:
+                await _too_large(scope, send, limit)
+                return
+            more = message.get("more_body", False)
+
+        content_type = headers.get(b"content-type", b"").lower()
+        if body and (not content_type or b"json" in content_type):
+            refusal = self._check_json(bytes(body))
+            if refusal:
+                await _problem(
+                    scope,
+                    send,
+                    400,
+                    "Bad Request",
+                    refusal,
+                    type_="https://model-router.dev/problems/validation",
+                    errors=[{"field": "body", "message": refusal}],
+                )
+                return
+
+        delivered = False
+
+        async def replay() -> Message:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": bytes(body), "more_body": False}
+            # Afterwards only a disconnect can come; streaming responses listen for it.
+            return await receive()
+
+        async def send_binding_tenant(message: Message) -> None:
+            # A 401 means the routes rejected the token, so its tenant claim is not one to log.
+            if message["type"] == "http.response.start" and claims and message["status"] != 401:
+                tid = claims.get("tid")
+                if isinstance(tid, str):
+                    bind(tenant=tid)
+            await send(message)
+
+        await self.app(scope, replay, send_binding_tenant)
+
+    def _check_json(self, body: bytes) -> str | None:
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError:
+            return "The body is not valid UTF-8."
+        if b"\x00" in body or b"\\u0000" in body:
+            return "The body contains a NUL character."
+        if json_depth_exceeds(body, self.settings.max_json_depth):
+            return f"The body nests deeper than {self.settings.max_json_depth} levels."
+        return None
+
+
+async def _too_large(scope: Scope, send: Send, limit: int) -> None:
+    await _problem(
+        scope,
+        send,
+        413,
+        "Content Too Large",
+        f"The request body exceeds {limit} bytes.",
+        maxBytes=limit,
+    )
+
+
+async def _problem(
+    scope: Scope,
+    send: Send,
+    status: int,
+    title: str,
+    detail: str,
+    *,
+    headers: list[tuple[bytes, bytes]] | None = None,
+    type_: str = "about:blank",
+    **extensions: Any,
+) -> None:
+    problem: dict[str, Any] = {
+        "type": type_,
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "instance": scope.get("path", ""),
+    }
+    request_id = scope.get("state", {}).get("request_id")
+    if request_id:
+        problem["requestId"] = request_id
+    problem.update(extensions)
+    payload = json.dumps(problem).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", PROBLEM_JSON),
+                (b"content-length", str(len(payload)).encode()),
+                *(headers or []),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})

@@ -1,0 +1,446 @@
+"""The processes `bench_invoke.py` starts and always stops: a throwaway PostgreSQL, a Temporal dev
+server, the local upstream simulator, the worker, the API and (when installed) a LiteLLM proxy.
+
+Everything listens on 127.0.0.1 on free ports and writes its log under one temporary directory.
+Child processes are stopped by their own pid (SIGTERM, then SIGKILL after a grace period).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.3)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def http_ok(url: str, headers: dict[str, str] | None = None) -> bool:
+    try:
+        req = urllib.request.Request(url, headers=headers or {})
+        with urllib.request.urlopen(req, timeout=2) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def proc_rss_kib(pid: int) -> tuple[int, int]:
+    """(VmRSS, VmHWM) in KiB from /proc, (0, 0) when the process is gone."""
+    rss = hwm = 0
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    rss = int(line.split()[1])
+                elif line.startswith("VmHWM:"):
+                    hwm = int(line.split()[1])
+    except OSError:
+        pass
+    return rss, hwm
+
+
+def proc_cpu_seconds(pid: int, reaped_children: bool = False) -> float:
+    """User + system CPU seconds of one process (its threads included), and with
+    `reaped_children` also of its children that exited and were waited for."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12])
+    if reaped_children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / CLK_TCK
+
+
+def children_of(parent: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == parent:
+            found.append(int(entry))
+    return found
+
+
+@dataclass
+class Child:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+@dataclass
+class Stack:
+    """Owns every process and file the benchmark creates; `close()` undoes all of it."""
+
+    work: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="mr-bench-invoke.")))
+    children: list[Child] = field(default_factory=list)
+    pg_bin: Path | None = None
+    pg_data: Path | None = None
+    pg_run: list[str] = field(default_factory=list)
+    pg_log: Path | None = None
+    pg_postmaster: int | None = None
+    server_url: str = ""  # a PostgreSQL server (maintenance database), SQLAlchemy asyncpg URL
+    temporal_port: int = 0
+    temporal_metrics_port: int = 0
+    upstream_port: int = 0
+    api_port: int = 0
+    litellm_port: int = 0
+    jwt_secret: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+
+    def __post_init__(self) -> None:
+        self.work.chmod(0o755)  # PostgreSQL runs as another user and needs to reach its dir
+
+    # -- processes ----------------------------------------------------------------------
+    def spawn(
+        self, name: str, argv: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT
+    ) -> Child:
+        log = self.work / f"{name}.log"
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(
+                argv,
+                env=env,
+                cwd=cwd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # a terminal's Ctrl-C reaches us; we stop them in order
+            )
+        child = Child(name, proc, log)
+        self.children.append(child)
+        return child
+
+    def wait_until(self, check: object, what: str, child: Child | None, timeout: float) -> None:
+        assert callable(check)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if check():
+                return
+            if child is not None and not child.alive():
+                raise RuntimeError(f"{what} exited early:\n{child.tail()}")
+            time.sleep(0.1)
+        tail = child.tail() if child is not None else ""
+        raise RuntimeError(f"{what} was not up within {timeout:.0f}s\n{tail}")
+
+    def stop_child(self, child: Child, grace: float = 15.0) -> None:
+        if child.alive():
+            with contextlib.suppress(ProcessLookupError):
+                child.proc.send_signal(signal.SIGTERM)
+        try:
+            child.proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                child.proc.kill()
+            child.proc.wait(timeout=10)
+
+    # -- PostgreSQL -----------------------------------------------------------------------
+    def _find_pg_bin(self) -> Path | None:
+        dirs: list[str] = []
+        if shutil.which("pg_config"):
+            out = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True)
+            dirs.append(out.stdout.strip())
+        dirs += glob.glob("/usr/lib/postgresql/*/bin")
+        usable = [
+            Path(d)
+            for d in dirs
+            if d and all((Path(d) / b).exists() for b in ("initdb", "pg_ctl", "postgres"))
+        ]
+
+        def version(p: Path) -> tuple[int, ...]:
+            return tuple(int(x) for x in re.findall(r"\d+", str(p))) or (0,)
+
+        return max(usable, key=version) if usable else None
+
+    def start_postgres(self) -> str:
+        """initdb + pg_ctl on a free port, fsync off (as `scripts/test.sh` does); returns the
+        server URL. As root, the server runs as the `postgres` user through runuser."""
+        self.pg_bin = self._find_pg_bin()
+        if self.pg_bin is None and os.geteuid() == 0:
+            print("installing PostgreSQL (Debian package postgresql)…", flush=True)
+            subprocess.run(["apt-get", "update", "-qq"], check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(
+                ["apt-get", "install", "-y", "-qq", "postgresql"],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+            )
+            self.pg_bin = self._find_pg_bin()
+        if self.pg_bin is None:
+            raise RuntimeError(
+                "PostgreSQL server binaries not found: install Debian's postgresql package or "
+                "set MODEL_ROUTER_BENCH_DATABASE_URL to a PostgreSQL server URL"
+            )
+        pg_dir, sock = self.work / "pg", self.work / "pgsock"
+        pg_dir.mkdir()
+        sock.mkdir()
+        if os.geteuid() == 0:
+            user = pwd.getpwnam("postgres")
+            for d in (pg_dir, sock):
+                os.chown(d, user.pw_uid, user.pw_gid)
+            self.pg_run = ["runuser", "-u", "postgres", "--"]
+        self.pg_data = pg_dir / "data"
+        self.pg_log = pg_dir / "postgres.log"
+        port = free_port()
+        subprocess.run(
+            [
+                *self.pg_run,
+                str(self.pg_bin / "initdb"),
+                "-D",
+                str(self.pg_data),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        options = (
+            f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off "
+            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
+        )
+        subprocess.run(
+            [
+                *self.pg_run,
+                str(self.pg_bin / "pg_ctl"),
+                "-D",
+                str(self.pg_data),
+                "-l",
+                str(self.pg_log),
+                "-w",
+                "-t",
+                "60",
+                "start",
+                "-o",
+                options,
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        self.pg_postmaster = int((self.pg_data / "postmaster.pid").read_text().split()[0])
+        self.server_url = f"postgresql+asyncpg://postgres@127.0.0.1:{port}/postgres"
+        return self.server_url
+
+    def postgres_pids(self) -> list[int]:
+        if self.pg_postmaster is None:
+            return []
+        return [self.pg_postmaster, *children_of(self.pg_postmaster)]
+
+    def stop_postgres(self) -> None:
+        if self.pg_bin is None or self.pg_data is None:
+            return
+        if (self.pg_data / "postmaster.pid").exists():
+            subprocess.run(
+                [
+                    *self.pg_run,
+                    str(self.pg_bin / "pg_ctl"),
+                    "-D",
+                    str(self.pg_data),
+                    *("-m", "fast", "-w", "-t", "30", "stop"),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+
+    # -- Temporal, upstream, worker, API, LiteLLM -----------------------------------------
+    def start_temporal(self) -> Child:
+        self.temporal_port, http_port = free_port(), free_port()
+        self.temporal_metrics_port = free_port()
+        child = self.spawn(
+            "temporal",
+            [
+                str(VENV_BIN / "temporal"),
+                "server",
+                "start-dev",
+                "--headless",
+                "--ip",
+                "127.0.0.1",
+                "--port",
+                str(self.temporal_port),
+                "--http-port",
+                str(http_port),
+                "--metrics-port",
+                str(self.temporal_metrics_port),
+                "--log-level",
+                "error",
+            ],
+        )
+        self.wait_until(lambda: port_open(self.temporal_port), "Temporal dev server", child, 60)
+        return child
+
+    def start_upstream(self) -> Child:
+        self.upstream_port = free_port()
+        child = self.spawn(
+            "upstream",
+            [sys.executable, "-m", "providers.upstream", "--port", str(self.upstream_port)],
+        )
+        self.wait_until(lambda: port_open(self.upstream_port), "upstream simulator", child, 30)
+        return child
+
+    def service_env(self, database_url: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MODEL_ROUTER_")}
+        env.update(
+            {
+                "MODEL_ROUTER_ENVIRONMENT": "development",
+                "MODEL_ROUTER_DATABASE_URL": database_url,
+                "MODEL_ROUTER_TEMPORAL_ADDRESS": f"127.0.0.1:{self.temporal_port}",
+                "MODEL_ROUTER_AUTH_JWT_SECRET": self.jwt_secret,
+                "MODEL_ROUTER_ALLOW_UPSTREAM_ENDPOINTS": "true",
+                "MODEL_ROUTER_ARTIFACT_ROOT": str(self.work / "artifacts"),
+                "MODEL_ROUTER_SCHEDULES_ENABLED": "false",
+            }
+        )
+        return env
+
+    def start_worker(self, env: dict[str, str]) -> Child:
+        child = self.spawn("worker", [sys.executable, "-c", "import worker; worker.main()"], env)
+
+        def polling() -> bool:
+            return "worker polling task queue" in child.log.read_text(errors="replace")
+
+        self.wait_until(polling, "worker", child, 60)
+        return child
+
+    def start_api(self, env: dict[str, str]) -> Child:
+        self.api_port = free_port()
+        child = self.spawn(
+            "api",
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "--factory",
+                "api.app:create_app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.api_port),
+                "--no-access-log",
+                "--log-level",
+                "warning",
+            ],
+            env,
+        )
+        url = f"http://127.0.0.1:{self.api_port}/readyz"
+        self.wait_until(lambda: http_ok(url), "API (/readyz)", child, 60)
+        return child
+
+    def start_litellm(self, litellm: Path, master_key: str, upstream_model: str) -> Child:
+        """LiteLLM's proxy with one model on the simulator (an OpenAI-compatible backend), no
+        database, no callbacks, the bundled model cost map (no network), access log off."""
+        self.litellm_port = free_port()
+        config = self.work / "litellm.yaml"
+        config.write_text(
+            "model_list:\n"
+            f"  - model_name: {upstream_model}\n"
+            "    litellm_params:\n"
+            f"      model: openai/{upstream_model}\n"
+            f"      api_base: http://127.0.0.1:{self.upstream_port}/v1\n"
+            "      api_key: sk-bench-upstream\n"
+            "litellm_settings:\n"
+            "  telemetry: false\n"
+            "general_settings:\n"
+            f"  master_key: {master_key}\n"
+        )
+        log_config = self.work / "litellm-logging.json"
+        log_config.write_text(
+            '{"version": 1, "disable_existing_loggers": false,'
+            ' "handlers": {"h": {"class": "logging.StreamHandler"}},'
+            ' "loggers": {"uvicorn": {"handlers": ["h"], "level": "WARNING"},'
+            ' "uvicorn.access": {"handlers": ["h"], "level": "WARNING", "propagate": false}}}'
+        )
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MODEL_ROUTER_")}
+        env.update(
+            {
+                "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                "LITELLM_TELEMETRY": "False",
+                "LITELLM_LOG": "ERROR",
+                "LITELLM_DONT_SHOW_FEEDBACK_BOX": "True",
+            }
+        )
+        child = self.spawn(
+            "litellm",
+            [
+                str(litellm),
+                "--config",
+                str(config),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.litellm_port),
+                "--num_workers",
+                "1",
+                "--log_config",
+                str(log_config),
+            ],
+            env,
+            cwd=self.work,
+        )
+        url = f"http://127.0.0.1:{self.litellm_port}/health/liveliness"
+        self.wait_until(lambda: http_ok(url), "LiteLLM proxy", child, 120)
+        return child
+
+    def child(self, name: str) -> Child | None:
+        return next((c for c in self.children if c.name == name), None)
+
+    def close(self, keep: bool = False) -> None:
+        # Clients of Temporal and PostgreSQL first, then the servers.
+        for name in ("litellm", "api", "worker", "upstream", "temporal"):
+            child = self.child(name)
+            if child is not None:
+                with contextlib.suppress(Exception):
+                    self.stop_child(child)
+        with contextlib.suppress(Exception):
+            self.stop_postgres()
+        if keep:
+            print(f"kept {self.work}", flush=True)
+        else:
+            shutil.rmtree(self.work, ignore_errors=True)

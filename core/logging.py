@@ -1,0 +1,99 @@
+"""Structured logs: one JSON object per line, carrying the request id, tenant and receipt id.
+
+The request-id middleware opens a per-request context (`request_context`) and code anywhere
+below it adds to it with `bind()`. The context is a mutable dict held in a contextvar, so a
+value bound in a sync dependency (which runs in a worker thread on a *copy* of the context)
+is still seen by the middleware's access line: the copy holds the same dict.
+
+Records carry ids, classes, numbers and paths; never request or response bodies. Callers must
+not put content into a message or `extra`; the formatter drops `extra` keys it does not know
+rather than risk serialising something large or sensitive.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import logging
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+_context: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
+    "model_router_log_context", default=None
+)
+
+# Fields a record may carry through `extra=` and that the JSON line keeps.
+EXTRA_FIELDS = (
+    "method",
+    "path",
+    "status",
+    "duration_ms",
+    "client",
+    "profile",
+    "deployment",
+    "provider",
+    "outcome",
+    "reason",
+    "error_class",
+)
+_CONTEXT_FIELDS = ("request_id", "tenant", "receipt_id")
+_HANDLER_NAME = "model-router-json"
+
+
+@contextlib.contextmanager
+def request_context(**values: str) -> Iterator[dict[str, str]]:
+    ctx = dict(values)
+    token = _context.set(ctx)
+    try:
+        yield ctx
+    finally:
+        _context.reset(token)
+
+
+def bind(**values: str | None) -> None:
+    """Adds ids to the current request's log context (no-op outside a request)."""
+    ctx = _context.get()
+    if ctx is not None:
+        ctx.update({k: v for k, v in values.items() if v})
+
+
+def current() -> dict[str, str]:
+    return dict(_context.get() or {})
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        line.update(current())
+        for name in (*_CONTEXT_FIELDS, *EXTRA_FIELDS):
+            value = record.__dict__.get(name)
+            if value is not None:
+                line[name] = value
+        if record.exc_info and record.exc_info[0] is not None:
+            # The type only: exception messages and tracebacks can quote request content.
+            line["exception"] = record.exc_info[0].__name__
+        return json.dumps(line, ensure_ascii=False, default=str)
+
+
+def configure_logging(level: str = "INFO", *, json_lines: bool = True) -> None:
+    """Installs one stderr handler on the root logger (idempotent: replaces its own)."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if handler.get_name() == _HANDLER_NAME:
+            root.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.set_name(_HANDLER_NAME)
+    if json_lines:
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(level)

@@ -1,0 +1,54 @@
+"""A per-deployment circuit breaker as a pure state machine with an injected clock.
+
+Closed: calls pass; `threshold` consecutive transient failures open it. Open: calls are refused
+(the next candidate serves) until `cooldown` has passed; then one trial call is let through
+(half-open). The trial's success closes it, its failure opens it for another cool-down. So a
+healed provider is back within one cool-down, not at the next scheduled probe."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class BreakerState(StrEnum):
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half-open"
+
+
+@dataclass
+class Breaker:
+    clock: Callable[[], float]
+    threshold: int = 3
+    cooldown: float = 2.0
+    state: BreakerState = BreakerState.CLOSED
+    failures: int = 0
+    opened_at: float = 0.0
+    # The trial in flight may itself hang; after another cool-down a new trial is allowed.
+    trial_started: float | None = field(default=None)
+
+    def allow(self) -> bool:
+        now = self.clock()
+        if self.state is BreakerState.CLOSED:
+            return True
+        if self.state is BreakerState.OPEN:
+            if now - self.opened_at < self.cooldown:
+                return False
+            self.state = BreakerState.HALF_OPEN
+            self.trial_started = now
+            return True
+        if self.trial_started is not None and now - self.trial_started < self.cooldown:
+            return False
+        self.trial_started = now
+        return True
+
+    def success(self) -> None:
+        self.state, self.failures, self.trial_started = BreakerState.CLOSED, 0, None
+
+    def failure(self) -> None:
+        now = self.clock()
+        self.failures += 1
+        if self.state is BreakerState.HALF_OPEN or self.failures >= self.threshold:
+            self.state, self.opened_at, self.trial_started = BreakerState.OPEN, now, None

@@ -1,0 +1,227 @@
+"""Hostile input is refused before any work, as problem+json and never a 500: oversized bodies
+(declared or streamed), deep JSON, bad encodings and NUL characters, and clients over their
+rate limit."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from api.app import create_app
+from api.limits import TokenBuckets, json_depth_exceeds, unverified_claims
+from core.settings import Settings
+from tests.conftest import TokenFactory
+
+MIB = 1024 * 1024
+
+
+@pytest.fixture
+async def auth(token_for: TokenFactory, tenant: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {await token_for(tenant)}"}
+
+
+def _problem(resp: httpx.Response, status: int) -> dict[str, object]:
+    assert resp.status_code == status, resp.text
+    assert resp.headers["content-type"] == "application/problem+json"
+    body: dict[str, object] = resp.json()
+    assert body["status"] == status
+    return body
+
+
+async def test_oversized_body_is_413_by_length_and_by_counting(
+    http: httpx.AsyncClient, auth: dict[str, str]
+) -> None:
+    big = b"x" * (MIB + 1)
+    declared = await http.post(
+        "/factory/model-deployments",
+        content=big,
+        headers={**auth, "content-type": "application/json", "X-Request-Id": "big-1"},
+    )
+    body = _problem(declared, 413)
+    assert body["requestId"] == "big-1" and body["maxBytes"] == MIB
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for _ in range(17):
+            yield b" " * 65536  # no Content-Length: chunked, counted as it arrives
+
+    streamed = await http.post(
+        "/factory/model-deployments",
+        content=chunks(),
+        headers={**auth, "content-type": "application/json"},
+    )
+    _problem(streamed, 413)
+
+    # Statement files have their own, larger limit: 2 MiB gets past the middleware (to auth).
+    statements = await http.post(
+        "/factory/usage-statements", content=b"a" * (2 * MIB), headers={"content-type": "text/csv"}
+    )
+    assert statements.status_code == 401
+
+
+@pytest.mark.parametrize("depth", [65, 100_000])
+async def test_deep_json_is_refused_before_parsing(
+    http: httpx.AsyncClient, auth: dict[str, str], depth: int
+) -> None:
+    nested = b"[" * depth + b"]" * depth
+    resp = await http.post(
+        "/gateway/route-plans",
+        content=b'{"profileId": ' + nested + b"}",
+        headers={**auth, "content-type": "application/json"},
+    )
+    body = _problem(resp, 400)
+    assert body["errors"] == [{"field": "body", "message": "The body nests deeper than 64 levels."}]
+
+
+async def test_depth_at_the_limit_goes_through_and_strings_do_not_count(
+    http: httpx.AsyncClient, auth: dict[str, str]
+) -> None:
+    assert not json_depth_exceeds(b'{"a": "[[[[[[[[[[[[[[[[[[[\\"[[[["}', 4)
+    assert json_depth_exceeds(b'{"a": [[[[]]]]}', 4)
+    resp = await http.post(
+        "/gateway/route-plans",
+        content=b'{"profileId": ' + b"[" * 63 + b"]" * 63 + b"}",
+        headers={**auth, "content-type": "application/json"},
+    )
+    assert resp.status_code == 422  # schema validation, i.e. it reached the route
+
+
+@pytest.mark.parametrize(
+    ("content", "status"),
+    [
+        (b'{"deploymentId": "a\xff\xfe"}', 400),  # not UTF-8
+        (b'{"deploymentId": "a\\u0000b"}', 400),  # NUL: PostgreSQL text cannot hold it
+        (b'{"deploymentId": "a\x00b"}', 400),
+        (b'{"deploymentId": "a\x01\x1fb"}', 400),  # raw control characters: invalid JSON
+        (b'{"deploymentId": "\\ud800"}', 422),  # lone surrogate: a string the schema refuses
+    ],
+)
+async def test_bad_encodings_and_control_characters_are_4xx(
+    http: httpx.AsyncClient, auth: dict[str, str], content: bytes, status: int
+) -> None:
+    resp = await http.post(
+        "/factory/model-deployments",
+        content=content,
+        headers={**auth, "content-type": "application/json", "Idempotency-Key": "k-1"},
+    )
+    _problem(resp, status)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/factory/model-deployments/a%00b",
+        "/factory/model-deployments/a%01b",
+        "/factory/model-profiles/p?version=%00",
+        "/factory/model-deployments/%FF%FE",
+        "/factory/runs/%C0%AF/model-receipts",
+    ],
+)
+async def test_hostile_urls_are_4xx(
+    http: httpx.AsyncClient, auth: dict[str, str], url: str
+) -> None:
+    resp = await http.get(url, headers=auth)
+    assert 400 <= resp.status_code < 500, resp.text
+    assert resp.headers["content-type"] == "application/problem+json"
+
+
+def _fake_token(tenant: str, client: str) -> str:
+    """Unsigned: the limiter only reads claims to pick a bucket; routes would reject it."""
+
+    def part(obj: dict[str, str]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(obj).encode()).rstrip(b"=").decode()
+
+    return f"{part({'alg': 'HS256'})}.{part({'tid': tenant, 'sub': client})}.sig"
+
+
+def _limited_app(settings: Settings, **over: object) -> httpx.AsyncClient:
+    app = create_app(settings.model_copy(update=over))
+    transport = httpx.ASGITransport(app=app, client=("10.0.0.1", 1234))
+    return httpx.AsyncClient(transport=transport, base_url="http://test")
+
+
+async def test_rate_limit_per_client_then_429_with_retry_after(settings: Settings) -> None:
+    a = {"Authorization": f"Bearer {_fake_token('ta', 'c1')}"}
+    b = {"Authorization": f"Bearer {_fake_token('ta', 'c2')}"}
+    async with _limited_app(settings, rate_limit_per_second=0.5, rate_limit_burst=2) as c:
+        # No route under /nope: a 404 shows the request went through the limiter.
+        assert [(await c.get("/nope", headers=a)).status_code for _ in range(2)] == [404, 404]
+        limited = await c.get("/nope", headers={**a, "X-Request-Id": "rl-1"})
+        body = _problem(limited, 429)
+        assert limited.headers["retry-after"] == "2"  # one token at 0.5/s
+        assert body["requestId"] == "rl-1"
+        assert (await c.get("/nope", headers=b)).status_code == 404  # another client's bucket
+        # Without a token the bucket is the peer address's.
+        assert [(await c.get("/nope")).status_code for _ in range(3)] == [404, 404, 429]
+        # Probes are never limited.
+        assert (await c.get("/healthz", headers=a)).status_code == 200
+
+
+async def test_rate_limit_can_be_disabled(settings: Settings) -> None:
+    async with _limited_app(
+        settings, rate_limit_enabled=False, rate_limit_per_second=0.5, rate_limit_burst=1
+    ) as c:
+        assert {(await c.get("/nope")).status_code for _ in range(5)} == {404}
+
+
+def test_token_bucket_refills_at_its_rate() -> None:
+    now = [0.0]
+    buckets = TokenBuckets(rate=2.0, burst=2, clock=lambda: now[0])
+    assert [buckets.take("k") for _ in range(2)] == [0.0, 0.0]
+    assert buckets.take("k") == pytest.approx(0.5)
+    now[0] = 0.5
+    assert buckets.take("k") == 0.0
+    assert buckets.take("other") == 0.0
+
+
+def test_unverified_claims_reads_only_well_formed_bearer_tokens() -> None:
+    token = _fake_token("t", "c")
+    assert unverified_claims({b"authorization": f"Bearer {token}".encode()}) == {
+        "tid": "t",
+        "sub": "c",
+    }
+    for header in (b"Basic abc", b"Bearer x.y", b"Bearer a.!!!.c", b"Bearer a.bnVsbA.c"):
+        assert unverified_claims({b"authorization": header}) is None
+
+
+# Regressions for the 500s schemathesis found.
+
+
+async def test_event_cursor_beyond_the_position_column_is_422(
+    http: httpx.AsyncClient, auth: dict[str, str]
+) -> None:
+    resp = await http.get("/factory/events", params={"after": 2**31}, headers=auth)
+    body = _problem(resp, 422)
+    assert body["errors"][0]["field"] == "query.after"  # type: ignore[index]
+    assert (await http.get("/factory/events", params={"after": 2**31 - 1}, headers=auth)).is_success
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"messages": [{"role": "tool", "content": "x"}]}, "body.messages.0"),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "tool_calls": [{"id": "c", "function": {"name": "f"}}],
+                    }
+                ]
+            },
+            "body.messages.0",
+        ),
+        ({"tool_choice": {"type": "function"}}, "body.tool_choice"),
+        ({"response_format": {"type": "json_schema"}}, "body.response_format"),
+    ],
+)
+async def test_chat_shapes_the_adapters_refuse_are_422_not_500(
+    http: httpx.AsyncClient, auth: dict[str, str], extra: dict[str, object], field: str
+) -> None:
+    body = {"model": "no-such-profile", "messages": [{"role": "user", "content": "hi"}], **extra}
+    resp = await http.post("/v1/chat/completions", json=body, headers=auth)
+    problem = _problem(resp, 422)
+    assert [e["field"] for e in problem["errors"]] == [field]  # type: ignore[attr-defined]

@@ -1,0 +1,201 @@
+"""GET /metrics exposes the spec's instruments with their dimensions through the OpenTelemetry
+SDK, OTLP export pushes them when configured, and the JSON logs carry request id, tenant and
+receipt id but never content."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import subprocess
+import sys
+import textwrap
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import httpx
+import pytest
+from pydantic import ValidationError
+from temporalio.client import Client
+
+from core import metrics
+from core.logging import JsonFormatter
+from core.settings import Settings
+from providers.upstream import UpstreamServer
+from tests.conftest import TokenFactory
+from tests.helpers.catalog import profile_event, publish, record_evidence, register
+
+PREFIX = "connectsoft_factory_model_gateway_"
+
+
+@pytest.fixture(scope="module")
+async def upstream() -> AsyncIterator[UpstreamServer]:
+    async with UpstreamServer() as server:
+        yield server
+
+
+@pytest.fixture
+def json_log() -> Iterator[io.StringIO]:
+    """Everything the app logs, as the production JSON handler would write it."""
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.addHandler(handler)
+    old_level = root.level
+    root.setLevel(logging.DEBUG)
+    try:
+        yield out
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+
+
+def _series(text: str, name: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(PREFIX + name)]
+
+
+async def test_metrics_endpoint_exposes_every_spec_instrument(http: httpx.AsyncClient) -> None:
+    tag = uuid.uuid4().hex[:8]
+    # Direct records for the instruments an invocation does not reach in this test.
+    metrics.fallbacks.add(1, {"reason": f"primary-failed-{tag}"})
+    metrics.denials.add(1, {"tenant": tag, "reason": "budget"})
+    metrics.provider_errors.add(1, {"provider": "openai", "class": f"timeout-{tag}"})
+    metrics.usage_unknown.move_to(3, {"provider": f"p-{tag}"})
+    metrics.usage_unknown.move_to(2, {"provider": f"p-{tag}"})
+
+    resp = await http.get("/metrics")
+    assert resp.status_code == 200
+    assert resp.headers["content-type"].startswith("text/plain")
+    text = resp.text
+    assert f"# TYPE {PREFIX}fallbacks_total counter" in text
+    assert any(f'reason="primary-failed-{tag}"' in s for s in _series(text, "fallbacks_total"))
+    assert any('reason="budget"' in s for s in _series(text, "denials_total"))
+    assert any(f'class="timeout-{tag}"' in s for s in _series(text, "provider_errors_total"))
+    # The gauge follows move_to (the reconciler's recount), not the sum of its moves.
+    gauge = [s for s in _series(text, "usage_unknown") if f'provider="p-{tag}"' in s]
+    assert len(gauge) == 1 and gauge[0].endswith(" 2.0")
+    # Not in the OpenAPI document: it is an operations endpoint, not part of the API.
+    assert "/metrics" not in (await http.get("/openapi.json")).json()["paths"]
+
+
+async def test_an_invocation_shows_in_metrics_and_in_json_logs_without_content(
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+    json_log: io.StringIO,
+) -> None:
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    await register(
+        http, auth, "sim/m", provider="openai", model="m-sim", endpointRef=upstream.endpoint_ref
+    )
+    await record_evidence(temporal_client, tenant, "sim/m", {"tool-calling": 0.9})
+    approve = await http.post("/factory/model-deployments/sim/m/approve", headers=auth)
+    assert approve.status_code == 200
+    assert (await publish(http, auth, profile_event("metered", ["sim/m"]))).status_code == 200
+
+    marker = f"CANARY-{uuid.uuid4().hex}"
+    resp = await http.post(
+        "/v1/chat/completions",
+        json={"model": "metered", "messages": [{"role": "user", "content": f"say {marker}"}]},
+        headers={**auth, "X-Request-Id": f"req-{tenant}", "Idempotency-Key": uuid.uuid4().hex},
+    )
+    assert resp.status_code == 200, resp.text
+    receipt_id = resp.headers["x-model-router-receipt-id"]
+
+    text = (await http.get("/metrics")).text
+    mine = [s for s in _series(text, "invocations_total") if f'tenant="{tenant}"' in s]
+    assert mine, text
+    assert all(f'{dim}="' in mine[0] for dim in ("tenant", "profile", "provider", "outcome")), mine[
+        0
+    ]
+    latency = [s for s in _series(text, "latency_seconds_count") if 'profile="metered"' in s]
+    assert {p for p in ("ttft", "completion") if any(f'phase="{p}"' in s for s in latency)} == {
+        "ttft",
+        "completion",
+    }
+    tokens = [s for s in _series(text, "tokens_total") if f'tenant="{tenant}"' in s]
+    assert {d for d in ("input", "output") if any(f'direction="{d}"' in s for s in tokens)}
+    assert marker not in text
+
+    # The access line is written as the response finishes; give the server a moment.
+    for _ in range(50):
+        if receipt_id in json_log.getvalue():
+            break
+        await asyncio.sleep(0.05)
+    lines = [json.loads(line) for line in json_log.getvalue().splitlines() if line.strip()]
+    access = [
+        line
+        for line in lines
+        if line["logger"] == "model_router.access" and line.get("request_id") == f"req-{tenant}"
+    ]
+    assert len(access) == 1, lines
+    assert access[0]["tenant"] == tenant
+    assert access[0]["receipt_id"] == receipt_id
+    assert access[0]["status"] == 200 and access[0]["path"] == "/v1/chat/completions"
+    assert marker not in json_log.getvalue()
+
+
+def test_log_content_refuses_to_turn_on_in_production() -> None:
+    with pytest.raises(ValidationError, match="log_content"):
+        Settings(environment="production", log_content=True, _env_file=None)
+    assert Settings(environment="test", log_content=True, _env_file=None).log_content
+    assert Settings(_env_file=None).log_content is False
+
+
+class _Collector(BaseHTTPRequestHandler):
+    bodies: list[bytes] = []
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length", 0))
+        _Collector.bodies.append(self.path.encode() + b" " + self.rfile.read(length))
+        self.send_response(200)
+        self.send_header("content-type", "application/x-protobuf")
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_otlp_export_pushes_metrics_when_configured() -> None:
+    # Its own process: a process has one MeterProvider, and this one's has no OTLP endpoint.
+    server = HTTPServer(("127.0.0.1", 0), _Collector)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    endpoint = f"http://127.0.0.1:{server.server_address[1]}/v1/metrics"
+    script = textwrap.dedent(
+        f"""
+        import time
+        from core import metrics
+        metrics.configure_exporters(otlp_endpoint={endpoint!r}, otlp_interval_seconds=0.2)
+        metrics.invocations.add(1, {{"tenant": "otlp-t", "outcome": "Completed"}})
+        time.sleep(1.0)
+        """
+    )
+    try:
+        subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    finally:
+        server.shutdown()
+    assert any(
+        b.startswith(b"/v1/metrics ") and b"connectsoft.factory.model_gateway.invocations" in b
+        for b in _Collector.bodies
+    )
+
+
+def test_json_formatter_keeps_ids_and_drops_unknown_extras() -> None:
+    from core.logging import bind, request_context
+
+    record = logging.LogRecord("model_router.x", logging.INFO, __file__, 1, "done", None, None)
+    record.__dict__.update({"body": "CANARY-body", "status": 201, "prompt": "CANARY-prompt"})
+    with request_context(request_id="r-1"):
+        bind(tenant="t-1", receipt_id="rc-1", ignored=None)
+        line = json.loads(JsonFormatter().format(record))
+    assert line["request_id"] == "r-1" and line["tenant"] == "t-1" and line["receipt_id"] == "rc-1"
+    assert line["status"] == 201 and line["message"] == "done"
+    assert "CANARY" not in json.dumps(line)

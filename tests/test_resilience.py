@@ -1,0 +1,310 @@
+"""Resilience on the invoke path against the local upstream's faults: what the caller gets,
+how many requests each deployment saw, how long it took, and what the receipt says."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlmodel import col, select
+from temporalio.client import Client
+
+from core import metrics
+from providers.upstream import Fault, FaultKind, UpstreamServer
+from store.receipts import by_key
+from store.tables import InvocationReceiptRow, OutboxEventRow
+from tests.conftest import TokenFactory
+from tests.helpers.catalog import profile_event, publish, record_evidence, register
+
+A, B = "rs-primary", "rs-second"  # upstream models of the two deployments
+LONG = " ".join(f"word{i}" for i in range(40))
+
+
+@pytest.fixture(scope="module")
+async def upstream() -> AsyncIterator[UpstreamServer]:
+    async with UpstreamServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def auth(
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+) -> dict[str, str]:
+    upstream.state.clear_faults()
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    for dep, model, window in (("rs/a", A, 150_000), ("rs/b", B, 200_000)):
+        await register(
+            http,
+            auth,
+            dep,
+            model=model,
+            endpointRef=upstream.endpoint_ref,
+            contextWindowTokens=window,
+        )
+        await record_evidence(temporal_client, tenant, dep, {"tool-calling": 0.9})
+        ok = await http.post(f"/factory/model-deployments/{dep}/approve", headers=auth)
+        assert ok.status_code == 200
+    solo = profile_event("rs-solo", ["rs/a"])
+    assert (await publish(http, auth, solo)).status_code == 200
+    fb = profile_event("rs-fb", ["rs/a", "rs/b"], fallbackEnabled=True, fallbackChain=["rs-solo"])
+    assert (await publish(http, auth, fb)).status_code == 200
+    # A profile whose only candidate is rs/a, falling back to another profile's (rs/b).
+    only_b = profile_event("rs-only-b", ["rs/b"])
+    assert (await publish(http, auth, only_b)).status_code == 200
+    chain = profile_event("rs-chain", ["rs/a"], fallbackEnabled=True, fallbackChain=["rs-only-b"])
+    assert (await publish(http, auth, chain)).status_code == 200
+    return auth
+
+
+async def _call(
+    http: httpx.AsyncClient, auth: dict[str, str], profile: str, text: str = "hello"
+) -> tuple[httpx.Response, str, float]:
+    key = f"rs-{uuid.uuid4().hex}"
+    began = time.monotonic()
+    resp = await http.post(
+        "/v1/chat/completions",
+        headers={**auth, "Idempotency-Key": key},
+        json={"model": profile, "messages": [{"role": "user", "content": text}]},
+    )
+    return resp, key, time.monotonic() - began
+
+
+async def _stream(
+    http: httpx.AsyncClient, auth: dict[str, str], profile: str
+) -> tuple[list[Any], str, float]:
+    key = f"rs-{uuid.uuid4().hex}"
+    began = time.monotonic()
+    events: list[Any] = []
+    async with http.stream(
+        "POST",
+        "/v1/chat/completions",
+        headers={**auth, "Idempotency-Key": key},
+        json={"model": profile, "stream": True, "messages": [{"role": "user", "content": LONG}]},
+    ) as resp:
+        async for line in resp.aiter_lines():
+            if line.startswith("data: "):
+                data = line.removeprefix("data: ")
+                events.append(data if data == "[DONE]" else json.loads(data))
+    return events, key, time.monotonic() - began
+
+
+async def _receipt(
+    sessions: async_sessionmaker[AsyncSession], tenant: str, key: str
+) -> InvocationReceiptRow:
+    async with sessions() as s:
+        row = await by_key(s, tenant, key)
+    assert row is not None
+    return row
+
+
+class Seen:
+    def __init__(self, upstream: UpstreamServer) -> None:
+        self.up, self.a, self.b = upstream, upstream.requests(A), upstream.requests(B)
+
+    def __call__(self) -> tuple[int, int]:
+        return self.up.requests(A) - self.a, self.up.requests(B) - self.b
+
+
+Ctx = tuple[
+    httpx.AsyncClient, dict[str, str], UpstreamServer, async_sessionmaker[AsyncSession], str
+]
+
+
+@pytest.fixture
+def ctx(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+    tenant: str,
+) -> Ctx:
+    return http, auth, upstream, sessions, tenant
+
+
+async def test_rate_limits_and_a_500_are_retried_on_the_same_deployment(ctx: Ctx) -> None:
+    http, auth, up, sessions, tenant = ctx
+    up.inject(A, Fault(kind=FaultKind.RATE_LIMIT, retry_after=0.5, times=1))
+    seen = Seen(up)
+    resp, key, took = await _call(http, auth, "rs-solo")
+    assert resp.status_code == 200 and seen() == (2, 0)
+    assert 0.5 <= took < 2.5  # Retry-After honoured, once
+    row = await _receipt(sessions, tenant, key)
+    assert (row.outcome, row.deployment_id, row.fallback_used) == ("Completed", "rs/a", False)
+
+    up.inject(A, Fault(kind=FaultKind.RATE_LIMIT, times=2))  # no Retry-After: backoff
+    seen = Seen(up)
+    resp, key, took = await _call(http, auth, "rs-solo")
+    assert resp.status_code == 200 and seen() == (3, 0) and took < 2.0
+
+    up.inject(A, Fault(kind=FaultKind.SERVER_ERROR, times=1))
+    seen = Seen(up)
+    resp, key, took = await _call(http, auth, "rs-solo")
+    assert resp.status_code == 200 and seen() == (2, 0) and took < 2.0
+    assert (await _receipt(sessions, tenant, key)).outcome == "Completed"
+
+
+async def test_persistent_503_fails_transient_or_falls_back(ctx: Ctx) -> None:
+    http, auth, up, sessions, tenant = ctx
+    up.inject(A, Fault(kind=FaultKind.UNAVAILABLE))
+    seen = Seen(up)
+    resp, key, took = await _call(http, auth, "rs-solo")
+    assert resp.status_code == 503 and resp.headers["Retry-After"] and seen() == (3, 0)
+    assert took < 2.5
+    row = await _receipt(sessions, tenant, key)
+    assert (row.outcome, row.usage_status) == ("Failed", "Unknown")
+    assert row.input_tokens is None  # failed attempts are never billed
+
+    # Three transient failures opened the primary's breaker: with no other candidate the
+    # caller hears a transient error naming why, and still gets a receipt; nothing was called.
+    seen = Seen(up)
+    resp, key, took = await _call(http, auth, "rs-solo")
+    assert resp.status_code == 503 and seen() == (0, 0) and took < 1.0
+    assert "circuit open for rs/a" in resp.json()["reason"]
+    row = await _receipt(sessions, tenant, key)
+    assert (row.outcome, row.usage_status, row.input_tokens) == ("Failed", "Estimated", 0)
+
+    before = metrics.fallbacks.value({"profile": "rs-fb", "reason": "circuit_open"})
+    seen = Seen(up)
+    resp, key, took = await _call(http, auth, "rs-fb")
+    assert resp.status_code == 200 and resp.headers["X-Model-Router-Deployment"] == "rs/b"
+    assert seen() == (0, 1) and took < 1.0
+    row = await _receipt(sessions, tenant, key)
+    assert (row.outcome, row.deployment_id, row.fallback_used) == ("Completed", "rs/b", True)
+    assert metrics.fallbacks.value({"profile": "rs-fb", "reason": "circuit_open"}) == before + 1
+    async with sessions() as s:
+        event = (
+            await s.scalars(
+                select(OutboxEventRow)
+                .where(col(OutboxEventRow.tenant_id) == tenant)
+                .where(col(OutboxEventRow.event_type) == "ModelFallbackUsed")
+            )
+        ).one()
+    assert event.payload == {
+        "invocationId": str(row.invocation_id),
+        "tenantId": tenant,
+        "profileId": "rs-fb",
+        "fromDeploymentId": "rs/a",
+        "toDeploymentId": "rs/b",
+        "reason": "circuit_open",
+    }
+
+
+async def test_a_silent_provider_is_bounded_and_not_retried(ctx: Ctx) -> None:
+    http, auth, up, sessions, tenant = ctx
+    up.inject(A, Fault(kind=FaultKind.HANG))
+    seen = Seen(up)
+    resp, key, took = await _call(http, auth, "rs-solo")
+    assert resp.status_code == 503 and seen() == (1, 0) and 2.0 <= took < 4.0
+    assert (await _receipt(sessions, tenant, key)).usage_status == "Unknown"
+    seen = Seen(up)
+    resp, key, took = await _call(http, auth, "rs-fb")
+    assert resp.status_code == 200 and seen() == (1, 1) and took < 4.0
+    assert (await _receipt(sessions, tenant, key)).fallback_used
+
+
+async def test_slow_first_token_within_and_past_the_bound(ctx: Ctx) -> None:
+    http, auth, up, sessions, tenant = ctx
+    up.inject(A, Fault(kind=FaultKind.SLOW_FIRST_TOKEN, delay=0.5, times=1))
+    events, key, took = await _stream(http, auth, "rs-fb")
+    assert events[-1] == "[DONE]" and took >= 0.5
+    row = await _receipt(sessions, tenant, key)
+    assert row.deployment_id == "rs/a" and (row.time_to_first_token_ms or 0) >= 500
+    up.inject(A, Fault(kind=FaultKind.SLOW_FIRST_TOKEN, delay=5.0, times=1))
+    seen = Seen(up)
+    events, key, took = await _stream(http, auth, "rs-fb")
+    assert events[-1] == "[DONE]" and seen() == (1, 1) and took < 4.0
+    assert events[-2]["model_router"]["deploymentId"] == "rs/b"
+
+
+@pytest.mark.parametrize("kind", [FaultKind.STREAM_CUT, FaultKind.STREAM_STALL])
+async def test_a_stream_broken_after_output_ends_with_an_error_and_never_falls_back(
+    ctx: Ctx, kind: FaultKind
+) -> None:
+    http, auth, up, sessions, tenant = ctx
+    up.inject(A, Fault(kind=kind, after_chunks=4, times=1))
+    seen = Seen(up)
+    events, key, took = await _stream(http, auth, "rs-fb")
+    assert "[DONE]" not in events and "error" in events[-1]
+    assert any(e.get("choices") and e["choices"][0]["delta"].get("content") for e in events[:-1])
+    assert seen() == (1, 0)  # the fallback never saw a request: no splice
+    assert took < 4.0
+    row = await _receipt(sessions, tenant, key)
+    assert (row.outcome, row.usage_status) == ("Partial", "Unknown")
+    assert (row.output_tokens or 0) > 0 and not row.fallback_used
+
+
+async def test_a_complete_stream_without_its_terminator_is_finalised_promptly(ctx: Ctx) -> None:
+    http, auth, up, sessions, tenant = ctx
+    up.inject(A, Fault(kind=FaultKind.MISSING_TERMINATOR, times=1))
+    seen = Seen(up)
+    events, key, took = await _stream(http, auth, "rs-fb")
+    assert events[-1] == "[DONE]" and seen() == (1, 0) and took < 1.5
+    assert (await _receipt(sessions, tenant, key)).outcome == "Completed"
+
+
+async def test_context_length_moves_to_a_larger_window_and_policy_stops(ctx: Ctx) -> None:
+    http, auth, up, sessions, tenant = ctx
+    up.inject(A, Fault(kind=FaultKind.CONTEXT_LENGTH, times=2))
+    seen = Seen(up)
+    resp, key, _ = await _call(http, auth, "rs-solo")
+    assert resp.status_code == 400 and seen() == (1, 0)
+    resp, key, _ = await _call(http, auth, "rs-fb")
+    assert resp.status_code == 200 and seen() == (2, 1)
+    row = await _receipt(sessions, tenant, key)
+    assert (row.deployment_id, row.fallback_used) == ("rs/b", True)
+
+    up.inject(A, Fault(kind=FaultKind.CONTENT_POLICY, times=1))
+    seen = Seen(up)
+    resp, key, took = await _call(http, auth, "rs-fb")
+    assert resp.status_code == 400 and seen() == (1, 0) and took < 2.0
+    body = resp.json()
+    assert body["error"]["type"] == "content_policy" and body["reason"]
+    assert (await _receipt(sessions, tenant, key)).outcome == "Failed"
+
+
+async def test_breaker_serves_the_fallback_and_returns_within_seconds(ctx: Ctx) -> None:
+    http, auth, up, _, _ = ctx
+    up.inject(A, Fault(kind=FaultKind.UNAVAILABLE))
+    seen = Seen(up)
+    resp, _, _ = await _call(http, auth, "rs-fb")
+    assert resp.headers["X-Model-Router-Deployment"] == "rs/b" and seen() == (3, 1)
+    for _ in range(3):  # open: the primary is not asked at all
+        resp, _, took = await _call(http, auth, "rs-fb")
+        assert resp.headers["X-Model-Router-Deployment"] == "rs/b" and took < 1.0
+    assert seen()[0] == 3
+    up.state.clear_faults(A)
+    healed = time.monotonic()
+    served: list[str] = []
+    while time.monotonic() - healed < 5.0:
+        resp, _, _ = await _call(http, auth, "rs-fb")
+        served.append(resp.headers["X-Model-Router-Deployment"])
+        if served[-1] == "rs/a":
+            break
+    assert served[-1] == "rs/a" and time.monotonic() - healed < 3.0
+
+
+async def test_the_profile_fallback_chain_answers_with_the_same_guarantees(ctx: Ctx) -> None:
+    http, auth, up, sessions, tenant = ctx
+    up.inject(A, Fault(kind=FaultKind.SERVER_ERROR))
+    seen = Seen(up)
+    resp, key, _ = await _call(http, auth, "rs-chain")
+    assert resp.status_code == 200 and seen() == (3, 1)
+    row = await _receipt(sessions, tenant, key)
+    assert (row.deployment_id, row.fallback_used) == ("rs/b", True)
+    # With a pinned plan (a run), the same chain is used against the plan's constraints.
+    resp = await http.post(
+        "/v1/chat/completions",
+        headers={**auth, "X-Run-Id": str(uuid.uuid4())},
+        json={"model": "rs-chain", "messages": [{"role": "user", "content": "hi"}]},
+    )
+    assert resp.status_code == 200 and resp.headers["X-Model-Router-Deployment"] == "rs/b"

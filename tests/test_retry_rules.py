@@ -1,0 +1,118 @@
+"""The pure resilience rules: backoff and Retry-After bounds, the breaker's states, and which
+candidate may answer after another failed."""
+
+from __future__ import annotations
+
+import uuid
+
+from activities.resilience import Resilience
+from domain.breaker import Breaker, BreakerState
+from domain.fallback import Next, after_failure, may_answer
+from domain.invocation import InvocationInput, Operation, Target
+from domain.retry import RetryRules, retry_delay
+
+RULES = RetryRules(max_attempts=3, base_delay=0.2, max_delay=1.0, max_retry_after=5.0)
+
+
+def test_backoff_grows_with_jitter_and_never_loops_tightly() -> None:
+    first = [retry_delay(RULES, 1, "server_error", True, None, d, 60) for d in (0.0, 0.999)]
+    second = [retry_delay(RULES, 2, "server_error", True, None, d, 60) for d in (0.0, 0.999)]
+    assert first[0] == 0.1 and 0.19 < (first[1] or 0) <= 0.2
+    assert second[0] == 0.2 and 0.39 < (second[1] or 0) <= 0.4
+    assert retry_delay(RULES, 3, "server_error", True, None, 0.5, 60) is None  # attempts spent
+
+
+def test_retry_after_is_honoured_within_its_bound_and_the_budget() -> None:
+    assert retry_delay(RULES, 1, "rate_limit", True, 2.0, 0.5, 60) == 2.0
+    assert retry_delay(RULES, 1, "rate_limit", True, 30.0, 0.5, 60) is None
+    assert retry_delay(RULES, 1, "rate_limit", True, 2.0, 0.5, 1.0) is None  # past the budget
+
+
+def test_never_retried_on_the_same_deployment() -> None:
+    for kind in ("context_length", "content_policy", "auth", "invalid_request"):
+        assert retry_delay(RULES, 1, kind, False, None, 0.5, 60) is None
+    # A silent provider: waiting for it again would double the caller's wait.
+    assert retry_delay(RULES, 1, "timeout", True, None, 0.5, 60) is None
+
+
+def test_breaker_opens_cools_down_trials_once_and_closes() -> None:
+    now = [0.0]
+    b = Breaker(lambda: now[0], threshold=3, cooldown=2.0)
+    for _ in range(3):
+        assert b.allow()
+        b.failure()
+    assert b.state is BreakerState.OPEN and not b.allow()
+    now[0] = 2.1
+    assert b.allow() and b.state is BreakerState.HALF_OPEN
+    assert not b.allow()  # a single trial
+    b.failure()
+    assert b.state is BreakerState.OPEN and not b.allow()
+    now[0] = 4.3
+    assert b.allow()
+    b.success()
+    assert b.state is BreakerState.CLOSED and b.allow()
+
+
+def _target(dep: str, **over: object) -> Target:
+    fields: dict[str, object] = {
+        "deployment_id": dep,
+        "provider": "openai",
+        "model": "m",
+        "endpoint_ref": "env:X",
+        "privacy_class": "Regional",
+        "context_window_tokens": 100_000,
+    }
+    fields.update(over)
+    return Target.model_validate(fields)
+
+
+def _input(targets: list[Target], **over: object) -> InvocationInput:
+    fields: dict[str, object] = {
+        "invocation_id": uuid.uuid4(),
+        "tenant_id": "t",
+        "project_id": "p",
+        "profile_id": "prof",
+        "policy_decision_id": uuid.uuid4(),
+        "idempotency_key": "k",
+        "request_hash": "h",
+        "targets": targets,
+        "pricing_revision": "r",
+        "caller_token": "c",
+        "caller_queue": "q",
+        "timeout_seconds": 10,
+        "fallback_enabled": True,
+        "allowed_privacy_classes": ["Regional", "Confidential"],
+    }
+    fields.update(over)
+    return InvocationInput.model_validate(fields)
+
+
+def test_fallback_rules() -> None:
+    a, b = _target("a"), _target("b")
+    data = _input([a, b])
+    assert may_answer(data, a, b, "server_error")
+    assert not may_answer(_input([a, b], fallback_enabled=False), a, b, "server_error")
+    external = _target("x", privacy_class="External", external=True)
+    confidential = _input([a, external], data_classification="Confidential")
+    assert not may_answer(confidential, a, external, "server_error")
+    assert not may_answer(data, a, external, "server_error")  # outside the plan's classes
+    # Context length: only a larger (known) window.
+    assert not may_answer(data, a, b, "context_length")
+    big = _target("big", context_window_tokens=200_000)
+    assert may_answer(data, a, big, "context_length")
+    # Embeddings: the same vector space only.
+    e1, e2 = (
+        _target("e1", embedding_compatibility="s1"),
+        _target("e2", embedding_compatibility="s2"),
+    )
+    embed = _input([e1, e2], operation=Operation.EMBED)
+    assert not may_answer(embed, e1, e2, "server_error")
+    assert after_failure("content_policy") is Next.STOP
+    assert after_failure("context_length") is Next.MOVE_ON
+
+
+def test_timeouts_per_profile_then_per_deployment() -> None:
+    res = Resilience(overrides={"profile:p": {"idle": 5.0}, "deployment:d": {"idle": 7.0}})
+    assert res.timeouts_for("p", "x").idle == 5.0
+    assert res.timeouts_for("p", "d").idle == 7.0
+    assert res.timeouts_for("q", "x").first_token == 30.0
