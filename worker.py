@@ -20,6 +20,8 @@ from activities.lifecycle import LifecycleActivities
 from activities.probes import ProbeActivities
 from activities.reconcile import ReconcileActivities
 from activities.webhooks import WebhookActivities
+from core import metrics
+from core.logging import configure_logging
 from core.schedules import ensure_schedules
 from core.settings import Settings, get_settings
 from core.temporal import connect
@@ -138,8 +140,16 @@ async def run(settings: Settings) -> None:
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    asyncio.run(run(get_settings()))
+    settings = get_settings()
+    configure_logging(settings.log_level, json_lines=settings.log_json)
+    if settings.otlp_metrics_endpoint:
+        # Probes and the reconciler record metrics here; a worker has no scrape endpoint, so
+        # they leave by OTLP push.
+        metrics.configure_exporters(
+            otlp_endpoint=settings.otlp_metrics_endpoint,
+            otlp_interval_seconds=settings.otlp_export_interval_seconds,
+        )
+    asyncio.run(run(settings))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from activities.invoke_outcomes import Route as _Route
 from activities.invoke_outcomes import completed as _completed
 from activities.invoke_outcomes import embed_once, record_metrics, rerank_once
 from activities.invoke_outcomes import failed as _failed
-from activities.resilience import Resilience, timed_stream
+from activities.resilience import BreakerRegistry, Resilience, timed_stream
 from core import metrics
 from domain.breaker import Breaker
 from domain.enums import InvocationOutcome, UsageStatus
@@ -62,6 +62,10 @@ class InvokeActivities:
         self._adapters = adapters
         self._artifacts = artifacts
         self._prices: dict[tuple[str, str], Pricebook | None] = {}
+
+    @property
+    def breakers(self) -> BreakerRegistry:
+        return self._resilience.breakers
 
     async def _pricebook(self, tenant_id: str, revision: str) -> Pricebook | None:
         # Revisions are immutable, so a process may keep what it read.

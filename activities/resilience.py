@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from core.settings import Settings
-from domain.breaker import Breaker
+from domain.breaker import Breaker, BreakerState
 from domain.invocation import AttemptTimeouts
 from domain.retry import RetryRules
 from providers.base import ProviderAdapter
@@ -22,11 +22,33 @@ from providers.types import ChatRequest, StreamEvent, TextDelta, ToolCallDelta
 
 
 class BreakerRegistry:
+    """One breaker per (tenant, deployment) in this process. Sustained failure — a breaker that
+    opens again because its trial failed — is reported once to `report(tenant, deployment,
+    healthy=False)`, and its closing after that with `healthy=True`; the lifecycle turns those
+    into Degraded and back (the health probe also recovers a Degraded deployment, which the
+    router no longer sends trials to)."""
+
     def __init__(
         self, threshold: int, cooldown: float, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self._threshold, self._cooldown, self._clock = threshold, cooldown, clock
         self._breakers: dict[tuple[str, str], Breaker] = {}
+        self._reported: set[tuple[str, str]] = set()
+        self.report: Callable[[str, str, bool], None] | None = None
+
+    def _on_change(self, key: tuple[str, str], before: BreakerState, to: BreakerState) -> None:
+        if self.report is None:
+            return
+        if (
+            before is BreakerState.HALF_OPEN
+            and to is BreakerState.OPEN
+            and key not in self._reported
+        ):
+            self._reported.add(key)
+            self.report(key[0], key[1], False)
+        elif to is BreakerState.CLOSED and key in self._reported:
+            self._reported.discard(key)
+            self.report(key[0], key[1], True)
 
     def get(self, tenant_id: str, deployment_id: str) -> Breaker:
         # Deployment ids are tenant-scoped: two tenants' "primary" are different providers.
@@ -34,7 +56,10 @@ class BreakerRegistry:
         found = self._breakers.get(key)
         if found is None:
             found = self._breakers[key] = Breaker(
-                self._clock, threshold=self._threshold, cooldown=self._cooldown
+                self._clock,
+                threshold=self._threshold,
+                cooldown=self._cooldown,
+                on_change=lambda before, to: self._on_change(key, before, to),
             )
         return found
 

@@ -11,6 +11,7 @@ from temporalio.client import Client
 
 from api.problems import Problem
 from api.runtime import Runtime
+from core.logging import bind
 from core.security import Principal, TokenError
 from core.settings import Settings
 from domain.access import Action, may, roles_for
@@ -59,13 +60,15 @@ def get_principal(request: Request, runtime: RuntimeDep) -> Principal:
     if scheme.lower() != "bearer" or not token.strip():
         raise Problem(401, "A bearer token is required.", headers=_BEARER)
     try:
-        return runtime.verifier.verify(token.strip())
+        principal = runtime.verifier.verify(token.strip())
     except TokenError:
         raise Problem(
             401,
             "The bearer token is invalid or expired.",
             headers={"WWW-Authenticate": 'Bearer realm="model-router", error="invalid_token"'},
         ) from None
+    bind(tenant=principal.tenant_id)  # the verified tenant, for this request's log lines
+    return principal
 
 
 def require(scope: str, action: Action) -> Callable[[Principal], Coroutine[Any, Any, Principal]]:

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -19,6 +20,7 @@ from api.invocations import Invocations
 from api.runtime_types import InvokeConfig
 from core.settings import Settings
 from store.artifacts import ArtifactStore
+from workflows.deployment_lifecycle import workflow_id as lifecycle_workflow_id
 from workflows.invoke import InvokeModelWorkflow
 
 log = logging.getLogger("model_router.api")
@@ -38,6 +40,7 @@ class InvokeRuntime:
         self.service: Invocations | None = None
         self._workers: list[Worker] = []
         self._tasks: list[asyncio.Task[None]] = []
+        self._reports: set[asyncio.Task[None]] = set()
 
     def start(self, client: Client, runtime: Any) -> None:
         acts = self.activities
@@ -55,6 +58,25 @@ class InvokeRuntime:
         ]
         self._tasks = [asyncio.create_task(w.run()) for w in self._workers]
         self.service = Invocations(client, self.config, self.hub, self.artifacts, runtime)
+        self.activities.breakers.report = self._lifecycle_reporter(client)
+
+    def _lifecycle_reporter(self, client: Client) -> Callable[[str, str, bool], None]:
+        """Sustained failure seen by this process's breakers goes to the deployment's
+        lifecycle as probe_failed (Degraded), and recovery as probe_recovered."""
+
+        async def report(tenant_id: str, deployment_id: str, healthy: bool) -> None:
+            handle = client.get_workflow_handle(lifecycle_workflow_id(tenant_id, deployment_id))
+            try:
+                await handle.execute_update("probe_recovered" if healthy else "probe_failed")
+            except Exception as exc:  # a retired or not-yet-approved deployment: nothing to do
+                log.info("breaker report not applied: %s", type(exc).__name__)
+
+        def schedule(tenant_id: str, deployment_id: str, healthy: bool) -> None:
+            task = asyncio.get_running_loop().create_task(report(tenant_id, deployment_id, healthy))
+            self._reports.add(task)
+            task.add_done_callback(self._reports.discard)
+
+        return schedule
 
     async def stop(self) -> None:
         for worker in self._workers:

@@ -28,6 +28,13 @@ class Breaker:
     opened_at: float = 0.0
     # The trial in flight may itself hang; after another cool-down a new trial is allowed.
     trial_started: float | None = field(default=None)
+    # Told of every change of state (e.g. to report sustained failure to the lifecycle).
+    on_change: Callable[[BreakerState, BreakerState], None] | None = field(default=None)
+
+    def _move(self, to: BreakerState) -> None:
+        before, self.state = self.state, to
+        if before is not to and self.on_change is not None:
+            self.on_change(before, to)
 
     def allow(self) -> bool:
         now = self.clock()
@@ -45,10 +52,12 @@ class Breaker:
         return True
 
     def success(self) -> None:
-        self.state, self.failures, self.trial_started = BreakerState.CLOSED, 0, None
+        self.failures, self.trial_started = 0, None
+        self._move(BreakerState.CLOSED)
 
     def failure(self) -> None:
         now = self.clock()
         self.failures += 1
         if self.state is BreakerState.HALF_OPEN or self.failures >= self.threshold:
-            self.state, self.opened_at, self.trial_started = BreakerState.OPEN, now, None
+            self.opened_at, self.trial_started = now, None
+            self._move(BreakerState.OPEN)

@@ -21,6 +21,7 @@ from store.receipts import by_key
 from store.tables import InvocationReceiptRow, OutboxEventRow
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import profile_event, publish, record_evidence, register
+from tests.helpers.deadline import eventually
 
 A, B = "rs-primary", "rs-second"  # upstream models of the two deployments
 LONG = " ".join(f"word{i}" for i in range(40))
@@ -308,3 +309,40 @@ async def test_the_profile_fallback_chain_answers_with_the_same_guarantees(ctx: 
         json={"model": "rs-chain", "messages": [{"role": "user", "content": "hi"}]},
     )
     assert resp.status_code == 200 and resp.headers["X-Model-Router-Deployment"] == "rs/b"
+
+
+async def test_sustained_failure_is_reported_to_the_lifecycle_as_degraded(ctx: Ctx) -> None:
+    http, auth, up, sessions, tenant = ctx
+    up.inject(A, Fault(kind=FaultKind.UNAVAILABLE))
+    seen = Seen(up)
+    resp, _, _ = await _call(http, auth, "rs-fb")  # three attempts open the breaker
+    assert resp.headers["X-Model-Router-Deployment"] == "rs/b" and seen()[0] == 3
+    # After the cool-down a single trial goes to the primary; it fails: sustained failure.
+    deadline = time.monotonic() + 10
+    while seen()[0] == 3 and time.monotonic() < deadline:
+        resp, _, _ = await _call(http, auth, "rs-fb")
+        assert resp.status_code == 200  # served by the fallback all along
+    assert seen()[0] == 4
+
+    async def degraded() -> bool:
+        got = (await http.get("/factory/model-deployments/rs/a", headers=auth)).json()
+        return bool(got["state"] == "Degraded" and got["healthy"] is False)
+
+    await eventually(degraded, timeout=15)
+    async with sessions() as s:
+        events = (
+            await s.scalars(
+                select(OutboxEventRow)
+                .where(col(OutboxEventRow.tenant_id) == tenant)
+                .where(col(OutboxEventRow.aggregate_id) == "rs/a")
+                .where(col(OutboxEventRow.event_type) == "DeploymentStateChanged")
+            )
+        ).all()
+    assert ("Approved", "Degraded") in [
+        (e.payload["fromState"], e.payload["toState"]) for e in events
+    ]
+    # Degraded is skipped by the router: the primary gets no more requests; the health probe
+    # (tests/test_health_probe.py) brings it back once it answers again.
+    await _call(http, auth, "rs-fb")
+    assert seen()[0] == 4
+    up.state.clear_faults(A)
