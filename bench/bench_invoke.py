@@ -1604,9 +1604,10 @@ def analysis(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> list[str
         + f") against {g1['p50']:.0f} ms measured end to end back to back, and "
         f"{p50('gateway_paced'):.0f} ms when calls are 100 ms apart"
         + (
-            ": back to back, the previous call's workflow completion (the local activity's "
-            "result, the workflow task that completes it, the history long poll answering) "
-            "runs in the same event loop as the next call"
+            ": back to back, each call also pays for the end of the previous one (its local "
+            "activity's result, the workflow task that completes the workflow, the history "
+            "long poll answering), which runs in the same process; the timeline above puts "
+            "that extra time before the claim"
             if p50("gateway_paced") < 0.85 * g1["p50"]
             else " (pacing changes little: the time is in the call itself)"
         )
@@ -1657,9 +1658,9 @@ def analysis(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> list[str
         f"invocation at c=16; per invocation it served "
         + ", ".join(f"{k} {v:.2f}" for k, v in sorted(per_call.items(), key=lambda kv: -kv[1]))
         + (
-            f". The {polls:.0f} `PollWorkflowExecutionHistory` per call is the API's "
-            "`handle.result()` watch in `api/invocations.py`, started for every call though "
-            "the receipt arrives through the hub."
+            ". The `PollWorkflowExecutionHistory` per call is the API's `handle.result()` "
+            "watch in `api/invocations.py`, started for every call though the receipt "
+            "arrives through the hub."
             if polls >= 0.5
             else "."
         )
@@ -1682,6 +1683,7 @@ def analysis(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> list[str
             "with Temporal and PostgreSQL, for a receipt claimed before and closed after every "
             "call and a workflow that closes it if the API dies."
         )
+    lines += levers(res, m, p50)
     lines.append(
         f"- **Noise.** Load average {res.load_start[0]:.2f} at the start on a machine shared "
         "with other engineers; the paths are interleaved in rounds so each saw the same "
@@ -1689,6 +1691,78 @@ def analysis(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> list[str
         "move with it."
     )
     return lines
+
+
+def levers(
+    res: Results, m: dict[tuple[str, str], dict[str, Any]], p50: Callable[[str], float]
+) -> list[str]:
+    """What the measurements point at, each only while its measurement still shows it (none of
+    it is implemented here; each is a product decision)."""
+    out = []
+    kinds = res.pg["kinds"] if res.pg else {}
+    if kinds.get("pre-ping", 0) >= 1:
+        out.append(
+            f"the {kinds['pre-ping'] * 3:.0f} round trips of pool pre-pings (`pool_pre_ping=True` "
+            "in `store/db.py`: `BEGIN`, `;`, `ROLLBACK` on every checkout)"
+        )
+    if kinds.get("BEGIN", 0) - kinds.get("COMMIT", 0) >= 3:
+        out.append(
+            "the separate session per routing read (idempotency key, catalog version, "
+            "profile, deployment rows), when the profile and all of a deployment row but its "
+            "endpointRef are already in the catalog snapshot the API caches per catalog "
+            "version"
+        )
+    if res.temporal_per_call.get("PollWorkflowExecutionHistory", 0) >= 0.5:
+        out.append(
+            "the history long poll per call (`handle.result()` in `Invocations._follow`), "
+            "needed only when the hub goes quiet"
+        )
+    sandbox = p50("temporal_start_to_activity") - p50("temporal_start_to_activity_unsandboxed")
+    if sandbox >= 1:
+        out.append(
+            f"the workflow sandbox ({sandbox:.1f} ms to the activity here) for a workflow as "
+            "small as `InvokeModel`"
+        )
+    sdk = p50("provider_adapter_stream") - m[("direct", "st1")]["p50"]
+    if sdk >= 2:
+        out.append(
+            f"the OpenAI SDK's per-chunk objects ({sdk:.1f} ms per answer over reading the "
+            "same stream with httpx)"
+        )
+    if res.pg_connections_per_call.get("ns16", 0) >= 0.05:
+        out.append(
+            f"connection churn past the pool of {POOL_SIZE} at c=16 "
+            f"({res.pg_connections_per_call['ns16']:.2f} new server processes per call)"
+        )
+    if not importlib.util.find_spec("uvloop"):
+        out.append("uvloop for the API's event loop, as LiteLLM's proxy uses")
+    out.append("more than one API process per machine, since one is bound to one core")
+    waiting = p50("temporal_start_to_activity")
+    others = [
+        p50("provider_adapter_stream") - m[("direct", "ns1")]["p50"],
+        sum(
+            p50(k)
+            for k in (
+                "db_idempotency_lookup",
+                "db_catalog_version",
+                "db_current_profile",
+                "db_deployment_rows",
+            )
+        ),
+        p50("api_models"),
+    ]
+    out.append(
+        ("and the largest piece of the c=1 overhead" if waiting > max(others) else "and")
+        + f", the provider call waiting {waiting:.0f} ms for the eager workflow task and its local "
+        "activity: the receipt's unique claim is the durable guarantee, so the call could "
+        "start once claimed, with the workflow started beside it to close the receipt if the "
+        "process dies (a change to the design in DESIGN §5, not a tuning)"
+    )
+    return [
+        "- **Levers** the measurements point at (not implemented; product decisions): "
+        + "; ".join(out)
+        + "."
+    ]
 
 
 def write(text: str) -> None:

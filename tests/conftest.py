@@ -24,6 +24,7 @@ from core.security import new_client_secret
 from core.settings import Settings
 from core.temporal import connect
 from domain.enums import Role, Scope
+from providers.upstream import UpstreamServer
 from store.clients import upsert_client
 from store.db import create_engine, session_factory
 from store.migrate import upgrade
@@ -244,3 +245,10 @@ async def cli_env(
         "MODEL_ROUTER_CLIENT_SECRET": secret,
         "COLUMNS": "250",
     }
+
+
+@pytest.fixture(scope="module")
+async def upstream() -> AsyncIterator[UpstreamServer]:
+    """The project's local upstream simulator, one per test module (tests script its models)."""
+    async with UpstreamServer() as server:
+        yield server

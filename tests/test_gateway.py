@@ -4,7 +4,6 @@ before any provider sees the call, and the invocation metrics."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from decimal import Decimal
 
 import httpx
@@ -17,12 +16,6 @@ from providers.upstream import UpstreamServer
 from store.receipts import by_key
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import profile_event, publish, record_evidence, register
-
-
-@pytest.fixture(scope="module")
-async def upstream() -> AsyncIterator[UpstreamServer]:
-    async with UpstreamServer() as server:
-        yield server
 
 
 @pytest.fixture

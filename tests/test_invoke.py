@@ -24,12 +24,6 @@ from tests.conftest import TokenFactory
 from tests.helpers.catalog import profile_event, publish, record_evidence, register
 
 
-@pytest.fixture(scope="module")
-async def upstream() -> AsyncIterator[UpstreamServer]:
-    async with UpstreamServer() as server:
-        yield server
-
-
 @pytest.fixture
 async def catalog(
     http: httpx.AsyncClient,

@@ -9,7 +9,6 @@ import os
 import signal
 import sys
 import uuid
-from collections.abc import AsyncIterator
 
 import asyncpg
 import httpx
@@ -25,12 +24,6 @@ from tests.conftest import TokenFactory, free_port
 from tests.helpers.catalog import profile_event, publish, record_evidence, register
 from tests.helpers.deadline import eventually
 from tests.helpers.process import Proc
-
-
-@pytest.fixture(scope="module")
-async def upstream() -> AsyncIterator[UpstreamServer]:
-    async with UpstreamServer() as server:
-        yield server
 
 
 @pytest.fixture

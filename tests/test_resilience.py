@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -25,12 +24,6 @@ from tests.helpers.deadline import eventually
 
 A, B = "rs-primary", "rs-second"  # upstream models of the two deployments
 LONG = " ".join(f"word{i}" for i in range(40))
-
-
-@pytest.fixture(scope="module")
-async def upstream() -> AsyncIterator[UpstreamServer]:
-    async with UpstreamServer() as server:
-        yield server
 
 
 @pytest.fixture
