@@ -37,6 +37,9 @@ from store.artifacts import ArtifactStore
 from store.tables import InvocationReceiptRow
 from workflows.invoke import InvokeModelWorkflow
 
+# How long the hub may stay silent before the workflow's own result is watched as well.
+QUIET_SECONDS = 0.25
+
 
 @dataclass
 class Call:
@@ -142,29 +145,39 @@ class Invocations:
         handle: WorkflowHandle[Any, Any],
     ) -> AsyncIterator[Any]:
         finished = False
+        getter: asyncio.Future[Any] | None = None
+        result: asyncio.Future[Any] | None = None
         try:
-            result = asyncio.ensure_future(handle.result())
             while True:
-                getter = asyncio.ensure_future(pending.events.get())
-                done, _ = await asyncio.wait({getter, result}, return_when=asyncio.FIRST_COMPLETED)
-                if getter in done:
-                    item = getter.result()
-                    if isinstance(item, Attach):
-                        break
-                    yield item
-                    if isinstance(item, ReceiptReady):
-                        finished = True
-                        result.cancel()
-                        return
+                getter = getter or asyncio.ensure_future(pending.events.get())
+                # The receipt comes through the hub; the workflow's result is only watched once
+                # the hub goes quiet (another execution owns this key, or the call ended
+                # without a receipt event), so a call that streams costs no history long poll.
+                done, _ = await asyncio.wait(
+                    {getter} if result is None else {getter, result},
+                    timeout=QUIET_SECONDS if result is None else None,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if not done:
+                    result = asyncio.ensure_future(handle.result())
                     continue
-                getter.cancel()
-                break
+                if getter not in done:
+                    break  # the workflow finished without this process's hub hearing of it
+                item, getter = getter.result(), None
+                if isinstance(item, Attach):
+                    break
+                yield item
+                if isinstance(item, ReceiptReady):
+                    finished = True
+                    return
             # Another execution of this key answered (or is answering): wait, then replay.
-            result.cancel()
             async for item in self._replay(tenant, key, hash_):
                 yield item
             finished = True
         finally:
+            for future in (getter, result):
+                if future is not None:
+                    future.cancel()
             if not finished:
                 pending.cancelled.set()  # the caller went away: stop the provider call
             self._hub.close(token)
@@ -258,10 +271,10 @@ class Invocations:
             needs_structured_output=call.needs_structured_output,
             budget_applies=call.budget_usd is not None,
         )
+        profile = await current_profile(self._runtime.sessions, tenant, call.profile_id)
         if call.run_id is not None:
 
             async def decide_now() -> Any:
-                profile = await current_profile(self._runtime.sessions, tenant, call.profile_id)
                 return await decide(self._runtime.snapshots, profile, needs)
 
             row, _ = await route_plans.resolve_once(
@@ -270,9 +283,7 @@ class Invocations:
             candidates, plan_id = list(row.candidates), row.route_plan_id
             constraints = PlanConstraints.model_validate(row.constraints)
             decision_id = row.policy_decision_id or uuid.uuid4()
-            profile = await current_profile(self._runtime.sessions, tenant, call.profile_id)
         else:
-            profile = await current_profile(self._runtime.sessions, tenant, call.profile_id)
             plan = await decide(self._runtime.snapshots, profile, needs)
             candidates, plan_id, decision_id = plan.candidate_ids, None, plan.policy_decision_id
             constraints = plan.constraints
