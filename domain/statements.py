@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from domain.enums import InvocationOutcome, UsageStatus
-from domain.events import TOPICS
+from domain.events import model_invoked
 
 AWAITING = frozenset({UsageStatus.UNKNOWN, UsageStatus.ESTIMATED})
 
@@ -106,23 +106,17 @@ def usage_corrected_event(
 ) -> dict[str, Any]:
     """ModelInvoked again, with the settled usage: usage accounting keys on invocationId, so
     this replaces what it recorded for the receipt (usageStatus Reconciled says why)."""
-    return {
-        "event_type": "ModelInvoked",
-        "topic": TOPICS["ModelInvoked"],
-        "aggregate_type": "InvocationReceipt",
-        "aggregate_id": invocation_id,
-        "payload": {
-            "invocationId": invocation_id,
-            "tenantId": tenant_id,
-            "projectId": project_id,
-            "runId": run_id,
-            "attemptId": attempt_id,
-            "profileId": profile_id,
-            "deploymentId": deployment_id,
-            "outcome": outcome.value,
-            "usageStatus": UsageStatus.RECONCILED.value,
-            "inputTokens": input_tokens,
-            "outputTokens": output_tokens,
-            "estimatedCostUsd": str(estimated_cost_usd) if estimated_cost_usd is not None else None,
-        },
-    }
+    return model_invoked(
+        invocation_id=invocation_id,
+        tenant_id=tenant_id,
+        project_id=project_id,
+        run_id=run_id,
+        attempt_id=attempt_id,
+        profile_id=profile_id,
+        deployment_id=deployment_id,
+        outcome=outcome.value,
+        usage_status=UsageStatus.RECONCILED.value,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        estimated_cost_usd=estimated_cost_usd,
+    )

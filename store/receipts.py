@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col, select
 
 from domain.enums import InvocationOutcome, UsageStatus
-from domain.events import TOPICS
+from domain.events import TOPICS, model_invoked
 from domain.invocation import InvocationInput, InvocationSummary
 from store.db import transaction
 from store.repositories import OutboxRepository
@@ -51,29 +52,21 @@ async def claim(
     return True
 
 
-def _model_invoked(row: InvocationReceiptRow) -> dict[str, object]:
-    return {
-        "event_type": "ModelInvoked",
-        "topic": TOPICS["ModelInvoked"],
-        "aggregate_type": "InvocationReceipt",
-        "aggregate_id": str(row.invocation_id),
-        "payload": {
-            "invocationId": str(row.invocation_id),
-            "tenantId": row.tenant_id,
-            "projectId": row.project_id,
-            "runId": str(row.run_id) if row.run_id else None,
-            "attemptId": str(row.attempt_id) if row.attempt_id else None,
-            "profileId": row.profile_id,
-            "deploymentId": row.deployment_id,
-            "outcome": row.outcome.value,
-            "usageStatus": row.usage_status.value,
-            "inputTokens": row.input_tokens,
-            "outputTokens": row.output_tokens,
-            "estimatedCostUsd": (
-                str(row.estimated_cost_usd) if row.estimated_cost_usd is not None else None
-            ),
-        },
-    }
+def _model_invoked(row: InvocationReceiptRow) -> dict[str, Any]:
+    return model_invoked(
+        invocation_id=str(row.invocation_id),
+        tenant_id=row.tenant_id,
+        project_id=row.project_id,
+        run_id=str(row.run_id) if row.run_id else None,
+        attempt_id=str(row.attempt_id) if row.attempt_id else None,
+        profile_id=row.profile_id,
+        deployment_id=row.deployment_id,
+        outcome=row.outcome.value,
+        usage_status=row.usage_status.value,
+        input_tokens=row.input_tokens,
+        output_tokens=row.output_tokens,
+        estimated_cost_usd=row.estimated_cost_usd,
+    )
 
 
 def _fallback_used(row: InvocationReceiptRow, summary: InvocationSummary) -> dict[str, object]:
@@ -119,7 +112,7 @@ async def finalize(
         row.fallback_used = summary.fallback_used
         row.ended_at = datetime.now(UTC)
         outbox = OutboxRepository(session, tenant_id)
-        outbox.append(**_model_invoked(row))  # type: ignore[arg-type]
+        outbox.append(**_model_invoked(row))
         if summary.fallback_used:
             outbox.append(**_fallback_used(row, summary))  # type: ignore[arg-type]
         return row
