@@ -19,7 +19,6 @@ import random
 import statistics
 import sys
 import time
-import timeit
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -29,13 +28,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.doc_section import DOC, write_section  # noqa: E402
+from bench.machine_speed import calibrate  # noqa: E402
 from domain.enums import Capability, LatencyClass, Modality, PrivacyClass  # noqa: E402
 from domain.planner import PlanRequest, plan_route  # noqa: E402
 from domain.policy import DataClassification, TenantPolicy  # noqa: E402
 from domain.profiles import ModelProfile  # noqa: E402
 from domain.snapshot import CatalogSnapshot  # noqa: E402
 
-DOC = ROOT / "docs" / "benchmarks.md"
 START, END = "<!-- bench:planner:start -->", "<!-- bench:planner:end -->"
 TENANT = "tenant-bench"
 NOW = datetime(2026, 5, 9, 12, 0, tzinfo=UTC)
@@ -267,12 +267,6 @@ def run(quick: bool) -> list[dict[str, Any]]:
     return rows
 
 
-def calibrate() -> float:
-    """µs for sum(range(1000)), best of 5 (as `python -m timeit` reports it): a yardstick for
-    how fast this machine was during the run, since a shared VM's speed drifts."""
-    return min(timeit.repeat("sum(range(1000))", number=2000, repeat=5)) / 2000 * 1e6
-
-
 def section(rows: list[dict[str, Any]], load: float, yardstick: tuple[float, float]) -> str:
     def met(n: int, limit: float) -> str:
         worst = max(r["p50"] for r in rows if r["n"] == n)
@@ -328,23 +322,6 @@ def section(rows: list[dict[str, Any]], load: float, yardstick: tuple[float, flo
     return "\n".join(lines)
 
 
-def write(text: str) -> None:
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    current = (
-        DOC.read_text()
-        if DOC.exists()
-        else "# Benchmarks\n\nMeasured numbers, one section per benchmark; each benchmark "
-        "rewrites only its own section.\n"
-    )
-    if START in current and END in current:
-        head, rest = current.split(START, 1)
-        _, tail = rest.split(END, 1)
-        updated = head + text + tail
-    else:
-        updated = current.rstrip("\n") + "\n\n" + text + "\n"
-    DOC.write_text(updated)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer iterations, no doc update")
@@ -355,7 +332,7 @@ def main() -> None:
     yardstick = (before, calibrate())
     print(f"yardstick sum(range(1000)): {yardstick[0]:.1f} µs before, {yardstick[1]:.1f} after")
     if not args.quick:
-        write(section(rows, load, yardstick))
+        write_section(section(rows, load, yardstick), START, END)
         print(f"wrote {DOC.relative_to(ROOT)}")
 
 

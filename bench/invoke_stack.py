@@ -8,111 +8,22 @@ Child processes are stopped by their own pid (SIGTERM, then SIGKILL after a grac
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
-import pwd
-import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.child_process import Child, free_port, http_ok, port_open
+from bench.local_postgres import LocalPostgres
+
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def port_open(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.3)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def http_ok(url: str, headers: dict[str, str] | None = None) -> bool:
-    try:
-        req = urllib.request.Request(url, headers=headers or {})
-        with urllib.request.urlopen(req, timeout=2) as resp:
-            return bool(resp.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
-
-
-def proc_rss_kib(pid: int) -> tuple[int, int]:
-    """(VmRSS, VmHWM) in KiB from /proc, (0, 0) when the process is gone."""
-    rss = hwm = 0
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    rss = int(line.split()[1])
-                elif line.startswith("VmHWM:"):
-                    hwm = int(line.split()[1])
-    except OSError:
-        pass
-    return rss, hwm
-
-
-def proc_cpu_seconds(pid: int, reaped_children: bool = False) -> float:
-    """User + system CPU seconds of one process (its threads included), and with
-    `reaped_children` also of its children that exited and were waited for."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    ticks = int(fields[11]) + int(fields[12])
-    if reaped_children:
-        ticks += int(fields[13]) + int(fields[14])
-    return ticks / CLK_TCK
-
-
-def children_of(parent: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == parent:
-            found.append(int(entry))
-    return found
-
-
-@dataclass
-class Child:
-    name: str
-    proc: subprocess.Popen[bytes]
-    log: Path
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
 
 
 @dataclass
@@ -121,12 +32,7 @@ class Stack:
 
     work: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="mr-bench-invoke.")))
     children: list[Child] = field(default_factory=list)
-    pg_bin: Path | None = None
-    pg_data: Path | None = None
-    pg_run: list[str] = field(default_factory=list)
-    pg_log: Path | None = None
-    pg_postmaster: int | None = None
-    server_url: str = ""  # a PostgreSQL server (maintenance database), SQLAlchemy asyncpg URL
+    postgres: LocalPostgres | None = None
     temporal_port: int = 0
     temporal_metrics_port: int = 0
     upstream_port: int = 0
@@ -180,115 +86,10 @@ class Stack:
             child.proc.wait(timeout=10)
 
     # -- PostgreSQL -----------------------------------------------------------------------
-    def _find_pg_bin(self) -> Path | None:
-        dirs: list[str] = []
-        if shutil.which("pg_config"):
-            out = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True)
-            dirs.append(out.stdout.strip())
-        dirs += glob.glob("/usr/lib/postgresql/*/bin")
-        usable = [
-            Path(d)
-            for d in dirs
-            if d and all((Path(d) / b).exists() for b in ("initdb", "pg_ctl", "postgres"))
-        ]
-
-        def version(p: Path) -> tuple[int, ...]:
-            return tuple(int(x) for x in re.findall(r"\d+", str(p))) or (0,)
-
-        return max(usable, key=version) if usable else None
-
     def start_postgres(self) -> str:
-        """initdb + pg_ctl on a free port, fsync off (as `scripts/test.sh` does); returns the
-        server URL. As root, the server runs as the `postgres` user through runuser."""
-        self.pg_bin = self._find_pg_bin()
-        if self.pg_bin is None and os.geteuid() == 0:
-            print("installing PostgreSQL (Debian package postgresql)…", flush=True)
-            subprocess.run(["apt-get", "update", "-qq"], check=True, stdout=subprocess.DEVNULL)
-            subprocess.run(
-                ["apt-get", "install", "-y", "-qq", "postgresql"],
-                check=True,
-                stdout=subprocess.DEVNULL,
-                env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
-            )
-            self.pg_bin = self._find_pg_bin()
-        if self.pg_bin is None:
-            raise RuntimeError(
-                "PostgreSQL server binaries not found: install Debian's postgresql package or "
-                "set MODEL_ROUTER_BENCH_DATABASE_URL to a PostgreSQL server URL"
-            )
-        pg_dir, sock = self.work / "pg", self.work / "pgsock"
-        pg_dir.mkdir()
-        sock.mkdir()
-        if os.geteuid() == 0:
-            user = pwd.getpwnam("postgres")
-            for d in (pg_dir, sock):
-                os.chown(d, user.pw_uid, user.pw_gid)
-            self.pg_run = ["runuser", "-u", "postgres", "--"]
-        self.pg_data = pg_dir / "data"
-        self.pg_log = pg_dir / "postgres.log"
-        port = free_port()
-        subprocess.run(
-            [
-                *self.pg_run,
-                str(self.pg_bin / "initdb"),
-                "-D",
-                str(self.pg_data),
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "-E",
-                "UTF8",
-                "--no-sync",
-            ],
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
-        options = (
-            f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off "
-            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
-        )
-        subprocess.run(
-            [
-                *self.pg_run,
-                str(self.pg_bin / "pg_ctl"),
-                "-D",
-                str(self.pg_data),
-                "-l",
-                str(self.pg_log),
-                "-w",
-                "-t",
-                "60",
-                "start",
-                "-o",
-                options,
-            ],
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
-        self.pg_postmaster = int((self.pg_data / "postmaster.pid").read_text().split()[0])
-        self.server_url = f"postgresql+asyncpg://postgres@127.0.0.1:{port}/postgres"
-        return self.server_url
-
-    def postgres_pids(self) -> list[int]:
-        if self.pg_postmaster is None:
-            return []
-        return [self.pg_postmaster, *children_of(self.pg_postmaster)]
-
-    def stop_postgres(self) -> None:
-        if self.pg_bin is None or self.pg_data is None:
-            return
-        if (self.pg_data / "postmaster.pid").exists():
-            subprocess.run(
-                [
-                    *self.pg_run,
-                    str(self.pg_bin / "pg_ctl"),
-                    "-D",
-                    str(self.pg_data),
-                    *("-m", "fast", "-w", "-t", "30", "stop"),
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
+        """A throwaway server under the work directory; returns its URL."""
+        self.postgres = LocalPostgres(self.work)
+        return self.postgres.start()
 
     # -- Temporal, upstream, worker, API, LiteLLM -----------------------------------------
     def start_temporal(self) -> Child:
@@ -438,8 +239,9 @@ class Stack:
             if child is not None:
                 with contextlib.suppress(Exception):
                     self.stop_child(child)
-        with contextlib.suppress(Exception):
-            self.stop_postgres()
+        if self.postgres is not None:
+            with contextlib.suppress(Exception):
+                self.postgres.stop()
         if keep:
             print(f"kept {self.work}", flush=True)
         else:
