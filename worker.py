@@ -20,7 +20,7 @@ from activities.lifecycle import LifecycleActivities
 from activities.probes import ProbeActivities
 from activities.reconcile import ReconcileActivities
 from activities.webhooks import WebhookActivities
-from core import metrics
+from core import metrics, tracing
 from core.logging import configure_logging
 from core.schedules import ensure_schedules
 from core.settings import Settings, get_settings
@@ -149,7 +149,13 @@ def main() -> None:
             otlp_endpoint=settings.otlp_metrics_endpoint,
             otlp_interval_seconds=settings.otlp_export_interval_seconds,
         )
-    asyncio.run(run(settings))
+    tracing.configure_exporters(
+        service_name="model-router", otlp_endpoint=settings.otlp_traces_endpoint
+    )
+    try:
+        asyncio.run(run(settings))
+    finally:
+        tracing.shutdown()
 
 
 if __name__ == "__main__":

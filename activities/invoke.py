@@ -17,6 +17,7 @@ from decimal import Decimal
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
+from activities import invoke_spans
 from activities.adapter_pool import AdapterPool
 from activities.invoke_hub import Attach, InvocationHub, PendingCall, ReceiptReady
 from activities.invoke_outcomes import TRANSIENT as _TRANSIENT
@@ -228,18 +229,22 @@ class InvokeActivities:
         attempt = 0
         while True:
             attempt += 1
+            route.attempt_starts()
             remaining = started + data.timeout_seconds - time.monotonic()
-            result = await self._attempt(
-                data, adapter, pending, started, timeouts, remaining, route
-            )
+            with invoke_spans.provider_call(data, target, attempt) as span:
+                result = await self._attempt(
+                    data, adapter, pending, started, timeouts, remaining, route
+                )
+                invoke_spans.record(span, result)
             if result.outcome is InvocationOutcome.COMPLETED:
                 breaker.success()
                 return result
             kind = result.error_kind or "server_error"
             metrics.provider_errors.add(1, {"provider": target.provider, "class": kind})
+            route.attempt_failed(target.provider, kind)
             transient = kind in _TRANSIENT
             if transient:
-                breaker.failure()
+                breaker.failure(result.retry_after)
             if result.outcome is InvocationOutcome.PARTIAL:
                 return result  # output reached the caller: never retried, never spliced
             delay = retry_delay(

@@ -16,6 +16,10 @@ from providers.errors import ErrorKind, ProviderError
 from providers.types import ChatRequest, Completion
 
 TRANSIENT = frozenset(k.value for k in ErrorKind if k.transient)
+# Failures after which the provider may still bill the attempt: it had the request and was
+# working on it when we stopped listening, or its answer was cut off. (Refusals — 429, 5xx,
+# 4xx — are not billed; a connection that failed may never have carried the request.)
+MAYBE_BILLED = frozenset({ErrorKind.TIMEOUT.value, ErrorKind.STREAM_INCOMPLETE.value})
 
 
 @dataclass
@@ -33,6 +37,8 @@ class Outcome:
     retry_after: float | None = None
     target: Target | None = None
     fallback_reason: str | None = None
+    finish_reason: str | None = None
+    response_model: str | None = None
 
 
 @dataclass
@@ -44,6 +50,20 @@ class Route:
     ttft_ms: int | None = None
     emitted: list[str] = field(default_factory=list)
     fallback_reason: str | None = None
+    # The last failed attempt, while the provider may bill it: (provider, error kind).
+    maybe_billed: tuple[str, str] | None = None
+
+    def attempt_starts(self) -> None:
+        """A new attempt (a retry or a fallback) replaces the last failed one, whose usage no
+        receipt will carry: the receipt is the answering (or last) attempt's. So it is counted
+        where a provider may bill it."""
+        if self.maybe_billed is not None:
+            provider, reason = self.maybe_billed
+            metrics.attempts_abandoned.add(1, {"provider": provider, "reason": reason})
+        self.maybe_billed = None
+
+    def attempt_failed(self, provider: str, kind: str) -> None:
+        self.maybe_billed = (provider, kind) if kind in MAYBE_BILLED else None
 
     @property
     def emitted_tokens(self) -> int:
@@ -86,6 +106,8 @@ def completed(request: ChatRequest, completion: Completion, ttft_ms: int | None)
         artifact=canonical_json(body),
         provider_request_id=completion.provider_request_id,
         ttft_ms=ttft_ms,
+        finish_reason=completion.finish_reason.value,
+        response_model=completion.response_model,
     )
 
 

@@ -50,6 +50,46 @@ async def _ping(adapter: ProviderAdapter, modality: Modality) -> None:
         await adapter.complete(_PING)
 
 
+async def send_probe(
+    broker: SecretBroker, target: ProbeTarget, seconds: float
+) -> tuple[ProbeResult, bool, str]:
+    """One minimal request through a fresh adapter of the deployment: the result, whether a
+    failure is transient, and a message naming the error class (never content). Also the
+    breaker's recovery trial (`activities/breaker_recovery.py`), so both judge health alike."""
+    started = time.perf_counter()
+    error: str | None = None
+    transient, message = False, "ok"
+    try:
+        adapter = await resolve_adapter(
+            broker,
+            provider=target.provider,
+            model=target.model,
+            endpoint_ref=target.endpoint_ref,
+            timeouts=ProviderTimeouts(connect=seconds, read=seconds),
+            modality=target.modality,
+        )
+        try:
+            await asyncio.wait_for(_ping(adapter, target.modality), seconds)
+        finally:
+            await adapter.aclose()
+    except ProviderError as exc:
+        error, transient, message = exc.kind.value, exc.transient, str(exc)
+    except TimeoutError:
+        error, transient, message = ErrorKind.TIMEOUT.value, True, f"no answer in {seconds}s"
+    except SecretResolutionError as exc:
+        # The reference names where the key lives, never the key.
+        error, message = CREDENTIALS, str(exc)
+    elapsed_ms = round((time.perf_counter() - started) * 1000)
+    result = ProbeResult(
+        tenant_id=target.tenant_id,
+        deployment_id=target.deployment_id,
+        outcome=ProbeOutcome.FAILED if error else ProbeOutcome.OK,
+        latency_ms=elapsed_ms,
+        error_class=error,
+    )
+    return result, transient, message
+
+
 class ProbeActivities:
     def __init__(
         self, sessions: async_sessionmaker[AsyncSession], client: Client, broker: SecretBroker
@@ -85,45 +125,11 @@ class ProbeActivities:
                     replayed=True,
                 )
                 return _raise_if_failed(replay, transient=False, message="recorded")
-        result, transient, message = await self._send(target, data.timeout_seconds)
+        result, transient, message = await send_probe(self._broker, target, data.timeout_seconds)
         async with transaction(self._sessions) as session:
             await probes.record_sample(session, result, data.window_start, attempt)
         _observe(target, result)
         return _raise_if_failed(result, transient=transient, message=message)
-
-    async def _send(self, target: ProbeTarget, seconds: float) -> tuple[ProbeResult, bool, str]:
-        started = time.perf_counter()
-        error: str | None = None
-        transient, message = False, "ok"
-        try:
-            adapter = await resolve_adapter(
-                self._broker,
-                provider=target.provider,
-                model=target.model,
-                endpoint_ref=target.endpoint_ref,
-                timeouts=ProviderTimeouts(connect=seconds, read=seconds),
-                modality=target.modality,
-            )
-            try:
-                await asyncio.wait_for(_ping(adapter, target.modality), seconds)
-            finally:
-                await adapter.aclose()
-        except ProviderError as exc:
-            error, transient, message = exc.kind.value, exc.transient, str(exc)
-        except TimeoutError:
-            error, transient, message = ErrorKind.TIMEOUT.value, True, f"no answer in {seconds}s"
-        except SecretResolutionError as exc:
-            # The reference names where the key lives, never the key.
-            error, message = CREDENTIALS, str(exc)
-        elapsed_ms = round((time.perf_counter() - started) * 1000)
-        result = ProbeResult(
-            tenant_id=target.tenant_id,
-            deployment_id=target.deployment_id,
-            outcome=ProbeOutcome.FAILED if error else ProbeOutcome.OK,
-            latency_ms=elapsed_ms,
-            error_class=error,
-        )
-        return result, transient, message
 
     @activity.defn(name="probe_apply_verdict")
     async def apply_verdict(self, data: ApplyVerdictInput) -> ApplyVerdictResult:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 
 from core.settings import Settings
@@ -25,8 +25,8 @@ class BreakerRegistry:
     """One breaker per (tenant, deployment) in this process. Sustained failure — a breaker that
     opens again because its trial failed — is reported once to `report(tenant, deployment,
     healthy=False)`, and its closing after that with `healthy=True`; the lifecycle turns those
-    into Degraded and back (the health probe also recovers a Degraded deployment, which the
-    router no longer sends trials to)."""
+    into Degraded and back. The router sends no trials to a Degraded deployment, so the
+    reporter trials it itself (`activities/breaker_recovery.py`)."""
 
     def __init__(
         self, threshold: int, cooldown: float, clock: Callable[[], float] = time.monotonic
@@ -49,6 +49,20 @@ class BreakerRegistry:
         elif to is BreakerState.CLOSED and key in self._reported:
             self._reported.discard(key)
             self.report(key[0], key[1], True)
+
+    def forget_report(self, tenant_id: str, deployment_id: str) -> None:
+        """The reporter stopped following this deployment (it left it to the health probe): a
+        later sustained failure is news again."""
+        self._reported.discard((tenant_id, deployment_id))
+
+    def wait(self, tenant_id: str, deployment_ids: Iterable[str]) -> float | None:
+        """Seconds until the first of these deployments may be tried again in this process
+        (0 for one without a breaker yet); None for no deployments."""
+        waits = [
+            found.wait() if (found := self._breakers.get((tenant_id, d))) is not None else 0.0
+            for d in deployment_ids
+        ]
+        return min(waits, default=None)
 
     def get(self, tenant_id: str, deployment_id: str) -> Breaker:
         # Deployment ids are tenant-scoped: two tenants' "primary" are different providers.

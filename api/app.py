@@ -26,7 +26,9 @@ from api.routers import (
     usage_statements,
 )
 from api.runtime import Runtime
+from api.tracing import TracingMiddleware
 from core import metrics as instruments
+from core import tracing
 from core.logging import configure_logging
 from core.settings import Settings, get_settings
 
@@ -36,6 +38,9 @@ def create_app(settings: Settings | None = None, temporal_client: Client | None 
     if settings.auth_algorithm == "HS256" and settings.auth_jwt_secret is None:
         raise RuntimeError("MODEL_ROUTER_AUTH_JWT_SECRET must be set (HS256 signing key)")
     configure_logging(settings.log_level, json_lines=settings.log_json)
+    tracing.configure_exporters(
+        service_name="model-router", otlp_endpoint=settings.otlp_traces_endpoint
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -46,17 +51,29 @@ def create_app(settings: Settings | None = None, temporal_client: Client | None 
             yield
         finally:
             await runtime.close()
+            tracing.shutdown()
 
     app = FastAPI(
         title="model-router",
         version="0.1.0",
         summary="Model-access gateway: profiles resolved to evaluated deployments, with receipts.",
         lifespan=lifespan,
+        # FastAPI's own telemetry records query strings, and exception messages as logs; either
+        # can carry content. The request span is api/tracing.py's, which records neither.
+        telemetry={
+            "tracing": False,
+            "metrics": False,
+            "logs": False,
+            "operation_spans": False,
+            "auto_configure": False,
+        },
     )
     # Added first so it runs inside RequestIdMiddleware: its refusals carry the request id and
     # get an access line too.
     app.add_middleware(LimitsMiddleware, settings=settings)
     app.add_middleware(RequestIdMiddleware)
+    # Outermost: the server span covers everything, and the request id is known when it ends.
+    app.add_middleware(TracingMiddleware)
     problems.install(app)
     if settings.metrics_enabled or settings.otlp_metrics_endpoint:
         app.state.metrics_registry = instruments.configure_exporters(

@@ -20,18 +20,21 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 
 from activities.invoke_hub import Attach, InvocationHub, ReceiptReady
+from api.come_back import ComeBack
 from api.problems import Problem
 from api.route_targets import chain_targets, routable_targets
-from api.routing import current_profile, decide
+from api.routing import current_profile, decide, pinned_profile, policy_denial
 from api.runtime_types import InvokeConfig
 from core import metrics
 from core.security import Principal
+from domain.exclusions import ExclusionCode
 from domain.hashing import canonical_json, request_hash
 from domain.invocation import InvocationInput, InvocationSummary, Operation, Target, invocation_id
 from domain.planner import PlanRequest
 from domain.policy import DataClassification
 from domain.pricing import worst_case_cost_usd
-from domain.route_plan import PlanConstraints
+from domain.profiles import ModelProfile
+from domain.route_plan import PlanConstraints, RoutePlanResult
 from store import pricebook, receipts, route_plans
 from store.artifacts import ArtifactStore
 from store.tables import InvocationReceiptRow
@@ -69,6 +72,8 @@ class Running:
     invocation_id: uuid.UUID
     deployment_id: str
     events: AsyncIterator[Any]
+    # The deployments it may be answered by, in route order (empty for a replay).
+    candidates: tuple[str, ...] = ()
 
 
 class Invocations:
@@ -79,7 +84,9 @@ class Invocations:
         hub: InvocationHub,
         artifacts: ArtifactStore,
         runtime: Any,
+        come_back: ComeBack,
     ) -> None:
+        self._come_back = come_back
         self._client = client
         self._config = config
         self._hub = hub
@@ -133,7 +140,12 @@ class Invocations:
             data.invocation_id,
             targets[0].deployment_id,
             self._follow(tenant, key, hash_, token, pending, handle),
+            tuple(t.deployment_id for t in targets),
         )
+
+    def retry_after(self, principal: Principal, running: Running) -> int:
+        """Seconds a caller told its call failed transiently should wait before trying again."""
+        return self._come_back.after_failure(principal.tenant_id, running.candidates)
 
     async def _follow(
         self,
@@ -271,20 +283,33 @@ class Invocations:
             needs_structured_output=call.needs_structured_output,
             budget_applies=call.budget_usd is not None,
         )
-        profile = await current_profile(self._runtime.sessions, tenant, call.profile_id)
+        # Only a call that decides a plan reads the newest active version; filled in below.
+        newest: list[ModelProfile] = []
+        decided: list[RoutePlanResult] = []
+
+        async def decide_now() -> RoutePlanResult:
+            newest.append(await current_profile(self._runtime.sessions, tenant, call.profile_id))
+            decided.append(await decide(self._runtime.snapshots, newest[0], needs))
+            return decided[0]
+
         if call.run_id is not None:
-
-            async def decide_now() -> Any:
-                return await decide(self._runtime.snapshots, profile, needs)
-
             row, _ = await route_plans.resolve_once(
                 self._runtime.sessions, tenant, call.run_id, call.profile_id, decide_now
             )
+            # The run's plan fixes its profile version, retired or superseded since: the
+            # fallback rules and price basis of every attempt are the ones the run began with.
+            if newest and newest[0].version == row.profile_version:
+                profile = newest[0]
+            else:
+                profile = await pinned_profile(
+                    self._runtime.sessions, tenant, call.profile_id, row.profile_version
+                )
             candidates, plan_id = list(row.candidates), row.route_plan_id
             constraints = PlanConstraints.model_validate(row.constraints)
             decision_id = row.policy_decision_id or uuid.uuid4()
         else:
-            plan = await decide(self._runtime.snapshots, profile, needs)
+            plan = await decide_now()
+            profile = newest[0]
             candidates, plan_id, decision_id = plan.candidate_ids, None, plan.policy_decision_id
             constraints = plan.constraints
         targets = await routable_targets(
@@ -298,12 +323,32 @@ class Invocations:
             constraints,
             set(candidates),
         )
+        if not targets and not candidates:
+            # The plan stores no exclusions: a pinned empty plan (ResolveRoutePlan pins one) is
+            # explained by deciding again with its version; the plan itself does not change.
+            if not decided:
+                decided.append(await decide(self._runtime.snapshots, profile, needs))
+            denied = policy_denial(decided[0])
+            if denied is not None:
+                reason = denied.extensions["reason"]
+                metrics.denials.add(1, {"tenant": tenant, "reason": reason})
+                raise denied
         if not targets:
+            # A plan decided now leaves Degraded deployments out; they may be back soonest.
+            # (Health is the first filter, so one may fail another too: then the caller merely
+            # comes back early.)
+            unhealthy = [
+                e.deployment_id
+                for p in decided
+                for e in p.excluded
+                if e.code is ExclusionCode.UNHEALTHY
+            ]
+            wait = self._come_back.none_routable(tenant, [*candidates, *unhealthy])
             raise Problem(
                 503,
                 f"No candidate of profile {call.profile_id!r} is available "
                 "(none approved and healthy under this plan).",
-                headers={"Retry-After": "30"},
+                headers={"Retry-After": str(wait)},
                 errorClass="transient",
             )
         rules = {

@@ -167,6 +167,14 @@ probe_outcomes = Counter(_PREFIX + "probe.outcomes", "{probe}", "Health probes b
 receipts_reconciled = Counter(
     _PREFIX + "receipts_reconciled", "{receipt}", "Receipts settled from provider statements."
 )
+# Not in the spec's table: attempts a retry or a fallback replaced after a timeout or a cut
+# stream. The provider may bill them, but no receipt carries their usage (see the reconciler
+# notes in `domain/reconciliation.py`).
+attempts_abandoned = Counter(
+    _PREFIX + "attempts_abandoned",
+    "{attempt}",
+    "Replaced attempts the provider may bill (by provider and reason).",
+)
 
 INSTRUMENTS: tuple[Instrument, ...] = (
     invocations,
@@ -179,6 +187,7 @@ INSTRUMENTS: tuple[Instrument, ...] = (
     probe_latency,
     probe_outcomes,
     receipts_reconciled,
+    attempts_abandoned,
 )
 
 

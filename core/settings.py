@@ -117,6 +117,14 @@ class Settings(BaseSettings):
     invoke_breaker_cooldown_seconds: float = Field(
         default=5.0, gt=0, description="Open breaker's wait before one trial call."
     )
+    invoke_breaker_recovery_seconds: float = Field(
+        default=300.0,
+        ge=0,
+        description="How long a process trials a deployment it reported Degraded (0: never).",
+    )
+    invoke_unavailable_retry_after_max_seconds: int = Field(
+        default=60, ge=1, le=3600, description="Longest Retry-After a 503 tells the caller."
+    )
     prompt_caching: bool = Field(
         default=True,
         description="PromptCaching: use provider prompt caching where the adapter supports it.",
@@ -184,6 +192,9 @@ class Settings(BaseSettings):
         default=None, description="OTLP/HTTP metrics URL, e.g. http://collector:4318/v1/metrics."
     )
     otlp_export_interval_seconds: float = Field(default=60.0, gt=0)
+    otlp_traces_endpoint: str | None = Field(
+        default=None, description="OTLP/HTTP traces URL, e.g. http://collector:4318/v1/traces."
+    )
     max_body_bytes: int = Field(default=1_048_576, ge=1024, description="Largest request body.")
     max_json_depth: int = Field(default=64, ge=4, le=1000, description="Deepest JSON nesting.")
     rate_limit_enabled: bool = True

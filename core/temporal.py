@@ -9,6 +9,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import TLSConfig
 
+from core import tracing
 from core.settings import Settings
 
 
@@ -46,6 +47,8 @@ def client_options(settings: Settings) -> dict[str, Any]:
         "namespace": settings.temporal_namespace,
         "data_converter": pydantic_data_converter,
         "tls": tls_config(settings),
+        # Carries the caller's trace into workflows and activities (ids only, never payloads).
+        "interceptors": tracing.interceptors(),
     }
     if settings.temporal_api_key is not None:
         options["api_key"] = settings.temporal_api_key.get_secret_value()

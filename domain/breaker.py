@@ -30,6 +30,9 @@ class Breaker:
     trial_started: float | None = field(default=None)
     # Told of every change of state (e.g. to report sustained failure to the lifecycle).
     on_change: Callable[[BreakerState, BreakerState], None] | None = field(default=None)
+    # The provider's own Retry-After on its last failure: only what callers are told to wait
+    # (`wait`); calls are let through by the breaker's rules alone.
+    not_before: float = 0.0
 
     def _move(self, to: BreakerState) -> None:
         before, self.state = self.state, to
@@ -51,13 +54,27 @@ class Breaker:
         self.trial_started = now
         return True
 
+    def wait(self) -> float:
+        """Seconds until this deployment may next be tried: the rest of an open cool-down (or
+        of a trial in flight), or of the provider's Retry-After, whichever ends later."""
+        now = self.clock()
+        if self.state is BreakerState.OPEN:
+            until = self.opened_at + self.cooldown
+        elif self.state is BreakerState.HALF_OPEN and self.trial_started is not None:
+            until = self.trial_started + self.cooldown
+        else:
+            until = now
+        return max(0.0, until - now, self.not_before - now)
+
     def success(self) -> None:
-        self.failures, self.trial_started = 0, None
+        self.failures, self.trial_started, self.not_before = 0, None, 0.0
         self._move(BreakerState.CLOSED)
 
-    def failure(self) -> None:
+    def failure(self, retry_after: float | None = None) -> None:
         now = self.clock()
         self.failures += 1
+        if retry_after is not None:
+            self.not_before = now + retry_after
         if self.state is BreakerState.HALF_OPEN or self.failures >= self.threshold:
             self.opened_at, self.trial_started = now, None
             self._move(BreakerState.OPEN)

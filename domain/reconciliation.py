@@ -24,6 +24,11 @@ why running the rules again over the same statements settles nothing new.
 
 Nothing settles to zero unless asked for: a share of zero input and zero output tokens leaves
 the receipt as it was (a statement that explains nothing is no proof that nothing was used).
+
+Attempts that no receipt carries — one abandoned after a timeout or a cut and replaced by a
+retry or a fallback (counted in the `attempts_abandoned` metric) — are not known here: a line
+with such an attempt's request id matches no receipt and settles nothing, and in a bucket their
+tokens are unexplained, so they go to the bucket's unsettled receipts, or to nobody.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from providers.errors import (
     ErrorKind,
     ProviderError,
     kind_from_status,
+    mid_stream,
     retry_after_seconds,
     stream_incomplete,
     transport_error,
@@ -239,6 +240,7 @@ class AnthropicAdapter(ProviderAdapter):
             raise map_error(exc, self.provider) from None
         request_id = events.response.headers.get("request-id")
         response_id: str | None = None
+        response_model: str | None = None
         usage = _Usage()
         stop_reason: str | None = None
         tool_index: dict[int, int] = {}
@@ -247,6 +249,7 @@ class AnthropicAdapter(ProviderAdapter):
                 async for event in events:
                     if event.type == "message_start":
                         response_id = event.message.id
+                        response_model = event.message.model
                         usage.update(getattr(event.message, "usage", None))
                     elif event.type == "content_block_start":
                         block = event.content_block
@@ -273,7 +276,7 @@ class AnthropicAdapter(ProviderAdapter):
                             # sends message_stop (or never closes) must not hold the call.
                             break
         except _FAILURES as exc:
-            raise map_error(exc, self.provider) from None
+            raise mid_stream(map_error(exc, self.provider), request_id) from None
         # The stop reason ends the answer; a missing message_stop after it loses nothing.
         if stop_reason is None:
             raise stream_incomplete(self.provider, request_id)
@@ -284,6 +287,7 @@ class AnthropicAdapter(ProviderAdapter):
             reason=_STOP.get(stop_reason, FinishReason.OTHER),
             provider_request_id=request_id,
             response_id=response_id,
+            response_model=response_model,
         )
 
     async def complete(self, request: ChatRequest) -> Completion:
@@ -320,4 +324,5 @@ def _events(message: AnthropicMessage, request_id: str | None) -> Iterator[Strea
         reason=_STOP.get(message.stop_reason or "", FinishReason.OTHER),
         provider_request_id=request_id,
         response_id=message.id,
+        response_model=message.model,
     )

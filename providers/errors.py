@@ -196,3 +196,20 @@ def stream_incomplete(provider: str, request_id: str | None) -> ProviderError:
         reason="the stream ended before the provider signalled the end of the answer",
         provider_request_id=request_id,
     )
+
+
+def mid_stream(error: ProviderError, request_id: str | None) -> ProviderError:
+    """A failure while reading a stream the provider had accepted (its headers, with the
+    request id, are in). A dropped connection there is a cut stream, not a failure to connect,
+    so the caller and the receipt say stream_incomplete; and the request id goes with every
+    such failure, so the reconciler can settle the receipt exactly."""
+    cut = error.kind is ErrorKind.CONNECTION
+    return ProviderError(
+        ErrorKind.STREAM_INCOMPLETE if cut else error.kind,
+        provider=error.provider,
+        status_code=error.status_code,
+        code=error.code,
+        reason=f"the connection dropped mid-stream ({error.reason})" if cut else error.reason,
+        retry_after=error.retry_after,
+        provider_request_id=error.provider_request_id or request_id,
+    )

@@ -20,6 +20,7 @@ from providers.errors import (
     ProviderError,
     error_field,
     kind_from_status,
+    mid_stream,
     retry_after_seconds,
     stream_incomplete,
     transport_error,
@@ -227,6 +228,7 @@ class OpenAIAdapter(ProviderAdapter):
             raise map_error(exc, self.provider) from None
         request_id = response.response.headers.get("x-request-id")
         response_id: str | None = None
+        response_model: str | None = None
         usage: UsageEvent | None = None
         finish: str | None = None
         indices: dict[str, int] = {}
@@ -249,6 +251,7 @@ class OpenAIAdapter(ProviderAdapter):
                     except TimeoutError:
                         break
                     response_id = response_id or chunk.id
+                    response_model = response_model or chunk.model
                     usage = usage_event(chunk.usage) or usage
                     for choice in chunk.choices:
                         if choice.index != 0:
@@ -277,7 +280,7 @@ class OpenAIAdapter(ProviderAdapter):
                     if finish is not None and usage is not None:
                         break
         except _FAILURES as exc:
-            raise map_error(exc, self.provider) from None
+            raise mid_stream(map_error(exc, self.provider), request_id) from None
         if finish is None:
             raise stream_incomplete(self.provider, request_id)
         if usage is not None:
@@ -286,6 +289,7 @@ class OpenAIAdapter(ProviderAdapter):
             reason=_finish_reason(finish, saw_tools),
             provider_request_id=request_id,
             response_id=response_id,
+            response_model=response_model,
         )
 
     async def complete(self, request: ChatRequest) -> Completion:
@@ -349,4 +353,5 @@ def _events(
         reason=_finish_reason(choice.finish_reason, bool(calls)),
         provider_request_id=request_id,
         response_id=completion.id,
+        response_model=completion.model,
     )

@@ -130,6 +130,8 @@ class Finish(_Model):
     reason: FinishReason
     provider_request_id: str | None = None
     response_id: str | None = None
+    # The model the provider says answered (it may name a dated snapshot of the one asked for).
+    response_model: str | None = None
 
 
 StreamEvent = Annotated[
@@ -153,6 +155,7 @@ class Completion(_Model):
     finish_reason: FinishReason
     provider_request_id: str | None = None
     response_id: str | None = None
+    response_model: str | None = None
 
 
 class CompletionBuilder:
@@ -200,6 +203,7 @@ class CompletionBuilder:
             finish_reason=self._finish.reason,
             provider_request_id=self._finish.provider_request_id,
             response_id=self._finish.response_id,
+            response_model=self._finish.response_model,
         )
 
 

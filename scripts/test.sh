@@ -70,6 +70,8 @@ start_postgres() {
     -o "-p $port -k $WORK/pgsock -c listen_addresses=127.0.0.1 -c fsync=off \
         -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" >/dev/null
   export MODEL_ROUTER_TEST_DATABASE_URL="postgresql+asyncpg://postgres@127.0.0.1:$port/postgres"
+  # The canary test reads the database back with this installation's own pg_dump.
+  export MODEL_ROUTER_TEST_PG_BIN="$PG_BIN"
   echo "PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') on port $port"
 }
 

@@ -28,11 +28,16 @@ from providers.upstream import UpstreamServer
 from store.clients import upsert_client
 from store.db import create_engine, session_factory
 from store.migrate import upgrade
+from tests.helpers import spans as span_helpers
 from worker import build_invocation_worker, build_worker
 
 # Worker processes the tests spawn would otherwise create the real schedules on the shared
 # Temporal server, pointed at a task queue nobody polls once the test ends.
 os.environ.setdefault("MODEL_ROUTER_SCHEDULES_ENABLED", "false")
+
+# The process's TracerProvider, set before any client or app exists, as a process configured
+# with an OTLP endpoint would have it; tests read what it exports through `spans`.
+span_helpers.install()
 
 
 def _required_env(name: str) -> str:
@@ -199,6 +204,14 @@ def token_for(sessions: async_sessionmaker[AsyncSession], api_url: str) -> Token
         return str(resp.json()["access_token"])
 
     return make
+
+
+@pytest.fixture
+def spans() -> Iterator[span_helpers.SpanCapture]:
+    capture = span_helpers.install()
+    capture.start()
+    yield capture
+    capture.stop()
 
 
 @pytest.fixture

@@ -320,7 +320,7 @@ async def test_server_error_twice_then_healthy(
     assert upstream.requests(MODEL) == 3
 
 
-async def test_stream_cut_mid_answer_is_a_transient_connection_error(
+async def test_a_connection_dropped_mid_answer_is_a_transient_incomplete_stream(
     adapter: ProviderAdapter, upstream: UpstreamServer
 ) -> None:
     # OpenAI: role chunk, "Echo:"; Anthropic: message_start, block start, ping, "Echo:".
@@ -330,7 +330,9 @@ async def test_stream_cut_mid_answer_is_a_transient_connection_error(
     with pytest.raises(ProviderError) as caught:
         async for event in adapter.stream(HELLO):
             received.append(event)
-    assert caught.value.kind is ErrorKind.CONNECTION and caught.value.transient
+    # The stream was cut, not a connection refused: and its headers had named the request.
+    assert caught.value.kind is ErrorKind.STREAM_INCOMPLETE and caught.value.transient
+    assert caught.value.provider_request_id
     assert received == [TextDelta(text="Echo:")]  # output had reached the caller
 
 

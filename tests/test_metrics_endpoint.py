@@ -11,10 +11,8 @@ import logging
 import subprocess
 import sys
 import textwrap
-import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import httpx
 import pytest
@@ -27,6 +25,7 @@ from core.settings import Settings
 from providers.upstream import UpstreamServer
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import profile_event, publish, record_evidence, register
+from tests.helpers.collector import collector
 
 PREFIX = "connectsoft_factory_model_gateway_"
 
@@ -148,43 +147,23 @@ def test_log_content_refuses_to_turn_on_in_production() -> None:
     assert Settings(_env_file=None).log_content is False
 
 
-class _Collector(BaseHTTPRequestHandler):
-    bodies: list[bytes] = []
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("content-length", 0))
-        _Collector.bodies.append(self.path.encode() + b" " + self.rfile.read(length))
-        self.send_response(200)
-        self.send_header("content-type", "application/x-protobuf")
-        self.send_header("content-length", "0")
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 def test_otlp_export_pushes_metrics_when_configured() -> None:
     # Its own process: a process has one MeterProvider, and this one's has no OTLP endpoint.
-    server = HTTPServer(("127.0.0.1", 0), _Collector)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    endpoint = f"http://127.0.0.1:{server.server_address[1]}/v1/metrics"
-    script = textwrap.dedent(
-        f"""
-        import time
-        from core import metrics
-        metrics.configure_exporters(otlp_endpoint={endpoint!r}, otlp_interval_seconds=0.2)
-        metrics.invocations.add(1, {{"tenant": "otlp-t", "outcome": "Completed"}})
-        time.sleep(1.0)
-        """
-    )
-    try:
+    with collector() as (base, bodies):
+        endpoint = base + "/v1/metrics"
+        script = textwrap.dedent(
+            f"""
+            import time
+            from core import metrics
+            metrics.configure_exporters(otlp_endpoint={endpoint!r}, otlp_interval_seconds=0.2)
+            metrics.invocations.add(1, {{"tenant": "otlp-t", "outcome": "Completed"}})
+            time.sleep(1.0)
+            """
+        )
         subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
-    finally:
-        server.shutdown()
     assert any(
         b.startswith(b"/v1/metrics ") and b"connectsoft.factory.model_gateway.invocations" in b
-        for b in _Collector.bodies
+        for b in bodies
     )
 
 

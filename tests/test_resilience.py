@@ -304,24 +304,54 @@ async def test_the_profile_fallback_chain_answers_with_the_same_guarantees(ctx: 
     assert resp.status_code == 200 and resp.headers["X-Model-Router-Deployment"] == "rs/b"
 
 
-async def test_sustained_failure_is_reported_to_the_lifecycle_as_degraded(ctx: Ctx) -> None:
+async def test_sustained_failure_goes_degraded_and_recovers_within_seconds_of_healing(
+    ctx: Ctx,
+) -> None:
     http, auth, up, sessions, tenant = ctx
     up.inject(A, Fault(kind=FaultKind.UNAVAILABLE))
     seen = Seen(up)
+    calls = 1
     resp, _, _ = await _call(http, auth, "rs-fb")  # three attempts open the breaker
     assert resp.headers["X-Model-Router-Deployment"] == "rs/b" and seen()[0] == 3
     # After the cool-down a single trial goes to the primary; it fails: sustained failure.
     deadline = time.monotonic() + 10
     while seen()[0] == 3 and time.monotonic() < deadline:
         resp, _, _ = await _call(http, auth, "rs-fb")
+        calls += 1
         assert resp.status_code == 200  # served by the fallback all along
     assert seen()[0] == 4
 
-    async def degraded() -> bool:
+    async def state() -> tuple[str, bool]:
         got = (await http.get("/factory/model-deployments/rs/a", headers=auth)).json()
-        return bool(got["state"] == "Degraded" and got["healthy"] is False)
+        return got["state"], got["healthy"]
+
+    async def degraded() -> bool:
+        return await state() == ("Degraded", False)
 
     await eventually(degraded, timeout=15)
+    # Degraded is skipped by the router: the fallback answers, and a profile with no other
+    # candidate is told to come back at this process's next recovery trial (one cool-down).
+    resp, _, _ = await _call(http, auth, "rs-fb")
+    assert resp.headers["X-Model-Router-Deployment"] == "rs/b"
+    resp, _, _ = await _call(http, auth, "rs-solo")  # refused while routing: no receipt
+    calls += 1
+    assert resp.status_code == 503 and resp.headers["Retry-After"] == "1"
+    # Meanwhile this process trials the primary itself, once per cool-down.
+    await eventually(lambda: seen()[0] >= 5, timeout=5)
+
+    up.state.clear_faults(A)
+    healed = time.monotonic()
+
+    async def approved() -> bool:
+        return await state() == ("Approved", True)
+
+    await eventually(approved, timeout=10, interval=0.02)
+    took = time.monotonic() - healed
+    print(f"breaker recovery: Approved {took:.2f}s after the provider healed")
+    assert took < 3.0  # one cool-down (1 s in tests) and the lifecycle update, not a probe
+    resp, _, _ = await _call(http, auth, "rs-fb")
+    calls += 1
+    assert resp.status_code == 200 and resp.headers["X-Model-Router-Deployment"] == "rs/a"
     async with sessions() as s:
         events = (
             await s.scalars(
@@ -329,13 +359,14 @@ async def test_sustained_failure_is_reported_to_the_lifecycle_as_degraded(ctx: C
                 .where(col(OutboxEventRow.tenant_id) == tenant)
                 .where(col(OutboxEventRow.aggregate_id) == "rs/a")
                 .where(col(OutboxEventRow.event_type) == "DeploymentStateChanged")
+                .order_by(col(OutboxEventRow.position))
             )
         ).all()
-    assert ("Approved", "Degraded") in [
-        (e.payload["fromState"], e.payload["toState"]) for e in events
-    ]
-    # Degraded is skipped by the router: the primary gets no more requests; the health probe
-    # (tests/test_health_probe.py) brings it back once it answers again.
-    await _call(http, auth, "rs-fb")
-    assert seen()[0] == 4
-    up.state.clear_faults(A)
+        receipts = (
+            await s.scalars(
+                select(InvocationReceiptRow).where(col(InvocationReceiptRow.tenant_id) == tenant)
+            )
+        ).all()
+    moves = [(e.payload["fromState"], e.payload["toState"]) for e in events]
+    assert moves[-2:] == [("Approved", "Degraded"), ("Degraded", "Approved")]
+    assert len(receipts) == calls  # recovery trials are not invocations: no receipt

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import uuid
 
-from activities.resilience import Resilience
+from activities.resilience import BreakerRegistry, Resilience
+from api.come_back import ComeBack
 from domain.breaker import Breaker, BreakerState
 from domain.fallback import Next, after_failure, may_answer
 from domain.invocation import InvocationInput, Operation, Target
@@ -51,6 +52,38 @@ def test_breaker_opens_cools_down_trials_once_and_closes() -> None:
     assert b.allow()
     b.success()
     assert b.state is BreakerState.CLOSED and b.allow()
+
+
+def test_breaker_wait_is_the_rest_of_a_cool_down_or_of_a_retry_after() -> None:
+    now = [0.0]
+    b = Breaker(lambda: now[0], threshold=2, cooldown=5.0)
+    assert b.wait() == 0.0
+    b.failure(retry_after=30.0)  # still closed: only the provider's word delays a caller
+    assert b.state is BreakerState.CLOSED and b.allow() and b.wait() == 30.0
+    now[0] = 1.0
+    b.failure()
+    assert b.state is BreakerState.OPEN and b.wait() == 29.0
+    now[0] = 40.0
+    assert b.wait() == 0.0 and b.allow()  # half-open: the trial is in flight
+    now[0] = 41.5
+    assert b.wait() == 3.5
+    b.success()
+    assert b.wait() == 0.0
+
+
+def test_come_back_is_when_a_candidate_may_next_be_tried_within_bounds() -> None:
+    now = [0.0]
+    breakers = BreakerRegistry(threshold=1, cooldown=7.0, clock=lambda: now[0])
+    come_back = ComeBack(breakers, None, cap_seconds=60)
+    breakers.get("t", "a").failure()
+    breakers.get("t", "b").failure(retry_after=600.0)
+    now[0] = 2.5
+    assert come_back.after_failure("t", ["a", "b"]) == 5  # a's cool-down ends first
+    assert come_back.after_failure("t", ["b"]) == 60  # the provider's 600 s, capped
+    assert come_back.after_failure("t", ["a", "never-called"]) == 1  # at least a second
+    assert come_back.after_failure("other-tenant", ["a"]) == 1
+    # Not routable and not trialled by this process: the health probe decides; the cap.
+    assert come_back.none_routable("t", ["a"]) == 60
 
 
 def _target(dep: str, **over: object) -> Target:

@@ -98,7 +98,7 @@ async def invoke(
     running = await service.start(principal, call)
     first = await _first(running)
     if isinstance(first, ReceiptReady) and first.summary.outcome is not InvocationOutcome.COMPLETED:
-        return _failure(request, first.summary)
+        return _failure(request, first.summary, service.retry_after(principal, running))
     headers = {RECEIPT: str(running.invocation_id)}
     if body.stream:
         return StreamingResponse(
@@ -106,7 +106,7 @@ async def invoke(
         )
     completion, summary = await _collect(running, first)
     if summary.outcome is not InvocationOutcome.COMPLETED or completion is None:
-        return _failure(request, summary)
+        return _failure(request, summary, service.retry_after(principal, running))
     # The deployment that answered, which a fallback may have changed.
     headers[DEPLOYMENT] = summary.deployment_id or ""
     return JSONResponse(
@@ -163,7 +163,7 @@ async def embed(
     )
     result, summary = await _final(running)
     if summary.outcome is not InvocationOutcome.COMPLETED:
-        return _failure(request, summary)
+        return _failure(request, summary, service.retry_after(principal, running))
     return JSONResponse({"vectors": result["vectors"], "receipt": _receipt(summary)})
 
 
@@ -178,7 +178,7 @@ async def rerank(
     )
     result, summary = await _final(running)
     if summary.outcome is not InvocationOutcome.COMPLETED:
-        return _failure(request, summary)
+        return _failure(request, summary, service.retry_after(principal, running))
     results = RerankResult.model_validate(result).results if result else ()
     return JSONResponse(
         {"results": [r.model_dump() for r in results], "receipt": _receipt(summary)}

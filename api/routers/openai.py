@@ -81,12 +81,12 @@ _CALLER_FAULT = frozenset({"content_policy", "context_length", "invalid_request"
 _COME_BACK = frozenset({"unavailable", "rate_limit", "overloaded", "timeout", "server_error"})
 
 
-def _failure(request: Request, summary: InvocationSummary) -> JSONResponse:
+def _failure(request: Request, summary: InvocationSummary, retry_after: int) -> JSONResponse:
     kind = summary.error_kind or "provider_error"
     headers = {RECEIPT: str(summary.invocation_id), DEPLOYMENT: summary.deployment_id or ""}
     status = 400 if kind in _CALLER_FAULT else 502
     if kind in _COME_BACK:
-        status, headers["Retry-After"] = 503, "5"
+        status, headers["Retry-After"] = 503, str(retry_after)
     message = f"model call failed: {kind}"
     if summary.error_reason:
         message = f"{message}: {summary.error_reason}"
@@ -135,7 +135,7 @@ async def chat_completions(
     meta = {RECEIPT: str(running.invocation_id), DEPLOYMENT: running.deployment_id}
     first = await _first(running)
     if isinstance(first, ReceiptReady) and first.summary.outcome is not InvocationOutcome.COMPLETED:
-        return _failure(request, first.summary)
+        return _failure(request, first.summary, service.retry_after(principal, running))
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return StreamingResponse(
@@ -145,7 +145,7 @@ async def chat_completions(
         )
     completion, summary = await _collect(running, first)
     if summary.outcome is not InvocationOutcome.COMPLETED or completion is None:
-        return _failure(request, summary)
+        return _failure(request, summary, service.retry_after(principal, running))
     meta[DEPLOYMENT] = summary.deployment_id or running.deployment_id
     usage = usage_body(summary.input_tokens, summary.output_tokens)
     return JSONResponse(
@@ -273,7 +273,7 @@ async def embeddings(
             break
     assert summary is not None
     if summary.outcome is not InvocationOutcome.COMPLETED:
-        return _failure(request, summary)
+        return _failure(request, summary, service.retry_after(principal, running))
     tokens = summary.input_tokens or 0
     return JSONResponse(
         {

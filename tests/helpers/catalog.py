@@ -98,3 +98,35 @@ async def record_evidence(
             },
         ),
     )
+
+
+async def approved_deployment(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    temporal: Client,
+    tenant: str,
+    deployment_id: str,
+    **fields: Any,
+) -> None:
+    """Registers a deployment, gives it passing evidence and approves it."""
+    await register(http, auth, deployment_id, **fields)
+    await record_evidence(temporal, tenant, deployment_id, {"tool-calling": 0.9})
+    approved = await http.post(f"/factory/model-deployments/{deployment_id}/approve", headers=auth)
+    assert approved.status_code == 200, approved.text
+
+
+async def approved_profile(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    temporal: Client,
+    tenant: str,
+    profile_id: str,
+    deployments: dict[str, dict[str, Any]],
+    **profile: Any,
+) -> None:
+    """Approves each deployment (id -> deployment fields) and publishes one active profile over
+    them in the given order."""
+    for deployment_id, fields in deployments.items():
+        await approved_deployment(http, auth, temporal, tenant, deployment_id, **fields)
+    published = await publish(http, auth, profile_event(profile_id, list(deployments), **profile))
+    assert published.status_code == 200, published.text

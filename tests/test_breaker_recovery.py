@@ -1,0 +1,155 @@
+"""The recovery trials a process runs after its breaker reported a deployment Degraded, against
+the real lifecycle workflow and the local upstream: bounded in time, handing over to the health
+probe when they give up, and cancelled on shutdown. (The whole loop through the gateway —
+Degraded, healed, Approved within seconds — is in tests/test_resilience.py.)"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from activities.breaker_recovery import BreakerRecovery
+from activities.resilience import BreakerRegistry
+from domain.breaker import BreakerState
+from providers.secrets import default_broker
+from providers.upstream import Fault, FaultKind, UpstreamServer
+from tests.conftest import TokenFactory
+from tests.helpers.catalog import approved_deployment
+from tests.helpers.deadline import eventually
+
+MODEL, DEPLOYMENT = "rb-primary", "rb/a"
+COOLDOWN = 0.2
+
+
+@pytest.fixture
+async def auth(
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+) -> dict[str, str]:
+    upstream.state.clear_faults()
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    await approved_deployment(
+        http,
+        auth,
+        temporal_client,
+        tenant,
+        DEPLOYMENT,
+        model=MODEL,
+        endpointRef=upstream.endpoint_ref,
+    )
+    return auth
+
+
+@pytest.fixture
+async def breakers() -> BreakerRegistry:
+    return BreakerRegistry(threshold=1, cooldown=COOLDOWN)
+
+
+def _recovery(
+    client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    breakers: BreakerRegistry,
+    window: float,
+) -> BreakerRecovery:
+    return BreakerRecovery(
+        client,
+        sessions,
+        breakers,
+        default_broker(allow_upstream=True),
+        cooldown=COOLDOWN,
+        window=window,
+        trial_timeout=2.0,
+    )
+
+
+@pytest.fixture
+async def recoveries() -> AsyncIterator[list[BreakerRecovery]]:
+    made: list[BreakerRecovery] = []
+    yield made
+    for recovery in made:
+        await recovery.aclose()
+
+
+async def _sustained_failure(breakers: BreakerRegistry, tenant: str) -> None:
+    breaker = breakers.get(tenant, DEPLOYMENT)
+    breaker.failure()  # threshold 1: open
+    await eventually(breaker.allow, timeout=2)  # the cool-down passed: one trial let through
+    breaker.failure()  # the trial failed: reported to the lifecycle
+
+
+async def _state(http: httpx.AsyncClient, auth: dict[str, str]) -> str:
+    got = (await http.get(f"/factory/model-deployments/{DEPLOYMENT}", headers=auth)).json()
+    return str(got["state"])
+
+
+async def test_trials_stop_after_their_window_and_leave_the_deployment_to_the_probe(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    upstream: UpstreamServer,
+    temporal_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    tenant: str,
+    breakers: BreakerRegistry,
+    recoveries: list[BreakerRecovery],
+) -> None:
+    upstream.inject(MODEL, Fault(kind=FaultKind.UNAVAILABLE))
+    recovery = _recovery(temporal_client, sessions, breakers, window=1.0)
+    recoveries.append(recovery)
+    before = upstream.requests(MODEL)
+    await _sustained_failure(breakers, tenant)
+
+    async def degraded() -> bool:
+        return await _state(http, auth) == "Degraded"
+
+    await eventually(degraded, timeout=10)
+
+    def gave_up() -> bool:
+        tried = upstream.requests(MODEL) > before
+        return tried and recovery.next_trial_in(tenant, [DEPLOYMENT]) is None
+
+    await eventually(gave_up, timeout=5)
+    trials = upstream.requests(MODEL) - before
+    assert 1 <= trials <= 1.0 / COOLDOWN  # one per cool-down within the window, no more
+    assert await _state(http, auth) == "Degraded"  # left as it was, for the health probe
+    assert breakers.get(tenant, DEPLOYMENT).state is BreakerState.OPEN
+
+    # Having given up, the process treats a later sustained failure as news: it reports and
+    # trials again, and a healed provider is back at the next trial.
+    await _sustained_failure(breakers, tenant)
+    await eventually(lambda: recovery.next_trial_in(tenant, [DEPLOYMENT]) is not None)
+    upstream.state.clear_faults(MODEL)
+
+    async def approved() -> bool:
+        return await _state(http, auth) == "Approved"
+
+    await eventually(approved, timeout=10)
+    assert breakers.get(tenant, DEPLOYMENT).state is BreakerState.CLOSED
+
+
+async def test_shutdown_cancels_the_trials(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    upstream: UpstreamServer,
+    temporal_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    tenant: str,
+    breakers: BreakerRegistry,
+) -> None:
+    upstream.inject(MODEL, Fault(kind=FaultKind.UNAVAILABLE))
+    recovery = _recovery(temporal_client, sessions, breakers, window=600.0)
+    try:
+        await _sustained_failure(breakers, tenant)
+        await eventually(lambda: recovery.next_trial_in(tenant, [DEPLOYMENT]) is not None)
+    finally:
+        await recovery.aclose()
+        upstream.state.clear_faults(MODEL)
+    assert recovery.next_trial_in(tenant, [DEPLOYMENT]) is None
+    # Cancelled, not recovered: the breaker stays open and the deployment Degraded.
+    assert breakers.get(tenant, DEPLOYMENT).state is BreakerState.OPEN

@@ -1,0 +1,190 @@
+"""What the caller, the receipt and the metrics say about a failure, against the local
+upstream's faults: a dropped connection mid-stream is a cut stream (both wire protocols); a 503
+tells the caller when a candidate may really be tried again; attempts replaced after a timeout
+or a cut, which a provider may bill but no receipt carries, are counted."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from core import metrics
+from providers.upstream import Fault, FaultKind, UpstreamServer
+from store.receipts import by_key
+from store.tables import InvocationReceiptRow
+from tests.conftest import TokenFactory
+from tests.helpers.catalog import approved_deployment, profile_event, publish
+
+A, B, C = "fr-primary", "fr-second", "fr-claude"  # upstream models
+LONG = " ".join(f"word{i}" for i in range(40))
+
+
+@pytest.fixture
+async def auth(
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+) -> dict[str, str]:
+    upstream.state.clear_faults()
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    for dep, provider, model in (
+        ("fr/a", "openai", A),
+        ("fr/b", "openai", B),
+        ("fr/claude", "anthropic", C),
+    ):
+        await approved_deployment(
+            http,
+            auth,
+            temporal_client,
+            tenant,
+            dep,
+            provider=provider,
+            model=model,
+            endpointRef=upstream.endpoint_ref,
+        )
+    for event in (
+        profile_event("fr-solo", ["fr/a"]),
+        profile_event("fr-fb", ["fr/a", "fr/b"], fallbackEnabled=True, fallbackChain=["fr-solo"]),
+        profile_event("fr-claude", ["fr/claude"]),
+    ):
+        assert (await publish(http, auth, event)).status_code == 200
+    return auth
+
+
+async def _call(
+    http: httpx.AsyncClient, auth: dict[str, str], profile: str
+) -> tuple[httpx.Response, str]:
+    key = f"fr-{uuid.uuid4().hex}"
+    resp = await http.post(
+        "/v1/chat/completions",
+        headers={**auth, "Idempotency-Key": key},
+        json={"model": profile, "messages": [{"role": "user", "content": LONG}]},
+    )
+    return resp, key
+
+
+async def _stream(
+    http: httpx.AsyncClient, auth: dict[str, str], profile: str
+) -> tuple[list[Any], str]:
+    key = f"fr-{uuid.uuid4().hex}"
+    events: list[Any] = []
+    async with http.stream(
+        "POST",
+        "/v1/chat/completions",
+        headers={**auth, "Idempotency-Key": key},
+        json={"model": profile, "stream": True, "messages": [{"role": "user", "content": LONG}]},
+    ) as resp:
+        async for line in resp.aiter_lines():
+            if line.startswith("data: "):
+                data = line.removeprefix("data: ")
+                events.append(data if data == "[DONE]" else json.loads(data))
+    return events, key
+
+
+async def _receipt(
+    sessions: async_sessionmaker[AsyncSession], tenant: str, key: str
+) -> InvocationReceiptRow:
+    async with sessions() as s:
+        row = await by_key(s, tenant, key)
+    assert row is not None
+    return row
+
+
+@pytest.mark.parametrize(
+    ("profile", "model", "provider"),
+    [("fr-solo", A, "openai"), ("fr-claude", C, "anthropic")],
+)
+async def test_a_connection_dropped_after_output_is_a_cut_stream(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+    tenant: str,
+    profile: str,
+    model: str,
+    provider: str,
+) -> None:
+    # Four SSE events carry the first words in both protocols; then the connection drops.
+    upstream.inject(model, Fault(kind=FaultKind.STREAM_CUT, after_chunks=4, times=1))
+    cuts = {"provider": provider, "class": "stream_incomplete"}
+    before = metrics.provider_errors.value(cuts)
+    events, key = await _stream(http, auth, profile)
+    assert any(e.get("choices") and e["choices"][0]["delta"].get("content") for e in events[:-1])
+    assert "[DONE]" not in events and events[-1]["error"]["type"] == "stream_incomplete"
+    row = await _receipt(sessions, tenant, key)
+    assert (row.outcome, row.usage_status) == ("Partial", "Unknown")
+    # The stream's headers named the request: the reconciler can settle this one exactly.
+    assert row.provider_request_id
+    assert metrics.provider_errors.value(cuts) == before + 1
+
+    upstream.inject(model, Fault(kind=FaultKind.STREAM_CUT, after_chunks=4, times=1))
+    resp, _ = await _call(http, auth, profile)
+    assert resp.status_code == 502 and resp.json()["error"]["type"] == "stream_incomplete"
+
+
+async def test_a_503_says_when_a_candidate_may_be_tried_again(
+    http: httpx.AsyncClient, auth: dict[str, str], upstream: UpstreamServer
+) -> None:
+    # The provider's Retry-After, longer than the router waits itself, is passed on.
+    upstream.inject(A, Fault(kind=FaultKind.RATE_LIMIT, retry_after=3, times=1))
+    resp, _ = await _call(http, auth, "fr-solo")
+    assert resp.status_code == 503 and resp.headers["Retry-After"] == "3"
+    # Within the cap.
+    upstream.inject(A, Fault(kind=FaultKind.RATE_LIMIT, retry_after=600, times=1))
+    resp, _ = await _call(http, auth, "fr-solo")
+    assert resp.status_code == 503 and resp.headers["Retry-After"] == "60"
+    # An answer clears the provider's word; an open breaker's rest of cool-down (1 s in
+    # tests) is what is left.
+    resp, _ = await _call(http, auth, "fr-solo")
+    assert resp.status_code == 200
+    upstream.inject(A, Fault(kind=FaultKind.UNAVAILABLE))
+    try:
+        resp, _ = await _call(http, auth, "fr-solo")  # three failures open the breaker
+        assert resp.status_code == 503 and resp.headers["Retry-After"] == "1"
+        resp, _ = await _call(http, auth, "fr-solo")
+        assert resp.json()["error"]["type"] == "unavailable"
+        assert resp.headers["Retry-After"] == "1"
+    finally:
+        upstream.state.clear_faults(A)
+
+
+async def test_replaced_attempts_a_provider_may_bill_are_counted(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+    tenant: str,
+) -> None:
+    timeouts = {"provider": "openai", "reason": "timeout"}
+    cuts = {"provider": "openai", "reason": "stream_incomplete"}
+    # A stream cut before any output is retried on the same deployment: one replaced attempt.
+    before = metrics.attempts_abandoned.value(cuts)
+    upstream.inject(A, Fault(kind=FaultKind.STREAM_CUT, after_chunks=1, times=1))
+    resp, key = await _call(http, auth, "fr-solo")
+    assert resp.status_code == 200
+    assert (await _receipt(sessions, tenant, key)).outcome == "Completed"
+    assert metrics.attempts_abandoned.value(cuts) == before + 1
+    # The primary accepts and never answers; the fallback answers. The receipt is the
+    # fallback's, with its reported usage: the abandoned attempt is on no receipt.
+    before = metrics.attempts_abandoned.value(timeouts)
+    upstream.inject(A, Fault(kind=FaultKind.HANG, times=1))
+    resp, key = await _call(http, auth, "fr-fb")
+    assert resp.status_code == 200 and resp.headers["X-Model-Router-Deployment"] == "fr/b"
+    row = await _receipt(sessions, tenant, key)
+    assert (row.deployment_id, row.usage_status, row.fallback_used) == ("fr/b", "Reported", True)
+    assert metrics.attempts_abandoned.value(timeouts) == before + 1
+    # Not replaced: the receipt itself carries it (Failed, usage Unknown on the primary).
+    upstream.inject(A, Fault(kind=FaultKind.HANG, times=1))
+    resp, key = await _call(http, auth, "fr-solo")
+    assert resp.status_code == 503
+    row = await _receipt(sessions, tenant, key)
+    assert (row.deployment_id, row.usage_status) == ("fr/a", "Unknown")
+    assert metrics.attempts_abandoned.value(timeouts) == before + 1

@@ -1,0 +1,286 @@
+"""A run keeps the profile version its route plan was resolved under (retired or superseded
+since), new runs get the newest active version; and a call that tenant policy leaves without a
+candidate is a denial, not a transient failure."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from core import metrics
+from providers.upstream import Fault, FaultKind, UpstreamServer
+from store.receipts import by_key
+from store.tables import InvocationReceiptRow
+from tests.conftest import TokenFactory
+from tests.helpers.catalog import profile_event, publish, record_evidence, register
+from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow, workflow_id
+
+INTERNAL_NOT_EXTERNAL = {
+    "allowedPrivacyClasses": {
+        "Public": ["External", "Regional", "Confidential", "Local"],
+        "Internal": ["Regional", "Confidential", "Local"],
+        "Confidential": ["Confidential", "Local"],
+        "Restricted": ["Local"],
+    }
+}
+
+
+class Ctx:
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        auth: dict[str, str],
+        temporal: Client,
+        upstream: UpstreamServer,
+        sessions: async_sessionmaker[AsyncSession],
+        tenant: str,
+    ) -> None:
+        self.http, self.auth, self.temporal = http, auth, temporal
+        self.upstream, self.sessions, self.tenant = upstream, sessions, tenant
+        # Upstream models are per test: faults and request counts never leak between tests.
+        self.tag = uuid.uuid4().hex[:8]
+
+    def model(self, name: str) -> str:
+        return f"{name}-{self.tag}"
+
+    async def deployment(self, deployment_id: str, model: str, **over: Any) -> None:
+        await register(
+            self.http,
+            self.auth,
+            deployment_id,
+            model=self.model(model),
+            endpointRef=self.upstream.endpoint_ref,
+            **over,
+        )
+        await record_evidence(self.temporal, self.tenant, deployment_id, {"tool-calling": 0.9})
+        resp = await self.http.post(
+            f"/factory/model-deployments/{deployment_id}/approve", headers=self.auth
+        )
+        assert resp.status_code == 200, resp.text
+
+    async def profile(self, profile_id: str, allowed: list[str], **over: Any) -> None:
+        resp = await publish(self.http, self.auth, profile_event(profile_id, allowed, {}, **over))
+        assert resp.status_code == 200, resp.text
+
+    async def retire(self, profile_id: str, version: str) -> None:
+        event = {
+            "eventType": "AssetReleaseDeprecated",
+            "releaseId": f"rel-{profile_id}-{version}",
+            "profileId": profile_id,
+            "version": version,
+        }
+        resp = await self.http.post("/factory/asset-events", json=event, headers=self.auth)
+        assert resp.status_code == 200, resp.text
+
+    async def policy(self, revision: str, policy: dict[str, Any]) -> None:
+        body = {"revision": revision, "policy": policy}
+        resp = await self.http.put("/factory/tenant-policy", json=body, headers=self.auth)
+        assert resp.status_code == 200, resp.text
+
+    async def chat(
+        self,
+        profile_id: str,
+        run: uuid.UUID | None = None,
+        key: str | None = None,
+        data_class: str = "Internal",
+    ) -> tuple[httpx.Response, str]:
+        key = key or f"pin-{uuid.uuid4().hex}"
+        headers = {**self.auth, "Idempotency-Key": key, "X-Data-Classification": data_class}
+        if run is not None:
+            headers["X-Run-Id"] = str(run)
+        resp = await self.http.post(
+            "/v1/chat/completions",
+            headers=headers,
+            json={"model": profile_id, "messages": [{"role": "user", "content": "pinned?"}]},
+        )
+        return resp, key
+
+    async def receipt(self, key: str) -> InvocationReceiptRow | None:
+        async with self.sessions() as s:
+            return await by_key(s, self.tenant, key)
+
+    def requests(self, model: str) -> int:
+        return self.upstream.requests(self.model(model))
+
+
+@pytest.fixture
+async def ctx(
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+) -> AsyncIterator[Ctx]:
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    c = Ctx(http, auth, temporal_client, upstream, sessions, tenant)
+    yield c
+    for name in ("a", "b", "ext", "reg"):
+        upstream.state.clear_faults(c.model(name))
+
+
+def _problem(resp: httpx.Response) -> dict[str, Any]:
+    assert resp.headers["content-type"].startswith("application/problem+json"), resp.text
+    return dict(resp.json())
+
+
+async def test_a_run_pinned_to_a_retired_version_is_still_served(ctx: Ctx) -> None:
+    await ctx.deployment("pin/a", "a")
+    await ctx.profile("retiring", ["pin/a"])
+    run = uuid.uuid4()
+    first, first_key = await ctx.chat("retiring", run)
+    assert first.status_code == 200, first.text
+    await ctx.retire("retiring", "1")  # no active version is left
+
+    served, key = await ctx.chat("retiring", run)
+    assert served.status_code == 200, served.text
+    assert served.headers["X-Model-Router-Deployment"] == "pin/a"
+    row, pinned = await ctx.receipt(key), await ctx.receipt(first_key)
+    assert row is not None and pinned is not None
+    assert str(row.invocation_id) == served.headers["X-Model-Router-Receipt-Id"]
+    assert (row.outcome, row.deployment_id) == ("Completed", "pin/a")
+    assert row.route_plan_id == pinned.route_plan_id and row.run_id == run
+
+    # Nothing new may start on the retired version: a new run, or a call without one.
+    before = ctx.requests("a")
+    for fresh in (uuid.uuid4(), None):
+        refused, refused_key = await ctx.chat("retiring", fresh)
+        assert refused.status_code == 404, refused.text
+        assert _problem(refused)["field"] == "profileId"
+        assert await ctx.receipt(refused_key) is None
+    assert ctx.requests("a") == before
+
+
+async def test_a_run_keeps_its_version_when_a_newer_one_is_activated(ctx: Ctx) -> None:
+    await ctx.deployment("pin/a", "a")
+    await ctx.deployment("pin/b", "b")
+    await ctx.profile("pin-b", ["pin/b"])
+    await ctx.profile("evolving", ["pin/a"], priceBasis="basis-1")
+    run = uuid.uuid4()
+    first, first_key = await ctx.chat("evolving", run)
+    assert first.status_code == 200, first.text
+    first_row = await ctx.receipt(first_key)
+    assert first_row is not None and first_row.pricing_revision == "basis-1"
+    # v2 bills against another pricebook and may fall back to pin-b; v1 stays active too.
+    await ctx.profile(
+        "evolving",
+        ["pin/a"],
+        version="2",
+        priceBasis="basis-2",
+        fallbackEnabled=True,
+        fallbackChain=["pin-b"],
+    )
+
+    pinned, pinned_key = await ctx.chat("evolving", run)
+    fresh_run = uuid.uuid4()
+    fresh, fresh_key = await ctx.chat("evolving", fresh_run)
+    assert pinned.status_code == fresh.status_code == 200
+    pinned_row, fresh_row = await ctx.receipt(pinned_key), await ctx.receipt(fresh_key)
+    assert pinned_row is not None and fresh_row is not None
+    assert (pinned_row.pricing_revision, fresh_row.pricing_revision) == ("basis-1", "basis-2")
+
+    # pin/a fails: the run keeps v1's "no fallback", the new run takes v2's fallback.
+    ctx.upstream.inject(ctx.model("a"), Fault(kind=FaultKind.UNAVAILABLE))
+    b_before = ctx.requests("b")
+    failed, failed_key = await ctx.chat("evolving", run)
+    assert failed.status_code == 503, failed.text
+    failed_row = await ctx.receipt(failed_key)
+    assert failed_row is not None
+    assert (failed_row.outcome, failed_row.deployment_id, failed_row.fallback_used) == (
+        "Failed",
+        "pin/a",
+        False,
+    )
+    assert ctx.requests("b") == b_before
+
+    rescued, rescued_key = await ctx.chat("evolving", fresh_run)
+    assert rescued.status_code == 200, rescued.text
+    rescued_row = await ctx.receipt(rescued_key)
+    assert rescued_row is not None
+    assert (rescued_row.deployment_id, rescued_row.fallback_used) == ("pin/b", True)
+    assert ctx.requests("b") == b_before + 1
+
+
+async def test_every_candidate_refused_by_tenant_policy_is_a_denial(ctx: Ctx) -> None:
+    await ctx.deployment("deny/ext", "ext", privacyClass="External")
+    await ctx.profile("outside", ["deny/ext"], privacyClass="External")
+    await ctx.policy("deny-1", INTERNAL_NOT_EXTERNAL)
+    reason = {"tenant": ctx.tenant, "reason": "privacy_denied_by_policy"}
+    denials, calls = metrics.denials.value(reason), ctx.requests("ext")
+
+    # The runtime's order: ResolveRoutePlan first (it pins the empty plan), then Invoke.
+    run = uuid.uuid4()
+    plan = await ctx.http.post(
+        "/gateway/route-plans",
+        json={"runId": str(run), "profileId": "outside", "dataClassification": "Internal"},
+        headers=ctx.auth,
+    )
+    assert plan.status_code == 201 and plan.json()["candidates"] == []
+    keys = []
+    for pinned in (None, run):
+        denied, key = await ctx.chat("outside", pinned)
+        keys.append(key)
+        assert denied.status_code == 403, denied.text
+        problem = _problem(denied)
+        assert problem["type"] == "https://model-router.dev/problems/policy-denied"
+        assert (problem["reason"], problem["field"]) == (
+            "privacy_denied_by_policy",
+            "dataClassification",
+        )
+        assert problem["errorClass"] == "permanent" and problem["policyRevision"] == "deny-1"
+        assert "privacy class External not allowed by tenant policy" in problem["detail"]
+        assert problem["excluded"] == [
+            {
+                "deploymentId": "deny/ext",
+                "code": "privacy_denied_by_policy",
+                "reason": "privacy class External not allowed by tenant policy",
+            }
+        ]
+        assert "Retry-After" not in denied.headers
+    assert metrics.denials.value(reason) == denials + 2
+    assert ctx.requests("ext") == calls  # no provider saw the call
+    # Nothing reached an adapter, so there is no receipt, and the key is not spent.
+    assert [await ctx.receipt(k) for k in keys] == [None, None]
+
+    # The gateway surface says the same.
+    gateway = await ctx.http.post(
+        "/gateway/invoke",
+        headers=ctx.auth,
+        json={
+            "profileId": "outside",
+            "request": {"messages": [{"role": "user", "content": "hi"}]},
+        },
+    )
+    assert gateway.status_code == 403 and _problem(gateway)["reason"] == "privacy_denied_by_policy"
+
+    # Public data may go External: it was the policy, not the catalog.
+    public, _ = await ctx.chat("outside", data_class="Public")
+    assert public.status_code == 200, public.text
+    # Once the policy lets Internal data out, the denied key is served.
+    open_policy = {"allowedPrivacyClasses": {"Internal": ["External", "Regional"]}}
+    await ctx.policy("deny-2", open_policy)
+    again, _ = await ctx.chat("outside", key=keys[0])
+    assert again.status_code == 200, again.text
+    assert ctx.requests("ext") == calls + 2
+
+    # Policy refuses one candidate, the other is Degraded: that one comes back by itself when
+    # its probe recovers, so the call is worth retrying and stays a transient failure.
+    await ctx.policy("deny-3", INTERNAL_NOT_EXTERNAL)
+    await ctx.deployment("deny/reg", "reg")
+    await ctx.profile("mixed", ["deny/ext", "deny/reg"], privacyClass="External")
+    handle = ctx.temporal.get_workflow_handle(workflow_id(ctx.tenant, "deny/reg"))
+    record = await handle.execute_update(DeploymentLifecycleWorkflow.probe_failed)
+    assert record.state == "Degraded"
+    denials = metrics.denials.value(reason)
+    resp, key = await ctx.chat("mixed")
+    assert resp.status_code == 503, resp.text
+    problem = _problem(resp)
+    assert problem["errorClass"] == "transient" and resp.headers["Retry-After"]
+    assert metrics.denials.value(reason) == denials
+    assert await ctx.receipt(key) is None
