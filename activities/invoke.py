@@ -26,7 +26,7 @@ from activities.invoke_outcomes import Route as _Route
 from activities.invoke_outcomes import completed as _completed
 from activities.invoke_outcomes import embed_once, record_metrics, rerank_once
 from activities.invoke_outcomes import failed as _failed
-from activities.resilience import BreakerRegistry, Resilience, timed_stream
+from activities.resilience import BreakerRegistry, Resilience, call_limits, timed_stream
 from core import metrics
 from domain.breaker import Breaker
 from domain.enums import InvocationOutcome, UsageStatus
@@ -275,8 +275,8 @@ class InvokeActivities:
             try:
                 async with asyncio.timeout(budget):
                     if data.operation is Operation.EMBED:
-                        return await embed_once(adapter, pending)
-                    return await rerank_once(adapter, pending)
+                        return await embed_once(adapter, pending, call_limits(timeouts))
+                    return await rerank_once(adapter, pending, call_limits(timeouts))
             except TimeoutError:
                 return _failed(ProviderError(ErrorKind.TIMEOUT, provider=adapter.provider))
         request: ChatRequest = pending.request

@@ -13,7 +13,7 @@ from domain.hashing import canonical_json
 from domain.invocation import InvocationInput, InvocationSummary, Target
 from providers.base import ProviderAdapter
 from providers.errors import ErrorKind, ProviderError
-from providers.types import ChatRequest, Completion
+from providers.types import CallLimits, ChatRequest, Completion
 
 TRANSIENT = frozenset(k.value for k in ErrorKind if k.transient)
 # Failures after which the provider may still bill the attempt: it had the request and was
@@ -111,10 +111,10 @@ def completed(request: ChatRequest, completion: Completion, ttft_ms: int | None)
     )
 
 
-async def embed_once(adapter: ProviderAdapter, pending: PendingCall) -> Outcome:
+async def embed_once(adapter: ProviderAdapter, pending: PendingCall, limits: CallLimits) -> Outcome:
     inputs: list[str] = pending.request
     try:
-        result = await adapter.embed(inputs)
+        result = await adapter.embed(inputs, limits=limits)
     except ProviderError as exc:
         return failed(exc)
     pending.events.put_nowait(result)
@@ -129,10 +129,12 @@ async def embed_once(adapter: ProviderAdapter, pending: PendingCall) -> Outcome:
     )
 
 
-async def rerank_once(adapter: ProviderAdapter, pending: PendingCall) -> Outcome:
+async def rerank_once(
+    adapter: ProviderAdapter, pending: PendingCall, limits: CallLimits
+) -> Outcome:
     query, documents, top_n = pending.request
     try:
-        result = await adapter.rerank(query, documents, top_n=top_n)
+        result = await adapter.rerank(query, documents, top_n=top_n, limits=limits)
     except ProviderError as exc:
         return failed(exc)
     pending.events.put_nowait(result)

@@ -18,7 +18,7 @@ from domain.invocation import AttemptTimeouts
 from domain.retry import RetryRules
 from providers.base import ProviderAdapter
 from providers.errors import ErrorKind, ProviderError
-from providers.types import ChatRequest, StreamEvent, TextDelta, ToolCallDelta
+from providers.types import CallLimits, ChatRequest, StreamEvent, TextDelta, ToolCallDelta
 
 
 class BreakerRegistry:
@@ -89,6 +89,8 @@ class Resilience:
     def from_settings(cls, settings: Settings) -> Resilience:
         return cls(
             timeouts=AttemptTimeouts(
+                connect=settings.provider_connect_timeout_seconds,
+                first_byte=settings.invoke_first_byte_timeout_seconds,
                 first_token=settings.invoke_first_token_timeout_seconds,
                 idle=settings.invoke_stream_idle_timeout_seconds,
                 attempt=settings.invoke_attempt_timeout_seconds,
@@ -120,7 +122,7 @@ async def timed_stream(
     loop = asyncio.get_running_loop()
     end = loop.time() + min(budget, timeouts.attempt)
     started = False
-    stream = adapter.stream(request)
+    stream = adapter.stream(request, limits=call_limits(timeouts))
     try:
         while True:
             phase = "stream idle" if started else "first token"
@@ -150,6 +152,11 @@ async def timed_stream(
             await stream.aclose()
         except Exception:  # noqa: S110 - the attempt's outcome is already decided
             pass
+
+
+def call_limits(timeouts: AttemptTimeouts) -> CallLimits:
+    """The attempt's bounds the adapter enforces itself (it sees the connection and headers)."""
+    return CallLimits(connect=timeouts.connect, first_byte=timeouts.first_byte)
 
 
 def _timeout(adapter: ProviderAdapter, phase: str) -> ProviderError:

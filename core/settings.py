@@ -90,6 +90,11 @@ class Settings(BaseSettings):
     provider_read_timeout_seconds: float = Field(
         default=60.0, gt=0, description="Longest silence tolerated from a provider mid-call."
     )
+    invoke_first_byte_timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="An attempt's longest wait for the response's status and headers.",
+    )
     invoke_first_token_timeout_seconds: float = Field(
         default=30.0, gt=0, description="An attempt's longest wait for its first token."
     )
@@ -101,7 +106,8 @@ class Settings(BaseSettings):
     )
     invoke_timeout_overrides: dict[str, dict[str, float]] = Field(
         default={},
-        description='"profile:ID" or "deployment:ID" -> {first_token, idle, attempt} seconds.',
+        description='"profile:ID" or "deployment:ID" -> '
+        "{connect, first_byte, first_token, idle, attempt} seconds.",
     )
     invoke_retry_max_attempts: int = Field(
         default=3, ge=1, le=10, description="Attempts per deployment on transient failures."

@@ -35,10 +35,12 @@ class Target(BaseModel):
 
 
 class AttemptTimeouts(BaseModel):
-    """Seconds one attempt may take: to the first token (the connection and the first byte are
-    bounded by the adapter's own connect and read timeouts), between events once streaming, and
-    in all. The invocation's overall budget still bounds every attempt together."""
+    """Seconds one attempt may take: to connect, to the response's first byte (connecting
+    included), to the first token, between events once streaming, and in all. The invocation's
+    overall budget still bounds every attempt together."""
 
+    connect: float = Field(default=5.0, gt=0)
+    first_byte: float = Field(default=30.0, gt=0)
     first_token: float = Field(default=30.0, gt=0)
     idle: float = Field(default=30.0, gt=0)
     attempt: float = Field(default=120.0, gt=0)

@@ -23,6 +23,7 @@ from providers.errors import (
 )
 from providers.secrets import Connection
 from providers.types import (
+    CallLimits,
     ChatRequest,
     Completion,
     Finish,
@@ -218,6 +219,7 @@ class AnthropicAdapter(ProviderAdapter):
         self.provider = provider
         self.model = model
         self._prompt_caching = prompt_caching
+        self._timeouts = timeouts
         self._client = anthropic.AsyncAnthropic(
             api_key=connection.api_key.get_secret_value(),
             base_url=connection.base_url or "https://api.anthropic.com",
@@ -232,10 +234,18 @@ class AnthropicAdapter(ProviderAdapter):
             open_telemetry=_TELEMETRY,
         )
 
-    async def stream(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+    def _per_call(self, limits: CallLimits | None) -> dict[str, Any]:
+        return {"timeout": self._timeouts.with_limits(limits)} if limits and limits.connect else {}
+
+    async def stream(
+        self, request: ChatRequest, *, limits: CallLimits | None = None
+    ) -> AsyncGenerator[StreamEvent, None]:
         params = convert(request, self.model, prompt_caching=self._prompt_caching)
         try:
-            events = await self._client.messages.create(**params, stream=True)
+            events = await self.first_byte(
+                self._client.messages.create(**params, stream=True, **self._per_call(limits)),
+                limits,
+            )
         except _FAILURES as exc:
             raise map_error(exc, self.provider) from None
         request_id = events.response.headers.get("request-id")
@@ -290,10 +300,16 @@ class AnthropicAdapter(ProviderAdapter):
             response_model=response_model,
         )
 
-    async def complete(self, request: ChatRequest) -> Completion:
+    async def complete(
+        self, request: ChatRequest, *, limits: CallLimits | None = None
+    ) -> Completion:
         try:
-            raw = await self._client.messages.with_raw_response.create(
-                **convert(request, self.model, prompt_caching=self._prompt_caching)
+            raw = await self.first_byte(
+                self._client.messages.with_raw_response.create(
+                    **convert(request, self.model, prompt_caching=self._prompt_caching),
+                    **self._per_call(limits),
+                ),
+                limits,
             )
             message = await raw.parse()
         except _FAILURES as exc:

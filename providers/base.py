@@ -3,12 +3,23 @@
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Sequence
 from types import TracebackType
+from typing import TypeVar
 
 from providers.errors import ErrorKind, ProviderError
-from providers.types import ChatRequest, Completion, EmbeddingResult, RerankResult, StreamEvent
+from providers.types import (
+    CallLimits,
+    ChatRequest,
+    Completion,
+    EmbeddingResult,
+    RerankResult,
+    StreamEvent,
+)
+
+T = TypeVar("T")
 
 
 class ProviderAdapter(ABC):
@@ -19,7 +30,9 @@ class ProviderAdapter(ABC):
     provider: str
     model: str
 
-    async def stream(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+    async def stream(
+        self, request: ChatRequest, *, limits: CallLimits | None = None
+    ) -> AsyncGenerator[StreamEvent, None]:
         """Text and tool-call deltas as they arrive, then a UsageEvent when the provider
         reported usage, then Finish. A stream that ends without the provider's stop signal
         raises ProviderError(stream_incomplete). Closing the iterator early closes the HTTP
@@ -27,23 +40,47 @@ class ProviderAdapter(ABC):
         raise self.unsupported("chat")
         yield  # pragma: no cover - makes this an async generator like the overrides
 
-    async def complete(self, request: ChatRequest) -> Completion:
+    async def complete(
+        self, request: ChatRequest, *, limits: CallLimits | None = None
+    ) -> Completion:
         """The same answer without streaming, normalised through the same events."""
         raise self.unsupported("chat")
 
     async def embed(
-        self, inputs: Sequence[str], *, dimensions: int | None = None
+        self,
+        inputs: Sequence[str],
+        *,
+        dimensions: int | None = None,
+        limits: CallLimits | None = None,
     ) -> EmbeddingResult:
         raise self.unsupported("embeddings")
 
     async def rerank(
-        self, query: str, documents: Sequence[str], *, top_n: int | None = None
+        self,
+        query: str,
+        documents: Sequence[str],
+        *,
+        top_n: int | None = None,
+        limits: CallLimits | None = None,
     ) -> RerankResult:
         raise self.unsupported("rerank")
 
     @abstractmethod
     async def aclose(self) -> None:
         """Releases the HTTP connection pool."""
+
+    async def first_byte(self, response: Awaitable[T], limits: CallLimits | None) -> T:
+        """Awaits the provider's response (its status and headers) within the call's first-byte
+        bound: a provider that accepts the connection and stays silent fails here, long before
+        the first-token or attempt timeouts would notice."""
+        if limits is None or limits.first_byte is None:
+            return await response
+        try:
+            return await asyncio.wait_for(response, limits.first_byte)
+        except TimeoutError:
+            raise ProviderError(
+                ErrorKind.TIMEOUT, provider=self.provider, reason="first byte timeout"
+            ) from None
 
     def unsupported(self, what: str) -> ProviderError:
         return ProviderError(

@@ -27,6 +27,7 @@ from providers.errors import (
 )
 from providers.secrets import Connection
 from providers.types import (
+    CallLimits,
     ChatRequest,
     Completion,
     EmbeddingResult,
@@ -164,6 +165,7 @@ class OpenAIAdapter(ProviderAdapter):
         self._max_tokens_param = max_tokens_param or (
             "max_completion_tokens" if provider == "openai" else "max_tokens"
         )
+        self._timeouts = timeouts
         self._client = openai.AsyncOpenAI(
             api_key=connection.api_key.get_secret_value(),
             base_url=api_base_url(connection.base_url),
@@ -218,11 +220,22 @@ class OpenAIAdapter(ProviderAdapter):
             params["stop"] = list(request.stop)
         return params
 
-    async def stream(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+    def _per_call(self, limits: CallLimits | None) -> dict[str, Any]:
+        return {"timeout": self._timeouts.with_limits(limits)} if limits and limits.connect else {}
+
+    async def stream(
+        self, request: ChatRequest, *, limits: CallLimits | None = None
+    ) -> AsyncGenerator[StreamEvent, None]:
         params = self._params(request)
         try:
-            response = await self._client.chat.completions.create(
-                **params, stream=True, stream_options={"include_usage": True}
+            response = await self.first_byte(
+                self._client.chat.completions.create(
+                    **params,
+                    stream=True,
+                    stream_options={"include_usage": True},
+                    **self._per_call(limits),
+                ),
+                limits,
             )
         except _FAILURES as exc:
             raise map_error(exc, self.provider) from None
@@ -292,10 +305,15 @@ class OpenAIAdapter(ProviderAdapter):
             response_model=response_model,
         )
 
-    async def complete(self, request: ChatRequest) -> Completion:
+    async def complete(
+        self, request: ChatRequest, *, limits: CallLimits | None = None
+    ) -> Completion:
         try:
-            raw = await self._client.chat.completions.with_raw_response.create(
-                **self._params(request)
+            raw = await self.first_byte(
+                self._client.chat.completions.with_raw_response.create(
+                    **self._params(request), **self._per_call(limits)
+                ),
+                limits,
             )
             completion = raw.parse()
         except _FAILURES as exc:
@@ -303,12 +321,19 @@ class OpenAIAdapter(ProviderAdapter):
         return collect_events(_events(completion, raw.headers.get("x-request-id"), self.provider))
 
     async def embed(
-        self, inputs: Sequence[str], *, dimensions: int | None = None
+        self,
+        inputs: Sequence[str],
+        *,
+        dimensions: int | None = None,
+        limits: CallLimits | None = None,
     ) -> EmbeddingResult:
         extra: dict[str, Any] = {"dimensions": dimensions} if dimensions else {}
         try:
-            raw = await self._client.embeddings.with_raw_response.create(
-                model=self.model, input=list(inputs), **extra
+            raw = await self.first_byte(
+                self._client.embeddings.with_raw_response.create(
+                    model=self.model, input=list(inputs), **extra, **self._per_call(limits)
+                ),
+                limits,
             )
             result = raw.parse()
         except _FAILURES as exc:

@@ -19,7 +19,7 @@ from providers.errors import (
     transport_error,
 )
 from providers.secrets import Connection
-from providers.types import ProviderTimeouts, RerankItem, RerankResult
+from providers.types import CallLimits, ProviderTimeouts, RerankItem, RerankResult
 
 
 def _request_id(response: httpx.Response) -> str | None:
@@ -78,6 +78,7 @@ class RerankAdapter(ProviderAdapter):
         self.provider = provider
         self.model = model
         self._url = connection.base_url.rstrip("/") + "/rerank"
+        self._timeouts = timeouts
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(
                 timeouts.read,
@@ -91,13 +92,21 @@ class RerankAdapter(ProviderAdapter):
         )
 
     async def rerank(
-        self, query: str, documents: Sequence[str], *, top_n: int | None = None
+        self,
+        query: str,
+        documents: Sequence[str],
+        *,
+        top_n: int | None = None,
+        limits: CallLimits | None = None,
     ) -> RerankResult:
         body: dict[str, Any] = {"model": self.model, "query": query, "documents": list(documents)}
         if top_n is not None:
             body["top_n"] = top_n
         try:
-            response = await self._client.post(self._url, json=body)
+            response = await self.first_byte(
+                self._client.post(self._url, json=body, timeout=self._timeouts.with_limits(limits)),
+                limits,
+            )
         except httpx.HTTPError as exc:
             raise (
                 transport_error(exc, provider=self.provider)

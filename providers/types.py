@@ -10,6 +10,7 @@ from collections.abc import AsyncIterable, Iterable
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
+import httpx
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
@@ -243,6 +244,15 @@ class RerankResult(_Model):
     provider_request_id: str | None = None
 
 
+class CallLimits(_Model):
+    """One call's own bounds, set per profile or deployment and tighter or looser than the
+    adapter's defaults: connecting, and the response's first byte (its status and headers,
+    connection time included)."""
+
+    connect: float | None = Field(default=None, gt=0)
+    first_byte: float | None = Field(default=None, gt=0)
+
+
 class ProviderTimeouts(_Model):
     """Per-phase HTTP timeouts in seconds. `read` bounds every wait for bytes, so it is also
     the longest silence tolerated mid-stream (first token included)."""
@@ -251,3 +261,10 @@ class ProviderTimeouts(_Model):
     read: float = Field(gt=0)
     write: float = Field(default=10.0, gt=0)
     pool: float = Field(default=5.0, gt=0)
+
+    def with_limits(self, limits: CallLimits | None) -> httpx.Timeout:
+        """The HTTP timeouts of one call: these, with the call's own connect bound."""
+        connect = limits.connect if limits and limits.connect else self.connect
+        return httpx.Timeout(
+            self.read, connect=connect, read=self.read, write=self.write, pool=self.pool
+        )

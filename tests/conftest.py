@@ -116,6 +116,11 @@ def settings(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Set
         invoke_retry_max_delay_seconds=0.2,
         invoke_retry_after_max_seconds=1.0,
         invoke_breaker_cooldown_seconds=1.0,
+        # Per-profile and per-deployment bounds (tests/test_attempt_timeouts.py).
+        invoke_timeout_overrides={
+            "profile:tight-first-byte": {"first_byte": 0.5},
+            "deployment:at/hole": {"connect": 0.5},
+        },
         _env_file=None,
     )
 
