@@ -205,6 +205,16 @@ class _Usage:
         )
 
 
+def _sdk_timeout(timeouts: ProviderTimeouts) -> anthropic.Timeout:
+    return anthropic.Timeout(
+        timeouts.read,
+        connect=timeouts.connect,
+        read=timeouts.read,
+        write=timeouts.write,
+        pool=timeouts.pool,
+    )
+
+
 class AnthropicAdapter(ProviderAdapter):
     def __init__(
         self,
@@ -223,19 +233,15 @@ class AnthropicAdapter(ProviderAdapter):
         self._client = anthropic.AsyncAnthropic(
             api_key=connection.api_key.get_secret_value(),
             base_url=connection.base_url or "https://api.anthropic.com",
-            timeout=anthropic.Timeout(
-                timeouts.read,
-                connect=timeouts.connect,
-                read=timeouts.read,
-                write=timeouts.write,
-                pool=timeouts.pool,
-            ),
+            timeout=_sdk_timeout(timeouts),
             max_retries=0,
             open_telemetry=_TELEMETRY,
         )
 
     def _per_call(self, limits: CallLimits | None) -> dict[str, Any]:
-        return {"timeout": self._timeouts.with_limits(limits)} if limits and limits.connect else {}
+        if limits is None or limits.connect is None:
+            return {}
+        return {"timeout": _sdk_timeout(self._timeouts.merged(limits))}
 
     async def stream(
         self, request: ChatRequest, *, limits: CallLimits | None = None

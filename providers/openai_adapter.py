@@ -221,7 +221,9 @@ class OpenAIAdapter(ProviderAdapter):
         return params
 
     def _per_call(self, limits: CallLimits | None) -> dict[str, Any]:
-        return {"timeout": self._timeouts.with_limits(limits)} if limits and limits.connect else {}
+        if limits is None or limits.connect is None:
+            return {}
+        return {"timeout": sdk_timeout(self._timeouts.merged(limits))}
 
     async def stream(
         self, request: ChatRequest, *, limits: CallLimits | None = None

@@ -60,6 +60,16 @@ def _items(body: Any) -> list[RerankItem]:
     return sorted(items, key=lambda item: (-item.relevance_score, item.index))
 
 
+def _http_timeout(timeouts: ProviderTimeouts) -> httpx.Timeout:
+    return httpx.Timeout(
+        timeouts.read,
+        connect=timeouts.connect,
+        read=timeouts.read,
+        write=timeouts.write,
+        pool=timeouts.pool,
+    )
+
+
 class RerankAdapter(ProviderAdapter):
     def __init__(
         self,
@@ -80,13 +90,7 @@ class RerankAdapter(ProviderAdapter):
         self._url = connection.base_url.rstrip("/") + "/rerank"
         self._timeouts = timeouts
         self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(
-                timeouts.read,
-                connect=timeouts.connect,
-                read=timeouts.read,
-                write=timeouts.write,
-                pool=timeouts.pool,
-            ),
+            timeout=_http_timeout(timeouts),
             headers={"authorization": f"Bearer {connection.api_key.get_secret_value()}"},
             follow_redirects=False,
         )
@@ -104,7 +108,9 @@ class RerankAdapter(ProviderAdapter):
             body["top_n"] = top_n
         try:
             response = await self.first_byte(
-                self._client.post(self._url, json=body, timeout=self._timeouts.with_limits(limits)),
+                self._client.post(
+                    self._url, json=body, timeout=_http_timeout(self._timeouts.merged(limits))
+                ),
                 limits,
             )
         except httpx.HTTPError as exc:

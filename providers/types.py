@@ -10,7 +10,6 @@ from collections.abc import AsyncIterable, Iterable
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
@@ -262,9 +261,8 @@ class ProviderTimeouts(_Model):
     write: float = Field(default=10.0, gt=0)
     pool: float = Field(default=5.0, gt=0)
 
-    def with_limits(self, limits: CallLimits | None) -> httpx.Timeout:
+    def merged(self, limits: CallLimits | None) -> ProviderTimeouts:
         """The HTTP timeouts of one call: these, with the call's own connect bound."""
-        connect = limits.connect if limits and limits.connect else self.connect
-        return httpx.Timeout(
-            self.read, connect=connect, read=self.read, write=self.write, pool=self.pool
-        )
+        if limits is None or limits.connect is None:
+            return self
+        return self.model_copy(update={"connect": limits.connect})

@@ -25,6 +25,7 @@ from providers.registry import build_adapter, resolve_adapter
 from providers.rerank_adapter import RerankAdapter
 from providers.secrets import Connection, UpstreamSecretBroker, default_broker
 from providers.types import (
+    CallLimits,
     ChatRequest,
     Finish,
     FinishReason,
@@ -39,6 +40,7 @@ from providers.types import (
     ToolChoice,
     UsageEvent,
     collect_events,
+    collect_stream,
 )
 from providers.upstream import ChatTurn, Fault, FaultKind, Reply, ToolCallReply, UpstreamServer
 from tests.helpers.schema_check import violations
@@ -369,6 +371,30 @@ async def test_hang_times_out(
     assert 0.25 < time.monotonic() - started < 2.0
     assert upstream.requests(MODEL) == 1
     assert [r.status for r in upstream.state.ledger] == [0]  # never answered
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["stream", "complete"])
+async def test_a_calls_own_limits_bound_the_first_byte_and_leave_answers_whole(
+    adapter: ProviderAdapter, upstream: UpstreamServer, streamed: bool
+) -> None:
+    # Tighter than the adapter's 5 s read timeout: the call's own bound ends a silent provider.
+    limits = CallLimits(connect=1, first_byte=0.3)
+    whole = await (
+        collect_stream(adapter.stream(HELLO, limits=limits))
+        if streamed
+        else adapter.complete(HELLO, limits=limits)
+    )
+    assert whole.finish_reason is FinishReason.STOP and whole.text
+    upstream.inject(MODEL, Fault(kind=FaultKind.HANG))
+    started = time.monotonic()
+    with pytest.raises(ProviderError) as caught:
+        await (
+            collect_stream(adapter.stream(HELLO, limits=limits))
+            if streamed
+            else adapter.complete(HELLO, limits=limits)
+        )
+    assert caught.value.kind is ErrorKind.TIMEOUT and caught.value.reason == "first byte timeout"
+    assert 0.25 < time.monotonic() - started < 2.0
 
 
 async def test_slow_first_token_beyond_the_read_timeout(

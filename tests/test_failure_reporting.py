@@ -128,6 +128,8 @@ async def test_a_connection_dropped_after_output_is_a_cut_stream(
     upstream.inject(model, Fault(kind=FaultKind.STREAM_CUT, after_chunks=4, times=1))
     resp, _ = await _call(http, auth, profile)
     assert resp.status_code == 502 and resp.json()["error"]["type"] == "stream_incomplete"
+    # A bad gateway, but a transient one: the caller may come back, and is told when.
+    assert resp.json()["errorClass"] == "transient" and int(resp.headers["Retry-After"]) >= 1
 
 
 async def test_a_503_says_when_a_candidate_may_be_tried_again(

@@ -32,6 +32,7 @@ from domain.access import Action
 from domain.enums import InvocationOutcome, Scope
 from domain.invocation import InvocationSummary, Operation
 from domain.policy import DataClassification
+from providers.errors import ErrorKind
 from providers.types import Completion, EmbeddingResult, Finish, TextDelta, ToolCallDelta
 from store.repositories import ModelProfileRepository
 
@@ -76,17 +77,19 @@ CallHeaders = Annotated[Headers, Depends()]
 
 
 # The request is at fault (the caller must change it); or every candidate is busy or down
-# (the caller may come back); anything else is a bad gateway.
+# (the caller may come back); anything else is a bad gateway — which may still be transient (a
+# dropped connection, a cut stream): the caller is told so, and when to come back.
 _CALLER_FAULT = frozenset({"content_policy", "context_length", "invalid_request"})
 _COME_BACK = frozenset({"unavailable", "rate_limit", "overloaded", "timeout", "server_error"})
+_TRANSIENT = _COME_BACK | {k.value for k in ErrorKind if k.transient}
 
 
 def _failure(request: Request, summary: InvocationSummary, retry_after: int) -> JSONResponse:
     kind = summary.error_kind or "provider_error"
     headers = {RECEIPT: str(summary.invocation_id), DEPLOYMENT: summary.deployment_id or ""}
-    status = 400 if kind in _CALLER_FAULT else 502
-    if kind in _COME_BACK:
-        status, headers["Retry-After"] = 503, str(retry_after)
+    status = 400 if kind in _CALLER_FAULT else 503 if kind in _COME_BACK else 502
+    if kind in _TRANSIENT:
+        headers["Retry-After"] = str(retry_after)
     message = f"model call failed: {kind}"
     if summary.error_reason:
         message = f"{message}: {summary.error_reason}"
@@ -98,7 +101,7 @@ def _failure(request: Request, summary: InvocationSummary, retry_after: int) -> 
         error={"message": message, "type": kind, "code": kind},
         receiptId=str(summary.invocation_id),
         reason=summary.error_reason,
-        errorClass="transient" if kind in _COME_BACK else "permanent",
+        errorClass="transient" if kind in _TRANSIENT else "permanent",
     )
 
 
