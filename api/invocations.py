@@ -23,11 +23,17 @@ from activities.invoke_hub import Attach, InvocationHub, ReceiptReady
 from api.come_back import ComeBack
 from api.problems import Problem
 from api.route_targets import chain_targets, routable_targets
-from api.routing import current_profile, decide, pinned_profile, policy_denial
+from api.routing import (
+    current_profile,
+    decide,
+    none_available,
+    pinned_profile,
+    policy_denial,
+    unhealthy_ids,
+)
 from api.runtime_types import InvokeConfig
 from core import metrics
 from core.security import Principal
-from domain.exclusions import ExclusionCode
 from domain.hashing import canonical_json, request_hash
 from domain.invocation import InvocationInput, InvocationSummary, Operation, Target, invocation_id
 from domain.planner import PlanRequest
@@ -292,10 +298,15 @@ class Invocations:
             decided.append(await decide(self._runtime.snapshots, newest[0], needs))
             return decided[0]
 
+        row = None
         if call.run_id is not None:
-            row, _ = await route_plans.resolve_once(
-                self._runtime.sessions, tenant, call.run_id, call.profile_id, decide_now
-            )
+            # An empty route is not pinned (the run decides again next call): then this call
+            # goes on with the decision just made, as a call without a run would.
+            with contextlib.suppress(route_plans.NothingToPin):
+                row, _ = await route_plans.resolve_once(
+                    self._runtime.sessions, tenant, call.run_id, call.profile_id, decide_now
+                )
+        if row is not None:
             # The run's plan fixes its profile version, retired or superseded since: the
             # fallback rules and price basis of every attempt are the ones the run began with.
             if newest and newest[0].version == row.profile_version:
@@ -308,7 +319,7 @@ class Invocations:
             constraints = PlanConstraints.model_validate(row.constraints)
             decision_id = row.policy_decision_id or uuid.uuid4()
         else:
-            plan = await decide_now()
+            plan = decided[0] if decided else await decide_now()
             profile = newest[0]
             candidates, plan_id, decision_id = plan.candidate_ids, None, plan.policy_decision_id
             constraints = plan.constraints
@@ -335,22 +346,9 @@ class Invocations:
                 raise denied
         if not targets:
             # A plan decided now leaves Degraded deployments out; they may be back soonest.
-            # (Health is the first filter, so one may fail another too: then the caller merely
-            # comes back early.)
-            unhealthy = [
-                e.deployment_id
-                for p in decided
-                for e in p.excluded
-                if e.code is ExclusionCode.UNHEALTHY
-            ]
+            unhealthy = [d for p in decided for d in unhealthy_ids(p)]
             wait = self._come_back.none_routable(tenant, [*candidates, *unhealthy])
-            raise Problem(
-                503,
-                f"No candidate of profile {call.profile_id!r} is available "
-                "(none approved and healthy under this plan).",
-                headers={"Retry-After": str(wait)},
-                errorClass="transient",
-            )
+            raise none_available(call.profile_id, wait)
         rules = {
             "fallback_enabled": profile.fallback_enabled,
             "allowed_privacy_classes": [c.value for c in constraints.allowed_privacy_classes],

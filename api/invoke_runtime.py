@@ -41,6 +41,7 @@ class InvokeRuntime:
         self._workers: list[Worker] = []
         self._tasks: list[asyncio.Task[None]] = []
         self.recovery: BreakerRecovery | None = None
+        self.come_back: ComeBack | None = None
 
     def start(self, client: Client, runtime: Any) -> None:
         acts = self.activities
@@ -68,13 +69,13 @@ class InvokeRuntime:
             window=self.settings.invoke_breaker_recovery_seconds,
             trial_timeout=self.settings.health_probe_timeout_seconds,
         )
-        come_back = ComeBack(
+        self.come_back = ComeBack(
             acts.breakers,
             self.recovery,
             self.settings.invoke_unavailable_retry_after_max_seconds,
         )
         self.service = Invocations(
-            client, self.config, self.hub, self.artifacts, runtime, come_back
+            client, self.config, self.hub, self.artifacts, runtime, self.come_back
         )
 
     async def stop(self) -> None:

@@ -98,6 +98,23 @@ _SELF_CLEARING = frozenset({_C.UNHEALTHY, _C.POOL_DRAINING, _C.POOL_OFFLINE})
 _DATA_CLASS = frozenset({_C.PRIVACY_DENIED_BY_POLICY, _C.CONFIDENTIAL_TO_EXTERNAL})
 
 
+def none_available(profile_id: str, retry_after: int) -> Problem:
+    """Every candidate is Degraded, unhealthy or out of its pool: transient, worth a retry."""
+    return Problem(
+        503,
+        f"No candidate of profile {profile_id!r} is available "
+        "(none approved and healthy under this plan).",
+        headers={"Retry-After": str(retry_after)},
+        errorClass="transient",
+    )
+
+
+def unhealthy_ids(plan: RoutePlanResult) -> list[str]:
+    # Health is the first filter, so one may fail another too: then the caller merely comes
+    # back early.
+    return [e.deployment_id for e in plan.excluded if e.code is ExclusionCode.UNHEALTHY]
+
+
 def policy_denial(plan: RoutePlanResult) -> Problem | None:
     """A 403 when the tenant policy is what left the plan without a candidate. Retrying cannot
     help until the caller changes the data classification or an operator the policy, so it is

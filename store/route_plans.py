@@ -35,6 +35,12 @@ async def get(
     return row if row is not None and row.tenant_id == tenant_id else None
 
 
+class NothingToPin(Exception):
+    def __init__(self, plan: RoutePlanResult) -> None:
+        super().__init__(f"no candidate for profile {plan.profile_id}")
+        self.plan = plan
+
+
 async def resolve_once(
     sessions: async_sessionmaker[AsyncSession],
     tenant_id: str,
@@ -43,12 +49,17 @@ async def resolve_once(
     decide: Callable[[], Awaitable[RoutePlanResult]],
 ) -> tuple[RoutePlanRow, bool]:
     """The run's plan for the profile, deciding and persisting it only if there is none yet.
-    Concurrent first resolves race on the unique key; the losers read the winner's plan."""
+    Concurrent first resolves race on the unique key; the losers read the winner's plan.
+    A decision with no candidate is not pinned (NothingToPin): a run that starts while its
+    deployments are down, or refused by a policy that is then fixed, would otherwise be stuck
+    with an empty route for good; its next call decides again."""
     async with sessions() as session:
         existing = await find(session, tenant_id, run_id, profile_id)
     if existing is not None:
         return existing, False
     plan = await decide()
+    if not plan.candidate_ids:
+        raise NothingToPin(plan)
     row = RoutePlanRow(
         run_id=run_id,
         tenant_id=tenant_id,

@@ -15,8 +15,9 @@ from temporalio.client import Client
 
 from core import metrics
 from providers.upstream import Fault, FaultKind, UpstreamServer
+from store import route_plans
 from store.receipts import by_key
-from store.tables import InvocationReceiptRow
+from store.tables import InvocationReceiptRow, RoutePlanRow
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import profile_event, publish, record_evidence, register
 from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow, workflow_id
@@ -104,6 +105,10 @@ class Ctx:
     async def receipt(self, key: str) -> InvocationReceiptRow | None:
         async with self.sessions() as s:
             return await by_key(s, self.tenant, key)
+
+    async def plan(self, run: uuid.UUID, profile_id: str) -> RoutePlanRow | None:
+        async with self.sessions() as s:
+            return await route_plans.find(s, self.tenant, run, profile_id)
 
     def requests(self, model: str) -> int:
         return self.upstream.requests(self.model(model))
@@ -214,14 +219,17 @@ async def test_every_candidate_refused_by_tenant_policy_is_a_denial(ctx: Ctx) ->
     reason = {"tenant": ctx.tenant, "reason": "privacy_denied_by_policy"}
     denials, calls = metrics.denials.value(reason), ctx.requests("ext")
 
-    # The runtime's order: ResolveRoutePlan first (it pins the empty plan), then Invoke.
+    # The runtime's order: ResolveRoutePlan first, then Invoke. An empty route is refused the
+    # same way, and not pinned: the run may be served once the policy allows it.
     run = uuid.uuid4()
     plan = await ctx.http.post(
         "/gateway/route-plans",
         json={"runId": str(run), "profileId": "outside", "dataClassification": "Internal"},
         headers=ctx.auth,
     )
-    assert plan.status_code == 201 and plan.json()["candidates"] == []
+    assert plan.status_code == 403, plan.text
+    assert _problem(plan)["reason"] == "privacy_denied_by_policy"
+    assert await ctx.plan(run, "outside") is None
     keys = []
     for pinned in (None, run):
         denied, key = await ctx.chat("outside", pinned)
@@ -267,7 +275,12 @@ async def test_every_candidate_refused_by_tenant_policy_is_a_denial(ctx: Ctx) ->
     await ctx.policy("deny-2", open_policy)
     again, _ = await ctx.chat("outside", key=keys[0])
     assert again.status_code == 200, again.text
-    assert ctx.requests("ext") == calls + 2
+    # The run that was refused is served too, and only now gets its plan.
+    in_run, _ = await ctx.chat("outside", run)
+    assert in_run.status_code == 200, in_run.text
+    plan_now = await ctx.plan(run, "outside")
+    assert plan_now is not None and list(plan_now.candidates) == ["deny/ext"]
+    assert ctx.requests("ext") == calls + 3
 
     # Policy refuses one candidate, the other is Degraded: that one comes back by itself when
     # its probe recovers, so the call is worth retrying and stays a transient failure.
@@ -284,3 +297,32 @@ async def test_every_candidate_refused_by_tenant_policy_is_a_denial(ctx: Ctx) ->
     assert problem["errorClass"] == "transient" and resp.headers["Retry-After"]
     assert metrics.denials.value(reason) == denials
     assert await ctx.receipt(key) is None
+
+
+async def test_a_run_that_starts_while_its_deployments_are_down_is_served_once_they_heal(
+    ctx: Ctx,
+) -> None:
+    await ctx.deployment("heal/a", "a")
+    await ctx.profile("healing", ["heal/a"])
+    handle = ctx.temporal.get_workflow_handle(workflow_id(ctx.tenant, "heal/a"))
+    assert (await handle.execute_update(DeploymentLifecycleWorkflow.probe_failed)).state == (
+        "Degraded"
+    )
+    run = uuid.uuid4()
+    down, _ = await ctx.chat("healing", run)
+    assert down.status_code == 503 and _problem(down)["errorClass"] == "transient"
+    resolved = await ctx.http.post(
+        "/gateway/route-plans",
+        json={"runId": str(run), "profileId": "healing"},
+        headers=ctx.auth,
+    )
+    assert resolved.status_code == 503 and resolved.headers["Retry-After"]
+    # Nothing was pinned, so the recovery reaches this run as well as new ones.
+    assert await ctx.plan(run, "healing") is None
+    assert (await handle.execute_update(DeploymentLifecycleWorkflow.probe_recovered)).state == (
+        "Approved"
+    )
+    served, _ = await ctx.chat("healing", run)
+    assert served.status_code == 200, served.text
+    pinned = await ctx.plan(run, "healing")
+    assert pinned is not None and list(pinned.candidates) == ["heal/a"]

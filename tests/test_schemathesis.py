@@ -88,7 +88,7 @@ def _run(base_url: str, token: str) -> Outcome:
                 case.body[aim[0]] = aim[1]
                 # Confidential or Restricted data (the baseline policy keeps it off Regional
                 # deployments) and any budget (the catalog has no prices) exclude every
-                # candidate, which the gateway answers with a transient 503 (reported).
+                # candidate: a 403 denial or a 503, not the happy path this aims at.
                 if "dataClassification" in case.body:
                     case.body["dataClassification"] = "Internal"
                 case.body.pop("budgetUsd", None)

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.deps import RuntimeDep, SessionDep, require
 from api.problems import Problem
-from api.routing import current_profile, decide
+from api.routing import current_profile, decide, none_available, policy_denial, unhealthy_ids
 from core.security import Principal
 from domain.access import Action
 from domain.enums import Scope
@@ -104,9 +104,22 @@ async def resolve(
         profile = await current_profile(runtime.sessions, tenant, body.profile_id)
         return await decide(runtime.snapshots, profile, body.plan_request(tenant))
 
-    row, created = await route_plans.resolve_once(
-        runtime.sessions, tenant, body.run_id, body.profile_id, decide_now
-    )
+    try:
+        row, created = await route_plans.resolve_once(
+            runtime.sessions, tenant, body.run_id, body.profile_id, decide_now
+        )
+    except route_plans.NothingToPin as empty:
+        # Nothing is pinned: the run asks again once the policy or the catalog allows a route.
+        denied = policy_denial(empty.plan)
+        if denied is not None:
+            raise denied from None
+        come_back = runtime.invoke.come_back
+        wait = (
+            come_back.none_routable(tenant, unhealthy_ids(empty.plan))
+            if come_back is not None
+            else runtime.settings.invoke_unavailable_retry_after_max_seconds
+        )
+        raise none_available(body.profile_id, wait) from None
     response.status_code = 201 if created else 200
     return RoutePlanView.model_validate(row, from_attributes=True)
 
