@@ -105,7 +105,7 @@ def build_invocation_worker(
     died is still carried to a closed receipt. It holds no requests: a provider call that lands
     here reports NOT_HERE and is never made."""
     from activities.invoke_hub import InvocationHub
-    from activities.invoke_setup import invoke_activities
+    from activities.invoke_setup import INVOKE_WORKFLOW_RUNNER, invoke_activities
     from workflows.invoke import InvokeModelWorkflow
 
     activities, _ = invoke_activities(settings, sessions, InvocationHub())
@@ -113,6 +113,7 @@ def build_invocation_worker(
         client,
         task_queue=settings.temporal_invocation_task_queue,
         workflows=[InvokeModelWorkflow],
+        workflow_runner=INVOKE_WORKFLOW_RUNNER,
         activities=[activities.call_provider, activities.close_abandoned],
         graceful_shutdown_timeout=timedelta(seconds=20),
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.worker import UnsandboxedWorkflowRunner
 
 from activities.adapter_pool import AdapterPool
 from activities.invoke import InvokeActivities
@@ -12,6 +13,13 @@ from core.settings import Settings
 from providers.secrets import default_broker
 from providers.types import ProviderTimeouts
 from store.artifacts import ArtifactStore
+
+# InvokeModel runs once per invocation, in the API process: the sandbox re-imports its module
+# for every run, which cost ~6 ms to the local activity and about an eighth of the API's CPU
+# under load (py-spy, bench/). The workflow is a few lines that import only temporalio and
+# domain.invocation, touch no clock, random or I/O, and a replay test checks it stays
+# deterministic (tests/test_invoke_replay.py). Every other workflow keeps the sandbox.
+INVOKE_WORKFLOW_RUNNER = UnsandboxedWorkflowRunner()
 
 
 def provider_timeouts(settings: Settings) -> ProviderTimeouts:

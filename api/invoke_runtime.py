@@ -15,7 +15,7 @@ from temporalio.worker import Worker
 
 from activities.breaker_recovery import BreakerRecovery
 from activities.invoke_hub import InvocationHub
-from activities.invoke_setup import invoke_activities
+from activities.invoke_setup import INVOKE_WORKFLOW_RUNNER, invoke_activities
 from api.come_back import ComeBack
 from api.invocations import Invocations
 from api.runtime_types import InvokeConfig
@@ -52,6 +52,7 @@ class InvokeRuntime:
                 client,
                 task_queue=self.config.workflow_queue,
                 workflows=[InvokeModelWorkflow],
+                workflow_runner=INVOKE_WORKFLOW_RUNNER,
                 activities=[acts.call_provider, acts.close_abandoned],
                 max_concurrent_workflow_tasks=64,
             ),

@@ -4,7 +4,6 @@ measurements point at and the noise — every figure filled in from the measured
 
 from __future__ import annotations
 
-import importlib.util
 from functools import partial
 from typing import Any
 
@@ -87,15 +86,16 @@ def analysis(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> list[str
         f"- **Temporal.** An eager `start_workflow` returns in {p50('temporal_start_returned'):.1f}"
         f" ms and the local activity starts {p50('temporal_start_to_activity'):.1f} ms after the "
         f"start ({p50('temporal_start_to_activity_unsandboxed'):.1f} ms without the workflow "
-        "sandbox, which builds a fresh module namespace for every workflow run); the workflow "
+        "sandbox, which builds a fresh module namespace for every workflow run: the product's "
+        "InvokeModel workers run without it, `activities/invoke_setup.py`); the workflow "
         f"closes {p50('temporal_start_to_result'):.1f} ms after the start, off the response "
         f"path but on the CPU. The dev server spent {cpu.get('temporal', 0):.1f} CPU ms per "
         f"invocation at c=16; per invocation it served "
         + ", ".join(f"{k} {v:.2f}" for k, v in sorted(per_call.items(), key=lambda kv: -kv[1]))
         + (
             ". The `PollWorkflowExecutionHistory` per call is the API's `handle.result()` "
-            "watch in `api/invocations.py`, started for every call though the receipt "
-            "arrives through the hub."
+            "watch in `api/invocations.py`, started once the hub has been quiet for 0.25 s: "
+            "under load, when calls take over a second, that is most calls."
             if polls >= 0.5
             else "."
         )
@@ -148,14 +148,8 @@ def levers(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
         )
     if res.temporal_per_call.get("PollWorkflowExecutionHistory", 0) >= 0.5:
         out.append(
-            "the history long poll per call (`handle.result()` in `Invocations._follow`), "
-            "needed only when the hub goes quiet"
-        )
-    sandbox = p50("temporal_start_to_activity") - p50("temporal_start_to_activity_unsandboxed")
-    if sandbox >= 1:
-        out.append(
-            f"the workflow sandbox ({sandbox:.1f} ms to the activity here) for a workflow as "
-            "small as `InvokeModel`"
+            "the history long poll (`handle.result()` in `Invocations._follow`), which under "
+            "load starts for most calls because the hub is quiet for longer than 0.25 s"
         )
     sdk = p50("provider_adapter_stream") - m[("direct", "st1")]["p50"]
     if sdk >= 2:
@@ -168,8 +162,6 @@ def levers(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
             f"connection churn past the pool of {POOL_SIZE} at c=16 "
             f"({res.pg_connections_per_call['ns16']:.2f} new server processes per call)"
         )
-    if not importlib.util.find_spec("uvloop"):
-        out.append("uvloop for the API's event loop, as LiteLLM's proxy uses")
     out.append("more than one API process per machine, since one is bound to one core")
     waiting = p50("temporal_start_to_activity")
     others = [

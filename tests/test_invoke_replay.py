@@ -1,0 +1,82 @@
+"""InvokeModel runs without the workflow sandbox (activities/invoke_setup.py says why): its
+real histories must replay deterministically, unsandboxed as it runs and sandboxed alike."""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx
+import pytest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer, WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+
+from activities.invoke_setup import INVOKE_WORKFLOW_RUNNER
+from core import tracing
+from providers.upstream import Fault, FaultKind, UpstreamServer
+from tests.conftest import TokenFactory
+from tests.helpers.catalog import approved_profile
+from workflows.invoke import InvokeModelWorkflow
+
+MODEL = "replay-sim"
+
+
+@pytest.fixture
+async def auth(
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+) -> dict[str, str]:
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    deployment = {"model": MODEL, "endpointRef": upstream.endpoint_ref}
+    await approved_profile(http, auth, temporal_client, tenant, "replayed", {"rp/a": deployment})
+    return auth
+
+
+@pytest.mark.parametrize(
+    "runner", [INVOKE_WORKFLOW_RUNNER, SandboxedWorkflowRunner()], ids=["as-run", "sandboxed"]
+)
+async def test_invoke_histories_replay(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+    runner: WorkflowRunner,
+) -> None:
+    for stream in (False, True):
+        ok = await http.post(
+            "/v1/chat/completions",
+            json={
+                "model": "replayed",
+                "stream": stream,
+                "messages": [{"role": "user", "content": "hi"}],
+            },
+            headers={**auth, "Idempotency-Key": uuid.uuid4().hex},
+        )
+        assert ok.status_code == 200
+    upstream.inject(MODEL, Fault(kind=FaultKind.CONTENT_POLICY, times=1))
+    refused = await http.post(
+        "/v1/chat/completions",
+        json={"model": "replayed", "messages": [{"role": "user", "content": "hi"}]},
+        headers={**auth, "Idempotency-Key": uuid.uuid4().hex},
+    )
+    assert refused.status_code == 400
+    histories = [
+        await temporal_client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
+        async for wf in temporal_client.list_workflows(
+            f"WorkflowType = 'InvokeModel' AND WorkflowId STARTS_WITH 'invoke/{tenant}/'"
+        )
+    ]
+    assert len(histories) == 3
+    replayer = Replayer(
+        workflows=[InvokeModelWorkflow],
+        workflow_runner=runner,
+        data_converter=pydantic_data_converter,
+        interceptors=tracing.interceptors(),
+    )
+    for history in histories:
+        await replayer.replay_workflow(history)  # raises on any nondeterminism
