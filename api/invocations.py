@@ -46,8 +46,11 @@ from store.artifacts import ArtifactStore
 from store.tables import InvocationReceiptRow
 from workflows.invoke import InvokeModelWorkflow
 
-# How long the hub may stay silent before the workflow's own result is watched as well.
-QUIET_SECONDS = 0.25
+# How long the hub may stay silent before the workflow's own result is watched as well. The
+# watch (a history long poll on the server) is a safety net for calls whose receipt closes
+# elsewhere (the caller queue never picked up, a close by the standalone worker), so it waits
+# past a normal wait for a first token: at 0.25 s, under load it started for nearly every call.
+QUIET_SECONDS = 2.0
 
 
 @dataclass
