@@ -22,15 +22,8 @@ from temporalio.common import WorkflowIDConflictPolicy
 from activities.invoke_hub import Attach, InvocationHub, ReceiptReady
 from api.come_back import ComeBack
 from api.problems import Problem
-from api.route_targets import chain_targets, routable_targets
-from api.routing import (
-    current_profile,
-    decide,
-    none_available,
-    pinned_profile,
-    policy_denial,
-    unhealthy_ids,
-)
+from api.route_targets import chain_targets
+from api.routing import none_available, policy_denial, unhealthy_ids
 from api.runtime_types import InvokeConfig
 from core import metrics
 from core.security import Principal
@@ -292,13 +285,16 @@ class Invocations:
             needs_structured_output=call.needs_structured_output,
             budget_applies=call.budget_usd is not None,
         )
-        # Only a call that decides a plan reads the newest active version; filled in below.
+        # The catalog at its current version, read once: profiles, deployments and the
+        # planner's inputs come from it, with no further reads on this path.
+        view = await self._runtime.snapshots.view(tenant)
+        # Only a call that decides a plan takes the newest active version; filled in below.
         newest: list[ModelProfile] = []
         decided: list[RoutePlanResult] = []
 
         async def decide_now() -> RoutePlanResult:
-            newest.append(await current_profile(self._runtime.sessions, tenant, call.profile_id))
-            decided.append(await decide(self._runtime.snapshots, newest[0], needs))
+            newest.append(view.current_profile(call.profile_id))
+            decided.append(view.decide(newest[0], needs))
             return decided[0]
 
         row = None
@@ -312,12 +308,7 @@ class Invocations:
         if row is not None:
             # The run's plan fixes its profile version, retired or superseded since: the
             # fallback rules and price basis of every attempt are the ones the run began with.
-            if newest and newest[0].version == row.profile_version:
-                profile = newest[0]
-            else:
-                profile = await pinned_profile(
-                    self._runtime.sessions, tenant, call.profile_id, row.profile_version
-                )
+            profile = view.pinned_profile(call.profile_id, row.profile_version)
             candidates, plan_id = list(row.candidates), row.route_plan_id
             constraints = PlanConstraints.model_validate(row.constraints)
             decision_id = row.policy_decision_id or uuid.uuid4()
@@ -326,22 +317,14 @@ class Invocations:
             profile = newest[0]
             candidates, plan_id, decision_id = plan.candidate_ids, None, plan.policy_decision_id
             constraints = plan.constraints
-        targets = await routable_targets(
-            self._runtime.sessions, tenant, candidates, profile.embedding_compatibility
-        )
-        targets += await chain_targets(
-            self._runtime.sessions,
-            self._runtime.snapshots,
-            profile,
-            needs,
-            constraints,
-            set(candidates),
-        )
+        targets = view.targets(candidates, profile.embedding_compatibility)
+        targets += chain_targets(view, profile, needs, constraints, set(candidates))
         if not targets and not candidates:
-            # The plan stores no exclusions: a pinned empty plan (ResolveRoutePlan pins one) is
-            # explained by deciding again with its version; the plan itself does not change.
+            # The plan stores no exclusions: a pinned empty plan (ResolveRoutePlan pinned them
+            # before empty routes stopped being pinned) is explained by deciding again with its
+            # version; the plan itself does not change.
             if not decided:
-                decided.append(await decide(self._runtime.snapshots, profile, needs))
+                decided.append(view.decide(profile, needs))
             denied = policy_denial(decided[0])
             if denied is not None:
                 reason = denied.extensions["reason"]

@@ -4,19 +4,22 @@ version moved, and the pure planner deciding against it with no I/O."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api.problems import Problem
+from domain.enums import PrivacyClass
 from domain.exclusions import ExclusionCode
+from domain.invocation import Target
+from domain.lifecycle import is_routable
 from domain.planner import PlanRequest, plan_route
 from domain.profiles import ModelProfile
 from domain.route_plan import RoutePlanResult
 from domain.scoring import Weights
 from domain.snapshot import CatalogSnapshot
 from store.catalog_loader import load_catalog, load_weights
-from store.repositories import ModelProfileRepository
 
 
 class SnapshotCache:
@@ -24,6 +27,10 @@ class SnapshotCache:
         self._sessions = sessions
         self._cache: dict[str, tuple[CatalogSnapshot, Weights]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+
+    async def view(self, tenant_id: str) -> CatalogView:
+        snapshot, weights = await self.snapshot(tenant_id)
+        return CatalogView(tenant_id, snapshot, weights)
 
     async def snapshot(self, tenant_id: str) -> tuple[CatalogSnapshot, Weights]:
         """One small read of the catalog version; the catalog itself is read only when that
@@ -46,38 +53,62 @@ class SnapshotCache:
             return built
 
 
-async def current_profile(
-    sessions: async_sessionmaker[AsyncSession], tenant_id: str, profile_id: str
-) -> ModelProfile:
-    async with sessions() as session:
-        rows = await ModelProfileRepository(session, tenant_id).latest_active()
-    row = next((r for r in rows if r.profile_id == profile_id), None)
-    if row is None:
-        raise Problem(404, f"No active profile {profile_id!r}.", field="profileId")
-    return ModelProfile.model_validate(row)
+@dataclass(frozen=True)
+class CatalogView:
+    """The tenant's catalog at one version, read once per call: the profile versions, the
+    deployments (state, health and endpoint reference included) and the planner's inputs. Every
+    catalog write bumps the version, so a view taken at the call's start is as current as
+    reading the rows would be — without the reads."""
 
+    tenant_id: str
+    snapshot: CatalogSnapshot
+    weights: Weights
 
-async def pinned_profile(
-    sessions: async_sessionmaker[AsyncSession], tenant_id: str, profile_id: str, version: str
-) -> ModelProfile:
-    """The version a run's plan was resolved under, whatever its status now: versions are
-    immutable and kept, so a run keeps the fallback rules and price basis it started with even
-    after that version is retired or superseded."""
-    async with sessions() as session:
-        row = await ModelProfileRepository(session, tenant_id).get_version(profile_id, version)
-    if row is None:
-        # Versions are never deleted: a plan naming a missing one is a broken store.
-        raise LookupError(f"route plan names profile {profile_id} version {version}, not stored")
-    return ModelProfile.model_validate(row)
+    def current_profile(self, profile_id: str) -> ModelProfile:
+        """The newest active version, for a call that decides a plan."""
+        profile = self.snapshot.profile(self.tenant_id, profile_id)
+        if profile is None:
+            raise Problem(404, f"No active profile {profile_id!r}.", field="profileId")
+        return profile
 
+    def pinned_profile(self, profile_id: str, version: str) -> ModelProfile:
+        """The version a run's plan was resolved under, whatever its status now: versions are
+        immutable and kept, so a run keeps the fallback rules and price basis it started with
+        even after that version is retired or superseded."""
+        profile = self.snapshot.profile(self.tenant_id, profile_id, version)
+        if profile is None:
+            # Versions are never deleted: a plan naming a missing one is a broken store.
+            raise LookupError(f"route plan names profile {profile_id} version {version}")
+        return profile
 
-async def decide(
-    cache: SnapshotCache, profile: ModelProfile, request: PlanRequest
-) -> RoutePlanResult:
-    snapshot, weights = await cache.snapshot(request.tenant_id)
-    # Deciding is pure: from here on, no I/O until the plan is returned.
-    decision = plan_route(snapshot, profile, request, now=datetime.now(UTC), weights=weights)
-    return decision.to_result()
+    def decide(self, profile: ModelProfile, request: PlanRequest) -> RoutePlanResult:
+        # Pure: the planner does no I/O.
+        decision = plan_route(
+            self.snapshot, profile, request, now=datetime.now(UTC), weights=self.weights
+        )
+        return decision.to_result()
+
+    def targets(self, candidates: list[str], embedding_compatibility: str | None) -> list[Target]:
+        """The candidates that are routable now, in route order; Degraded or unhealthy ones
+        are skipped, the plan itself never changes."""
+        out = []
+        for deployment_id in candidates:
+            d = self.snapshot.deployment(self.tenant_id, deployment_id)
+            if d is None or d.endpoint_ref is None or not is_routable(d.state, d.healthy):
+                continue
+            out.append(
+                Target(
+                    deployment_id=deployment_id,
+                    provider=d.provider,
+                    model=d.model,
+                    endpoint_ref=d.endpoint_ref,
+                    privacy_class=d.privacy_class.value,
+                    external=d.privacy_class is PrivacyClass.EXTERNAL,
+                    context_window_tokens=d.context_window_tokens,
+                    embedding_compatibility=embedding_compatibility,
+                )
+            )
+        return out
 
 
 _C = ExclusionCode

@@ -17,7 +17,7 @@ def analysis(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> list[str
     g1, d1, g16 = m[("gateway", "ns1")], m[("direct", "ns1")], m[("gateway", "ns16")]
     budget = [
         ("HTTP in and out", p50("api_healthz")),
-        ("four routing reads", sum(p50(k) for k in ROUTING_READS)),
+        ("routing reads", sum(p50(k) for k in ROUTING_READS)),
         ("eager start to the local activity", p50("temporal_start_to_activity")),
         ("claim", p50("db_claim")),
         ("provider call through the adapter", p50("provider_adapter_stream")),
@@ -62,8 +62,8 @@ def analysis(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> list[str
         pings = kinds.get("pre-ping", 0.0)
         begins = kinds.get("BEGIN", 0.0)
         lines.append(
-            f"- **Database.** {res.pg['per_call']:.0f} round trips per invocation for six "
-            f"sessions: every session checkout is pre-pinged ({pings:.0f} pings, each "
+            f"- **Database.** {res.pg['per_call']:.0f} round trips per invocation for "
+            f"{pings:.0f} sessions: every session checkout is pre-pinged ({pings:.0f} pings, each "
             "`BEGIN` / `;` / `ROLLBACK`), every read runs in its own transaction "
             f"({begins:.0f} `BEGIN`s in all), and the data itself is {kinds.get('SELECT', 0):.0f} "
             f"SELECTs, {kinds.get('INSERT', 0):.0f} INSERTs and {kinds.get('UPDATE', 0):.0f} "
@@ -141,10 +141,8 @@ def levers(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
         )
     if kinds.get("BEGIN", 0) - kinds.get("COMMIT", 0) >= 3:
         out.append(
-            "the separate session per routing read (idempotency key, catalog version, "
-            "profile, deployment rows), when the profile and all of a deployment row but its "
-            "endpointRef are already in the catalog snapshot the API caches per catalog "
-            "version"
+            "a session per database step (idempotency key, catalog version, claim, finalize), "
+            "each its own checkout and transaction"
         )
     if res.temporal_per_call.get("PollWorkflowExecutionHistory", 0) >= 0.5:
         out.append(

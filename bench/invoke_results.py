@@ -15,12 +15,7 @@ from bench.invoke_receipts import ReceiptCheck
 
 # The probes (bench/invoke_probes.py) of the routing reads before a call, and of every database
 # step of a call, in the order they are added up.
-ROUTING_READS = (
-    "db_idempotency_lookup",
-    "db_catalog_version",
-    "db_current_profile",
-    "db_deployment_rows",
-)
+ROUTING_READS = ("db_idempotency_lookup", "catalog_view")
 DB_STEPS = (*ROUTING_READS, "db_claim", "db_finalize")
 
 

@@ -42,6 +42,8 @@ class CatalogDeployment(BaseModel):
     version: int = 1
     compute_pool_id: str | None = Field(default=None, alias="computePoolId")
     context_window_tokens: int | None = Field(default=None, alias="contextWindowTokens", gt=0)
+    # The broker reference the adapter resolves (never a credential); the planner ignores it.
+    endpoint_ref: str | None = Field(default=None, alias="endpointRef")
 
     @classmethod
     def from_record(cls, record: DeploymentRecord) -> CatalogDeployment:

@@ -65,6 +65,7 @@ async def load_catalog(session: AsyncSession, tenant_id: str, version: int) -> C
                 version=d.version,
                 compute_pool_id=d.compute_pool_id,
                 context_window_tokens=d.context_window_tokens,
+                endpoint_ref=d.endpoint_ref,
             )
             for d in deployments
         ),

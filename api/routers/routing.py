@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.deps import RuntimeDep, SessionDep, require
 from api.problems import Problem
-from api.routing import current_profile, decide, none_available, policy_denial, unhealthy_ids
+from api.routing import none_available, policy_denial, unhealthy_ids
 from core.security import Principal
 from domain.access import Action
 from domain.enums import Scope
@@ -84,9 +84,9 @@ async def preview(
     runtime: RuntimeDep,
     body: Needs | None = None,
 ) -> RoutePlanResult:
-    profile = await current_profile(runtime.sessions, principal.tenant_id, profileId)
+    view = await runtime.snapshots.view(principal.tenant_id)
     needs = body or Needs()
-    return await decide(runtime.snapshots, profile, needs.plan_request(principal.tenant_id))
+    return view.decide(view.current_profile(profileId), needs.plan_request(principal.tenant_id))
 
 
 @router.post(
@@ -101,8 +101,8 @@ async def resolve(
     tenant = principal.tenant_id
 
     async def decide_now() -> RoutePlanResult:
-        profile = await current_profile(runtime.sessions, tenant, body.profile_id)
-        return await decide(runtime.snapshots, profile, body.plan_request(tenant))
+        view = await runtime.snapshots.view(tenant)
+        return view.decide(view.current_profile(body.profile_id), body.plan_request(tenant))
 
     try:
         row, created = await route_plans.resolve_once(
