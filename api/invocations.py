@@ -32,7 +32,6 @@ from domain.invocation import InvocationInput, InvocationSummary, Operation, Tar
 from domain.planner import PlanRequest
 from domain.policy import DataClassification
 from domain.pricing import worst_case_cost_usd
-from domain.profiles import ModelProfile
 from domain.route_plan import PlanConstraints, RoutePlanResult
 from store import pricebook, receipts, route_plans
 from store.artifacts import ArtifactStore
@@ -288,13 +287,11 @@ class Invocations:
         # The catalog at its current version, read once: profiles, deployments and the
         # planner's inputs come from it, with no further reads on this path.
         view = await self._runtime.snapshots.view(tenant)
-        # Only a call that decides a plan takes the newest active version; filled in below.
-        newest: list[ModelProfile] = []
+        # The plan this call decided, if it decided one (a call on a run's plan does not).
         decided: list[RoutePlanResult] = []
 
         async def decide_now() -> RoutePlanResult:
-            newest.append(view.current_profile(call.profile_id))
-            decided.append(view.decide(newest[0], needs))
+            decided.append(view.decide(view.current_profile(call.profile_id), needs))
             return decided[0]
 
         row = None
@@ -306,17 +303,16 @@ class Invocations:
                     self._runtime.sessions, tenant, call.run_id, call.profile_id, decide_now
                 )
         if row is not None:
-            # The run's plan fixes its profile version, retired or superseded since: the
-            # fallback rules and price basis of every attempt are the ones the run began with.
-            profile = view.pinned_profile(call.profile_id, row.profile_version)
-            candidates, plan_id = list(row.candidates), row.route_plan_id
+            version, plan_id, candidates = row.profile_version, row.route_plan_id, row.candidates
             constraints = PlanConstraints.model_validate(row.constraints)
             decision_id = row.policy_decision_id or uuid.uuid4()
         else:
             plan = decided[0] if decided else await decide_now()
-            profile = newest[0]
-            candidates, plan_id, decision_id = plan.candidate_ids, None, plan.policy_decision_id
-            constraints = plan.constraints
+            version, plan_id, candidates = plan.profile_version, None, plan.candidate_ids
+            constraints, decision_id = plan.constraints, plan.policy_decision_id
+        # The version the route was planned with. A run's plan fixes it, retired or superseded
+        # since: the fallback rules and price basis of every attempt are the ones it began with.
+        profile = view.profile_at(call.profile_id, version)
         targets = view.targets(candidates, profile.embedding_compatibility)
         targets += chain_targets(view, profile, needs, constraints, set(candidates))
         if not targets and not candidates:

@@ -25,30 +25,26 @@ from store.catalog_loader import load_catalog, load_weights
 class SnapshotCache:
     def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
         self._sessions = sessions
-        self._cache: dict[str, tuple[CatalogSnapshot, Weights]] = {}
+        self._cache: dict[str, CatalogView] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def view(self, tenant_id: str) -> CatalogView:
-        snapshot, weights = await self.snapshot(tenant_id)
-        return CatalogView(tenant_id, snapshot, weights)
-
-    async def snapshot(self, tenant_id: str) -> tuple[CatalogSnapshot, Weights]:
         """One small read of the catalog version; the catalog itself is read only when that
         version moved since this tenant's snapshot was compiled."""
         async with self._sessions() as session:
             version, _ = await load_weights(session)
         cached = self._cache.get(tenant_id)
-        if cached is not None and cached[0].version == version:
+        if cached is not None and cached.snapshot.version == version:
             return cached
         lock = self._locks.setdefault(tenant_id, asyncio.Lock())
         async with lock:
             cached = self._cache.get(tenant_id)
-            if cached is not None and cached[0].version >= version:
+            if cached is not None and cached.snapshot.version >= version:
                 return cached
             async with self._sessions() as session:
                 version, weights = await load_weights(session)
                 data = await load_catalog(session, tenant_id, version)
-            built = (CatalogSnapshot(data), weights)
+            built = CatalogView(tenant_id, CatalogSnapshot(data), weights)
             self._cache[tenant_id] = built
             return built
 
@@ -71,10 +67,10 @@ class CatalogView:
             raise Problem(404, f"No active profile {profile_id!r}.", field="profileId")
         return profile
 
-    def pinned_profile(self, profile_id: str, version: str) -> ModelProfile:
-        """The version a run's plan was resolved under, whatever its status now: versions are
-        immutable and kept, so a run keeps the fallback rules and price basis it started with
-        even after that version is retired or superseded."""
+    def profile_at(self, profile_id: str, version: str) -> ModelProfile:
+        """An exact version, whatever its status now: versions are immutable and kept, so a run
+        keeps the fallback rules and price basis it started with even after that version is
+        retired or superseded."""
         profile = self.snapshot.profile(self.tenant_id, profile_id, version)
         if profile is None:
             # Versions are never deleted: a plan naming a missing one is a broken store.
