@@ -205,16 +205,6 @@ class _Usage:
         )
 
 
-def _sdk_timeout(timeouts: ProviderTimeouts) -> anthropic.Timeout:
-    return anthropic.Timeout(
-        timeouts.read,
-        connect=timeouts.connect,
-        read=timeouts.read,
-        write=timeouts.write,
-        pool=timeouts.pool,
-    )
-
-
 class AnthropicAdapter(ProviderAdapter):
     def __init__(
         self,
@@ -229,19 +219,14 @@ class AnthropicAdapter(ProviderAdapter):
         self.provider = provider
         self.model = model
         self._prompt_caching = prompt_caching
-        self._timeouts = timeouts
+        self.timeouts, self.timeout_type = timeouts, anthropic.Timeout
         self._client = anthropic.AsyncAnthropic(
             api_key=connection.api_key.get_secret_value(),
             base_url=connection.base_url or "https://api.anthropic.com",
-            timeout=_sdk_timeout(timeouts),
+            timeout=timeouts.as_timeout(anthropic.Timeout),
             max_retries=0,
             open_telemetry=_TELEMETRY,
         )
-
-    def _per_call(self, limits: CallLimits | None) -> dict[str, Any]:
-        if limits is None or limits.connect is None:
-            return {}
-        return {"timeout": _sdk_timeout(self._timeouts.merged(limits))}
 
     async def stream(
         self, request: ChatRequest, *, limits: CallLimits | None = None
@@ -249,7 +234,7 @@ class AnthropicAdapter(ProviderAdapter):
         params = convert(request, self.model, prompt_caching=self._prompt_caching)
         try:
             events = await self.first_byte(
-                self._client.messages.create(**params, stream=True, **self._per_call(limits)),
+                self._client.messages.create(**params, stream=True, **self.call_timeout(limits)),
                 limits,
             )
         except _FAILURES as exc:
@@ -313,7 +298,7 @@ class AnthropicAdapter(ProviderAdapter):
             raw = await self.first_byte(
                 self._client.messages.with_raw_response.create(
                     **convert(request, self.model, prompt_caching=self._prompt_caching),
-                    **self._per_call(limits),
+                    **self.call_timeout(limits),
                 ),
                 limits,
             )

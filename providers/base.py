@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, Awaitable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from providers.errors import ErrorKind, ProviderError
 from providers.types import (
@@ -15,6 +15,7 @@ from providers.types import (
     ChatRequest,
     Completion,
     EmbeddingResult,
+    ProviderTimeouts,
     RerankResult,
     StreamEvent,
 )
@@ -29,6 +30,9 @@ class ProviderAdapter(ABC):
 
     provider: str
     model: str
+    # What `call_timeout` builds on: the adapter's own timeouts and its HTTP client's class.
+    timeouts: ProviderTimeouts
+    timeout_type: Callable[..., Any]
 
     async def stream(
         self, request: ChatRequest, *, limits: CallLimits | None = None
@@ -68,6 +72,13 @@ class ProviderAdapter(ABC):
     @abstractmethod
     async def aclose(self) -> None:
         """Releases the HTTP connection pool."""
+
+    def call_timeout(self, limits: CallLimits | None) -> dict[str, Any]:
+        """The `timeout` argument of one call whose limits change the connect bound; nothing
+        otherwise (the client's own timeouts apply)."""
+        if limits is None or limits.connect is None:
+            return {}
+        return {"timeout": self.timeouts.merged(limits).as_timeout(self.timeout_type)}
 
     async def first_byte(self, response: Awaitable[T], limits: CallLimits | None) -> T:
         """Awaits the provider's response (its status and headers) within the call's first-byte

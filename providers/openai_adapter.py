@@ -65,16 +65,6 @@ def api_base_url(base_url: str | None) -> str:
     return base_url.rstrip("/")
 
 
-def sdk_timeout(timeouts: ProviderTimeouts) -> openai.Timeout:
-    return openai.Timeout(
-        timeouts.read,
-        connect=timeouts.connect,
-        read=timeouts.read,
-        write=timeouts.write,
-        pool=timeouts.pool,
-    )
-
-
 def map_error(exc: Exception, provider: str) -> ProviderError:
     if isinstance(exc, openai.APITimeoutError):
         return ProviderError(ErrorKind.TIMEOUT, provider=provider, reason="timed out")
@@ -165,11 +155,11 @@ class OpenAIAdapter(ProviderAdapter):
         self._max_tokens_param = max_tokens_param or (
             "max_completion_tokens" if provider == "openai" else "max_tokens"
         )
-        self._timeouts = timeouts
+        self.timeouts, self.timeout_type = timeouts, openai.Timeout
         self._client = openai.AsyncOpenAI(
             api_key=connection.api_key.get_secret_value(),
             base_url=api_base_url(connection.base_url),
-            timeout=sdk_timeout(timeouts),
+            timeout=timeouts.as_timeout(openai.Timeout),
             max_retries=0,
         )
 
@@ -220,11 +210,6 @@ class OpenAIAdapter(ProviderAdapter):
             params["stop"] = list(request.stop)
         return params
 
-    def _per_call(self, limits: CallLimits | None) -> dict[str, Any]:
-        if limits is None or limits.connect is None:
-            return {}
-        return {"timeout": sdk_timeout(self._timeouts.merged(limits))}
-
     async def stream(
         self, request: ChatRequest, *, limits: CallLimits | None = None
     ) -> AsyncGenerator[StreamEvent, None]:
@@ -235,7 +220,7 @@ class OpenAIAdapter(ProviderAdapter):
                     **params,
                     stream=True,
                     stream_options={"include_usage": True},
-                    **self._per_call(limits),
+                    **self.call_timeout(limits),
                 ),
                 limits,
             )
@@ -313,7 +298,7 @@ class OpenAIAdapter(ProviderAdapter):
         try:
             raw = await self.first_byte(
                 self._client.chat.completions.with_raw_response.create(
-                    **self._params(request), **self._per_call(limits)
+                    **self._params(request), **self.call_timeout(limits)
                 ),
                 limits,
             )
@@ -333,7 +318,7 @@ class OpenAIAdapter(ProviderAdapter):
         try:
             raw = await self.first_byte(
                 self._client.embeddings.with_raw_response.create(
-                    model=self.model, input=list(inputs), **extra, **self._per_call(limits)
+                    model=self.model, input=list(inputs), **extra, **self.call_timeout(limits)
                 ),
                 limits,
             )

@@ -60,16 +60,6 @@ def _items(body: Any) -> list[RerankItem]:
     return sorted(items, key=lambda item: (-item.relevance_score, item.index))
 
 
-def _http_timeout(timeouts: ProviderTimeouts) -> httpx.Timeout:
-    return httpx.Timeout(
-        timeouts.read,
-        connect=timeouts.connect,
-        read=timeouts.read,
-        write=timeouts.write,
-        pool=timeouts.pool,
-    )
-
-
 class RerankAdapter(ProviderAdapter):
     def __init__(
         self,
@@ -88,9 +78,9 @@ class RerankAdapter(ProviderAdapter):
         self.provider = provider
         self.model = model
         self._url = connection.base_url.rstrip("/") + "/rerank"
-        self._timeouts = timeouts
+        self.timeouts, self.timeout_type = timeouts, httpx.Timeout
         self._client = httpx.AsyncClient(
-            timeout=_http_timeout(timeouts),
+            timeout=timeouts.as_timeout(httpx.Timeout),
             headers={"authorization": f"Bearer {connection.api_key.get_secret_value()}"},
             follow_redirects=False,
         )
@@ -108,9 +98,7 @@ class RerankAdapter(ProviderAdapter):
             body["top_n"] = top_n
         try:
             response = await self.first_byte(
-                self._client.post(
-                    self._url, json=body, timeout=_http_timeout(self._timeouts.merged(limits))
-                ),
+                self._client.post(self._url, json=body, **self.call_timeout(limits)),
                 limits,
             )
         except httpx.HTTPError as exc:

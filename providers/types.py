@@ -6,11 +6,13 @@ wire shapes. They carry content (prompts, outputs), so they must never be logged
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Iterable
+from collections.abc import AsyncIterable, Callable, Iterable
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+T = TypeVar("T")
 
 
 class _Model(BaseModel):
@@ -260,6 +262,12 @@ class ProviderTimeouts(_Model):
     read: float = Field(gt=0)
     write: float = Field(default=10.0, gt=0)
     pool: float = Field(default=5.0, gt=0)
+
+    def as_timeout(self, build: Callable[..., T]) -> T:
+        """These as an httpx-style Timeout of the given class (each SDK brings its own)."""
+        return build(
+            self.read, connect=self.connect, read=self.read, write=self.write, pool=self.pool
+        )
 
     def merged(self, limits: CallLimits | None) -> ProviderTimeouts:
         """The HTTP timeouts of one call: these, with the call's own connect bound."""
