@@ -19,7 +19,7 @@ from store import route_plans
 from store.receipts import by_key
 from store.tables import InvocationReceiptRow, RoutePlanRow
 from tests.conftest import TokenFactory
-from tests.helpers.catalog import profile_event, publish, record_evidence, register
+from tests.helpers.catalog import approved_deployment, profile_event, publish
 from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow, workflow_id
 
 INTERNAL_NOT_EXTERNAL = {
@@ -51,19 +51,16 @@ class Ctx:
         return f"{name}-{self.tag}"
 
     async def deployment(self, deployment_id: str, model: str, **over: Any) -> None:
-        await register(
+        await approved_deployment(
             self.http,
             self.auth,
+            self.temporal,
+            self.tenant,
             deployment_id,
             model=self.model(model),
             endpointRef=self.upstream.endpoint_ref,
             **over,
         )
-        await record_evidence(self.temporal, self.tenant, deployment_id, {"tool-calling": 0.9})
-        resp = await self.http.post(
-            f"/factory/model-deployments/{deployment_id}/approve", headers=self.auth
-        )
-        assert resp.status_code == 200, resp.text
 
     async def profile(self, profile_id: str, allowed: list[str], **over: Any) -> None:
         resp = await publish(self.http, self.auth, profile_event(profile_id, allowed, {}, **over))

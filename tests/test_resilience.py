@@ -19,7 +19,7 @@ from providers.upstream import Fault, FaultKind, UpstreamServer
 from store.receipts import by_key
 from store.tables import InvocationReceiptRow, OutboxEventRow
 from tests.conftest import TokenFactory
-from tests.helpers.catalog import profile_event, publish, record_evidence, register
+from tests.helpers.catalog import approved_deployment, profile_event, publish
 from tests.helpers.deadline import eventually
 
 A, B = "rs-primary", "rs-second"  # upstream models of the two deployments
@@ -37,17 +37,16 @@ async def auth(
     upstream.state.clear_faults()
     auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
     for dep, model, window in (("rs/a", A, 150_000), ("rs/b", B, 200_000)):
-        await register(
+        await approved_deployment(
             http,
             auth,
+            temporal_client,
+            tenant,
             dep,
             model=model,
             endpointRef=upstream.endpoint_ref,
             contextWindowTokens=window,
         )
-        await record_evidence(temporal_client, tenant, dep, {"tool-calling": 0.9})
-        ok = await http.post(f"/factory/model-deployments/{dep}/approve", headers=auth)
-        assert ok.status_code == 200
     solo = profile_event("rs-solo", ["rs/a"])
     assert (await publish(http, auth, solo)).status_code == 200
     fb = profile_event("rs-fb", ["rs/a", "rs/b"], fallbackEnabled=True, fallbackChain=["rs-solo"])
