@@ -27,11 +27,13 @@ from api.routing import none_available, policy_denial, unhealthy_ids
 from api.runtime_types import InvokeConfig
 from core import metrics
 from core.security import Principal
+from domain import modality
 from domain.hashing import canonical_json, request_hash
 from domain.invocation import InvocationInput, InvocationSummary, Operation, Target, invocation_id
 from domain.planner import PlanRequest
 from domain.policy import DataClassification
 from domain.pricing import worst_case_cost_usd
+from domain.profiles import ModelProfile
 from domain.route_plan import PlanConstraints, RoutePlanResult
 from store import pricebook, receipts, route_plans
 from store.artifacts import ArtifactStore
@@ -64,6 +66,8 @@ class Call:
     # at the profile's pricing revision, or the call is Denied before any provider sees it.
     budget_usd: Decimal | None = None
     max_output_tokens: int | None = None
+    # Where the surface takes the profile id, for the problems that name it.
+    profile_field: str = "body.model"
 
 
 @dataclass
@@ -291,7 +295,9 @@ class Invocations:
         decided: list[RoutePlanResult] = []
 
         async def decide_now() -> RoutePlanResult:
-            decided.append(view.decide(view.current_profile(call.profile_id), needs))
+            current = view.current_profile(call.profile_id)
+            _check_modality(current, call)  # before a plan is pinned for the wrong kind of call
+            decided.append(view.decide(current, needs))
             return decided[0]
 
         row = None
@@ -313,6 +319,7 @@ class Invocations:
         # The version the route was planned with. A run's plan fixes it, retired or superseded
         # since: the fallback rules and price basis of every attempt are the ones it began with.
         profile = view.profile_at(call.profile_id, version)
+        _check_modality(profile, call)
         targets = view.targets(candidates, profile.embedding_compatibility)
         targets += chain_targets(view, profile, needs, constraints, set(candidates))
         if not targets and not candidates:
@@ -336,6 +343,36 @@ class Invocations:
             "allowed_privacy_classes": [c.value for c in constraints.allowed_privacy_classes],
         }
         return targets, plan_id, decision_id, profile.price_basis, rules
+
+
+def _check_modality(profile: ModelProfile, call: Call) -> None:
+    """A call on a profile of another modality is the caller's mistake: refused before any
+    route, adapter or receipt, naming the field that carries the profile id."""
+    needed = modality.mismatch(profile.modality, call.operation)
+    if needed is None:
+        return
+    field = call.profile_field
+    message = (
+        f"profile {profile.profile_id!r} is a {profile.modality.value} profile; "
+        f"this endpoint needs a {needed.value} profile"
+    )
+    raise Problem(
+        400,
+        f"The {field.removeprefix('body.')} {profile.profile_id!r} names a "
+        f"{profile.modality.value} profile; this operation needs a {needed.value} profile.",
+        type_="https://model-router.dev/problems/modality-mismatch",
+        field=field,
+        modality=profile.modality.value,
+        requiredModality=needed.value,
+        errors=[{"field": field, "message": message}],
+        # The OpenAI SDK reads its error envelope: the same words, under `error`.
+        error={
+            "message": message,
+            "type": "invalid_request_error",
+            "param": field.removeprefix("body."),
+            "code": "modality_mismatch",
+        },
+    )
 
 
 @dataclass(frozen=True)

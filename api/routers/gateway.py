@@ -58,6 +58,7 @@ class _Scope(BaseModel):
             request=request,
             data_classification=self.data_classification,
             budget_usd=self.budget_usd,
+            profile_field="body.profileId",
             **extra,
         )
 
