@@ -127,8 +127,8 @@ async def test_a_connection_dropped_after_output_is_a_cut_stream(
 
     upstream.inject(model, Fault(kind=FaultKind.STREAM_CUT, after_chunks=4, times=1))
     resp, _ = await _call(http, auth, profile)
-    assert resp.status_code == 502 and resp.json()["error"]["type"] == "stream_incomplete"
-    # A bad gateway, but a transient one: the caller may come back, and is told when.
+    assert resp.status_code == 503 and resp.json()["error"]["type"] == "stream_incomplete"
+    # Transient like every other: a 503, and the caller is told when to come back.
     assert resp.json()["errorClass"] == "transient" and int(resp.headers["Retry-After"]) >= 1
 
 

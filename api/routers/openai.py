@@ -30,9 +30,9 @@ from api.problems import Problem, problem_response
 from core.security import Principal
 from domain.access import Action
 from domain.enums import InvocationOutcome, Scope
+from domain.failures import FailureClass, classify, error_class
 from domain.invocation import InvocationSummary, Operation
 from domain.policy import DataClassification
-from providers.errors import ErrorKind
 from providers.types import Completion, EmbeddingResult, Finish, TextDelta, ToolCallDelta
 from store.repositories import ModelProfileRepository
 
@@ -76,19 +76,20 @@ class Headers:
 CallHeaders = Annotated[Headers, Depends()]
 
 
-# The request is at fault (the caller must change it); or every candidate is busy or down
-# (the caller may come back); anything else is a bad gateway — which may still be transient (a
-# dropped connection, a cut stream): the caller is told so, and when to come back.
-_CALLER_FAULT = frozenset({"content_policy", "context_length", "invalid_request"})
-_COME_BACK = frozenset({"unavailable", "rate_limit", "overloaded", "timeout", "server_error"})
-_TRANSIENT = _COME_BACK | {k.value for k in ErrorKind if k.transient}
+# One mapping for every surface (domain.failures): the caller's fault is a 400; a transient
+# failure — a candidate busy, down, timed out, a dropped connection or a stream cut before
+# output — is a 503 with Retry-After, whatever broke, since the caller's only question is whether
+# and when to come back; a permanent one on the provider's side (auth, quota, a model gone) is a
+# 502 without Retry-After.
+_STATUS = {FailureClass.CALLER: 400, FailureClass.TRANSIENT: 503, FailureClass.PERMANENT: 502}
 
 
 def _failure(request: Request, summary: InvocationSummary, retry_after: int) -> JSONResponse:
     kind = summary.error_kind or "provider_error"
     headers = {RECEIPT: str(summary.invocation_id), DEPLOYMENT: summary.deployment_id or ""}
-    status = 400 if kind in _CALLER_FAULT else 503 if kind in _COME_BACK else 502
-    if kind in _TRANSIENT:
+    failure = classify(kind)
+    status = _STATUS[failure]
+    if failure is FailureClass.TRANSIENT:
         headers["Retry-After"] = str(retry_after)
     message = f"model call failed: {kind}"
     if summary.error_reason:
@@ -101,7 +102,7 @@ def _failure(request: Request, summary: InvocationSummary, retry_after: int) -> 
         error={"message": message, "type": kind, "code": kind},
         receiptId=str(summary.invocation_id),
         reason=summary.error_reason,
-        errorClass="transient" if kind in _TRANSIENT else "permanent",
+        errorClass=error_class(kind),
     )
 
 
@@ -202,6 +203,7 @@ async def _sse(
                             "message": f"model call failed: {summary.error_kind}",
                             "type": summary.error_kind,
                             "code": summary.outcome,
+                            "errorClass": error_class(summary.error_kind),
                             "receiptId": str(inv),
                             "deploymentId": summary.deployment_id,
                         }

@@ -1,0 +1,46 @@
+"""What a failed invocation means to its caller, whatever surface it came through: the caller's
+own mistake (change the request), a transient failure (come back: the same request may succeed
+later), or a permanent one on the provider's side (retrying will not help until an operator
+acts). Every surface maps these three, and only these, to its status codes."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class FailureClass(StrEnum):
+    CALLER = "caller"
+    TRANSIENT = "transient"
+    PERMANENT = "permanent"
+
+
+# The request itself is at fault: no provider would answer it.
+CALLER_FAULT = frozenset({"content_policy", "context_length", "invalid_request"})
+# The provider error kinds that are transient (providers.errors.ErrorKind.transient, kept equal
+# by tests/test_failure_status.py), plus the router's own: every candidate refused for now
+# (`unavailable`) and the invocation's overall budget spent (`timeout`).
+TRANSIENT = frozenset(
+    {
+        "connection",
+        "timeout",
+        "rate_limit",
+        "server_error",
+        "overloaded",
+        "stream_incomplete",
+        "unavailable",
+    }
+)
+
+
+def classify(kind: str | None) -> FailureClass:
+    if kind in CALLER_FAULT:
+        return FailureClass.CALLER
+    if kind in TRANSIENT:
+        return FailureClass.TRANSIENT
+    return FailureClass.PERMANENT
+
+
+def error_class(kind: str | None) -> str:
+    """The `errorClass` every surface reports: `transient` (may succeed later) or `permanent`
+    (the request or the provider must change first)."""
+    return "transient" if classify(kind) is FailureClass.TRANSIENT else "permanent"

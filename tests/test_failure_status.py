@@ -1,0 +1,122 @@
+"""One mapping of failures to status codes, the same on every surface (domain.failures): a
+transient failure — refused connection, a stream cut before output, a stalled first token, a
+provider 5xx — is a 503 with Retry-After; a permanent one on the provider's side is a 502
+without; the caller's own fault is a 400. Through the real API against the local upstream."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from temporalio.client import Client
+
+from domain.failures import TRANSIENT, FailureClass, classify
+from providers.errors import ErrorKind
+from providers.upstream import Fault, FaultKind, UpstreamServer
+from tests.conftest import TokenFactory, free_port
+from tests.helpers.catalog import approved_deployment, profile_event, publish
+
+# One deployment (and profile) per failure, so no breaker opened by one is seen by another.
+FAULTS: dict[str, Fault | None] = {
+    "fs-dead": None,  # its endpoint is a closed port: connection refused
+    "fs-cut": Fault(kind=FaultKind.STREAM_CUT, after_chunks=1),
+    "fs-stall": Fault(kind=FaultKind.STREAM_STALL, after_chunks=1),
+    "fs-down": Fault(kind=FaultKind.UNAVAILABLE),
+    "fs-auth": Fault(kind=FaultKind.AUTH),
+    "fs-policy": Fault(kind=FaultKind.CONTENT_POLICY),
+}
+TRANSIENT_CASES = {
+    "fs-dead": "connection",
+    "fs-cut": "stream_incomplete",
+    "fs-stall": "timeout",
+    "fs-down": "server_error",
+}
+
+
+@pytest.fixture
+async def auth(
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+) -> AsyncIterator[dict[str, str]]:
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    dead = f"upstream:127.0.0.1:{free_port()}"
+    for name, fault in FAULTS.items():
+        ref = dead if fault is None else upstream.endpoint_ref
+        await approved_deployment(
+            http, auth, temporal_client, tenant, f"fs/{name}", model=name, endpointRef=ref
+        )
+        assert (await publish(http, auth, profile_event(name, [f"fs/{name}"]))).status_code == 200
+        if fault is not None:
+            upstream.inject(name, fault)
+    await approved_deployment(
+        http, auth, temporal_client, tenant, "fs/dead-embed", model="fs-e", endpointRef=dead
+    )
+    event = profile_event(
+        "fs-embed",
+        ["fs/dead-embed"],
+        {},
+        modality="Embedding",
+        embeddingCompatibility="fs-256",
+    )
+    assert (await publish(http, auth, event)).status_code == 200
+    yield auth
+    for name in FAULTS:
+        upstream.state.clear_faults(name)
+
+
+def test_the_transient_kinds_are_the_providers_and_the_routers_own() -> None:
+    assert {k.value for k in ErrorKind if k.transient} | {"unavailable"} == TRANSIENT
+    assert classify("auth") is FailureClass.PERMANENT
+    assert classify("content_policy") is FailureClass.CALLER
+
+
+async def _chat(
+    http: httpx.AsyncClient, auth: dict[str, str], surface: str, profile: str
+) -> httpx.Response:
+    messages = [{"role": "user", "content": "status please"}]
+    key = {"Idempotency-Key": f"fs-{uuid.uuid4().hex}"}
+    if surface == "gateway":
+        body: dict[str, Any] = {"profileId": profile, "request": {"messages": messages}}
+        return await http.post("/gateway/invoke", headers=auth, json=body)
+    body = {"model": profile, "messages": messages, "stream": surface == "openai-stream"}
+    return await http.post("/v1/chat/completions", headers={**auth, **key}, json=body)
+
+
+@pytest.mark.parametrize("surface", ["openai", "openai-stream", "gateway"])
+async def test_every_transient_failure_is_a_503_with_retry_after_on_every_surface(
+    http: httpx.AsyncClient, auth: dict[str, str], surface: str
+) -> None:
+    for profile, kind in TRANSIENT_CASES.items():
+        resp = await _chat(http, auth, surface, profile)
+        assert resp.status_code == 503, (profile, resp.status_code, resp.text)
+        assert int(resp.headers["Retry-After"]) >= 1, profile
+        body = resp.json()
+        assert body["errorClass"] == "transient" and body["error"]["type"] == kind, body
+        assert resp.headers["content-type"].startswith("application/problem+json")
+
+    permanent = await _chat(http, auth, surface, "fs-auth")
+    assert permanent.status_code == 502 and "Retry-After" not in permanent.headers
+    assert permanent.json()["errorClass"] == "permanent"
+    refused = await _chat(http, auth, surface, "fs-policy")
+    assert refused.status_code == 400 and "Retry-After" not in refused.headers
+
+
+async def test_embeddings_map_a_transient_failure_the_same_way(
+    http: httpx.AsyncClient, auth: dict[str, str]
+) -> None:
+    openai_surface = await http.post(
+        "/v1/embeddings", headers=auth, json={"model": "fs-embed", "input": "vectors please"}
+    )
+    gateway = await http.post(
+        "/gateway/embed", headers=auth, json={"profileId": "fs-embed", "inputs": ["vectors"]}
+    )
+    for resp in (openai_surface, gateway):
+        assert resp.status_code == 503, resp.text
+        assert int(resp.headers["Retry-After"]) >= 1
+        assert resp.json()["errorClass"] == "transient"
