@@ -92,7 +92,9 @@ class InvokeActivities:
         started = time.monotonic()
         result = await self._run(data, pending, started)
         target = result.target or data.targets[0]
-        primary = data.targets[0].deployment_id
+        # The plan's first candidate, which may have been passed over before any call (it is
+        # Degraded): then even the first target answering is a fallback.
+        primary = data.primary_deployment_id or data.targets[0].deployment_id
         fell_back = result.target is not None and target.deployment_id != primary
         summary = InvocationSummary(
             invocation_id=data.invocation_id,
@@ -184,6 +186,8 @@ class InvokeActivities:
         reason = ""
         skipped: list[str] = []
         last: _Outcome | None = None
+        # Why the plan's first candidate is not called at all, if it is not (Degraded, …).
+        route.fallback_reason = data.primary_passed_over
         for target in data.targets:
             if failed is not None and not may_answer(data, failed, target, reason):
                 continue
@@ -194,6 +198,7 @@ class InvokeActivities:
                 route.fallback_reason = route.fallback_reason or reason
                 continue
             route.current = target
+            pending.answering = target.deployment_id
             result = await self._on_target(data, pending, started, target, breaker, route)
             result.target = target
             result.fallback_reason = route.fallback_reason

@@ -18,6 +18,9 @@ class PendingCall:
     events: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     claimed: bool = False
+    # The deployment of the attempt now putting events on the queue: set before its first
+    # event, so whoever reads an output event knows who produced it.
+    answering: str | None = None
 
 
 class InvocationHub:

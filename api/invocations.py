@@ -79,6 +79,18 @@ class Running:
     events: AsyncIterator[Any]
     # The deployments it may be answered by, in route order (empty for a replay).
     candidates: tuple[str, ...] = ()
+    # The live call's hub entry: it names the deployment whose events are arriving.
+    pending: Any = None
+
+    def answering(self, first: Any) -> str | None:
+        """The deployment that produced `first` (the first item of `events`), as the receipt
+        will name it; None until output or the receipt says (the first target is only a
+        plan, and a fallback may answer instead)."""
+        if isinstance(first, ReceiptReady):
+            return first.summary.deployment_id
+        if isinstance(first, Replayed):
+            return first.deployment_id
+        return self.pending.answering if self.pending is not None else None
 
 
 class Invocations:
@@ -146,6 +158,7 @@ class Invocations:
             targets[0].deployment_id,
             self._follow(tenant, key, hash_, token, pending, handle),
             tuple(t.deployment_id for t in targets),
+            pending,
         )
 
     def retry_after(self, principal: Principal, running: Running) -> int:
@@ -224,7 +237,7 @@ class Invocations:
             if receipt.output_artifact_ref
             else None
         )
-        yield Replayed(output)
+        yield Replayed(output, receipt.deployment_id)
         yield ReceiptReady(summary_of(receipt))
 
     async def _wait_closed(self, tenant: str, key: str) -> InvocationReceiptRow:
@@ -322,6 +335,17 @@ class Invocations:
         _check_modality(profile, call)
         targets = view.targets(candidates, profile.embedding_compatibility)
         targets += chain_targets(view, profile, needs, constraints, set(candidates))
+        # The plan's first candidate: a pinned plan's, or whom a decision made now would have
+        # put first without the outage. Anyone else answering is a fallback, with the reason
+        # this one was passed over before anything was called.
+        if row is not None:
+            primary = candidates[0] if candidates else ""
+        else:
+            primary = view.primary(decided[0], profile, needs)
+        skipped = None
+        if not targets or targets[0].deployment_id != primary:
+            skipped = view.passed_over(None if row else decided[0], primary) if primary else None
+            skipped = skipped or "no_candidate"
         if not targets and not candidates:
             # The plan stores no exclusions: a pinned empty plan (ResolveRoutePlan pinned them
             # before empty routes stopped being pinned) is explained by deciding again with its
@@ -341,6 +365,8 @@ class Invocations:
         rules = {
             "fallback_enabled": profile.fallback_enabled,
             "allowed_privacy_classes": [c.value for c in constraints.allowed_privacy_classes],
+            "primary_deployment_id": primary or (profile.allowed_deployments or [""])[0],
+            "primary_passed_over": skipped,
         }
         return targets, plan_id, decision_id, profile.price_basis, rules
 
@@ -377,9 +403,11 @@ def _check_modality(profile: ModelProfile, call: Call) -> None:
 
 @dataclass(frozen=True)
 class Replayed:
-    """The stored output of an invocation that already ran (bytes of the artifact)."""
+    """The stored output of an invocation that already ran (bytes of the artifact), and the
+    deployment its receipt says produced it."""
 
     output: bytes | None
+    deployment_id: str | None = None
 
 
 def summary_of(row: InvocationReceiptRow) -> InvocationSummary:

@@ -4,7 +4,7 @@ version moved, and the pure planner deciding against it with no I/O."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from api.problems import Problem
 from domain.enums import PrivacyClass
 from domain.exclusions import ExclusionCode
+from domain.fallback import healed, passed_over
 from domain.invocation import Target
 from domain.lifecycle import is_routable
 from domain.planner import PlanRequest, plan_route
@@ -59,6 +60,9 @@ class CatalogView:
     tenant_id: str
     snapshot: CatalogSnapshot
     weights: Weights
+    # The same catalog with every Degraded or unhealthy deployment well, compiled only when an
+    # outage asks who the primary would have been (once per catalog version).
+    _healed: list[CatalogSnapshot] = field(default_factory=list, compare=False, repr=False)
 
     def current_profile(self, profile_id: str) -> ModelProfile:
         """The newest active version, for a call that decides a plan."""
@@ -83,6 +87,33 @@ class CatalogView:
             self.snapshot, profile, request, now=datetime.now(UTC), weights=self.weights
         )
         return decision.to_result()
+
+    def primary(self, plan: RoutePlanResult, profile: ModelProfile, request: PlanRequest) -> str:
+        """The deployment a decision would have put first were no candidate Degraded,
+        unhealthy or in a draining pool: the plan's first candidate when nothing was passed
+        over for health. An answer from anyone else is a fallback."""
+        first = plan.candidate_ids[0] if plan.candidates else ""
+        if not any(e.code in _SELF_CLEARING for e in plan.excluded):
+            return first
+        if not self._healed:
+            self._healed.append(CatalogSnapshot(healed(self.snapshot.data)))
+        well = plan_route(
+            self._healed[0], profile, request, now=plan.resolved_at, weights=self.weights
+        )
+        ids = [c.deployment_id for c in well.to_result().candidates]
+        return ids[0] if ids else first
+
+    def passed_over(self, plan: RoutePlanResult | None, deployment_id: str) -> str | None:
+        """Why `deployment_id` is not called now: its exclusion in the decision, or (on a
+        pinned plan) its state; None when it is routable."""
+        for e in plan.excluded if plan is not None else ():
+            if e.deployment_id == deployment_id and e.code is not ExclusionCode.UNHEALTHY:
+                return e.code.value
+        d = self.snapshot.deployment(self.tenant_id, deployment_id)
+        reason = passed_over(d)
+        if reason is None and (d is None or d.endpoint_ref is None):
+            return "not_in_catalog"
+        return reason
 
     def targets(self, candidates: list[str], embedding_compatibility: str | None) -> list[Target]:
         """The candidates that are routable now, in route order; Degraded or unhealthy ones

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from domain.catalog import CatalogData, CatalogDeployment
+from domain.enums import DeploymentState
 from domain.invocation import InvocationInput, Operation, Target
 
 
@@ -53,3 +55,30 @@ def may_answer(data: InvocationInput, failed: Target, candidate: Target, reason:
             and candidate.context_window_tokens > failed.context_window_tokens
         )
     return True
+
+
+def passed_over(d: CatalogDeployment | None) -> str | None:
+    """Why the router may not call a plan's candidate now (the reason a fallback names when the
+    plan's first candidate is skipped before anything is called); None when it may."""
+    if d is None:
+        return "not_in_catalog"
+    if d.state is DeploymentState.DEGRADED:
+        return "degraded"
+    if d.state is DeploymentState.APPROVED and not d.healthy:
+        return "unhealthy"
+    if d.state is not DeploymentState.APPROVED:
+        return "not_approved"
+    return None
+
+
+def healed(data: CatalogData) -> CatalogData:
+    """The catalog as if every Degraded or unhealthy deployment were well and every pool
+    serving: what a decision would have chosen first without the outage, so that an answer from
+    anyone else is counted as the fallback it is."""
+    well = tuple(
+        d.model_copy(update={"state": DeploymentState.APPROVED, "healthy": True})
+        if passed_over(d) in ("degraded", "unhealthy")
+        else d
+        for d in data.deployments
+    )
+    return data.model_copy(update={"deployments": well, "pools": ()})

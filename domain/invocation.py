@@ -69,6 +69,11 @@ class InvocationInput(BaseModel):
     data_classification: str = "Internal"
     # The plan's privacy guarantee: every answering deployment has one of these classes.
     allowed_privacy_classes: list[str] = Field(default_factory=list)
+    # The plan's first candidate, and why it is not among `targets` when it was passed over
+    # before anything was called (Degraded, unhealthy, …): an answer from any other deployment
+    # is a fallback. None (histories from before these fields): the first target.
+    primary_deployment_id: str | None = None
+    primary_passed_over: str | None = None
 
 
 class Disposition(StrEnum):

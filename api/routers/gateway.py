@@ -16,7 +16,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from activities.invoke_hub import ReceiptReady
 from api.deps import require
 from api.invocations import Call, Running
-from api.routers.openai import DEPLOYMENT, RECEIPT, Service, _collect, _failure, _first
+from api.routers.openai import (
+    Service,
+    _collect,
+    _failure,
+    _first,
+    receipt_headers,
+    stream_headers,
+)
 from core.security import Principal
 from domain.access import Action
 from domain.enums import InvocationOutcome, Scope
@@ -100,16 +107,17 @@ async def invoke(
     first = await _first(running)
     if isinstance(first, ReceiptReady) and first.summary.outcome is not InvocationOutcome.COMPLETED:
         return _failure(request, first.summary, service.retry_after(principal, running))
-    headers = {RECEIPT: str(running.invocation_id)}
     if body.stream:
         return StreamingResponse(
-            _events(running, first), media_type="text/event-stream", headers=headers
+            _events(running, first),
+            media_type="text/event-stream",
+            headers=stream_headers(running, first),
         )
     completion, summary = await _collect(running, first)
     if summary.outcome is not InvocationOutcome.COMPLETED or completion is None:
         return _failure(request, summary, service.retry_after(principal, running))
     # The deployment that answered, which a fallback may have changed.
-    headers[DEPLOYMENT] = summary.deployment_id or ""
+    headers = receipt_headers(summary)
     return JSONResponse(
         {
             "output": completion.model_dump(mode="json", exclude={"usage"}),
@@ -165,7 +173,10 @@ async def embed(
     result, summary = await _final(running)
     if summary.outcome is not InvocationOutcome.COMPLETED:
         return _failure(request, summary, service.retry_after(principal, running))
-    return JSONResponse({"vectors": result["vectors"], "receipt": _receipt(summary)})
+    return JSONResponse(
+        {"vectors": result["vectors"], "receipt": _receipt(summary)},
+        headers=receipt_headers(summary),
+    )
 
 
 @router.post("/rerank", operation_id="Rerank", response_model=None)
@@ -182,5 +193,6 @@ async def rerank(
         return _failure(request, summary, service.retry_after(principal, running))
     results = RerankResult.model_validate(result).results if result else ()
     return JSONResponse(
-        {"results": [r.model_dump() for r in results], "receipt": _receipt(summary)}
+        {"results": [r.model_dump() for r in results], "receipt": _receipt(summary)},
+        headers=receipt_headers(summary),
     )

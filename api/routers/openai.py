@@ -40,6 +40,39 @@ router = APIRouter(prefix="/v1", tags=["openai-compatible"])
 
 Invoker = Annotated[Principal, Depends(require(Scope.MODELS_INVOKE, Action.INVOKE))]
 RECEIPT, DEPLOYMENT = "X-Model-Router-Receipt-Id", "X-Model-Router-Deployment"
+# Reported (the provider said), Estimated (our count) or Unknown, as on the receipt.
+USAGE_STATUS = "X-Model-Router-Usage-Status"
+
+
+def stream_headers(running: Running, first: Any) -> dict[str, str]:
+    """A stream's headers go out before its receipt: they name the deployment only once its
+    output (or a replayed receipt) says who answered, never the plan's guess."""
+    headers = {RECEIPT: str(running.invocation_id)}
+    deployment = running.answering(first)
+    if deployment:
+        headers[DEPLOYMENT] = deployment
+    return headers
+
+
+def receipt_headers(summary: InvocationSummary) -> dict[str, str]:
+    """A whole response's headers: the receipt's own words."""
+    headers = {RECEIPT: str(summary.invocation_id), DEPLOYMENT: summary.deployment_id or ""}
+    if summary.usage_status is not None:
+        headers[USAGE_STATUS] = summary.usage_status.value
+    return headers
+
+
+def router_extension(summary: InvocationSummary) -> dict[str, Any]:
+    """The `model_router` object a response carries beside the OpenAI fields (the stream's final
+    event and the non-stream body alike): which receipt, which deployment answered, and whether
+    `usage` is the provider's figure or our estimate."""
+    return {
+        "receiptId": str(summary.invocation_id),
+        "deploymentId": summary.deployment_id,
+        "outcome": summary.outcome,
+        "usageStatus": summary.usage_status,
+        "fallbackUsed": summary.fallback_used,
+    }
 
 
 def _service(runtime: RuntimeDep) -> Invocations:
@@ -136,7 +169,6 @@ async def chat_completions(
         and chat.response_format.type != "text",
     )
     running = await service.start(principal, call)
-    meta = {RECEIPT: str(running.invocation_id), DEPLOYMENT: running.deployment_id}
     first = await _first(running)
     if isinstance(first, ReceiptReady) and first.summary.outcome is not InvocationOutcome.COMPLETED:
         return _failure(request, first.summary, service.retry_after(principal, running))
@@ -145,16 +177,15 @@ async def chat_completions(
         return StreamingResponse(
             _sse(running, first, body.model, include_usage),
             media_type="text/event-stream",
-            headers={**meta, "Cache-Control": "no-store"},
+            headers={**stream_headers(running, first), "Cache-Control": "no-store"},
         )
     completion, summary = await _collect(running, first)
     if summary.outcome is not InvocationOutcome.COMPLETED or completion is None:
         return _failure(request, summary, service.retry_after(principal, running))
-    meta[DEPLOYMENT] = summary.deployment_id or running.deployment_id
     usage = usage_body(summary.input_tokens, summary.output_tokens)
-    return JSONResponse(
-        completion_body(running.invocation_id, body.model, completion, usage), headers=meta
-    )
+    out = completion_body(running.invocation_id, body.model, completion, usage)
+    out["model_router"] = router_extension(summary)
+    return JSONResponse(out, headers=receipt_headers(summary))
 
 
 async def _collect(running: Running, first: Any) -> tuple[Completion | None, InvocationSummary]:
@@ -216,19 +247,7 @@ async def _sse(
                         inv, profile, usage=usage_body(summary.input_tokens, summary.output_tokens)
                     )
                 )
-            yield _sse_line(
-                chunk(
-                    inv,
-                    profile,
-                    model_router={
-                        "receiptId": str(inv),
-                        "deploymentId": summary.deployment_id,
-                        "outcome": summary.outcome,
-                        "usageStatus": summary.usage_status,
-                        "fallbackUsed": summary.fallback_used,
-                    },
-                )
-            )
+            yield _sse_line(chunk(inv, profile, model_router=router_extension(summary)))
             yield b"data: [DONE]\n\n"
             return
         item = await anext(running.events)
@@ -293,8 +312,9 @@ async def embeddings(
             ],
             "model": body.model,
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            "model_router": router_extension(summary),
         },
-        headers={RECEIPT: str(summary.invocation_id), DEPLOYMENT: summary.deployment_id or ""},
+        headers=receipt_headers(summary),
     )
 
 
