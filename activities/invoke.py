@@ -43,7 +43,7 @@ from domain.pricing import Pricebook, estimate_cost_usd
 from domain.retry import retry_delay
 from providers.base import ProviderAdapter
 from providers.errors import ErrorKind, ProviderError
-from providers.types import ChatRequest, CompletionBuilder, TextDelta, ToolCallDelta
+from providers.types import Accepted, ChatRequest, CompletionBuilder, TextDelta, ToolCallDelta
 from store import pricebook, receipts
 from store.artifacts import ArtifactStore
 
@@ -175,6 +175,7 @@ class InvokeActivities:
             ttft_ms=route.ttft_ms,
             output_tokens=route.emitted_tokens or None,
             fallback_reason=route.fallback_reason,
+            provider_request_id=route.provider_request_id,
         )
 
     async def _route(
@@ -288,6 +289,9 @@ class InvokeActivities:
         builder = CompletionBuilder()
         try:
             async for event in timed_stream(adapter, request, timeouts, budget):
+                if isinstance(event, Accepted):
+                    route.provider_request_id = event.provider_request_id
+                    continue  # ours, not the caller's
                 if isinstance(event, TextDelta | ToolCallDelta):
                     if route.ttft_ms is None:
                         route.ttft_ms = int((time.monotonic() - started) * 1000)
@@ -303,8 +307,11 @@ class InvokeActivities:
                 # while what the provider bills for it stays Unknown.
                 out = _failed(exc, InvocationOutcome.PARTIAL)
                 out.output_tokens, out.ttft_ms = route.emitted_tokens, route.ttft_ms
-                return out
-            return _failed(exc)
+            else:
+                out = _failed(exc)
+            # A stall or a garbled chunk is seen outside the adapter, which knew the id.
+            out.provider_request_id = out.provider_request_id or route.provider_request_id
+            return out
         return _completed(request, completion, route.ttft_ms)
 
     @activity.defn(name="close_abandoned_receipt")

@@ -52,6 +52,9 @@ class Route:
     fallback_reason: str | None = None
     # The last failed attempt, while the provider may bill it: (provider, error kind).
     maybe_billed: tuple[str, str] | None = None
+    # The current attempt's provider request id, from the moment its headers arrived: kept on
+    # the receipt however that attempt ends (stalled, garbled, cut or out of budget).
+    provider_request_id: str | None = None
 
     def attempt_starts(self) -> None:
         """A new attempt (a retry or a fallback) replaces the last failed one, whose usage no
@@ -61,6 +64,7 @@ class Route:
             provider, reason = self.maybe_billed
             metrics.attempts_abandoned.add(1, {"provider": provider, "reason": reason})
         self.maybe_billed = None
+        self.provider_request_id = None
 
     def attempt_failed(self, provider: str, kind: str) -> None:
         self.maybe_billed = (provider, kind) if kind in MAYBE_BILLED else None

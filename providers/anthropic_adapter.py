@@ -23,6 +23,7 @@ from providers.errors import (
 )
 from providers.secrets import Connection
 from providers.types import (
+    Accepted,
     CallLimits,
     ChatRequest,
     Completion,
@@ -247,6 +248,7 @@ class AnthropicAdapter(ProviderAdapter):
         tool_index: dict[int, int] = {}
         try:
             async with events:
+                yield Accepted(provider_request_id=request_id)
                 async for event in events:
                     if event.type == "message_start":
                         response_id = event.message.id

@@ -37,7 +37,8 @@ class ProviderAdapter(ABC):
     async def stream(
         self, request: ChatRequest, *, limits: CallLimits | None = None
     ) -> AsyncGenerator[StreamEvent, None]:
-        """Text and tool-call deltas as they arrive, then a UsageEvent when the provider
+        """Accepted (with the provider's request id) once its headers are in, then text and
+        tool-call deltas as they arrive, then a UsageEvent when the provider
         reported usage, then Finish. A stream that ends without the provider's stop signal
         raises ProviderError(stream_incomplete). Closing the iterator early closes the HTTP
         response."""

@@ -27,6 +27,7 @@ from providers.errors import (
 )
 from providers.secrets import Connection
 from providers.types import (
+    Accepted,
     CallLimits,
     ChatRequest,
     Completion,
@@ -235,6 +236,7 @@ class OpenAIAdapter(ProviderAdapter):
         saw_tools = False
         try:
             async with response:
+                yield Accepted(provider_request_id=request_id)
                 chunks = aiter(response)
                 while True:
                     try:

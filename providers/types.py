@@ -96,6 +96,15 @@ class FinishReason(StrEnum):
     OTHER = "other"
 
 
+class Accepted(_Model):
+    """The provider accepted the request and is answering: its headers are in, with the
+    transport request id when it sent one. First on every stream, before any output, so that a
+    stream that later stalls, breaks or garbles still names the provider's request."""
+
+    type: Literal["accepted"] = "accepted"
+    provider_request_id: str | None = None
+
+
 class TextDelta(_Model):
     type: Literal["text_delta"] = "text_delta"
     text: str
@@ -137,7 +146,7 @@ class Finish(_Model):
 
 
 StreamEvent = Annotated[
-    TextDelta | ToolCallDelta | UsageEvent | Finish, Field(discriminator="type")
+    Accepted | TextDelta | ToolCallDelta | UsageEvent | Finish, Field(discriminator="type")
 ]
 
 
@@ -169,7 +178,9 @@ class CompletionBuilder:
         self._usage: Usage | None = None
         self._finish: Finish | None = None
 
-    def add(self, event: TextDelta | ToolCallDelta | UsageEvent | Finish) -> None:
+    def add(self, event: Accepted | TextDelta | ToolCallDelta | UsageEvent | Finish) -> None:
+        if isinstance(event, Accepted):
+            return  # Finish repeats its request id
         if isinstance(event, TextDelta):
             self._text.append(event.text)
         elif isinstance(event, ToolCallDelta):
@@ -209,7 +220,9 @@ class CompletionBuilder:
         )
 
 
-def collect_events(events: Iterable[TextDelta | ToolCallDelta | UsageEvent | Finish]) -> Completion:
+def collect_events(
+    events: Iterable[Accepted | TextDelta | ToolCallDelta | UsageEvent | Finish],
+) -> Completion:
     builder = CompletionBuilder()
     for event in events:
         builder.add(event)
@@ -217,7 +230,7 @@ def collect_events(events: Iterable[TextDelta | ToolCallDelta | UsageEvent | Fin
 
 
 async def collect_stream(
-    events: AsyncIterable[TextDelta | ToolCallDelta | UsageEvent | Finish],
+    events: AsyncIterable[Accepted | TextDelta | ToolCallDelta | UsageEvent | Finish],
 ) -> Completion:
     builder = CompletionBuilder()
     async for event in events:

@@ -25,6 +25,7 @@ from providers.registry import build_adapter, resolve_adapter
 from providers.rerank_adapter import RerankAdapter
 from providers.secrets import Connection, UpstreamSecretBroker, default_broker
 from providers.types import (
+    Accepted,
     CallLimits,
     ChatRequest,
     Finish,
@@ -112,14 +113,15 @@ async def test_stream_yields_deltas_then_usage_then_finish(
     adapter: ProviderAdapter, upstream: UpstreamServer
 ) -> None:
     events = await drain(adapter)
-    assert all(isinstance(e, TextDelta) for e in events[:-2])
+    accepted, *deltas = events[:-2]
+    assert isinstance(accepted, Accepted) and all(isinstance(e, TextDelta) for e in deltas)
     usage, finish = events[-2:]
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "Echo: hello world"
     assert isinstance(usage, UsageEvent) and isinstance(finish, Finish)
     assert (usage.input_tokens, usage.output_tokens) == (5, 4)
     assert finish.reason is FinishReason.STOP
     (record,) = upstream.state.ledger
-    assert finish.provider_request_id == record.request_id
+    assert finish.provider_request_id == accepted.provider_request_id == record.request_id
     assert finish.response_id is not None and finish.response_id.endswith(str(record.response_id))
 
 
@@ -335,7 +337,9 @@ async def test_a_connection_dropped_mid_answer_is_a_transient_incomplete_stream(
     # The stream was cut, not a connection refused: and its headers had named the request.
     assert caught.value.kind is ErrorKind.STREAM_INCOMPLETE and caught.value.transient
     assert caught.value.provider_request_id
-    assert received == [TextDelta(text="Echo:")]  # output had reached the caller
+    # The request id came with the headers, before any output; then output reached the caller.
+    request_id = caught.value.provider_request_id
+    assert received == [Accepted(provider_request_id=request_id), TextDelta(text="Echo:")]
 
 
 async def test_graceful_cut_is_an_incomplete_stream(
@@ -412,6 +416,7 @@ async def test_slow_first_token_within_the_read_timeout(
     upstream.inject(MODEL, Fault(kind=FaultKind.SLOW_FIRST_TOKEN, delay=0.2, times=1))
     started = time.monotonic()
     stream = adapter.stream(HELLO)
+    assert isinstance(await anext(stream), Accepted)  # the headers come at once
     first = await anext(stream)
     first_token = time.monotonic() - started
     rest = [event async for event in stream]
@@ -445,6 +450,7 @@ async def test_closing_a_stream_early_releases_it(
     adapter: ProviderAdapter, upstream: UpstreamServer
 ) -> None:
     stream = adapter.stream(HELLO)
+    assert isinstance(await anext(stream), Accepted)
     assert isinstance(await anext(stream), TextDelta)
     await stream.aclose()
     assert (await adapter.complete(HELLO)).text == "Echo: hello world"

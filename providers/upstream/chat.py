@@ -142,6 +142,9 @@ def chat_endpoint(codec: Codec) -> Callable[[Request], Awaitable[Response]]:
     return endpoint
 
 
+GARBLED = b"data: {not json\n\n"
+
+
 def _deliver(
     codec: Codec,
     state: UpstreamState,
@@ -164,11 +167,22 @@ def _deliver(
     if FaultKind.MISSING_TERMINATOR not in kinds:
         frames.append(plan.terminator)
     cut, stall = kinds.get(FaultKind.STREAM_CUT), kinds.get(FaultKind.STREAM_STALL)
+    garbled = kinds.get(FaultKind.MALFORMED_CHUNK)
+    content_start = plan.content_start
+    if garbled is not None:
+        # A frame whose data is not JSON, where the next event should be: the stream goes on
+        # after it, as a buggy proxy's would, so only the parser can notice.
+        at = min(garbled.after_chunks, len(frames))
+        # Named like a content event where the protocol names its events (Anthropic), so the
+        # client parses it rather than skipping an unknown event.
+        named = frames and frames[0].startswith(b"event:")
+        frames.insert(at, (b"event: content_block_delta\n" if named else b"") + GARBLED)
+        content_start += at <= content_start
     return SimStream(
         frames,
         headers=headers,
         shutdown=state.shutdown,
-        content_start=plan.content_start,
+        content_start=content_start,
         first_delay=slow.delay if slow else 0.0,
         chunk_delay=state.settings_for(turn.model).chunk_delay,
         cut_after=cut.after_chunks if cut else None,

@@ -31,6 +31,7 @@ class FaultKind(StrEnum):
     SLOW_FIRST_TOKEN = "slow_first_token"  # noqa: S105 - `delay` seconds before the first content
     STREAM_CUT = "stream_cut"  # connection dropped after `after_chunks` SSE events
     STREAM_STALL = "stream_stall"  # silence after `after_chunks` events, connection kept
+    MALFORMED_CHUNK = "malformed_chunk"  # after `after_chunks` events, one that is not JSON
     MISSING_TERMINATOR = "missing_terminator"  # no [DONE] / message_stop
     NO_USAGE = "no_usage"  # usage omitted
 
