@@ -335,17 +335,6 @@ class Invocations:
         _check_modality(profile, call)
         targets = view.targets(candidates, profile.embedding_compatibility)
         targets += chain_targets(view, profile, needs, constraints, set(candidates))
-        # The plan's first candidate: a pinned plan's, or whom a decision made now would have
-        # put first without the outage. Anyone else answering is a fallback, with the reason
-        # this one was passed over before anything was called.
-        if row is not None:
-            primary = candidates[0] if candidates else ""
-        else:
-            primary = view.primary(decided[0], profile, needs)
-        skipped = None
-        if not targets or targets[0].deployment_id != primary:
-            skipped = view.passed_over(None if row else decided[0], primary) if primary else None
-            skipped = skipped or "no_candidate"
         if not targets and not candidates:
             # The plan stores no exclusions: a pinned empty plan (ResolveRoutePlan pinned them
             # before empty routes stopped being pinned) is explained by deciding again with its
@@ -362,6 +351,17 @@ class Invocations:
             unhealthy = [d for p in decided for d in unhealthy_ids(p)]
             wait = self._come_back.none_routable(tenant, [*candidates, *unhealthy])
             raise none_available(call.profile_id, wait)
+        # The plan's first candidate: a pinned plan's, or whom a decision made now would have
+        # put first without the outage. Anyone else answering is a fallback, with the reason
+        # this one was passed over before anything was called.
+        if row is not None:
+            primary = candidates[0] if candidates else ""
+        else:
+            primary = view.primary(decided[0], profile, needs)
+        skipped = None
+        if targets[0].deployment_id != primary:
+            skipped = view.passed_over(None if row else decided[0], primary) if primary else None
+            skipped = skipped or "no_candidate"
         rules = {
             "fallback_enabled": profile.fallback_enabled,
             "allowed_privacy_classes": [c.value for c in constraints.allowed_privacy_classes],
