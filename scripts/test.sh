@@ -79,8 +79,9 @@ ensure_chromium() {
   # The console's browser tests drive Debian's Chromium through its chromedriver.
   if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then return; fi
   if [ "$(id -u)" -ne 0 ]; then
-    echo "Chromium not found; install Debian's chromium and chromium-driver packages" >&2
-    exit 1
+    # Not fatal: only tests/test_console.py needs it, and it says so when it runs.
+    echo "warning: Chromium not found; install Debian's chromium and chromium-driver" >&2
+    return
   fi
   echo "installing Chromium (Debian packages chromium, chromium-driver)…"
   apt-get update -qq >/dev/null

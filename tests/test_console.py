@@ -13,10 +13,13 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
 
 import httpx
 import pytest
 from openai import AsyncOpenAI
+from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -27,21 +30,25 @@ from cli.dev_seed import seed
 from core.schedules import NAMES, ensure_schedules, schedule_id
 from core.security import new_client_secret
 from core.settings import Settings
-from domain.enums import Capability, Role, Scope
+from domain.enums import Capability, Role, Scope, UsageStatus
 from domain.suite import Suite
 from providers.upstream import Fault, FaultKind, UpstreamServer
 from providers.upstream.suite_responders import competent_responder, failing_responder
 from store.clients import upsert_client
+from store.db import transaction
+from store.tables import InvocationReceiptRow
 from tests.helpers.browser import (
     ConsoleSession,
     audit,
     sign_in,
     start_browser,
+    tab_to,
     text,
     wait_for_text,
 )
 from tests.helpers.catalog import profile_event, publish, record_evidence, register
 from tests.helpers.deadline import eventually, wait_until
+from tests.helpers.receipts import add_receipt
 
 
 @dataclass(frozen=True)
@@ -289,9 +296,17 @@ async def test_approving_a_deployment_that_meets_every_threshold(
         sign_in(browser, api_url, demo.admin.client_id, demo.admin.secret)
         _open(browser, f"{api_url}/console/deployment?id={good}")
         assert not browser.find_elements(By.CSS_SELECTOR, "#scores td.short")
-        browser.find_element(By.ID, "action-approve").click()
+        # By keyboard only: the first Tab reaches the skip link, which moves focus to the
+        # content; Tab reaches the action, Enter opens its confirmation, Tab and Enter confirm.
+        ActionChains(browser).send_keys(Keys.TAB).perform()
+        assert browser.switch_to.active_element.text == "Skip to content"
+        ActionChains(browser).send_keys(Keys.ENTER).perform()
+        wait_until(lambda: browser.switch_to.active_element.get_attribute("id") == "main")
+        tab_to(browser, "action-approve")
+        ActionChains(browser).send_keys(Keys.ENTER).perform()
         wait_until(lambda: browser.find_elements(By.ID, "confirm"))
-        browser.find_element(By.ID, "confirm").click()
+        tab_to(browser, "confirm")
+        ActionChains(browser).send_keys(Keys.ENTER).perform()
         wait_for_text(browser, "done", "Approve")
         assert text(browser, "state") == "Approved"
         history = text(browser, "history")
@@ -584,3 +599,68 @@ async def test_the_session_cookie_and_the_sign_in_guards(
         # Only console paths are accepted as the place to go after signing in.
         page = await plain.get("/console/sign-in", params={"next": "https://evil.example/"})
         assert 'name="next" value="/console"' in page.text
+
+
+async def test_a_requester_gets_what_the_api_gives_it(
+    api_url: str, demo: Demo, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    """Roles as in the API: a Requester reads runs and the catalog, not deployments."""
+    requester = await _client(sessions, demo.tenant, [Role.REQUESTER])
+    session, signed = await ConsoleSession.sign_in(api_url, requester.client_id, requester.secret)
+    try:
+        assert signed.status_code == 303
+        board = await session.get("/console")
+        assert board.status_code == 403
+        assert "needs the role Observer or Operator or PlatformAdmin" in board.text
+        assert (await session.get("/console/receipts")).status_code == 200
+        assert (await session.get("/console/profiles")).status_code == 200
+        assert (await session.get("/console/schedules")).status_code == 403
+    finally:
+        await session.close()
+
+
+async def test_usage_certainty_badges_are_distinct_and_a_fallback_is_marked(
+    api_url: str, browser: WebDriver, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    # Receipts in each usage state, written as the invoke path and the reconciler leave them.
+    tenant = f"badges-{uuid.uuid4().hex[:6]}"
+    admin = await _client(sessions, tenant, [Role.PLATFORM_ADMIN])
+    ids = {}
+    for status in UsageStatus:
+        ids[status.value] = await add_receipt(
+            sessions,
+            tenant=tenant,
+            deployment_id="dep/badges",
+            started_at=datetime.now(UTC),
+            usage_status=status,
+            input_tokens=None if status is UsageStatus.UNKNOWN else 12,
+            output_tokens=None if status is UsageStatus.UNKNOWN else 5,
+            estimated_cost_usd=None if status is UsageStatus.UNKNOWN else Decimal("0.0042"),
+        )
+    async with transaction(sessions) as session:
+        row = await session.get(InvocationReceiptRow, ids["Estimated"])
+        assert row is not None
+        row.fallback_used = True
+
+    def steps() -> None:
+        sign_in(browser, api_url, admin.client_id, admin.secret)
+        _open(browser, f"{api_url}/console/receipts")
+        badges = {}
+        for status, rid in ids.items():
+            row = browser.find_element(By.CSS_SELECTOR, f"tr[data-receipt='{rid}']")
+            badge = row.find_element(By.CSS_SELECTOR, ".badge.usage")
+            badges[status] = (badge.text, badge.get_attribute("class"))
+            assert bool(row.find_elements(By.CSS_SELECTOR, ".badge.fallback")) == (
+                status == "Estimated"
+            )
+            assert ("0.0042" in row.text) == (status != "Unknown")
+        assert {text for text, _ in badges.values()} == {
+            "✓ Reported",
+            "≈ Estimated",
+            "? Unknown",
+            "⇄ Reconciled",
+        }
+        assert len({cls for _, cls in badges.values()}) == 4
+        audit(browser, "receipts-badges")
+
+    await asyncio.to_thread(steps)

@@ -7,6 +7,7 @@ styles), picked from a colour-blind-safe palette (Okabe-Ito)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
@@ -15,7 +16,8 @@ from markupsafe import Markup
 
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
 WIDTH, HEIGHT = 720, 240
-LEFT, RIGHT, TOP, BOTTOM = 56, 12, 16, 44
+LEFT, RIGHT, TOP, BOTTOM = 56, 12, 28, 44
+MAX_BAR = 48.0
 
 
 @dataclass(frozen=True)
@@ -30,19 +32,21 @@ def _fmt(value: float) -> str:
     if abs(value) >= 100:
         return f"{value:,.0f}"
     if abs(value) >= 1:
-        return f"{value:.2f}".rstrip("0").rstrip(".")
-    return f"{value:.4f}".rstrip("0").rstrip(".")
+        return f"{value:.3g}"
+    digits = 2 - math.floor(math.log10(abs(value)))
+    return f"{value:.{digits}f}".rstrip("0").rstrip(".")
 
 
 def _nice_max(value: float) -> float:
+    """The smallest 1, 2, 2.5 or 5 times a power of ten at or above the value: an axis top
+    that keeps small values (a fraction of a cent, a call every few minutes) visible."""
     if value <= 0:
         return 1.0
-    magnitude = 10 ** (len(str(int(value))) - 1) if value >= 1 else 1.0
+    magnitude = 10.0 ** math.floor(math.log10(value))
     for step in (1, 2, 2.5, 5, 10):
-        top = step * magnitude
-        if top >= value:
-            return float(top)
-    return float(value)
+        if step * magnitude >= value * (1 - 1e-9):
+            return step * magnitude
+    return 10 * magnitude
 
 
 def _frame(chart_id: str, title: str, description: str, body: list[str], legend: list[str]) -> str:
@@ -66,7 +70,7 @@ def _axes(top: float, unit: str) -> list[str]:
             f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11" '
             f'fill="#24292f">{escape(_fmt(value))}</text>'
         )
-    out.append(f'<text x="4" y="{TOP - 4}" font-size="11" fill="#24292f">{escape(unit)}</text>')
+    out.append(f'<text x="4" y="{TOP - 12}" font-size="11" fill="#24292f">{escape(unit)}</text>')
     return out
 
 
@@ -96,7 +100,7 @@ def stacked_bars(
     top = _nice_max(max(totals, default=0))
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     slot = plot_w / max(1, len(labels))
-    bar = max(1.0, slot * 0.8)
+    bar = min(MAX_BAR, max(1.0, slot * 0.8))
     body = _axes(top, unit)
     for i, label in enumerate(labels):
         x = LEFT + i * slot + (slot - bar) / 2
@@ -139,10 +143,10 @@ def grouped_bars(
     top = _nice_max(max(values, default=0))
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     slot = plot_w / max(1, len(groups))
-    bar = max(1.0, slot * 0.8 / max(1, len(names)))
+    bar = min(MAX_BAR, max(1.0, slot * 0.8 / max(1, len(names))))
     body = _axes(top, unit)
     for i, (group, vs) in enumerate(groups.items()):
-        x0 = LEFT + i * slot + slot * 0.1
+        x0 = LEFT + i * slot + (slot - bar * len(names)) / 2
         for k, value in enumerate(vs):
             if value is None or value <= 0:
                 continue

@@ -44,11 +44,10 @@ _KEY = re.compile(r"^[A-Za-z0-9._:/-]{1,200}$")
 
 def _read(operator: Operator) -> None:
     if not operator.may(Scope.MODELS_ADMIN, Action.READ_DEPLOYMENTS):
-        raise ConsoleError(403, f"Deployments are visible to clients that {_needs_read()}.")
-
-
-def _needs_read() -> str:
-    return "hold the scope factory.models.admin and a role PlatformAdmin, Operator or Observer"
+        raise ConsoleError(
+            403,
+            f"This page {operator.needs(Action.READ_DEPLOYMENTS)} and factory.models.admin.",
+        )
 
 
 def _manage(operator: Operator) -> None:
@@ -66,7 +65,7 @@ async def board(request: Request, operator: SignedIn, runtime: RuntimeDep) -> Re
         rows = list(await ModelDeploymentRepository(session, operator.tenant_id).list())
         views = await deployment_views(session, operator.tenant_id, rows)
         probes = await console_reads.last_probes(session, operator.tenant_id)
-    columns = {state.value: [] for state in DeploymentState}  # type: dict[str, list[Any]]
+    columns: dict[str, list[Any]] = {state.value: [] for state in DeploymentState}
     for view in views:
         columns[view.state.value].append(view)
     return page(

@@ -16,11 +16,13 @@ from api.deps import RuntimeDep
 from api.problems import Problem
 from api.routers import profiles as profile_routes
 from api.routers.routing import Needs
+from api.runtime import Runtime
 from domain.access import Action
 from domain.enums import Scope
 from domain.fallback_notes import equivalence
 from domain.policy import DataClassification
 from domain.profiles import ModelProfile
+from domain.route_plan import RoutePlanResult
 from store import console_reads
 from store.repositories import ModelProfileRepository
 
@@ -145,8 +147,8 @@ def _first_error(exc: Exception) -> str:
 async def _preview_page(
     request: Request,
     operator: Operator,
-    runtime: Any,
-    result: Any,
+    runtime: Runtime,
+    result: RoutePlanResult | None,
     form: dict[str, Any],
     error: str | None = None,
     status: int = 200,

@@ -16,10 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from tests.helpers.deadline import wait_until
@@ -39,6 +42,13 @@ def screenshot_dir() -> Path:
 
 
 def start_browser() -> WebDriver:
+    for binary in (CHROMIUM, CHROMEDRIVER):
+        if not Path(binary).exists():
+            pytest.fail(
+                f"{binary} is missing: scripts/test.sh installs Debian's chromium and "
+                "chromium-driver when run as root; install them otherwise",
+                pytrace=False,
+            )
     options = Options()
     options.binary_location = CHROMIUM
     for arg in (
@@ -153,3 +163,12 @@ def _hidden(html: str, name: str) -> str:
     match = re.search(rf'name="{name}" value="([^"]*)"', html)
     assert match, f"no hidden field {name} in the page"
     return match.group(1)
+
+
+def tab_to(driver: WebDriver, element_id: str, limit: int = 80) -> None:
+    """Press Tab until the element has the focus: it is reachable by keyboard."""
+    for _ in range(limit):
+        if driver.switch_to.active_element.get_attribute("id") == element_id:
+            return
+        ActionChains(driver).send_keys(Keys.TAB).perform()
+    raise AssertionError(f"#{element_id} is not reachable with Tab")
