@@ -31,11 +31,13 @@ from core.schedules import NAMES, ensure_schedules, schedule_id
 from core.security import new_client_secret
 from core.settings import Settings
 from domain.enums import Capability, Role, Scope, UsageStatus
+from domain.health import ProbeOutcome, ProbeResult
 from domain.suite import Suite
 from providers.upstream import Fault, FaultKind, UpstreamServer
 from providers.upstream.suite_responders import competent_responder, failing_responder
 from store.clients import upsert_client
 from store.db import transaction
+from store.probes import record_sample
 from store.tables import InvocationReceiptRow
 from tests.helpers.browser import (
     ConsoleSession,
@@ -167,8 +169,22 @@ async def test_sign_in_refuses_a_wrong_secret_and_accepts_the_right_one(
 
 
 async def test_board_shows_the_demo_catalog_with_counts(
-    api_url: str, demo: Demo, browser: WebDriver
+    api_url: str, demo: Demo, browser: WebDriver, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
+    # A probe of sim-chat, as the health probe's activity records it.
+    async with transaction(sessions) as session:
+        await record_sample(
+            session,
+            ProbeResult(
+                tenant_id=demo.tenant,
+                deployment_id="local/sim-chat",
+                outcome=ProbeOutcome.OK,
+                latency_ms=37,
+            ),
+            datetime.now(UTC).replace(second=0, microsecond=0),
+            1,
+        )
+
     def steps() -> None:
         sign_in(browser, api_url, demo.admin.client_id, demo.admin.secret)
         _open(browser, f"{api_url}/console")
@@ -181,6 +197,7 @@ async def test_board_shows_the_demo_catalog_with_counts(
         chat = approved.find_element(By.CSS_SELECTOR, "li.card[data-deployment='local/sim-chat']")
         assert "local-upstream / sim-chat" in chat.text and "Local" in chat.text
         assert "healthy" in chat.text and "commercial" in chat.text
+        assert "ok · 37 ms" in chat.text
         audit(browser, "board")
         # The profiles and a profile's page.
         _open(browser, f"{api_url}/console/profiles")
@@ -268,9 +285,17 @@ async def test_license_evaluate_with_live_progress_then_approval_refused_with_th
         browser.find_element(By.ID, "action-approve").click()
         wait_until(lambda: browser.find_elements(By.ID, "use-commercialUse"))
         audit(browser, "confirm-approve")
+        browser.find_element(By.ID, "use-redistribution").click()  # a term the license lacks
         browser.find_element(By.ID, "confirm").click()
         refusal = wait_for_text(browser, "refusal", "Approval refused")
         assert f"profile {lab} requires tool-calling >= 0.8; measured" in refusal
+        assert "the license does not permit redistribution" in refusal
+        rows = browser.find_elements(By.CSS_SELECTOR, "#refusal tr.refusal")
+        cells = [[td.text for td in r.find_elements(By.TAG_NAME, "td")] for r in rows]
+        assert ["the license does not permit redistribution", "", "", "", "", "redistribution"] in (
+            cells
+        )
+        assert any(c[1:4] == [lab, "tool-calling", "0.8"] and c[4] for c in cells), cells
         assert text(browser, "state") == "Evaluated"
         audit(browser, "approval-refused")
 
@@ -662,5 +687,42 @@ async def test_usage_certainty_badges_are_distinct_and_a_fallback_is_marked(
         }
         assert len({cls for _, cls in badges.values()}) == 4
         audit(browser, "receipts-badges")
+
+    await asyncio.to_thread(steps)
+
+
+async def test_a_profile_page_says_why_each_fallback_is_equivalent(
+    api_url: str, http: httpx.AsyncClient, demo: Demo, browser: WebDriver
+) -> None:
+    base = f"fb-{uuid.uuid4().hex[:6]}"
+    strict = profile_event(
+        f"{base}-local",
+        ["local/sim-claude"],
+        {"tool-calling": 0.9},
+        privacyClass="Local",
+        allowedRegions=["local"],
+    )
+    primary = profile_event(
+        base,
+        ["local/sim-chat"],
+        {"tool-calling": 0.8},
+        privacyClass="Confidential",
+        allowedRegions=["local"],
+        fallbackChain=[f"{base}-local"],
+        fallbackEnabled=True,
+    )
+    for event in (strict, primary):
+        assert (await publish(http, demo.auth, event)).status_code == 200, event
+
+    def steps() -> None:
+        sign_in(browser, api_url, demo.admin.client_id, demo.admin.secret)
+        _open(browser, f"{api_url}/console/profiles/{base}")
+        chain = text(browser, "chain")
+        assert f"{base}-local: equivalent because" in chain
+        assert "privacy Local is at least as strict as Confidential" in chain
+        assert "same modality (Chat)" in chain
+        assert "guarantees tool-calling >= 0.9 (needs 0.8)" in chain
+        assert text(browser, "versions").count("Active") == 1
+        audit(browser, "profile-fallback")
 
     await asyncio.to_thread(steps)
