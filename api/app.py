@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from temporalio.client import Client
 
-from api import problems
+from api import console, problems
 from api.limits import LimitsMiddleware
 from api.middleware import RequestIdMiddleware
 from api.routers import (
@@ -96,4 +96,5 @@ def create_app(settings: Settings | None = None, temporal_client: Client | None 
         usage_statements,
     ):
         app.include_router(module.router)
+    console.install(app)
     return app

@@ -181,6 +181,8 @@ class DevStack:
             "\nmodel-router is up (embedded default: Temporal dev server + SQLite)\n"
             f"  API           {api}   (OpenAPI at {api}/docs)\n"
             f"  Temporal UI   http://127.0.0.1:{self.ui_port}\n"
+            f"  console       {api}/console   (sign in as the demo operator {DEMO_CLIENT}, "
+            "with the secret below)\n"
             f"  tenant        {DEMO_TENANT}\n"
             f"  client_id     {DEMO_CLIENT}\n"
             f"  client_secret {client_secret}\n"

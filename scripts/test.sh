@@ -75,6 +75,19 @@ start_postgres() {
   echo "PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') on port $port"
 }
 
+ensure_chromium() {
+  # The console's browser tests drive Debian's Chromium through its chromedriver.
+  if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then return; fi
+  if [ "$(id -u)" -ne 0 ]; then
+    # Not fatal: only tests/test_console.py needs it, and it says so when it runs.
+    echo "warning: Chromium not found; install Debian's chromium and chromium-driver" >&2
+    return
+  fi
+  echo "installing Chromium (Debian packages chromium, chromium-driver)…"
+  apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+}
+
 start_temporal() {
   local port http_port metrics_port
   port=$(free_port); http_port=$(free_port); metrics_port=$(free_port)
@@ -87,6 +100,7 @@ start_temporal() {
   echo "Temporal dev server on port $port"
 }
 
+ensure_chromium
 if [ -z "${MODEL_ROUTER_TEST_DATABASE_URL:-}" ]; then start_postgres; fi
 if [ -z "${MODEL_ROUTER_TEST_TEMPORAL_ADDRESS:-}" ]; then start_temporal; fi
 

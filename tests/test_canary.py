@@ -4,12 +4,15 @@ streamed), tool calls, embeddings, failed and partial invocations, and an evalua
 model answers every suite case with the marker. Then everything this service writes is searched:
 a full pg_dump, the captured logs, the exported spans, the metrics, and every Temporal workflow
 history started meanwhile (as JSON and as raw protobuf bytes, where payloads are not base64).
+The operator console's pages (every page of this tenant's deployments, profiles, receipts, the
+preview, overview and schedules) are read back too, and the server logs cover their requests.
 The marker must appear nowhere; each place is first shown to hold the test's own traffic."""
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -20,9 +23,13 @@ from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
 from core import metrics
+from core.security import new_client_secret
 from core.settings import Settings
+from domain.enums import Role, Scope
 from providers.upstream import ChatTurn, Fault, FaultKind, Reply, ToolCallReply, UpstreamServer
+from store.clients import upsert_client
 from tests.conftest import TokenFactory
+from tests.helpers.browser import ConsoleSession
 from tests.helpers.catalog import approved_profile, register
 from tests.helpers.deadline import eventually
 from tests.helpers.dump import pg_dump
@@ -207,6 +214,57 @@ async def _evaluate(http: httpx.AsyncClient, auth: dict[str, str]) -> None:
     await eventually(finished, timeout=180, interval=0.5)
 
 
+async def _console_pages(api_url: str, sessions: Any, tenant: str) -> dict[str, str]:
+    """Every console page of the tenant, as an operator would open them: path → HTML."""
+    client_id, secret = f"canary-console-{uuid.uuid4().hex[:6]}", new_client_secret()
+    await upsert_client(
+        sessions,
+        tenant_id=tenant,
+        client_id=client_id,
+        secret=secret,
+        roles=[Role.PLATFORM_ADMIN],
+        scopes=list(Scope),
+    )
+    console, signed = await ConsoleSession.sign_in(api_url, client_id, secret)
+    assert signed.status_code == 303
+    pages: dict[str, str] = {}
+    try:
+
+        async def read(path: str, **params: Any) -> str:
+            resp = await console.get(path, **params)
+            assert resp.status_code == 200, (path, resp.status_code)
+            pages[f"{path}?{params}" if params else path] = resp.text
+            return resp.text
+
+        await read("/console")
+        for dep in ("cn/gpt", "cn/claude", "cn/broken", "cn/policy", "cn/embed", "cn/eval"):
+            await read("/console/deployment", id=dep)
+            await read("/console/deployment/evaluation", id=dep)
+            await read("/console/deployment/confirm", id=dep, action="license")
+        listing = await read("/console/receipts")
+        for status in ("Reported", "Estimated", "Unknown"):
+            await read("/console/receipts", usage_status=status)
+        ids = sorted(set(re.findall(r'data-receipt="([0-9a-f-]{36})"', listing)))
+        assert ids, "the receipts page lists none of the test's receipts"
+        for receipt in ids:
+            await read(f"/console/receipts/{receipt}")
+        await read("/console/profiles")
+        for profile in ("canary", "canary-claude", "canary-embed"):
+            await read(f"/console/profiles/{profile}")
+        for window in ("24h", "7d"):
+            await read("/console/overview", window=window)
+        await read("/console/preview")
+        preview = await console.post(
+            "/console/preview",
+            {"csrf_token": console.csrf, "profile_id": "canary", "needs_tools": "true"},
+        )
+        assert preview.status_code == 200
+        pages["POST /console/preview"] = preview.text
+    finally:
+        await console.close()
+    return pages
+
+
 async def _histories(client: Client, since: datetime) -> list[tuple[str, str, bytes]]:
     found = []
     query = f"StartTime >= '{since.isoformat().replace('+00:00', 'Z')}'"
@@ -227,6 +285,8 @@ async def test_the_marker_reaches_no_store_log_span_metric_or_history(
     upstream: UpstreamServer,
     spans: SpanCapture,
     caplog: pytest.LogCaptureFixture,
+    api_url: str,
+    sessions: Any,
 ) -> None:
     caplog.set_level(logging.DEBUG)
     since = datetime.now(UTC) - timedelta(seconds=1)
@@ -234,12 +294,20 @@ async def test_the_marker_reaches_no_store_log_span_metric_or_history(
     await _partial(http, auth, upstream, marker)
     await _evaluate(http, auth)
 
+    pages = await _console_pages(api_url, sessions, tenant)
+    # The pages hold this test's catalog and receipts: the search looks where content would be.
+    assert "cn/gpt" in pages["/console"] and "Partial" in pages["/console/receipts"]
+    assert any("requestHash" in html for html in pages.values())
+    for path, html in pages.items():
+        assert marker not in html, path
+
     dump = pg_dump(settings.database_url)
     # The dump holds this test's receipts and evidence: the search looks where content would be.
     assert tenant in dump and "cn/eval" in dump and "Partial" in dump
     assert marker not in dump
 
     assert "POST /v1/chat/completions" in caplog.text
+    assert "GET /console/receipts" in caplog.text and "POST /console/preview" in caplog.text
     assert marker not in caplog.text
     for record in caplog.records:
         assert marker not in json.dumps(record.__dict__, default=str)

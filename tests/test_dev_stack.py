@@ -68,6 +68,8 @@ def test_dev_is_ready_within_60s_and_stops_everything_on_ctrl_c(
         api = f"http://127.0.0.1:{ports['api']}"
         assert api in dev.wait_for_line("  API ", 5)
         assert f"http://127.0.0.1:{ports['ui']}" in dev.output
+        assert f"{api}/console" in dev.wait_for_line("  console ", 5)
+        assert httpx.get(f"{api}/console/sign-in").status_code == 200
         client_id, secret = _value(dev, "client_id"), _value(dev, "client_secret")
 
         assert httpx.get(f"{api}/readyz").status_code == 200

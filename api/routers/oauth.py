@@ -10,20 +10,15 @@ import base64
 import binascii
 from typing import Annotated
 
-from anyio import to_thread
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import JSONResponse
 
+from api.client_auth import authenticate
 from api.deps import SessionDep, SettingsDep
 from api.problems import problem_response
-from core.security import mint_token, verify_secret
-from store.repositories import find_client
+from core.security import mint_token
 
 router = APIRouter(tags=["auth"])
-
-# Verifying against a fixed hash for unknown clients keeps response time from telling
-# which client ids exist.
-_DUMMY_HASH = "scrypt$AAAAAAAAAAAAAAAAAAAAAA==$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
 
 
 def _oauth_error(request: Request, status: int, error: str, description: str) -> JSONResponse:
@@ -74,10 +69,8 @@ async def token(
     if creds is None:
         return _oauth_error(request, 401, "invalid_client", "client authentication is required")
     cid, secret = creds
-    client = await find_client(session, cid)
-    stored = client.secret_hash if client and not client.disabled else _DUMMY_HASH
-    valid = await to_thread.run_sync(verify_secret, secret, stored)
-    if client is None or client.disabled or not valid:
+    client = await authenticate(session, cid, secret)
+    if client is None:
         return _oauth_error(request, 401, "invalid_client", "client authentication failed")
 
     allowed = list(client.scopes)

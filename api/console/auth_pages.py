@@ -1,0 +1,137 @@
+"""Sign-in and sign-out: an OAuth client's id and secret in, the session cookie out.
+
+The sign-in form has its own CSRF guard (a random value in a cookie and in the form, compared
+on POST), so another site cannot sign a browser into an attacker's session."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import secrets
+from typing import Annotated
+from urllib.parse import quote
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from api.client_auth import authenticate
+from api.console.render import SECURITY_HEADERS, page
+from api.console.session import (
+    COOKIE,
+    LOGIN_COOKIE,
+    PATH,
+    Changing,
+    ConsoleError,
+    is_secure,
+)
+from api.deps import RuntimeDep
+from core.security import mint_token
+
+router = APIRouter()
+log = logging.getLogger("model_router.console")
+
+
+def _safe_next(value: str | None) -> str:
+    # Only a path inside the console: never an absolute URL (open redirect).
+    if value and value.startswith(PATH) and not value.startswith("//") and "\\" not in value:
+        return value
+    return PATH
+
+
+def _sign_in_page(request: Request, next_path: str, error: str | None, status: int) -> Response:
+    nonce = secrets.token_urlsafe(24)
+    response = page(
+        request,
+        "sign_in.html",
+        None,
+        title="Sign in",
+        status=status,
+        login_nonce=nonce,
+        next_path=next_path,
+        error=error,
+    )
+    response.set_cookie(
+        LOGIN_COOKIE,
+        nonce,
+        max_age=600,
+        path=PATH,
+        httponly=True,
+        samesite="strict",
+        secure=is_secure(request),
+    )
+    return response
+
+
+@router.get("/sign-in", response_class=HTMLResponse)
+async def sign_in_form(request: Request, next: str | None = None) -> Response:
+    return _sign_in_page(request, _safe_next(next), None, 200)
+
+
+@router.post("/sign-in", response_class=HTMLResponse)
+async def sign_in(
+    request: Request,
+    runtime: RuntimeDep,
+    client_id: Annotated[str, Form(max_length=100)] = "",
+    client_secret: Annotated[str, Form(max_length=500)] = "",
+    login_nonce: Annotated[str, Form(max_length=100)] = "",
+    next: Annotated[str, Form(max_length=2000)] = PATH,
+) -> Response:
+    target = _safe_next(next)
+    cookie_nonce = request.cookies.get(LOGIN_COOKIE, "")
+    if not login_nonce or not hmac.compare_digest(login_nonce, cookie_nonce):
+        return _sign_in_page(request, target, "The sign-in form expired; please try again.", 403)
+    if not client_id or not client_secret:
+        return _sign_in_page(request, target, "Enter the client id and the client secret.", 400)
+    if runtime.settings.auth_jwt_secret is None:
+        return _sign_in_page(
+            request,
+            target,
+            "This deployment verifies an external issuer's tokens; sign in through its SSO proxy.",
+            503,
+        )
+    async with runtime.sessions() as session:
+        client = await authenticate(session, client_id, client_secret)
+    if client is None:
+        log.info("console sign-in refused")
+        return _sign_in_page(
+            request, target, "Sign-in failed: unknown client or wrong secret.", 401
+        )
+    token, ttl = mint_token(
+        runtime.settings,
+        client_id=client.client_id,
+        tenant_id=client.tenant_id,
+        roles=list(client.roles),
+        scopes=list(client.scopes),
+    )
+    log.info("console sign-in: client %s of tenant %s", client.client_id, client.tenant_id)
+    response = RedirectResponse(target, status_code=303, headers=SECURITY_HEADERS)
+    # The cookie lives exactly as long as the token it holds.
+    response.set_cookie(
+        COOKIE,
+        token,
+        max_age=ttl,
+        path=PATH,
+        httponly=True,
+        samesite="strict",
+        secure=is_secure(request),
+    )
+    response.delete_cookie(LOGIN_COOKIE, path=PATH)
+    return response
+
+
+@router.post("/sign-out")
+async def sign_out(request: Request, operator: Changing) -> Response:
+    response = RedirectResponse(f"{PATH}/sign-in", status_code=303, headers=SECURITY_HEADERS)
+    response.delete_cookie(
+        COOKIE, path=PATH, httponly=True, samesite="strict", secure=is_secure(request)
+    )
+    return response
+
+
+def sign_in_redirect(next_path: str) -> Response:
+    return RedirectResponse(
+        f"{PATH}/sign-in?next={quote(next_path)}", status_code=303, headers=SECURITY_HEADERS
+    )
+
+
+__all__ = ["ConsoleError", "router", "sign_in_redirect"]

@@ -1,0 +1,165 @@
+"""Server-side SVG charts for the console's overview: no chart library, no script, nothing to
+download. Each chart is an `<svg role="img">` with a title and a description, followed on the
+page by the same numbers as a table for screen readers and for reading exact values.
+
+Colours are presentation attributes (the console's Content-Security-Policy allows no inline
+styles), picked from a colour-blind-safe palette (Okabe-Ito)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from html import escape
+
+from markupsafe import Markup
+
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
+WIDTH, HEIGHT = 720, 240
+LEFT, RIGHT, TOP, BOTTOM = 56, 12, 28, 44
+MAX_BAR = 48.0
+
+
+@dataclass(frozen=True)
+class Series:
+    name: str
+    values: Sequence[float]
+
+
+def _fmt(value: float) -> str:
+    if value == 0:
+        return "0"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    if abs(value) >= 1:
+        return f"{value:.3g}"
+    digits = 2 - math.floor(math.log10(abs(value)))
+    return f"{value:.{digits}f}".rstrip("0").rstrip(".")
+
+
+def _nice_max(value: float) -> float:
+    """The smallest 1, 2, 2.5 or 5 times a power of ten at or above the value: an axis top
+    that keeps small values (a fraction of a cent, a call every few minutes) visible."""
+    if value <= 0:
+        return 1.0
+    magnitude = 10.0 ** math.floor(math.log10(value))
+    for step in (1, 2, 2.5, 5, 10):
+        if step * magnitude >= value * (1 - 1e-9):
+            return step * magnitude
+    return 10 * magnitude
+
+
+def _frame(chart_id: str, title: str, description: str, body: list[str], legend: list[str]) -> str:
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT + 24}" '
+        f'role="img" aria-labelledby="{chart_id}-t {chart_id}-d" class="chart" id="{chart_id}">'
+        f'<title id="{chart_id}-t">{escape(title)}</title>'
+        f'<desc id="{chart_id}-d">{escape(description)}</desc>' + "".join(body + legend) + "</svg>"
+    )
+
+
+def _axes(top: float, unit: str) -> list[str]:
+    out = []
+    plot_h = HEIGHT - TOP - BOTTOM
+    for i in range(5):
+        value = top * i / 4
+        y = HEIGHT - BOTTOM - plot_h * i / 4
+        out.append(
+            f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" '
+            'stroke="#d0d7de" stroke-width="1"/>'
+            f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11" '
+            f'fill="#24292f">{escape(_fmt(value))}</text>'
+        )
+    out.append(f'<text x="4" y="{TOP - 12}" font-size="11" fill="#24292f">{escape(unit)}</text>')
+    return out
+
+
+def _legend(names: Sequence[str]) -> list[str]:
+    out, x = [], LEFT
+    for i, name in enumerate(names):
+        colour = PALETTE[i % len(PALETTE)]
+        out.append(
+            f'<rect x="{x}" y="{HEIGHT + 8}" width="10" height="10" fill="{colour}"/>'
+            f'<text x="{x + 14}" y="{HEIGHT + 17}" font-size="11" fill="#24292f">'
+            f"{escape(name)}</text>"
+        )
+        x += 24 + 7 * len(name)
+    return out
+
+
+def stacked_bars(
+    chart_id: str,
+    title: str,
+    labels: Sequence[str],
+    series: Sequence[Series],
+    unit: str,
+    every_nth_label: int = 1,
+) -> Markup:
+    """One bar per label, the series stacked in it."""
+    totals = [sum(s.values[i] for s in series) for i in range(len(labels))]
+    top = _nice_max(max(totals, default=0))
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    slot = plot_w / max(1, len(labels))
+    bar = min(MAX_BAR, max(1.0, slot * 0.8))
+    body = _axes(top, unit)
+    for i, label in enumerate(labels):
+        x = LEFT + i * slot + (slot - bar) / 2
+        base = float(HEIGHT - BOTTOM)
+        for k, s in enumerate(series):
+            value = s.values[i]
+            if value <= 0:
+                continue
+            h = plot_h * value / top
+            base -= h
+            body.append(
+                f'<rect x="{x:.1f}" y="{base:.1f}" width="{bar:.1f}" height="{h:.1f}" '
+                f'fill="{PALETTE[k % len(PALETTE)]}"><title>{escape(label)} '
+                f"{escape(s.name)}: {escape(_fmt(value))}</title></rect>"
+            )
+        if i % max(1, every_nth_label) == 0:
+            body.append(
+                f'<text x="{x + bar / 2:.1f}" y="{HEIGHT - BOTTOM + 14}" text-anchor="middle" '
+                f'font-size="10" fill="#24292f">{escape(label)}</text>'
+            )
+    total = sum(totals)
+    description = (
+        f"{len(labels)} bars, {', '.join(s.name for s in series) or 'no series'}; "
+        f"total {_fmt(total)} {unit}."
+    )
+    legend = _legend([s.name for s in series])
+    # Every text that went into the markup passed through html.escape above.
+    return Markup(_frame(chart_id, title, description, body, legend))  # noqa: S704
+
+
+def grouped_bars(
+    chart_id: str,
+    title: str,
+    groups: Mapping[str, Sequence[float | None]],
+    names: Sequence[str],
+    unit: str,
+) -> Markup:
+    """One group per key (e.g. a deployment), one bar per name (e.g. p50, p95, TTFT)."""
+    values = [v for vs in groups.values() for v in vs if v is not None]
+    top = _nice_max(max(values, default=0))
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    slot = plot_w / max(1, len(groups))
+    bar = min(MAX_BAR, max(1.0, slot * 0.8 / max(1, len(names))))
+    body = _axes(top, unit)
+    for i, (group, vs) in enumerate(groups.items()):
+        x0 = LEFT + i * slot + (slot - bar * len(names)) / 2
+        for k, value in enumerate(vs):
+            if value is None or value <= 0:
+                continue
+            h = plot_h * value / top
+            body.append(
+                f'<rect x="{x0 + k * bar:.1f}" y="{HEIGHT - BOTTOM - h:.1f}" width="{bar:.1f}" '
+                f'height="{h:.1f}" fill="{PALETTE[k % len(PALETTE)]}"><title>{escape(group)} '
+                f"{escape(names[k])}: {escape(_fmt(value))} {escape(unit)}</title></rect>"
+            )
+        body.append(
+            f'<text x="{LEFT + i * slot + slot / 2:.1f}" y="{HEIGHT - BOTTOM + 14}" '
+            f'text-anchor="middle" font-size="10" fill="#24292f">{escape(group[-28:])}</text>'
+        )
+    description = f"{len(groups)} groups of {', '.join(names)} in {unit}."
+    # Every text that went into the markup passed through html.escape above.
+    return Markup(_frame(chart_id, title, description, body, _legend(names)))  # noqa: S704

@@ -1,0 +1,333 @@
+"""The deployments board, a deployment's page, and its actions (record license, evaluate,
+approve, retire), each behind a confirmation page and a CSRF-checked POST.
+
+Every action goes through the same service the REST router uses (`api/lifecycle.py`,
+`api/evaluations.py`): the lifecycle workflow decides what is legal and words every refusal;
+the console shows those words."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from fastapi import APIRouter, Form, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from activities.lifecycle_types import ApproveRequest
+from api import evaluations, lifecycle
+from api.console.render import SECURITY_HEADERS, page
+from api.console.session import Changing, ConsoleError, Operator, SignedIn
+from api.deps import RuntimeDep
+from api.problems import Problem
+from api.runtime import Runtime
+from api.views import deployment_views
+from domain.access import Action
+from domain.approval import IntendedUse, evidence_refusals
+from domain.deployments import LicenseMetadata
+from domain.enums import Capability, DeploymentState, Scope
+from domain.profiles import ModelProfile
+from store import console_reads
+from store.repositories import ModelDeploymentRepository, ModelProfileRepository
+
+router = APIRouter()
+
+ACTIONS = {
+    "license": "Record license",
+    "evaluate": "Evaluate",
+    "approve": "Approve",
+    "retire": "Retire",
+}
+_KEY = re.compile(r"^[A-Za-z0-9._:/-]{1,200}$")
+
+
+def _read(operator: Operator) -> None:
+    if not operator.may(Scope.MODELS_ADMIN, Action.READ_DEPLOYMENTS):
+        raise ConsoleError(
+            403,
+            f"This page {operator.needs(Action.READ_DEPLOYMENTS)} and factory.models.admin.",
+        )
+
+
+def _manage(operator: Operator) -> None:
+    if not operator.may(Scope.MODELS_ADMIN, Action.MANAGE_DEPLOYMENTS):
+        raise ConsoleError(
+            403,
+            f"This action {operator.needs(Action.MANAGE_DEPLOYMENTS)} and factory.models.admin.",
+        )
+
+
+@router.get("", response_class=HTMLResponse)
+async def board(request: Request, operator: SignedIn, runtime: RuntimeDep) -> Response:
+    _read(operator)
+    async with runtime.sessions() as session:
+        rows = list(await ModelDeploymentRepository(session, operator.tenant_id).list())
+        views = await deployment_views(session, operator.tenant_id, rows)
+        probes = await console_reads.last_probes(session, operator.tenant_id)
+    columns: dict[str, list[Any]] = {state.value: [] for state in DeploymentState}
+    for view in views:
+        columns[view.state.value].append(view)
+    return page(
+        request,
+        "board.html",
+        operator,
+        title="Deployments",
+        nav="board",
+        columns=columns,
+        probes=probes,
+        total=len(views),
+    )
+
+
+async def _deployment_context(
+    runtime: Runtime, operator: Operator, deployment_id: str
+) -> dict[str, Any]:
+    tenant = operator.tenant_id
+    async with runtime.sessions() as session:
+        row = await ModelDeploymentRepository(session, tenant).get(deployment_id)
+        if row is None:
+            raise ConsoleError(404, f"No deployment {deployment_id!r}.")
+        view = (await deployment_views(session, tenant, [row]))[0]
+        listing = [
+            ModelProfile.model_validate(p)
+            for p in await ModelProfileRepository(session, tenant).latest_active()
+            if deployment_id in p.allowed_deployments
+        ]
+        history = await console_reads.deployment_history(session, tenant, deployment_id)
+        probe = (await console_reads.last_probes(session, tenant)).get(deployment_id)
+    evaluation = await evaluations.latest(
+        await runtime.temporal(), runtime.sessions, tenant, deployment_id
+    )
+    scores = {c: e.score for c, e in view.evidence.capabilities.items() if e.score is not None}
+    # The approval gate's own rule says which thresholds fall short, and how it words them.
+    shortfalls = {
+        (r.profile_id, r.capability): r.message for r in evidence_refusals(scores, listing)
+    }
+    return {
+        "deployment": view,
+        "capabilities": [c.value for c in Capability],
+        "profiles": listing,
+        "shortfalls": shortfalls,
+        "evaluation": evaluation,
+        "history": history,
+        "probe": probe,
+        "actions": ACTIONS,
+        "can_manage": operator.may(Scope.MODELS_ADMIN, Action.MANAGE_DEPLOYMENTS),
+        "manage_needs": operator.needs(Action.MANAGE_DEPLOYMENTS),
+    }
+
+
+@router.get("/deployment", response_class=HTMLResponse)
+async def deployment_page(
+    request: Request,
+    operator: SignedIn,
+    runtime: RuntimeDep,
+    id: Annotated[str, Query(max_length=200)],
+    done: Annotated[str | None, Query(max_length=20)] = None,
+) -> Response:
+    _read(operator)
+    context = await _deployment_context(runtime, operator, id)
+    return page(
+        request,
+        "deployment.html",
+        operator,
+        title=f"Deployment {id}",
+        nav="board",
+        done=ACTIONS.get(done or ""),
+        **context,
+    )
+
+
+@router.get("/deployment/evaluation", response_class=HTMLResponse)
+async def evaluation_fragment(
+    request: Request,
+    operator: SignedIn,
+    runtime: RuntimeDep,
+    id: Annotated[str, Query(max_length=200)],
+) -> Response:
+    """The evaluation panel alone, which the page's script re-fetches while one runs."""
+    _read(operator)
+    async with runtime.sessions() as session:
+        if await ModelDeploymentRepository(session, operator.tenant_id).get(id) is None:
+            raise ConsoleError(404, f"No deployment {id!r}.")
+    evaluation = await evaluations.latest(
+        await runtime.temporal(), runtime.sessions, operator.tenant_id, id
+    )
+    return page(
+        request,
+        "evaluation_panel.html",
+        operator,
+        title="Evaluation",
+        evaluation=evaluation,
+        deployment_id=id,
+    )
+
+
+@router.get("/deployment/confirm", response_class=HTMLResponse)
+async def confirm(
+    request: Request,
+    operator: SignedIn,
+    runtime: RuntimeDep,
+    id: Annotated[str, Query(max_length=200)],
+    action: Annotated[str, Query(max_length=20)],
+) -> Response:
+    _read(operator)
+    if action not in ACTIONS:
+        raise ConsoleError(404, f"No action {action!r}.")
+    async with runtime.sessions() as session:
+        row = await ModelDeploymentRepository(session, operator.tenant_id).get(id)
+    if row is None:
+        raise ConsoleError(404, f"No deployment {id!r}.")
+    return page(
+        request,
+        "confirm.html",
+        operator,
+        title=f"{ACTIONS[action]} {id}?",
+        nav="board",
+        action=action,
+        action_label=ACTIONS[action],
+        deployment=row,
+        license=row.license_metadata or {},
+        intended_uses=[u.value for u in IntendedUse],
+        idempotency_key=uuid.uuid4().hex,
+        can_manage=operator.may(Scope.MODELS_ADMIN, Action.MANAGE_DEPLOYMENTS),
+        manage_needs=operator.needs(Action.MANAGE_DEPLOYMENTS),
+    )
+
+
+async def _refused(
+    request: Request, runtime: Runtime, operator: Operator, deployment_id: str, problem: Problem
+) -> Response:
+    context = await _deployment_context(runtime, operator, deployment_id)
+    return page(
+        request,
+        "deployment.html",
+        operator,
+        title=f"Deployment {deployment_id}",
+        nav="board",
+        status=problem.status,
+        problem=problem,
+        refusals=problem.extensions.get("refusals") or [],
+        **context,
+    )
+
+
+def _done(deployment_id: str, action: str) -> Response:
+    return RedirectResponse(
+        f"/console/deployment?id={quote(deployment_id, safe='')}&done={action}",
+        status_code=303,
+        headers=SECURITY_HEADERS,
+    )
+
+
+async def _temporal(runtime: Runtime) -> Any:
+    client = await runtime.temporal()
+    if client is None:
+        raise ConsoleError(503, "Temporal is not reachable; try again shortly.")
+    return client
+
+
+@router.post("/deployment/license", response_class=HTMLResponse)
+async def record_license(
+    request: Request,
+    operator: Changing,
+    runtime: RuntimeDep,
+    id: Annotated[str, Form(max_length=200)],
+    license_name: Annotated[str, Form(max_length=200)] = "",
+    terms: Annotated[list[str] | None, Form()] = None,
+) -> Response:
+    _manage(operator)
+    chosen = set(terms or [])
+    unknown = chosen - {u.value for u in IntendedUse}
+    if unknown:
+        raise ConsoleError(400, f"Unknown license term {sorted(unknown)[0]!r}.")
+    body = LicenseMetadata.model_validate(
+        {u.value: u.value in chosen for u in IntendedUse}
+        | {"licenseName": license_name.strip() or None}
+    )
+    try:
+        await lifecycle.transition(
+            await _temporal(runtime),
+            runtime.sessions,
+            operator.tenant_id,
+            id,
+            "record_license",
+            body,
+        )
+    except Problem as problem:
+        return await _refused(request, runtime, operator, id, problem)
+    return _done(id, "license")
+
+
+@router.post("/deployment/evaluate", response_class=HTMLResponse)
+async def evaluate(
+    request: Request,
+    operator: Changing,
+    runtime: RuntimeDep,
+    id: Annotated[str, Form(max_length=200)],
+    idempotency_key: Annotated[str, Form(max_length=200)],
+) -> Response:
+    _manage(operator)
+    if not _KEY.match(idempotency_key):
+        raise ConsoleError(400, "The form's idempotency key is malformed; reload the page.")
+    async with runtime.sessions() as session:
+        if await ModelDeploymentRepository(session, operator.tenant_id).get(id) is None:
+            raise ConsoleError(404, f"No deployment {id!r}.")
+    try:
+        await evaluations.start(
+            await _temporal(runtime),
+            runtime.sessions,
+            runtime.settings.temporal_task_queue,
+            runtime.settings.evaluation_concurrency,
+            operator.tenant_id,
+            id,
+            idempotency_key,
+        )
+    except Problem as problem:
+        return await _refused(request, runtime, operator, id, problem)
+    return _done(id, "evaluate")
+
+
+@router.post("/deployment/approve", response_class=HTMLResponse)
+async def approve(
+    request: Request,
+    operator: Changing,
+    runtime: RuntimeDep,
+    id: Annotated[str, Form(max_length=200)],
+    intended_use: Annotated[list[str] | None, Form()] = None,
+) -> Response:
+    _manage(operator)
+    try:
+        uses = [IntendedUse(u) for u in (intended_use or [IntendedUse.COMMERCIAL_USE.value])]
+    except ValueError:
+        raise ConsoleError(400, "Unknown intended use.") from None
+    try:
+        await lifecycle.transition(
+            await _temporal(runtime),
+            runtime.sessions,
+            operator.tenant_id,
+            id,
+            "approve",
+            ApproveRequest(intended_use=uses),
+        )
+    except Problem as problem:
+        return await _refused(request, runtime, operator, id, problem)
+    return _done(id, "approve")
+
+
+@router.post("/deployment/retire", response_class=HTMLResponse)
+async def retire(
+    request: Request,
+    operator: Changing,
+    runtime: RuntimeDep,
+    id: Annotated[str, Form(max_length=200)],
+) -> Response:
+    _manage(operator)
+    try:
+        await lifecycle.transition(
+            await _temporal(runtime), runtime.sessions, operator.tenant_id, id, "retire"
+        )
+    except Problem as problem:
+        return await _refused(request, runtime, operator, id, problem)
+    return _done(id, "retire")

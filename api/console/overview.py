@@ -1,0 +1,82 @@
+"""The overview: charts of the last 24 hours or 7 days, all from the store (receipts), drawn as
+server-side SVG."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse, Response
+
+from api.console import charts, overview_data
+from api.console.render import page
+from api.console.session import ConsoleError, SignedIn
+from api.deps import RuntimeDep
+from domain.access import Action
+from domain.enums import Scope
+from store import console_reads
+
+router = APIRouter()
+
+
+@router.get("/overview", response_class=HTMLResponse)
+async def overview(
+    request: Request,
+    operator: SignedIn,
+    runtime: RuntimeDep,
+    window: Annotated[str, Query(max_length=4)] = "24h",
+) -> Response:
+    if not operator.may(Scope.RUNS_READ, Action.READ_RUNS):
+        raise ConsoleError(403, "The overview reads receipts: it needs factory.runs.read.")
+    if window not in overview_data.WINDOWS:
+        raise ConsoleError(400, "window must be 24h or 7d.")
+    now = datetime.now(UTC)
+    span, _ = overview_data.WINDOWS[window]
+    async with runtime.sessions() as session:
+        rows = await console_reads.overview_rows(session, operator.tenant_id, now - span)
+    points = rows.points
+    rate = overview_data.rate_by_outcome(points, now, window)
+    latency = overview_data.latency_per_deployment(points)
+    spend = overview_data.spend_per_profile_per_day(points, now, window)
+    awaiting = overview_data.awaiting_per_day(points, now, window)
+    return page(
+        request,
+        "overview.html",
+        operator,
+        title="Overview",
+        nav="overview",
+        window=window,
+        windows=list(overview_data.WINDOWS),
+        capped=rows.capped,
+        total=len(points),
+        rate_chart=charts.stacked_bars(
+            "chart-rate",
+            "Invocations per minute by outcome",
+            rate.labels,
+            rate.series,
+            "calls/min",
+            rate.every_nth,
+        ),
+        latency=latency,
+        latency_chart=charts.grouped_bars(
+            "chart-latency",
+            "Latency p50 / p95 and time to first token (p50) per deployment",
+            {r.deployment_id: [r.p50, r.p95, r.ttft_p50] for r in latency},
+            ["p50", "p95", "TTFT p50"],
+            "ms",
+        ),
+        spend=spend,
+        spend_chart=charts.stacked_bars(
+            "chart-spend", "Spend per profile per day", spend.days, spend.series, "USD"
+        ),
+        awaiting=awaiting,
+        awaiting_total=int(sum(sum(s.values) for s in awaiting.series)),
+        awaiting_chart=charts.stacked_bars(
+            "chart-awaiting",
+            "Receipts awaiting reconciliation (usage Unknown or Estimated) per day",
+            awaiting.days,
+            awaiting.series,
+            "receipts",
+        ),
+    )

@@ -1,0 +1,170 @@
+"""Profiles (the list, and one profile with its deployments in preference order, its fallback
+chain with why each entry may stand in, its limits and versions) and the route preview: the
+same planner call as `POST …/route-plan/preview`, made readable."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, Response
+from pydantic import ValidationError
+
+from api.console.render import page
+from api.console.session import Changing, ConsoleError, Operator, SignedIn
+from api.deps import RuntimeDep
+from api.problems import Problem
+from api.routers import profiles as profile_routes
+from api.routers.routing import Needs
+from api.runtime import Runtime
+from domain.access import Action
+from domain.enums import Scope
+from domain.fallback_notes import equivalence
+from domain.policy import DataClassification
+from domain.profiles import ModelProfile
+from domain.route_plan import RoutePlanResult
+from store import console_reads
+from store.repositories import ModelProfileRepository
+
+router = APIRouter()
+
+
+def _read(operator: Operator) -> None:
+    if not operator.may(Scope.MODELS_READ, Action.READ_CATALOG):
+        raise ConsoleError(403, "Profiles need the scope factory.models.read.")
+
+
+@router.get("/profiles", response_class=HTMLResponse)
+async def profile_list(request: Request, operator: SignedIn, runtime: RuntimeDep) -> Response:
+    _read(operator)
+    async with runtime.sessions() as session:
+        rows = await ModelProfileRepository(session, operator.tenant_id).latest_active()
+    return page(
+        request,
+        "profiles.html",
+        operator,
+        title="Profiles",
+        nav="profiles",
+        profiles=[ModelProfile.model_validate(r) for r in rows],
+    )
+
+
+@router.get("/profiles/{profile_id}", response_class=HTMLResponse)
+async def profile_page(
+    request: Request, profile_id: str, operator: SignedIn, runtime: RuntimeDep
+) -> Response:
+    _read(operator)
+    async with runtime.sessions() as session:
+        try:
+            # The REST read itself: the same rows, the same allowed-deployment summary.
+            detail = await profile_routes.get_profile(profile_id, operator.principal, session, None)
+        except Problem as problem:
+            raise ConsoleError(problem.status, problem.detail) from None
+        active = {
+            r.profile_id: ModelProfile.model_validate(r)
+            for r in await ModelProfileRepository(session, operator.tenant_id).latest_active()
+        }
+        versions = await console_reads.profile_versions(session, operator.tenant_id, profile_id)
+    profile = ModelProfile.model_validate(detail.model_dump())
+    chain = [
+        (fallback_id, equivalence(profile, active.get(fallback_id)))
+        for fallback_id in profile.fallback_chain
+    ]
+    return page(
+        request,
+        "profile.html",
+        operator,
+        title=f"Profile {profile_id}",
+        nav="profiles",
+        profile=detail,
+        chain=chain,
+        versions=versions,
+    )
+
+
+@router.get("/preview", response_class=HTMLResponse)
+async def preview_form(request: Request, operator: SignedIn, runtime: RuntimeDep) -> Response:
+    _read(operator)
+    return await _preview_page(request, operator, runtime, None, {})
+
+
+@router.post("/preview", response_class=HTMLResponse)
+async def preview(
+    request: Request,
+    operator: Changing,
+    runtime: RuntimeDep,
+    profile_id: Annotated[str, Form(max_length=200)],
+    data_classification: Annotated[str, Form(max_length=40)] = "Internal",
+    needs_tools: Annotated[bool, Form()] = False,
+    needs_structured_output: Annotated[bool, Form()] = False,
+    budget_applies: Annotated[bool, Form()] = False,
+    context_tokens: Annotated[str, Form(max_length=20)] = "",
+) -> Response:
+    # A preview changes nothing, but it is a POST like the API's: it carries the token too.
+    _read(operator)
+    form = {
+        "profile_id": profile_id,
+        "data_classification": data_classification,
+        "needs_tools": needs_tools,
+        "needs_structured_output": needs_structured_output,
+        "budget_applies": budget_applies,
+        "context_tokens": context_tokens,
+    }
+    try:
+        needs = Needs.model_validate(
+            {
+                "dataClassification": data_classification,
+                "needsTools": needs_tools,
+                "needsStructuredOutput": needs_structured_output,
+                "budgetApplies": budget_applies,
+                "contextTokens": int(context_tokens) if context_tokens.strip() else None,
+            }
+        )
+    except (ValidationError, ValueError) as exc:
+        return await _preview_page(
+            request, operator, runtime, None, form, error=_first_error(exc), status=422
+        )
+    view = await runtime.snapshots.view(operator.tenant_id)
+    try:
+        result = view.decide(
+            view.current_profile(profile_id), needs.plan_request(operator.tenant_id)
+        )
+    except Problem as problem:
+        return await _preview_page(
+            request, operator, runtime, None, form, error=problem.detail, status=problem.status
+        )
+    return await _preview_page(request, operator, runtime, result, form)
+
+
+def _first_error(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err.get("loc", ()))
+        return f"{field}: {err.get('msg', 'invalid')}"
+    return "contextTokens: must be a whole number"
+
+
+async def _preview_page(
+    request: Request,
+    operator: Operator,
+    runtime: Runtime,
+    result: RoutePlanResult | None,
+    form: dict[str, Any],
+    error: str | None = None,
+    status: int = 200,
+) -> Response:
+    async with runtime.sessions() as session:
+        rows = await ModelProfileRepository(session, operator.tenant_id).latest_active()
+    return page(
+        request,
+        "preview.html",
+        operator,
+        title="Route preview",
+        nav="preview",
+        status=status,
+        profile_ids=[r.profile_id for r in rows],
+        classifications=[c.value for c in DataClassification],
+        form=form,
+        result=result,
+        error=error,
+    )

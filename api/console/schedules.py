@@ -1,0 +1,108 @@
+"""The scheduled jobs (health probe, receipt reconciler): last and next run from Temporal's
+schedule descriptions, and "run now" (a schedule trigger) for platform admins."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from temporalio.service import RPCError, RPCStatusCode
+
+from api.console.render import SECURITY_HEADERS, page
+from api.console.session import Changing, ConsoleError, Operator, SignedIn
+from api.deps import RuntimeDep
+from core.schedules import HEALTH_PROBE, NAMES, RECONCILER, schedule_id
+from domain.access import Action
+from domain.enums import Role, Scope
+
+router = APIRouter()
+log = logging.getLogger("model_router.console")
+
+
+def _read(operator: Operator) -> None:
+    if not operator.may(Scope.MODELS_ADMIN, Action.READ_DEPLOYMENTS):
+        raise ConsoleError(403, "Schedules are visible to PlatformAdmin, Operator and Observer.")
+
+
+def _is_admin(operator: Operator) -> bool:
+    # Schedules are platform-wide (all tenants' probes and receipts), like routing weights.
+    return Role.PLATFORM_ADMIN in operator.principal.roles
+
+
+async def _describe(client: Any, sid: str, cron: str) -> dict[str, Any]:
+    try:
+        description = await client.get_schedule_handle(sid).describe()
+    except RPCError as exc:
+        if exc.status is RPCStatusCode.NOT_FOUND:
+            return {"id": sid, "exists": False}
+        raise
+    info = description.info
+    recent = info.recent_actions[-1] if info.recent_actions else None
+    return {
+        "id": sid,
+        "exists": True,
+        "paused": description.schedule.state.paused,
+        "note": description.schedule.state.note,
+        # Temporal keeps the spec as calendars; the worker created it from this expression (the
+        # fingerprint in its memo keeps the two equal).
+        "cron": cron,
+        "last": recent.started_at if recent else None,
+        "last_workflow": recent.action.workflow_id if recent else None,
+        "next": info.next_action_times[0] if info.next_action_times else None,
+        "actions": info.num_actions,
+    }
+
+
+@router.get("/schedules", response_class=HTMLResponse)
+async def schedules(
+    request: Request, operator: SignedIn, runtime: RuntimeDep, done: str | None = None
+) -> Response:
+    _read(operator)
+    client = await runtime.temporal()
+    if client is None:
+        raise ConsoleError(503, "Temporal is not reachable; try again shortly.")
+    settings = runtime.settings
+    crons = {HEALTH_PROBE: settings.health_probe_cron, RECONCILER: settings.reconciler_cron}
+    rows = [
+        {"name": name, **(await _describe(client, schedule_id(settings, name), crons[name]))}
+        for name in NAMES
+    ]
+    return page(
+        request,
+        "schedules.html",
+        operator,
+        title="Schedules",
+        nav="schedules",
+        schedules=rows,
+        can_trigger=_is_admin(operator),
+        done=done if done in NAMES else None,
+    )
+
+
+@router.post("/schedules/run", response_class=HTMLResponse)
+async def run_now(
+    request: Request,
+    operator: Changing,
+    runtime: RuntimeDep,
+    name: Annotated[str, Form(max_length=100)],
+) -> Response:
+    _read(operator)
+    if not _is_admin(operator):
+        raise ConsoleError(403, "Run now is for PlatformAdmin: schedules serve every tenant.")
+    if name not in NAMES:
+        raise ConsoleError(404, f"No schedule {name!r}.")
+    client = await runtime.temporal()
+    if client is None:
+        raise ConsoleError(503, "Temporal is not reachable; try again shortly.")
+    try:
+        await client.get_schedule_handle(schedule_id(runtime.settings, name)).trigger()
+    except RPCError as exc:
+        if exc.status is RPCStatusCode.NOT_FOUND:
+            raise ConsoleError(404, f"The schedule {name} does not exist (yet).") from None
+        raise
+    log.info("console: schedule %s triggered by %s", name, operator.principal.client_id)
+    return RedirectResponse(
+        f"/console/schedules?done={name}", status_code=303, headers=SECURITY_HEADERS
+    )

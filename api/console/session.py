@@ -1,0 +1,112 @@
+"""The console's session: a cookie holding the access token the sign-in minted, and the CSRF
+token every state-changing form carries.
+
+The cookie is the same JWT `/oauth/token` would hand the same client (same tenant, roles and
+scopes), so the console can be no more powerful than the API, and the session ends when the
+token does. It is HttpOnly (no script reads it), SameSite=Strict (no other site's page sends
+it), Secure when served over TLS, and scoped to /console. The CSRF token is an HMAC of the
+session token: stateless, different per session, and useless without the cookie it belongs to.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from api.deps import RuntimeDep
+from core.security import Principal, TokenError
+from core.settings import Settings
+from domain.access import Action, may, roles_for
+
+COOKIE = "mr_console"
+LOGIN_COOKIE = "mr_console_login"
+PATH = "/console"
+CSRF_FIELD = "csrf_token"
+# Without a signing secret (RS256 only), CSRF tokens are keyed per process: sessions then do
+# not survive a restart, which they could not anyway (the console cannot mint tokens).
+_PROCESS_KEY = secrets.token_bytes(32)
+
+
+class SignInRequired(Exception):
+    """No session, or it expired: the handler sends the browser to the sign-in page."""
+
+    def __init__(self, next_path: str) -> None:
+        super().__init__(next_path)
+        self.next_path = next_path
+
+
+class ConsoleError(Exception):
+    """A page-level refusal (403, 404, …), rendered as an HTML page with the reason."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Operator:
+    """The signed-in client, with the CSRF token its forms must echo."""
+
+    principal: Principal
+    csrf: str
+
+    @property
+    def tenant_id(self) -> str:
+        return self.principal.tenant_id
+
+    def may(self, scope: str, action: Action) -> bool:
+        """The API's rule (api/deps.require): the scope in the token and a role for the action."""
+        return scope in self.principal.scopes and may(self.principal.roles, action)
+
+    def needs(self, action: Action) -> str:
+        """What a refused button says."""
+        return "needs the role " + " or ".join(sorted(roles_for(action)))
+
+
+def _key(settings: Settings) -> bytes:
+    if settings.auth_jwt_secret is None:
+        return _PROCESS_KEY
+    secret = settings.auth_jwt_secret.get_secret_value().encode()
+    return hashlib.sha256(b"model-router console csrf\x00" + secret).digest()
+
+
+def csrf_for(settings: Settings, token: str) -> str:
+    return hmac.new(_key(settings), token.encode(), hashlib.sha256).hexdigest()
+
+
+def is_secure(request: Request) -> bool:
+    return request.url.scheme == "https"
+
+
+async def signed_in(request: Request, runtime: RuntimeDep) -> Operator:
+    token = request.cookies.get(COOKIE, "")
+    if token:
+        try:
+            principal = runtime.verifier.verify(token)
+        except TokenError:
+            principal = None
+        if principal is not None:
+            return Operator(principal, csrf_for(runtime.settings, token))
+    path = request.url.path
+    raise SignInRequired(path if request.method == "GET" else PATH)
+
+
+SignedIn = Annotated[Operator, Depends(signed_in)]
+
+
+async def check_csrf(request: Request, operator: SignedIn) -> Operator:
+    """Every state-changing form: the posted token must be this session's."""
+    form = await request.form()
+    given = form.get(CSRF_FIELD)
+    if not isinstance(given, str) or not hmac.compare_digest(given, operator.csrf):
+        raise ConsoleError(403, "The form's CSRF token is missing or not this session's.")
+    return operator
+
+
+Changing = Annotated[Operator, Depends(check_csrf)]

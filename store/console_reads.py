@@ -1,0 +1,181 @@
+"""Read-side queries the operator console needs beyond the repositories: the latest probe per
+deployment, a deployment's state history, receipts with filters, and the rows behind the
+overview's charts. Every query is filtered by the caller's tenant."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+
+from sqlalchemy import func
+from sqlalchemy import select as sa_select
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col, select
+
+from domain.enums import InvocationOutcome, UsageStatus
+from store.ops_tables import ProbeSampleRow, ReceiptReconciliationRow
+from store.tables import InvocationReceiptRow, ModelProfileRow, OutboxEventRow
+
+# The overview reads at most this many receipts per window; past it the page says so.
+OVERVIEW_ROW_CAP = 50_000
+
+
+async def last_probes(session: AsyncSession, tenant_id: str) -> dict[str, ProbeSampleRow]:
+    """deploymentId → its most recent probe sample."""
+    newest = (
+        select(ProbeSampleRow.deployment_id, func.max(ProbeSampleRow.probed_at).label("at"))
+        .where(col(ProbeSampleRow.tenant_id) == tenant_id)
+        .group_by(col(ProbeSampleRow.deployment_id))
+        .subquery()
+    )
+    stmt = (
+        select(ProbeSampleRow)
+        .join(
+            newest,
+            (col(ProbeSampleRow.deployment_id) == newest.c.deployment_id)
+            & (col(ProbeSampleRow.probed_at) == newest.c.at),
+        )
+        .where(col(ProbeSampleRow.tenant_id) == tenant_id)
+    )
+    return {r.deployment_id: r for r in (await session.scalars(stmt)).all()}
+
+
+async def deployment_history(
+    session: AsyncSession, tenant_id: str, deployment_id: str, limit: int = 200
+) -> Sequence[OutboxEventRow]:
+    """The deployment's events, oldest first (state changes and evidence)."""
+    stmt = (
+        select(OutboxEventRow)
+        .where(col(OutboxEventRow.tenant_id) == tenant_id)
+        .where(col(OutboxEventRow.aggregate_type) == "ModelDeployment")
+        .where(col(OutboxEventRow.aggregate_id) == deployment_id)
+        .order_by(col(OutboxEventRow.position).desc())
+        .limit(limit)
+    )
+    return list(reversed((await session.scalars(stmt)).all()))
+
+
+async def profile_versions(
+    session: AsyncSession, tenant_id: str, profile_id: str
+) -> Sequence[ModelProfileRow]:
+    stmt = (
+        select(ModelProfileRow)
+        .where(col(ModelProfileRow.tenant_id) == tenant_id)
+        .where(col(ModelProfileRow.profile_id) == profile_id)
+        .order_by(col(ModelProfileRow.id))
+    )
+    return (await session.scalars(stmt)).all()
+
+
+@dataclass(frozen=True)
+class ReceiptFilter:
+    outcome: InvocationOutcome | None = None
+    usage_status: UsageStatus | None = None
+    deployment_id: str | None = None
+    profile_id: str | None = None
+    run_id: uuid.UUID | None = None
+    limit: int = 100
+
+
+async def receipts(
+    session: AsyncSession, tenant_id: str, where: ReceiptFilter
+) -> Sequence[InvocationReceiptRow]:
+    stmt = select(InvocationReceiptRow).where(col(InvocationReceiptRow.tenant_id) == tenant_id)
+    if where.outcome is not None:
+        stmt = stmt.where(col(InvocationReceiptRow.outcome) == where.outcome)
+    if where.usage_status is not None:
+        stmt = stmt.where(col(InvocationReceiptRow.usage_status) == where.usage_status)
+    if where.deployment_id:
+        stmt = stmt.where(col(InvocationReceiptRow.deployment_id) == where.deployment_id)
+    if where.profile_id:
+        stmt = stmt.where(col(InvocationReceiptRow.profile_id) == where.profile_id)
+    if where.run_id is not None:
+        stmt = stmt.where(col(InvocationReceiptRow.run_id) == where.run_id)
+    stmt = stmt.order_by(col(InvocationReceiptRow.started_at).desc()).limit(where.limit)
+    return (await session.scalars(stmt)).all()
+
+
+async def receipt(
+    session: AsyncSession, tenant_id: str, invocation_id: uuid.UUID
+) -> InvocationReceiptRow | None:
+    row = await session.get(InvocationReceiptRow, invocation_id)
+    return row if row is not None and row.tenant_id == tenant_id else None
+
+
+async def reconciliations(
+    session: AsyncSession, tenant_id: str, invocation_id: uuid.UUID
+) -> Sequence[ReceiptReconciliationRow]:
+    stmt = (
+        select(ReceiptReconciliationRow)
+        .where(col(ReceiptReconciliationRow.tenant_id) == tenant_id)
+        .where(col(ReceiptReconciliationRow.invocation_id) == invocation_id)
+        .order_by(col(ReceiptReconciliationRow.reconciled_at))
+    )
+    return (await session.scalars(stmt)).all()
+
+
+async def distinct_values(session: AsyncSession, tenant_id: str) -> tuple[list[str], list[str]]:
+    """The deployments and profiles receipts name, for the filter lists."""
+    base = select(InvocationReceiptRow.deployment_id, InvocationReceiptRow.profile_id).where(
+        col(InvocationReceiptRow.tenant_id) == tenant_id
+    )
+    rows = (await session.execute(base.distinct())).all()
+    return sorted({r[0] for r in rows}), sorted({r[1] for r in rows})
+
+
+@dataclass(frozen=True)
+class ReceiptPoint:
+    """One receipt as the overview charts see it: no ids, no hashes, no refs."""
+
+    started_at: datetime
+    outcome: str
+    usage_status: str
+    profile_id: str
+    deployment_id: str
+    latency_ms: int | None
+    time_to_first_token_ms: int | None
+    cost: Decimal | None
+
+
+@dataclass
+class OverviewRows:
+    points: list[ReceiptPoint] = field(default_factory=list)
+    capped: bool = False
+
+
+async def overview_rows(session: AsyncSession, tenant_id: str, since: datetime) -> OverviewRows:
+    r = InvocationReceiptRow
+    stmt = (
+        sa_select(
+            col(r.started_at),
+            col(r.outcome),
+            col(r.usage_status),
+            col(r.profile_id),
+            col(r.deployment_id),
+            col(r.latency_ms),
+            col(r.time_to_first_token_ms),
+            col(r.estimated_cost_usd),
+        )
+        .where(col(r.tenant_id) == tenant_id)
+        .where(col(r.started_at) >= since)
+        .order_by(col(r.started_at).desc())
+        .limit(OVERVIEW_ROW_CAP + 1)
+    )
+    rows = (await session.execute(stmt)).all()
+    points = [
+        ReceiptPoint(
+            started_at=row[0],
+            outcome=str(getattr(row[1], "value", row[1])),
+            usage_status=str(getattr(row[2], "value", row[2])),
+            profile_id=row[3],
+            deployment_id=row[4],
+            latency_ms=row[5],
+            time_to_first_token_ms=row[6],
+            cost=row[7],
+        )
+        for row in rows[:OVERVIEW_ROW_CAP]
+    ]
+    return OverviewRows(points=points, capped=len(rows) > OVERVIEW_ROW_CAP)
