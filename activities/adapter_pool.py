@@ -50,6 +50,7 @@ class AdapterPool:
         self._current: dict[_Key, _Entry] = {}
         self._retired: set[_Entry] = set()
         self._lock = asyncio.Lock()
+        self.refreshes = 0  # clients replaced after their TTL
 
     @contextlib.asynccontextmanager
     async def lease(self, target: Target) -> AsyncIterator[ProviderAdapter]:
@@ -100,6 +101,7 @@ class AdapterPool:
             entry = _Entry(adapter, time.monotonic())
             self._current[key] = entry
             if found is not None:
+                self.refreshes += 1
                 found.retired = True
                 if found.leases == 0:
                     await self._close(found)

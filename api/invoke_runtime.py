@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.adapter_pool import AdapterPool
 from activities.breaker_recovery import BreakerRecovery
 from activities.invoke_hub import InvocationHub
 from activities.invoke_setup import INVOKE_WORKFLOW_RUNNER, invoke_activities
@@ -44,6 +45,10 @@ class InvokeRuntime:
         self.recovery: BreakerRecovery | None = None
         self.come_back: ComeBack | None = None
         self.gate: TemporalGate | None = None
+
+    @property
+    def adapters(self) -> AdapterPool:
+        return self._adapters
 
     def start(self, client: Client, runtime: Any) -> None:
         acts = self.activities

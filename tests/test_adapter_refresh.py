@@ -6,6 +6,12 @@ clients over HTTP to the upstream simulator."""
 from __future__ import annotations
 
 import asyncio
+import uuid
+
+import httpx
+import openai
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
 
 from activities.adapter_pool import AdapterPool
 from activities.invoke_hub import InvocationHub
@@ -16,6 +22,10 @@ from providers.secrets import default_broker
 from providers.types import ChatRequest, Finish, Message, ProviderTimeouts, TextDelta
 from providers.upstream import UpstreamServer
 from store.db import create_engine, session_factory
+from store.receipts import by_key
+from tests.conftest import TokenFactory
+from tests.helpers.catalog import approved_profile
+from tests.helpers.stack import serve
 
 MODEL = "refresh-sim"
 REQUEST = ChatRequest(messages=(Message(role="user", content="a long enough answer " * 4),))
@@ -80,3 +90,70 @@ async def test_the_refresh_interval_is_a_setting(settings: Settings) -> None:
     assert pool.ttl_seconds == 7.5
     await pool.aclose()
     await engine.dispose()
+
+
+async def test_streams_through_the_gateway_survive_refreshes_under_them(
+    settings: Settings,
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """A gateway whose provider clients are refreshed on every call: eight overlapping streams,
+    each refreshing the client under the others, all end with their receipt, none cut."""
+    token = await token_for(tenant)
+    auth = {"Authorization": f"Bearer {token}"}
+    target = {"provider": "openai", "model": MODEL, "endpointRef": upstream.endpoint_ref}
+    await approved_profile(http, auth, temporal_client, tenant, "refresh", {"rf/sim": target})
+    upstream.state.configure(MODEL, chunk_delay=0.06)
+    own = settings.model_copy(
+        update={
+            # Past its TTL at once: every attempt replaces the client under the running ones.
+            "invoke_adapter_ttl_seconds": 1e-6,
+            "temporal_invocation_task_queue": f"refresh-{uuid.uuid4().hex[:8]}",
+        }
+    )
+    try:
+        async with serve(own) as api:
+            sdk = openai.AsyncOpenAI(base_url=f"{api.url}/v1", api_key=token, max_retries=0)
+            keys = [f"rf-{uuid.uuid4().hex[:8]}" for _ in range(8)]
+
+            flowing = [asyncio.Event() for _ in keys]
+
+            async def stream(i: int) -> tuple[str, dict[str, object]]:
+                text, final = "", {}
+                events = await sdk.chat.completions.create(
+                    model="refresh",
+                    messages=[{"role": "user", "content": "a long enough answer " * 4}],
+                    stream=True,
+                    extra_headers={"Idempotency-Key": keys[i]},
+                )
+                async for chunk in events:
+                    for choice in chunk.choices:
+                        text += choice.delta.content or ""
+                    if text:
+                        flowing[i].set()
+                    extra = chunk.model_extra or {}
+                    if "model_router" in extra:
+                        final = extra["model_router"]
+                return text, final
+
+            # Each stream starts once the one before it is flowing through its client.
+            calls = []
+            for i in range(len(keys)):
+                calls.append(asyncio.create_task(stream(i)))
+                await asyncio.wait_for(flowing[i].wait(), timeout=30)
+            results = await asyncio.gather(*calls)
+            refreshes = api.app.state.runtime.invoke.adapters.refreshes
+            await sdk.close()
+    finally:
+        upstream.state.configure(MODEL, chunk_delay=0.0)
+    assert refreshes >= len(keys) - 1  # every later stream replaced the client under the others
+    assert all(final.get("outcome") == "Completed" for _, final in results), results
+    assert len({text for text, _ in results}) == 1 and results[0][0]
+    async with sessions() as session:
+        for key in keys:
+            row = await by_key(session, tenant, key)
+            assert row is not None and row.outcome == "Completed"
