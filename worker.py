@@ -19,10 +19,12 @@ from activities.invoke_setup import provider_timeouts
 from activities.lifecycle import LifecycleActivities
 from activities.probes import ProbeActivities
 from activities.reconcile import ReconcileActivities
+from activities.sweeper import SweeperActivities
 from activities.webhooks import WebhookActivities
 from core import metrics, tracing
 from core.logging import configure_logging
 from core.schedules import ensure_schedules
+from core.secret_policy import endpoint_broker
 from core.settings import Settings, get_settings
 from core.temporal import connect
 from providers.secrets import default_broker
@@ -31,6 +33,7 @@ from store.db import create_engine, session_factory
 from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow
 from workflows.evaluate import EvaluateDeploymentWorkflow
 from workflows.health_probe import HealthProbeWorkflow
+from workflows.receipt_sweeper import ReceiptSweeperWorkflow
 from workflows.reconciler import ReceiptReconcilerWorkflow
 from workflows.webhook_delivery import WebhookDeliveryWorkflow
 
@@ -42,6 +45,7 @@ WORKFLOWS = [
     HealthProbeWorkflow,
     ReceiptReconcilerWorkflow,
     EvaluateDeploymentWorkflow,
+    ReceiptSweeperWorkflow,
 ]
 
 
@@ -54,18 +58,22 @@ def build_worker(
     lifecycle = LifecycleActivities(sessions)
     # Webhook receivers are third parties: never follow their redirects.
     webhooks = WebhookActivities(sessions, http or httpx.AsyncClient(follow_redirects=False))
+    # Statement admin keys are the operator's settings; deployments' endpointRefs are bounded
+    # by the allow-list (core/secret_policy.py).
     broker = default_broker(allow_upstream=settings.allow_upstream_endpoints)
-    probes = ProbeActivities(sessions, client, broker)
+    endpoints = endpoint_broker(settings)
+    probes = ProbeActivities(sessions, client, endpoints)
     # Usage APIs answer slowly for long ranges; they are providers, never redirect targets.
     statements = httpx.AsyncClient(timeout=60.0, follow_redirects=False)
     reconcile = ReconcileActivities(sessions, settings, broker, statements)
+    sweeper = SweeperActivities(sessions, client)
 
     async def this_client() -> Client:
         return client
 
     evaluation = EvaluationActivities(
         sessions,
-        AdapterPool(broker, provider_timeouts(settings)),
+        AdapterPool(endpoints, provider_timeouts(settings), settings.invoke_adapter_ttl_seconds),
         ArtifactStore(settings.artifact_root),
         this_client,
         settings.evaluation_context_token_cap,
@@ -89,6 +97,7 @@ def build_worker(
             reconcile.fetch,
             reconcile.window,
             reconcile.gauge,
+            sweeper.sweep,
             evaluation.prepare,
             evaluation.run_case,
             evaluation.record,
@@ -114,7 +123,11 @@ def build_invocation_worker(
         task_queue=settings.temporal_invocation_task_queue,
         workflows=[InvokeModelWorkflow],
         workflow_runner=INVOKE_WORKFLOW_RUNNER,
-        activities=[activities.call_provider, activities.close_abandoned],
+        activities=[
+            activities.call_provider,
+            activities.close_abandoned,
+            activities.finalize_receipt,
+        ],
         graceful_shutdown_timeout=timedelta(seconds=20),
     )
 

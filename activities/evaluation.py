@@ -87,7 +87,7 @@ class EvaluationActivities:
         suite = self._suite(data.context_tokens)
         case = suite.case(data.case_id)
         try:
-            adapter = await self._adapters.get(data.target)
+            await self._adapters.ready(data.target)
         except SecretResolutionError:
             raise ApplicationError(
                 f"credentials for endpointRef {data.target.endpoint_ref} are missing",
@@ -96,7 +96,8 @@ class EvaluationActivities:
             ) from None
 
         async def ask(request: SuiteRequest) -> SuiteAnswer:
-            return to_answer(await adapter.complete(to_chat(request)))
+            async with self._adapters.lease(data.target) as adapter:
+                return to_answer(await adapter.complete(to_chat(request)))
 
         try:
             return await run_case_async(case, ask)

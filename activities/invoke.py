@@ -9,6 +9,7 @@ and finalises the receipt. Its result carries ids, hashes and usage only.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from datetime import UTC, datetime
@@ -34,6 +35,7 @@ from domain.fallback import Next, after_failure, may_answer
 from domain.invocation import (
     AttemptTimeouts,
     Disposition,
+    FinalizeInput,
     InvocationInput,
     InvocationSummary,
     Operation,
@@ -43,9 +45,12 @@ from domain.pricing import Pricebook, estimate_cost_usd
 from domain.retry import retry_delay
 from providers.base import ProviderAdapter
 from providers.errors import ErrorKind, ProviderError
+from providers.secrets import SecretResolutionError
 from providers.types import Accepted, ChatRequest, CompletionBuilder, TextDelta, ToolCallDelta
 from store import pricebook, receipts
 from store.artifacts import ArtifactStore
+
+log = logging.getLogger("model_router.invoke")
 
 
 class InvokeActivities:
@@ -84,12 +89,52 @@ class InvokeActivities:
                 invocation_id=data.invocation_id, disposition=Disposition.NOT_HERE
             )
         # One receipt per invocation, however many attempts and fallbacks it takes.
-        if not await receipts.claim(self._sessions, data, data.targets[0].deployment_id):
+        try:
+            claimed = await receipts.claim(self._sessions, data, data.targets[0].deployment_id)
+        except Exception as exc:  # the store is unreachable: nothing claimed, nothing called
+            log.warning("receipt claim failed: %s", type(exc).__name__)
+            summary = InvocationSummary(
+                invocation_id=data.invocation_id,
+                disposition=Disposition.NOT_CLAIMED,
+                outcome=InvocationOutcome.FAILED,
+                deployment_id=data.targets[0].deployment_id,
+                error_kind="store_unavailable",
+            )
+            pending.events.put_nowait(ReceiptReady(summary))
+            return summary
+        if not claimed:
             pending.events.put_nowait(Attach())
             return InvocationSummary(
                 invocation_id=data.invocation_id, disposition=Disposition.ALREADY_CLAIMED
             )
+        # From here on every way out closes the receipt, or hands its close to the workflow.
         started = time.monotonic()
+        try:
+            summary = await self._answer(data, pending, started)
+        except Exception as exc:  # our own failure after the claim, never the provider's
+            log.error("invocation failed after its claim: %s", type(exc).__name__)
+            summary = InvocationSummary(
+                invocation_id=data.invocation_id,
+                outcome=InvocationOutcome.FAILED,
+                usage_status=UsageStatus.UNKNOWN,
+                deployment_id=data.targets[0].deployment_id,
+                latency_ms=int((time.monotonic() - started) * 1000),
+                error_kind="internal",
+            )
+        try:
+            await receipts.finalize(self._sessions, data.tenant_id, summary)
+        except Exception as exc:
+            # The store is unreachable (an outage, a failover): the workflow retries the close
+            # until it can, and the caller hears of the receipt once it is durable.
+            log.warning("receipt finalize failed, handed to the workflow: %s", type(exc).__name__)
+            return summary.model_copy(update={"disposition": Disposition.FINALIZE})
+        pending.events.put_nowait(ReceiptReady(summary))
+        record_metrics(data, _provider_of(data, summary.deployment_id), summary)
+        return summary
+
+    async def _answer(
+        self, data: InvocationInput, pending: PendingCall, started: float
+    ) -> InvocationSummary:
         result = await self._run(data, pending, started)
         target = result.target or data.targets[0]
         # The plan's first candidate, which may have been passed over before any call (it is
@@ -121,13 +166,19 @@ class InvokeActivities:
             and result.output_tokens is not None
         ):
             # Only the attempt that answered is priced; failed attempts are never billed.
-            summary.estimated_cost_usd = await self._cost(
-                data, target.provider, target.model, result
-            )
-        await receipts.finalize(self._sessions, data.tenant_id, summary)
-        pending.events.put_nowait(ReceiptReady(summary))
-        record_metrics(data, target.provider, summary)
+            try:
+                summary.estimated_cost_usd = await self._cost(
+                    data, target.provider, target.model, result
+                )
+            except Exception as exc:  # the pricebook is unreadable: the answer still stands
+                log.warning("pricing failed, cost left unknown: %s", type(exc).__name__)
         return summary
+
+    @activity.defn(name="finalize_receipt")
+    async def finalize_receipt(self, data: FinalizeInput) -> None:
+        """The close `call_provider` could not write: retried by the workflow until the store
+        answers. The first close wins, so a retry after a lost reply changes nothing."""
+        await receipts.finalize(self._sessions, data.tenant_id, data.summary)
 
     async def _cost(
         self, data: InvocationInput, provider: str, model: str, result: _Outcome
@@ -230,18 +281,31 @@ class InvokeActivities:
         breaker: Breaker,
         route: _Route,
     ) -> _Outcome:
-        adapter = await self._adapters.get(target)
+        try:
+            await self._adapters.ready(target)
+        except SecretResolutionError as exc:
+            # The credentials are missing or not allowed (docs/runbook.md): nothing was called.
+            return _Outcome(
+                InvocationOutcome.FAILED,
+                UsageStatus.ESTIMATED,
+                input_tokens=0,
+                output_tokens=0,
+                error_kind=ErrorKind.AUTH.value,
+                error_reason=str(exc),
+            )
         timeouts = self._resilience.timeouts_for(data.profile_id, target.deployment_id)
         attempt = 0
         while True:
             attempt += 1
             route.attempt_starts()
             remaining = started + data.timeout_seconds - time.monotonic()
-            with invoke_spans.provider_call(data, target, attempt) as span:
-                result = await self._attempt(
-                    data, adapter, pending, started, timeouts, remaining, route
-                )
-                invoke_spans.record(span, result)
+            # Leased for the attempt: a refresh meanwhile never closes the client under it.
+            async with self._adapters.lease(target) as adapter:
+                with invoke_spans.provider_call(data, target, attempt) as span:
+                    result = await self._attempt(
+                        data, adapter, pending, started, timeouts, remaining, route
+                    )
+                    invoke_spans.record(span, result)
             if result.outcome is InvocationOutcome.COMPLETED:
                 breaker.success()
                 return result
@@ -331,6 +395,11 @@ class InvokeActivities:
             summary.input_tokens = summary.output_tokens = 0
         await receipts.finalize(self._sessions, data.tenant_id, summary)
         return summary
+
+
+def _provider_of(data: InvocationInput, deployment_id: str | None) -> str:
+    found = next((t for t in data.targets if t.deployment_id == deployment_id), data.targets[0])
+    return found.provider
 
 
 async def _heartbeat() -> None:

@@ -9,8 +9,8 @@ from activities.adapter_pool import AdapterPool
 from activities.invoke import InvokeActivities
 from activities.invoke_hub import InvocationHub
 from activities.resilience import Resilience
+from core.secret_policy import endpoint_broker
 from core.settings import Settings
-from providers.secrets import default_broker
 from providers.types import ProviderTimeouts
 from store.artifacts import ArtifactStore
 
@@ -33,8 +33,9 @@ def invoke_activities(
     settings: Settings, sessions: async_sessionmaker[AsyncSession], hub: InvocationHub
 ) -> tuple[InvokeActivities, AdapterPool]:
     adapters = AdapterPool(
-        default_broker(allow_upstream=settings.allow_upstream_endpoints),
+        endpoint_broker(settings),
         provider_timeouts(settings),
+        ttl_seconds=settings.invoke_adapter_ttl_seconds,
         prompt_caching=settings.prompt_caching,
     )
     return InvokeActivities(

@@ -25,11 +25,20 @@ from api.problems import Problem
 from api.route_targets import chain_targets
 from api.routing import none_available, policy_denial, unhealthy_ids
 from api.runtime_types import InvokeConfig
+from api.temporal_gate import TemporalGate
 from core import metrics
 from core.security import Principal
 from domain import modality
+from domain.enums import InvocationOutcome
 from domain.hashing import canonical_json, request_hash
-from domain.invocation import InvocationInput, InvocationSummary, Operation, Target, invocation_id
+from domain.invocation import (
+    Disposition,
+    InvocationInput,
+    InvocationSummary,
+    Operation,
+    Target,
+    invocation_id,
+)
 from domain.planner import PlanRequest
 from domain.policy import DataClassification
 from domain.pricing import worst_case_cost_usd
@@ -102,7 +111,9 @@ class Invocations:
         artifacts: ArtifactStore,
         runtime: Any,
         come_back: ComeBack,
+        gate: TemporalGate,
     ) -> None:
+        self._gate = gate
         self._come_back = come_back
         self._client = client
         self._config = config
@@ -143,16 +154,25 @@ class Invocations:
         )
         if call.budget_usd is not None:
             await self._admit(data, call)
+        self._gate.check()  # known unreachable: refused before anything is held or claimed
         token, pending = self._hub.open(call.request)
         data.caller_token = token
-        handle = await self._client.start_workflow(
-            InvokeModelWorkflow.run,
-            data,
-            id=f"invoke/{tenant}/{data.invocation_id}",
-            task_queue=self._config.workflow_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            request_eager_start=True,
-        )
+        try:
+            handle = await self._gate.start(
+                lambda: self._client.start_workflow(
+                    InvokeModelWorkflow.run,
+                    data,
+                    id=f"invoke/{tenant}/{data.invocation_id}",
+                    task_queue=self._config.workflow_queue,
+                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                    request_eager_start=True,
+                )
+            )
+        except BaseException:
+            # The prompt must not outlive a call that never started (issue 19: 900 KB prompts
+            # stayed for good during an outage).
+            self._hub.close(token)
+            raise
         return Running(
             data.invocation_id,
             targets[0].deployment_id,
@@ -192,7 +212,16 @@ class Invocations:
                     result = asyncio.ensure_future(handle.result())
                     continue
                 if getter not in done:
-                    break  # the workflow finished without this process's hub hearing of it
+                    # The workflow finished without this process's hub hearing of it. If the
+                    # call ran here, its result is the receipt (the workflow wrote the close
+                    # the call could not, or closed it after the call failed); otherwise
+                    # another execution answered: replay what it stored.
+                    own = _own_result(result) if pending.claimed else None
+                    if own is not None:
+                        yield ReceiptReady(own)
+                        finished = True
+                        return
+                    break
                 item, getter = getter.result(), None
                 if isinstance(item, Attach):
                     break
@@ -410,6 +439,15 @@ class Replayed:
     deployment_id: str | None = None
 
 
+def _own_result(result: asyncio.Future[Any] | None) -> InvocationSummary | None:
+    if result is None or result.cancelled() or result.exception() is not None:
+        return None
+    found = result.result()
+    if isinstance(found, InvocationSummary) and found.disposition is Disposition.DONE:
+        return found
+    return None
+
+
 def summary_of(row: InvocationReceiptRow) -> InvocationSummary:
     return InvocationSummary(
         invocation_id=row.invocation_id,
@@ -425,4 +463,8 @@ def summary_of(row: InvocationReceiptRow) -> InvocationSummary:
         output_artifact_ref=row.output_artifact_ref,
         provider_request_id=row.provider_request_id,
         fallback_used=bool(row.fallback_used),
+        # The stored reason is all a replay knows of the failure: it answers with it, so a
+        # call our side lost is never reported as the provider's error.
+        error_kind=row.close_reason if row.outcome is not InvocationOutcome.COMPLETED else None,
+        close_reason=row.close_reason,
     )

@@ -13,14 +13,16 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.adapter_pool import AdapterPool
 from activities.breaker_recovery import BreakerRecovery
 from activities.invoke_hub import InvocationHub
 from activities.invoke_setup import INVOKE_WORKFLOW_RUNNER, invoke_activities
 from api.come_back import ComeBack
 from api.invocations import Invocations
 from api.runtime_types import InvokeConfig
+from api.temporal_gate import TemporalGate
+from core.secret_policy import endpoint_broker
 from core.settings import Settings
-from providers.secrets import default_broker
 from store.artifacts import ArtifactStore
 from workflows.invoke import InvokeModelWorkflow
 
@@ -42,6 +44,11 @@ class InvokeRuntime:
         self._tasks: list[asyncio.Task[None]] = []
         self.recovery: BreakerRecovery | None = None
         self.come_back: ComeBack | None = None
+        self.gate: TemporalGate | None = None
+
+    @property
+    def adapters(self) -> AdapterPool:
+        return self._adapters
 
     def start(self, client: Client, runtime: Any) -> None:
         acts = self.activities
@@ -53,7 +60,7 @@ class InvokeRuntime:
                 task_queue=self.config.workflow_queue,
                 workflows=[InvokeModelWorkflow],
                 workflow_runner=INVOKE_WORKFLOW_RUNNER,
-                activities=[acts.call_provider, acts.close_abandoned],
+                activities=[acts.call_provider, acts.close_abandoned, acts.finalize_receipt],
                 max_concurrent_workflow_tasks=64,
             ),
             Worker(client, task_queue=self.config.caller_queue, activities=[acts.call_provider]),
@@ -65,7 +72,7 @@ class InvokeRuntime:
             client,
             self._sessions,
             acts.breakers,
-            default_broker(allow_upstream=self.settings.allow_upstream_endpoints),
+            endpoint_broker(self.settings),
             cooldown=self.settings.invoke_breaker_cooldown_seconds,
             window=self.settings.invoke_breaker_recovery_seconds,
             trial_timeout=self.settings.health_probe_timeout_seconds,
@@ -75,11 +82,14 @@ class InvokeRuntime:
             self.recovery,
             self.settings.invoke_unavailable_retry_after_max_seconds,
         )
+        self.gate = TemporalGate(client, self.settings.invoke_start_wait_seconds)
         self.service = Invocations(
-            client, self.config, self.hub, self.artifacts, runtime, self.come_back
+            client, self.config, self.hub, self.artifacts, runtime, self.come_back, self.gate
         )
 
     async def stop(self) -> None:
+        if self.gate is not None:
+            await self.gate.aclose()
         if self.recovery is not None:
             await self.recovery.aclose()
         for worker in self._workers:

@@ -1,4 +1,5 @@
-"""Hostile-input limits, enforced before the app does any work: rate (token bucket per client),
+"""Hostile-input limits, enforced before the app does any work: rate (token bucket per client
+whose token verifies, per address otherwise),
 body size (by Content-Length and by counting what arrives), JSON nesting depth, encoding and NUL
 characters. Pure ASGI so streaming responses are not buffered.
 
@@ -9,8 +10,6 @@ receives the same bytes.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import math
 import re
@@ -21,6 +20,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.logging import bind
+from core.security import Principal, TokenError, TokenVerifier
 from core.settings import Settings
 
 PROBLEM_JSON = b"application/problem+json"
@@ -45,23 +45,6 @@ def json_depth_exceeds(body: bytes, limit: int) -> bool:
         elif token in (b"]", b"}"):
             depth -= 1
     return False
-
-
-def unverified_claims(headers: dict[bytes, bytes]) -> dict[str, Any] | None:
-    """The bearer token's claims, NOT verified: used only to pick a rate-limit bucket and a log
-    field. Verification stays in the routes (api/deps.py)."""
-    scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
-    if scheme.lower() != b"bearer":
-        return None
-    parts = token.strip().split(b".")
-    if len(parts) != 3:
-        return None
-    try:
-        payload = base64.urlsafe_b64decode(parts[1] + b"=" * (-len(parts[1]) % 4))
-        claims = json.loads(payload)
-    except (binascii.Error, ValueError):
-        return None
-    return claims if isinstance(claims, dict) else None
 
 
 class TokenBuckets:
@@ -99,6 +82,20 @@ class LimitsMiddleware:
             if settings.rate_limit_enabled
             else None
         )
+        self._verifier = TokenVerifier(settings)
+
+    def _principal(self, headers: dict[bytes, bytes]) -> Principal | None:
+        """The caller's client if its token verifies; a token that does not (forged, expired,
+        unsigned) names nobody, and its request counts against the caller's address."""
+        scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
+        if scheme.lower() != b"bearer" or not token.strip():
+            return None
+        try:
+            return self._verifier.verify(token.strip().decode("ascii"))
+        except (TokenError, UnicodeDecodeError):
+            return None
+        except Exception:  # the key set could not be fetched: nobody is verified by it
+            return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -106,11 +103,11 @@ class LimitsMiddleware:
             return
         path: str = scope.get("path", "")
         headers = dict(scope.get("headers") or [])
-        claims = unverified_claims(headers)
+        principal = self._principal(headers)
 
         if self.buckets is not None and path not in _UNLIMITED_PATHS:
-            if claims is not None:
-                key = f"c:{claims.get('tid')}:{claims.get('sub')}"
+            if principal is not None:
+                key = f"c:{principal.tenant_id}:{principal.client_id}"
             else:
                 client = scope.get("client")
                 key = f"a:{client[0] if client else 'unknown'}"
@@ -176,11 +173,9 @@ class LimitsMiddleware:
             return await receive()
 
         async def send_binding_tenant(message: Message) -> None:
-            # A 401 means the routes rejected the token, so its tenant claim is not one to log.
-            if message["type"] == "http.response.start" and claims and message["status"] != 401:
-                tid = claims.get("tid")
-                if isinstance(tid, str):
-                    bind(tenant=tid)
+            # Only a verified token's tenant is one to log.
+            if message["type"] == "http.response.start" and principal is not None:
+                bind(tenant=principal.tenant_id)
             await send(message)
 
         await self.app(scope, replay, send_binding_tenant)

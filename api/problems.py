@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, ProgrammingError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger("model_router.api")
@@ -129,6 +130,27 @@ async def _on_http(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+async def _on_store_down(request: Request, exc: Exception) -> JSONResponse:
+    """The database is unreachable (an outage, a failover): the caller may come back. Answered
+    here rather than by the catch-all, which lets the server drop the connection after it."""
+    # Our statement or our data at fault is a bug, not an outage; everything else the driver
+    # raises (refused, shutting down, starting up, connection lost) is the store being away.
+    if isinstance(exc, IntegrityError | ProgrammingError | DataError) and not (
+        isinstance(exc, DBAPIError) and exc.connection_invalidated
+    ):
+        return await _on_unexpected(request, exc)
+    log.warning(
+        "store unreachable (%s) on %s %s", type(exc).__name__, request.method, request.url.path
+    )
+    return problem_response(
+        request,
+        503,
+        "A store the gateway depends on is not reachable; retry after the indicated delay.",
+        type_="https://model-router.dev/problems/store-unavailable",
+        headers={"Retry-After": "2"},
+    )
+
+
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     # Log the type only: exception messages can carry request content.
     log.error(
@@ -144,4 +166,6 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(Problem, _on_problem)
     app.add_exception_handler(RequestValidationError, _on_validation)
     app.add_exception_handler(StarletteHTTPException, _on_http)
+    app.add_exception_handler(DBAPIError, _on_store_down)
+    app.add_exception_handler(OSError, _on_store_down)
     app.add_exception_handler(Exception, _on_unexpected)

@@ -43,6 +43,7 @@ class LocalPostgres:
     log: Path | None = None
     postmaster: int | None = None
     server_url: str = ""  # the maintenance database, SQLAlchemy asyncpg URL
+    _options: str = ""
 
     def start(self) -> str:
         """initdb + pg_ctl on a free port, fsync off; returns the server URL. As root, the
@@ -90,10 +91,16 @@ class LocalPostgres:
             check=True,
             stdout=subprocess.DEVNULL,
         )
-        options = (
+        self._options = (
             f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off "
             "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
         )
+        self._pg_ctl_start()
+        self.server_url = f"postgresql+asyncpg://postgres@127.0.0.1:{port}/postgres"
+        return self.server_url
+
+    def _pg_ctl_start(self) -> None:
+        assert self.bin is not None and self.data is not None and self.log is not None
         subprocess.run(
             [
                 *self.run_as,
@@ -107,14 +114,16 @@ class LocalPostgres:
                 "60",
                 "start",
                 "-o",
-                options,
+                self._options,
             ],
             check=True,
             stdout=subprocess.DEVNULL,
         )
         self.postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
-        self.server_url = f"postgresql+asyncpg://postgres@127.0.0.1:{port}/postgres"
-        return self.server_url
+
+    def restart(self) -> None:
+        """Start the stopped server again: same data, same port (the fault tests' outage)."""
+        self._pg_ctl_start()
 
     def pids(self) -> list[int]:
         """The postmaster and its current children (backends come and go)."""
@@ -122,7 +131,7 @@ class LocalPostgres:
             return []
         return [self.postmaster, *children_of(self.postmaster)]
 
-    def stop(self) -> None:
+    def stop(self, mode: str = "fast") -> None:
         if self.bin is None or self.data is None:
             return
         if (self.data / "postmaster.pid").exists():
@@ -132,7 +141,7 @@ class LocalPostgres:
                     str(self.bin / "pg_ctl"),
                     "-D",
                     str(self.data),
-                    *("-m", "fast", "-w", "-t", "30", "stop"),
+                    *("-m", mode, "-w", "-t", "30", "stop"),
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

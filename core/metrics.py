@@ -176,6 +176,19 @@ attempts_abandoned = Counter(
     "Replaced attempts the provider may bill (by provider and reason).",
 )
 
+# Not in the spec's table: invocations refused before anything was claimed because a dependency
+# of the invoke path was unreachable (reason temporal-unreachable).
+refusals = Counter(
+    _PREFIX + "refusals", "{invocation}", "Invocations refused before they started, by reason."
+)
+# Not in the spec's table: receipts the sweeper closed (Failed, usage Unknown) because they were
+# still open past the invocation budget.
+receipts_swept = Counter(
+    _PREFIX + "receipts_swept",
+    "{receipt}",
+    "Receipts closed by the sweeper, still open past the budget.",
+)
+
 INSTRUMENTS: tuple[Instrument, ...] = (
     invocations,
     latency,
@@ -188,6 +201,8 @@ INSTRUMENTS: tuple[Instrument, ...] = (
     probe_outcomes,
     receipts_reconciled,
     attempts_abandoned,
+    refusals,
+    receipts_swept,
 )
 
 

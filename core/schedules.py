@@ -1,5 +1,6 @@
 """The Temporal Schedules of the scheduled jobs, created or updated idempotently at worker
-start: `PREFIX/deployment-health-probe` and `PREFIX/receipt-reconciler`.
+start: `PREFIX/deployment-health-probe`, `PREFIX/receipt-reconciler` and
+`PREFIX/receipt-sweeper`.
 
 Idempotent: each schedule's action carries a fingerprint of everything we configure (workflow,
 argument, task queue, spec, policy) in its memo. A worker that finds the schedule with the same
@@ -11,6 +12,8 @@ Overlap policies, chosen per job:
 - health probe: SKIP. A probe still running when the next tick comes is waiting on slow
   providers; a second one would probe the same deployments and race the same transitions, and
   a buffered probe would only report stale news. The next tick is two minutes away.
+- receipt sweeper: SKIP. One sweep covers every receipt open past the budget; a sweep still
+  running (the store or Temporal is down, so it retries) needs no second one beside it.
 - reconciler: BUFFER_ONE. Settling is idempotent and covers everything pending, so a run that
   overruns the hour (a large backlog, a statement source backing off) is followed by exactly one
   more as soon as it ends, instead of the backlog waiting for the next :30 or runs piling up.
@@ -43,10 +46,12 @@ from temporalio.client import (
 from core.settings import Settings
 from domain.health import HealthProbeInput
 from domain.statements import ReconcilerInput
+from domain.sweep import SweepInput
 
 HEALTH_PROBE = "deployment-health-probe"
 RECONCILER = "receipt-reconciler"
-NAMES = (HEALTH_PROBE, RECONCILER)
+SWEEPER = "receipt-sweeper"
+NAMES = (HEALTH_PROBE, RECONCILER, SWEEPER)
 FINGERPRINT = "modelRouterScheduleFingerprint"
 # Cron fires at most once a minute, so one-minute probe windows give every scheduled run its
 # own window, while a manual trigger in the same minute reuses that run's results.
@@ -83,6 +88,12 @@ def reconciler_input(settings: Settings) -> ReconcilerInput:
         settle_zero_usage=settings.reconciler_settle_zero_usage,
         retry_max_interval_seconds=settings.reconciler_retry_max_interval_seconds,
     )
+
+
+def sweep_input(settings: Settings) -> SweepInput:
+    # The invocation's budget plus the workflow's own margin over it (workflows/invoke.py).
+    budget = settings.default_timeout_seconds + 10
+    return SweepInput(open_longer_than_seconds=budget + settings.receipt_sweeper_grace_seconds)
 
 
 def _desired(
@@ -152,6 +163,15 @@ def desired_schedules(
                 overlap=ScheduleOverlapPolicy.BUFFER_ONE, catchup_window=timedelta(hours=1)
             ),
             timedelta(hours=3),
+        ),
+        _desired(
+            schedule_id(settings, SWEEPER),
+            "ReceiptSweeper",
+            sweep_input(settings),
+            queue,
+            settings.receipt_sweeper_cron,
+            SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP, catchup_window=timedelta(minutes=1)),
+            timedelta(minutes=10),
         ),
     ]
 

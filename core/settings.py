@@ -131,9 +131,36 @@ class Settings(BaseSettings):
     invoke_unavailable_retry_after_max_seconds: int = Field(
         default=60, ge=1, le=3600, description="Longest Retry-After a 503 tells the caller."
     )
+    invoke_start_wait_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=60,
+        description="Longest wait for Temporal to accept an invocation's start; a restart "
+        "shorter than this is absorbed. Past it the call is a 503 with Retry-After, and later "
+        "calls are refused at once until Temporal answers again.",
+    )
+    invoke_adapter_ttl_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="How long a deployment's provider client is reused before its credentials "
+        "are resolved again; calls in flight keep the old client until they end.",
+    )
     prompt_caching: bool = Field(
         default=True,
         description="PromptCaching: use provider prompt caching where the adapter supports it.",
+    )
+    secret_file_dirs: list[Path] = Field(
+        default=[Path("/run/secrets")],
+        description="Directories a file: endpointRef may name (a file anywhere else is refused).",
+    )
+    secret_env_names: list[str] = Field(
+        default=["OPENAI_API_KEY", "ANTHROPIC_API_KEY"],
+        description="Variables an env: endpointRef may name, besides secret_env_prefixes.",
+    )
+    secret_env_prefixes: list[str] = Field(
+        default=["MODEL_ROUTER_PROVIDER_"],
+        description="Prefixes of the variables an env: endpointRef may name. The gateway's own "
+        "settings variables are refused whatever these say.",
     )
     allow_upstream_endpoints: bool = Field(
         default=False,
@@ -163,6 +190,15 @@ class Settings(BaseSettings):
     health_probe_retry_interval_seconds: float = Field(default=5.0, gt=0)
     health_probe_sample_retention_hours: int = Field(default=72, ge=1)
     reconciler_cron: str = Field(default="30 * * * *", description="UTC cron of the reconciler.")
+    receipt_sweeper_cron: str = Field(
+        default="* * * * *", description="UTC cron of the receipt sweeper."
+    )
+    receipt_sweeper_grace_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        description="A receipt still open this long past the invocation budget "
+        "(default_timeout_seconds) is closed by the sweeper: Failed, usage Unknown.",
+    )
     reconciler_lookback_hours: int = Field(default=72, ge=1, le=24 * 31)
     reconciler_settle_delay_minutes: int = Field(
         default=15, ge=0, description="A statement bucket is used this long after it ended."

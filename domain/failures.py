@@ -18,7 +18,8 @@ class FailureClass(StrEnum):
 CALLER_FAULT = frozenset({"content_policy", "context_length", "invalid_request"})
 # The provider error kinds that are transient (providers.errors.ErrorKind.transient, kept equal
 # by tests/test_failure_status.py), plus the router's own: every candidate refused for now
-# (`unavailable`) and the invocation's overall budget spent (`timeout`).
+# (`unavailable`), the invocation's overall budget spent (`timeout`), and the receipt store out of
+# reach at the claim (`store_unavailable`: nothing was claimed or called).
 TRANSIENT = frozenset(
     {
         "connection",
@@ -28,6 +29,7 @@ TRANSIENT = frozenset(
         "overloaded",
         "stream_incomplete",
         "unavailable",
+        "store_unavailable",
     }
 )
 

@@ -83,6 +83,11 @@ class Disposition(StrEnum):
     NOT_HERE = "not-here"
     # Another execution already claimed this receipt: the provider must not be called again.
     ALREADY_CLAIMED = "already-claimed"
+    # The store could not take the claim: no receipt, no provider call, the key stays unused.
+    NOT_CLAIMED = "not-claimed"
+    # The call ended but its receipt could not be written: the workflow writes it (retried
+    # until the store answers) from the summary it carries.
+    FINALIZE = "finalize"
 
 
 class InvocationSummary(BaseModel):
@@ -107,6 +112,13 @@ class InvocationSummary(BaseModel):
     fallback_used: bool = False
     fallback_from: str | None = None
     fallback_reason: str | None = None
+    # Why the receipt closed (domain.close_reason), as a replay reads it back from the store.
+    close_reason: str | None = None
+
+
+class FinalizeInput(BaseModel):
+    tenant_id: str
+    summary: InvocationSummary
 
 
 def invocation_id(tenant_id: str, idempotency_key: str) -> uuid.UUID:

@@ -2,6 +2,12 @@
 
 endpointRef values are stored in the catalog; what they resolve to (keys, and base URLs that may
 embed tenancy) never is. Nothing here logs, and a Connection's repr masks its key.
+
+An operator writes endpointRefs, so what they may name is an allow-list (`SecretPolicy`): `file:`
+only under configured directories, `env:` only variables with a configured name or prefix, and
+never the gateway's own configuration (`MODEL_ROUTER_*` outside `MODEL_ROUTER_PROVIDER_`, and
+never a settings variable) — otherwise `env:MODEL_ROUTER_AUTH_JWT_SECRET` would send the token
+signing key to a provider as its credential (issue 19).
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import json
 import os
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -50,17 +57,68 @@ def _expect(endpoint_ref: str, scheme: str) -> str:
     return rest
 
 
+GATEWAY_ENV_PREFIX = "MODEL_ROUTER_"
+PROVIDER_ENV_PREFIX = "MODEL_ROUTER_PROVIDER_"
+
+
+@dataclass(frozen=True)
+class SecretPolicy:
+    """What `file:` and `env:` references may name. `None` for a list: not restricted (unit
+    tests that build a broker by hand); the gateway's own variables are refused either way."""
+
+    file_dirs: tuple[Path, ...] | None = None
+    env_names: frozenset[str] | None = None
+    env_prefixes: tuple[str, ...] = ()
+    # The gateway's settings variables (MODEL_ROUTER_<FIELD>): never a provider credential.
+    reserved_env: frozenset[str] = field(default_factory=frozenset)
+
+    def refusal(self, endpoint_ref: str) -> str | None:
+        """Why this reference may not be used, or None; other schemes are not judged here."""
+        scheme, _, rest = endpoint_ref.partition(":")
+        if scheme == "env":
+            return self.env_refusal(rest)
+        if scheme == "file":
+            return self.file_refusal(rest)
+        return None
+
+    def env_refusal(self, name: str) -> str | None:
+        gateway = name.startswith(GATEWAY_ENV_PREFIX) and not name.startswith(PROVIDER_ENV_PREFIX)
+        if gateway or name in self.reserved_env:
+            return f"${name} is the gateway's own configuration, never a provider credential"
+        if self.env_names is None:
+            return None
+        if name in self.env_names or any(name.startswith(p) for p in self.env_prefixes if p):
+            return None
+        return f"${name} is not an allowed provider variable (see secret_env_names/prefixes)"
+
+    def file_refusal(self, path: str) -> str | None:
+        if self.file_dirs is None:
+            return None
+        if not Path(path).is_absolute():
+            return "the path must be absolute"
+        resolved = Path(path).resolve()
+        if any(resolved.is_relative_to(d) for d in self.file_dirs):
+            return None
+        return "the file is outside the allowed secret directories (secret_file_dirs)"
+
+
 class EnvSecretBroker:
     """`env:NAME`: the key is $NAME; the base URL is $NAME_BASE_URL when set."""
 
-    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, environ: Mapping[str, str] | None = None, policy: SecretPolicy | None = None
+    ) -> None:
         # Read at resolve time, not copied, so rotated variables are seen.
         self._environ = environ if environ is not None else os.environ
+        self._policy = policy or SecretPolicy()
 
     async def resolve(self, endpoint_ref: str) -> Connection:
         name = _expect(endpoint_ref, "env")
         if not _ENV_NAME.match(name):
             raise SecretResolutionError(f"endpointRef {endpoint_ref!r}: not a variable name")
+        refused = self._policy.env_refusal(name)
+        if refused:
+            raise SecretResolutionError(f"endpointRef {endpoint_ref!r}: {refused}")
         key = self._environ.get(name, "").strip()
         if not key:
             raise SecretResolutionError(f"endpointRef {endpoint_ref!r}: ${name} is not set")
@@ -161,11 +219,14 @@ def default_broker(
     allow_upstream: bool = False,
     file_dirs: Iterable[Path | str] | None = None,
     environ: Mapping[str, str] | None = None,
+    policy: SecretPolicy | None = None,
 ) -> CompositeSecretBroker:
-    """env: and file: always; upstream: (the simulator) only when asked, for dev and tests."""
+    """env: and file: always; upstream: (the simulator) only when asked, for dev and tests.
+    With a policy, its directories bound file: (file_dirs is then ignored)."""
+    dirs = policy.file_dirs if policy is not None else file_dirs
     brokers: dict[str, SecretBroker] = {
-        "env": EnvSecretBroker(environ),
-        "file": FileSecretBroker(file_dirs),
+        "env": EnvSecretBroker(environ, policy),
+        "file": FileSecretBroker(dirs),
     }
     if allow_upstream:
         brokers["upstream"] = UpstreamSecretBroker()

@@ -11,6 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col, select
 
+from domain.close_reason import CloseReason, close_reason
 from domain.enums import InvocationOutcome, UsageStatus
 from domain.events import TOPICS, model_invoked
 from domain.invocation import InvocationInput, InvocationSummary
@@ -110,6 +111,7 @@ async def finalize(
         row.output_artifact_ref = summary.output_artifact_ref
         row.provider_request_id = summary.provider_request_id
         row.fallback_used = summary.fallback_used
+        row.close_reason = close_reason(row.outcome, summary.error_kind).value
         row.ended_at = datetime.now(UTC)
         outbox = OutboxRepository(session, tenant_id)
         outbox.append(**_model_invoked(row))
@@ -129,6 +131,37 @@ async def _in_flight(
         .with_for_update()
     )
     return (await session.scalars(stmt)).first()
+
+
+async def open_before(
+    session: AsyncSession, started_before: datetime, limit: int
+) -> list[tuple[str, uuid.UUID]]:
+    """(tenant, invocation) of receipts still open that started before `started_before`."""
+    stmt = (
+        select(InvocationReceiptRow.tenant_id, InvocationReceiptRow.invocation_id)
+        .where(col(InvocationReceiptRow.ended_at).is_(None))
+        .where(col(InvocationReceiptRow.started_at) < started_before)
+        .order_by(col(InvocationReceiptRow.started_at))
+        .limit(limit)
+    )
+    return [(t, i) for t, i in (await session.execute(stmt)).all()]
+
+
+async def sweep(
+    sessions: async_sessionmaker[AsyncSession], tenant_id: str, invocation_id: uuid.UUID
+) -> bool:
+    """Close a receipt left open: Failed, usage Unknown (the provider may have done billable
+    work), close reason `swept`, with its ModelInvoked. False if it closed meanwhile."""
+    async with transaction(sessions) as session:
+        row = await _in_flight(session, tenant_id, invocation_id)
+        if row is None:
+            return False
+        row.outcome = InvocationOutcome.FAILED
+        row.usage_status = UsageStatus.UNKNOWN
+        row.close_reason = CloseReason.SWEPT.value
+        row.ended_at = datetime.now(UTC)
+        OutboxRepository(session, tenant_id).append(**_model_invoked(row))
+        return True
 
 
 async def by_key(

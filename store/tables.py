@@ -159,6 +159,12 @@ class InvocationReceiptRow(SQLModel, table=True):
         sa.UniqueConstraint("tenant_id", "idempotency_key", name="uq_receipts_idempotency"),
         sa.Index("ix_receipts_tenant_run", "tenant_id", "run_id"),
         sa.Index("ix_receipts_usage_status", "usage_status", "started_at"),
+        sa.Index(
+            "ix_receipts_open",
+            "started_at",
+            postgresql_where=sa.text("ended_at IS NULL"),
+            sqlite_where=sa.text("ended_at IS NULL"),
+        ),
     )
 
     invocation_id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
@@ -188,6 +194,8 @@ class InvocationReceiptRow(SQLModel, table=True):
     cached_input_tokens: int | None = None
     time_to_first_token_ms: int | None = None
     statement_ref: str | None = Field(default=None, max_length=300)
+    # Why it closed (domain.close_reason): null while in flight.
+    close_reason: str | None = Field(default=None, max_length=40)
 
 
 class OutboxEventRow(SQLModel, table=True):

@@ -105,6 +105,8 @@ def settings(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Set
         temporal_task_queue=f"model-router-test-{session}",
         temporal_invocation_task_queue=f"model-router-test-invocations-{session}",
         allow_upstream_endpoints=True,
+        # The reconciler tests name per-key variables (OPENAI_KEY_A, …) as their endpointRefs.
+        secret_env_prefixes=["MODEL_ROUTER_PROVIDER_", "OPENAI_KEY_", "ANTHROPIC_KEY_"],
         artifact_root=tmp_path_factory.mktemp("artifacts"),
         auth_jwt_secret=secrets.token_urlsafe(32),
         webhook_poll_interval_seconds=0.2,

@@ -119,7 +119,9 @@ async def test_unreachable_provider_leaves_candidate_with_the_reason(
     assert body["evaluation"]["status"] == "Failed"
     assert "provider unavailable (connection)" in body["evaluation"]["reason"]
 
-    await register(http, auth, "eval/nokey", endpointRef="env:MODEL_ROUTER_TEST_NO_SUCH_KEY")
+    await register(
+        http, auth, "eval/nokey", endpointRef="env:MODEL_ROUTER_PROVIDER_TEST_NO_SUCH_KEY"
+    )
     await _evaluate(http, auth, "eval/nokey", "nokey")
     body = await _finished(http, auth, "eval/nokey")
     assert body["state"] == "Candidate"

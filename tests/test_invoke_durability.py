@@ -3,6 +3,7 @@ process dies mid-stream — with no second call. (No content anywhere: tests/tes
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -108,6 +109,7 @@ async def test_api_killed_mid_stream_closes_receipt_unknown_without_a_second_cal
     row = await eventually(closed, timeout=60, interval=0.25)
     assert (row.outcome, row.usage_status) == ("Failed", "Unknown")
     assert row.input_tokens is None and row.output_tokens is None  # Unknown is never zero
+    assert row.close_reason == "caller-lost"
     assert upstream.requests("slow-sim") - before == 1
 
     # After a restart the API serves the closed receipt; a retry with the key replays it.
@@ -120,7 +122,23 @@ async def test_api_killed_mid_stream_closes_receipt_unknown_without_a_second_cal
             retry = await c.post(
                 "/v1/chat/completions", json={**body, "stream": False}, headers=headers
             )
-            assert retry.status_code in (409, 502)
+            # The replay names why the receipt closed and which receipt it is; it never blames
+            # the provider, and tells the SDK not to retry the spent key.
+            assert retry.status_code == 409, retry.text
+            problem = retry.json()
+            assert problem["closeReason"] == "caller-lost"
+            assert problem["receiptId"] == str(row.invocation_id)
+            assert problem["error"]["type"] == "caller-lost"
+            assert problem["type"].endswith("/invocation-closed")
+            assert retry.headers["x-should-retry"] == "false"
+            assert retry.headers["X-Model-Router-Receipt-Id"] == str(row.invocation_id)
+            async with c.stream("POST", "/v1/chat/completions", json=body, headers=headers) as sse:
+                lines = [line async for line in sse.aiter_lines() if line.startswith("data: ")]
+            error = json.loads(lines[-1].removeprefix("data: "))["error"]
+            assert (error["closeReason"], error["receiptId"]) == (
+                "caller-lost",
+                str(row.invocation_id),
+            )
     finally:
         again.stop()
     assert upstream.requests("slow-sim") - before == 1

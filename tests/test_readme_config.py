@@ -3,6 +3,7 @@ defaults, so that adding, renaming or re-defaulting a setting cannot leave the d
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -34,6 +35,8 @@ def documented_default(value: object) -> str:
         return "—"
     if isinstance(value, bool):
         return f"`{str(value).lower()}`"
+    if isinstance(value, list | dict):
+        return f"`{json.dumps(value, default=str)}`"  # the environment spells these as JSON
     return f"`{value}`"
 
 

@@ -26,6 +26,7 @@ from cli.main import app
 from core.schedules import (
     HEALTH_PROBE,
     RECONCILER,
+    SWEEPER,
     current_fingerprint,
     desired_schedules,
     ensure_schedules,
@@ -44,7 +45,7 @@ async def scheduled(settings: Settings, temporal_client: Client) -> AsyncIterato
     """Settings with a prefix of this test's own, and its schedules deleted afterwards."""
     mine = settings.model_copy(update={"schedule_id_prefix": f"mr-test-{uuid.uuid4().hex[:8]}"})
     yield mine
-    for name in (HEALTH_PROBE, RECONCILER):
+    for name in (HEALTH_PROBE, RECONCILER, SWEEPER):
         try:
             await temporal_client.get_schedule_handle(schedule_id(mine, name)).delete()
         except RPCError:
@@ -69,7 +70,7 @@ async def test_a_second_worker_changes_nothing_and_new_settings_keep_the_pause(
 ) -> None:
     # A queue nobody polls: a tick during the test must not probe the session's deployments.
     scheduled = scheduled.model_copy(update={"temporal_task_queue": f"idle-{uuid.uuid4().hex}"})
-    ids = [schedule_id(scheduled, n) for n in (HEALTH_PROBE, RECONCILER)]
+    ids = [schedule_id(scheduled, n) for n in (HEALTH_PROBE, RECONCILER, SWEEPER)]
     assert await ensure_schedules(temporal_client, scheduled) == dict.fromkeys(ids, "created")
     assert await ensure_schedules(temporal_client, scheduled) == dict.fromkeys(ids, "unchanged")
     probe = temporal_client.get_schedule_handle(ids[0])
@@ -78,13 +79,15 @@ async def test_a_second_worker_changes_nothing_and_new_settings_keep_the_pause(
     assert described.schedule.policy.overlap is ScheduleOverlapPolicy.SKIP
     reconciler = await temporal_client.get_schedule_handle(ids[1]).describe()
     assert reconciler.schedule.policy.overlap is ScheduleOverlapPolicy.BUFFER_ONE
+    sweeper = await temporal_client.get_schedule_handle(ids[2]).describe()
+    assert sweeper.schedule.policy.overlap is ScheduleOverlapPolicy.SKIP
 
     await probe.pause(note="provider maintenance")
     changed = scheduled.model_copy(
         update={"health_probe_cron": "*/5 * * * *", "health_probe_timeout_seconds": 3.0}
     )
     outcome = await ensure_schedules(temporal_client, changed)
-    assert outcome == {ids[0]: "updated", ids[1]: "unchanged"}
+    assert outcome == {ids[0]: "updated", ids[1]: "unchanged", ids[2]: "unchanged"}
     after = await probe.describe()
     assert after.schedule.state.paused and after.schedule.state.note == "provider maintenance"
     assert current_fingerprint(temporal_client, after) == desired_schedules(changed)[0].fingerprint

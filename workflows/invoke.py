@@ -9,6 +9,9 @@ lives; whatever happens to that process, the workflow closes the receipt.
 3. If the caller's process is gone (the activity is never picked up, or stops heartbeating), or
    the invocation was claimed by an earlier execution, the receipt is closed on the shared
    queue: Failed, usage Unknown. The provider is never called twice: the claim is a unique row.
+4. If the call ended but its receipt could not be written (the database was unreachable), the
+   workflow writes it from the summary, retried until the store answers. If the claim itself
+   could not be written, nothing was claimed or called, and there is nothing to close.
 """
 
 from __future__ import annotations
@@ -17,12 +20,22 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from domain.invocation import Disposition, InvocationInput, InvocationSummary
+    from domain.invocation import Disposition, FinalizeInput, InvocationInput, InvocationSummary
 
 ONCE = RetryPolicy(maximum_attempts=1)
+# Closing a receipt is retried until the store answers: an outage of any length ends with the
+# receipt closed. Unlimited attempts, at most every 10 s.
+UNTIL_STORED = RetryPolicy(
+    initial_interval=timedelta(milliseconds=500),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=10),
+)
+# A failed call_provider, however it is reported (a local activity's failure can arrive as an
+# ApplicationError as well as an ActivityError): the receipt is closed on the shared queue.
+_FAILED = (ActivityError, ApplicationError)
 
 
 @workflow.defn(name="InvokeModel")
@@ -39,7 +52,7 @@ class InvokeModelWorkflow:
                 start_to_close_timeout=budget,
                 retry_policy=ONCE,
             )
-        except ActivityError:
+        except _FAILED:
             summary = None
         if summary is not None and summary.disposition is Disposition.NOT_HERE:
             try:
@@ -54,13 +67,24 @@ class InvokeModelWorkflow:
                     heartbeat_timeout=timedelta(seconds=15),
                     retry_policy=ONCE,
                 )
-            except ActivityError:
+            except _FAILED:
                 summary = None
+        if summary is not None and summary.disposition is Disposition.NOT_CLAIMED:
+            return summary
+        if summary is not None and summary.disposition is Disposition.FINALIZE:
+            await workflow.execute_activity(
+                "finalize_receipt",
+                FinalizeInput(tenant_id=data.tenant_id, summary=summary),
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=UNTIL_STORED,
+            )
+            return summary.model_copy(update={"disposition": Disposition.DONE})
         if summary is None or summary.disposition is not Disposition.DONE:
             summary = await workflow.execute_activity(
                 "close_abandoned_receipt",
                 data,
                 result_type=InvocationSummary,
                 start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=UNTIL_STORED,
             )
         return summary

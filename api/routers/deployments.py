@@ -15,6 +15,7 @@ from api.idempotency import IdempotencyKey, IdempotencyStore, request_hash
 from api.problems import Problem
 from api.schemas import ApproveBody, DeploymentView
 from api.views import deployment_views
+from core.secret_policy import secret_policy
 from core.security import Principal
 from domain.access import Action
 from domain.deployments import DeploymentRecord, DeploymentRegistration, LicenseMetadata
@@ -41,6 +42,14 @@ async def register_deployment(
     temporal: TemporalDep,
     runtime: RuntimeDep,
 ) -> JSONResponse:
+    refused = secret_policy(runtime.settings).refusal(body.endpoint_ref)
+    if refused:
+        raise Problem(
+            422,
+            f"endpointRef {body.endpoint_ref!r} is not allowed: {refused}.",
+            type_="https://model-router.dev/problems/validation",
+            errors=[{"field": "body.endpointRef", "message": refused}],
+        )
     keys = IdempotencyStore(runtime.sessions, principal.tenant_id, "RegisterDeployment")
     hash_ = request_hash(body.model_dump(mode="json", by_alias=True))
     replay = await keys.replay(idempotency_key, hash_)

@@ -38,11 +38,16 @@ async def _database_ok(runtime: RuntimeDep) -> bool:
 
 
 async def _temporal_ok(runtime: RuntimeDep) -> bool:
-    client = await runtime.temporal()
-    if client is None:
+    """What the invoke path would say: not ready while it refuses invocations; otherwise a
+    health check (with the SDK's retries), whose failure makes it refuse them too."""
+    if await runtime.temporal() is None:
         return False
-    try:
-        async with asyncio.timeout(3):
-            return await client.service_client.check_health()
-    except Exception:
+    gate = runtime.invoke.gate
+    if gate is None:
         return False
+    if not gate.reachable:
+        return False
+    if await gate.healthy():
+        return True
+    gate.mark_down("health check failed")
+    return False

@@ -27,8 +27,10 @@ from api.openai_shapes import (
     usage_body,
 )
 from api.problems import Problem, problem_response
+from core import metrics
 from core.security import Principal
 from domain.access import Action
+from domain.close_reason import GATEWAY_CLOSES, close_reason
 from domain.enums import InvocationOutcome, Scope
 from domain.failures import FailureClass, classify, error_class
 from domain.invocation import InvocationSummary, Operation
@@ -77,8 +79,14 @@ def router_extension(summary: InvocationSummary) -> dict[str, Any]:
 
 def _service(runtime: RuntimeDep) -> Invocations:
     if runtime.invoke.service is None:
+        # Not connected yet (the process started while Temporal was away).
+        metrics.refusals.add(1, {"reason": "temporal-unreachable"})
         raise Problem(
-            503, "Temporal is not reachable; try again shortly.", headers={"Retry-After": "5"}
+            503,
+            "Temporal is not reachable; try again shortly.",
+            type_="https://model-router.dev/problems/temporal-unavailable",
+            headers={"Retry-After": "5"},
+            reason="temporal-unreachable",
         )
     return runtime.invoke.service
 
@@ -115,11 +123,17 @@ CallHeaders = Annotated[Headers, Depends()]
 # and when to come back; a permanent one on the provider's side (auth, quota, a model gone) is a
 # 502 without Retry-After.
 _STATUS = {FailureClass.CALLER: 400, FailureClass.TRANSIENT: 503, FailureClass.PERMANENT: 502}
+# Our side closed the call without an answer (the process holding it died, the sweeper found it
+# open past its budget, the gateway failed after the claim): the key is spent and the provider
+# may have billed, so the same key can only replay this. Never reported as a provider error.
+_SPENT = frozenset(c.value for c in GATEWAY_CLOSES)
 
 
 def _failure(request: Request, summary: InvocationSummary, retry_after: int) -> JSONResponse:
     kind = summary.error_kind or "provider_error"
     headers = {RECEIPT: str(summary.invocation_id), DEPLOYMENT: summary.deployment_id or ""}
+    if kind in _SPENT:
+        return _spent(request, summary, kind, headers)
     failure = classify(kind)
     status = _STATUS[failure]
     if failure is FailureClass.TRANSIENT:
@@ -135,7 +149,27 @@ def _failure(request: Request, summary: InvocationSummary, retry_after: int) -> 
         error={"message": message, "type": kind, "code": kind},
         receiptId=str(summary.invocation_id),
         reason=summary.error_reason,
+        closeReason=summary.close_reason or close_reason(summary.outcome, summary.error_kind),
         errorClass=error_class(kind),
+    )
+
+
+def _spent(
+    request: Request, summary: InvocationSummary, reason: str, headers: dict[str, str]
+) -> JSONResponse:
+    receipt = str(summary.invocation_id)
+    return problem_response(
+        request,
+        409,
+        f"The invocation with this key was closed without an answer ({reason}); its usage "
+        "stays Unknown until reconciled. Retry with a new Idempotency-Key.",
+        type_="https://model-router.dev/problems/invocation-closed",
+        # The SDKs retry 409s by default; retrying this key can only replay this answer.
+        headers={**headers, "x-should-retry": "false"},
+        error={"message": f"invocation closed: {reason}", "type": reason, "code": reason},
+        receiptId=receipt,
+        closeReason=reason,
+        errorClass="permanent",
     )
 
 
@@ -228,6 +262,7 @@ async def _sse(
             summary = item.summary
             if summary.outcome is not InvocationOutcome.COMPLETED:
                 # A cut after output: an explicit error, never a clean terminator.
+                reason = summary.close_reason or close_reason(summary.outcome, summary.error_kind)
                 yield _sse_line(
                     {
                         "error": {
@@ -237,6 +272,7 @@ async def _sse(
                             "errorClass": error_class(summary.error_kind),
                             "receiptId": str(inv),
                             "deploymentId": summary.deployment_id,
+                            "closeReason": reason,
                         }
                     }
                 )

@@ -1,0 +1,136 @@
+"""Whether this API process can start invocations on Temporal, as one answer shared by the
+invoke path and `/readyz`.
+
+A start waits at most `invoke_start_wait_seconds` (a restart of a few seconds is absorbed: the
+SDK retries while the server comes back). A start that fails or runs out of that wait marks
+Temporal unreachable: from then on calls are refused at once with a 503 and `Retry-After`,
+nothing claimed and nothing kept in memory, while one background probe asks the server's health
+service until it answers; then starts go ahead again. So a caller never waits out the bound
+during a long outage, and readiness says what the refusals say.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import TypeVar
+
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from api.problems import Problem
+from core import metrics
+
+log = logging.getLogger("model_router.api")
+T = TypeVar("T")
+
+# gRPC statuses that mean the server (or the way to it) is not there, as opposed to a refusal
+# of this particular request.
+_DOWN = frozenset({RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED})
+# How often a known-unreachable server is asked whether it is back.
+PROBE_INTERVAL_SECONDS = 0.5
+# How soon a start refused by a server that is not there is tried again, within the bound.
+RESTART_POLL_SECONDS = 0.2
+
+
+class TemporalUnreachable(Problem):
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(
+            503,
+            "Temporal is not reachable, so the invocation was not started; nothing was claimed "
+            "and the Idempotency-Key stays unused. Retry after the indicated delay.",
+            type_="https://model-router.dev/problems/temporal-unavailable",
+            headers={"Retry-After": str(retry_after)},
+            reason="temporal-unreachable",
+        )
+
+
+class TemporalGate:
+    def __init__(self, client: Client, start_wait_seconds: float) -> None:
+        self._client = client
+        self._wait = start_wait_seconds
+        self._down_since: float | None = None
+        self._probe: asyncio.Task[None] | None = None
+
+    @property
+    def reachable(self) -> bool:
+        return self._down_since is None
+
+    @property
+    def retry_after(self) -> int:
+        return max(1, math.ceil(self._wait))
+
+    def refuse(self) -> TemporalUnreachable:
+        metrics.refusals.add(1, {"reason": "temporal-unreachable"})
+        return TemporalUnreachable(self.retry_after)
+
+    def check(self) -> None:
+        """Refuse at once while Temporal is known unreachable."""
+        if not self.reachable:
+            raise self.refuse()
+
+    async def start(self, begin: Callable[[], Awaitable[T]]) -> T:
+        """Run a workflow start within the bounded wait; an unreachable server marks the gate
+        and refuses the call (the caller undoes what it prepared)."""
+        self.check()
+        try:
+            async with asyncio.timeout(self._wait):
+                while True:
+                    try:
+                        return await begin()
+                    except RPCError as exc:
+                        # The SDK's own retries give up on a server that is restarting sooner
+                        # than the bound: keep trying until it answers or the bound is spent.
+                        # A start is idempotent (same workflow id, USE_EXISTING).
+                        if exc.status not in _DOWN:
+                            raise
+                    await asyncio.sleep(RESTART_POLL_SECONDS)  # a retry interval, not a wait-for
+        except TimeoutError:
+            self.mark_down("start timed out")
+        except RPCError as exc:
+            if exc.status in _DOWN:
+                self.mark_down(exc.status.name)
+            else:
+                log.warning("workflow start refused: %s", exc.status.name)
+        raise self.refuse()
+
+    def mark_down(self, why: str) -> None:
+        if self._down_since is None:
+            log.warning("temporal unreachable (%s): refusing invocations until it answers", why)
+            self._down_since = time.monotonic()
+        if self._probe is None or self._probe.done():
+            self._probe = asyncio.create_task(self._until_up())
+
+    async def healthy(self) -> bool:
+        """One health check, with the SDK's own retries on transient gRPC errors. Without them
+        (`check_health` defaults to retry=False) a single transient error on the shared
+        connection under load failed readiness in a few milliseconds while the server was up:
+        the /readyz flap of issue 19."""
+        bound = max(1.0, self._wait)
+        try:
+            async with asyncio.timeout(bound + 1):
+                return await self._client.service_client.check_health(
+                    retry=True, timeout=timedelta(seconds=bound)
+                )
+        except Exception:
+            return False
+
+    async def _until_up(self) -> None:
+        for _ in itertools.count():
+            if await self.healthy():
+                break
+            await asyncio.sleep(PROBE_INTERVAL_SECONDS)  # a retry interval, not a wait-for
+        log.info("temporal reachable again")
+        self._down_since = None
+
+    async def aclose(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._probe

@@ -1,0 +1,48 @@
+"""Why a receipt closed: one word a replay can answer with and an operator can count by.
+
+The receipt's outcome says what happened to the call (Completed, Failed, …); the close reason
+says who ended it, so a replayed failure never blames the provider for what our side did (a
+process that died mid-call is `caller-lost`, not a provider error).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from domain.enums import InvocationOutcome
+
+
+class CloseReason(StrEnum):
+    COMPLETED = "completed"
+    DENIED = "denied"
+    PROVIDER = "provider"  # the provider (or the way to it) failed the call
+    TIMEOUT = "timeout"  # the invocation's budget, or an attempt's, ran out
+    CANCELLED = "cancelled"  # the caller went away and the call was stopped
+    CALLER_LOST = "caller-lost"  # the process that held the call is gone
+    UNAVAILABLE = "unavailable"  # every candidate was refused before any provider was called
+    SWEPT = "swept"  # still open past the invocation budget: closed by the sweeper
+    INTERNAL = "internal"  # the gateway itself failed the call after claiming it
+
+
+# Error kinds that name our side (or the caller's), not the provider's.
+_OURS = {
+    "timeout": CloseReason.TIMEOUT,
+    "cancelled": CloseReason.CANCELLED,
+    "caller-lost": CloseReason.CALLER_LOST,
+    "unavailable": CloseReason.UNAVAILABLE,
+    "swept": CloseReason.SWEPT,
+    "internal": CloseReason.INTERNAL,
+}
+
+
+def close_reason(outcome: InvocationOutcome | None, error_kind: str | None) -> CloseReason:
+    if outcome is InvocationOutcome.COMPLETED:
+        return CloseReason.COMPLETED
+    if outcome is InvocationOutcome.DENIED:
+        return CloseReason.DENIED
+    return _OURS.get(error_kind or "", CloseReason.PROVIDER)
+
+
+# Closes that happened without an answer from our side: the key is spent and the usage stays
+# Unknown until reconciled, so the caller retries with a new key.
+GATEWAY_CLOSES = frozenset({CloseReason.CALLER_LOST, CloseReason.SWEPT, CloseReason.INTERNAL})

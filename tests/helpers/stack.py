@@ -1,0 +1,130 @@
+"""A second gateway for fault tests: its own settings (database, Temporal, task queues), its
+workers in this process and its API served over real HTTP by uvicorn, so a test can take a
+dependency away from it without touching the suite's shared servers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvicorn
+from fastapi import FastAPI
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from api.app import create_app
+from core.settings import Settings
+from core.temporal import connect
+from worker import build_invocation_worker, build_worker
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Served:
+    url: str
+    app: FastAPI
+
+
+@contextlib.asynccontextmanager
+async def serve(settings: Settings, client: Client | None = None) -> AsyncIterator[Served]:
+    """The API on a free port; with no client it connects to settings.temporal_address itself
+    (and keeps trying in the background while Temporal is down)."""
+    app = create_app(settings, client)
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=_free_port(),
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if task.done() or time.monotonic() > deadline:
+            raise RuntimeError("the API did not start")
+        await asyncio.sleep(0.02)
+    try:
+        yield Served(f"http://127.0.0.1:{config.port}", app)
+    finally:
+        server.should_exit = True
+        await task
+
+
+@contextlib.asynccontextmanager
+async def workers(
+    settings: Settings, sessions: async_sessionmaker[AsyncSession]
+) -> AsyncIterator[Client]:
+    """The shared worker and the standalone invocation worker of `settings`, on their own
+    connections; yields a client for the test's own use."""
+    client = await connect(settings)
+    shared = build_worker(client, settings, sessions)
+    invocations = build_invocation_worker(await connect(settings), settings, sessions)
+    async with shared, invocations:
+        yield client
+
+
+class TemporalDevServer:
+    """A Temporal dev server of the test's own (in memory), to stop and start on one port."""
+
+    def __init__(self, work: Path) -> None:
+        self.port = _free_port()
+        self._work = work
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._binary = str(Path(sys.executable).parent / "temporal")
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        log = (self._work / "temporal.log").open("ab")
+        self._proc = subprocess.Popen(
+            [
+                self._binary,
+                "server",
+                "start-dev",
+                "--headless",
+                "--ip",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--http-port",
+                str(_free_port()),
+                "--metrics-port",
+                str(_free_port()),
+                "--log-level",
+                "error",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+    async def wait_serving(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                client = await Client.connect(self.address)
+                if await client.service_client.check_health():
+                    return
+            await asyncio.sleep(0.2)
+        raise AssertionError(f"Temporal dev server on {self.address} did not come up")
+
+    def kill(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait(timeout=30)
+        self._proc = None

@@ -1,0 +1,196 @@
+"""Temporal taken away from a gateway (its own dev server, killed and started again on the same
+port): a call is refused with a 503 problem and `Retry-After` within the configured bound, later
+calls at once while it is known unreachable, with no connection dropped, nothing claimed and no
+prompt left in memory; `/readyz` says the same; a restart shorter than the bound is absorbed."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from core import metrics
+from core.settings import Settings
+from providers.upstream import UpstreamServer
+from store.receipts import by_key
+from tests.conftest import TokenFactory
+from tests.helpers.catalog import approved_profile
+from tests.helpers.deadline import eventually
+from tests.helpers.stack import Served, TemporalDevServer, serve, workers
+
+PROFILE = "temporal-fault"
+
+
+@dataclass
+class Stack:
+    dev: TemporalDevServer
+    api: Served
+    auth: dict[str, str]
+    token: str
+    bound: float
+
+
+def _settings(settings: Settings, dev: TemporalDevServer, bound: float) -> Settings:
+    run = uuid.uuid4().hex[:8]
+    return settings.model_copy(
+        update={
+            "temporal_address": dev.address,
+            "temporal_task_queue": f"tfault-{run}",
+            "temporal_invocation_task_queue": f"tfault-inv-{run}",
+            "invoke_start_wait_seconds": bound,
+        }
+    )
+
+
+@pytest.fixture
+async def stack(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    settings: Settings,
+    sessions: async_sessionmaker[AsyncSession],
+    token_for: TokenFactory,
+    tenant: str,
+    upstream: UpstreamServer,
+) -> AsyncIterator[Stack]:
+    """A gateway on a Temporal dev server of its own; the bound comes from the test's param."""
+    bound = float(request.param)
+    dev = TemporalDevServer(tmp_path)
+    dev.start()
+    try:
+        await dev.wait_serving()
+        own = _settings(settings, dev, bound)
+        async with workers(own, sessions) as client, serve(own) as api:
+            token = await token_for(tenant)
+            auth = {"Authorization": f"Bearer {token}"}
+            async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
+                await approved_profile(
+                    http,
+                    auth,
+                    client,
+                    tenant,
+                    PROFILE,
+                    {"tf/sim": {"provider": "openai", "endpointRef": upstream.endpoint_ref}},
+                )
+            yield Stack(dev, api, auth, token, bound)
+    finally:
+        dev.kill()
+
+
+def _chat(key: str) -> tuple[dict[str, object], dict[str, str]]:
+    return (
+        {"model": PROFILE, "messages": [{"role": "user", "content": "hello"}]},
+        {"Idempotency-Key": key},
+    )
+
+
+@pytest.mark.parametrize("stack", [2.0], indirect=True)
+async def test_temporal_down_is_a_503_with_retry_after_then_at_once_until_it_answers(
+    stack: Stack, tenant: str, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    sdk = openai.AsyncOpenAI(base_url=f"{stack.api.url}/v1", api_key=stack.token, max_retries=0)
+    ok = await sdk.chat.completions.create(
+        model=PROFILE, messages=[{"role": "user", "content": "before"}]
+    )
+    assert ok.choices[0].message.content
+    runtime = stack.api.app.state.runtime
+    refused_before = metrics.refusals.value({"reason": "temporal-unreachable"})
+
+    stack.dev.kill()
+    keys = [f"tf-{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    # One keep-alive connection for every call: a refusal must not drop it.
+    async with httpx.AsyncClient(
+        base_url=stack.api.url, timeout=60, limits=httpx.Limits(max_connections=1)
+    ) as http:
+        took: list[float] = []
+        answers: list[httpx.Response] = []
+        for key in keys:
+            body, headers = _chat(key)
+            started = time.monotonic()
+            answers.append(
+                await http.post(
+                    "/v1/chat/completions", json=body, headers={**stack.auth, **headers}
+                )
+            )
+            took.append(time.monotonic() - started)
+        for resp in answers:
+            assert resp.status_code == 503, resp.text
+            assert resp.headers["content-type"].startswith("application/problem+json")
+            assert int(resp.headers["retry-after"]) >= 1
+            assert resp.headers.get("connection", "").lower() != "close"
+            problem = resp.json()
+            assert problem["type"].endswith("/temporal-unavailable")
+            assert problem["reason"] == "temporal-unreachable"
+        # The first waited for the start at most the bound (plus the way there and back); the
+        # later ones did not wait it out again.
+        assert took[0] < stack.bound + 5
+        assert all(t < stack.bound for t in took[1:]), took
+        readiness = await http.get("/readyz")
+        assert readiness.status_code == 503 and readiness.json()["checks"]["temporal"] is False
+
+    # Nothing claimed, nothing kept: no receipt, and the hub holds no prompt.
+    async with sessions() as session:
+        for key in keys:
+            assert await by_key(session, tenant, key) is None
+    assert len(runtime.invoke.hub) == 0
+    assert metrics.refusals.value({"reason": "temporal-unreachable"}) >= refused_before + 3
+
+    stack.dev.start()
+    await stack.dev.wait_serving()
+
+    async def ready() -> bool:
+        async with httpx.AsyncClient(base_url=stack.api.url, timeout=30) as http:
+            return (await http.get("/readyz")).status_code == 200
+
+    await eventually(ready, timeout=60, interval=0.2)
+
+    async def answers_again() -> bool:
+        try:
+            done = await sdk.chat.completions.create(
+                model=PROFILE,
+                messages=[{"role": "user", "content": "after"}],
+                extra_headers={"Idempotency-Key": f"tf-after-{uuid.uuid4().hex[:8]}"},
+            )
+        except openai.APIStatusError as exc:
+            assert exc.status_code == 503, exc  # refused while the workers reconnect
+            return False
+        return bool(done.choices[0].message.content)
+
+    await eventually(answers_again, timeout=60, interval=0.5)
+    assert len(runtime.invoke.hub) == 0
+    await sdk.close()
+
+
+@pytest.mark.parametrize("stack", [30.0], indirect=True)
+async def test_a_temporal_restart_shorter_than_the_bound_is_absorbed(
+    stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str
+) -> None:
+    sdk = openai.AsyncOpenAI(base_url=f"{stack.api.url}/v1", api_key=stack.token, max_retries=0)
+    stack.dev.kill()
+    key = f"tf-blip-{uuid.uuid4().hex[:8]}"
+    call = asyncio.create_task(
+        sdk.chat.completions.create(
+            model=PROFILE,
+            messages=[{"role": "user", "content": "during"}],
+            extra_headers={"Idempotency-Key": key},
+        )
+    )
+    stack.dev.start()
+    done = await asyncio.wait_for(call, timeout=stack.bound + 30)
+    assert done.choices[0].message.content
+
+    async def closed() -> bool:
+        async with sessions() as session:
+            row = await by_key(session, tenant, key)
+        return row is not None and row.ended_at is not None and row.outcome == "Completed"
+
+    await eventually(closed, timeout=30)
+    assert len(stack.api.app.state.runtime.invoke.hub) == 0
+    await sdk.close()

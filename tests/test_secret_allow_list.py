@@ -1,0 +1,93 @@
+"""endpointRefs may name only allowed secrets: `file:` under the configured directories, `env:`
+variables with a configured name or prefix, never the gateway's own settings. A registration
+naming anything else is a 422 naming endpointRef; an entry already in the catalog that names one
+is refused when a broker would resolve it, so the signing key never reaches a provider."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from core.secret_policy import endpoint_broker, secret_policy
+from core.settings import Settings
+from providers.secrets import SecretResolutionError
+from tests.conftest import TokenFactory
+from tests.helpers.catalog import deployment_body
+
+REFUSED = [
+    "file:/etc/shadow",
+    "file:/proc/self/environ",
+    "file:/run/secrets/../../etc/passwd",
+    "env:MODEL_ROUTER_AUTH_JWT_SECRET",
+    "env:MODEL_ROUTER_DATABASE_URL",
+    # Under the provider prefix, but a settings variable all the same.
+    "env:MODEL_ROUTER_PROVIDER_CONNECT_TIMEOUT_SECONDS",
+    "env:PGPASSWORD",
+    "env:HOME",
+]
+
+
+@pytest.mark.parametrize("ref", REFUSED)
+async def test_a_registration_naming_a_secret_outside_the_allow_list_is_a_422(
+    http: httpx.AsyncClient, token_for: TokenFactory, tenant: str, ref: str
+) -> None:
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    dep = f"secret/{uuid.uuid4().hex[:6]}"
+    resp = await http.post(
+        "/factory/model-deployments",
+        json=deployment_body(dep, endpointRef=ref),
+        headers={**auth, "Idempotency-Key": uuid.uuid4().hex},
+    )
+    assert resp.status_code == 422, resp.text
+    assert resp.headers["content-type"].startswith("application/problem+json")
+    assert [e["field"] for e in resp.json()["errors"]] == ["body.endpointRef"]
+    # Nothing was registered.
+    assert (await http.get(f"/factory/model-deployments/{dep}", headers=auth)).status_code == 404
+
+
+@pytest.mark.parametrize(
+    "ref", ["env:OPENAI_API_KEY", "env:MODEL_ROUTER_PROVIDER_OPENAI_EU", "file:/run/secrets/openai"]
+)
+async def test_allowed_references_register(
+    http: httpx.AsyncClient, token_for: TokenFactory, tenant: str, ref: str
+) -> None:
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    resp = await http.post(
+        "/factory/model-deployments",
+        json=deployment_body(f"secret/{uuid.uuid4().hex[:6]}", endpointRef=ref),
+        headers={**auth, "Idempotency-Key": uuid.uuid4().hex},
+    )
+    assert resp.status_code == 201, resp.text
+
+
+async def test_the_broker_refuses_what_the_allow_list_refuses_even_for_old_entries(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deployment registered before the allow-list existed is refused at resolution; what the
+    configured lists allow resolves."""
+    allowed = tmp_path / "secrets"
+    allowed.mkdir()
+    (allowed / "openai").write_text("sk-allowed-0123456789")
+    (tmp_path / "elsewhere").write_text("sk-elsewhere-0123456789")
+    monkeypatch.setenv("MODEL_ROUTER_PROVIDER_EU", "sk-provider-0123456789")
+    monkeypatch.setenv("SOMETHING_ELSE", "sk-other-0123456789")
+    configured = settings.model_copy(update={"secret_file_dirs": [allowed]})
+    broker = endpoint_broker(configured)
+    assert (await broker.resolve(f"file:{allowed / 'openai'}")).api_key.get_secret_value()
+    assert (await broker.resolve("env:MODEL_ROUTER_PROVIDER_EU")).api_key.get_secret_value()
+    secret = configured.auth_jwt_secret
+    assert secret is not None
+    monkeypatch.setenv("MODEL_ROUTER_AUTH_JWT_SECRET", secret.get_secret_value())
+    for ref in (
+        f"file:{tmp_path / 'elsewhere'}",
+        f"file:{allowed}/../elsewhere",
+        "env:SOMETHING_ELSE",
+        "env:MODEL_ROUTER_AUTH_JWT_SECRET",
+    ):
+        with pytest.raises(SecretResolutionError) as caught:
+            await broker.resolve(ref)
+        assert secret.get_secret_value() not in str(caught.value)
+    assert secret_policy(configured).refusal(f"file:{allowed / 'openai'}") is None

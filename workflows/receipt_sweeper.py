@@ -1,0 +1,31 @@
+"""ReceiptSweeper: started by its schedule (every minute by default); closes receipts left open
+past the invocation budget (Failed, usage Unknown). It bounds how long a receipt can stay open
+when no poller is there to close it (the worker and the API both gone) or when the workflow that
+owned it failed; see docs/runbook.md."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from domain.sweep import SweepInput, SweepReport
+
+
+@workflow.defn(name="ReceiptSweeper")
+class ReceiptSweeperWorkflow:
+    @workflow.run
+    async def run(self, data: SweepInput) -> SweepReport:
+        return await workflow.execute_activity(
+            "sweep_open_receipts",
+            data,
+            result_type=SweepReport,
+            start_to_close_timeout=timedelta(minutes=5),
+            heartbeat_timeout=timedelta(seconds=60),
+            # The store or Temporal may be down: retried until the run's own timeout.
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=15)
+            ),
+        )
