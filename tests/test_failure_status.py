@@ -71,7 +71,8 @@ async def auth(
 
 
 def test_the_transient_kinds_are_the_providers_and_the_routers_own() -> None:
-    assert {k.value for k in ErrorKind if k.transient} | {"unavailable"} == TRANSIENT
+    routers_own = {"unavailable", "store_unavailable"}
+    assert {k.value for k in ErrorKind if k.transient} | routers_own == TRANSIENT
     assert classify("auth") is FailureClass.PERMANENT
     assert classify("content_policy") is FailureClass.CALLER
 

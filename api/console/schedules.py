@@ -13,7 +13,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from api.console.render import SECURITY_HEADERS, page
 from api.console.session import Changing, ConsoleError, Operator, SignedIn
 from api.deps import RuntimeDep
-from core.schedules import HEALTH_PROBE, NAMES, RECONCILER, schedule_id
+from core.schedules import NAMES, cron_of, schedule_id
 from domain.access import Action
 from domain.enums import Role, Scope
 
@@ -64,9 +64,11 @@ async def schedules(
     if client is None:
         raise ConsoleError(503, "Temporal is not reachable; try again shortly.")
     settings = runtime.settings
-    crons = {HEALTH_PROBE: settings.health_probe_cron, RECONCILER: settings.reconciler_cron}
     rows = [
-        {"name": name, **(await _describe(client, schedule_id(settings, name), crons[name]))}
+        {
+            "name": name,
+            **(await _describe(client, schedule_id(settings, name), cron_of(settings, name))),
+        }
         for name in NAMES
     ]
     return page(
