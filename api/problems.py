@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -27,6 +28,11 @@ _TITLES = {
     500: "Internal Server Error",
     503: "Service Unavailable",
 }
+
+
+# A surface whose SDK parses its own error envelope (Anthropic's Messages, OpenAI's Responses)
+# renders the problem body its way: path prefix -> (status, problem) -> (body, extra headers).
+Envelope = Callable[[int, dict[str, Any]], tuple[dict[str, Any], dict[str, str]]]
 
 
 class Problem(Exception):
@@ -72,6 +78,11 @@ def problem_response(
     if request_id:
         body["requestId"] = request_id
     body.update(extensions)
+    envelopes: Mapping[str, Envelope] = getattr(request.app.state, "error_envelopes", {})
+    for prefix, render in envelopes.items():
+        if request.url.path.startswith(prefix):
+            body, more = render(status, body)
+            return JSONResponse(body, status_code=status, headers={**(headers or {}), **more})
     return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 

@@ -34,6 +34,10 @@ class Message(_Model):
     content: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
+    # A prompt-cache breakpoint the caller set at the end of this turn (Anthropic's
+    # `cache_control`, e.g. {"type": "ephemeral"}); honoured by adapters whose provider takes
+    # breakpoints, and not needed by those that cache prefixes by themselves (OpenAI).
+    cache_control: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _shape(self) -> Message:
@@ -49,6 +53,7 @@ class Tool(_Model):
     description: str | None = None
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     strict: bool = False
+    cache_control: dict[str, Any] | None = None  # as on Message
 
 
 class ToolChoice(_Model):

@@ -1,0 +1,123 @@
+"""Anthropic's Messages surface: `model` is a profile id; the official anthropic SDK works
+unchanged with its base URL at the gateway. The same routing, pinned plans, receipts,
+idempotency, budgets and resilience as every surface; errors in Anthropic's envelope."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from activities.invoke_hub import ReceiptReady
+from activities.invoke_outcomes import estimate_tokens
+from api.anthropic_shapes import (
+    CountTokensIn,
+    MessagesIn,
+    error_envelope,
+    message_body,
+    to_chat_request,
+)
+from api.anthropic_stream import MessageEvents
+from api.deps import RuntimeDep, get_principal_or_api_key, require
+from api.invocations import Call, Replayed, Running
+from api.surface import (
+    DEPLOYMENT,
+    RECEIPT,
+    CallHeaders,
+    Service,
+    collect,
+    failure_response,
+    first_event,
+    replay_events,
+)
+from core.security import Principal
+from domain.access import Action
+from domain.enums import InvocationOutcome, Scope
+from domain.invocation import Operation
+from providers.types import Finish, TextDelta, ToolCallDelta
+
+router = APIRouter(prefix="/v1", tags=["anthropic-messages"])
+
+Invoker = Annotated[
+    Principal, Depends(require(Scope.MODELS_INVOKE, Action.INVOKE, get_principal_or_api_key))
+]
+# Every error under this prefix is rendered in Anthropic's envelope (api/problems.py).
+ENVELOPE = ("/v1/messages", error_envelope)
+
+
+@router.post("/messages", operation_id="CreateMessage", response_model=None)
+async def create_message(
+    body: MessagesIn,
+    request: Request,
+    principal: Invoker,
+    service: Service,
+    headers: CallHeaders,
+) -> Response:
+    chat = to_chat_request(body)
+    call = Call(
+        profile_id=body.model,
+        project_id=headers.project_id,
+        run_id=headers.run_id,
+        attempt_id=headers.attempt_id,
+        idempotency_key=headers.idempotency_key,
+        operation=Operation.CHAT,
+        payload=chat.model_dump(mode="json"),
+        request=chat,
+        data_classification=headers.data_classification,
+        budget_usd=headers.budget_usd,
+        max_output_tokens=chat.max_tokens,
+        needs_tools=bool(chat.tools),
+        needs_structured_output=chat.response_format is not None,
+    )
+    running = await service.start(principal, call)
+    meta = {RECEIPT: str(running.invocation_id), DEPLOYMENT: running.deployment_id}
+    first = await first_event(running)
+    if isinstance(first, ReceiptReady) and first.summary.outcome is not InvocationOutcome.COMPLETED:
+        return failure_response(request, first.summary, service.retry_after(principal, running))
+    if body.stream:
+        return StreamingResponse(
+            _stream(running, first, body.model),
+            media_type="text/event-stream",
+            headers={**meta, "Cache-Control": "no-store"},
+        )
+    completion, summary = await collect(running, first)
+    if summary.outcome is not InvocationOutcome.COMPLETED or completion is None:
+        return failure_response(request, summary, service.retry_after(principal, running))
+    meta[DEPLOYMENT] = summary.deployment_id or running.deployment_id
+    return JSONResponse(
+        message_body(running.invocation_id, body.model, completion, summary), headers=meta
+    )
+
+
+async def _stream(running: Running, first: Any, profile: str) -> AsyncIterator[bytes]:
+    events = MessageEvents(running.invocation_id, profile)
+    yield events.start()
+    item: Any = first
+    while True:
+        if isinstance(item, Replayed):
+            for event in replay_events(item):
+                yield events.add(event)
+        elif isinstance(item, TextDelta | ToolCallDelta | Finish):
+            yield events.add(item)
+        elif isinstance(item, ReceiptReady):
+            if item.summary.outcome is InvocationOutcome.COMPLETED:
+                yield events.end(item.summary)
+            else:
+                yield events.fail(item.summary)
+            return
+        item = await anext(running.events)
+
+
+@router.post("/messages/count_tokens", operation_id="CountMessageTokens")
+async def count_tokens(
+    body: CountTokensIn, principal: Invoker, runtime: RuntimeDep
+) -> dict[str, int]:
+    """Our estimate (the one an Estimated receipt carries), not a provider's count: the
+    profile is resolved (404 when unknown), nothing is routed or billed, no receipt."""
+    chat = to_chat_request(body)
+    view = await runtime.snapshots.view(principal.tenant_id)
+    view.current_profile(body.model)
+    return {"input_tokens": estimate_tokens(json.dumps(chat.model_dump(mode="json")))}

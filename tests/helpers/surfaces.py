@@ -1,0 +1,77 @@
+"""A catalog for the agent-native surfaces' tests: one profile on an OpenAI-protocol
+deployment and one on an Anthropic-protocol deployment of the local upstream, with models
+unique to the test so request counts and faults never leak between tests."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+import httpx
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from providers.upstream import UpstreamServer
+from store.receipts import by_key
+from store.tables import InvocationReceiptRow
+from tests.helpers.catalog import approved_deployment, profile_event, publish, record_evidence
+
+CAPABILITIES = {
+    "tool-calling": 0.95,
+    "parallel-tool-calling": 0.9,
+    "json-schema": 0.95,
+    "strict-json": 0.95,
+}
+PROTOCOLS = ("openai", "anthropic")
+
+
+@dataclass
+class Catalog:
+    auth: dict[str, str]
+    tag: str
+    tenant: str
+
+    def profile(self, protocol: str) -> str:
+        return f"{protocol}-{self.tag}"
+
+    def model(self, protocol: str) -> str:
+        return f"{protocol}-model-{self.tag}"
+
+    def deployment(self, protocol: str) -> str:
+        return f"sf/{protocol}-{self.tag}"
+
+
+async def build_catalog(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    temporal: Client,
+    tenant: str,
+    upstream: UpstreamServer,
+) -> Catalog:
+    catalog = Catalog(auth=auth, tag=uuid.uuid4().hex[:8], tenant=tenant)
+    for protocol in PROTOCOLS:
+        deployment = catalog.deployment(protocol)
+        await approved_deployment(
+            http,
+            auth,
+            temporal,
+            tenant,
+            deployment,
+            provider=protocol,
+            model=catalog.model(protocol),
+            endpointRef=upstream.endpoint_ref,
+        )
+        await record_evidence(temporal, tenant, deployment, CAPABILITIES)
+        event = profile_event(catalog.profile(protocol), [deployment], {"tool-calling": 0.8})
+        published = await publish(http, auth, event)
+        assert published.status_code == 200, published.text
+    return catalog
+
+
+async def receipt(
+    sessions: async_sessionmaker[AsyncSession], tenant: str, key: str
+) -> InvocationReceiptRow:
+    async with sessions() as session:
+        row = await by_key(session, tenant, key)
+    assert row is not None, key
+    return row
