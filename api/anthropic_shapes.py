@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.openai_shapes import field_errors
+from api.surface import no_retry
 from domain.invocation import InvocationSummary
 from providers.types import (
     ChatRequest,
@@ -376,11 +377,3 @@ def error_envelope(status: int, problem: dict[str, Any]) -> tuple[dict[str, Any]
     extra = {k: v for k, v in problem.items() if k not in ("type", "error")}
     body = {"type": "error", "error": {"type": kind, "message": message}, **extra}
     return body, no_retry(status, problem)
-
-
-def no_retry(status: int, problem: dict[str, Any]) -> dict[str, str]:
-    """Both SDKs retry 409 (as a lock timeout) and every 5xx unless told otherwise: a reused
-    Idempotency-Key or a permanent failure will not change on a retry."""
-    if status == 409 or problem.get("errorClass") == "permanent":
-        return {"x-should-retry": "false"}
-    return {}

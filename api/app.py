@@ -23,6 +23,7 @@ from api.routers import (
     pricebook,
     profiles,
     receipts,
+    responses,
     routing,
     usage_statements,
 )
@@ -76,7 +77,7 @@ def create_app(settings: Settings | None = None, temporal_client: Client | None 
     # Outermost: the server span covers everything, and the request id is known when it ends.
     app.add_middleware(TracingMiddleware)
     problems.install(app)
-    app.state.error_envelopes = dict([messages.ENVELOPE])
+    app.state.error_envelopes = dict([messages.ENVELOPE, responses.ENVELOPE])
     if settings.metrics_enabled or settings.otlp_metrics_endpoint:
         app.state.metrics_registry = instruments.configure_exporters(
             otlp_endpoint=settings.otlp_metrics_endpoint,
@@ -95,6 +96,7 @@ def create_app(settings: Settings | None = None, temporal_client: Client | None 
         receipts,
         openai,
         messages,
+        responses,
         gateway,
         usage_statements,
     ):

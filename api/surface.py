@@ -121,3 +121,11 @@ def replay_events(item: Replayed) -> list[TextDelta | ToolCallDelta | Finish]:
         events.append(ToolCallDelta(index=i, id=c.id, name=c.name, arguments_delta=c.arguments))
     events.append(Finish(reason=done.finish_reason))
     return events
+
+
+def no_retry(status: int, problem: dict[str, Any]) -> dict[str, str]:
+    """Both SDKs retry 409 (as a lock timeout) and every 5xx unless told otherwise: a reused
+    Idempotency-Key or a permanent failure will not change on a retry."""
+    if status == 409 or problem.get("errorClass") == "permanent":
+        return {"x-should-retry": "false"}
+    return {}
