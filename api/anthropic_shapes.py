@@ -346,6 +346,25 @@ def receipt_event(summary: InvocationSummary) -> dict[str, Any]:
     }
 
 
+class ErrorObject(_Loose):
+    type: str
+    message: str
+
+
+class ErrorEnvelope(_Loose):
+    """Anthropic's error body; the problem's own members (errors[].field, receiptId,
+    errorClass, requestId) come alongside."""
+
+    type: Literal["error"]
+    error: ErrorObject
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorEnvelope, "description": "Anthropic's error envelope"}
+    for code in (422, "4XX", "5XX")
+}
+
+
 # The gateway's statuses as Anthropic's error types (what the SDK reads as `error.type`).
 ERROR_TYPES = {
     400: "invalid_request_error",

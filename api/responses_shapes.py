@@ -358,6 +358,25 @@ def receipt_event(summary: InvocationSummary) -> dict[str, Any]:
     }
 
 
+class ErrorObject(_Loose):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorEnvelope(_Loose):
+    """problem+json members with OpenAI's `error` (what the SDK reads) alongside."""
+
+    error: ErrorObject
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorEnvelope, "description": "OpenAI's error envelope"}
+    for code in (422, "4XX", "5XX")
+}
+
+
 _OPENAI_TYPES = {
     401: "authentication_error",
     403: "permission_error",

@@ -1,10 +1,11 @@
 """The canary: one unique marker planted in prompts, system prompts, tool definitions, tool
-arguments, tool results and outputs, across chat (both provider protocols, plain and
-streamed), tool calls, embeddings, failed and partial invocations, and an evaluation whose
-model answers every suite case with the marker. Then everything this service writes is searched:
-a full pg_dump, the captured logs, the exported spans, the metrics, and every Temporal workflow
-history started meanwhile (as JSON and as raw protobuf bytes, where payloads are not base64).
-The marker must appear nowhere; each place is first shown to hold the test's own traffic."""
+arguments, tool results and outputs, across chat, Messages and Responses (both provider
+protocols, plain and streamed), tool calls, embeddings, failed and partial invocations, and an
+evaluation whose model answers every suite case with the marker. Then everything this service
+writes is searched: a full pg_dump, the captured logs, the exported spans, the metrics, and
+every Temporal workflow history started meanwhile (as JSON and as raw protobuf bytes, where
+payloads are not base64). The marker must appear nowhere; each place is first shown to hold
+the test's own traffic."""
 
 from __future__ import annotations
 
@@ -136,15 +137,95 @@ def _tools(marker: str) -> list[dict[str, Any]]:
 
 
 def _text(resp: httpx.Response) -> str:
-    """What the caller read: the message, or the streamed deltas joined."""
+    """What the caller read: the body, or the streamed deltas joined (chat chunks, Messages
+    text deltas, Responses output-text deltas)."""
     if not resp.headers.get("content-type", "").startswith("text/event-stream"):
         return resp.text
     parts = []
     for line in resp.text.splitlines():
         if line.startswith("data: {"):
-            for choice in json.loads(line[6:]).get("choices", []):
+            event = json.loads(line[6:])
+            for choice in event.get("choices", []):
                 parts.append(choice.get("delta", {}).get("content") or "")
+            delta = event.get("delta")
+            if isinstance(delta, str):
+                parts.append(delta)
+            elif isinstance(delta, dict):
+                parts.append(delta.get("text") or delta.get("partial_json") or "")
     return "".join(parts)
+
+
+def _message(profile: str, marker: str, stream: bool = False, **over: Any) -> dict[str, Any]:
+    return {
+        "model": profile,
+        "max_tokens": 200,
+        "stream": stream,
+        "system": [{"type": "text", "text": f"you guard {marker}"}],
+        "messages": [{"role": "user", "content": f"repeat {marker}"}],
+        **over,
+    }
+
+
+def _response(profile: str, marker: str, stream: bool = False, **over: Any) -> dict[str, Any]:
+    return {
+        "model": profile,
+        "stream": stream,
+        "instructions": f"you guard {marker}",
+        "input": [{"role": "user", "content": f"repeat {marker}"}],
+        **over,
+    }
+
+
+async def _plant_agent_surfaces(http: httpx.AsyncClient, auth: dict[str, str], marker: str) -> int:
+    """Messages and Responses, plain and streamed, each with a tool round trip whose
+    definition, arguments and result hold the marker; returns how many calls were made."""
+    calls = 0
+    tool = _tools(marker)[0]["function"]
+    anthropic_tool = {**{k: tool[k] for k in ("name", "description")}}
+    anthropic_tool["input_schema"] = tool["parameters"]
+    function_tool = {"type": "function", **tool}
+    for profile in ("canary", "canary-claude"):
+        for stream in (False, True):
+            said = await _invoke(http, auth, "/v1/messages", _message(profile, marker, stream))
+            assert said.status_code == 200 and marker in _text(said), said.text
+            told = await _invoke(http, auth, "/v1/responses", _response(profile, marker, stream))
+            assert told.status_code == 200 and marker in _text(told), told.text
+            calls += 2
+        asked = await _invoke(
+            http, auth, "/v1/messages", _message(profile, marker, tools=[anthropic_tool])
+        )
+        [use] = [b for b in asked.json()["content"] if b["type"] == "tool_use"]
+        assert marker in json.dumps(use["input"])
+        follow = _message(profile, marker, stream=True, tools=[anthropic_tool])
+        follow["messages"] += [
+            {"role": "assistant", "content": [use]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": use["id"], "content": f"found {marker}"}
+                ],
+            },
+        ]
+        answered = await _invoke(http, auth, "/v1/messages", follow)
+        assert answered.status_code == 200 and f"found {marker}" in _text(answered)
+        asked = await _invoke(
+            http, auth, "/v1/responses", _response(profile, marker, tools=[function_tool])
+        )
+        [call] = [i for i in asked.json()["output"] if i["type"] == "function_call"]
+        assert marker in call["arguments"]
+        follow = _response(profile, marker, stream=True, tools=[function_tool])
+        follow["input"] += [
+            call,
+            {
+                "type": "function_call_output",
+                "call_id": call["call_id"],
+                "output": f"found {marker}",
+            },
+        ]
+        answered = await _invoke(http, auth, "/v1/responses", follow)
+        assert answered.status_code == 200 and f"found {marker}" in _text(answered)
+        calls += 4
+    return calls
 
 
 async def _plant(http: httpx.AsyncClient, auth: dict[str, str], marker: str) -> int:
@@ -180,7 +261,7 @@ async def _plant(http: httpx.AsyncClient, auth: dict[str, str], marker: str) -> 
     refused = await _invoke(http, auth, "/v1/chat/completions", _chat("canary-policy", marker))
     assert refused.status_code == 400
     calls += 3
-    return calls
+    return calls + await _plant_agent_surfaces(http, auth, marker)
 
 
 async def _partial(
@@ -191,6 +272,15 @@ async def _partial(
     resp = await _invoke(http, auth, "/v1/chat/completions", _chat("canary", marker, True))
     assert resp.status_code == 200 and marker in _text(resp)
     assert "[DONE]" not in resp.text and '"error"' in resp.text
+    # The same cut on the agent-native surfaces: an error event, a failed response.
+    for path, body, end in (
+        ("/v1/messages", _message("canary", marker, True), "event: error"),
+        ("/v1/responses", _response("canary", marker, True), "event: response.failed"),
+    ):
+        upstream.inject("canary-gpt", Fault(kind=FaultKind.STREAM_CUT, after_chunks=3, times=1))
+        resp = await _invoke(http, auth, path, body)
+        assert resp.status_code == 200 and marker in _text(resp), resp.text
+        assert end in resp.text
 
 
 async def _evaluate(http: httpx.AsyncClient, auth: dict[str, str]) -> None:
@@ -240,6 +330,7 @@ async def test_the_marker_reaches_no_store_log_span_metric_or_history(
     assert marker not in dump
 
     assert "POST /v1/chat/completions" in caplog.text
+    assert "POST /v1/messages" in caplog.text and "POST /v1/responses" in caplog.text
     assert marker not in caplog.text
     for record in caplog.records:
         assert marker not in json.dumps(record.__dict__, default=str)
@@ -255,7 +346,7 @@ async def test_the_marker_reaches_no_store_log_span_metric_or_history(
 
     histories = await _histories(temporal_client, since)
     kinds = [kind for kind, _, _ in histories]
-    assert kinds.count("InvokeModel") >= calls + 1 and "EvaluateDeployment" in kinds
+    assert kinds.count("InvokeModel") >= calls + 3 and "EvaluateDeployment" in kinds
     for kind, text, raw in histories:
         assert marker not in text, kind
         assert marker.encode() not in raw, kind

@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from activities.invoke_hub import ReceiptReady
 from activities.invoke_outcomes import estimate_tokens
 from api.anthropic_shapes import (
+    ERROR_RESPONSES,
     CountTokensIn,
     MessagesIn,
     error_envelope,
@@ -48,7 +49,9 @@ Invoker = Annotated[
 ENVELOPE = ("/v1/messages", error_envelope)
 
 
-@router.post("/messages", operation_id="CreateMessage", response_model=None)
+@router.post(
+    "/messages", operation_id="CreateMessage", response_model=None, responses=ERROR_RESPONSES
+)
 async def create_message(
     body: MessagesIn,
     request: Request,
@@ -111,7 +114,7 @@ async def _stream(running: Running, first: Any, profile: str) -> AsyncIterator[b
         item = await anext(running.events)
 
 
-@router.post("/messages/count_tokens", operation_id="CountMessageTokens")
+@router.post("/messages/count_tokens", operation_id="CountMessageTokens", responses=ERROR_RESPONSES)
 async def count_tokens(
     body: CountTokensIn, principal: Invoker, runtime: RuntimeDep
 ) -> dict[str, int]:

@@ -15,6 +15,7 @@ from activities.invoke_hub import ReceiptReady
 from api.deps import require
 from api.invocations import Call, Replayed, Running
 from api.responses_shapes import (
+    ERROR_RESPONSES,
     ResponsesIn,
     error_envelope,
     output_items,
@@ -46,7 +47,9 @@ Invoker = Annotated[Principal, Depends(require(Scope.MODELS_INVOKE, Action.INVOK
 ENVELOPE = ("/v1/responses", error_envelope)
 
 
-@router.post("/responses", operation_id="CreateResponse", response_model=None)
+@router.post(
+    "/responses", operation_id="CreateResponse", response_model=None, responses=ERROR_RESPONSES
+)
 async def create_response(
     body: ResponsesIn,
     request: Request,
