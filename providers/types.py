@@ -36,8 +36,9 @@ class Message(_Model):
     tool_call_id: str | None = None
     # A prompt-cache breakpoint the caller set at the end of this turn (Anthropic's
     # `cache_control`, e.g. {"type": "ephemeral"}); honoured by adapters whose provider takes
-    # breakpoints, and not needed by those that cache prefixes by themselves (OpenAI).
-    cache_control: dict[str, Any] | None = None
+    # breakpoints, and not needed by those that cache prefixes by themselves (OpenAI). Left
+    # out of dumps when unset, so request hashes (idempotency) stay what they were without it.
+    cache_control: dict[str, Any] | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @model_validator(mode="after")
     def _shape(self) -> Message:
@@ -53,7 +54,7 @@ class Tool(_Model):
     description: str | None = None
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     strict: bool = False
-    cache_control: dict[str, Any] | None = None  # as on Message
+    cache_control: dict[str, Any] | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ToolChoice(_Model):

@@ -444,3 +444,16 @@ async def test_count_tokens_is_our_estimate(client: AsyncAnthropic, catalog: Cat
         await client.messages.count_tokens(
             model="no-such-profile", messages=[{"role": "user", "content": "x"}]
         )
+
+
+def test_requests_without_breakpoints_dump_and_hash_as_before() -> None:
+    """cache_control is left out of a dump when unset: the canonical request, and so every
+    existing Idempotency-Key's request hash, is what it was before the field existed."""
+    from providers.types import ChatRequest, Message, Tool
+
+    plain = ChatRequest(messages=(Message(role="user", content="x"),), tools=(Tool(name="t"),))
+    dumped = plain.model_dump(mode="json")
+    assert "cache_control" not in dumped["messages"][0]
+    assert "cache_control" not in dumped["tools"][0]
+    marked = Message(role="user", content="x", cache_control={"type": "ephemeral"})
+    assert marked.model_dump(mode="json")["cache_control"] == {"type": "ephemeral"}
