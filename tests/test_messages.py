@@ -391,6 +391,31 @@ async def test_errors_in_anthropics_envelope(
         assert field in [e["field"] for e in refused.json()["errors"]]
 
 
+async def test_a_budget_denial_is_a_billing_error(
+    client: AsyncAnthropic, catalog: Catalog, upstream: UpstreamServer
+) -> None:
+    before = upstream.requests(catalog.model("openai"))
+    with pytest.raises(anthropic.APIStatusError) as denied:
+        await client.messages.create(
+            model=catalog.profile("openai"),
+            max_tokens=50,
+            messages=[{"role": "user", "content": "on a budget"}],
+            extra_headers={"X-Budget-Usd": "0.000001"},  # under the worst case
+        )
+    assert denied.value.status_code == 402 and denied.value.type == "billing_error"
+    assert denied.value.response.headers["x-model-router-receipt-id"]
+    assert denied.value.body["reason"] == "over-budget"  # type: ignore[index]
+    assert upstream.requests(catalog.model("openai")) == before
+    fits = await client.messages.create(
+        model=catalog.profile("openai"),
+        max_tokens=50,
+        messages=[{"role": "user", "content": "on a budget"}],
+        extra_headers={"X-Budget-Usd": "100"},
+    )
+    assert _text(fits) == "Echo: on a budget"
+    assert upstream.requests(catalog.model("openai")) == before + 1
+
+
 async def test_cache_control_reaches_anthropic_and_counts_as_cached(
     client: AsyncAnthropic,
     catalog: Catalog,
@@ -428,12 +453,14 @@ async def test_cache_control_reaches_anthropic_and_counts_as_cached(
 
 
 async def test_count_tokens_is_our_estimate(client: AsyncAnthropic, catalog: Catalog) -> None:
-    counted = await client.messages.count_tokens(
+    raw = await client.messages.with_raw_response.count_tokens(
         model=catalog.profile("anthropic"),
         system="be brief",
         messages=[{"role": "user", "content": "how many tokens is this"}],
         tools=[WEATHER],
     )
+    counted = await raw.parse()
+    assert raw.headers["x-model-router-token-count"] == "estimate"
     assert counted.input_tokens > 0
     longer = await client.messages.count_tokens(
         model=catalog.profile("anthropic"),

@@ -312,6 +312,28 @@ async def test_a_stream_cut_after_output_is_response_failed_and_partial(
     assert row.outcome == "Partial"
 
 
+async def test_a_budget_denial_reaches_no_provider(
+    client: AsyncOpenAI, catalog: Catalog, upstream: UpstreamServer
+) -> None:
+    before = upstream.requests(catalog.model("anthropic"))
+    with pytest.raises(openai.APIStatusError) as denied:
+        await client.responses.create(
+            model=catalog.profile("anthropic"),
+            input="on a budget",
+            extra_headers={"X-Budget-Usd": "0.000001"},  # under the worst case
+        )
+    assert denied.value.status_code == 402
+    assert denied.value.response.headers["x-model-router-receipt-id"]
+    assert upstream.requests(catalog.model("anthropic")) == before
+    fits = await client.responses.create(
+        model=catalog.profile("anthropic"),
+        input="on a budget",
+        extra_headers={"X-Budget-Usd": "100"},
+    )
+    assert fits.output_text == "Echo: on a budget"
+    assert upstream.requests(catalog.model("anthropic")) == before + 1
+
+
 async def test_max_output_tokens_makes_an_incomplete_response(
     client: AsyncOpenAI, catalog: Catalog
 ) -> None:

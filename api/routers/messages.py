@@ -116,11 +116,13 @@ async def _stream(running: Running, first: Any, profile: str) -> AsyncIterator[b
 
 @router.post("/messages/count_tokens", operation_id="CountMessageTokens", responses=ERROR_RESPONSES)
 async def count_tokens(
-    body: CountTokensIn, principal: Invoker, runtime: RuntimeDep
+    body: CountTokensIn, principal: Invoker, runtime: RuntimeDep, response: Response
 ) -> dict[str, int]:
     """Our estimate (the one an Estimated receipt carries), not a provider's count: the
-    profile is resolved (404 when unknown), nothing is routed or billed, no receipt."""
+    profile is resolved (404 when unknown), nothing is routed or billed, no receipt. The
+    `X-Model-Router-Token-Count` header says so (`estimate`)."""
     chat = to_chat_request(body)
     view = await runtime.snapshots.view(principal.tenant_id)
     view.current_profile(body.model)
+    response.headers["X-Model-Router-Token-Count"] = "estimate"
     return {"input_tokens": estimate_tokens(json.dumps(chat.model_dump(mode="json")))}

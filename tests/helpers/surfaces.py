@@ -49,6 +49,22 @@ async def build_catalog(
     upstream: UpstreamServer,
 ) -> Catalog:
     catalog = Catalog(auth=auth, tag=uuid.uuid4().hex[:8], tenant=tenant)
+    # Priced, so that a budget (X-Budget-Usd) can be judged on these surfaces too.
+    prices = {
+        "revision": f"sf-{catalog.tag}",
+        "entries": [
+            {
+                "provider": protocol,
+                "model": catalog.model(protocol),
+                "inputUsdPerMtok": "1000",
+                "outputUsdPerMtok": "2000",
+                "effectiveFrom": "2020-01-01",
+            }
+            for protocol in PROTOCOLS
+        ],
+    }
+    priced = await http.post("/factory/pricebook-revisions", json=prices, headers=auth)
+    assert priced.status_code == 201, priced.text
     for protocol in PROTOCOLS:
         deployment = catalog.deployment(protocol)
         await approved_deployment(
@@ -62,7 +78,12 @@ async def build_catalog(
             endpointRef=upstream.endpoint_ref,
         )
         await record_evidence(temporal, tenant, deployment, CAPABILITIES)
-        event = profile_event(catalog.profile(protocol), [deployment], {"tool-calling": 0.8})
+        event = profile_event(
+            catalog.profile(protocol),
+            [deployment],
+            {"tool-calling": 0.8},
+            priceBasis=f"sf-{catalog.tag}",
+        )
         published = await publish(http, auth, event)
         assert published.status_code == 200, published.text
     return catalog
