@@ -339,6 +339,21 @@ class AnthropicAdapter(ProviderAdapter):
             raise map_error(exc, self.provider) from None
         return collect_events(_events(message, raw.headers.get("request-id")))
 
+    async def count_tokens(self, request: ChatRequest, *, limits: CallLimits | None = None) -> int:
+        # What shapes the prompt; no breakpoints of our own, which do not change the count.
+        params = convert(request, self.model, prompt_caching=False)
+        fields = ("model", "messages", "system", "tools", "tool_choice", "output_config")
+        try:
+            counted = await self.first_byte(
+                self._client.messages.count_tokens(
+                    **{k: params[k] for k in fields if k in params}, **self.call_timeout(limits)
+                ),
+                limits,
+            )
+        except _FAILURES as exc:
+            raise map_error(exc, self.provider) from None
+        return int(counted.input_tokens)
+
     async def aclose(self) -> None:
         await self._client.close()
 

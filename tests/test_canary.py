@@ -225,6 +225,10 @@ async def _plant_agent_surfaces(http: httpx.AsyncClient, auth: dict[str, str], m
         answered = await _invoke(http, auth, "/v1/responses", follow)
         assert answered.status_code == 200 and f"found {marker}" in _text(answered)
         calls += 4
+    # Token counting sends the prompt to the deployment too (no invocation, no receipt).
+    count = _message("canary-claude", marker, tools=[anthropic_tool])
+    counted = await _invoke(http, auth, "/v1/messages/count_tokens", count)
+    assert counted.headers["x-model-router-token-count"] == "deployment", counted.text
     return calls
 
 

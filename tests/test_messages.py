@@ -452,21 +452,46 @@ async def test_cache_control_reaches_anthropic_and_counts_as_cached(
     _usage_matches(message.usage, row)
 
 
-async def test_count_tokens_is_our_estimate(client: AsyncAnthropic, catalog: Catalog) -> None:
+async def test_count_tokens_from_the_deployment_or_our_estimate(
+    client: AsyncAnthropic,
+    catalog: Catalog,
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    prompt: Any = {
+        "system": "be brief",
+        "messages": [{"role": "user", "content": "how many tokens is this"}],
+        "tools": [WEATHER],
+    }
+    # An Anthropic deployment counts, and its count is what the call is then billed.
+    before = upstream.requests(catalog.model("anthropic"), endpoint="count_tokens")
     raw = await client.messages.with_raw_response.count_tokens(
-        model=catalog.profile("anthropic"),
-        system="be brief",
-        messages=[{"role": "user", "content": "how many tokens is this"}],
-        tools=[WEATHER],
+        model=catalog.profile("anthropic"), **prompt
     )
     counted = await raw.parse()
-    assert raw.headers["x-model-router-token-count"] == "estimate"
-    assert counted.input_tokens > 0
-    longer = await client.messages.count_tokens(
+    assert raw.headers["x-model-router-token-count"] == "deployment"
+    assert upstream.requests(catalog.model("anthropic"), endpoint="count_tokens") == before + 1
+    key = f"msg-count-{uuid.uuid4().hex}"
+    await client.messages.create(
         model=catalog.profile("anthropic"),
+        max_tokens=50,
+        tool_choice={"type": "none"},
+        extra_headers={"Idempotency-Key": key},
+        **prompt,
+    )
+    assert counted.input_tokens == (await receipt(sessions, catalog.tenant, key)).input_tokens
+    # OpenAI's protocol has no counting: our estimate, and the header says so.
+    raw = await client.messages.with_raw_response.count_tokens(
+        model=catalog.profile("openai"), **prompt
+    )
+    estimated = await raw.parse()
+    assert raw.headers["x-model-router-token-count"] == "estimate"
+    assert estimated.input_tokens > 0
+    longer = await client.messages.count_tokens(
+        model=catalog.profile("openai"),
         messages=[{"role": "user", "content": "how many tokens is this " * 50}],
     )
-    assert longer.input_tokens > counted.input_tokens
+    assert longer.input_tokens > estimated.input_tokens
     with pytest.raises(anthropic.NotFoundError):
         await client.messages.count_tokens(
             model="no-such-profile", messages=[{"role": "user", "content": "x"}]

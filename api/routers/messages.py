@@ -34,6 +34,7 @@ from api.surface import (
     first_event,
     replay_events,
 )
+from api.token_count import count_input_tokens
 from core.security import Principal
 from domain.access import Action
 from domain.enums import InvocationOutcome, Scope
@@ -116,13 +117,20 @@ async def _stream(running: Running, first: Any, profile: str) -> AsyncIterator[b
 
 @router.post("/messages/count_tokens", operation_id="CountMessageTokens", responses=ERROR_RESPONSES)
 async def count_tokens(
-    body: CountTokensIn, principal: Invoker, runtime: RuntimeDep, response: Response
+    body: CountTokensIn,
+    principal: Invoker,
+    runtime: RuntimeDep,
+    headers: CallHeaders,
+    response: Response,
 ) -> dict[str, int]:
-    """Our estimate (the one an Estimated receipt carries), not a provider's count: the
-    profile is resolved (404 when unknown), nothing is routed or billed, no receipt. The
-    `X-Model-Router-Token-Count` header says so (`estimate`)."""
+    """The count of the deployment the profile routes to now, when its provider counts tokens
+    (Anthropic); else our estimate (the one an Estimated receipt carries). The header
+    `X-Model-Router-Token-Count` says which (`deployment` or `estimate`). Counting is free at
+    the provider, so nothing is billed and there is no receipt."""
     chat = to_chat_request(body)
-    view = await runtime.snapshots.view(principal.tenant_id)
-    view.current_profile(body.model)
-    response.headers["X-Model-Router-Token-Count"] = "estimate"
-    return {"input_tokens": estimate_tokens(json.dumps(chat.model_dump(mode="json")))}
+    counted = await count_input_tokens(runtime, principal, body.model, chat, headers)
+    source = "estimate" if counted is None else "deployment"
+    response.headers["X-Model-Router-Token-Count"] = source
+    if counted is None:
+        counted = estimate_tokens(json.dumps(chat.model_dump(mode="json")))
+    return {"input_tokens": counted}
