@@ -78,12 +78,17 @@ def problem_response(
     if request_id:
         body["requestId"] = request_id
     body.update(extensions)
-    envelopes: Mapping[str, Envelope] = getattr(request.app.state, "error_envelopes", {})
-    for prefix, render in envelopes.items():
-        if request.url.path.startswith(prefix):
-            body, more = render(status, body)
-            return JSONResponse(body, status_code=status, headers={**(headers or {}), **more})
+    render = envelope_for(request.app, request.url.path)
+    if render is not None:
+        body, more = render(status, body)
+        return JSONResponse(body, status_code=status, headers={**(headers or {}), **more})
     return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+def envelope_for(app: Any, path: str) -> Envelope | None:
+    """The error envelope of the surface serving this path, if it has its own."""
+    envelopes: Mapping[str, Envelope] = getattr(getattr(app, "state", None), "error_envelopes", {})
+    return next((r for prefix, r in envelopes.items() if path.startswith(prefix)), None)
 
 
 def _field(loc: tuple[Any, ...] | list[Any]) -> str:

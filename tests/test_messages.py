@@ -389,6 +389,14 @@ async def test_errors_in_anthropics_envelope(
         assert refused.json()["error"]["type"] == "invalid_request_error"
         assert field in refused.json()["error"]["message"], refused.text
         assert field in [e["field"] for e in refused.json()["errors"]]
+    # Refused before any route reads the body (too deep), in the same envelope.
+    deep = await http.post(
+        "/v1/messages",
+        content=b'{"model": "x", "max_tokens": 1, "messages": ' + b"[" * 100 + b"]" * 100 + b"}",
+        headers={**catalog.auth, "content-type": "application/json"},
+    )
+    assert deep.status_code == 400 and deep.json()["type"] == "error", deep.text
+    assert deep.json()["error"]["type"] == "invalid_request_error"
 
 
 async def test_a_budget_denial_is_a_billing_error(

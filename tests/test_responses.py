@@ -348,7 +348,7 @@ async def test_max_output_tokens_makes_an_incomplete_response(
 
 
 async def test_what_cannot_be_served_statelessly_or_mapped_is_refused(
-    client: AsyncOpenAI, catalog: Catalog
+    client: AsyncOpenAI, catalog: Catalog, http: httpx.AsyncClient
 ) -> None:
     with pytest.raises(openai.NotFoundError):
         await client.responses.create(model="no-such-profile", input="x")
@@ -368,3 +368,10 @@ async def test_what_cannot_be_served_statelessly_or_mapped_is_refused(
         error: Any = refused.value.body
         assert str(error["param"]).startswith(param), error
         assert error["type"] == "invalid_request_error"
+    # Refused before any route reads the body (too deep): OpenAI's error member all the same.
+    deep = await http.post(
+        "/v1/responses",
+        content=b'{"model": "x", "input": ' + b"[" * 100 + b"]" * 100 + b"}",
+        headers={**catalog.auth, "content-type": "application/json"},
+    )
+    assert deep.status_code == 400 and deep.json()["error"]["type"] == "invalid_request_error"
