@@ -517,3 +517,39 @@ def test_requests_without_breakpoints_dump_and_hash_as_before() -> None:
     assert "cache_control" not in dumped["tools"][0]
     marked = Message(role="user", content="x", cache_control={"type": "ephemeral"})
     assert marked.model_dump(mode="json")["cache_control"] == {"type": "ephemeral"}
+
+
+@pytest.mark.parametrize(
+    ("fault", "status", "kind", "retry"),
+    [
+        (FaultKind.CONTENT_POLICY, 400, "invalid_request_error", "false"),
+        (FaultKind.AUTH, 502, "api_error", "false"),
+        (FaultKind.UNAVAILABLE, 503, "overloaded_error", None),
+    ],
+)
+async def test_provider_failures_keep_the_sdks_retry_logic_right(
+    client: AsyncAnthropic,
+    catalog: Catalog,
+    upstream: UpstreamServer,
+    fault: FaultKind,
+    status: int,
+    kind: str,
+    retry: str | None,
+) -> None:
+    upstream.inject(catalog.model("openai"), Fault(kind=fault))
+    try:
+        with pytest.raises(anthropic.APIStatusError) as failed:
+            async with client.messages.stream(
+                model=catalog.profile("openai"),
+                max_tokens=50,
+                messages=[{"role": "user", "content": "fails before output"}],
+            ) as stream:
+                await stream.get_final_message()
+    finally:
+        upstream.state.clear_faults(catalog.model("openai"))
+    error = failed.value
+    assert (error.status_code, error.type) == (status, kind)
+    assert error.response.headers.get("x-should-retry") == retry
+    assert error.response.headers["x-model-router-receipt-id"]
+    if status == 503:
+        assert int(error.response.headers["retry-after"]) >= 1

@@ -375,3 +375,38 @@ async def test_what_cannot_be_served_statelessly_or_mapped_is_refused(
         headers={**catalog.auth, "content-type": "application/json"},
     )
     assert deep.status_code == 400 and deep.json()["error"]["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize(
+    ("fault", "status", "retry"),
+    [
+        (FaultKind.CONTENT_POLICY, 400, "false"),
+        (FaultKind.AUTH, 502, "false"),
+        (FaultKind.UNAVAILABLE, 503, None),
+    ],
+)
+async def test_provider_failures_keep_the_sdks_retry_logic_right(
+    client: AsyncOpenAI,
+    catalog: Catalog,
+    upstream: UpstreamServer,
+    fault: FaultKind,
+    status: int,
+    retry: str | None,
+) -> None:
+    upstream.inject(catalog.model("anthropic"), Fault(kind=fault))
+    try:
+        with pytest.raises(openai.APIStatusError) as failed:
+            async with client.responses.stream(
+                model=catalog.profile("anthropic"), input="fails before output"
+            ) as stream:
+                await stream.get_final_response()
+    finally:
+        upstream.state.clear_faults(catalog.model("anthropic"))
+    error = failed.value
+    assert error.status_code == status
+    body: Any = error.body
+    assert body["message"].startswith("model call failed") and body["type"] == error.code
+    assert error.response.headers.get("x-should-retry") == retry
+    assert error.response.headers["x-model-router-receipt-id"]
+    if status == 503:
+        assert int(error.response.headers["retry-after"]) >= 1
