@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from activities.invoke_hub import ReceiptReady
 from api.deps import require
 from api.invocations import Call, Running
-from api.surface import DEPLOYMENT, RECEIPT, Service, collect, failure_response, first_event
+from api.routers.openai import DEPLOYMENT, RECEIPT, Service, _collect, _failure, _first
 from core.security import Principal
 from domain.access import Action
 from domain.enums import InvocationOutcome, Scope
@@ -96,17 +96,17 @@ async def invoke(
         max_output_tokens=chat.max_tokens,
     )
     running = await service.start(principal, call)
-    first = await first_event(running)
+    first = await _first(running)
     if isinstance(first, ReceiptReady) and first.summary.outcome is not InvocationOutcome.COMPLETED:
-        return failure_response(request, first.summary, service.retry_after(principal, running))
+        return _failure(request, first.summary, service.retry_after(principal, running))
     headers = {RECEIPT: str(running.invocation_id)}
     if body.stream:
         return StreamingResponse(
             _events(running, first), media_type="text/event-stream", headers=headers
         )
-    completion, summary = await collect(running, first)
+    completion, summary = await _collect(running, first)
     if summary.outcome is not InvocationOutcome.COMPLETED or completion is None:
-        return failure_response(request, summary, service.retry_after(principal, running))
+        return _failure(request, summary, service.retry_after(principal, running))
     # The deployment that answered, which a fallback may have changed.
     headers[DEPLOYMENT] = summary.deployment_id or ""
     return JSONResponse(
@@ -124,12 +124,12 @@ def _sse(event: str, data: Any) -> bytes:
 
 async def _events(running: Running, first: Any) -> AsyncIterator[bytes]:
     from api.invocations import Replayed
-    from api.surface import replay_events
+    from api.routers.openai import _replay_events
 
     item = first
     while True:
         if isinstance(item, Replayed):
-            for event in replay_events(item):
+            for event in _replay_events(item):
                 yield _sse(event.type, event.model_dump(mode="json"))
         elif isinstance(item, TextDelta | ToolCallDelta | Finish):
             yield _sse(item.type, item.model_dump(mode="json"))
@@ -163,7 +163,7 @@ async def embed(
     )
     result, summary = await _final(running)
     if summary.outcome is not InvocationOutcome.COMPLETED:
-        return failure_response(request, summary, service.retry_after(principal, running))
+        return _failure(request, summary, service.retry_after(principal, running))
     return JSONResponse({"vectors": result["vectors"], "receipt": _receipt(summary)})
 
 
@@ -178,7 +178,7 @@ async def rerank(
     )
     result, summary = await _final(running)
     if summary.outcome is not InvocationOutcome.COMPLETED:
-        return failure_response(request, summary, service.retry_after(principal, running))
+        return _failure(request, summary, service.retry_after(principal, running))
     results = RerankResult.model_validate(result).results if result else ()
     return JSONResponse(
         {"results": [r.model_dump() for r in results], "receipt": _receipt(summary)}

@@ -5,15 +5,17 @@ deployment come back as headers (and, when streaming, in a final event)."""
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import AsyncIterator
+from decimal import Decimal
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from activities.invoke_hub import ReceiptReady
-from api.deps import SessionDep, require
-from api.invocations import Call, Replayed, Running
+from api.deps import RuntimeDep, SessionDep, require
+from api.invocations import Call, Invocations, Replayed, Running
 from api.openai_shapes import (
     ChatCompletionIn,
     EmbeddingsIn,
@@ -24,27 +26,87 @@ from api.openai_shapes import (
     to_chat_request,
     usage_body,
 )
-from api.problems import Problem
-from api.surface import (
-    DEPLOYMENT,
-    RECEIPT,
-    CallHeaders,
-    Service,
-    collect,
-    failure_response,
-    first_event,
-    replay_events,
-)
+from api.problems import Problem, problem_response
 from core.security import Principal
 from domain.access import Action
 from domain.enums import InvocationOutcome, Scope
 from domain.invocation import InvocationSummary, Operation
-from providers.types import EmbeddingResult, Finish, TextDelta, ToolCallDelta
+from domain.policy import DataClassification
+from providers.errors import ErrorKind
+from providers.types import Completion, EmbeddingResult, Finish, TextDelta, ToolCallDelta
 from store.repositories import ModelProfileRepository
 
 router = APIRouter(prefix="/v1", tags=["openai-compatible"])
 
 Invoker = Annotated[Principal, Depends(require(Scope.MODELS_INVOKE, Action.INVOKE))]
+RECEIPT, DEPLOYMENT = "X-Model-Router-Receipt-Id", "X-Model-Router-Deployment"
+
+
+def _service(runtime: RuntimeDep) -> Invocations:
+    if runtime.invoke.service is None:
+        raise Problem(
+            503, "Temporal is not reachable; try again shortly.", headers={"Retry-After": "5"}
+        )
+    return runtime.invoke.service
+
+
+Service = Annotated[Invocations, Depends(_service)]
+
+
+class Headers:
+    def __init__(
+        self,
+        run_id: Annotated[uuid.UUID | None, Header(alias="X-Run-Id")] = None,
+        attempt_id: Annotated[uuid.UUID | None, Header(alias="X-Attempt-Id")] = None,
+        project_id: Annotated[str, Header(alias="X-Project-Id", max_length=200)] = "default",
+        idempotency_key: Annotated[
+            str | None,
+            Header(alias="Idempotency-Key", max_length=200, pattern=r"^[A-Za-z0-9._:/-]+$"),
+        ] = None,
+        data_classification: Annotated[
+            DataClassification, Header(alias="X-Data-Classification")
+        ] = DataClassification.INTERNAL,
+        budget_usd: Annotated[Decimal | None, Header(alias="X-Budget-Usd", ge=0)] = None,
+    ) -> None:
+        self.budget_usd = budget_usd
+        self.run_id, self.attempt_id, self.project_id = run_id, attempt_id, project_id
+        self.idempotency_key, self.data_classification = idempotency_key, data_classification
+
+
+CallHeaders = Annotated[Headers, Depends()]
+
+
+# The request is at fault (the caller must change it); or every candidate is busy or down
+# (the caller may come back); anything else is a bad gateway — which may still be transient (a
+# dropped connection, a cut stream): the caller is told so, and when to come back.
+_CALLER_FAULT = frozenset({"content_policy", "context_length", "invalid_request"})
+_COME_BACK = frozenset({"unavailable", "rate_limit", "overloaded", "timeout", "server_error"})
+_TRANSIENT = _COME_BACK | {k.value for k in ErrorKind if k.transient}
+
+
+def _failure(request: Request, summary: InvocationSummary, retry_after: int) -> JSONResponse:
+    kind = summary.error_kind or "provider_error"
+    headers = {RECEIPT: str(summary.invocation_id), DEPLOYMENT: summary.deployment_id or ""}
+    status = 400 if kind in _CALLER_FAULT else 503 if kind in _COME_BACK else 502
+    if kind in _TRANSIENT:
+        headers["Retry-After"] = str(retry_after)
+    message = f"model call failed: {kind}"
+    if summary.error_reason:
+        message = f"{message}: {summary.error_reason}"
+    return problem_response(
+        request,
+        status,
+        f"The model call failed ({kind}).",
+        headers=headers,
+        error={"message": message, "type": kind, "code": kind},
+        receiptId=str(summary.invocation_id),
+        reason=summary.error_reason,
+        errorClass="transient" if kind in _TRANSIENT else "permanent",
+    )
+
+
+async def _first(running: Running) -> Any:
+    return await anext(running.events)
 
 
 @router.post("/chat/completions", operation_id="CreateChatCompletion", response_model=None)
@@ -74,9 +136,9 @@ async def chat_completions(
     )
     running = await service.start(principal, call)
     meta = {RECEIPT: str(running.invocation_id), DEPLOYMENT: running.deployment_id}
-    first = await first_event(running)
+    first = await _first(running)
     if isinstance(first, ReceiptReady) and first.summary.outcome is not InvocationOutcome.COMPLETED:
-        return failure_response(request, first.summary, service.retry_after(principal, running))
+        return _failure(request, first.summary, service.retry_after(principal, running))
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return StreamingResponse(
@@ -84,14 +146,32 @@ async def chat_completions(
             media_type="text/event-stream",
             headers={**meta, "Cache-Control": "no-store"},
         )
-    completion, summary = await collect(running, first)
+    completion, summary = await _collect(running, first)
     if summary.outcome is not InvocationOutcome.COMPLETED or completion is None:
-        return failure_response(request, summary, service.retry_after(principal, running))
+        return _failure(request, summary, service.retry_after(principal, running))
     meta[DEPLOYMENT] = summary.deployment_id or running.deployment_id
     usage = usage_body(summary.input_tokens, summary.output_tokens)
     return JSONResponse(
         completion_body(running.invocation_id, body.model, completion, usage), headers=meta
     )
+
+
+async def _collect(running: Running, first: Any) -> tuple[Completion | None, InvocationSummary]:
+    from providers.types import CompletionBuilder
+
+    builder = CompletionBuilder()
+    item = first
+    while True:
+        if isinstance(item, ReceiptReady):
+            completion = builder.build() if builder.finished else None
+            return completion, item.summary
+        if isinstance(item, Replayed):
+            replayed = Completion.model_validate_json(item.output) if item.output else None
+            receipt = await anext(running.events)
+            return replayed, receipt.summary
+        if isinstance(item, TextDelta | ToolCallDelta | Finish):
+            builder.add(item)
+        item = await anext(running.events)
 
 
 def _sse_line(data: Any) -> bytes:
@@ -106,7 +186,7 @@ async def _sse(
     item: Any = first
     while True:
         if isinstance(item, Replayed):
-            for event in replay_events(item):
+            for event in _replay_events(item):
                 delta, finish = delta_of(event)
                 yield _sse_line(chunk(inv, profile, delta, finish))
         elif isinstance(item, TextDelta | ToolCallDelta | Finish):
@@ -152,6 +232,19 @@ async def _sse(
         item = await anext(running.events)
 
 
+def _replay_events(item: Replayed) -> list[TextDelta | ToolCallDelta | Finish]:
+    if not item.output:
+        return []
+    done = Completion.model_validate_json(item.output)
+    events: list[TextDelta | ToolCallDelta | Finish] = []
+    if done.text:
+        events.append(TextDelta(text=done.text))
+    for i, c in enumerate(done.tool_calls):
+        events.append(ToolCallDelta(index=i, id=c.id, name=c.name, arguments_delta=c.arguments))
+    events.append(Finish(reason=done.finish_reason))
+    return events
+
+
 @router.post("/embeddings", operation_id="CreateEmbeddings", response_model=None)
 async def embeddings(
     body: EmbeddingsIn, request: Request, principal: Invoker, service: Service, headers: CallHeaders
@@ -183,7 +276,7 @@ async def embeddings(
             break
     assert summary is not None
     if summary.outcome is not InvocationOutcome.COMPLETED:
-        return failure_response(request, summary, service.retry_after(principal, running))
+        return _failure(request, summary, service.retry_after(principal, running))
     tokens = summary.input_tokens or 0
     return JSONResponse(
         {
