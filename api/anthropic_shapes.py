@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.openai_shapes import field_errors
-from api.surface import no_retry
+from api.surface import no_retry, receipt_view
 from domain.invocation import InvocationSummary
 from providers.types import (
     ChatRequest,
@@ -336,14 +336,7 @@ def message_body(
 
 def receipt_event(summary: InvocationSummary) -> dict[str, Any]:
     """The extra stream event naming the receipt (the SDK passes unknown event types through)."""
-    return {
-        "type": "model_router",
-        "receiptId": str(summary.invocation_id),
-        "deploymentId": summary.deployment_id,
-        "outcome": summary.outcome,
-        "usageStatus": summary.usage_status,
-        "fallbackUsed": summary.fallback_used,
-    }
+    return {"type": "model_router", **receipt_view(summary)}
 
 
 class ErrorObject(_Loose):

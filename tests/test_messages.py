@@ -94,6 +94,11 @@ async def test_non_stream_answer_with_the_receipts_usage(
     assert raw.headers["x-model-router-receipt-id"] == str(row.invocation_id)
     assert raw.headers["x-model-router-deployment"] == catalog.deployment(protocol)
     assert message.id == f"msg_{row.invocation_id.hex}"
+    assert raw.headers["x-model-router-usage-status"] == "Reported"
+    # The receipt also rides in the body, as an extra field the SDK keeps.
+    extra: Any = getattr(message, "model_router")  # noqa: B009
+    assert extra["receiptId"] == str(row.invocation_id)
+    assert extra["deploymentId"] == row.deployment_id and extra["outcome"] == "Completed"
     assert (row.outcome, row.usage_status) == ("Completed", "Reported")
     _usage_matches(message.usage, row)
 

@@ -97,6 +97,10 @@ async def test_create_with_the_receipts_usage(
     assert response.metadata == {"ticket": "t-1"}
     row = await receipt(sessions, catalog.tenant, key)
     assert response.id == f"resp_{row.invocation_id.hex}"
+    assert raw.headers["x-model-router-usage-status"] == "Reported"
+    extra: Any = getattr(response, "model_router")  # noqa: B009
+    assert extra["receiptId"] == str(row.invocation_id)
+    assert extra["deploymentId"] == row.deployment_id and extra["outcome"] == "Completed"
     assert raw.headers["x-model-router-receipt-id"] == str(row.invocation_id)
     assert raw.headers["x-model-router-deployment"] == catalog.deployment(protocol)
     assert (row.outcome, row.usage_status) == ("Completed", "Reported")

@@ -25,13 +25,14 @@ from api.anthropic_stream import MessageEvents
 from api.deps import RuntimeDep, get_principal_or_api_key, require
 from api.invocations import Call, Replayed, Running
 from api.surface import (
-    DEPLOYMENT,
     RECEIPT,
     CallHeaders,
     Service,
     collect,
     failure_response,
     first_event,
+    receipt_headers,
+    receipt_view,
     replay_events,
 )
 from api.token_count import count_input_tokens
@@ -77,7 +78,9 @@ async def create_message(
         needs_structured_output=chat.response_format is not None,
     )
     running = await service.start(principal, call)
-    meta = {RECEIPT: str(running.invocation_id), DEPLOYMENT: running.deployment_id}
+    # A stream's headers go out before anyone answered: the receipt id only; the deployment
+    # that answered is named by the stream's receipt event.
+    meta = {RECEIPT: str(running.invocation_id)}
     first = await first_event(running)
     if isinstance(first, ReceiptReady) and first.summary.outcome is not InvocationOutcome.COMPLETED:
         return failure_response(request, first.summary, service.retry_after(principal, running))
@@ -90,10 +93,9 @@ async def create_message(
     completion, summary = await collect(running, first)
     if summary.outcome is not InvocationOutcome.COMPLETED or completion is None:
         return failure_response(request, summary, service.retry_after(principal, running))
-    meta[DEPLOYMENT] = summary.deployment_id or running.deployment_id
-    return JSONResponse(
-        message_body(running.invocation_id, body.model, completion, summary), headers=meta
-    )
+    answer = message_body(running.invocation_id, body.model, completion, summary)
+    answer["model_router"] = receipt_view(summary)  # an extra field the SDK keeps
+    return JSONResponse(answer, headers=receipt_headers(summary))
 
 
 async def _stream(running: Running, first: Any, profile: str) -> AsyncIterator[bytes]:

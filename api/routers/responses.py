@@ -25,13 +25,14 @@ from api.responses_shapes import (
 )
 from api.responses_stream import ResponseEvents
 from api.surface import (
-    DEPLOYMENT,
     RECEIPT,
     CallHeaders,
     Service,
     collect,
     failure_response,
     first_event,
+    receipt_headers,
+    receipt_view,
     replay_events,
 )
 from core.security import Principal
@@ -75,7 +76,9 @@ async def create_response(
     )
     created = time.time()
     running = await service.start(principal, call)
-    meta = {RECEIPT: str(running.invocation_id), DEPLOYMENT: running.deployment_id}
+    # A stream's headers go out before anyone answered: the receipt id only; the deployment
+    # that answered is named by the stream's receipt event.
+    meta = {RECEIPT: str(running.invocation_id)}
     first = await first_event(running)
     if isinstance(first, ReceiptReady) and first.summary.outcome is not InvocationOutcome.COMPLETED:
         return failure_response(request, first.summary, service.retry_after(principal, running))
@@ -88,7 +91,6 @@ async def create_response(
     completion, summary = await collect(running, first)
     if summary.outcome is not InvocationOutcome.COMPLETED or completion is None:
         return failure_response(request, summary, service.retry_after(principal, running))
-    meta[DEPLOYMENT] = summary.deployment_id or running.deployment_id
     status, incomplete = status_of(completion.finish_reason)
     answer = response_body(
         running.invocation_id,
@@ -99,7 +101,8 @@ async def create_response(
         summary=summary,
         incomplete=incomplete,
     )
-    return JSONResponse(answer, headers=meta)
+    answer["model_router"] = receipt_view(summary)  # an extra field the SDK keeps
+    return JSONResponse(answer, headers=receipt_headers(summary))
 
 
 async def _stream(running: Running, first: Any, body: ResponsesIn) -> AsyncIterator[bytes]:
