@@ -30,7 +30,7 @@ class InvokeRuntime:
         self.settings = settings
         self.hub = InvocationHub()
         self._sessions = sessions
-        self.activities, self.adapters = invoke_activities(settings, sessions, self.hub)
+        self.activities, self._adapters = invoke_activities(settings, sessions, self.hub)
         self.artifacts = ArtifactStore(settings.artifact_root)
         self.config = InvokeConfig(
             workflow_queue=settings.temporal_invocation_task_queue,
@@ -88,4 +88,4 @@ class InvokeRuntime:
         for task in self._tasks:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await task
-        await self.adapters.aclose()
+        await self._adapters.aclose()
