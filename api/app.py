@@ -16,12 +16,14 @@ from api.routers import (
     events,
     gateway,
     health,
+    messages,
     metrics,
     oauth,
     openai,
     pricebook,
     profiles,
     receipts,
+    responses,
     routing,
     usage_statements,
 )
@@ -75,6 +77,7 @@ def create_app(settings: Settings | None = None, temporal_client: Client | None 
     # Outermost: the server span covers everything, and the request id is known when it ends.
     app.add_middleware(TracingMiddleware)
     problems.install(app)
+    app.state.error_envelopes = dict([messages.ENVELOPE, responses.ENVELOPE])
     if settings.metrics_enabled or settings.otlp_metrics_endpoint:
         app.state.metrics_registry = instruments.configure_exporters(
             otlp_endpoint=settings.otlp_metrics_endpoint,
@@ -92,6 +95,8 @@ def create_app(settings: Settings | None = None, temporal_client: Client | None 
         events,
         receipts,
         openai,
+        messages,
+        responses,
         gateway,
         usage_statements,
     ):

@@ -59,8 +59,21 @@ def get_principal(request: Request, runtime: RuntimeDep) -> Principal:
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise Problem(401, "A bearer token is required.", headers=_BEARER)
+    return _verified(token.strip(), runtime)
+
+
+def get_principal_or_api_key(request: Request, runtime: RuntimeDep) -> Principal:
+    """The same token, also accepted as `x-api-key` (what the anthropic SDK sends by default)
+    when there is no Authorization header."""
+    key = request.headers.get("x-api-key", "").strip()
+    if key and "authorization" not in request.headers:
+        return _verified(key, runtime)
+    return get_principal(request, runtime)
+
+
+def _verified(token: str, runtime: Runtime) -> Principal:
     try:
-        principal = runtime.verifier.verify(token.strip())
+        principal = runtime.verifier.verify(token)
     except TokenError:
         raise Problem(
             401,
@@ -71,10 +84,14 @@ def get_principal(request: Request, runtime: RuntimeDep) -> Principal:
     return principal
 
 
-def require(scope: str, action: Action) -> Callable[[Principal], Coroutine[Any, Any, Principal]]:
+def require(
+    scope: str,
+    action: Action,
+    caller: Callable[..., Principal] = get_principal,
+) -> Callable[[Principal], Coroutine[Any, Any, Principal]]:
     """The caller must hold the scope (in its token) and a role allowed to take the action."""
 
-    async def check(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
+    async def check(principal: Principal) -> Principal:
         if scope not in principal.scopes:
             raise Problem(
                 403,
@@ -87,4 +104,7 @@ def require(scope: str, action: Action) -> Callable[[Principal], Coroutine[Any, 
             raise Problem(403, f"This action needs one of the roles: {allowed}.")
         return principal
 
+    # Set as an object: this module's annotations are strings, resolved in its globals, where
+    # the chosen source of the caller is not.
+    check.__annotations__["principal"] = Annotated[Principal, Depends(caller)]
     return check

@@ -19,6 +19,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.problems import envelope_for
 from core.logging import bind
 from core.security import Principal, TokenError, TokenVerifier
 from core.settings import Settings
@@ -225,13 +226,20 @@ async def _problem(
     if request_id:
         problem["requestId"] = request_id
     problem.update(extensions)
+    content_type = PROBLEM_JSON
+    # A surface with its own error envelope (Messages, Responses) gets these refusals in it too.
+    render = envelope_for(scope.get("app"), scope.get("path", ""))
+    if render is not None:
+        problem, more = render(status, problem)
+        content_type = b"application/json"
+        headers = [*(headers or []), *((k.encode(), v.encode()) for k, v in more.items())]
     payload = json.dumps(problem).encode()
     await send(
         {
             "type": "http.response.start",
             "status": status,
             "headers": [
-                (b"content-type", PROBLEM_JSON),
+                (b"content-type", content_type),
                 (b"content-length", str(len(payload)).encode()),
                 *(headers or []),
             ],

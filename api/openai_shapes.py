@@ -107,7 +107,7 @@ def _text(content: str | list[dict[str, Any]] | None) -> str | None:
 
 
 @contextlib.contextmanager
-def _field(*loc: str | int) -> Iterator[None]:
+def field_errors(*loc: str | int) -> Iterator[None]:
     """The normalised types check rules the OpenAI shapes do not (a tool message needs its
     tool_call_id, …): a refusal there is the caller's 422 naming the field, not a 500."""
     try:
@@ -125,7 +125,7 @@ def to_chat_request(body: ChatCompletionIn) -> ChatRequest:
     messages = []
     for index, m in enumerate(body.messages):
         role = "system" if m.role == "developer" else m.role
-        with _field("messages", index):
+        with field_errors("messages", index):
             messages.append(
                 Message(
                     role=role,
@@ -138,7 +138,7 @@ def to_chat_request(body: ChatCompletionIn) -> ChatRequest:
                 )
             )
     choice: ToolChoice | None = None
-    with _field("tool_choice"):
+    with field_errors("tool_choice"):
         if isinstance(body.tool_choice, str):
             choice = ToolChoice(mode=body.tool_choice)
         elif isinstance(body.tool_choice, dict):
@@ -147,7 +147,7 @@ def to_chat_request(body: ChatCompletionIn) -> ChatRequest:
     fmt = None
     if body.response_format is not None:
         schema = body.response_format.json_schema
-        with _field("response_format"):
+        with field_errors("response_format"):
             fmt = ResponseFormat(
                 type=body.response_format.type,
                 name=schema.name if schema else None,
@@ -155,7 +155,7 @@ def to_chat_request(body: ChatCompletionIn) -> ChatRequest:
                 strict=bool(schema.strict) if schema and schema.strict is not None else True,
             )
     stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
-    with _field():
+    with field_errors():
         return ChatRequest(
             messages=tuple(messages),
             tools=tuple(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -28,6 +29,11 @@ _TITLES = {
     500: "Internal Server Error",
     503: "Service Unavailable",
 }
+
+
+# A surface whose SDK parses its own error envelope (Anthropic's Messages, OpenAI's Responses)
+# renders the problem body its way: path prefix -> (status, problem) -> (body, extra headers).
+Envelope = Callable[[int, dict[str, Any]], tuple[dict[str, Any], dict[str, str]]]
 
 
 class Problem(Exception):
@@ -73,7 +79,17 @@ def problem_response(
     if request_id:
         body["requestId"] = request_id
     body.update(extensions)
+    render = envelope_for(request.app, request.url.path)
+    if render is not None:
+        body, more = render(status, body)
+        return JSONResponse(body, status_code=status, headers={**(headers or {}), **more})
     return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+def envelope_for(app: Any, path: str) -> Envelope | None:
+    """The error envelope of the surface serving this path, if it has its own."""
+    envelopes: Mapping[str, Envelope] = getattr(getattr(app, "state", None), "error_envelopes", {})
+    return next((r for prefix, r in envelopes.items() if path.startswith(prefix)), None)
 
 
 def _field(loc: tuple[Any, ...] | list[Any]) -> str:

@@ -104,27 +104,58 @@ def _tool_input(arguments: str) -> dict[str, Any]:
 
 
 def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
+    blocks: list[dict[str, Any]]
     if message.role == "tool":
-        block = {"type": "tool_result", "tool_use_id": message.tool_call_id}
-        return "user", [{**block, "content": message.content or ""}]
-    blocks: list[dict[str, Any]] = []
-    if message.content:
-        blocks.append({"type": "text", "text": message.content})
-    blocks += [
-        {"type": "tool_use", "id": c.id, "name": c.name, "input": _tool_input(c.arguments)}
-        for c in message.tool_calls
-    ]
-    return message.role, blocks
+        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id}
+        blocks = [{**block, "content": message.content or ""}]
+    else:
+        blocks = []
+        if message.content:
+            blocks.append({"type": "text", "text": message.content})
+        blocks += [
+            {"type": "tool_use", "id": c.id, "name": c.name, "input": _tool_input(c.arguments)}
+            for c in message.tool_calls
+        ]
+    if message.cache_control is not None and blocks:
+        blocks[-1]["cache_control"] = dict(message.cache_control)
+    return ("user" if message.role == "tool" else message.role), blocks
+
+
+def _explicit_cache(request: ChatRequest) -> bool:
+    return any(m.cache_control is not None for m in request.messages) or any(
+        t.cache_control is not None for t in request.tools
+    )
+
+
+def _system(request: ChatRequest, prompt_caching: bool) -> str | list[dict[str, Any]] | None:
+    system = [m for m in request.messages if m.role == "system"]
+    if not system:
+        return None
+    if _explicit_cache(request):
+        # The caller placed its own breakpoints: one block per system turn, each as marked.
+        return [
+            {
+                "type": "text",
+                "text": m.content or "",
+                **({"cache_control": dict(m.cache_control)} if m.cache_control else {}),
+            }
+            for m in system
+        ]
+    text = "\n\n".join(m.content or "" for m in system)
+    if prompt_caching:
+        return [{"type": "text", "text": text, "cache_control": dict(_EPHEMERAL)}]
+    return text
 
 
 def convert(request: ChatRequest, model: str, *, prompt_caching: bool = True) -> dict[str, Any]:
     """The messages.create arguments. System messages become `system`; tool results become
     user turns; consecutive turns of one role merge, as the API requires alternation.
 
-    With prompt_caching, cache breakpoints go on the system prompt and on the end of the
-    history before the newest turn, so an agent's growing conversation is read from the cache
-    instead of billed in full each turn (Anthropic ignores them below its minimum length)."""
-    system = "\n\n".join(m.content or "" for m in request.messages if m.role == "system")
+    Breakpoints the caller set (`cache_control` on turns and tools, from the Messages surface)
+    are passed as given, and then no others are added (the API allows four). Otherwise, with
+    prompt_caching, cache breakpoints go on the system prompt and on the end of the history
+    before the newest turn, so an agent's growing conversation is read from the cache instead
+    of billed in full each turn (Anthropic ignores them below its minimum length)."""
     turns: list[dict[str, Any]] = []
     for message in request.messages:
         if message.role == "system":
@@ -139,11 +170,11 @@ def convert(request: ChatRequest, model: str, *, prompt_caching: bool = True) ->
         "messages": turns,
         "max_tokens": request.max_tokens or DEFAULT_MAX_TOKENS,
     }
-    if prompt_caching and len(turns) >= 2 and turns[-2]["content"]:
+    automatic = prompt_caching and not _explicit_cache(request)
+    if automatic and len(turns) >= 2 and turns[-2]["content"]:
         turns[-2]["content"][-1]["cache_control"] = dict(_EPHEMERAL)
-    if system and prompt_caching:
-        params["system"] = [{"type": "text", "text": system, "cache_control": dict(_EPHEMERAL)}]
-    elif system:
+    system = _system(request, automatic)
+    if system:
         params["system"] = system
     if request.tools:
         params["tools"] = [
@@ -152,6 +183,7 @@ def convert(request: ChatRequest, model: str, *, prompt_caching: bool = True) ->
                 **({"description": t.description} if t.description else {}),
                 "input_schema": t.parameters,
                 **({"strict": True} if t.strict else {}),
+                **({"cache_control": dict(t.cache_control)} if t.cache_control else {}),
             }
             for t in request.tools
         ]
@@ -308,6 +340,21 @@ class AnthropicAdapter(ProviderAdapter):
         except _FAILURES as exc:
             raise map_error(exc, self.provider) from None
         return collect_events(_events(message, raw.headers.get("request-id")))
+
+    async def count_tokens(self, request: ChatRequest, *, limits: CallLimits | None = None) -> int:
+        # What shapes the prompt; no breakpoints of our own, which do not change the count.
+        params = convert(request, self.model, prompt_caching=False)
+        fields = ("model", "messages", "system", "tools", "tool_choice", "output_config")
+        try:
+            counted = await self.first_byte(
+                self._client.messages.count_tokens(
+                    **{k: params[k] for k in fields if k in params}, **self.call_timeout(limits)
+                ),
+                limits,
+            )
+        except _FAILURES as exc:
+            raise map_error(exc, self.provider) from None
+        return int(counted.input_tokens)
 
     async def aclose(self) -> None:
         await self._client.close()

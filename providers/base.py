@@ -51,6 +51,10 @@ class ProviderAdapter(ABC):
         """The same answer without streaming, normalised through the same events."""
         raise self.unsupported("chat")
 
+    async def count_tokens(self, request: ChatRequest, *, limits: CallLimits | None = None) -> int:
+        """The provider's own count of the request's input tokens, where it offers one."""
+        raise self.unsupported("token counting")
+
     async def embed(
         self,
         inputs: Sequence[str],

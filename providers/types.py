@@ -34,6 +34,11 @@ class Message(_Model):
     content: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
+    # A prompt-cache breakpoint the caller set at the end of this turn (Anthropic's
+    # `cache_control`, e.g. {"type": "ephemeral"}); honoured by adapters whose provider takes
+    # breakpoints, and not needed by those that cache prefixes by themselves (OpenAI). Left
+    # out of dumps when unset, so request hashes (idempotency) stay what they were without it.
+    cache_control: dict[str, Any] | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @model_validator(mode="after")
     def _shape(self) -> Message:
@@ -49,6 +54,7 @@ class Tool(_Model):
     description: str | None = None
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     strict: bool = False
+    cache_control: dict[str, Any] | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ToolChoice(_Model):

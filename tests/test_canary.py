@@ -143,15 +143,99 @@ def _tools(marker: str) -> list[dict[str, Any]]:
 
 
 def _text(resp: httpx.Response) -> str:
-    """What the caller read: the message, or the streamed deltas joined."""
+    """What the caller read: the body, or the streamed deltas joined (chat chunks, Messages
+    text deltas, Responses output-text deltas)."""
     if not resp.headers.get("content-type", "").startswith("text/event-stream"):
         return resp.text
     parts = []
     for line in resp.text.splitlines():
         if line.startswith("data: {"):
-            for choice in json.loads(line[6:]).get("choices", []):
+            event = json.loads(line[6:])
+            for choice in event.get("choices", []):
                 parts.append(choice.get("delta", {}).get("content") or "")
+            delta = event.get("delta")
+            if isinstance(delta, str):
+                parts.append(delta)
+            elif isinstance(delta, dict):
+                parts.append(delta.get("text") or delta.get("partial_json") or "")
     return "".join(parts)
+
+
+def _message(profile: str, marker: str, stream: bool = False, **over: Any) -> dict[str, Any]:
+    return {
+        "model": profile,
+        "max_tokens": 200,
+        "stream": stream,
+        "system": [{"type": "text", "text": f"you guard {marker}"}],
+        "messages": [{"role": "user", "content": f"repeat {marker}"}],
+        **over,
+    }
+
+
+def _response(profile: str, marker: str, stream: bool = False, **over: Any) -> dict[str, Any]:
+    return {
+        "model": profile,
+        "stream": stream,
+        "instructions": f"you guard {marker}",
+        "input": [{"role": "user", "content": f"repeat {marker}"}],
+        **over,
+    }
+
+
+async def _plant_agent_surfaces(http: httpx.AsyncClient, auth: dict[str, str], marker: str) -> int:
+    """Messages and Responses, plain and streamed, each with a tool round trip whose
+    definition, arguments and result hold the marker; returns how many calls were made."""
+    calls = 0
+    tool = _tools(marker)[0]["function"]
+    anthropic_tool = {**{k: tool[k] for k in ("name", "description")}}
+    anthropic_tool["input_schema"] = tool["parameters"]
+    function_tool = {"type": "function", **tool}
+    for profile in ("canary", "canary-claude"):
+        for stream in (False, True):
+            said = await _invoke(http, auth, "/v1/messages", _message(profile, marker, stream))
+            assert said.status_code == 200 and marker in _text(said), said.text
+            told = await _invoke(http, auth, "/v1/responses", _response(profile, marker, stream))
+            assert told.status_code == 200 and marker in _text(told), told.text
+            calls += 2
+        asked = await _invoke(
+            http, auth, "/v1/messages", _message(profile, marker, tools=[anthropic_tool])
+        )
+        [use] = [b for b in asked.json()["content"] if b["type"] == "tool_use"]
+        assert marker in json.dumps(use["input"])
+        follow = _message(profile, marker, stream=True, tools=[anthropic_tool])
+        follow["messages"] += [
+            {"role": "assistant", "content": [use]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": use["id"], "content": f"found {marker}"}
+                ],
+            },
+        ]
+        answered = await _invoke(http, auth, "/v1/messages", follow)
+        assert answered.status_code == 200 and f"found {marker}" in _text(answered)
+        asked = await _invoke(
+            http, auth, "/v1/responses", _response(profile, marker, tools=[function_tool])
+        )
+        [call] = [i for i in asked.json()["output"] if i["type"] == "function_call"]
+        assert marker in call["arguments"]
+        follow = _response(profile, marker, stream=True, tools=[function_tool])
+        follow["input"] += [
+            call,
+            {
+                "type": "function_call_output",
+                "call_id": call["call_id"],
+                "output": f"found {marker}",
+            },
+        ]
+        answered = await _invoke(http, auth, "/v1/responses", follow)
+        assert answered.status_code == 200 and f"found {marker}" in _text(answered)
+        calls += 4
+    # Token counting sends the prompt to the deployment too (no invocation, no receipt).
+    count = _message("canary-claude", marker, tools=[anthropic_tool])
+    counted = await _invoke(http, auth, "/v1/messages/count_tokens", count)
+    assert counted.headers["x-model-router-token-count"] == "deployment", counted.text
+    return calls
 
 
 async def _plant(http: httpx.AsyncClient, auth: dict[str, str], marker: str) -> int:
@@ -187,7 +271,7 @@ async def _plant(http: httpx.AsyncClient, auth: dict[str, str], marker: str) -> 
     refused = await _invoke(http, auth, "/v1/chat/completions", _chat("canary-policy", marker))
     assert refused.status_code == 400
     calls += 3
-    return calls
+    return calls + await _plant_agent_surfaces(http, auth, marker)
 
 
 async def _partial(
@@ -198,6 +282,15 @@ async def _partial(
     resp = await _invoke(http, auth, "/v1/chat/completions", _chat("canary", marker, True))
     assert resp.status_code == 200 and marker in _text(resp)
     assert "[DONE]" not in resp.text and '"error"' in resp.text
+    # The same cut on the agent-native surfaces: an error event, a failed response.
+    for path, body, end in (
+        ("/v1/messages", _message("canary", marker, True), "event: error"),
+        ("/v1/responses", _response("canary", marker, True), "event: response.failed"),
+    ):
+        upstream.inject("canary-gpt", Fault(kind=FaultKind.STREAM_CUT, after_chunks=3, times=1))
+        resp = await _invoke(http, auth, path, body)
+        assert resp.status_code == 200 and marker in _text(resp), resp.text
+        assert end in resp.text
 
 
 async def _evaluate(http: httpx.AsyncClient, auth: dict[str, str]) -> None:
@@ -320,10 +413,12 @@ async def test_the_marker_reaches_no_store_log_span_metric_or_history(
     assert tenant in scraped
     assert marker not in scraped
     assert marker not in repr(metrics.snapshot())
+    # The agent-native surfaces were searched too (their requests are in the logs above).
+    assert "POST /v1/messages" in caplog.text and "POST /v1/responses" in caplog.text
 
     histories = await _histories(temporal_client, since)
     kinds = [kind for kind, _, _ in histories]
-    assert kinds.count("InvokeModel") >= calls + 1 and "EvaluateDeployment" in kinds
+    assert kinds.count("InvokeModel") >= calls + 3 and "EvaluateDeployment" in kinds
     for kind, text, raw in histories:
         assert marker not in text, kind
         assert marker.encode() not in raw, kind

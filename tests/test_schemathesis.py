@@ -34,6 +34,9 @@ EXCLUDED = {"POST /factory/webhook-subscriptions"}
 PROFILE_FIELD = {
     "POST /v1/chat/completions": ("model", "st"),
     "POST /v1/embeddings": ("model", "st-embed"),
+    "POST /v1/messages": ("model", "st"),
+    "POST /v1/messages/count_tokens": ("model", "st"),
+    "POST /v1/responses": ("model", "st"),
     "POST /gateway/route-plans": ("profileId", "st"),
     "POST /gateway/invoke": ("profileId", "st"),
     "POST /gateway/embed": ("profileId", "st-embed"),
@@ -46,6 +49,7 @@ class Outcome:
     operations: list[str] = field(default_factory=list)
     calls: int = 0
     statuses: dict[int, int] = field(default_factory=dict)
+    by_operation: dict[str, dict[int, int]] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     gateway_5xx: list[str] = field(default_factory=list)
 
@@ -111,6 +115,8 @@ def _run(base_url: str, token: str) -> Outcome:
             outcome.statuses[response.status_code] = (
                 outcome.statuses.get(response.status_code, 0) + 1
             )
+            mine = outcome.by_operation.setdefault(case.operation.label, {})
+            mine[response.status_code] = mine.get(response.status_code, 0) + 1
 
         try:
             check()
@@ -162,5 +168,10 @@ async def test_every_endpoint_survives_schemathesis(
     for verdict in outcome.gateway_5xx:
         print(f"schemathesis: gateway verdict {verdict[:300]}")
     assert len(outcome.operations) >= 20, outcome.operations
+    # The agent-native surfaces are covered like every other operation, and reached the
+    # model (not only their validation).
+    for label in ("POST /v1/messages", "POST /v1/messages/count_tokens", "POST /v1/responses"):
+        print(f"schemathesis: {label} {dict(sorted(outcome.by_operation[label].items()))}")
+        assert 200 in outcome.by_operation[label], (label, outcome.by_operation[label])
     assert not outcome.failures, "\n\n".join(outcome.failures)
     assert 500 not in outcome.statuses

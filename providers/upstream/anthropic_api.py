@@ -6,10 +6,10 @@ import json
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
-from providers.upstream.answer import Answer, AnswerUsage
-from providers.upstream.chat import BadRequest, Codec, StreamPlan, chat_endpoint, sse
+from providers.upstream.answer import Answer, AnswerUsage, new_id, prompt_prefixes
+from providers.upstream.chat import BadRequest, Codec, StreamPlan, chat_endpoint, read_body, sse
 from providers.upstream.problems import anthropic_error
 from providers.upstream.tokens import fixed_chunks, text_chunks
 from providers.upstream.turn import ChatTurn, ToolCallReply, ToolSpec, TurnMessage
@@ -227,3 +227,22 @@ CODEC = Codec(
 )
 
 messages = chat_endpoint(CODEC)
+
+
+async def count_tokens(request: Request) -> Response:
+    """`POST /v1/messages/count_tokens`: the whole prompt as the simulator's tokeniser counts
+    it, the same figure its messages endpoint reports as input (fresh + cached + written)."""
+    state = request.app.state.upstream
+    request_id = new_id("req_")
+    headers = {"request-id": request_id, "x-upstream-simulator": "model-router"}
+    try:
+        body = await read_body(request)
+        state.stats.record(str(body.get("model") or ""), "count_tokens")
+        if not state.key_accepted(api_key(request)):
+            return error(401, "invalid api key", request_id, headers)
+        turn = parse({**body, "max_tokens": 1})
+    except BadRequest as exc:
+        return error(400, str(exc), request_id, headers)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return error(400, "the request does not match the API's schema", request_id, headers)
+    return JSONResponse({"input_tokens": prompt_prefixes(turn)[-1][1]}, headers=headers)

@@ -48,6 +48,7 @@ def create_app(state: UpstreamState | None = None) -> Starlette:
         routes=[
             Route("/v1/chat/completions", openai_api.chat_completions, methods=["POST"]),
             Route("/v1/messages", anthropic_api.messages, methods=["POST"]),
+            Route("/v1/messages/count_tokens", anthropic_api.count_tokens, methods=["POST"]),
             Route("/v1/embeddings", vectors.embeddings, methods=["POST"]),
             Route("/v1/rerank", vectors.rerank, methods=["POST"]),
             Route("/rerank", vectors.rerank, methods=["POST"]),

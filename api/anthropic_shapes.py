@@ -1,0 +1,391 @@
+"""Anthropic Messages wire shapes: the request mapped to the normalised ChatRequest, and the
+answer (a Message, or its stream of typed events) built from normalised events and the receipt.
+
+What the normalised request cannot carry is refused with a 422 naming the field, never dropped:
+images, documents, thinking blocks and settings, server tools, `top_p`, `top_k`, a tool result
+flagged `is_error`, MCP servers, containers. `cache_control` is carried to the turn (or tool)
+it marks; `metadata` and `service_tier` describe the call, not the answer, and are accepted.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any, Literal
+
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.openai_shapes import field_errors
+from api.surface import no_retry, receipt_view
+from domain.invocation import InvocationSummary
+from providers.types import (
+    ChatRequest,
+    Completion,
+    FinishReason,
+    Message,
+    ResponseFormat,
+    Tool,
+    ToolCall,
+    ToolChoice,
+)
+
+_STOP = {
+    FinishReason.STOP: "end_turn",
+    FinishReason.LENGTH: "max_tokens",
+    FinishReason.TOOL_CALLS: "tool_use",
+    FinishReason.CONTENT_FILTER: "refusal",
+    FinishReason.OTHER: "end_turn",
+}
+# Fields of the Messages API the normalised request has no place for.
+_REFUSED = ("top_p", "top_k", "mcp_servers", "container", "context_management")
+
+
+class _Loose(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class CacheControl(_Loose):
+    type: Literal["ephemeral"] = "ephemeral"
+    ttl: Literal["5m", "1h"] | None = None
+
+
+class ContentBlock(_Loose):
+    """One content block; its fields depend on `type` and are checked when mapped."""
+
+    type: str = Field(min_length=1, max_length=64)
+    cache_control: CacheControl | None = None
+
+
+class MessageParam(_Loose):
+    role: Literal["user", "assistant"]
+    content: str | list[ContentBlock]
+
+
+class SystemBlock(_Loose):
+    type: Literal["text"]
+    text: str
+    cache_control: CacheControl | None = None
+
+
+class ToolParam(_Loose):
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = None
+    input_schema: dict[str, Any]
+    type: Literal["custom"] | None = Field(
+        default=None, description="Custom (client) tools only; server tools are refused"
+    )
+    strict: bool | None = None
+    cache_control: CacheControl | None = None
+
+
+class ToolChoiceParam(_Loose):
+    type: Literal["auto", "any", "tool", "none"]
+    name: str | None = None
+    disable_parallel_tool_use: bool | None = None
+
+
+class ThinkingParam(_Loose):
+    type: Literal["disabled", "enabled", "adaptive"]
+
+
+class MessagesIn(_Loose):
+    model: str = Field(min_length=1, max_length=200, description="A profile id")
+    max_tokens: int = Field(ge=1, description="Required, as in the Messages API")
+    messages: list[MessageParam] = Field(min_length=1, max_length=10_000)
+    system: str | list[SystemBlock] | None = None
+    stop_sequences: list[str] | None = Field(default=None, max_length=16)
+    temperature: float | None = Field(default=None, ge=0, le=1)
+    tools: list[ToolParam] | None = Field(default=None, max_length=512)
+    tool_choice: ToolChoiceParam | None = None
+    thinking: ThinkingParam | None = None
+    output_config: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    service_tier: str | None = None
+    stream: bool = False
+
+
+class CountTokensIn(_Loose):
+    model: str = Field(min_length=1, max_length=200, description="A profile id")
+    messages: list[MessageParam] = Field(min_length=1, max_length=10_000)
+    system: str | list[SystemBlock] | None = None
+    tools: list[ToolParam] | None = Field(default=None, max_length=512)
+    tool_choice: ToolChoiceParam | None = None
+    thinking: ThinkingParam | None = None
+    output_config: dict[str, Any] | None = None
+
+
+def _refuse(loc: tuple[str | int, ...], message: str) -> RequestValidationError:
+    return RequestValidationError(
+        [{"type": "value_error", "loc": ("body", *loc), "msg": message, "input": None}]
+    )
+
+
+def _cache(block: ContentBlock | SystemBlock | ToolParam) -> dict[str, Any] | None:
+    if block.cache_control is None:
+        return None
+    return block.cache_control.model_dump(exclude_none=True)
+
+
+def _tool_result_text(block: ContentBlock, loc: tuple[str | int, ...]) -> str:
+    extra = block.model_extra or {}
+    if extra.get("is_error"):
+        raise _refuse((*loc, "is_error"), "tool results flagged is_error cannot be mapped")
+    content = extra.get("content", "")
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise _refuse((*loc, "content"), "must be a string or a list of text blocks")
+    parts = []
+    for i, part in enumerate(content):
+        if not isinstance(part, dict) or part.get("type") != "text":
+            raise _refuse((*loc, "content", i), "only text blocks can be mapped")
+        parts.append(str(part.get("text", "")))
+    return "".join(parts)
+
+
+def _text(block: ContentBlock, loc: tuple[str | int, ...]) -> str:
+    text = (block.model_extra or {}).get("text")
+    if not isinstance(text, str):
+        raise _refuse((*loc, "text"), "a text block needs its text")
+    return text
+
+
+def _user(index: int, blocks: list[ContentBlock]) -> list[Message]:
+    # Tool results first (the API requires them first in the turn): an OpenAI deployment
+    # needs them right after the assistant turn that called the tools.
+    results, texts = [], []
+    for b, block in enumerate(blocks):
+        loc: tuple[str | int, ...] = ("messages", index, "content", b)
+        if block.type == "tool_result":
+            call_id = (block.model_extra or {}).get("tool_use_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise _refuse((*loc, "tool_use_id"), "a tool result needs its tool_use_id")
+            text, cache = _tool_result_text(block, loc), _cache(block)
+            results.append(
+                Message(role="tool", content=text, tool_call_id=call_id, cache_control=cache)
+            )
+        elif block.type == "text":
+            text, cache = _text(block, loc), _cache(block)
+            texts.append(Message(role="user", content=text, cache_control=cache))
+        else:
+            raise _refuse((*loc, "type"), f"{block.type!r} blocks cannot be mapped")
+    return results + texts
+
+
+def _assistant(index: int, blocks: list[ContentBlock]) -> Message:
+    texts, calls = [], []
+    cache = None
+    for b, block in enumerate(blocks):
+        loc: tuple[str | int, ...] = ("messages", index, "content", b)
+        extra = block.model_extra or {}
+        if block.type == "text":
+            texts.append(_text(block, loc))
+        elif block.type == "tool_use":
+            if not isinstance(extra.get("id"), str) or not isinstance(extra.get("name"), str):
+                raise _refuse(loc, "a tool_use block needs its id and name")
+            arguments = json.dumps(extra.get("input") or {}, separators=(",", ":"))
+            calls.append(ToolCall(id=extra["id"], name=extra["name"], arguments=arguments))
+        else:
+            raise _refuse((*loc, "type"), f"{block.type!r} blocks cannot be mapped")
+        cache = _cache(block) or cache
+    with field_errors("messages", index):
+        return Message(
+            role="assistant",
+            content="".join(texts) or None,
+            tool_calls=tuple(calls),
+            cache_control=cache,
+        )
+
+
+def _system(system: str | list[SystemBlock] | None) -> list[Message]:
+    if system is None:
+        return []
+    if isinstance(system, str):
+        return [Message(role="system", content=system)] if system else []
+    return [Message(role="system", content=b.text, cache_control=_cache(b)) for b in system]
+
+
+def _tools(tools: list[ToolParam] | None) -> tuple[Tool, ...]:
+    return tuple(
+        Tool(
+            name=t.name,
+            description=t.description,
+            parameters=t.input_schema,
+            strict=bool(t.strict),
+            cache_control=_cache(t),
+        )
+        for t in tools or []
+    )
+
+
+def _choice(choice: ToolChoiceParam | None) -> tuple[ToolChoice | None, bool | None]:
+    if choice is None:
+        return None, None
+    mode = {"auto": "auto", "any": "required", "none": "none", "tool": "tool"}[choice.type]
+    with field_errors("tool_choice"):
+        normalised = ToolChoice(mode=mode, name=choice.name if mode == "tool" else None)
+    parallel = False if choice.disable_parallel_tool_use else None
+    return normalised, parallel
+
+
+def _format(config: dict[str, Any] | None) -> ResponseFormat | None:
+    if not config:
+        return None
+    unknown = sorted(set(config) - {"format"})
+    if unknown:
+        raise _refuse(("output_config", unknown[0]), "cannot be mapped")
+    fmt = config.get("format")
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
+        raise _refuse(("output_config", "format", "type"), "only json_schema can be mapped")
+    schema = fmt.get("schema")
+    if not isinstance(schema, dict):
+        raise _refuse(("output_config", "format", "schema"), "a JSON schema object is required")
+    return ResponseFormat(type="json_schema", name="output", json_schema=schema, strict=True)
+
+
+def _refusals(body: MessagesIn | CountTokensIn) -> None:
+    extra = body.model_extra or {}
+    for name in _REFUSED:
+        if extra.get(name) is not None:
+            raise _refuse((name,), "cannot be mapped to the normalised request")
+    if body.thinking is not None and body.thinking.type != "disabled":
+        raise _refuse(("thinking", "type"), "extended thinking cannot be mapped")
+
+
+def to_chat_request(body: MessagesIn | CountTokensIn) -> ChatRequest:
+    _refusals(body)
+    messages = _system(body.system)
+    for index, m in enumerate(body.messages):
+        blocks = (
+            [ContentBlock(type="text", text=m.content)] if isinstance(m.content, str) else m.content
+        )
+        if m.role == "user":
+            messages += _user(index, blocks)
+        else:
+            messages.append(_assistant(index, blocks))
+    choice, parallel = _choice(body.tool_choice)
+    max_tokens = body.max_tokens if isinstance(body, MessagesIn) else None
+    temperature = body.temperature if isinstance(body, MessagesIn) else None
+    stop = tuple(body.stop_sequences or ()) if isinstance(body, MessagesIn) else ()
+    with field_errors():
+        return ChatRequest(
+            messages=tuple(messages),
+            tools=_tools(body.tools),
+            tool_choice=choice,
+            parallel_tool_calls=parallel,
+            response_format=_format(body.output_config),
+            max_tokens=max_tokens,
+            temperature=temperature,
+            stop=stop,
+        )
+
+
+def message_id(invocation_id: uuid.UUID) -> str:
+    return f"msg_{invocation_id.hex}"
+
+
+def stop_reason(reason: FinishReason | str) -> str:
+    return _STOP.get(FinishReason(reason), "end_turn")
+
+
+def usage(summary: InvocationSummary) -> dict[str, Any]:
+    """The receipt's usage in Anthropic's split: `input_tokens` excludes what was read from the
+    cache. The receipt keeps no separate count of cache writes, so they stay inside
+    `input_tokens` and `cache_creation_input_tokens` is 0."""
+    total = summary.input_tokens or 0
+    cached = min(summary.cached_input_tokens or 0, total)
+    return {
+        "input_tokens": total - cached,
+        "output_tokens": summary.output_tokens or 0,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": cached,
+    }
+
+
+def tool_input(arguments: str) -> Any:
+    try:
+        return json.loads(arguments or "{}")
+    except ValueError:
+        return {}
+
+
+def message_body(
+    invocation_id: uuid.UUID, profile: str, completion: Completion, summary: InvocationSummary
+) -> dict[str, Any]:
+    content: list[dict[str, Any]] = []
+    if completion.text:
+        content.append({"type": "text", "text": completion.text})
+    content += [
+        {"type": "tool_use", "id": c.id, "name": c.name, "input": tool_input(c.arguments)}
+        for c in completion.tool_calls
+    ]
+    return {
+        "id": message_id(invocation_id),
+        "type": "message",
+        "role": "assistant",
+        "model": profile,
+        "content": content,
+        "stop_reason": stop_reason(completion.finish_reason),
+        "stop_sequence": None,
+        "usage": usage(summary),
+    }
+
+
+def receipt_event(summary: InvocationSummary) -> dict[str, Any]:
+    """The extra stream event naming the receipt (the SDK passes unknown event types through)."""
+    return {"type": "model_router", **receipt_view(summary)}
+
+
+class ErrorObject(_Loose):
+    type: str
+    message: str
+
+
+class ErrorEnvelope(_Loose):
+    """Anthropic's error body; the problem's own members (errors[].field, receiptId,
+    errorClass, requestId) come alongside."""
+
+    type: Literal["error"]
+    error: ErrorObject
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorEnvelope, "description": "Anthropic's error envelope"}
+    for code in (422, "4XX", "5XX")
+}
+
+
+# The gateway's statuses as Anthropic's error types (what the SDK reads as `error.type`).
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "conflict_error",
+    413: "request_too_large",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    502: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+}
+
+
+def error_envelope(status: int, problem: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """A problem+json body as Anthropic's error envelope; the problem's own members (the
+    fields at fault, the receipt, the error class) stay alongside for callers that look."""
+    message = str(problem.get("detail") or problem.get("title") or "error")
+    fields = [e["field"] for e in problem.get("errors", []) if isinstance(e, dict)]
+    if fields:
+        details = "; ".join(f"{e['field']}: {e['message']}" for e in problem["errors"])
+        message = f"{message} ({details})"
+    elif problem.get("field"):
+        message = f"{message} (field {problem['field']})"
+    kind = ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    extra = {k: v for k, v in problem.items() if k not in ("type", "error")}
+    body = {"type": "error", "error": {"type": kind, "message": message}, **extra}
+    return body, no_retry(status, problem)

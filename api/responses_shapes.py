@@ -1,0 +1,393 @@
+"""OpenAI Responses wire shapes, stateless: the request (`input` as a string or a list of
+message / function_call / function_call_output items, `instructions`, function tools,
+`tool_choice`, `text.format`, `max_output_tokens`) mapped to the normalised ChatRequest, and
+the Response object built from the answer and its receipt.
+
+Nothing is stored server-side (`store` is false): `previous_response_id`, `conversation`,
+`store: true` and background mode would need this gateway to keep prompts and outputs under
+the tenant's retention, so they are refused. So is what the normalised request cannot carry:
+images, files, audio, reasoning items and settings, non-function tools, `top_p`, logprobs.
+Identifiers and hints that do not change the answer (`metadata`, `user`, `safety_identifier`,
+`prompt_cache_key`, `service_tier`, `include` of reasoning content that never exists here) are
+accepted.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Literal
+
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.openai_shapes import field_errors
+from api.surface import no_retry, receipt_view
+from domain.invocation import InvocationSummary
+from providers.types import (
+    ChatRequest,
+    Completion,
+    FinishReason,
+    Message,
+    ResponseFormat,
+    Tool,
+    ToolCall,
+    ToolChoice,
+)
+
+# Request fields that need server-side state, or have no place in the normalised request.
+_STATEFUL = ("previous_response_id", "conversation", "prompt", "background_options")
+_UNMAPPED = (
+    "top_p",
+    "top_logprobs",
+    "max_tool_calls",
+    "context_management",
+    "image",
+    "moderation",
+    "access_programs",
+)
+_TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
+
+
+class _Loose(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class FunctionTool(_Loose):
+    type: Literal["function"]
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class TextFormat(_Loose):
+    type: Literal["text", "json_object", "json_schema"]
+    name: str | None = Field(default=None, max_length=64)
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+    description: str | None = None
+
+
+class TextConfig(_Loose):
+    format: TextFormat | None = None
+    verbosity: str | None = None
+
+
+class ResponsesIn(_Loose):
+    model: str = Field(min_length=1, max_length=200, description="A profile id")
+    input: str | list[dict[str, Any]] = Field(
+        description="Text, or message / function_call / function_call_output items"
+    )
+    instructions: str | None = None
+    tools: list[FunctionTool] | None = Field(default=None, max_length=512)
+    tool_choice: Literal["auto", "none", "required"] | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    text: TextConfig | None = None
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    store: bool | None = Field(default=None, description="Only false: nothing is stored")
+    background: bool | None = None
+    reasoning: dict[str, Any] | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    include: list[str] | None = None
+    metadata: dict[str, str] | None = None
+    stream: bool = False
+
+
+def _refuse(loc: tuple[str | int, ...], message: str) -> RequestValidationError:
+    return RequestValidationError(
+        [{"type": "value_error", "loc": ("body", *loc), "msg": message, "input": None}]
+    )
+
+
+def _refusals(body: ResponsesIn) -> None:
+    extra = body.model_extra or {}
+    for name in _STATEFUL:
+        if extra.get(name) is not None:
+            raise _refuse(
+                (name,),
+                "this gateway is stateless (store: false): send the whole conversation as input",
+            )
+    if body.store:
+        raise _refuse(("store",), "responses are not stored; send store: false or omit it")
+    if body.background:
+        raise _refuse(("background",), "background responses need stored state")
+    for name in _UNMAPPED:
+        if extra.get(name) is not None:
+            raise _refuse((name,), "cannot be mapped to the normalised request")
+    if body.reasoning and any(v is not None for v in body.reasoning.values()):
+        raise _refuse(("reasoning",), "reasoning settings cannot be mapped")
+    if body.truncation == "auto":
+        raise _refuse(("truncation",), "only truncation: disabled")
+    if body.text is not None and body.text.verbosity is not None:
+        raise _refuse(("text", "verbosity"), "cannot be mapped")
+    if "message.output_text.logprobs" in (body.include or []):
+        raise _refuse(("include",), "logprobs cannot be mapped")
+
+
+def _text(content: Any, loc: tuple[str | int, ...]) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise _refuse(loc, "must be a string or a list of text parts")
+    parts = []
+    for i, part in enumerate(content):
+        if not isinstance(part, dict) or part.get("type") not in _TEXT_PARTS:
+            kind = part.get("type") if isinstance(part, dict) else None
+            raise _refuse((*loc, i, "type"), f"{kind!r} content cannot be mapped")
+        text = part.get("text")
+        if not isinstance(text, str):
+            raise _refuse((*loc, i, "text"), "a text part needs its text")
+        parts.append(text)
+    return "".join(parts)
+
+
+def _str(item: dict[str, Any], key: str, loc: tuple[str | int, ...]) -> str:
+    value = item.get(key)
+    if not isinstance(value, str) or not value:
+        raise _refuse((*loc, key), "required")
+    return value
+
+
+def _items(items: list[dict[str, Any]]) -> list[Message]:
+    messages: list[Message] = []
+    for index, item in enumerate(items):
+        loc: tuple[str | int, ...] = ("input", index)
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("user", "system", "developer", "assistant"):
+                raise _refuse((*loc, "role"), "must be user, system, developer or assistant")
+            text = _text(item.get("content"), (*loc, "content"))
+            messages.append(Message(role="system" if role == "developer" else role, content=text))
+        elif kind == "function_call":
+            call = ToolCall(
+                id=_str(item, "call_id", loc),
+                name=_str(item, "name", loc),
+                arguments=item.get("arguments") or "{}",
+            )
+            last = messages[-1] if messages else None
+            # Calls of one turn (and the text before them) are one assistant message.
+            if last is not None and last.role == "assistant":
+                messages[-1] = last.model_copy(update={"tool_calls": (*last.tool_calls, call)})
+            else:
+                messages.append(Message(role="assistant", tool_calls=(call,)))
+        elif kind == "function_call_output":
+            output = _text(item.get("output", ""), (*loc, "output"))
+            messages.append(
+                Message(role="tool", content=output, tool_call_id=_str(item, "call_id", loc))
+            )
+        else:
+            raise _refuse((*loc, "type"), f"{kind!r} items cannot be mapped")
+    return messages
+
+
+def _choice(choice: str | dict[str, Any] | None) -> ToolChoice | None:
+    if choice is None:
+        return None
+    with field_errors("tool_choice"):
+        if isinstance(choice, str):
+            return ToolChoice(mode=choice)
+        if choice.get("type") != "function" or not isinstance(choice.get("name"), str):
+            raise _refuse(("tool_choice",), "only auto, none, required or a named function")
+        return ToolChoice(mode="tool", name=choice["name"])
+
+
+def _format(text: TextConfig | None) -> ResponseFormat | None:
+    fmt = text.format if text is not None else None
+    if fmt is None or fmt.type == "text":
+        return None
+    with field_errors("text", "format"):
+        return ResponseFormat(
+            type=fmt.type,
+            name=fmt.name,
+            json_schema=fmt.schema_ if fmt.type == "json_schema" else None,
+            strict=fmt.strict if fmt.strict is not None else True,
+        )
+
+
+def to_chat_request(body: ResponsesIn) -> ChatRequest:
+    _refusals(body)
+    messages: list[Message] = []
+    if body.instructions:
+        messages.append(Message(role="system", content=body.instructions))
+    if isinstance(body.input, str):
+        messages.append(Message(role="user", content=body.input))
+    else:
+        with field_errors("input"):
+            messages += _items(body.input)
+    with field_errors():
+        return ChatRequest(
+            messages=tuple(messages),
+            tools=tuple(
+                Tool(
+                    name=t.name,
+                    description=t.description,
+                    parameters=t.parameters or {"type": "object", "properties": {}},
+                    strict=bool(t.strict),
+                )
+                for t in body.tools or []
+            ),
+            tool_choice=_choice(body.tool_choice),
+            parallel_tool_calls=body.parallel_tool_calls,
+            response_format=_format(body.text),
+            max_tokens=body.max_output_tokens,
+            temperature=body.temperature,
+        )
+
+
+def response_id(invocation_id: uuid.UUID) -> str:
+    return f"resp_{invocation_id.hex}"
+
+
+def message_item_id(invocation_id: uuid.UUID, output_index: int = 0) -> str:
+    suffix = f"_{output_index}" if output_index else ""
+    return f"msg_{invocation_id.hex}{suffix}"
+
+
+def call_item_id(invocation_id: uuid.UUID, index: int) -> str:
+    return f"fc_{invocation_id.hex}_{index}"
+
+
+def usage(summary: InvocationSummary) -> dict[str, Any]:
+    """The receipt's usage: OpenAI counts cached tokens inside input_tokens, as receipts do.
+    Receipts keep no separate count of cache writes (0 here)."""
+    tokens_in, tokens_out = summary.input_tokens or 0, summary.output_tokens or 0
+    return {
+        "input_tokens": tokens_in,
+        "input_tokens_details": {
+            "cached_tokens": summary.cached_input_tokens or 0,
+            "cache_write_tokens": 0,
+        },
+        "output_tokens": tokens_out,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": tokens_in + tokens_out,
+    }
+
+
+def text_item(invocation_id: uuid.UUID, text: str, status: str) -> dict[str, Any]:
+    content = [] if status == "in_progress" else [text_part(text)]
+    return {
+        "id": message_item_id(invocation_id),
+        "type": "message",
+        "role": "assistant",
+        "status": status,
+        "content": content,
+    }
+
+
+def text_part(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def call_item(invocation_id: uuid.UUID, index: int, call: ToolCall, status: str) -> dict[str, Any]:
+    return {
+        "id": call_item_id(invocation_id, index),
+        "type": "function_call",
+        "call_id": call.id,
+        "name": call.name,
+        "arguments": call.arguments if status != "in_progress" else "",
+        "status": status,
+    }
+
+
+def output_items(invocation_id: uuid.UUID, completion: Completion) -> list[dict[str, Any]]:
+    items = [text_item(invocation_id, completion.text, "completed")] if completion.text else []
+    items += [
+        call_item(invocation_id, i, c, "completed") for i, c in enumerate(completion.tool_calls)
+    ]
+    return items
+
+
+def status_of(finish: FinishReason | None) -> tuple[str, dict[str, str] | None]:
+    if finish is FinishReason.LENGTH:
+        return "incomplete", {"reason": "max_output_tokens"}
+    if finish is FinishReason.CONTENT_FILTER:
+        return "incomplete", {"reason": "content_filter"}
+    return "completed", None
+
+
+def response_body(
+    invocation_id: uuid.UUID,
+    body: ResponsesIn,
+    *,
+    status: str,
+    created_at: float,
+    output: list[dict[str, Any]] | None = None,
+    summary: InvocationSummary | None = None,
+    incomplete: dict[str, str] | None = None,
+    error: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    text = body.text.model_dump(by_alias=True, exclude_none=True) if body.text else None
+    return {
+        "id": response_id(invocation_id),
+        "object": "response",
+        "created_at": created_at,
+        "status": status,
+        "completed_at": time.time() if status == "completed" else None,
+        "error": error,
+        "incomplete_details": incomplete,
+        "instructions": body.instructions,
+        "max_output_tokens": body.max_output_tokens,
+        "metadata": body.metadata or {},
+        "model": body.model,
+        "output": output or [],
+        "parallel_tool_calls": body.parallel_tool_calls is not False,
+        "previous_response_id": None,
+        "store": False,
+        "temperature": body.temperature,
+        "text": text or {"format": {"type": "text"}},
+        "tool_choice": body.tool_choice or "auto",
+        "tools": [t.model_dump(exclude_none=True) for t in body.tools or []],
+        "top_p": None,
+        "truncation": "disabled",
+        "usage": usage(summary) if summary is not None else None,
+    }
+
+
+def receipt_event(summary: InvocationSummary) -> dict[str, Any]:
+    """The extra stream event naming the receipt (the SDK passes unknown event types through)."""
+    return {"type": "model_router.receipt", **receipt_view(summary)}
+
+
+class ErrorObject(_Loose):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorEnvelope(_Loose):
+    """problem+json members with OpenAI's `error` (what the SDK reads) alongside."""
+
+    error: ErrorObject
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorEnvelope, "description": "OpenAI's error envelope"}
+    for code in (422, "4XX", "5XX")
+}
+
+
+_OPENAI_TYPES = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "conflict_error",
+    429: "rate_limit_error",
+}
+
+
+def error_envelope(status: int, problem: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """A problem+json body with OpenAI's `error` member added (what the SDK reads): the field
+    at fault as `param`. The problem's own members stay."""
+    errors = [e for e in problem.get("errors", []) if isinstance(e, dict)]
+    param = errors[0]["field"].removeprefix("body.") if errors else problem.get("field")
+    message = str(problem.get("detail") or problem.get("title") or "error")
+    if errors:
+        details = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
+        message = f"{message} ({details})"
+    kind = _OPENAI_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    error = problem.get("error") or {"message": message, "type": kind, "code": kind}
+    return {**problem, "error": {"param": param, **error}}, no_retry(status, problem)

@@ -1,0 +1,184 @@
+"""The Responses stream as the openai SDK's `responses.stream()` reads it, built from
+normalised events: `response.created`, `response.in_progress`, then per output item
+`response.output_item.added`, its deltas (`response.output_text.delta` inside a content part,
+or `response.function_call_arguments.delta`) and their `.done` events, then the
+`model_router.receipt` event naming the receipt, then `response.completed` (or
+`response.incomplete` when the answer was cut by max_output_tokens) with the receipt's usage.
+A call that fails after `response.created` ends with `response.failed`, never a silent stop."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from api.responses_shapes import (
+    ResponsesIn,
+    call_item,
+    call_item_id,
+    message_item_id,
+    receipt_event,
+    response_body,
+    status_of,
+    text_item,
+    text_part,
+)
+from domain.invocation import InvocationSummary
+from providers.types import Finish, FinishReason, TextDelta, ToolCall, ToolCallDelta
+
+
+@dataclass
+class _Call:
+    output_index: int
+    id: str
+    name: str
+    arguments: list[str] = field(default_factory=list)
+    done: bool = False
+
+    def call(self) -> ToolCall:
+        return ToolCall(id=self.id, name=self.name, arguments="".join(self.arguments) or "{}")
+
+
+class ResponseEvents:
+    def __init__(self, invocation_id: uuid.UUID, body: ResponsesIn) -> None:
+        self._id = invocation_id
+        self._body = body
+        self._created = time.time()
+        self._sequence = 0
+        self._items = 0
+        self._text: list[str] | None = None
+        self._text_index = -1
+        self._text_id = ""
+        self._text_done = False
+        self._calls: dict[int, _Call] = {}
+        self._finish: FinishReason | None = None
+        self._done: list[tuple[int, dict[str, Any]]] = []
+
+    def _event(self, kind: str, **data: Any) -> bytes:
+        payload = {"type": kind, "sequence_number": self._sequence, **data}
+        self._sequence += 1
+        return f"event: {kind}\ndata: {json.dumps(payload, separators=(',', ':'))}\n\n".encode()
+
+    def _response(self, status: str, **extra: Any) -> dict[str, Any]:
+        return response_body(self._id, self._body, status=status, created_at=self._created, **extra)
+
+    def start(self) -> bytes:
+        return self._event("response.created", response=self._response("in_progress")) + (
+            self._event("response.in_progress", response=self._response("in_progress"))
+        )
+
+    def _close_text(self) -> bytes:
+        if self._text is None or self._text_done:
+            return b""
+        self._text_done = True
+        text = "".join(self._text)
+        where = {"item_id": self._text_id, "output_index": self._text_index}
+        item = {**text_item(self._id, text, "completed"), "id": self._text_id}
+        self._done.append((self._text_index, item))
+        done = self._event(
+            "response.output_text.done", **where, content_index=0, text=text, logprobs=[]
+        )
+        return (
+            done
+            + self._event(
+                "response.content_part.done", **where, content_index=0, part=text_part(text)
+            )
+            + self._event("response.output_item.done", output_index=self._text_index, item=item)
+        )
+
+    def _close_call(self, index: int, call: _Call) -> bytes:
+        call.done = True
+        item = call_item(self._id, index, call.call(), "completed")
+        self._done.append((call.output_index, item))
+        where = {"item_id": call_item_id(self._id, index), "output_index": call.output_index}
+        return self._event(
+            "response.function_call_arguments.done",
+            **where,
+            name=call.name,
+            arguments=item["arguments"],
+        ) + self._event("response.output_item.done", output_index=call.output_index, item=item)
+
+    def add(self, event: TextDelta | ToolCallDelta | Finish) -> bytes:
+        if isinstance(event, Finish):
+            self._finish = event.reason
+            return b""
+        if isinstance(event, TextDelta):
+            out = b""
+            if self._text is None or self._text_done:
+                # A message item opens (again, after a tool call: as a new item).
+                self._text, self._text_index, self._text_done = [], self._items, False
+                self._text_id = message_item_id(self._id, self._items)
+                self._items += 1
+                item = {**text_item(self._id, "", "in_progress"), "id": self._text_id}
+                out += self._event(
+                    "response.output_item.added", output_index=self._text_index, item=item
+                )
+                out += self._event(
+                    "response.content_part.added",
+                    item_id=self._text_id,
+                    output_index=self._text_index,
+                    content_index=0,
+                    part=text_part(""),
+                )
+            self._text.append(event.text)
+            return out + self._event(
+                "response.output_text.delta",
+                item_id=self._text_id,
+                output_index=self._text_index,
+                content_index=0,
+                delta=event.text,
+                logprobs=[],
+            )
+        out = self._close_text()
+        call = self._calls.get(event.index)
+        if call is None:
+            call = _Call(
+                output_index=self._items,
+                id=event.id or f"call_{self._id.hex[:16]}_{event.index}",
+                name=event.name or "",
+            )
+            self._items += 1
+            self._calls[event.index] = call
+            item = call_item(self._id, event.index, call.call(), "in_progress")
+            out += self._event(
+                "response.output_item.added", output_index=call.output_index, item=item
+            )
+        if event.arguments_delta:
+            call.arguments.append(event.arguments_delta)
+            out += self._event(
+                "response.function_call_arguments.delta",
+                item_id=call_item_id(self._id, event.index),
+                output_index=call.output_index,
+                delta=event.arguments_delta,
+            )
+        return out
+
+    def _close_all(self) -> bytes:
+        out = self._close_text()
+        for index, call in sorted(self._calls.items()):
+            if not call.done:
+                out += self._close_call(index, call)
+        return out
+
+    def end(self, summary: InvocationSummary) -> bytes:
+        out = self._close_all()
+        status, incomplete = status_of(self._finish)
+        output = [item for _, item in sorted(self._done, key=lambda pair: pair[0])]
+        response = self._response(status, output=output, summary=summary, incomplete=incomplete)
+        out += self._event(receipt_event(summary)["type"], **_without_type(receipt_event(summary)))
+        kind = "response.completed" if status == "completed" else "response.incomplete"
+        return out + self._event(kind, response=response)
+
+    def fail(self, summary: InvocationSummary) -> bytes:
+        kind = summary.error_kind or "provider_error"
+        error = {"code": "server_error", "message": f"model call failed after output began: {kind}"}
+        output = [item for _, item in sorted(self._done, key=lambda pair: pair[0])]
+        response = self._response("failed", output=output, error=error)
+        response["model_router"] = _without_type(receipt_event(summary))
+        return self._event("response.failed", response=response)
+
+
+def _without_type(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k != "type"}

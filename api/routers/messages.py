@@ -1,0 +1,138 @@
+"""Anthropic's Messages surface: `model` is a profile id; the official anthropic SDK works
+unchanged with its base URL at the gateway. The same routing, pinned plans, receipts,
+idempotency, budgets and resilience as every surface; errors in Anthropic's envelope."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from activities.invoke_hub import ReceiptReady
+from activities.invoke_outcomes import estimate_tokens
+from api.anthropic_shapes import (
+    ERROR_RESPONSES,
+    CountTokensIn,
+    MessagesIn,
+    error_envelope,
+    message_body,
+    to_chat_request,
+)
+from api.anthropic_stream import MessageEvents
+from api.deps import RuntimeDep, get_principal_or_api_key, require
+from api.invocations import Call, Replayed, Running
+from api.surface import (
+    RECEIPT,
+    CallHeaders,
+    Service,
+    collect,
+    failure_response,
+    first_event,
+    receipt_headers,
+    receipt_view,
+    replay_events,
+)
+from api.token_count import count_input_tokens
+from core.security import Principal
+from domain.access import Action
+from domain.enums import InvocationOutcome, Scope
+from domain.invocation import Operation
+from providers.types import Finish, TextDelta, ToolCallDelta
+
+router = APIRouter(prefix="/v1", tags=["anthropic-messages"])
+
+Invoker = Annotated[
+    Principal, Depends(require(Scope.MODELS_INVOKE, Action.INVOKE, get_principal_or_api_key))
+]
+# Every error under this prefix is rendered in Anthropic's envelope (api/problems.py).
+ENVELOPE = ("/v1/messages", error_envelope)
+
+
+@router.post(
+    "/messages", operation_id="CreateMessage", response_model=None, responses=ERROR_RESPONSES
+)
+async def create_message(
+    body: MessagesIn,
+    request: Request,
+    principal: Invoker,
+    service: Service,
+    headers: CallHeaders,
+) -> Response:
+    chat = to_chat_request(body)
+    call = Call(
+        profile_id=body.model,
+        project_id=headers.project_id,
+        run_id=headers.run_id,
+        attempt_id=headers.attempt_id,
+        idempotency_key=headers.idempotency_key,
+        operation=Operation.CHAT,
+        payload=chat.model_dump(mode="json"),
+        request=chat,
+        data_classification=headers.data_classification,
+        budget_usd=headers.budget_usd,
+        max_output_tokens=chat.max_tokens,
+        needs_tools=bool(chat.tools),
+        needs_structured_output=chat.response_format is not None,
+    )
+    running = await service.start(principal, call)
+    # A stream's headers go out before anyone answered: the receipt id only; the deployment
+    # that answered is named by the stream's receipt event.
+    meta = {RECEIPT: str(running.invocation_id)}
+    first = await first_event(running)
+    if isinstance(first, ReceiptReady) and first.summary.outcome is not InvocationOutcome.COMPLETED:
+        return failure_response(request, first.summary, service.retry_after(principal, running))
+    if body.stream:
+        return StreamingResponse(
+            _stream(running, first, body.model),
+            media_type="text/event-stream",
+            headers={**meta, "Cache-Control": "no-store"},
+        )
+    completion, summary = await collect(running, first)
+    if summary.outcome is not InvocationOutcome.COMPLETED or completion is None:
+        return failure_response(request, summary, service.retry_after(principal, running))
+    answer = message_body(running.invocation_id, body.model, completion, summary)
+    answer["model_router"] = receipt_view(summary)  # an extra field the SDK keeps
+    return JSONResponse(answer, headers=receipt_headers(summary))
+
+
+async def _stream(running: Running, first: Any, profile: str) -> AsyncIterator[bytes]:
+    events = MessageEvents(running.invocation_id, profile)
+    yield events.start()
+    item: Any = first
+    while True:
+        if isinstance(item, Replayed):
+            for event in replay_events(item):
+                yield events.add(event)
+        elif isinstance(item, TextDelta | ToolCallDelta | Finish):
+            yield events.add(item)
+        elif isinstance(item, ReceiptReady):
+            if item.summary.outcome is InvocationOutcome.COMPLETED:
+                yield events.end(item.summary)
+            else:
+                yield events.fail(item.summary)
+            return
+        item = await anext(running.events)
+
+
+@router.post("/messages/count_tokens", operation_id="CountMessageTokens", responses=ERROR_RESPONSES)
+async def count_tokens(
+    body: CountTokensIn,
+    principal: Invoker,
+    runtime: RuntimeDep,
+    headers: CallHeaders,
+    response: Response,
+) -> dict[str, int]:
+    """The count of the deployment the profile routes to now, when its provider counts tokens
+    (Anthropic); else our estimate (the one an Estimated receipt carries). The header
+    `X-Model-Router-Token-Count` says which (`deployment` or `estimate`). Counting is free at
+    the provider, so nothing is billed and there is no receipt."""
+    chat = to_chat_request(body)
+    counted = await count_input_tokens(runtime, principal, body.model, chat, headers)
+    source = "estimate" if counted is None else "deployment"
+    response.headers["X-Model-Router-Token-Count"] = source
+    if counted is None:
+        counted = estimate_tokens(json.dumps(chat.model_dump(mode="json")))
+    return {"input_tokens": counted}

@@ -1,0 +1,124 @@
+"""OpenAI's Responses surface, stateless: `model` is a profile id; the official openai SDK's
+`responses.create` and `responses.stream` work unchanged. The same routing, pinned plans,
+receipts, idempotency, budgets and resilience as every surface."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from activities.invoke_hub import ReceiptReady
+from api.deps import require
+from api.invocations import Call, Replayed, Running
+from api.responses_shapes import (
+    ERROR_RESPONSES,
+    ResponsesIn,
+    error_envelope,
+    output_items,
+    response_body,
+    status_of,
+    to_chat_request,
+)
+from api.responses_stream import ResponseEvents
+from api.surface import (
+    RECEIPT,
+    CallHeaders,
+    Service,
+    collect,
+    failure_response,
+    first_event,
+    receipt_headers,
+    receipt_view,
+    replay_events,
+)
+from core.security import Principal
+from domain.access import Action
+from domain.enums import InvocationOutcome, Scope
+from domain.invocation import Operation
+from providers.types import Finish, TextDelta, ToolCallDelta
+
+router = APIRouter(prefix="/v1", tags=["openai-responses"])
+
+Invoker = Annotated[Principal, Depends(require(Scope.MODELS_INVOKE, Action.INVOKE))]
+# Errors under this prefix carry OpenAI's `error` member too (api/problems.py).
+ENVELOPE = ("/v1/responses", error_envelope)
+
+
+@router.post(
+    "/responses", operation_id="CreateResponse", response_model=None, responses=ERROR_RESPONSES
+)
+async def create_response(
+    body: ResponsesIn,
+    request: Request,
+    principal: Invoker,
+    service: Service,
+    headers: CallHeaders,
+) -> Response:
+    chat = to_chat_request(body)
+    call = Call(
+        profile_id=body.model,
+        project_id=headers.project_id,
+        run_id=headers.run_id,
+        attempt_id=headers.attempt_id,
+        idempotency_key=headers.idempotency_key,
+        operation=Operation.CHAT,
+        payload=chat.model_dump(mode="json"),
+        request=chat,
+        data_classification=headers.data_classification,
+        budget_usd=headers.budget_usd,
+        max_output_tokens=chat.max_tokens,
+        needs_tools=bool(chat.tools),
+        needs_structured_output=chat.response_format is not None,
+    )
+    created = time.time()
+    running = await service.start(principal, call)
+    # A stream's headers go out before anyone answered: the receipt id only; the deployment
+    # that answered is named by the stream's receipt event.
+    meta = {RECEIPT: str(running.invocation_id)}
+    first = await first_event(running)
+    if isinstance(first, ReceiptReady) and first.summary.outcome is not InvocationOutcome.COMPLETED:
+        return failure_response(request, first.summary, service.retry_after(principal, running))
+    if body.stream:
+        return StreamingResponse(
+            _stream(running, first, body),
+            media_type="text/event-stream",
+            headers={**meta, "Cache-Control": "no-store"},
+        )
+    completion, summary = await collect(running, first)
+    if summary.outcome is not InvocationOutcome.COMPLETED or completion is None:
+        return failure_response(request, summary, service.retry_after(principal, running))
+    status, incomplete = status_of(completion.finish_reason)
+    answer = response_body(
+        running.invocation_id,
+        body,
+        status=status,
+        created_at=created,
+        output=output_items(running.invocation_id, completion),
+        summary=summary,
+        incomplete=incomplete,
+    )
+    answer["model_router"] = receipt_view(summary)  # an extra field the SDK keeps
+    return JSONResponse(answer, headers=receipt_headers(summary))
+
+
+async def _stream(running: Running, first: Any, body: ResponsesIn) -> AsyncIterator[bytes]:
+    events = ResponseEvents(running.invocation_id, body)
+    yield events.start()
+    item: Any = first
+    while True:
+        if isinstance(item, Replayed):
+            for event in replay_events(item):
+                yield events.add(event)
+        elif isinstance(item, TextDelta | ToolCallDelta | Finish):
+            yield events.add(item)
+        elif isinstance(item, ReceiptReady):
+            if item.summary.outcome is InvocationOutcome.COMPLETED:
+                yield events.end(item.summary)
+            else:
+                yield events.fail(item.summary)
+            return
+        item = await anext(running.events)

@@ -1,0 +1,98 @@
+"""A catalog for the agent-native surfaces' tests: one profile on an OpenAI-protocol
+deployment and one on an Anthropic-protocol deployment of the local upstream, with models
+unique to the test so request counts and faults never leak between tests."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+import httpx
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from providers.upstream import UpstreamServer
+from store.receipts import by_key
+from store.tables import InvocationReceiptRow
+from tests.helpers.catalog import approved_deployment, profile_event, publish, record_evidence
+
+CAPABILITIES = {
+    "tool-calling": 0.95,
+    "parallel-tool-calling": 0.9,
+    "json-schema": 0.95,
+    "strict-json": 0.95,
+}
+PROTOCOLS = ("openai", "anthropic")
+
+
+@dataclass
+class Catalog:
+    auth: dict[str, str]
+    tag: str
+    tenant: str
+
+    def profile(self, protocol: str) -> str:
+        return f"{protocol}-{self.tag}"
+
+    def model(self, protocol: str) -> str:
+        return f"{protocol}-model-{self.tag}"
+
+    def deployment(self, protocol: str) -> str:
+        return f"sf/{protocol}-{self.tag}"
+
+
+async def build_catalog(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    temporal: Client,
+    tenant: str,
+    upstream: UpstreamServer,
+) -> Catalog:
+    catalog = Catalog(auth=auth, tag=uuid.uuid4().hex[:8], tenant=tenant)
+    # Priced, so that a budget (X-Budget-Usd) can be judged on these surfaces too.
+    prices = {
+        "revision": f"sf-{catalog.tag}",
+        "entries": [
+            {
+                "provider": protocol,
+                "model": catalog.model(protocol),
+                "inputUsdPerMtok": "1000",
+                "outputUsdPerMtok": "2000",
+                "effectiveFrom": "2020-01-01",
+            }
+            for protocol in PROTOCOLS
+        ],
+    }
+    priced = await http.post("/factory/pricebook-revisions", json=prices, headers=auth)
+    assert priced.status_code == 201, priced.text
+    for protocol in PROTOCOLS:
+        deployment = catalog.deployment(protocol)
+        await approved_deployment(
+            http,
+            auth,
+            temporal,
+            tenant,
+            deployment,
+            provider=protocol,
+            model=catalog.model(protocol),
+            endpointRef=upstream.endpoint_ref,
+        )
+        await record_evidence(temporal, tenant, deployment, CAPABILITIES)
+        event = profile_event(
+            catalog.profile(protocol),
+            [deployment],
+            {"tool-calling": 0.8},
+            priceBasis=f"sf-{catalog.tag}",
+        )
+        published = await publish(http, auth, event)
+        assert published.status_code == 200, published.text
+    return catalog
+
+
+async def receipt(
+    sessions: async_sessionmaker[AsyncSession], tenant: str, key: str
+) -> InvocationReceiptRow:
+    async with sessions() as session:
+        row = await by_key(session, tenant, key)
+    assert row is not None, key
+    return row

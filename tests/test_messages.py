@@ -1,0 +1,560 @@
+"""The Anthropic Messages surface with the official anthropic SDK as the client, against an
+OpenAI-protocol and an Anthropic-protocol deployment of the local upstream: plain and streamed
+answers (read with the SDK's own stream helper), a tool round trip, JSON through a forced tool,
+usage equal to the receipt's, idempotency, pinned runs, a cut stream, errors in Anthropic's
+envelope, cache_control passed through, and count_tokens."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anthropic
+import httpx
+import pytest
+from anthropic import AsyncAnthropic
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from providers.upstream import ChatTurn, Fault, FaultKind, Reply, UpstreamServer, default_responder
+from tests.conftest import TokenFactory
+from tests.helpers.catalog import approved_deployment, profile_event, publish
+from tests.helpers.surfaces import PROTOCOLS, Catalog, build_catalog, receipt
+
+WEATHER: Any = {
+    "name": "get_weather",
+    "description": "The weather in a city",
+    "input_schema": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    },
+}
+
+
+@pytest.fixture
+async def catalog(
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+) -> Catalog:
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    return await build_catalog(http, auth, temporal_client, tenant, upstream)
+
+
+@pytest.fixture
+async def client(
+    api_url: str, token_for: TokenFactory, tenant: str, catalog: Catalog
+) -> AsyncIterator[AsyncAnthropic]:
+    async with AsyncAnthropic(
+        base_url=api_url, api_key=await token_for(tenant), max_retries=0
+    ) as c:
+        yield c
+
+
+def _text(message: Any) -> str:
+    return "".join(b.text for b in message.content if b.type == "text")
+
+
+def _usage_matches(usage: Any, row: Any) -> None:
+    cached = row.cached_input_tokens or 0
+    assert usage.input_tokens + (usage.cache_read_input_tokens or 0) == row.input_tokens
+    assert usage.cache_read_input_tokens == cached
+    assert usage.output_tokens == row.output_tokens and row.output_tokens > 0
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_non_stream_answer_with_the_receipts_usage(
+    client: AsyncAnthropic,
+    catalog: Catalog,
+    sessions: async_sessionmaker[AsyncSession],
+    protocol: str,
+) -> None:
+    key = f"msg-{uuid.uuid4().hex}"
+    raw = await client.messages.with_raw_response.create(
+        model=catalog.profile(protocol),
+        max_tokens=200,
+        system=[{"type": "text", "text": "be brief"}],
+        messages=[{"role": "user", "content": "hello messages"}],
+        extra_body={"temperature": 0.2},
+        stop_sequences=["never-said"],
+        extra_headers={"Idempotency-Key": key},
+    )
+    message = await raw.parse()
+    assert message.type == "message" and message.role == "assistant"
+    assert message.model == catalog.profile(protocol)
+    assert [b.type for b in message.content] == ["text"]
+    assert _text(message) == "Echo: hello messages"
+    assert message.stop_reason == "end_turn"
+    row = await receipt(sessions, catalog.tenant, key)
+    assert raw.headers["x-model-router-receipt-id"] == str(row.invocation_id)
+    assert raw.headers["x-model-router-deployment"] == catalog.deployment(protocol)
+    assert message.id == f"msg_{row.invocation_id.hex}"
+    assert raw.headers["x-model-router-usage-status"] == "Reported"
+    # The receipt also rides in the body, as an extra field the SDK keeps.
+    extra: Any = getattr(message, "model_router")  # noqa: B009
+    assert extra["receiptId"] == str(row.invocation_id)
+    assert extra["deploymentId"] == row.deployment_id and extra["outcome"] == "Completed"
+    assert (row.outcome, row.usage_status) == ("Completed", "Reported")
+    _usage_matches(message.usage, row)
+
+
+async def test_the_token_is_accepted_as_x_api_key(
+    api_url: str, token_for: TokenFactory, tenant: str, catalog: Catalog
+) -> None:
+    token = await token_for(tenant)
+    async with AsyncAnthropic(
+        base_url=api_url, api_key=None, default_headers={"X-Api-Key": token}, max_retries=0
+    ) as c:
+        message = await c.messages.create(
+            model=catalog.profile("openai"),
+            max_tokens=50,
+            messages=[{"role": "user", "content": "by api key"}],
+        )
+    assert _text(message) == "Echo: by api key"
+    async with AsyncAnthropic(
+        base_url=api_url, api_key=None, default_headers={"X-Api-Key": "nope"}, max_retries=0
+    ) as c:
+        with pytest.raises(anthropic.AuthenticationError) as refused:
+            await c.messages.create(
+                model=catalog.profile("openai"),
+                max_tokens=50,
+                messages=[{"role": "user", "content": "x"}],
+            )
+    assert refused.value.type == "authentication_error"
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_stream_read_with_the_sdk_helper(
+    client: AsyncAnthropic,
+    catalog: Catalog,
+    sessions: async_sessionmaker[AsyncSession],
+    protocol: str,
+) -> None:
+    key = f"msg-stream-{uuid.uuid4().hex}"
+    kinds: list[str] = []
+    async with client.messages.stream(
+        model=catalog.profile(protocol),
+        max_tokens=200,
+        messages=[{"role": "user", "content": "stream these words please"}],
+        extra_headers={"Idempotency-Key": key},
+    ) as stream:
+        async for event in stream:
+            kinds.append(event.type)
+        final = await stream.get_final_message()
+    assert _text(final) == "Echo: stream these words please"
+    assert final.stop_reason == "end_turn"
+    # The SDK's order, and the receipt event it passes through untouched.
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    assert kinds.index("content_block_start") < kinds.index("content_block_stop")
+    assert kinds.index("content_block_stop") < kinds.index("message_delta")
+    assert kinds.index("message_delta") < kinds.index("model_router") < kinds.index("message_stop")
+    row = await receipt(sessions, catalog.tenant, key)
+    assert row.outcome == "Completed"
+    _usage_matches(final.usage, row)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_receipt_event_in_the_raw_stream(
+    client: AsyncAnthropic, catalog: Catalog, protocol: str
+) -> None:
+    stream = await client.messages.create(
+        model=catalog.profile(protocol),
+        max_tokens=100,
+        messages=[{"role": "user", "content": "raw"}],
+        stream=True,
+    )
+    events = [event async for event in stream]
+    extra: Any = next(e for e in events if e.type == "model_router")
+    assert extra.deploymentId == catalog.deployment(protocol)
+    assert extra.outcome == "Completed" and extra.receiptId
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_tool_round_trip(client: AsyncAnthropic, catalog: Catalog, protocol: str) -> None:
+    ask: Any = [{"role": "user", "content": "weather in Paris?"}]
+    first = await client.messages.create(
+        model=catalog.profile(protocol),
+        max_tokens=200,
+        messages=ask,
+        tools=[WEATHER],
+        tool_choice={"type": "any"},
+    )
+    assert first.stop_reason == "tool_use"
+    [call] = [b for b in first.content if b.type == "tool_use"]
+    assert call.name == "get_weather" and isinstance(call.input["city"], str)
+    follow: Any = [
+        *ask,
+        {"role": "assistant", "content": [b.model_dump() for b in first.content]},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "sunny, 21C"}],
+        },
+    ]
+    async with client.messages.stream(
+        model=catalog.profile(protocol), max_tokens=200, messages=follow, tools=[WEATHER]
+    ) as stream:
+        final = await stream.get_final_message()
+    assert _text(final) == "Tool result received: sunny, 21C"
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_json_through_a_forced_tool(
+    client: AsyncAnthropic, catalog: Catalog, protocol: str
+) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "integer"}, "unit": {"type": "string"}},
+        "required": ["answer", "unit"],
+        "additionalProperties": False,
+    }
+    tool: Any = {"name": "record", "input_schema": schema}
+    async with client.messages.stream(
+        model=catalog.profile(protocol),
+        max_tokens=200,
+        messages=[{"role": "user", "content": "2+2 in apples"}],
+        tools=[tool],
+        tool_choice={"type": "tool", "name": "record"},
+    ) as stream:
+        final = await stream.get_final_message()
+    [block] = final.content
+    assert block.type == "tool_use" and block.name == "record"
+    assert isinstance(block.input["answer"], int)
+    assert isinstance(block.input["unit"], str)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_idempotency_replays_and_refuses_another_body(
+    client: AsyncAnthropic, catalog: Catalog, upstream: UpstreamServer, protocol: str
+) -> None:
+    key = f"msg-once-{uuid.uuid4().hex}"
+    before = upstream.requests(catalog.model(protocol))
+    body: Any = {
+        "model": catalog.profile(protocol),
+        "max_tokens": 100,
+        "messages": [{"role": "user", "content": "only once"}],
+        "extra_headers": {"Idempotency-Key": key},
+    }
+    one = await client.messages.create(**body)
+    again = await client.messages.create(**body)
+    async with client.messages.stream(**body) as stream:
+        streamed = await stream.get_final_message()
+    assert one.id == again.id == streamed.id
+    assert _text(one) == _text(again) == _text(streamed) == "Echo: only once"
+    assert one.usage == again.usage
+    assert upstream.requests(catalog.model(protocol)) - before == 1
+    # Another body under the key: a 409 the SDK does not retry (x-should-retry: false).
+    async with client.with_options(max_retries=3) as retrying:
+        with pytest.raises(anthropic.ConflictError) as conflict:
+            await retrying.messages.create(
+                **{**body, "messages": [{"role": "user", "content": "something else"}]}
+            )
+    assert conflict.value.type == "conflict_error"
+    assert conflict.value.response.headers["x-should-retry"] == "false"
+    assert upstream.requests(catalog.model(protocol)) - before == 1
+
+
+async def test_a_run_follows_its_pinned_plan(
+    client: AsyncAnthropic,
+    http: httpx.AsyncClient,
+    catalog: Catalog,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    profile = f"pin-{catalog.tag}"
+    first, second = catalog.deployment("openai"), f"sf/second-{catalog.tag}"
+    await approved_deployment(
+        http,
+        catalog.auth,
+        temporal_client,
+        catalog.tenant,
+        second,
+        provider="anthropic",
+        model=f"second-{catalog.tag}",
+        endpointRef=upstream.endpoint_ref,
+    )
+    v1 = await publish(http, catalog.auth, profile_event(profile, [first], {}))
+    assert v1.status_code == 200, v1.text
+    run = str(uuid.uuid4())
+
+    async def answered_by(run_id: str | None) -> str:
+        headers = {"X-Run-Id": run_id} if run_id else {}
+        raw = await client.messages.with_raw_response.create(
+            model=profile,
+            max_tokens=50,
+            messages=[{"role": "user", "content": "who answers"}],
+            extra_headers=headers,
+        )
+        row = await _receipt_by_id(sessions, raw.headers["x-model-router-receipt-id"])
+        assert row.deployment_id == raw.headers["x-model-router-deployment"]
+        if run_id:
+            assert str(row.run_id) == run_id and row.route_plan_id is not None
+        return str(row.deployment_id)
+
+    assert await answered_by(run) == first
+    v2 = await publish(http, catalog.auth, profile_event(profile, [second], {}, version="2"))
+    assert v2.status_code == 200, v2.text
+    assert await answered_by(run) == first  # the run keeps the plan it started with
+    assert await answered_by(str(uuid.uuid4())) == second
+    assert await answered_by(None) == second
+
+
+async def _receipt_by_id(sessions: async_sessionmaker[AsyncSession], invocation_id: str) -> Any:
+    from store.tables import InvocationReceiptRow
+
+    async with sessions() as session:
+        row = await session.get(InvocationReceiptRow, uuid.UUID(invocation_id))
+    assert row is not None
+    return row
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_stream_cut_after_output_is_an_error_event_and_partial(
+    client: AsyncAnthropic,
+    catalog: Catalog,
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+    protocol: str,
+) -> None:
+    upstream.register(
+        catalog.model(protocol), lambda turn: Reply(text=" ".join(f"w{i}" for i in range(40)))
+    )
+    upstream.inject(catalog.model(protocol), Fault(kind=FaultKind.STREAM_CUT, after_chunks=6))
+    key = f"msg-cut-{uuid.uuid4().hex}"
+    seen = ""
+    try:
+        with pytest.raises(anthropic.APIStatusError) as failed:
+            async with client.messages.stream(
+                model=catalog.profile(protocol),
+                max_tokens=200,
+                messages=[{"role": "user", "content": "a long answer"}],
+                extra_headers={"Idempotency-Key": key},
+            ) as stream:
+                async for text in stream.text_stream:
+                    seen += text
+    finally:
+        upstream.register(catalog.model(protocol), default_responder)
+    assert seen.startswith("w0")  # output had reached the caller
+    assert failed.value.type == "api_error"
+    assert "stream_incomplete" in str(failed.value.api_message)
+    row = await receipt(sessions, catalog.tenant, key)
+    assert row.outcome == "Partial"
+
+
+async def test_errors_in_anthropics_envelope(
+    client: AsyncAnthropic, http: httpx.AsyncClient, catalog: Catalog
+) -> None:
+    with pytest.raises(anthropic.NotFoundError) as missing:
+        await client.messages.create(
+            model="no-such-profile", max_tokens=10, messages=[{"role": "user", "content": "x"}]
+        )
+    assert missing.value.type == "not_found_error"
+
+    async def post(body: dict[str, Any]) -> httpx.Response:
+        return await http.post("/v1/messages", json=body, headers=catalog.auth)
+
+    base = {"model": catalog.profile("openai"), "messages": [{"role": "user", "content": "x"}]}
+    no_max = await post(base)
+    assert no_max.status_code == 422
+    assert no_max.headers["content-type"].startswith("application/json")
+    envelope = no_max.json()
+    assert envelope["type"] == "error"
+    assert envelope["error"]["type"] == "invalid_request_error"
+    assert "body.max_tokens" in envelope["error"]["message"]
+    # What the normalised request cannot carry is refused, naming the field.
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": ""}}
+    for body, field in (
+        (
+            {**base, "max_tokens": 5, "messages": [{"role": "user", "content": [image]}]},
+            "body.messages.0.content.0.type",
+        ),
+        ({**base, "max_tokens": 5, "top_k": 3}, "body.top_k"),
+        ({**base, "max_tokens": 5, "thinking": {"type": "enabled"}}, "body.thinking.type"),
+        (
+            {
+                **base,
+                "max_tokens": 5,
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "tool_result", "tool_use_id": "t", "is_error": True}],
+                    }
+                ],
+            },
+            "body.messages.0.content.0.is_error",
+        ),
+    ):
+        refused = await post(body)
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"]["type"] == "invalid_request_error"
+        assert field in refused.json()["error"]["message"], refused.text
+        assert field in [e["field"] for e in refused.json()["errors"]]
+    # Refused before any route reads the body (too deep), in the same envelope.
+    deep = await http.post(
+        "/v1/messages",
+        content=b'{"model": "x", "max_tokens": 1, "messages": ' + b"[" * 100 + b"]" * 100 + b"}",
+        headers={**catalog.auth, "content-type": "application/json"},
+    )
+    assert deep.status_code == 400 and deep.json()["type"] == "error", deep.text
+    assert deep.json()["error"]["type"] == "invalid_request_error"
+
+
+async def test_a_budget_denial_is_a_billing_error(
+    client: AsyncAnthropic, catalog: Catalog, upstream: UpstreamServer
+) -> None:
+    before = upstream.requests(catalog.model("openai"))
+    with pytest.raises(anthropic.APIStatusError) as denied:
+        await client.messages.create(
+            model=catalog.profile("openai"),
+            max_tokens=50,
+            messages=[{"role": "user", "content": "on a budget"}],
+            extra_headers={"X-Budget-Usd": "0.000001"},  # under the worst case
+        )
+    assert denied.value.status_code == 402 and denied.value.type == "billing_error"
+    assert denied.value.response.headers["x-model-router-receipt-id"]
+    assert denied.value.body["reason"] == "over-budget"  # type: ignore[index]
+    assert upstream.requests(catalog.model("openai")) == before
+    fits = await client.messages.create(
+        model=catalog.profile("openai"),
+        max_tokens=50,
+        messages=[{"role": "user", "content": "on a budget"}],
+        extra_headers={"X-Budget-Usd": "100"},
+    )
+    assert _text(fits) == "Echo: on a budget"
+    assert upstream.requests(catalog.model("openai")) == before + 1
+
+
+async def test_cache_control_reaches_anthropic_and_counts_as_cached(
+    client: AsyncAnthropic,
+    catalog: Catalog,
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    seen: list[dict[str, Any]] = []
+
+    def record(turn: ChatTurn) -> Reply:
+        seen.append(turn.raw)
+        return default_responder(turn)
+
+    upstream.register(catalog.model("anthropic"), record)
+    breakpoint = {"type": "ephemeral", "ttl": "1h"}
+    system: Any = [{"type": "text", "text": "rules " * 200, "cache_control": breakpoint}]
+    keys = [f"msg-cache-{uuid.uuid4().hex}" for _ in range(2)]
+    try:
+        for key in keys:
+            message = await client.messages.create(
+                model=catalog.profile("anthropic"),
+                max_tokens=50,
+                system=system,
+                messages=[{"role": "user", "content": "cached?"}],
+                extra_headers={"Idempotency-Key": key},
+            )
+    finally:
+        upstream.register(catalog.model("anthropic"), default_responder)
+    # Exactly the caller's breakpoint, as given (the adapter adds none of its own then).
+    assert seen[-1]["system"] == system
+    assert "cache_control" not in json.dumps(seen[-1]["messages"])
+    row = await receipt(sessions, catalog.tenant, keys[-1])
+    assert row.cached_input_tokens and row.cached_input_tokens > 0
+    assert message.usage.cache_read_input_tokens == row.cached_input_tokens
+    _usage_matches(message.usage, row)
+
+
+async def test_count_tokens_from_the_deployment_or_our_estimate(
+    client: AsyncAnthropic,
+    catalog: Catalog,
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    prompt: Any = {
+        "system": "be brief",
+        "messages": [{"role": "user", "content": "how many tokens is this"}],
+        "tools": [WEATHER],
+    }
+    # An Anthropic deployment counts, and its count is what the call is then billed.
+    before = upstream.requests(catalog.model("anthropic"), endpoint="count_tokens")
+    raw = await client.messages.with_raw_response.count_tokens(
+        model=catalog.profile("anthropic"), **prompt
+    )
+    counted = await raw.parse()
+    assert raw.headers["x-model-router-token-count"] == "deployment"
+    assert upstream.requests(catalog.model("anthropic"), endpoint="count_tokens") == before + 1
+    key = f"msg-count-{uuid.uuid4().hex}"
+    await client.messages.create(
+        model=catalog.profile("anthropic"),
+        max_tokens=50,
+        tool_choice={"type": "none"},
+        extra_headers={"Idempotency-Key": key},
+        **prompt,
+    )
+    assert counted.input_tokens == (await receipt(sessions, catalog.tenant, key)).input_tokens
+    # OpenAI's protocol has no counting: our estimate, and the header says so.
+    raw = await client.messages.with_raw_response.count_tokens(
+        model=catalog.profile("openai"), **prompt
+    )
+    estimated = await raw.parse()
+    assert raw.headers["x-model-router-token-count"] == "estimate"
+    assert estimated.input_tokens > 0
+    longer = await client.messages.count_tokens(
+        model=catalog.profile("openai"),
+        messages=[{"role": "user", "content": "how many tokens is this " * 50}],
+    )
+    assert longer.input_tokens > estimated.input_tokens
+    with pytest.raises(anthropic.NotFoundError):
+        await client.messages.count_tokens(
+            model="no-such-profile", messages=[{"role": "user", "content": "x"}]
+        )
+
+
+def test_requests_without_breakpoints_dump_and_hash_as_before() -> None:
+    """cache_control is left out of a dump when unset: the canonical request, and so every
+    existing Idempotency-Key's request hash, is what it was before the field existed."""
+    from providers.types import ChatRequest, Message, Tool
+
+    plain = ChatRequest(messages=(Message(role="user", content="x"),), tools=(Tool(name="t"),))
+    dumped = plain.model_dump(mode="json")
+    assert "cache_control" not in dumped["messages"][0]
+    assert "cache_control" not in dumped["tools"][0]
+    marked = Message(role="user", content="x", cache_control={"type": "ephemeral"})
+    assert marked.model_dump(mode="json")["cache_control"] == {"type": "ephemeral"}
+
+
+@pytest.mark.parametrize(
+    ("fault", "status", "kind", "retry"),
+    [
+        (FaultKind.CONTENT_POLICY, 400, "invalid_request_error", "false"),
+        (FaultKind.AUTH, 502, "api_error", "false"),
+        (FaultKind.UNAVAILABLE, 503, "overloaded_error", None),
+    ],
+)
+async def test_provider_failures_keep_the_sdks_retry_logic_right(
+    client: AsyncAnthropic,
+    catalog: Catalog,
+    upstream: UpstreamServer,
+    fault: FaultKind,
+    status: int,
+    kind: str,
+    retry: str | None,
+) -> None:
+    upstream.inject(catalog.model("openai"), Fault(kind=fault))
+    try:
+        with pytest.raises(anthropic.APIStatusError) as failed:
+            async with client.messages.stream(
+                model=catalog.profile("openai"),
+                max_tokens=50,
+                messages=[{"role": "user", "content": "fails before output"}],
+            ) as stream:
+                await stream.get_final_message()
+    finally:
+        upstream.state.clear_faults(catalog.model("openai"))
+    error = failed.value
+    assert (error.status_code, error.type) == (status, kind)
+    assert error.response.headers.get("x-should-retry") == retry
+    assert error.response.headers["x-model-router-receipt-id"]
+    if status == 503:
+        assert int(error.response.headers["retry-after"]) >= 1

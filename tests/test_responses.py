@@ -1,0 +1,416 @@
+"""The OpenAI Responses surface (stateless) with the official openai SDK as the client, against
+an OpenAI-protocol and an Anthropic-protocol deployment of the local upstream: responses.create
+and responses.stream, a function-call round trip, text.format JSON, usage equal to the
+receipt's, idempotency, pinned runs, a cut stream, and what is refused."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from openai import AsyncOpenAI
+from pydantic import BaseModel
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from providers.upstream import Fault, FaultKind, Reply, UpstreamServer, default_responder
+from store.tables import InvocationReceiptRow
+from tests.conftest import TokenFactory
+from tests.helpers.catalog import approved_deployment, profile_event, publish
+from tests.helpers.surfaces import PROTOCOLS, Catalog, build_catalog, receipt
+
+WEATHER: Any = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather in a city",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+    "strict": True,
+}
+
+
+class Apples(BaseModel):
+    answer: int
+    unit: str
+
+
+@pytest.fixture
+async def catalog(
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+) -> Catalog:
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    return await build_catalog(http, auth, temporal_client, tenant, upstream)
+
+
+@pytest.fixture
+async def client(
+    api_url: str, token_for: TokenFactory, tenant: str, catalog: Catalog
+) -> AsyncIterator[AsyncOpenAI]:
+    async with AsyncOpenAI(
+        base_url=f"{api_url}/v1", api_key=await token_for(tenant), max_retries=0
+    ) as c:
+        yield c
+
+
+def _usage_matches(usage: Any, row: InvocationReceiptRow) -> None:
+    assert usage.input_tokens == row.input_tokens
+    assert usage.output_tokens == row.output_tokens and (row.output_tokens or 0) > 0
+    assert usage.input_tokens_details.cached_tokens == (row.cached_input_tokens or 0)
+    assert usage.total_tokens == (row.input_tokens or 0) + (row.output_tokens or 0)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_create_with_the_receipts_usage(
+    client: AsyncOpenAI,
+    catalog: Catalog,
+    sessions: async_sessionmaker[AsyncSession],
+    protocol: str,
+) -> None:
+    key = f"resp-{uuid.uuid4().hex}"
+    raw = await client.responses.with_raw_response.create(
+        model=catalog.profile(protocol),
+        instructions="be brief",
+        input="hello responses",
+        temperature=0.3,
+        max_output_tokens=200,
+        metadata={"ticket": "t-1"},
+        extra_headers={"Idempotency-Key": key},
+    )
+    response = raw.parse()
+    assert response.object == "response" and response.status == "completed"
+    assert response.output_text == "Echo: hello responses"
+    assert response.model == catalog.profile(protocol)
+    assert getattr(response, "store", None) is False
+    assert response.metadata == {"ticket": "t-1"}
+    row = await receipt(sessions, catalog.tenant, key)
+    assert response.id == f"resp_{row.invocation_id.hex}"
+    assert raw.headers["x-model-router-usage-status"] == "Reported"
+    extra: Any = getattr(response, "model_router")  # noqa: B009
+    assert extra["receiptId"] == str(row.invocation_id)
+    assert extra["deploymentId"] == row.deployment_id and extra["outcome"] == "Completed"
+    assert raw.headers["x-model-router-receipt-id"] == str(row.invocation_id)
+    assert raw.headers["x-model-router-deployment"] == catalog.deployment(protocol)
+    assert (row.outcome, row.usage_status) == ("Completed", "Reported")
+    _usage_matches(response.usage, row)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_stream_read_with_the_sdk_helper(
+    client: AsyncOpenAI,
+    catalog: Catalog,
+    sessions: async_sessionmaker[AsyncSession],
+    protocol: str,
+) -> None:
+    key = f"resp-stream-{uuid.uuid4().hex}"
+    kinds: list[str] = []
+    receipt_event: Any = None
+    async with client.responses.stream(
+        model=catalog.profile(protocol),
+        input=[{"role": "user", "content": [{"type": "input_text", "text": "stream it now"}]}],
+        extra_headers={"Idempotency-Key": key},
+    ) as stream:
+        async for event in stream:
+            kinds.append(event.type)
+            if event.type == "model_router.receipt":
+                receipt_event = event
+        final = await stream.get_final_response()
+    assert final.output_text == "Echo: stream it now"
+    assert kinds[:2] == ["response.created", "response.in_progress"]
+    assert kinds[-1] == "response.completed"
+    assert "response.output_text.delta" in kinds
+    assert kinds.index("response.output_item.added") < kinds.index("response.output_text.delta")
+    assert kinds.index("response.output_item.done") < kinds.index("model_router.receipt")
+    row = await receipt(sessions, catalog.tenant, key)
+    # The SDK passes the receipt event through untouched.
+    assert receipt_event.receiptId == str(row.invocation_id)
+    assert receipt_event.deploymentId == catalog.deployment(protocol)
+    _usage_matches(final.usage, row)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_function_call_round_trip(
+    client: AsyncOpenAI, catalog: Catalog, protocol: str
+) -> None:
+    ask: Any = [{"role": "user", "content": "weather in Paris?"}]
+    first = await client.responses.create(
+        model=catalog.profile(protocol), input=ask, tools=[WEATHER], tool_choice="required"
+    )
+    [call] = [item for item in first.output if item.type == "function_call"]
+    assert call.name == "get_weather" and isinstance(json.loads(call.arguments)["city"], str)
+    follow: Any = [
+        *ask,
+        *[item.model_dump(exclude_none=True) for item in first.output],
+        {"type": "function_call_output", "call_id": call.call_id, "output": "sunny, 21C"},
+    ]
+    deltas: list[str] = []
+    async with client.responses.stream(
+        model=catalog.profile(protocol), input=follow, tools=[WEATHER]
+    ) as stream:
+        async for event in stream:
+            if event.type == "response.output_text.delta":
+                deltas.append(event.delta)
+        final = await stream.get_final_response()
+    assert final.output_text == "Tool result received: sunny, 21C" == "".join(deltas)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_function_call_arguments_stream(
+    client: AsyncOpenAI, catalog: Catalog, protocol: str
+) -> None:
+    arguments = ""
+    async with client.responses.stream(
+        model=catalog.profile(protocol),
+        input="weather?",
+        tools=[WEATHER],
+        tool_choice={"type": "function", "name": "get_weather"},
+    ) as stream:
+        async for event in stream:
+            if event.type == "response.function_call_arguments.delta":
+                arguments += event.delta
+        final = await stream.get_final_response()
+    [call] = final.output
+    assert call.type == "function_call" and call.arguments == arguments
+    assert json.loads(arguments).keys() == {"city"}
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_json_output_through_text_format(
+    client: AsyncOpenAI, catalog: Catalog, protocol: str
+) -> None:
+    schema = Apples.model_json_schema() | {"additionalProperties": False}
+    plain = await client.responses.create(
+        model=catalog.profile(protocol),
+        input="2+2 in apples",
+        text={"format": {"type": "json_schema", "name": "apples", "schema": schema}},
+    )
+    assert Apples.model_validate_json(plain.output_text).unit
+    async with client.responses.stream(
+        model=catalog.profile(protocol), input="2+2 in apples", text_format=Apples
+    ) as stream:
+        final = await stream.get_final_response()
+    assert isinstance(final.output_parsed, Apples)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_idempotency_replays_and_refuses_another_body(
+    client: AsyncOpenAI, catalog: Catalog, upstream: UpstreamServer, protocol: str
+) -> None:
+    key = f"resp-once-{uuid.uuid4().hex}"
+    before = upstream.requests(catalog.model(protocol))
+    body: Any = {
+        "model": catalog.profile(protocol),
+        "input": "only once",
+        "extra_headers": {"Idempotency-Key": key},
+    }
+    one = await client.responses.create(**body)
+    again = await client.responses.create(**body)
+    async with client.responses.stream(**body) as stream:
+        streamed = await stream.get_final_response()
+    assert one.id == again.id == streamed.id
+    assert one.output_text == again.output_text == streamed.output_text == "Echo: only once"
+    assert one.usage == again.usage
+    assert upstream.requests(catalog.model(protocol)) - before == 1
+    with pytest.raises(openai.ConflictError) as conflict:
+        await client.with_options(max_retries=3).responses.create(
+            **{**body, "input": "something else"}
+        )
+    assert conflict.value.response.headers["x-should-retry"] == "false"
+    assert upstream.requests(catalog.model(protocol)) - before == 1
+
+
+async def test_a_run_follows_its_pinned_plan(
+    client: AsyncOpenAI,
+    http: httpx.AsyncClient,
+    catalog: Catalog,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    profile = f"pin-{catalog.tag}"
+    first, second = catalog.deployment("anthropic"), f"sf/second-{catalog.tag}"
+    await approved_deployment(
+        http,
+        catalog.auth,
+        temporal_client,
+        catalog.tenant,
+        second,
+        model=f"second-{catalog.tag}",
+        endpointRef=upstream.endpoint_ref,
+    )
+    v1 = await publish(http, catalog.auth, profile_event(profile, [first], {}))
+    assert v1.status_code == 200, v1.text
+    run = str(uuid.uuid4())
+
+    async def answered_by(run_id: str | None) -> str:
+        headers = {"X-Run-Id": run_id} if run_id else {}
+        raw = await client.responses.with_raw_response.create(
+            model=profile, input="who answers", extra_headers=headers
+        )
+        async with sessions() as session:
+            row = await session.get(
+                InvocationReceiptRow, uuid.UUID(raw.headers["x-model-router-receipt-id"])
+            )
+        assert row is not None and row.deployment_id == raw.headers["x-model-router-deployment"]
+        if run_id:
+            assert str(row.run_id) == run_id and row.route_plan_id is not None
+        return str(row.deployment_id)
+
+    assert await answered_by(run) == first
+    v2 = await publish(http, catalog.auth, profile_event(profile, [second], {}, version="2"))
+    assert v2.status_code == 200, v2.text
+    assert await answered_by(run) == first  # the run keeps the plan it started with
+    assert await answered_by(str(uuid.uuid4())) == second
+    assert await answered_by(None) == second
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_stream_cut_after_output_is_response_failed_and_partial(
+    client: AsyncOpenAI,
+    catalog: Catalog,
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+    protocol: str,
+) -> None:
+    upstream.register(
+        catalog.model(protocol), lambda turn: Reply(text=" ".join(f"w{i}" for i in range(40)))
+    )
+    upstream.inject(catalog.model(protocol), Fault(kind=FaultKind.STREAM_CUT, after_chunks=6))
+    key = f"resp-cut-{uuid.uuid4().hex}"
+    kinds: list[str] = []
+    seen = ""
+    failed: Any = None
+    try:
+        async with client.responses.stream(
+            model=catalog.profile(protocol),
+            input="a long answer",
+            extra_headers={"Idempotency-Key": key},
+        ) as stream:
+            async for event in stream:
+                kinds.append(event.type)
+                if event.type == "response.output_text.delta":
+                    seen += event.delta
+                if event.type == "response.failed":
+                    failed = event
+            with pytest.raises(RuntimeError, match=r"response\.completed"):
+                await stream.get_final_response()
+    finally:
+        upstream.register(catalog.model(protocol), default_responder)
+    assert seen.startswith("w0")  # output had reached the caller
+    assert kinds[-1] == "response.failed" and "response.completed" not in kinds
+    assert failed.response.status == "failed"
+    assert "stream_incomplete" in failed.response.error.message
+    row = await receipt(sessions, catalog.tenant, key)
+    assert row.outcome == "Partial"
+
+
+async def test_a_budget_denial_reaches_no_provider(
+    client: AsyncOpenAI, catalog: Catalog, upstream: UpstreamServer
+) -> None:
+    before = upstream.requests(catalog.model("anthropic"))
+    with pytest.raises(openai.APIStatusError) as denied:
+        await client.responses.create(
+            model=catalog.profile("anthropic"),
+            input="on a budget",
+            extra_headers={"X-Budget-Usd": "0.000001"},  # under the worst case
+        )
+    assert denied.value.status_code == 402
+    assert denied.value.response.headers["x-model-router-receipt-id"]
+    assert upstream.requests(catalog.model("anthropic")) == before
+    fits = await client.responses.create(
+        model=catalog.profile("anthropic"),
+        input="on a budget",
+        extra_headers={"X-Budget-Usd": "100"},
+    )
+    assert fits.output_text == "Echo: on a budget"
+    assert upstream.requests(catalog.model("anthropic")) == before + 1
+
+
+async def test_max_output_tokens_makes_an_incomplete_response(
+    client: AsyncOpenAI, catalog: Catalog
+) -> None:
+    cut = await client.responses.create(
+        model=catalog.profile("openai"),
+        input="one two three four five six seven",
+        max_output_tokens=2,
+    )
+    assert cut.status == "incomplete"
+    assert cut.incomplete_details is not None
+    assert cut.incomplete_details.reason == "max_output_tokens"
+
+
+async def test_what_cannot_be_served_statelessly_or_mapped_is_refused(
+    client: AsyncOpenAI, catalog: Catalog, http: httpx.AsyncClient
+) -> None:
+    with pytest.raises(openai.NotFoundError):
+        await client.responses.create(model="no-such-profile", input="x")
+    image: Any = {"type": "input_image", "image_url": "https://example.com/a.png"}
+    for kwargs, param in (
+        ({"previous_response_id": "resp_123"}, "previous_response_id"),
+        ({"store": True}, "store"),
+        ({"top_p": 0.5}, "top_p"),
+        ({"reasoning": {"effort": "high"}}, "reasoning"),
+        ({"tools": [{"type": "web_search"}]}, "tools.0"),
+        ({"input": [{"role": "user", "content": [image]}]}, "input.0.content.0.type"),
+        ({"input": [{"type": "reasoning", "summary": []}]}, "input.0.type"),
+    ):
+        request: Any = {"model": catalog.profile("openai"), "input": "x", **kwargs}
+        with pytest.raises(openai.UnprocessableEntityError) as refused:
+            await client.responses.create(**request)
+        error: Any = refused.value.body
+        assert str(error["param"]).startswith(param), error
+        assert error["type"] == "invalid_request_error"
+    # Refused before any route reads the body (too deep): OpenAI's error member all the same.
+    deep = await http.post(
+        "/v1/responses",
+        content=b'{"model": "x", "input": ' + b"[" * 100 + b"]" * 100 + b"}",
+        headers={**catalog.auth, "content-type": "application/json"},
+    )
+    assert deep.status_code == 400 and deep.json()["error"]["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize(
+    ("fault", "status", "retry"),
+    [
+        (FaultKind.CONTENT_POLICY, 400, "false"),
+        (FaultKind.AUTH, 502, "false"),
+        (FaultKind.UNAVAILABLE, 503, None),
+    ],
+)
+async def test_provider_failures_keep_the_sdks_retry_logic_right(
+    client: AsyncOpenAI,
+    catalog: Catalog,
+    upstream: UpstreamServer,
+    fault: FaultKind,
+    status: int,
+    retry: str | None,
+) -> None:
+    upstream.inject(catalog.model("anthropic"), Fault(kind=fault))
+    try:
+        with pytest.raises(openai.APIStatusError) as failed:
+            async with client.responses.stream(
+                model=catalog.profile("anthropic"), input="fails before output"
+            ) as stream:
+                await stream.get_final_response()
+    finally:
+        upstream.state.clear_faults(catalog.model("anthropic"))
+    error = failed.value
+    assert error.status_code == status
+    body: Any = error.body
+    assert body["message"].startswith("model call failed") and body["type"] == error.code
+    assert error.response.headers.get("x-should-retry") == retry
+    assert error.response.headers["x-model-router-receipt-id"]
+    if status == 503:
+        assert int(error.response.headers["retry-after"]) >= 1
