@@ -14,15 +14,18 @@ from typing import Any
 from api.routers.openai import (
     DEPLOYMENT,
     RECEIPT,
+    USAGE_STATUS,
     CallHeaders,
     Headers,
     Service,
+    receipt_headers,
+    stream_headers,
 )
 from api.routers.openai import _collect as collect
 from api.routers.openai import _failure as failure_response
 from api.routers.openai import _first as first_event
 from api.routers.openai import _replay_events as replay_events
-from domain.invocation import InvocationSummary
+from api.routers.openai import router_extension as receipt_view
 
 __all__ = [
     "DEPLOYMENT",
@@ -38,6 +41,7 @@ __all__ = [
     "receipt_headers",
     "receipt_view",
     "replay_events",
+    "stream_headers",
 ]
 
 
@@ -47,28 +51,3 @@ def no_retry(status: int, problem: dict[str, Any]) -> dict[str, str]:
     if status == 409 or problem.get("errorClass") == "permanent":
         return {"x-should-retry": "false"}
     return {}
-
-
-# Reported (the provider said), Estimated (our count) or Unknown, as on the receipt.
-USAGE_STATUS = "X-Model-Router-Usage-Status"
-
-
-def receipt_headers(summary: InvocationSummary) -> dict[str, str]:
-    """A whole answer's headers, in the receipt's own words: the deployment that answered
-    (a fallback's, if one did), never the plan's first guess."""
-    headers = {RECEIPT: str(summary.invocation_id), DEPLOYMENT: summary.deployment_id or ""}
-    if summary.usage_status is not None:
-        headers[USAGE_STATUS] = summary.usage_status.value
-    return headers
-
-
-def receipt_view(summary: InvocationSummary) -> dict[str, Any]:
-    """The receipt as a surface shows it beside its own fields (a body's `model_router`, a
-    stream's receipt event)."""
-    return {
-        "receiptId": str(summary.invocation_id),
-        "deploymentId": summary.deployment_id,
-        "outcome": summary.outcome,
-        "usageStatus": summary.usage_status,
-        "fallbackUsed": summary.fallback_used,
-    }

@@ -5,17 +5,12 @@ provider offers counting. Otherwise, or when it fails, the caller falls back to 
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
 
 from api.runtime import Runtime
 from api.surface import Headers
 from core.security import Principal
-from domain.invocation import Target
 from domain.planner import PlanRequest
-from providers.base import ProviderAdapter
 from providers.errors import ProviderError
 from providers.secrets import SecretResolutionError
 from providers.types import CallLimits, ChatRequest
@@ -44,7 +39,7 @@ async def count_input_tokens(
         first_byte=settings.invoke_first_byte_timeout_seconds,
     )
     try:
-        async with _leased(runtime, targets[0]) as adapter:
+        async with runtime.invoke.adapters.lease(targets[0]) as adapter:
             return await adapter.count_tokens(chat, limits=limits)
     except ProviderError as exc:
         # The class only: a provider's message could quote the prompt.
@@ -54,17 +49,3 @@ async def count_input_tokens(
     except SecretResolutionError:
         log.warning("token count at %s failed: credentials", targets[0].deployment_id)
         return None
-
-
-@contextlib.asynccontextmanager
-async def _leased(runtime: Runtime, target: Target) -> AsyncIterator[ProviderAdapter]:
-    """The deployment's pooled adapter (its credentials resolved as every call's are). The
-    pool hands adapters out with `get` on this branch and with `lease` once issue 19's pool
-    (which closes a refreshed client only when its last call ends) is in: use whichever this
-    tree has, until both have landed and this can be `pool.lease(target)` alone."""
-    pool: Any = runtime.invoke._adapters
-    if hasattr(pool, "lease"):
-        async with pool.lease(target) as adapter:
-            yield adapter
-    else:
-        yield await pool.get(target)

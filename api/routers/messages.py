@@ -25,7 +25,6 @@ from api.anthropic_stream import MessageEvents
 from api.deps import RuntimeDep, get_principal_or_api_key, require
 from api.invocations import Call, Replayed, Running
 from api.surface import (
-    RECEIPT,
     CallHeaders,
     Service,
     collect,
@@ -34,6 +33,7 @@ from api.surface import (
     receipt_headers,
     receipt_view,
     replay_events,
+    stream_headers,
 )
 from api.token_count import count_input_tokens
 from core.security import Principal
@@ -78,9 +78,6 @@ async def create_message(
         needs_structured_output=chat.response_format is not None,
     )
     running = await service.start(principal, call)
-    # A stream's headers go out before anyone answered: the receipt id only; the deployment
-    # that answered is named by the stream's receipt event.
-    meta = {RECEIPT: str(running.invocation_id)}
     first = await first_event(running)
     if isinstance(first, ReceiptReady) and first.summary.outcome is not InvocationOutcome.COMPLETED:
         return failure_response(request, first.summary, service.retry_after(principal, running))
@@ -88,7 +85,9 @@ async def create_message(
         return StreamingResponse(
             _stream(running, first, body.model),
             media_type="text/event-stream",
-            headers={**meta, "Cache-Control": "no-store"},
+            # The deployment is named only once the output says who answered; the stream's
+            # receipt event names it in any case.
+            headers={**stream_headers(running, first), "Cache-Control": "no-store"},
         )
     completion, summary = await collect(running, first)
     if summary.outcome is not InvocationOutcome.COMPLETED or completion is None:

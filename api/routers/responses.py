@@ -25,7 +25,6 @@ from api.responses_shapes import (
 )
 from api.responses_stream import ResponseEvents
 from api.surface import (
-    RECEIPT,
     CallHeaders,
     Service,
     collect,
@@ -34,6 +33,7 @@ from api.surface import (
     receipt_headers,
     receipt_view,
     replay_events,
+    stream_headers,
 )
 from core.security import Principal
 from domain.access import Action
@@ -76,9 +76,6 @@ async def create_response(
     )
     created = time.time()
     running = await service.start(principal, call)
-    # A stream's headers go out before anyone answered: the receipt id only; the deployment
-    # that answered is named by the stream's receipt event.
-    meta = {RECEIPT: str(running.invocation_id)}
     first = await first_event(running)
     if isinstance(first, ReceiptReady) and first.summary.outcome is not InvocationOutcome.COMPLETED:
         return failure_response(request, first.summary, service.retry_after(principal, running))
@@ -86,7 +83,9 @@ async def create_response(
         return StreamingResponse(
             _stream(running, first, body),
             media_type="text/event-stream",
-            headers={**meta, "Cache-Control": "no-store"},
+            # The deployment is named only once the output says who answered; the stream's
+            # receipt event names it in any case.
+            headers={**stream_headers(running, first), "Cache-Control": "no-store"},
         )
     completion, summary = await collect(running, first)
     if summary.outcome is not InvocationOutcome.COMPLETED or completion is None:
