@@ -4,7 +4,6 @@ id, or shared out per bucket). Receipts are inserted directly: the invoke path i
 
 from __future__ import annotations
 
-import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -110,7 +109,9 @@ async def test_imported_statements_settle_self_hosted_receipts(
     await register(
         http, auth, "vllm/qwen", provider="vllm", model="qwen2.5-coder", endpointRef=pool
     )
-    hour = datetime.fromtimestamp(int(time.time()) // 3600 * 3600, UTC) - timedelta(hours=2)
+    # A fixed clock for the run (as_of): the windows do not depend on the hour the test runs.
+    as_of = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+    hour = as_of - timedelta(hours=2)
     cut = await add_receipt(
         sessions,
         tenant=tenant,
@@ -145,7 +146,9 @@ async def test_imported_statements_settle_self_hosted_receipts(
     async def reconcile() -> int:
         report = await temporal_client.execute_workflow(
             ReceiptReconcilerWorkflow.run,
-            ReconcilerInput(lookback_hours=4, settle_delay_minutes=0, tenant_ids=[tenant]),
+            ReconcilerInput(
+                lookback_hours=4, settle_delay_minutes=0, tenant_ids=[tenant], as_of=as_of
+            ),
             id=f"reconcile-import-{uuid.uuid4().hex[:8]}",
             task_queue=settings.temporal_task_queue,
         )

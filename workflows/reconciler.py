@@ -42,7 +42,7 @@ def _floor(at: datetime, width: timedelta) -> datetime:
 class ReceiptReconcilerWorkflow:
     @workflow.run
     async def run(self, data: ReconcilerInput) -> ReconcileReport:
-        now = workflow.now()
+        now = data.as_of or workflow.now()
         cutoff = now - timedelta(minutes=data.settle_delay_minutes)
         start = _floor(now - timedelta(hours=data.lookback_hours), _DAY)
         fetch_end = _floor(cutoff, WIDTHS[data.bucket_width])
