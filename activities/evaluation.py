@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.adapter_pool import AdapterPool
 from activities.evaluation_types import CaseInput, EvaluationInput, FailInput, Prepared, RecordInput
@@ -19,6 +20,7 @@ from activities.suite_mapping import to_answer, to_chat
 from domain.approval import evidence_refusals
 from domain.hashing import canonical_json
 from domain.invocation import Target
+from domain.lifecycle import can_evaluate
 from domain.profiles import ModelProfile
 from domain.suite import CaseResult, Suite, SuiteAnswer, SuiteRequest, run_case_async
 from providers.errors import ErrorKind, ProviderError
@@ -65,6 +67,13 @@ class EvaluationActivities:
             profiles = await ModelProfileRepository(session, data.tenant_id).list_active()
         if row is None:
             raise ApplicationError("deployment not found", type=CANNOT_RUN, non_retryable=True)
+        if not can_evaluate(row.state):
+            # Retired since the API accepted the request: no case is sent to the provider.
+            raise ApplicationError(
+                f"the deployment is {row.state.value}; it cannot be evaluated",
+                type=CANNOT_RUN,
+                non_retryable=True,
+            )
         listing = [p for p in profiles if data.deployment_id in p.allowed_deployments]
         # Reliable context is measured up to what the listing profiles need (capped for cost).
         wanted = max((p.max_context_tokens for p in listing), default=8192)
@@ -145,6 +154,15 @@ class EvaluationActivities:
         except WorkflowUpdateFailedError as exc:
             raise ApplicationError(
                 f"evidence not recorded: {exc.cause}", type=CANNOT_RUN, non_retryable=True
+            ) from None
+        except RPCError as exc:
+            if exc.status is not RPCStatusCode.NOT_FOUND:
+                raise
+            # The lifecycle ended while the suite ran: the deployment was retired.
+            raise ApplicationError(
+                "evidence not recorded: the deployment was retired during the evaluation",
+                type=CANNOT_RUN,
+                non_retryable=True,
             ) from None
         async with transaction(self._sessions) as session:
             profiles = await ModelProfileRepository(session, data.tenant_id).list_active()

@@ -138,3 +138,27 @@ async def test_cli_evaluate_waits_with_progress_and_prints_scores(
     assert result.exit_code == 0, result.output
     assert "tool-calling" in result.stdout and "fail" in result.stdout
     assert "json-schema" in result.stdout and "1.00" in result.stdout
+
+
+async def test_evaluating_a_retired_deployment_is_a_409_before_anything_runs(
+    http: httpx.AsyncClient, auth: dict[str, str], upstream: UpstreamServer
+) -> None:
+    await register(
+        http, auth, "eval/retired", model="retired-sim", endpointRef=upstream.endpoint_ref
+    )
+    retired = await http.post("/factory/model-deployments/eval/retired/retire", headers=auth)
+    assert retired.status_code == 200 and retired.json()["state"] == "Retired"
+
+    resp = await http.post(
+        "/factory/model-deployments/eval/retired/evaluate",
+        headers={**auth, "Idempotency-Key": "retired-1"},
+    )
+    assert resp.status_code == 409, resp.text
+    assert resp.headers["content-type"].startswith("application/problem+json")
+    problem = resp.json()
+    assert problem["state"] == "Retired" and "Retired" in problem["detail"]
+    assert problem["field"] == "deploymentId"
+    # Nothing ran: no evaluation recorded, no request reached the provider.
+    body = (await http.get("/factory/model-deployments/eval/retired", headers=auth)).json()
+    assert body["evaluation"] is None
+    assert upstream.requests("retired-sim") == 0
