@@ -189,8 +189,12 @@ def profiles_publish(
     file: Annotated[Path, typer.Argument(help="An AssetReleasePublished event as YAML")],
 ) -> None:
     """Publish a profile release (activation checks the invariants)."""
-    p = connect().call("POST", "/factory/asset-events", json=_load(file))
-    out.print(f"activated {p['profileId']} version {p['version']}")
+    resp = connect().request("POST", "/factory/asset-events", json=_load(file))
+    p = resp.json()
+    if resp.headers.get("Idempotent-Replay") == "true":
+        out.print(f"unchanged: {p['profileId']} version {p['version']} is already published")
+    else:
+        out.print(f"activated {p['profileId']} version {p['version']}")
 
 
 @profiles.command("retire")

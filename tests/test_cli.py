@@ -30,6 +30,17 @@ async def test_operator_flow_through_the_cli(
     )
     published = await run(cli_env, "profiles", "publish", str(profile))
     assert published.exit_code == 0 and "activated cli-agent version 1" in published.stdout
+    same = await run(cli_env, "profiles", "publish", str(profile))
+    assert same.exit_code == 0 and "unchanged: cli-agent version 1" in same.stdout
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(
+        yaml.safe_dump(
+            profile_event("cli-agent", ["cli/coder"], {"tool-calling": 0.9}, maxOutputTokens=99)
+        )
+    )
+    clash = await run(cli_env, "profiles", "publish", str(changed))
+    assert clash.exit_code == 1 and "activated" not in clash.stdout
+    assert "409" in clash.stderr and "profile.maxOutputTokens: 4096 → 99" in clash.stderr
 
     listed = await run(cli_env, "deployments", "list")
     assert "cli/coder" in listed.stdout and "Candidate" in listed.stdout
