@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from cli import catalog, route, schedules
+from cli import catalog, receipts, route, schedules
 from core.settings import get_settings
 from domain.enums import Role, Scope
 
@@ -21,6 +21,7 @@ app.add_typer(clients_app, name="clients")
 app.add_typer(catalog.deployments, name="deployments")
 app.add_typer(catalog.profiles, name="profiles")
 app.add_typer(route.route, name="route")
+app.add_typer(receipts.receipts, name="receipts")
 app.add_typer(schedules.schedules, name="schedules")
 
 
