@@ -92,6 +92,8 @@ def build_worker(
             evaluation.prepare,
             evaluation.run_case,
             evaluation.record,
+            evaluation.rerank,
+            evaluation.record_rerank,
             evaluation.fail,
         ],
         graceful_shutdown_timeout=timedelta(seconds=20),

@@ -25,11 +25,12 @@ class AdapterPool:
         self._broker = broker
         self._timeouts = timeouts
         self._ttl = ttl_seconds
-        self._adapters: dict[tuple[str, str, str, str], tuple[float, ProviderAdapter]] = {}
+        self._adapters: dict[tuple[str, ...], tuple[float, ProviderAdapter]] = {}
         self._lock = asyncio.Lock()
 
     async def get(self, target: Target) -> ProviderAdapter:
-        key = (target.deployment_id, target.provider, target.model, target.endpoint_ref)
+        modality = target.modality.value if target.modality else ""
+        key = (target.deployment_id, target.provider, target.model, target.endpoint_ref, modality)
         found = self._adapters.get(key)
         if found is not None and time.monotonic() - found[0] < self._ttl:
             return found[1]
@@ -43,6 +44,7 @@ class AdapterPool:
                 model=target.model,
                 endpoint_ref=target.endpoint_ref,
                 timeouts=self._timeouts,
+                modality=target.modality,
                 prompt_caching=self._prompt_caching,
             )
             if found is not None:

@@ -313,7 +313,7 @@ class Invocations:
         # The version the route was planned with. A run's plan fixes it, retired or superseded
         # since: the fallback rules and price basis of every attempt are the ones it began with.
         profile = view.profile_at(call.profile_id, version)
-        targets = view.targets(candidates, profile.embedding_compatibility)
+        targets = view.targets(candidates, profile.embedding_compatibility, profile.modality)
         targets += chain_targets(view, profile, needs, constraints, set(candidates))
         if not targets and not candidates:
             # The plan stores no exclusions: a pinned empty plan (ResolveRoutePlan pinned them
