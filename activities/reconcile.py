@@ -152,7 +152,5 @@ class ReconcileActivities:
     async def gauge(self) -> dict[str, int]:
         async with self._sessions() as session:
             counts = await reconciliation.awaiting_by_provider(session)
-        seen = {dict(k).get("provider", "") for k in metrics.usage_unknown.snapshot()}
-        for provider in sorted(seen | set(counts)):
-            metrics.usage_unknown.move_to(counts.get(provider, 0), {"provider": provider})
+        metrics.set_usage_unknown(counts)
         return counts
