@@ -3,10 +3,12 @@ competently (so the demo catalog passes evaluation) and echoes anything else. No
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import uvicorn
 
+from core.logging import configure_logging
 from domain.suite import Suite
 from providers.upstream.app import create_app
 from providers.upstream.state import UpstreamState
@@ -14,11 +16,19 @@ from providers.upstream.suite_responders import competent_responder
 
 
 def main(port: int) -> None:
+    configure_logging("INFO")  # upstream.log is JSON lines too, uvicorn's included
     state = UpstreamState()
     state.register("*", competent_responder(Suite()))
-    print(f"upstream simulator (not a real provider) on http://127.0.0.1:{port}", flush=True)
+    logging.getLogger("model_router.dev").info(
+        "upstream simulator (not a real provider) on http://127.0.0.1:%s", port
+    )
     uvicorn.run(
-        create_app(state), host="127.0.0.1", port=port, log_level="warning", access_log=False
+        create_app(state),
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        log_config=None,
+        access_log=False,
     )
 
 
