@@ -39,12 +39,14 @@ ENV PATH=/opt/model-router/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     MODEL_ROUTER_API_HOST=0.0.0.0 \
     MODEL_ROUTER_API_PORT=8000 \
+    MODEL_ROUTER_WORKER_METRICS_HOST=0.0.0.0 \
+    MODEL_ROUTER_WORKER_METRICS_PORT=9464 \
     MODEL_ROUTER_ARTIFACT_ROOT=/var/lib/model-router/artifacts
 # Settings also read a .env from the working directory: this one is root-owned and holds
 # none, so a container is configured by its environment alone.
 WORKDIR /opt/model-router
 # Numeric, so that Kubernetes' runAsNonRoot can verify it without reading /etc/passwd.
 USER 10001:10001
-EXPOSE 8000
+EXPOSE 8000 9464
 ENTRYPOINT ["model-router"]
 CMD ["api"]

@@ -4,6 +4,7 @@ SIGINT/SIGTERM and then drains (in-flight activities finish before it exits)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 from datetime import timedelta
@@ -23,6 +24,7 @@ from activities.sweeper import SweeperActivities
 from activities.webhooks import WebhookActivities
 from core import metrics, tracing
 from core.logging import configure_logging
+from core.metrics_server import MetricsServer
 from core.schedules import ensure_schedules
 from core.secret_policy import endpoint_broker
 from core.settings import Settings, get_settings
@@ -30,6 +32,7 @@ from core.temporal import connect
 from providers.secrets import default_broker
 from store.artifacts import ArtifactStore
 from store.db import create_engine, session_factory
+from store.reconciliation import awaiting_by_provider
 from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow
 from workflows.evaluate import EvaluateDeploymentWorkflow
 from workflows.health_probe import HealthProbeWorkflow
@@ -101,6 +104,8 @@ def build_worker(
             evaluation.prepare,
             evaluation.run_case,
             evaluation.record,
+            evaluation.rerank,
+            evaluation.record_rerank,
             evaluation.fail,
         ],
         graceful_shutdown_timeout=timedelta(seconds=20),
@@ -145,20 +150,39 @@ async def run(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    log.info("worker polling task queue %s", settings.temporal_task_queue)
-    async with worker, invocations:
+    async with contextlib.AsyncExitStack() as stack:
+        if _serves_metrics(settings):
+
+            async def recount() -> None:
+                async with sessions() as session:
+                    metrics.set_usage_unknown(await awaiting_by_provider(session))
+
+            registry = metrics.configure_exporters(
+                otlp_endpoint=settings.otlp_metrics_endpoint,
+                otlp_interval_seconds=settings.otlp_export_interval_seconds,
+            )
+            host, port = settings.worker_metrics_host, settings.worker_metrics_port
+            await stack.enter_async_context(MetricsServer(host, port, registry, recount))
+            log.info("worker metrics on http://%s:%s/metrics", host, port)
+        await stack.enter_async_context(worker)
+        await stack.enter_async_context(invocations)
+        log.info("worker polling task queue %s", settings.temporal_task_queue)
         await stop.wait()
         log.info("worker draining")
     await engine.dispose()
     log.info("worker stopped")
 
 
+def _serves_metrics(settings: Settings) -> bool:
+    return settings.metrics_enabled and settings.worker_metrics_port != 0
+
+
 def main() -> None:
     settings = get_settings()
     configure_logging(settings.log_level, json_lines=settings.log_json)
     if settings.otlp_metrics_endpoint:
-        # Probes and the reconciler record metrics here; a worker has no scrape endpoint, so
-        # they leave by OTLP push.
+        # Probes, the reconciler and finished invocations record metrics here: they are
+        # served on the worker's own /metrics port and/or pushed over OTLP.
         metrics.configure_exporters(
             otlp_endpoint=settings.otlp_metrics_endpoint,
             otlp_interval_seconds=settings.otlp_export_interval_seconds,

@@ -23,7 +23,7 @@ from providers.secrets import SecretBroker
 from providers.types import ProviderTimeouts
 
 log = logging.getLogger("model_router.adapters")
-_Key = tuple[str, str, str, str]
+_Key = tuple[str, str, str, str, str]  # deployment, provider, model, endpoint, modality
 
 
 @dataclass(eq=False)
@@ -82,7 +82,8 @@ class AdapterPool:
         return entry is not None and time.monotonic() - entry.born < self._ttl
 
     async def _entry(self, target: Target) -> _Entry:
-        key = (target.deployment_id, target.provider, target.model, target.endpoint_ref)
+        modality = target.modality.value if target.modality else ""
+        key = (target.deployment_id, target.provider, target.model, target.endpoint_ref, modality)
         found = self._current.get(key)
         if found is not None and self._fresh(found):
             return found
@@ -96,6 +97,7 @@ class AdapterPool:
                 model=target.model,
                 endpoint_ref=target.endpoint_ref,
                 timeouts=self._timeouts,
+                modality=target.modality,
                 prompt_caching=self._prompt_caching,
             )
             entry = _Entry(adapter, time.monotonic())

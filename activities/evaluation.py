@@ -11,17 +11,43 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.adapter_pool import AdapterPool
-from activities.evaluation_types import CaseInput, EvaluationInput, FailInput, Prepared, RecordInput
+from activities.evaluation_types import (
+    CaseInput,
+    EvaluationInput,
+    FailInput,
+    Prepared,
+    RecordInput,
+    RerankInput,
+    RerankRecordInput,
+)
 from activities.lifecycle_types import CapabilityMeasurement, EvidenceInput
 from activities.suite_mapping import to_answer, to_chat
 from domain.approval import evidence_refusals
+from domain.enums import Modality
 from domain.hashing import canonical_json
 from domain.invocation import Target
+from domain.lifecycle import can_evaluate
 from domain.profiles import ModelProfile
-from domain.suite import CaseResult, Suite, SuiteAnswer, SuiteRequest, run_case_async
+from domain.suite import (
+    SUITE_VERSION,
+    CaseResult,
+    Suite,
+    SuiteAnswer,
+    SuiteRequest,
+    run_case_async,
+)
+from domain.suite.rerank import (
+    RERANK_CAPABILITY,
+    RERANK_CASES,
+    RerankCaseResult,
+    rerank_passed,
+    verify_rerank,
+)
 from providers.errors import ErrorKind, ProviderError
+from providers.registry import adapter_kind
 from providers.secrets import SecretResolutionError
 from store.artifacts import ArtifactStore
 from store.db import transaction
@@ -65,7 +91,35 @@ class EvaluationActivities:
             profiles = await ModelProfileRepository(session, data.tenant_id).list_active()
         if row is None:
             raise ApplicationError("deployment not found", type=CANNOT_RUN, non_retryable=True)
+        if not can_evaluate(row.state):
+            # Retired since the API accepted the request: no case is sent to the provider.
+            raise ApplicationError(
+                f"the deployment is {row.state.value}; it cannot be evaluated",
+                type=CANNOT_RUN,
+                non_retryable=True,
+            )
         listing = [p for p in profiles if data.deployment_id in p.allowed_deployments]
+        modality = (
+            Modality.RERANK
+            if listing and all(p.modality is Modality.RERANK for p in listing)
+            else None
+        )
+        if adapter_kind(row.provider, modality) == "rerank":
+            # A reranker: the rerank check's cases, through the rerank adapter.
+            return Prepared(
+                target=Target(
+                    deployment_id=row.deployment_id,
+                    provider=row.provider,
+                    model=row.model,
+                    endpoint_ref=row.endpoint_ref,
+                    modality=Modality.RERANK,
+                ),
+                context_tokens=0,
+                suite_version=SUITE_VERSION,
+                case_ids=[c.case_id for c in RERANK_CASES],
+                capability_of={c.case_id: RERANK_CAPABILITY for c in RERANK_CASES},
+                kind="rerank",
+            )
         # Reliable context is measured up to what the listing profiles need (capped for cost).
         wanted = max((p.max_context_tokens for p in listing), default=8192)
         suite = self._suite(max(1024, min(wanted, self._cap)))
@@ -113,6 +167,110 @@ class EvaluationActivities:
                 raise ApplicationError(f"provider unavailable ({exc.kind.value})") from None
             return suite.unanswered(case)
 
+    @activity.defn(name="evaluation_rerank")
+    async def rerank(self, data: RerankInput) -> list[RerankCaseResult]:
+        """The rerank check's cases against a reranker (a handful of small requests)."""
+        try:
+            await self._adapters.ready(data.target)
+        except SecretResolutionError:
+            raise ApplicationError(
+                f"credentials for endpointRef {data.target.endpoint_ref} are missing",
+                type=CANNOT_RUN,
+                non_retryable=True,
+            ) from None
+        results = []
+        async with self._adapters.lease(data.target) as adapter:
+            for case in RERANK_CASES:
+                try:
+                    answer = await adapter.rerank(case.query, case.documents, top_n=case.top_n)
+                except ProviderError as exc:
+                    if exc.kind in _FATAL:
+                        raise ApplicationError(
+                            f"provider refused the evaluation ({exc.kind.value})",
+                            type=CANNOT_RUN,
+                            non_retryable=True,
+                        ) from None
+                    if exc.transient:
+                        raise ApplicationError(f"provider unavailable ({exc.kind.value})") from None
+                    results.append(
+                        RerankCaseResult(case_id=case.case_id, passed=False, reason="no answer")
+                    )
+                    continue
+                ranked = [(item.index, item.relevance_score) for item in answer.results]
+                results.append(verify_rerank(case, ranked))
+        return results
+
+    @activity.defn(name="evaluation_record_rerank")
+    async def record_rerank(self, data: RerankRecordInput) -> str:
+        """Stores the check's record; imports it as evidence (no capability scores) only when
+        every case passed, otherwise the evaluation fails naming the cases."""
+        record = canonical_json(
+            {
+                "suiteVersion": SUITE_VERSION,
+                "check": "rerank",
+                "deploymentId": data.deployment_id,
+                "results": [r.model_dump(mode="json") for r in data.results],
+            }
+        )
+        evidence_ref = self._artifacts.put(data.tenant_id, record)
+        if not rerank_passed(data.results):
+            failed = [f"{r.case_id}: {r.reason}" for r in data.results if not r.passed]
+            raise ApplicationError(
+                "the deployment failed the rerank check (" + "; ".join(failed) + ")",
+                type=CANNOT_RUN,
+                non_retryable=True,
+            )
+        await self._import_evidence(data.tenant_id, data.deployment_id, evidence_ref, {})
+        async with transaction(self._sessions) as session:
+            row = await session.get(EvaluationRow, data.evaluation_id)
+            if row is not None:
+                row.status, row.evidence_ref, row.ended_at = (
+                    "Completed",
+                    evidence_ref,
+                    datetime.now(UTC),
+                )
+                row.summary = {
+                    "scores": {},
+                    "rerank": {
+                        r.case_id: {"passed": r.passed, "reason": r.reason} for r in data.results
+                    },
+                    "shortfalls": [],
+                }
+        return evidence_ref
+
+    async def _import_evidence(
+        self,
+        tenant_id: str,
+        deployment_id: str,
+        evidence_ref: str,
+        scores: dict[str, CapabilityMeasurement],
+    ) -> None:
+        client = await self._client()
+        handle = client.get_workflow_handle(workflow_id(tenant_id, deployment_id))
+        try:
+            await handle.execute_update(
+                DeploymentLifecycleWorkflow.record_evidence,
+                EvidenceInput(
+                    evidence_ref=evidence_ref,
+                    suite_version=SUITE_VERSION,
+                    evaluated_at=datetime.now(UTC),
+                    scores=scores,
+                ),
+            )
+        except WorkflowUpdateFailedError as exc:
+            raise ApplicationError(
+                f"evidence not recorded: {exc.cause}", type=CANNOT_RUN, non_retryable=True
+            ) from None
+        except RPCError as exc:
+            if exc.status is not RPCStatusCode.NOT_FOUND:
+                raise
+            # The lifecycle ended while the suite ran: the deployment was retired.
+            raise ApplicationError(
+                "evidence not recorded: the deployment was retired during the evaluation",
+                type=CANNOT_RUN,
+                non_retryable=True,
+            ) from None
+
     @activity.defn(name="evaluation_record")
     async def record(self, data: RecordInput) -> str:
         suite = self._suite(data.context_tokens)
@@ -128,25 +286,15 @@ class EvaluationActivities:
         )
         evidence_ref = self._artifacts.put(data.tenant_id, record)
         measured = {c.value: s.pass_rate for c, s in scores.items()}
-        client = await self._client()
-        handle = client.get_workflow_handle(workflow_id(data.tenant_id, data.deployment_id))
-        try:
-            await handle.execute_update(
-                DeploymentLifecycleWorkflow.record_evidence,
-                EvidenceInput(
-                    evidence_ref=evidence_ref,
-                    suite_version=suite.suite_version,
-                    evaluated_at=datetime.now(UTC),
-                    scores={
-                        c.value: CapabilityMeasurement(score=s.pass_rate, verdict=s.verdict)
-                        for c, s in scores.items()
-                    },
-                ),
-            )
-        except WorkflowUpdateFailedError as exc:
-            raise ApplicationError(
-                f"evidence not recorded: {exc.cause}", type=CANNOT_RUN, non_retryable=True
-            ) from None
+        await self._import_evidence(
+            data.tenant_id,
+            data.deployment_id,
+            evidence_ref,
+            {
+                c.value: CapabilityMeasurement(score=s.pass_rate, verdict=s.verdict)
+                for c, s in scores.items()
+            },
+        )
         async with transaction(self._sessions) as session:
             profiles = await ModelProfileRepository(session, data.tenant_id).list_active()
             listing = [

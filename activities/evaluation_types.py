@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel
 
 from domain.invocation import Target
 from domain.suite import CaseResult
+from domain.suite.rerank import RerankCaseResult
 
 
 class EvaluationInput(BaseModel):
@@ -21,6 +24,8 @@ class Prepared(BaseModel):
     suite_version: str
     case_ids: list[str]
     capability_of: dict[str, str]
+    # "rerank": a reranker, checked with domain.suite.rerank's cases instead of the suite's.
+    kind: Literal["suite", "rerank"] = "suite"
 
 
 class CaseInput(BaseModel):
@@ -36,6 +41,18 @@ class RecordInput(BaseModel):
     deployment_id: str
     context_tokens: int
     results: list[CaseResult]
+
+
+class RerankInput(BaseModel):
+    tenant_id: str
+    target: Target
+
+
+class RerankRecordInput(BaseModel):
+    evaluation_id: str
+    tenant_id: str
+    deployment_id: str
+    results: list[RerankCaseResult]
 
 
 class FailInput(BaseModel):

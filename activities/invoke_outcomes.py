@@ -177,5 +177,5 @@ def record_metrics(data: InvocationInput, provider: str, summary: InvocationSumm
         metrics.fallbacks.add(
             1, {"profile": data.profile_id, "reason": summary.fallback_reason or "unknown"}
         )
-    if summary.usage_status is UsageStatus.UNKNOWN:
-        metrics.usage_unknown.add(1, {"provider": provider})
+    # usage_unknown is recounted from the store when exported (core.metrics.set_usage_unknown),
+    # not tallied here: a tally forgets every receipt written before a restart or elsewhere.

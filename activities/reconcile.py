@@ -113,12 +113,24 @@ class ReconcileActivities:
                     r.usage.provider_request_id for r in pending if r.usage.provider_request_id
                 },
             )
-        outcome = plan(lines, [r.usage for r in receipts], settle_zero=data.settle_zero_usage)
+        outcome = plan(
+            lines,
+            [r.usage for r in receipts],
+            settle_zero=data.settle_zero_usage,
+            bucket_cutoff=data.bucket_cutoff,
+        )
         by_id = {r.usage.invocation_id: r for r in receipts}
         by_statement = defaultdict(list)
         for settlement in outcome.settlements:
             by_statement[settlement.statement_ref].append(settlement)
         result = WindowResult(pending=len(pending), skipped=len(outcome.skipped))
+        reason_of: dict[str, str] = {}
+        for skip in outcome.skipped:
+            reason_of.setdefault(skip.invocation_id, skip.reason)
+        for reason in reason_of.values():
+            result.skipped_reasons[reason] = result.skipped_reasons.get(reason, 0) + 1
+        touched = set(reason_of) | {s.invocation_id for s in outcome.settlements}
+        result.unmatched = sum(1 for r in pending if r.usage.invocation_id not in touched)
         pricing = reconciliation.Pricing()
         # One transaction per statement bucket: its shares land together or not at all.
         for ref in sorted(by_statement):
@@ -140,7 +152,5 @@ class ReconcileActivities:
     async def gauge(self) -> dict[str, int]:
         async with self._sessions() as session:
             counts = await reconciliation.awaiting_by_provider(session)
-        seen = {dict(k).get("provider", "") for k in metrics.usage_unknown.snapshot()}
-        for provider in sorted(seen | set(counts)):
-            metrics.usage_unknown.move_to(counts.get(provider, 0), {"provider": provider})
+        metrics.set_usage_unknown(counts)
         return counts

@@ -27,6 +27,8 @@ class FetchResult(BaseModel):
 class WindowInput(BaseModel):
     start: datetime
     end: datetime
+    # Buckets ending after this are not shared out yet (the settle delay); None: no delay.
+    bucket_cutoff: datetime | None = None
     settle_zero_usage: bool = False
     tenant_ids: list[str] | None = None
 
@@ -36,14 +38,23 @@ class WindowResult(BaseModel):
     settled: int = 0
     by_request_id: int = 0
     skipped: int = 0
+    # Why receipts still waiting were left as they are, counted per receipt (the first reason).
+    skipped_reasons: dict[str, int] = Field(default_factory=dict)
+    # Waiting receipts no statement line has covered yet.
+    unmatched: int = 0
 
 
 class ReconcileReport(BaseModel):
+    # Bucket allocation used buckets ending by `cutoff` (now less the settle delay); request-id
+    # matches settle receipts up to `until` (now), whatever the delay.
     cutoff: datetime
+    until: datetime | None = None
     sources: dict[str, int] = Field(default_factory=dict)
     failed_sources: dict[str, str] = Field(default_factory=dict)
     pending: int = 0
     settled: int = 0
     by_request_id: int = 0
     skipped: int = 0
+    skipped_reasons: dict[str, int] = Field(default_factory=dict)
+    unmatched: int = 0
     awaiting: dict[str, int] = Field(default_factory=dict)

@@ -362,7 +362,7 @@ class Invocations:
         # since: the fallback rules and price basis of every attempt are the ones it began with.
         profile = view.profile_at(call.profile_id, version)
         _check_modality(profile, call)
-        targets = view.targets(candidates, profile.embedding_compatibility)
+        targets = view.targets(candidates, profile.embedding_compatibility, profile.modality)
         targets += chain_targets(view, profile, needs, constraints, set(candidates))
         if not targets and not candidates:
             # The plan stores no exclusions: a pinned empty plan (ResolveRoutePlan pinned them

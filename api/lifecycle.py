@@ -27,6 +27,9 @@ from workflows.deployment_lifecycle import (
 # (the keyed request then replays the same workflow, never a second one).
 CALL_TIMEOUT_S = 30.0
 
+_TYPE = "https://model-router.dev/problems/"
+ILLEGAL_TRANSITION = _TYPE + "illegal-transition"
+
 
 async def register(
     client: Client,
@@ -91,9 +94,7 @@ async def transition(
         cause = exc.cause
         if isinstance(cause, ApplicationError) and cause.type == ILLEGAL:
             state = cause.details[0] if cause.details else None
-            raise Problem(
-                409, f"{cause.message}.", state=state, type_=_TYPE + "illegal-transition"
-            ) from None
+            raise Problem(409, f"{cause.message}.", state=state, type_=ILLEGAL_TRANSITION) from None
         if isinstance(cause, ApplicationError) and cause.type == REFUSED:
             refusals = list(cause.details[0]) if cause.details else []
             detail = "Approval refused: " + "; ".join(r["message"] for r in refusals) + "."
@@ -109,9 +110,6 @@ async def transition(
         raise Problem(503, "The worker did not answer in time; try again.") from None
 
 
-_TYPE = "https://model-router.dev/problems/"
-
-
 async def _not_found_or_closed(
     sessions: async_sessionmaker[AsyncSession], tenant_id: str, deployment_id: str
 ) -> None:
@@ -123,5 +121,5 @@ async def _not_found_or_closed(
         409,
         f"Deployment {deployment_id!r} is {row.state.value}; its lifecycle has ended.",
         state=row.state.value,
-        type_=_TYPE + "illegal-transition",
+        type_=ILLEGAL_TRANSITION,
     )

@@ -39,5 +39,5 @@ def chain_targets(
             and satisfies_constraints(view.snapshot, view.tenant_id, d, constraints)
         ]
         have.update(ids)
-        out += view.targets(ids, other.embedding_compatibility)
+        out += view.targets(ids, other.embedding_compatibility, other.modality)
     return out

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api.problems import Problem
-from domain.enums import PrivacyClass
+from domain.enums import Modality, PrivacyClass
 from domain.exclusions import ExclusionCode
 from domain.fallback import healed, passed_over
 from domain.invocation import Target
@@ -115,7 +115,12 @@ class CatalogView:
             return "not_in_catalog"
         return reason
 
-    def targets(self, candidates: list[str], embedding_compatibility: str | None) -> list[Target]:
+    def targets(
+        self,
+        candidates: list[str],
+        embedding_compatibility: str | None,
+        modality: Modality | None = None,
+    ) -> list[Target]:
         """The candidates that are routable now, in route order; Degraded or unhealthy ones
         are skipped, the plan itself never changes."""
         out = []
@@ -133,6 +138,7 @@ class CatalogView:
                     external=d.privacy_class is PrivacyClass.EXTERNAL,
                     context_window_tokens=d.context_window_tokens,
                     embedding_compatibility=embedding_compatibility,
+                    modality=modality,
                 )
             )
         return out

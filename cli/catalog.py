@@ -108,6 +108,61 @@ def deployments_register(
     out.print(f"registered {d['deploymentId']} ({d['state']})")
 
 
+@deployments.command("license")
+def deployments_license(
+    deployment_id: str,
+    commercial_use: Annotated[
+        bool | None,
+        typer.Option(
+            "--commercial-use/--no-commercial-use",
+            help="Whether the license permits commercial use (required: say which)",
+            show_default=False,
+        ),
+    ] = None,
+    redistribution: Annotated[bool, typer.Option(help="Redistribution permitted")] = False,
+    fine_tuning: Annotated[bool, typer.Option(help="Fine-tuning permitted")] = False,
+    customer_deployment: Annotated[
+        bool, typer.Option(help="Deployment at customers permitted")
+    ] = False,
+    license_name: Annotated[str | None, typer.Option(help="e.g. apache-2.0")] = None,
+) -> None:
+    """Record the license metadata of a Candidate or Evaluated deployment (before approval)."""
+    if commercial_use is None:
+        err.print(
+            "[red]Say whether the license permits commercial use: --commercial-use or "
+            "--no-commercial-use.[/red]"
+        )
+        raise typer.Exit(2)
+    body: dict[str, Any] = {
+        "commercialUse": commercial_use,
+        "redistribution": redistribution,
+        "fineTuning": fine_tuning,
+        "customerDeployment": customer_deployment,
+    }
+    if license_name:
+        body["licenseName"] = license_name
+    d = connect().call("PUT", f"/factory/model-deployments/{deployment_id}/license", json=body)
+    lic = d.get("licenseMetadata") or {}
+    _table(
+        f"license of {d['deploymentId']} ({d['state']})",
+        ["LICENSE", "COMMERCIAL USE", "REDISTRIBUTION", "FINE-TUNING", "CUSTOMER DEPLOYMENT"],
+        [
+            [
+                lic.get("licenseName") or "-",
+                *(
+                    "yes" if lic.get(term) else "no"
+                    for term in (
+                        "commercialUse",
+                        "redistribution",
+                        "fineTuning",
+                        "customerDeployment",
+                    )
+                ),
+            ]
+        ],
+    )
+
+
 @deployments.command("approve")
 def deployments_approve(
     deployment_id: str,
@@ -189,8 +244,12 @@ def profiles_publish(
     file: Annotated[Path, typer.Argument(help="An AssetReleasePublished event as YAML")],
 ) -> None:
     """Publish a profile release (activation checks the invariants)."""
-    p = connect().call("POST", "/factory/asset-events", json=_load(file))
-    out.print(f"activated {p['profileId']} version {p['version']}")
+    resp = connect().request("POST", "/factory/asset-events", json=_load(file))
+    p = resp.json()
+    if resp.headers.get("Idempotent-Replay") == "true":
+        out.print(f"unchanged: {p['profileId']} version {p['version']} is already published")
+    else:
+        out.print(f"activated {p['profileId']} version {p['version']}")
 
 
 @profiles.command("retire")

@@ -15,7 +15,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -25,6 +24,8 @@ from domain.enums import Role, Scope
 
 DEMO_TENANT = "demo"
 DEMO_CLIENT = "demo-admin"
+# The demo deployments' endpointRef is env:SIMULATOR_KEY; its _BASE_URL is this run's simulator.
+SIMULATOR_KEY = "MODEL_ROUTER_PROVIDER_DEV_SIMULATOR"
 READY_DEADLINE_S = 60.0
 
 
@@ -36,8 +37,10 @@ class DevStack:
         temporal_port: int,
         ui_port: int,
         upstream_port: int = 8787,
+        worker_metrics_port: int = 9464,
     ) -> None:
         self.upstream_port = upstream_port
+        self.worker_metrics_port = worker_metrics_port
         self.data_dir = data_dir.resolve()
         self.api_port = api_port
         self.temporal_port = temporal_port
@@ -69,8 +72,14 @@ class DevStack:
                 "MODEL_ROUTER_ARTIFACT_ROOT": str(self.data_dir / "artifacts"),
                 "MODEL_ROUTER_API_HOST": "127.0.0.1",
                 "MODEL_ROUTER_API_PORT": str(self.api_port),
-                # The demo catalog lives on the local upstream simulator.
+                # The demo catalog lives on the local upstream simulator, behind an endpointRef
+                # that names no port (env:MODEL_ROUTER_PROVIDER_DEV_SIMULATOR, under the default
+                # provider prefix the secret allow-list admits): the address is this run's, so
+                # the seeded deployments follow --upstream-port from one run to the next.
                 "MODEL_ROUTER_ALLOW_UPSTREAM_ENDPOINTS": "true",
+                SIMULATOR_KEY: "dev-simulator-key",
+                f"{SIMULATOR_KEY}_BASE_URL": f"http://127.0.0.1:{self.upstream_port}",
+                "MODEL_ROUTER_WORKER_METRICS_PORT": str(self.worker_metrics_port),
             }
         )
         return env
@@ -123,9 +132,20 @@ class DevStack:
             print("stopped", flush=True)
 
     def _run(self, env: dict[str, str], client_secret: str) -> int:
-        for port in (self.temporal_port, self.ui_port, self.api_port, self.upstream_port):
+        ports = (
+            (self.temporal_port, "Temporal", "--temporal-port"),
+            (self.ui_port, "the Temporal UI", "--ui-port"),
+            (self.api_port, "the API", "--api-port"),
+            (self.upstream_port, "the upstream simulator", "--upstream-port"),
+            (self.worker_metrics_port, "the worker's metrics", "--worker-metrics-port"),
+        )
+        for port, what, flag in ports:
             if _port_open(port):
-                print(f"port {port} is already in use; pick another with --*-port", flush=True)
+                print(
+                    f"port {port} (for {what}) is already in use; pick another with "
+                    f"{flag} PORT (make dev ARGS='{flag} PORT', or scripts/dev.sh {flag} PORT)",
+                    flush=True,
+                )
                 return 2
         self._spawn(
             "temporal",
@@ -177,12 +197,17 @@ class DevStack:
         )
         api = f"http://127.0.0.1:{self.api_port}"
         _wait_for(lambda: _http_ok(f"{api}/readyz"), "the API", self.children)
+        # Up means usable: the demo catalog is seeded (or why not is said) before the banner.
+        print("API ready; seeding the demo catalog…", flush=True)
+        seeded = self._seed(api, client_secret)
         print(
             "\nmodel-router is up (embedded default: Temporal dev server + SQLite)\n"
             f"  API           {api}   (OpenAPI at {api}/docs)\n"
             f"  Temporal UI   http://127.0.0.1:{self.ui_port}\n"
             f"  console       {api}/console   (sign in as the demo operator {DEMO_CLIENT}, "
             "with the secret below)\n"
+            f"  simulator     http://127.0.0.1:{self.upstream_port} (local upstream, not a model)\n"
+            f"  metrics       {api}/metrics, worker http://127.0.0.1:{self.worker_metrics_port}/metrics\n"
             f"  tenant        {DEMO_TENANT}\n"
             f"  client_id     {DEMO_CLIENT}\n"
             f"  client_secret {client_secret}\n"
@@ -195,12 +220,9 @@ class DevStack:
             "or, with the CLI:\n"
             f"  export MODEL_ROUTER_API_URL={api} MODEL_ROUTER_CLIENT_ID={DEMO_CLIENT} "
             f"MODEL_ROUTER_CLIENT_SECRET={client_secret}\n"
-            "  .venv/bin/model-router deployments list\n"
-            f"  simulator     http://127.0.0.1:{self.upstream_port} (local upstream, not a model)\n"
-            "Ctrl-C stops everything. Seeding the demo catalog…",
+            "  .venv/bin/model-router deployments list\n" + seeded + "\nCtrl-C stops everything.",
             flush=True,
         )
-        threading.Thread(target=self._seed, args=(api, client_secret), daemon=True).start()
         while True:
             for name, proc in self.children:
                 if proc.poll() is not None:
@@ -208,20 +230,21 @@ class DevStack:
                     return 1
             time.sleep(0.5)
 
-    def _seed(self, api: str, client_secret: str) -> None:
-        from cli.dev_seed import seed
+    def _seed(self, api: str, client_secret: str) -> str:
+        """The demo catalog through the API; returns the lines that say how it went."""
+        from cli.dev_seed import SeedProblem, seed
 
         try:
-            approved = seed(api, DEMO_CLIENT, client_secret, self.upstream_port)
+            approved = seed(api, DEMO_CLIENT, client_secret, f"env:{SIMULATOR_KEY}")
+        except SeedProblem as exc:
+            return f"demo catalog not ready: {exc}"
         except Exception as exc:  # the stack stays up; the operator can seed by hand
-            print(f"demo catalog not seeded: {type(exc).__name__}: {exc}", flush=True)
-            return
-        print(
+            return f"demo catalog not seeded: {type(exc).__name__}: {exc}"
+        return (
             f"demo catalog ready: profiles code-agent, embedding; approved {', '.join(approved)}\n"
             f"  curl -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' "
             f'{api}/v1/chat/completions -d \'{{"model":"code-agent","messages":'
-            f'[{{"role":"user","content":"hello"}}]}}\'',
-            flush=True,
+            f'[{{"role":"user","content":"hello"}}]}}\''
         )
 
 

@@ -56,7 +56,13 @@ def _profile(profile_id: str, allowed: list[str], **over: Any) -> dict[str, Any]
     }
 
 
-def seed(api: str, client_id: str, secret: str, upstream_port: int) -> list[str]:
+class SeedProblem(Exception):
+    """The demo catalog is not what this run needs (said to the operator, not raised on)."""
+
+
+def seed(api: str, client_id: str, secret: str, endpoint_ref: str) -> list[str]:
+    """Seeds the demo catalog with its deployments at `endpoint_ref` (the simulator's); returns
+    the approved ones, or raises SeedProblem saying why the catalog is not usable."""
     with httpx.Client(base_url=api, timeout=60) as http:
         token = http.post(
             "/oauth/token", data={"grant_type": "client_credentials"}, auth=(client_id, secret)
@@ -88,11 +94,20 @@ def seed(api: str, client_id: str, secret: str, upstream_port: int) -> list[str]
                     "model": model,
                     "region": "local",
                     "privacyClass": "Local",
-                    "endpointRef": f"upstream:127.0.0.1:{upstream_port}",
+                    "endpointRef": endpoint_ref,
                     "contextWindowTokens": 128000,
                     "licenseMetadata": {"commercialUse": True},
                 },
             )
+            found = http.get(f"/factory/model-deployments/{dep}").json()
+            if found.get("endpointRef") != endpoint_ref:
+                # Registered by an older make dev at a fixed simulator address; a deployment's
+                # endpointRef never changes, so only a fresh data directory fixes it.
+                raise SeedProblem(
+                    f"{dep} points at {found.get('endpointRef')!r}, not at this run's "
+                    f"simulator ({endpoint_ref}); remove the data directory (.data by default) "
+                    "and run make dev again to reseed"
+                )
         for dep, provider, model, key, privacy in REAL:
             if os.environ.get(key):
                 http.post(
@@ -137,4 +152,6 @@ def seed(api: str, client_id: str, secret: str, upstream_port: int) -> list[str]
                 elif body["state"] == "Evaluated":
                     http.post(f"/factory/model-deployments/{dep}/approve")
             time.sleep(0.5)  # polling the API at a human pace
-        return sorted(d for d, _, _ in SIM if d not in pending)
+        if pending:
+            raise SeedProblem(f"not approved within 180 s: {', '.join(sorted(pending))}")
+        return sorted(d for d, _, _ in SIM)

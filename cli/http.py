@@ -30,9 +30,14 @@ class Api:
         self.tenant_id = str(jwt.decode(token, options={"verify_signature": False}).get("tid"))
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        resp = self.request(method, path, **kwargs)
+        return resp.json() if resp.content else None
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """The response itself (headers included), once it is known not to be a problem."""
         resp = self._http.request(method, path, **kwargs)
         _raise_for_problem(resp)
-        return resp.json() if resp.content else None
+        return resp
 
 
 def connect() -> Api:
@@ -64,4 +69,6 @@ def _raise_for_problem(resp: httpx.Response) -> None:
         err.print(f"  - {refusal['message'] if isinstance(refusal, dict) else refusal}")
     for error in problem.get("errors", []):
         err.print(f"  - {error.get('field')}: {error.get('message')}")
+    for diff in problem.get("differences", []):
+        err.print(f"  - {diff['field']}: {diff['existing']!r} → {diff['published']!r}")
     raise typer.Exit(1)

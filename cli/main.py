@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from cli import catalog, route, schedules
+from cli import catalog, receipts, route, schedules
 from core.settings import get_settings
 from domain.enums import Role, Scope
 
@@ -21,6 +21,7 @@ app.add_typer(clients_app, name="clients")
 app.add_typer(catalog.deployments, name="deployments")
 app.add_typer(catalog.profiles, name="profiles")
 app.add_typer(route.route, name="route")
+app.add_typer(receipts.receipts, name="receipts")
 app.add_typer(schedules.schedules, name="schedules")
 
 
@@ -107,13 +108,15 @@ def dev(
     api_port: int = 8000,
     temporal_port: int = 7233,
     ui_port: int = 8233,
-    upstream_port: int = 8787,
+    upstream_port: Annotated[int, typer.Option(help="The local upstream simulator")] = 8787,
+    worker_metrics_port: Annotated[int, typer.Option(help="The worker's GET /metrics")] = 9464,
 ) -> None:
     """Bring the whole service up on the embedded default (Temporal dev server + SQLite)."""
     from cli.dev import DevStack
 
     logging.basicConfig(level=logging.WARNING)
-    raise typer.Exit(DevStack(data_dir, api_port, temporal_port, ui_port, upstream_port).run())
+    stack = DevStack(data_dir, api_port, temporal_port, ui_port, upstream_port, worker_metrics_port)
+    raise typer.Exit(stack.run())
 
 
 if __name__ == "__main__":

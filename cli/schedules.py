@@ -130,9 +130,57 @@ def _on_handle(name: str, action: Callable[[ScheduleHandle], Awaitable[None]], d
 
 
 @schedules.command("trigger")
-def trigger(name: Name) -> None:
+def trigger(
+    name: Name,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="wait for the run and print what it did")
+    ] = False,
+) -> None:
     """Run the job now (under the schedule's overlap policy)."""
-    _on_handle(name, lambda h: h.trigger(), "triggered")
+    if not wait:
+        _on_handle(name, lambda h: h.trigger(), "triggered")
+        return
+    sid = _id(name)
+
+    async def go(client: Client) -> tuple[str, Any]:
+        handle = client.get_schedule_handle(sid)
+        seen = {_workflow_of(a) for a in (await handle.describe()).info.recent_actions}
+        await handle.trigger()
+        deadline = asyncio.get_running_loop().time() + 60
+        while True:
+            actions = (await handle.describe()).info.recent_actions
+            started = [w for w in map(_workflow_of, actions) if w and w not in seen]
+            if started:
+                return started[-1], await client.get_workflow_handle(started[-1]).result()
+            if asyncio.get_running_loop().time() > deadline:
+                err.print(f"[red]{sid} started no run within 60 s (paused, or overlapping?)")
+                raise typer.Exit(1)
+            await asyncio.sleep(0.3)  # polling Temporal for the run the trigger started
+
+    workflow_id, result = _run(go)
+    out.print(f"triggered {sid}: {workflow_id}")
+    out.print(_report_table(result))
+
+
+def _workflow_of(action: Any) -> str | None:
+    return getattr(action.action, "workflow_id", None)
+
+
+def _report_table(result: Any) -> Table:
+    """A run's report as rows: counters, and each mapping (skipped reasons, sources) spelled
+    out, so an operator sees what was left as it is and why."""
+    table = Table(show_header=False, box=None)
+    table.add_column("", style="bold")
+    table.add_column("")
+    for key, value in (result or {}).items() if isinstance(result, dict) else []:
+        if isinstance(value, dict):
+            if not value:
+                table.add_row(key, "-")
+            for inner, count in value.items():
+                table.add_row(key, f"{count}  {inner}")
+        else:
+            table.add_row(key, str(value))
+    return table
 
 
 @schedules.command("pause")

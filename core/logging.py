@@ -83,6 +83,9 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=False, default=str)
 
 
+_OWN_HANDLERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
+
+
 def configure_logging(level: str = "INFO", *, json_lines: bool = True) -> None:
     """Installs one stderr handler on the root logger (idempotent: replaces its own)."""
     root = logging.getLogger()
@@ -97,3 +100,12 @@ def configure_logging(level: str = "INFO", *, json_lines: bool = True) -> None:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     root.addHandler(handler)
     root.setLevel(level)
+    # uvicorn installs its own plain-text handlers on its loggers before it loads the app;
+    # take them over so that its lines (start, shutdown, errors) are JSON like every other.
+    for name in _OWN_HANDLERS:
+        taken = logging.getLogger(name)
+        for own in list(taken.handlers):
+            taken.removeHandler(own)
+        taken.propagate = True
+    # warnings.warn() would otherwise print plain text to stderr.
+    logging.captureWarnings(True)

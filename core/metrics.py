@@ -96,6 +96,16 @@ class UpDownCounter(Counter):
             self._otel.add(delta, dict(key))
 
 
+def set_usage_unknown(counts: Mapping[str, int]) -> None:
+    """The usage_unknown gauge is a count of the store (receipts Unknown or Estimated, per
+    provider), never a tally of what this process wrote: every process that exports it
+    recounts before exporting (`GET /metrics` on the API and the worker, every reconciler run),
+    so it equals the database after restarts and whichever process wrote the receipts."""
+    seen = {dict(k).get("provider", "") for k in usage_unknown.snapshot()}
+    for provider in sorted(seen | set(counts)):
+        usage_unknown.move_to(counts.get(provider, 0), {"provider": provider})
+
+
 class Histogram(Instrument):
     def __init__(self, name: str, unit: str, description: str) -> None:
         super().__init__(name, unit, description)

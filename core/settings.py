@@ -230,6 +230,9 @@ class Settings(BaseSettings):
         default=False, description="LogContent: reserved; refused outside development/test."
     )
     metrics_enabled: bool = Field(default=True, description="Serve GET /metrics (Prometheus).")
+    # The worker's own GET /metrics: 0 turns it off (OTLP push still works without it).
+    worker_metrics_host: str = "127.0.0.1"
+    worker_metrics_port: int = Field(default=9464, ge=0, le=65535)
     otlp_metrics_endpoint: str | None = Field(
         default=None, description="OTLP/HTTP metrics URL, e.g. http://collector:4318/v1/metrics."
     )

@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
 from typing import Any
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import (
+    LogForwardingConfig,
+    LoggingConfig,
+    Runtime,
+    TelemetryConfig,
+    TelemetryFilter,
+)
 from temporalio.service import TLSConfig
 
 from core import tracing
@@ -42,8 +51,24 @@ def tls_config(settings: Settings) -> TLSConfig | bool:
     )
 
 
+@functools.cache
+def _runtime() -> Runtime:
+    """One SDK runtime per process whose Core (Rust) log lines go to Python logging (logger
+    `temporalio.core`), so they are JSON like every other line instead of Core's own coloured
+    text on stderr."""
+    return Runtime(
+        telemetry=TelemetryConfig(
+            logging=LoggingConfig(
+                filter=TelemetryFilter(core_level="WARN", other_level="ERROR"),
+                forwarding=LogForwardingConfig(logger=logging.getLogger("temporalio.core")),
+            )
+        )
+    )
+
+
 def client_options(settings: Settings) -> dict[str, Any]:
     options: dict[str, Any] = {
+        "runtime": _runtime(),
         "namespace": settings.temporal_namespace,
         "data_converter": pydantic_data_converter,
         "tls": tls_config(settings),

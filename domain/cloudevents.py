@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
@@ -27,6 +27,13 @@ class OutboxEvent(BaseModel):
     occurred_at: datetime
 
 
+def rfc3339(at: datetime) -> str:
+    """CloudEvents' `time` is RFC 3339, which requires a zone: always UTC, spelled `Z`."""
+    if at.tzinfo is None:
+        raise ValueError("an event time must be timezone-aware")
+    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
 def to_cloudevent(event: OutboxEvent) -> dict[str, Any]:
     return {
         "specversion": "1.0",
@@ -34,7 +41,7 @@ def to_cloudevent(event: OutboxEvent) -> dict[str, Any]:
         "source": SOURCE,
         "type": event.topic,
         "subject": event.aggregate_id,
-        "time": event.occurred_at.isoformat(),
+        "time": rfc3339(event.occurred_at),
         "datacontenttype": "application/json",
         "data": event.payload,
         # Extension attributes (lower-case alphanumerics only, as CloudEvents requires).

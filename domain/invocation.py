@@ -9,7 +9,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-from domain.enums import InvocationOutcome, UsageStatus
+from domain.enums import InvocationOutcome, Modality, UsageStatus
 
 _NAMESPACE = uuid.UUID("2f1d8c3e-7a0b-5c2e-8d4f-3b6a9e1c0d57")
 
@@ -32,6 +32,9 @@ class Target(BaseModel):
     external: bool = False
     context_window_tokens: int | None = None
     embedding_compatibility: str | None = None
+    # The modality of the profile it serves: a Rerank profile's deployment is called through
+    # the rerank adapter whatever its provider (an OpenAI-compatible server's /rerank).
+    modality: Modality | None = None
 
 
 class AttemptTimeouts(BaseModel):

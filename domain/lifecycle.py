@@ -71,5 +71,11 @@ def healthy_in(state: S, transition: Transition, healthy: bool) -> bool:
     return healthy
 
 
+def can_evaluate(state: S) -> bool:
+    """An evaluation only makes sense where its evidence can be recorded: running the suite
+    against a Retired deployment would spend on the provider for evidence nobody can import."""
+    return (state, Transition.RECORD_EVIDENCE) in _NEXT
+
+
 def is_routable(state: S, healthy: bool) -> bool:
     return state is S.APPROVED and healthy

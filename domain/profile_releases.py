@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -82,6 +82,44 @@ class AssetReleaseRetired(BaseModel):
 AssetEvent = Annotated[
     AssetReleasePublished | AssetReleaseRetired, Field(discriminator="event_type")
 ]
+
+
+class Difference(BaseModel):
+    """One field a release would change in a version that exists: versions are immutable."""
+
+    field: str  # e.g. "profile.maxOutputTokens", or "releaseId"
+    existing: Any = None
+    published: Any = None
+
+
+_UNCOMPARED = frozenset({"tenant_id", "status", "release_id"})
+
+
+def version_differences(existing: ModelProfile, event: AssetReleasePublished) -> list[Difference]:
+    """What the event says differently from the stored version; empty means a replay."""
+    incoming = event.profile.to_profile(tenant_id=existing.tenant_id, release_id=event.release_id)
+    out = []
+    if existing.release_id != event.release_id:
+        out.append(
+            Difference(field="releaseId", existing=existing.release_id, published=event.release_id)
+        )
+    for name, info in ModelProfile.model_fields.items():
+        if name in _UNCOMPARED:
+            continue
+        ours, theirs = getattr(existing, name), getattr(incoming, name)
+        if ours != theirs:
+            out.append(
+                Difference(
+                    field=f"profile.{info.alias or name}",
+                    existing=_plain(ours),
+                    published=_plain(theirs),
+                )
+            )
+    return out
+
+
+def _plain(value: Any) -> Any:
+    return value.value if isinstance(value, StrEnum) else value
 
 
 def activation_refusals(

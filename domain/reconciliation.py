@@ -22,6 +22,10 @@ receipt started inside the bucket. Buckets are taken in time order, a tenant's o
 before provider-wide ones; what one bucket settles counts as known usage for the next, which is
 why running the rules again over the same statements settles nothing new.
 
+Providers publish usage late, so a bucket is shared out only once it ended at least the settle
+delay ago (`bucket_cutoff`); until then its receipts are skipped with `HELD`. A request-id line
+is exact and settles at once, whatever the delay.
+
 Nothing settles to zero unless asked for: a share of zero input and zero output tokens leaves
 the receipt as it was (a statement that explains nothing is no proof that nothing was used).
 
@@ -44,6 +48,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from domain.enums import UsageStatus
 from domain.statements import AWAITING, ReceiptUsage, StatementLine
+
+HELD = "bucket allocation waits for the settle delay (the bucket ended after the cutoff)"
+ZERO_LINE = "the statement reports zero tokens"
+NOTHING_LEFT = "no unexplained tokens left in the statement's bucket"
 
 
 class Rule(StrEnum):
@@ -189,10 +197,15 @@ class _Ledger:
 
 
 def plan(
-    lines: Iterable[StatementLine], receipts: Iterable[ReceiptUsage], *, settle_zero: bool = False
+    lines: Iterable[StatementLine],
+    receipts: Iterable[ReceiptUsage],
+    *,
+    settle_zero: bool = False,
+    bucket_cutoff: datetime | None = None,
 ) -> Plan:
     """What the statements settle. `receipts` must hold every receipt (any status) that a
-    bucket of `lines` covers, or the unexplained tokens are miscounted."""
+    bucket of `lines` covers, or the unexplained tokens are miscounted. Buckets ending after
+    `bucket_cutoff` are held back (their receipts skipped with HELD); None holds none."""
     ledger = _Ledger(receipts)
     by_request: dict[tuple[str, str], list[StatementLine]] = defaultdict(list)
     groups: dict[_GroupKey, list[StatementLine]] = defaultdict(list)
@@ -215,11 +228,17 @@ def plan(
         line = min(found, key=lambda x: x.statement_ref)
         usage = (line.input_tokens, line.output_tokens, line.cached_input_tokens)
         if usage[0] + usage[1] == 0 and not settle_zero:
-            ledger.skip(r, line.statement_ref, "the statement reports zero tokens")
+            ledger.skip(r, line.statement_ref, ZERO_LINE)
             continue
         ledger.settle(r, line.statement_ref, Rule.REQUEST_ID, usage)
 
     for key in sorted(groups, key=_order):
+        if bucket_cutoff is not None and key[6] > bucket_cutoff:
+            ref = group_ref(groups[key])
+            for r in ledger.receipts:
+                if ledger.awaiting(r) and _belongs(key, r):
+                    ledger.skip(r, ref, HELD)
+            continue
         _allocate_group(ledger, key, groups[key], settle_zero)
     return Plan(settlements=tuple(ledger.settlements), skipped=tuple(ledger.skipped))
 
@@ -249,6 +268,6 @@ def _allocate_group(
     cached = [min(c, i) for c, i in zip(allocate(unexplained[2], in_weights), inputs, strict=True)]
     for r, i, o, c in zip(todo, inputs, outputs, cached, strict=True):
         if i + o == 0 and not settle_zero:
-            ledger.skip(r, ref, "no unexplained tokens left in the statement's bucket")
+            ledger.skip(r, ref, NOTHING_LEFT)
             continue
         ledger.settle(r, ref, Rule.BUCKET, (i, o, c))

@@ -37,6 +37,15 @@ class ReconcilerInput(BaseModel):
     # None: every tenant. A list narrows receipts (tenants with their own provider accounts,
     # tests); provider statements are then shared among those tenants' receipts only.
     tenant_ids: list[str] | None = None
+    # Reconcile as if the run started at this instant (a backfill of a past window, tests that
+    # must not depend on the hour they run at). None: the run's own start time.
+    as_of: datetime | None = None
+
+    @model_validator(mode="after")
+    def _aware(self) -> ReconcilerInput:
+        if self.as_of is not None and self.as_of.tzinfo is None:
+            raise ValueError("as_of is timezone-aware")
+        return self
 
 
 class _Frozen(BaseModel):

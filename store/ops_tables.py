@@ -11,7 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Field, SQLModel
 
-from store.tables import utcnow
+from store.tables import UtcDateTime, utcnow
 
 
 def as_utc(value: datetime) -> datetime:
@@ -20,7 +20,7 @@ def as_utc(value: datetime) -> datetime:
 
 
 def _ts(nullable: bool = False) -> Any:
-    return sa.Column(sa.DateTime(timezone=True), nullable=nullable)
+    return sa.Column(UtcDateTime(), nullable=nullable)
 
 
 class ProbeSampleRow(SQLModel, table=True):

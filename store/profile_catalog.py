@@ -10,7 +10,13 @@ from sqlmodel import col, select
 
 from domain.enums import ProfileStatus
 from domain.events import profile_activated, profile_retired
-from domain.profile_releases import AssetReleasePublished, AssetReleaseRetired, activation_refusals
+from domain.profile_releases import (
+    AssetReleasePublished,
+    AssetReleaseRetired,
+    Difference,
+    activation_refusals,
+    version_differences,
+)
 from domain.profiles import ModelProfile
 from store import catalog_state
 from store.repositories import ModelProfileRepository, OutboxRepository
@@ -24,7 +30,12 @@ class ActivationRefused(Exception):
 
 
 class VersionConflict(Exception):
-    """The version exists from another release: versions are immutable."""
+    """The version exists with other content (or from another release): versions are
+    immutable."""
+
+    def __init__(self, message: str, differences: list[Difference]) -> None:
+        super().__init__(message)
+        self.differences = differences
 
 
 @dataclass
@@ -49,12 +60,17 @@ async def activate(session: AsyncSession, tenant_id: str, event: AssetReleasePub
     definition = event.profile
     existing = await _version(session, tenant_id, definition.profile_id, definition.version)
     if existing is not None:
-        if existing.release_id != event.release_id:
+        stored = ModelProfile.model_validate(existing)
+        differences = version_differences(stored, event)
+        if differences:
             raise VersionConflict(
-                f"profile {definition.profile_id} version {definition.version} exists from "
-                f"release {existing.release_id}"
+                f"profile {definition.profile_id} version {definition.version} exists "
+                f"(release {existing.release_id}) with other content: "
+                + ", ".join(d.field for d in differences)
+                + "; versions are immutable, publish a new version",
+                differences,
             )
-        return Outcome(ModelProfile.model_validate(existing), changed=False)
+        return Outcome(stored, changed=False)
 
     active = {
         p.profile_id: p for p in await ModelProfileRepository(session, tenant_id).latest_active()

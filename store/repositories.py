@@ -116,6 +116,10 @@ def _version_key(version: str) -> tuple[tuple[int, object], ...]:
 
 
 class InvocationReceiptRepository(TenantRepository):
+    async def get(self, invocation_id: Any) -> InvocationReceiptRow | None:
+        row = await self.session.get(InvocationReceiptRow, invocation_id)
+        return row if row is not None and row.tenant_id == self.tenant_id else None
+
     async def list_for_run(self, run_id: Any) -> Sequence[InvocationReceiptRow]:
         stmt = (
             select(InvocationReceiptRow)

@@ -28,8 +28,28 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+class UtcDateTime(sa.types.TypeDecorator[datetime]):
+    """A timezone-aware timestamp on every engine. PostgreSQL keeps the zone; SQLite keeps
+    none and hands values back naive, so they are written in UTC and read back as UTC — every
+    surface then prints RFC 3339 with a zone, whichever store is behind it."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        # A naive value is taken as UTC, as SQLite has always stored them.
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
 def _ts(nullable: bool = False) -> Any:
-    return sa.Column(sa.DateTime(timezone=True), nullable=nullable)
+    return sa.Column(UtcDateTime(), nullable=nullable)
 
 
 def _json(nullable: bool = False) -> Any:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
+from openai import AsyncOpenAI
 from temporalio.client import Client
 
+from providers.upstream import UpstreamServer
 from tests.helpers.catalog import deployment_body, profile_event, record_evidence
 from tests.helpers.catalog import register as register_via_api
 from tests.helpers.cli import run
@@ -30,6 +34,17 @@ async def test_operator_flow_through_the_cli(
     )
     published = await run(cli_env, "profiles", "publish", str(profile))
     assert published.exit_code == 0 and "activated cli-agent version 1" in published.stdout
+    same = await run(cli_env, "profiles", "publish", str(profile))
+    assert same.exit_code == 0 and "unchanged: cli-agent version 1" in same.stdout
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(
+        yaml.safe_dump(
+            profile_event("cli-agent", ["cli/coder"], {"tool-calling": 0.9}, maxOutputTokens=99)
+        )
+    )
+    clash = await run(cli_env, "profiles", "publish", str(changed))
+    assert clash.exit_code == 1 and "activated" not in clash.stdout
+    assert "409" in clash.stderr and "profile.maxOutputTokens: 4096 → 99" in clash.stderr
 
     listed = await run(cli_env, "deployments", "list")
     assert "cli/coder" in listed.stdout and "Candidate" in listed.stdout
@@ -107,3 +122,64 @@ async def _token(env: dict[str, str], http: Any) -> str:
         auth=(env["MODEL_ROUTER_CLIENT_ID"], env["MODEL_ROUTER_CLIENT_SECRET"]),
     )
     return str(resp.json()["access_token"])
+
+
+async def test_the_cli_records_a_license_and_lists_a_runs_receipts(
+    cli_env: dict[str, str],
+    tmp_path: Path,
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+    api_url: str,
+) -> None:
+    """register → license (no curl) → evidence → approve → invoke → `receipts list --run`."""
+    reg = tmp_path / "deployment.yaml"
+    reg.write_text(
+        yaml.safe_dump(
+            deployment_body(
+                "cli/licensed",
+                provider="local-upstream",
+                model="cli-echo",
+                endpointRef=upstream.endpoint_ref,
+                licenseMetadata=None,
+            )
+        )
+    )
+    assert (await run(cli_env, "deployments", "register", str(reg))).exit_code == 0
+    unsaid = await run(cli_env, "deployments", "license", "cli/licensed")
+    assert unsaid.exit_code == 2 and "--commercial-use" in unsaid.stderr
+    licensed = await run(
+        cli_env, "deployments", "license", "cli/licensed", "--commercial-use",
+        "--fine-tuning", "--license-name", "apache-2.0",
+    )  # fmt: skip
+    assert licensed.exit_code == 0, licensed.output
+    row = next(line for line in licensed.stdout.splitlines() if "apache-2.0" in line).split()
+    assert [c for c in row if c in ("yes", "no")] == ["yes", "no", "yes", "no"]
+
+    await record_evidence(temporal_client, tenant, "cli/licensed", {"tool-calling": 0.95})
+    approved = await run(cli_env, "deployments", "approve", "cli/licensed")
+    assert approved.exit_code == 0, approved.output
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(yaml.safe_dump(profile_event("cli-run", ["cli/licensed"])))
+    assert (await run(cli_env, "profiles", "publish", str(profile))).exit_code == 0
+
+    run_id = str(uuid.uuid4())
+    async with httpx.AsyncClient(base_url=api_url) as http:
+        token = await _token(cli_env, http)
+    async with AsyncOpenAI(base_url=f"{api_url}/v1", api_key=token, max_retries=0) as sdk:
+        for text in ("one", "two"):
+            await sdk.chat.completions.create(
+                model="cli-run",
+                messages=[{"role": "user", "content": text}],
+                extra_headers={"X-Run-Id": run_id},
+            )
+    listed = await run(cli_env, "receipts", "list", "--run", run_id)
+    assert listed.exit_code == 0, listed.output
+    rows = [line for line in listed.stdout.splitlines() if "cli/licensed" in line]
+    assert len(rows) == 2
+    assert all("Completed" in r and "cli-run" in r and "Reported" in r for r in rows)
+    assert "OUTCOME" in listed.stdout and "USAGE" in listed.stdout
+    empty = await run(cli_env, "receipts", "list", "--run", str(uuid.uuid4()))
+    assert empty.exit_code == 0 and "no receipts" in empty.stdout
+    bad = await run(cli_env, "receipts", "list", "--run", "not-a-uuid")
+    assert bad.exit_code == 1 and "runId" in bad.stderr

@@ -115,7 +115,9 @@ async def demo(
     """A tenant seeded exactly as `make dev` seeds its demo tenant."""
     tenant = f"demo-{uuid.uuid4().hex[:8]}"
     admin = await _client(sessions, tenant, [Role.PLATFORM_ADMIN])
-    approved = await asyncio.to_thread(seed, api_url, admin.client_id, admin.secret, upstream.port)
+    approved = await asyncio.to_thread(
+        seed, api_url, admin.client_id, admin.secret, upstream.endpoint_ref
+    )
     assert approved == ["local/sim-chat", "local/sim-claude", "local/sim-embed"]
     return Demo(tenant, admin, admin.bearer(await _token(api_url, admin)))
 

@@ -377,7 +377,8 @@ def test_worker_probes_run_the_probe_script() -> None:
     worker = containers(deployment("worker"))[0]
     assert worker["readinessProbe"]["exec"]["command"][-1] == "ready"
     assert worker["livenessProbe"]["exec"]["command"][-1] == "live"
-    assert "ports" not in worker, "the worker serves no HTTP"
+    # Its one port serves metrics: health is whether Temporal sees it poll, not HTTP.
+    assert [p["name"] for p in worker.get("ports", [])] == ["metrics"]
 
 
 def test_every_container_has_resource_requests_and_limits() -> None:
@@ -668,3 +669,38 @@ async def test_worker_probe_follows_this_hosts_pollers() -> None:
     # Temporal down: no restart, since restarting the worker cannot fix Temporal.
     assert outage_live[0] == 0, outage_live
     assert "unreachable" in outage_live[1]
+
+
+def test_the_worker_metrics_port_is_served_and_scraped_everywhere() -> None:
+    """The image, the ConfigMap, the worker pod (port + scrape annotations) and the compose
+    Prometheus all name the same worker metrics port, and the API is scraped too."""
+    env = dict(
+        pair.split("=", 1)
+        for keyword, rest in final_stage(dockerfile_instructions())
+        if keyword == "ENV"
+        for pair in rest.split()
+        if "=" in pair
+    )
+    port = env["MODEL_ROUTER_WORKER_METRICS_PORT"]
+    assert env["MODEL_ROUTER_WORKER_METRICS_HOST"] == "0.0.0.0"
+    assert Settings.model_fields["worker_metrics_port"].default == int(port)
+    [config] = k8s_objects("ConfigMap")
+    assert config["data"]["MODEL_ROUTER_WORKER_METRICS_PORT"] == port
+    for component, scraped in (("worker", port), ("api", "8000")):
+        pod = deployment(component)["spec"]["template"]
+        annotations = pod["metadata"]["annotations"]
+        assert annotations["prometheus.io/scrape"] == "true"
+        assert (annotations["prometheus.io/port"], annotations["prometheus.io/path"]) == (
+            scraped,
+            "/metrics",
+        )
+        ports = {p["containerPort"] for c in pod["spec"]["containers"] for p in c.get("ports", [])}
+        assert int(scraped) in ports
+    compose = load_compose()
+    prometheus = compose["services"]["prometheus"]
+    mounted = next(m for m in prometheus["volumes"] if m.endswith("prometheus.yml:ro"))
+    scrape = yaml.safe_load((COMPOSE_FILE.parent / mounted.split(":")[0]).read_text())
+    targets = {
+        t for job in scrape["scrape_configs"] for c in job["static_configs"] for t in c["targets"]
+    }
+    assert targets == {"api:8000", f"worker:{port}"}

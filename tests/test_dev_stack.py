@@ -3,15 +3,19 @@ within 60 s, its printed credentials work, Ctrl-C stops everything, and a rerun 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import sys
 import time
+import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from openai import OpenAI
 
 from tests.conftest import free_port
 from tests.helpers.process import Proc
@@ -41,6 +45,8 @@ def _start(data_dir: Path, ports: dict[str, int]) -> Proc:
             str(ports["ui"]),
             "--upstream-port",
             str(ports["upstream"]),
+            "--worker-metrics-port",
+            str(ports["worker_metrics"]),
         ],
         env=env,
         cwd=data_dir,
@@ -53,7 +59,7 @@ def _value(proc: Proc, label: str) -> str:
 
 @pytest.fixture
 def ports() -> dict[str, int]:
-    return {"api": free_port(), "temporal": free_port(), "ui": free_port(), "upstream": free_port()}
+    return {name: free_port() for name in ("api", "temporal", "ui", "upstream", "worker_metrics")}
 
 
 def test_dev_is_ready_within_60s_and_stops_everything_on_ctrl_c(
@@ -114,3 +120,107 @@ def test_dev_is_ready_within_60s_and_stops_everything_on_ctrl_c(
     finally:
         again.proc.send_signal(signal.SIGINT)
         assert again.wait(timeout=40) == 0, again.output
+
+
+def _token(api: str, client_id: str, secret: str) -> str:
+    resp = httpx.post(
+        f"{api}/oauth/token", data={"grant_type": "client_credentials"}, auth=(client_id, secret)
+    )
+    return str(resp.json()["access_token"])
+
+
+def _zoned(value: str) -> bool:
+    return value.endswith("Z") or value[-6] in "+-"
+
+
+def test_dev_papercuts_timestamps_and_json_logs_on_the_embedded_default(
+    tmp_path: Path, ports: dict[str, int]
+) -> None:
+    """What a newcomer meets on `make dev` (SQLite): a taken port names its flag; "up" means
+    the demo catalog is usable; the demo model calls tools in parallel as its evidence says;
+    every timestamp has a zone; every log line is JSON; another --upstream-port keeps the demo
+    catalog working."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert "8787" in readme and "--upstream-port" in readme
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", ports["upstream"]))
+        taken.listen()
+        refused = _start(tmp_path, ports)
+        assert refused.wait(timeout=30) == 2
+    assert f"port {ports['upstream']}" in refused.output and "--upstream-port" in refused.output
+
+    dev = _start(tmp_path, ports)
+    api = f"http://127.0.0.1:{ports['api']}"
+    try:
+        dev.wait_for_line("model-router is up", timeout=180)
+        dev.wait_for_line("demo catalog ready", 5)
+        client_id, secret = _value(dev, "client_id"), _value(dev, "client_secret")
+        token = _token(api, client_id, secret)
+        auth = {"Authorization": f"Bearer {token}"}
+        sdk = OpenAI(base_url=f"{api}/v1", api_key=token, max_retries=0)
+        run_id = str(uuid.uuid4())
+        # Usable at once: no waiting for a catalog after "up".
+        tools: Any = [
+            {"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+            for n in ("get_weather", "get_time")
+        ]
+        answer = sdk.chat.completions.create(
+            model="code-agent",
+            messages=[{"role": "user", "content": "weather and time in Paris?"}],
+            tools=tools,
+            extra_headers={"X-Run-Id": run_id},
+        )
+        calls = answer.choices[0].message.tool_calls or []
+        assert sorted(c.function.name for c in calls if c.type == "function") == [
+            "get_time",
+            "get_weather",
+        ]
+
+        [receipt] = httpx.get(f"{api}/factory/runs/{run_id}/model-receipts", headers=auth).json()
+        assert _zoned(receipt["startedAt"]) and _zoned(receipt["endedAt"]), receipt
+        events = httpx.get(f"{api}/factory/events?limit=50", headers=auth).json()
+        items = events["events"]
+        assert items and all(_zoned(e["time"]) for e in items), items[:2]
+        line = (
+            '{"provider":"local-upstream","providerRequestId":"x-1",'
+            '"inputTokens":1,"outputTokens":1}\n'
+        )
+        jsonl = {**auth, "Content-Type": "application/x-ndjson"}
+        first = httpx.post(f"{api}/factory/usage-statements", content=line, headers=jsonl)
+        again = httpx.post(f"{api}/factory/usage-statements", content=line, headers=jsonl)
+        assert (first.status_code, again.status_code) == (201, 200)
+        assert first.json()["importedAt"] == again.json()["importedAt"]
+        assert _zoned(again.json()["importedAt"])
+    finally:
+        dev.proc.send_signal(signal.SIGINT)
+        assert dev.wait(timeout=40) == 0, dev.output
+
+    for name in ("api", "worker", "upstream"):
+        lines = [x for x in (tmp_path / f"{name}.log").read_text().splitlines() if x.strip()]
+        plain = []
+        for text in lines:
+            try:
+                json.loads(text)
+            except ValueError:
+                plain.append(text)
+        assert lines and plain == [], f"{name}.log: {plain[:5]}"
+
+    # Another simulator port: the seeded catalog follows it.
+    ports["upstream"] = free_port()
+    moved = _start(tmp_path, ports)
+    try:
+        moved.wait_for_line("model-router is up", timeout=120)
+        moved.wait_for_line("demo catalog ready", 5)
+        token = _token(api, _value(moved, "client_id"), _value(moved, "client_secret"))
+        resp = httpx.post(
+            f"{api}/v1/chat/completions",
+            json={"model": "code-agent", "messages": [{"role": "user", "content": "hi"}]},
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
+        )
+        assert resp.status_code == 200, resp.text
+        assert f"127.0.0.1:{ports['upstream']}" in moved.output
+    finally:
+        moved.proc.send_signal(signal.SIGINT)
+        assert moved.wait(timeout=40) == 0, moved.output

@@ -140,3 +140,81 @@ async def test_cli_evaluate_waits_with_progress_and_prints_scores(
     assert result.exit_code == 0, result.output
     assert "tool-calling" in result.stdout and "fail" in result.stdout
     assert "json-schema" in result.stdout and "1.00" in result.stdout
+
+
+async def test_evaluating_a_retired_deployment_is_a_409_before_anything_runs(
+    http: httpx.AsyncClient, auth: dict[str, str], upstream: UpstreamServer
+) -> None:
+    await register(
+        http, auth, "eval/retired", model="retired-sim", endpointRef=upstream.endpoint_ref
+    )
+    retired = await http.post("/factory/model-deployments/eval/retired/retire", headers=auth)
+    assert retired.status_code == 200 and retired.json()["state"] == "Retired"
+
+    resp = await http.post(
+        "/factory/model-deployments/eval/retired/evaluate",
+        headers={**auth, "Idempotency-Key": "retired-1"},
+    )
+    assert resp.status_code == 409, resp.text
+    assert resp.headers["content-type"].startswith("application/problem+json")
+    problem = resp.json()
+    assert problem["state"] == "Retired" and "Retired" in problem["detail"]
+    assert problem["field"] == "deploymentId"
+    # Nothing ran: no evaluation recorded, no request reached the provider.
+    body = (await http.get("/factory/model-deployments/eval/retired", headers=auth)).json()
+    assert body["evaluation"] is None
+    assert upstream.requests("retired-sim") == 0
+
+
+async def test_a_reranker_goes_through_the_public_lifecycle_to_serving(
+    http: httpx.AsyncClient, auth: dict[str, str], upstream: UpstreamServer
+) -> None:
+    """register → license → evaluate (the rerank check) → approve → /gateway/rerank, through
+    the API alone: a rerank provider, and an OpenAI-compatible server listed by a Rerank
+    profile (served at its /rerank)."""
+    for dep, provider, model in (
+        ("rr/native", "rerank", "rr-native"),
+        ("rr/compat", "local-upstream", "rr-compat"),
+    ):
+        await register(
+            http, auth, dep, provider=provider, model=model,
+            endpointRef=upstream.endpoint_ref, licenseMetadata=None,
+        )  # fmt: skip
+        licensed = await http.put(
+            f"/factory/model-deployments/{dep}/license",
+            json={"commercialUse": True, "licenseName": "apache-2.0"},
+            headers=auth,
+        )
+        assert licensed.status_code == 200, licensed.text
+        profile = dep.replace("/", "-")
+        event = profile_event(profile, [dep], {}, modality="Rerank")
+        assert (await publish(http, auth, event)).status_code == 200
+
+    for dep in ("rr/native", "rr/compat"):
+        await _evaluate(http, auth, dep, f"eval-{dep}")
+    for dep, model in (("rr/native", "rr-native"), ("rr/compat", "rr-compat")):
+        body = await _finished(http, auth, dep)
+        assert body["evaluation"]["status"] == "Completed", body["evaluation"]
+        assert body["state"] == "Evaluated"
+        checked = body["evaluation"]["summary"]["rerank"]
+        assert len(checked) == 3 and all(c["passed"] for c in checked.values())
+        # The check reached the reranker, and no chat case was sent to it.
+        assert upstream.requests(model) == 3
+        approved = await http.post(f"/factory/model-deployments/{dep}/approve", headers=auth)
+        assert approved.status_code == 200 and approved.json()["state"] == "Approved"
+
+        ranked = await http.post(
+            "/gateway/rerank",
+            headers=auth,
+            json={
+                "profileId": dep.replace("/", "-"),
+                "query": "red fruit",
+                "documents": ["a red fruit", "the sky", "cherry"],
+                "topN": 2,
+            },
+        )
+        assert ranked.status_code == 200, ranked.text
+        indices = [r["index"] for r in ranked.json()["results"]]
+        assert len(indices) == 2 and indices[0] == 0
+        assert ranked.json()["receipt"]["deploymentId"] == dep
+        assert upstream.requests(model) == 4

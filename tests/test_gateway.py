@@ -3,6 +3,7 @@ before any provider sees the call, and the invocation metrics."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from decimal import Decimal
 
@@ -89,10 +90,20 @@ async def test_invoke_json_and_sse_end_with_the_receipt(
     assert resp.status_code == 200, resp.text
     body = resp.json()
     assert body["output"]["text"] == "Echo: gateway hello"
-    assert (
-        body["receipt"]["outcome"] == "Completed" and body["receipt"]["deployment_id"] == "gw/chat"
-    )
-    assert Decimal(body["receipt"]["estimated_cost_usd"]) > 0  # priced from revision gw-1
+    receipt = body["receipt"]
+    assert receipt["outcome"] == "Completed" and receipt["deploymentId"] == "gw/chat"
+    assert Decimal(receipt["estimatedCostUsd"]) > 0  # priced from revision gw-1
+    # One receipt shape: the run's receipt list shows the same receipt, key for key.
+    listed = await http.get(f"/factory/runs/{run}/model-receipts", headers=auth)
+    [stored] = listed.json()
+    assert stored == {k: v for k, v in receipt.items() if k in stored}
+    assert set(receipt) - set(stored) == {
+        "errorKind",
+        "errorReason",
+        "fallbackFrom",
+        "fallbackReason",
+    }
+    assert receipt["startedAt"].endswith("Z") and receipt["endedAt"].endswith("Z")
 
     async with http.stream(
         "POST",
@@ -100,12 +111,12 @@ async def test_invoke_json_and_sse_end_with_the_receipt(
         headers=auth,
         json={"profileId": "gw", "runId": run, "request": _chat("streamed"), "stream": True},
     ) as sse:
-        events = [
-            line.removeprefix("event: ")
-            async for line in sse.aiter_lines()
-            if line.startswith("event: ")
-        ]
+        lines = [line async for line in sse.aiter_lines()]
+    events = [line.removeprefix("event: ") for line in lines if line.startswith("event: ")]
     assert events[0] == "text_delta" and events[-1] == "receipt" and "finish" in events
+    [*_, last] = [line for line in lines if line.startswith("data: ")]
+    final = json.loads(last.removeprefix("data: "))
+    assert final["invocationId"] and final["usageStatus"] and final["deploymentId"] == "gw/chat"
     after = metrics.invocations.value(
         {"tenant": tenant, "profile": "gw", "provider": "openai", "outcome": "Completed"}
     )
@@ -136,7 +147,8 @@ async def test_embed_and_rerank_with_receipts(
     assert ranked.status_code == 200, ranked.text
     results = ranked.json()["results"]
     assert len(results) == 2 and {r["index"] for r in results} <= {0, 1, 2}
-    assert ranked.json()["receipt"]["deployment_id"] == "gw/rerank"
+    assert ranked.json()["receipt"]["deploymentId"] == "gw/rerank"
+    assert embedded.json()["receipt"]["profileId"] == "gw-embed"
 
 
 async def test_budget_denies_before_the_provider_and_leaves_a_receipt(

@@ -49,10 +49,13 @@ async def test_publish_list_get_versions_and_retire(
     assert v1.status_code == 200, v1.text
     assert v1.json()["status"] == "Active" and v1.json()["tenantId"] == tenant
     # Re-delivery of the same release is idempotent; the same version from another release is not.
-    assert (
-        await publish(http, auth, profile_event("code-agent", ["az/we/coder"]))
-    ).status_code == 200
-    clash = profile_event("code-agent", ["az/we/coder"], release={"releaseId": "rel-other"})
+    again = await publish(
+        http, auth, profile_event("code-agent", ["az/we/coder", "not/registered"])
+    )
+    assert again.status_code == 200 and again.headers["idempotent-replay"] == "true"
+    clash = profile_event(
+        "code-agent", ["az/we/coder", "not/registered"], release={"releaseId": "rel-other"}
+    )
     assert (await publish(http, auth, clash)).status_code == 409
 
     v2 = profile_event("code-agent", ["az/we/coder"], version="2", maxOutputTokens=8192)
@@ -127,6 +130,27 @@ REFUSED = [
     ),
     pytest.param({"fallbackEnabled": True}, "fallbackChain is empty", id="enabled-without-chain"),
 ]
+
+
+async def test_other_content_under_a_published_version_is_a_409_naming_each_field(
+    http: httpx.AsyncClient, auth: dict[str, str]
+) -> None:
+    first = await publish(http, auth, profile_event("immutable", [], maxOutputTokens=4096))
+    assert first.status_code == 200 and "idempotent-replay" not in first.headers
+    changed = profile_event("immutable", ["x/y"], maxOutputTokens=8192)
+    resp = await publish(http, auth, changed)
+    assert resp.status_code == 409, resp.text
+    assert resp.headers["content-type"].startswith("application/problem+json")
+    problem = resp.json()
+    assert problem["field"] == "profile.version"
+    assert {d["field"]: (d["existing"], d["published"]) for d in problem["differences"]} == {
+        "profile.allowedDeployments": ([], ["x/y"]),
+        "profile.maxOutputTokens": (4096, 8192),
+    }
+    assert "maxOutputTokens" in problem["detail"] and "allowedDeployments" in problem["detail"]
+    # Nothing changed: the version still says what it said first.
+    shown = (await http.get("/factory/model-profiles/immutable", headers=auth)).json()
+    assert (shown["maxOutputTokens"], shown["allowedDeployments"]) == (4096, [])
 
 
 @pytest.mark.parametrize(("over", "reason"), REFUSED)

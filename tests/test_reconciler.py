@@ -37,6 +37,7 @@ from worker import build_worker
 from workflows.reconciler import ReceiptReconcilerWorkflow
 
 ADMIN_KEY = "sk-admin-local-statements"
+AS_OF = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
 GPT = PriceEntry.model_validate(
     {
         "provider": "openai",
@@ -113,7 +114,9 @@ async def test_provider_statements_settle_receipts_with_tokens_and_cost_once(
     }
     assert (await http.post("/factory/pricebook-revisions", json=book, headers=auth)).is_success
 
-    hour = datetime.fromtimestamp(int(time.time()) // 3600 * 3600, UTC) - timedelta(hours=3)
+    # The run's clock is fixed (as_of): the lookback [00:00, 12:00) holds 12 hourly buckets
+    # whatever the hour the test runs at, so each source answers in two pages of 8.
+    hour = AS_OF - timedelta(hours=3)
     at = [hour + timedelta(minutes=m) for m in range(0, 60, 5)]
     gpt = "oa/gpt-4o"
     reported = await add_receipt(
@@ -189,7 +192,9 @@ async def test_provider_statements_settle_receipts_with_tokens_and_cost_once(
         async def run() -> ReconcileReport:
             return await temporal_client.execute_workflow(
                 ReceiptReconcilerWorkflow.run,
-                ReconcilerInput(lookback_hours=4, settle_delay_minutes=0, tenant_ids=[tenant]),
+                ReconcilerInput(
+                    lookback_hours=4, settle_delay_minutes=0, tenant_ids=[tenant], as_of=AS_OF
+                ),
                 id=f"reconcile-test-{uuid.uuid4().hex[:8]}",
                 task_queue=reconcile_settings.temporal_task_queue,
             )
@@ -198,6 +203,7 @@ async def test_provider_statements_settle_receipts_with_tokens_and_cost_once(
             first = await run()
             after_first = await receipts(sessions, [reported, timed_out, estimated, no_usage])
             counts_first = await _counts(sessions, tenant)
+            asked_first = list(server.requests)
             second = await run()
 
     assert first.failed_sources == {}
@@ -210,7 +216,10 @@ async def test_provider_statements_settle_receipts_with_tokens_and_cost_once(
     openai_params = next(p for path, p in server.requests if "completions" in path)
     assert ("group_by", "model") in openai_params and ("group_by", "api_key_id") in openai_params
     assert ("bucket_width", "1h") in openai_params and ("batch", "false") in openai_params
-    assert any(name == "page" for path, p in server.requests for name, _ in p)  # paged
+    # 12 buckets in pages of 8: a run asks each source twice, the second time for its next page.
+    asked = [path for path, _ in asked_first]
+    assert sorted(asked.count(path) for path in paths) == [2, 2]
+    assert sum(1 for _, p in asked_first if any(name == "page" for name, _ in p)) == 2
 
     rows = await receipts(sessions, [reported, timed_out, estimated, no_usage, *sonnet, outside])
     assert rows[reported].usage_status is UsageStatus.REPORTED
@@ -280,6 +289,7 @@ async def test_a_failing_statement_source_is_retried_with_exponential_backoff(
                     tenant_ids=[tenant],
                     retry_initial_seconds=60,
                     retry_max_interval_seconds=600,
+                    as_of=AS_OF,
                 )
                 real = time.monotonic()
                 handle = await env.client.start_workflow(
@@ -299,7 +309,7 @@ async def test_a_failing_statement_source_is_retried_with_exponential_backoff(
                 )
 
     assert report.failed_sources == {} and "openai-usage" in report.sources
-    # Three refusals, then one successful page (the day fits in one page of 50 buckets).
+    # Three refusals, then one successful page (11:00-12:00 back to midnight: 12 of 50 buckets).
     assert server.fail_next == 0 and attempts == 4
     assert timedelta(seconds=60 + 120 + 240) <= virtual_elapsed < timedelta(seconds=600)
     assert real_elapsed < 30

@@ -481,3 +481,16 @@ def test_verdict_refuses_free_text() -> None:
     with pytest.raises(ValidationError):
         Verdict(passed=True, reason="output is not valid JSON")
     assert Verdict(passed=False, reason="missing key 'age'").reason == "missing key 'age'"
+
+
+def test_the_rerank_check_fails_a_reranker_that_ranks_wrongly() -> None:
+    from domain.suite.rerank import RERANK_CASES, rerank_passed, verify_rerank
+
+    first, top_n, _ = RERANK_CASES
+    assert verify_rerank(first, [(1, 0.9), (0, 0.5), (2, 0.1)]).passed
+    assert not verify_rerank(first, [(0, 0.9), (1, 0.5), (2, 0.1)]).passed  # wrong first
+    assert not verify_rerank(first, [(1, 0.2), (0, 0.5), (2, 0.1)]).passed  # unordered
+    assert not verify_rerank(first, [(1, 0.9), (1, 0.5), (2, 0.1)]).passed  # index twice
+    assert not verify_rerank(top_n, [(0, 0.9), (2, 0.5), (1, 0.1)]).passed  # ignores top_n
+    results = [verify_rerank(first, [(1, 0.9), (0, 0.5), (2, 0.1)])]
+    assert not rerank_passed(results)  # a case without a result counts as failed

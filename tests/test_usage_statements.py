@@ -4,7 +4,6 @@ id, or shared out per bucket). Receipts are inserted directly: the invoke path i
 
 from __future__ import annotations
 
-import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -14,12 +13,16 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col, func, select
 from temporalio.client import Client
 
+from core.schedules import HEALTH_PROBE, RECONCILER, ensure_schedules, schedule_id
 from core.settings import Settings
 from domain.enums import Role, UsageStatus
+from domain.health import HealthProbeInput
+from domain.reconciliation import HELD
 from domain.statements import ReconcilerInput
 from store.ops_tables import StatementImportRow, UsageStatementLineRow
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import register
+from tests.helpers.cli import run
 from tests.helpers.receipts import add_receipt, invoked_events, receipts
 from workflows.reconciler import ReceiptReconcilerWorkflow
 
@@ -110,7 +113,9 @@ async def test_imported_statements_settle_self_hosted_receipts(
     await register(
         http, auth, "vllm/qwen", provider="vllm", model="qwen2.5-coder", endpointRef=pool
     )
-    hour = datetime.fromtimestamp(int(time.time()) // 3600 * 3600, UTC) - timedelta(hours=2)
+    # A fixed clock for the run (as_of): the windows do not depend on the hour the test runs.
+    as_of = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+    hour = as_of - timedelta(hours=2)
     cut = await add_receipt(
         sessions,
         tenant=tenant,
@@ -145,7 +150,9 @@ async def test_imported_statements_settle_self_hosted_receipts(
     async def reconcile() -> int:
         report = await temporal_client.execute_workflow(
             ReceiptReconcilerWorkflow.run,
-            ReconcilerInput(lookback_hours=4, settle_delay_minutes=0, tenant_ids=[tenant]),
+            ReconcilerInput(
+                lookback_hours=4, settle_delay_minutes=0, tenant_ids=[tenant], as_of=as_of
+            ),
             id=f"reconcile-import-{uuid.uuid4().hex[:8]}",
             task_queue=settings.temporal_task_queue,
         )
@@ -165,3 +172,89 @@ async def test_imported_statements_settle_self_hosted_receipts(
     assert len(await invoked_events(sessions, tenant)) == 3
     assert await reconcile() == 0
     assert len(await invoked_events(sessions, tenant)) == 3
+
+
+async def test_triggering_the_reconciler_settles_exact_matches_at_once_and_says_what_waits(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    settings: Settings,
+    sessions: async_sessionmaker[AsyncSession],
+    temporal_client: Client,
+) -> None:
+    """Under the default settle delay (15 min), an import followed by `schedules trigger
+    receipt-reconciler --wait` settles the receipt its request id names at once; the bucket
+    that ended a minute ago waits, and the run's report says so."""
+    pool = "pool:tenant-a/vllm"
+    await register(http, auth, "vllm/now", provider="vllm", model="qwen2.5-coder", endpointRef=pool)
+    as_of = datetime(2026, 11, 20, 12, 1, tzinfo=UTC)  # the run's clock (fixed: no hour in it)
+    exact = await add_receipt(
+        sessions,
+        tenant=tenant,
+        deployment_id="vllm/now",
+        started_at=as_of - timedelta(minutes=3),
+        usage_status=UsageStatus.UNKNOWN,
+        provider_request_id="cmpl-recent",
+    )
+    bucketed = await add_receipt(
+        sessions,
+        tenant=tenant,
+        deployment_id="vllm/now",
+        started_at=as_of - timedelta(minutes=20),
+        usage_status=UsageStatus.UNKNOWN,
+    )
+    bucket = (as_of - timedelta(hours=1, minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    statement = (
+        '{"provider":"vllm","providerRequestId":"cmpl-recent","inputTokens":40,"outputTokens":4}\n'
+        f'{{"provider":"vllm","bucketStart":"{bucket}","bucketWidth":"1h",'
+        f'"model":"qwen2.5-coder","key":"{pool}","inputTokens":900,"outputTokens":90}}\n'
+    )
+    imported = await http.post(
+        "/factory/usage-statements", content=statement, headers={**auth, **JSONL}
+    )
+    assert imported.status_code == 201, imported.text
+
+    scheduled = settings.model_copy(
+        update={"schedule_id_prefix": f"mr-test-{uuid.uuid4().hex[:8]}"}
+    )
+    assert scheduled.reconciler_settle_delay_minutes == 15
+    await ensure_schedules(
+        temporal_client,
+        scheduled,
+        probe=HealthProbeInput(tenant_ids=[tenant]),
+        reconciler=ReconcilerInput(
+            tenant_ids=[tenant],
+            settle_delay_minutes=scheduled.reconciler_settle_delay_minutes,
+            as_of=as_of,
+        ),
+    )
+    env = {
+        "MODEL_ROUTER_TEMPORAL_ADDRESS": scheduled.temporal_address,
+        "MODEL_ROUTER_SCHEDULE_ID_PREFIX": scheduled.schedule_id_prefix,
+        "COLUMNS": "250",
+    }
+    try:
+        done = await run(env, "schedules", "trigger", RECONCILER, "--wait")
+    finally:
+        for name in (HEALTH_PROBE, RECONCILER):
+            await temporal_client.get_schedule_handle(schedule_id(scheduled, name)).delete()
+    assert done.exit_code == 0, done.output
+    rows = await receipts(sessions, [exact, bucketed])
+    assert rows[exact].usage_status is UsageStatus.RECONCILED
+    assert (rows[exact].input_tokens, rows[exact].output_tokens) == (40, 4)
+    assert rows[bucketed].usage_status is UsageStatus.UNKNOWN  # its bucket ended 1 min ago
+    lines = [" ".join(line.split()) for line in done.output.splitlines()]
+    assert "settled 1" in lines and "by_request_id 1" in lines
+    assert f"skipped_reasons 1 {HELD}" in lines, done.output
+
+    # Past the delay the bucket is shared out.
+    later = await temporal_client.execute_workflow(
+        ReceiptReconcilerWorkflow.run,
+        ReconcilerInput(tenant_ids=[tenant], as_of=as_of + timedelta(minutes=15)),
+        id=f"reconcile-later-{uuid.uuid4().hex[:8]}",
+        task_queue=settings.temporal_task_queue,
+    )
+    assert (later.settled, later.skipped_reasons) == (1, {})
+    # The bucket's 900/90 less what the exactly matched receipt in it explains (40/4).
+    shared = (await receipts(sessions, [bucketed]))[bucketed]
+    assert (shared.input_tokens, shared.output_tokens) == (860, 86)

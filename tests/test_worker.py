@@ -5,14 +5,26 @@ from __future__ import annotations
 import os
 import sys
 import uuid
+from datetime import UTC, datetime, timedelta
 
+import httpx
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from activities.lifecycle_types import LifecycleInput, RegisterRequest
 from core.settings import Settings
 from domain.deployments import DeploymentRegistration
+from domain.enums import UsageStatus
+from domain.statements import ReconcilerInput
+from store.repositories import ModelDeploymentRepository
+from tests.conftest import TokenFactory, free_port
+from tests.helpers.catalog import register
 from tests.helpers.process import Proc
+from tests.helpers.receipts import add_receipt
 from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow
+from workflows.reconciler import ReceiptReconcilerWorkflow
+
+PREFIX = "connectsoft_factory_model_gateway_"
 
 
 async def test_worker_process_serves_registrations_and_drains_on_sigterm(
@@ -24,6 +36,8 @@ async def test_worker_process_serves_registrations_and_drains_on_sigterm(
         "MODEL_ROUTER_DATABASE_URL": settings.database_url,
         "MODEL_ROUTER_TEMPORAL_ADDRESS": settings.temporal_address,
         "MODEL_ROUTER_TEMPORAL_TASK_QUEUE": queue,
+        "MODEL_ROUTER_SCHEDULES_ENABLED": "false",
+        "MODEL_ROUTER_WORKER_METRICS_PORT": str(free_port()),
     }
     proc = Proc([sys.executable, "-c", "import worker; worker.main()"], env=env)
     try:
@@ -60,3 +74,97 @@ async def test_worker_process_serves_registrations_and_drains_on_sigterm(
         code = proc.stop(timeout=40)
     assert code == 0, proc.output
     assert "worker stopped" in proc.output
+
+
+def _gauge(text: str, provider: str) -> float | None:
+    for line in text.splitlines():
+        if line.startswith(PREFIX + "usage_unknown") and f'provider="{provider}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+async def test_worker_serves_metrics_on_its_own_port_with_the_stores_usage_unknown(
+    settings: Settings,
+    temporal_client: Client,
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    tenant: str,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """usage_unknown is a count of the store on every process that exports it (here: receipts
+    no process of this test wrote, as after a restart); the worker's reconciler metrics are
+    scraped from the worker's own port."""
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    provider = f"p{uuid.uuid4().hex[:8]}"  # a provider of this test alone
+    await register(http, auth, "gauge/dep", provider="vllm", model="m", endpointRef="pool:g")
+    # The deployments table names the provider; vllm's adapter is not involved.
+    async with sessions() as s, s.begin():
+        row = await ModelDeploymentRepository(s, tenant).get("gauge/dep")
+        assert row is not None
+        row.provider = provider
+    at = datetime(2026, 11, 20, 11, 0, tzinfo=UTC)
+    ids = [
+        await add_receipt(
+            sessions,
+            tenant=tenant,
+            deployment_id="gauge/dep",
+            started_at=at,
+            usage_status=status,
+            provider_request_id=f"req-{i}",
+        )
+        for i, status in enumerate(
+            [UsageStatus.UNKNOWN] * 3 + [UsageStatus.ESTIMATED, UsageStatus.REPORTED]
+        )
+    ]
+    assert len(ids) == 5
+    api_text = (await http.get("/metrics")).text
+    assert _gauge(api_text, provider) == 4  # 3 Unknown + 1 Estimated, as the database says
+
+    queue = f"worker-metrics-{uuid.uuid4().hex[:8]}"
+    port = free_port()
+    env = {
+        **os.environ,
+        "MODEL_ROUTER_DATABASE_URL": settings.database_url,
+        "MODEL_ROUTER_TEMPORAL_ADDRESS": settings.temporal_address,
+        "MODEL_ROUTER_TEMPORAL_TASK_QUEUE": queue,
+        "MODEL_ROUTER_SCHEDULES_ENABLED": "false",
+        "MODEL_ROUTER_WORKER_METRICS_PORT": str(port),
+    }
+    proc = Proc([sys.executable, "-c", "import worker; worker.main()"], env=env)
+    try:
+        proc.wait_for_line("worker polling", timeout=30)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as scrape:
+            first = await scrape.get("/metrics")
+            assert first.status_code == 200
+            assert first.headers["content-type"].startswith("text/plain")
+            assert _gauge(first.text, provider) == 4
+
+            line = (
+                f'{{"provider":"{provider}","providerRequestId":"req-0",'
+                '"inputTokens":5,"outputTokens":1}\n'
+            )
+            imported = await http.post(
+                "/factory/usage-statements",
+                content=line,
+                headers={**auth, "Content-Type": "application/x-ndjson"},
+            )
+            assert imported.status_code == 201, imported.text
+            report = await temporal_client.execute_workflow(
+                ReceiptReconcilerWorkflow.run,
+                ReconcilerInput(tenant_ids=[tenant], as_of=at + timedelta(hours=1)),
+                id=f"reconcile-worker-{uuid.uuid4().hex[:8]}",
+                task_queue=queue,
+            )
+            assert report.settled == 1
+            after = (await scrape.get("/metrics")).text
+        assert _gauge(after, provider) == 3
+        reconciled = [
+            line
+            for line in after.splitlines()
+            if line.startswith(PREFIX + "receipts_reconciled") and provider in line
+        ]
+        assert reconciled and reconciled[0].endswith(" 1.0"), after
+    finally:
+        code = proc.stop(timeout=40)
+    assert code == 0, proc.output
+    assert f"worker metrics on http://127.0.0.1:{port}/metrics" in proc.output

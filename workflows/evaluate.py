@@ -1,6 +1,7 @@
 """EvaluateDeployment: run the capability suite against one deployment through its real
 adapter, cases as activities with bounded concurrency and retries on transient provider errors,
-then import the evidence (Candidate → Evaluated). If the suite cannot run, the deployment stays
+then import the evidence (Candidate → Evaluated). A reranker runs the rerank check instead
+(`domain.suite.rerank`). If the suite cannot run, the deployment stays
 as it was and the evaluation says why."""
 
 from __future__ import annotations
@@ -21,8 +22,11 @@ with workflow.unsafe.imports_passed_through():
         Prepared,
         Progress,
         RecordInput,
+        RerankInput,
+        RerankRecordInput,
     )
     from domain.suite import CaseResult
+    from domain.suite.rerank import RerankCaseResult
 
 CASE_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
@@ -69,6 +73,8 @@ class EvaluateDeploymentWorkflow:
             return None
         self._capability_of = prepared.capability_of
         self._status = "Running"
+        if prepared.kind == "rerank":
+            return await self._rerank(data, prepared)
         limit = asyncio.Semaphore(data.concurrency)
 
         async def one(case_id: str) -> CaseResult:
@@ -103,6 +109,39 @@ class EvaluateDeploymentWorkflow:
                     deployment_id=data.deployment_id,
                     context_tokens=prepared.context_tokens,
                     results=list(results),
+                ),
+                result_type=str,
+                start_to_close_timeout=timedelta(minutes=2),
+                retry_policy=RetryPolicy(
+                    non_retryable_error_types=["CannotRun"], maximum_attempts=5
+                ),
+            )
+        except ActivityError as exc:
+            await self._fail(data, _reason(exc))
+            return None
+        self._status = "Completed"
+        return ref
+
+    async def _rerank(self, data: EvaluationInput, prepared: Prepared) -> str | None:
+        """A reranker: the rerank check's few cases in one activity, then its record."""
+        try:
+            results: list[RerankCaseResult] = await workflow.execute_activity(
+                "evaluation_rerank",
+                RerankInput(tenant_id=data.tenant_id, target=prepared.target),
+                result_type=list[RerankCaseResult],
+                start_to_close_timeout=timedelta(minutes=5),
+                retry_policy=CASE_RETRY,
+            )
+            for case_id in prepared.case_ids:
+                self._done[self._capability_of[case_id]] += 1
+            self._status = "Recording"
+            ref: str = await workflow.execute_activity(
+                "evaluation_record_rerank",
+                RerankRecordInput(
+                    evaluation_id=data.evaluation_id,
+                    tenant_id=data.tenant_id,
+                    deployment_id=data.deployment_id,
+                    results=results,
                 ),
                 result_type=str,
                 start_to_close_timeout=timedelta(minutes=2),

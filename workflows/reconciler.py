@@ -5,7 +5,10 @@ First every configured statement source is read into the store (each retried wit
 backoff while it fails; a source that stays down is reported and the run goes on with the
 statements already stored), then the lookback is reconciled one UTC day at a time. A day holds
 whole statement buckets (1m, 1h or 1d, aligned), so a bucket's receipts are always shared out
-together. Everything is idempotent per receipt and statement: a second run settles nothing new.
+together. The settle delay holds back only bucket allocation (buckets ending after now less the
+delay); a statement line naming a receipt's provider request id settles it at once. The report
+says what was skipped and why. Everything is idempotent per receipt and statement: a second run
+settles nothing new.
 """
 
 from __future__ import annotations
@@ -42,11 +45,11 @@ def _floor(at: datetime, width: timedelta) -> datetime:
 class ReceiptReconcilerWorkflow:
     @workflow.run
     async def run(self, data: ReconcilerInput) -> ReconcileReport:
-        now = workflow.now()
+        now = data.as_of or workflow.now()
         cutoff = now - timedelta(minutes=data.settle_delay_minutes)
         start = _floor(now - timedelta(hours=data.lookback_hours), _DAY)
         fetch_end = _floor(cutoff, WIDTHS[data.bucket_width])
-        report = ReconcileReport(cutoff=cutoff)
+        report = ReconcileReport(cutoff=cutoff, until=now)
 
         sources: list[str] = await workflow.execute_activity(
             "reconcile_sources",
@@ -80,14 +83,17 @@ class ReceiptReconcilerWorkflow:
 
         await asyncio.gather(*(fetch(s) for s in sources))
 
+        # Receipts up to now: a request-id match is exact and settles at once; the settle delay
+        # holds back only buckets that ended after the cutoff (bucket_cutoff).
         day = start
-        while day < cutoff:
-            end = min(day + _DAY, cutoff)
+        while day < now:
+            end = min(day + _DAY, now)
             got: WindowResult = await workflow.execute_activity(
                 "reconcile_window",
                 WindowInput(
                     start=day,
                     end=end,
+                    bucket_cutoff=cutoff,
                     settle_zero_usage=data.settle_zero_usage,
                     tenant_ids=data.tenant_ids,
                 ),
@@ -99,6 +105,9 @@ class ReceiptReconcilerWorkflow:
             report.settled += got.settled
             report.by_request_id += got.by_request_id
             report.skipped += got.skipped
+            report.unmatched += got.unmatched
+            for reason, count in got.skipped_reasons.items():
+                report.skipped_reasons[reason] = report.skipped_reasons.get(reason, 0) + count
             day += _DAY
 
         report.awaiting = await workflow.execute_activity(

@@ -14,8 +14,9 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from activities.invoke_hub import ReceiptReady
-from api.deps import require
+from api.deps import RuntimeDep, require
 from api.invocations import Call, Running
+from api.receipt_views import call_receipt
 from api.routers.openai import (
     Service,
     _collect,
@@ -24,12 +25,14 @@ from api.routers.openai import (
     receipt_headers,
     stream_headers,
 )
+from api.runtime import Runtime
 from core.security import Principal
 from domain.access import Action
 from domain.enums import InvocationOutcome, Scope
 from domain.invocation import InvocationSummary, Operation
 from domain.policy import DataClassification
 from providers.types import ChatRequest, Finish, RerankResult, TextDelta, ToolCallDelta
+from store.repositories import InvocationReceiptRepository
 
 router = APIRouter(prefix="/gateway", tags=["gateway"])
 
@@ -85,13 +88,19 @@ class RerankBody(_Scope):
     top_n: int | None = Field(default=None, alias="topN", ge=1)
 
 
-def _receipt(summary: InvocationSummary) -> dict[str, Any]:
-    return summary.model_dump(mode="json", exclude={"disposition"})
+async def _receipt(runtime: Runtime, tenant_id: str, summary: InvocationSummary) -> dict[str, Any]:
+    """The final receipt, in the shape `/factory/runs/{runId}/model-receipts` lists it. It is
+    durable before the summary arrives, so it is read back: one query, on these routes only."""
+    async with runtime.sessions() as session:
+        row = await InvocationReceiptRepository(session, tenant_id).get(summary.invocation_id)
+    if row is None:  # not possible once ReceiptReady arrived; never answer without one
+        raise RuntimeError("the invocation ended without a stored receipt")
+    return call_receipt(row, summary).model_dump(mode="json")
 
 
 @router.post("/invoke", operation_id="Invoke", response_model=None)
 async def invoke(
-    body: InvokeBody, request: Request, principal: Invoker, service: Service
+    body: InvokeBody, request: Request, principal: Invoker, service: Service, runtime: RuntimeDep
 ) -> Response:
     chat = body.request
     call = body.call(
@@ -109,7 +118,7 @@ async def invoke(
         return _failure(request, first.summary, service.retry_after(principal, running))
     if body.stream:
         return StreamingResponse(
-            _events(running, first),
+            _events(running, first, runtime, principal.tenant_id),
             media_type="text/event-stream",
             headers=stream_headers(running, first),
         )
@@ -121,7 +130,7 @@ async def invoke(
     return JSONResponse(
         {
             "output": completion.model_dump(mode="json", exclude={"usage"}),
-            "receipt": _receipt(summary),
+            "receipt": await _receipt(runtime, principal.tenant_id, summary),
         },
         headers=headers,
     )
@@ -131,7 +140,9 @@ def _sse(event: str, data: Any) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
-async def _events(running: Running, first: Any) -> AsyncIterator[bytes]:
+async def _events(
+    running: Running, first: Any, runtime: Runtime, tenant_id: str
+) -> AsyncIterator[bytes]:
     from api.invocations import Replayed
     from api.routers.openai import _replay_events
 
@@ -144,7 +155,8 @@ async def _events(running: Running, first: Any) -> AsyncIterator[bytes]:
             yield _sse(item.type, item.model_dump(mode="json"))
         elif isinstance(item, ReceiptReady):
             ok = item.summary.outcome is InvocationOutcome.COMPLETED
-            yield _sse("receipt" if ok else "error", _receipt(item.summary))
+            receipt = await _receipt(runtime, tenant_id, item.summary)
+            yield _sse("receipt" if ok else "error", receipt)
             return
         item = await anext(running.events)
 
@@ -165,7 +177,7 @@ async def _final(running: Running) -> tuple[Any, InvocationSummary]:
 
 @router.post("/embed", operation_id="Embed", response_model=None)
 async def embed(
-    body: EmbedBody, request: Request, principal: Invoker, service: Service
+    body: EmbedBody, request: Request, principal: Invoker, service: Service, runtime: RuntimeDep
 ) -> Response:
     running = await service.start(
         principal, body.call(Operation.EMBED, {"input": body.inputs}, list(body.inputs))
@@ -173,15 +185,15 @@ async def embed(
     result, summary = await _final(running)
     if summary.outcome is not InvocationOutcome.COMPLETED:
         return _failure(request, summary, service.retry_after(principal, running))
+    receipt = await _receipt(runtime, principal.tenant_id, summary)
     return JSONResponse(
-        {"vectors": result["vectors"], "receipt": _receipt(summary)},
-        headers=receipt_headers(summary),
+        {"vectors": result["vectors"], "receipt": receipt}, headers=receipt_headers(summary)
     )
 
 
 @router.post("/rerank", operation_id="Rerank", response_model=None)
 async def rerank(
-    body: RerankBody, request: Request, principal: Invoker, service: Service
+    body: RerankBody, request: Request, principal: Invoker, service: Service, runtime: RuntimeDep
 ) -> Response:
     payload = {"query": body.query, "documents": body.documents, "topN": body.top_n}
     running = await service.start(
@@ -193,6 +205,9 @@ async def rerank(
         return _failure(request, summary, service.retry_after(principal, running))
     results = RerankResult.model_validate(result).results if result else ()
     return JSONResponse(
-        {"results": [r.model_dump() for r in results], "receipt": _receipt(summary)},
+        {
+            "results": [r.model_dump() for r in results],
+            "receipt": await _receipt(runtime, principal.tenant_id, summary),
+        },
         headers=receipt_headers(summary),
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, Query
+from fastapi import APIRouter, Body, Depends, Query, Response
 from sqlalchemy.exc import IntegrityError
 
 from api.deps import SessionDep, require
@@ -85,8 +85,10 @@ async def get_profile(
     summary="Accept an AssetReleasePublished / Deprecated / Revoked event for a profile",
 )
 async def accept_asset_event(
-    event: Annotated[AssetEvent, Body()], principal: Admin, session: SessionDep
+    event: Annotated[AssetEvent, Body()], principal: Admin, session: SessionDep, response: Response
 ) -> ModelProfile:
+    """The same event again changes nothing and says so (`Idempotent-Replay: true`); other
+    content under an existing version is a 409 listing each differing field."""
     try:
         async with session.begin():
             if isinstance(event, AssetReleasePublished):
@@ -108,8 +110,16 @@ async def accept_asset_event(
             refusals=exc.refusals,
         ) from None
     except profile_catalog.VersionConflict as exc:
-        raise Problem(409, f"{exc}.", field="profile.version") from None
+        raise Problem(
+            409,
+            f"{exc}.",
+            field="profile.version",
+            type_=_TYPE + "profile-version-exists",
+            differences=[d.model_dump(mode="json") for d in exc.differences],
+        ) from None
     except IntegrityError:
         # A concurrent activation of the same version won; versions are immutable.
         raise Problem(409, "This profile version was activated concurrently.") from None
+    if not outcome.changed:
+        response.headers["Idempotent-Replay"] = "true"
     return outcome.profile

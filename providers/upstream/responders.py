@@ -60,6 +60,21 @@ def default_responder(turn: ChatTurn) -> Reply:
     return Reply(text=f"Echo: {text}" if text else "Hello from the upstream simulator.")
 
 
+def parallel_tools_responder(turn: ChatTurn) -> Reply:
+    """`default_responder`, except that on a fresh user turn that lets the model choose
+    (`auto` or `required`, no tool named) it calls every offered tool at once, as a model
+    with parallel tool calling does (the simulator keeps one when parallel_tool_calls is
+    false). The dev simulator's demo model answers this way, as its evidence says it can."""
+    free = turn.tool_choice in ("auto", "required") and not turn.tool_name
+    if len(turn.tools) > 1 and free and turn.last.role == "user":
+        return Reply(
+            tool_calls=[
+                ToolCallReply(name=t.name, arguments=instance_for(t.parameters)) for t in turn.tools
+            ]
+        )
+    return default_responder(turn)
+
+
 def fixed(reply: Reply | str) -> Responder:
     """Always the same answer."""
     answer = reply if isinstance(reply, Reply) else Reply(text=reply)

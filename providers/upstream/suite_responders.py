@@ -86,7 +86,9 @@ def answer_to_reply(answer: SuiteAnswer) -> Reply:
 
 
 def _suite_responder(
-    suite: Suite, choose: Callable[[Case, SuiteRequest], SuiteAnswer]
+    suite: Suite,
+    choose: Callable[[Case, SuiteRequest], SuiteAnswer],
+    otherwise: Callable[[ChatTurn], Reply] = default_responder,
 ) -> Responder:
     oracle = Oracle(suite)
 
@@ -94,17 +96,20 @@ def _suite_responder(
         try:
             request = turn_to_request(turn)
         except ValidationError:
-            return default_responder(turn)
+            return otherwise(turn)
         case = oracle.case_for(request)
         if case is None:
-            return default_responder(turn)
+            return otherwise(turn)
         return answer_to_reply(choose(case, request))
 
     return respond
 
 
-def competent_responder(suite: Suite) -> Responder:
-    return _suite_responder(suite, lambda case, request: case.reference(request))
+def competent_responder(
+    suite: Suite, otherwise: Callable[[ChatTurn], Reply] = default_responder
+) -> Responder:
+    """The suite's reference answers; `otherwise` answers every other request."""
+    return _suite_responder(suite, lambda case, request: case.reference(request), otherwise)
 
 
 def failing_responder(suite: Suite, fail: Iterable[Capability]) -> Responder:

@@ -1,0 +1,64 @@
+"""`model-router receipts list --run RUN`: the receipts of a run (DESIGN §6), as a table: which
+deployment answered, the outcome, the usage and how certain it is, the cost. No content."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from cli.http import connect
+
+out = Console()
+receipts = typer.Typer(help="Invocation receipts.", no_args_is_help=True)
+
+_COLUMNS = (
+    "INVOCATION",
+    "STARTED (UTC)",
+    "PROFILE",
+    "DEPLOYMENT",
+    "OUTCOME",
+    "USAGE",
+    "IN",
+    "OUT",
+    "COST USD",
+    "LATENCY MS",
+    "FALLBACK",
+)
+
+
+def _row(r: dict[str, Any]) -> list[str]:
+    def n(value: Any) -> str:
+        return "-" if value is None else str(value)
+
+    return [
+        r["invocationId"],
+        r["startedAt"].replace("T", " ")[:19],
+        r["profileId"],
+        r["deploymentId"],
+        r["outcome"],
+        r["usageStatus"],
+        n(r["inputTokens"]),
+        n(r["outputTokens"]),
+        n(r["estimatedCostUsd"]),
+        n(r["latencyMs"]),
+        "yes" if r["fallbackUsed"] else "no",
+    ]
+
+
+@receipts.command("list")
+def receipts_list(
+    run: Annotated[str, typer.Option("--run", help="The run id (a UUID)", show_default=False)],
+) -> None:
+    """The receipts of one run, oldest first."""
+    items = connect().call("GET", f"/factory/runs/{run}/model-receipts")
+    table = Table(title=f"receipts of run {run}")
+    for column in _COLUMNS:
+        table.add_column(column)
+    for r in items:
+        table.add_row(*_row(r))
+    out.print(table)
+    if not items:
+        out.print("no receipts for this run (a run id of another tenant looks the same)")

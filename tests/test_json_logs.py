@@ -1,0 +1,64 @@
+"""Every line an API process writes is JSON — uvicorn's own start, request and shutdown lines
+included — when it runs as `make dev` and the image run it (uvicorn with the app factory)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+
+import httpx
+
+from core.settings import Settings
+from tests.conftest import free_port
+from tests.helpers.deadline import eventually
+from tests.helpers.process import Proc
+
+
+async def test_every_line_of_the_api_process_is_json(settings: Settings) -> None:
+    port = free_port()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("MODEL_ROUTER_")},
+        "MODEL_ROUTER_ENVIRONMENT": "test",
+        "MODEL_ROUTER_DATABASE_URL": settings.database_url,
+        "MODEL_ROUTER_TEMPORAL_ADDRESS": settings.temporal_address,
+        "MODEL_ROUTER_AUTH_JWT_SECRET": "x" * 40,
+        "MODEL_ROUTER_ARTIFACT_ROOT": str(settings.artifact_root),
+    }
+    # As cli/dev.py starts it (access log on here, to have uvicorn's request lines too).
+    argv = [sys.executable, "-m", "uvicorn", "--factory", "api.app:create_app"]
+    proc = Proc([*argv, "--host", "127.0.0.1", "--port", str(port)], env=env)
+    try:
+
+        async def up() -> bool:
+            try:
+                async with httpx.AsyncClient() as c:
+                    return (await c.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        await eventually(up, timeout=30, interval=0.1)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as c:
+            assert (await c.get("/factory/model-profiles")).status_code == 401
+            assert (await c.get("/no-such-path")).status_code == 404
+            await c.post("/oauth/token", content=b"\xff\xfe", headers={"Content-Type": "x"})
+    finally:
+        proc.proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=30)
+    assert code == 0, proc.output
+    lines = [line for line in proc.lines if line.strip()]
+    plain = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            plain.append(line)
+            continue
+        assert {"ts", "level", "logger", "message"} <= set(record), line
+    assert plain == [], "\n".join(plain)
+    loggers = {json.loads(line)["logger"] for line in lines}
+    # uvicorn's own lines are among them, as JSON.
+    assert "uvicorn.error" in loggers and "uvicorn.access" in loggers, loggers
+    messages = " ".join(json.loads(line)["message"] for line in lines)
+    assert "Started server process" in messages and "Shutting down" in messages
