@@ -218,7 +218,7 @@ async def test_every_place_naming_the_answering_deployment_agrees_with_the_recei
         text = (await gw.aread()).decode()
     assert gw.headers["X-Model-Router-Deployment"] == "fa/b"
     receipt = json.loads(text.rsplit("event: receipt\ndata: ", 1)[1])
-    assert receipt["deployment_id"] == "fa/b" and receipt["fallback_used"]
+    assert receipt["deploymentId"] == "fa/b" and receipt["fallbackUsed"]
 
     # Non-stream, through the official SDK: header, body and receipt agree; `model` is the
     # profile id.
