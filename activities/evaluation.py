@@ -140,14 +140,7 @@ class EvaluationActivities:
     async def run_case(self, data: CaseInput) -> CaseResult:
         suite = self._suite(data.context_tokens)
         case = suite.case(data.case_id)
-        try:
-            await self._adapters.ready(data.target)
-        except SecretResolutionError:
-            raise ApplicationError(
-                f"credentials for endpointRef {data.target.endpoint_ref} are missing",
-                type=CANNOT_RUN,
-                non_retryable=True,
-            ) from None
+        await _ready(self._adapters, data.target)
 
         async def ask(request: SuiteRequest) -> SuiteAnswer:
             async with self._adapters.lease(data.target) as adapter:
@@ -156,42 +149,20 @@ class EvaluationActivities:
         try:
             return await run_case_async(case, ask)
         except ProviderError as exc:
-            if exc.kind in _FATAL:
-                raise ApplicationError(
-                    f"provider refused the evaluation ({exc.kind.value})",
-                    type=CANNOT_RUN,
-                    non_retryable=True,
-                ) from None
-            if exc.transient:
-                # Retried with backoff by the workflow's policy; past it, the run cannot run.
-                raise ApplicationError(f"provider unavailable ({exc.kind.value})") from None
+            _raise_unless_unanswered(exc)
             return suite.unanswered(case)
 
     @activity.defn(name="evaluation_rerank")
     async def rerank(self, data: RerankInput) -> list[RerankCaseResult]:
         """The rerank check's cases against a reranker (a handful of small requests)."""
-        try:
-            await self._adapters.ready(data.target)
-        except SecretResolutionError:
-            raise ApplicationError(
-                f"credentials for endpointRef {data.target.endpoint_ref} are missing",
-                type=CANNOT_RUN,
-                non_retryable=True,
-            ) from None
+        await _ready(self._adapters, data.target)
         results = []
         async with self._adapters.lease(data.target) as adapter:
             for case in RERANK_CASES:
                 try:
                     answer = await adapter.rerank(case.query, case.documents, top_n=case.top_n)
                 except ProviderError as exc:
-                    if exc.kind in _FATAL:
-                        raise ApplicationError(
-                            f"provider refused the evaluation ({exc.kind.value})",
-                            type=CANNOT_RUN,
-                            non_retryable=True,
-                        ) from None
-                    if exc.transient:
-                        raise ApplicationError(f"provider unavailable ({exc.kind.value})") from None
+                    _raise_unless_unanswered(exc)
                     results.append(
                         RerankCaseResult(case_id=case.case_id, passed=False, reason="no answer")
                     )
@@ -333,3 +304,29 @@ class EvaluationActivities:
                     data.reason[:500],
                     datetime.now(UTC),
                 )
+
+
+async def _ready(adapters: AdapterPool, target: Target) -> None:
+    """The deployment's credentials resolve, or the evaluation cannot run at all."""
+    try:
+        await adapters.ready(target)
+    except SecretResolutionError:
+        raise ApplicationError(
+            f"credentials for endpointRef {target.endpoint_ref} are missing",
+            type=CANNOT_RUN,
+            non_retryable=True,
+        ) from None
+
+
+def _raise_unless_unanswered(exc: ProviderError) -> None:
+    """A provider that refuses the evaluation ends it; one that is unavailable is retried with
+    backoff by the workflow's policy (past it, the run cannot run); any other failure leaves
+    the case unanswered, which its verifier scores."""
+    if exc.kind in _FATAL:
+        raise ApplicationError(
+            f"provider refused the evaluation ({exc.kind.value})",
+            type=CANNOT_RUN,
+            non_retryable=True,
+        ) from None
+    if exc.transient:
+        raise ApplicationError(f"provider unavailable ({exc.kind.value})") from None
