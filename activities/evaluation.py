@@ -9,16 +9,18 @@ from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from activities.adapter_pool import AdapterPool
 from activities.evaluation_types import CaseInput, EvaluationInput, FailInput, Prepared, RecordInput
+from activities.lifecycle_client import LifecycleClient, LifecycleRefused
 from activities.lifecycle_types import CapabilityMeasurement, EvidenceInput
 from activities.suite_mapping import to_answer, to_chat
 from domain.approval import evidence_refusals
 from domain.hashing import canonical_json
 from domain.invocation import Target
+from domain.lifecycle import Transition
 from domain.profiles import ModelProfile
 from domain.suite import CaseResult, Suite, SuiteAnswer, SuiteRequest, run_case_async
 from providers.errors import ErrorKind, ProviderError
@@ -27,7 +29,6 @@ from store.artifacts import ArtifactStore
 from store.db import transaction
 from store.repositories import ModelDeploymentRepository, ModelProfileRepository
 from store.tables import EvaluationRow
-from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow, workflow_id
 
 CANNOT_RUN = "CannotRun"
 # A provider that refuses the credentials, or does not know the model, will not do better on a
@@ -128,11 +129,12 @@ class EvaluationActivities:
         )
         evidence_ref = self._artifacts.put(data.tenant_id, record)
         measured = {c.value: s.pass_rate for c, s in scores.items()}
-        client = await self._client()
-        handle = client.get_workflow_handle(workflow_id(data.tenant_id, data.deployment_id))
+        lifecycle = LifecycleClient(await self._client())
         try:
-            await handle.execute_update(
-                DeploymentLifecycleWorkflow.record_evidence,
+            await lifecycle.transition(
+                data.tenant_id,
+                data.deployment_id,
+                Transition.RECORD_EVIDENCE,
                 EvidenceInput(
                     evidence_ref=evidence_ref,
                     suite_version=suite.suite_version,
@@ -143,9 +145,9 @@ class EvaluationActivities:
                     },
                 ),
             )
-        except WorkflowUpdateFailedError as exc:
+        except LifecycleRefused as exc:
             raise ApplicationError(
-                f"evidence not recorded: {exc.cause}", type=CANNOT_RUN, non_retryable=True
+                f"evidence not recorded: {exc.message}", type=CANNOT_RUN, non_retryable=True
             ) from None
         async with transaction(self._sessions) as session:
             profiles = await ModelProfileRepository(session, data.tenant_id).list_active()

@@ -1,4 +1,6 @@
-"""Inputs and outputs of the lifecycle activities and workflow (plain pydantic models)."""
+"""What crosses the deployment lifecycle's workflow boundary: its name and ids, the update each
+transition is sent as, the error types it raises, and the inputs and outputs of its activities
+(plain pydantic models). Callers drive the workflow through `activities/lifecycle_client.py`."""
 
 from __future__ import annotations
 
@@ -9,6 +11,26 @@ from pydantic import BaseModel, Field
 from domain.approval import IntendedUse
 from domain.deployments import DeploymentRecord, DeploymentRegistration, LicenseMetadata
 from domain.lifecycle import Transition
+
+WORKFLOW_NAME = "DeploymentLifecycle"
+REGISTER_UPDATE = "register"
+# ApplicationError types the workflow's updates fail with.
+ILLEGAL = "IllegalTransition"
+REFUSED = "ApprovalRefused"
+
+# The workflow update each transition is sent as.
+UPDATE_OF: dict[Transition, str] = {
+    Transition.RECORD_EVIDENCE: "record_evidence",
+    Transition.RECORD_LICENSE: "record_license",
+    Transition.APPROVE: "approve",
+    Transition.PROBE_FAILED: "probe_failed",
+    Transition.PROBE_RECOVERED: "probe_recovered",
+    Transition.RETIRE: "retire",
+}
+
+
+def workflow_id(tenant_id: str, deployment_id: str) -> str:
+    return f"deployment/{tenant_id}/{deployment_id}"
 
 
 class RegisterCandidateInput(BaseModel):

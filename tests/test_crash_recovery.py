@@ -21,6 +21,7 @@ from activities.lifecycle_types import (
     EvidenceInput,
     LifecycleInput,
     RegisterRequest,
+    workflow_id,
 )
 from core.settings import Settings
 from domain.approval import IntendedUse
@@ -28,7 +29,7 @@ from domain.deployments import DeploymentRegistration
 from store.tables import ModelDeploymentRow, OutboxEventRow
 from tests.helpers.deadline import eventually
 from tests.helpers.process import Proc
-from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow, workflow_id
+from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow
 
 
 def _worker(settings: Settings, queue: str) -> Proc:
