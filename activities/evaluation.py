@@ -15,9 +15,9 @@ from temporalio.exceptions import ApplicationError
 from activities.adapter_pool import AdapterPool
 from activities.evaluation_types import CaseInput, EvaluationInput, FailInput, Prepared, RecordInput
 from activities.lifecycle_client import LifecycleClient, LifecycleRefused
-from activities.lifecycle_types import CapabilityMeasurement, EvidenceInput
 from activities.suite_mapping import to_answer, to_chat
 from domain.approval import evidence_refusals
+from domain.deployments import CapabilityMeasurement, EvidenceInput
 from domain.hashing import canonical_json
 from domain.invocation import Target
 from domain.lifecycle import Transition
@@ -25,10 +25,10 @@ from domain.profiles import ModelProfile
 from domain.suite import CaseResult, Suite, SuiteAnswer, SuiteRequest, run_case_async
 from providers.errors import ErrorKind, ProviderError
 from providers.secrets import SecretResolutionError
+from store import evaluations
 from store.artifacts import ArtifactStore
 from store.db import transaction
 from store.repositories import ModelDeploymentRepository, ModelProfileRepository
-from store.tables import EvaluationRow
 
 CANNOT_RUN = "CannotRun"
 # A provider that refuses the credentials, or does not know the model, will not do better on a
@@ -157,14 +157,11 @@ class EvaluationActivities:
                 if data.deployment_id in p.allowed_deployments
             ]
             shortfalls = evidence_refusals(measured, listing)
-            row = await session.get(EvaluationRow, data.evaluation_id)
-            if row is not None:
-                row.status, row.evidence_ref, row.ended_at = (
-                    "Completed",
-                    evidence_ref,
-                    datetime.now(UTC),
-                )
-                row.summary = {
+            await evaluations.complete(
+                session,
+                data.evaluation_id,
+                evidence_ref,
+                {
                     "scores": {
                         c.value: {"score": s.pass_rate, "verdict": s.verdict}
                         for c, s in scores.items()
@@ -174,16 +171,11 @@ class EvaluationActivities:
                     "shortfalls": [
                         r.model_dump(by_alias=True, exclude_none=True) for r in shortfalls
                     ],
-                }
+                },
+            )
         return evidence_ref
 
     @activity.defn(name="evaluation_fail")
     async def fail(self, data: FailInput) -> None:
         async with transaction(self._sessions) as session:
-            row = await session.get(EvaluationRow, data.evaluation_id)
-            if row is not None and row.tenant_id == data.tenant_id:
-                row.status, row.reason, row.ended_at = (
-                    "Failed",
-                    data.reason[:500],
-                    datetime.now(UTC),
-                )
+            await evaluations.fail(session, data.tenant_id, data.evaluation_id, data.reason)

@@ -4,12 +4,15 @@ transition is sent as, the error types it raises, and the inputs and outputs of 
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from pydantic import BaseModel, Field
 
 from domain.approval import IntendedUse
-from domain.deployments import DeploymentRecord, DeploymentRegistration, LicenseMetadata
+from domain.deployments import (
+    DeploymentRecord,
+    DeploymentRegistration,
+    EvidenceInput,
+    LicenseMetadata,
+)
 from domain.lifecycle import Transition
 
 WORKFLOW_NAME = "DeploymentLifecycle"
@@ -41,20 +44,6 @@ class RegisterCandidateInput(BaseModel):
 class RegisterCandidateResult(BaseModel):
     created: bool
     deployment: DeploymentRecord
-
-
-class CapabilityMeasurement(BaseModel):
-    score: float = Field(ge=0, le=1)
-    verdict: str
-
-
-class EvidenceInput(BaseModel):
-    """An evaluation record's outcome, as the evidence importer hands it over."""
-
-    evidence_ref: str
-    suite_version: str
-    evaluated_at: datetime
-    scores: dict[str, CapabilityMeasurement]
 
 
 class TransitionInput(BaseModel):

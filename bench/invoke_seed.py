@@ -11,9 +11,10 @@ import httpx
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from activities.lifecycle_types import CapabilityMeasurement, EvidenceInput, workflow_id
+from activities.lifecycle_types import workflow_id
 from bench.invoke_config import DEPLOYMENT, MODEL_GATEWAY, PROFILE, TENANT
 from core.security import new_client_secret
+from domain.deployments import CapabilityMeasurement, EvidenceInput
 from domain.enums import Role, Scope
 from store.clients import upsert_client
 from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow

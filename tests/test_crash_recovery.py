@@ -17,15 +17,13 @@ from temporalio.client import Client, WorkflowUpdateStage
 
 from activities.lifecycle_types import (
     ApproveRequest,
-    CapabilityMeasurement,
-    EvidenceInput,
     LifecycleInput,
     RegisterRequest,
     workflow_id,
 )
 from core.settings import Settings
 from domain.approval import IntendedUse
-from domain.deployments import DeploymentRegistration
+from domain.deployments import CapabilityMeasurement, DeploymentRegistration, EvidenceInput
 from store.tables import ModelDeploymentRow, OutboxEventRow
 from tests.helpers.deadline import eventually
 from tests.helpers.process import Proc

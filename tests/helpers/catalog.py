@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 from temporalio.client import Client
 
-from activities.lifecycle_types import CapabilityMeasurement, EvidenceInput, workflow_id
-from domain.deployments import DeploymentRecord
+from activities.lifecycle_types import workflow_id
+from domain.deployments import CapabilityMeasurement, DeploymentRecord, EvidenceInput
 from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow
 
 
