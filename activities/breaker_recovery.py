@@ -25,12 +25,13 @@ from collections.abc import Callable, Iterable
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
+from activities.lifecycle_client import LifecycleClient
 from activities.probes import send_probe
 from activities.resilience import BreakerRegistry
 from domain.health import ProbeOutcome
+from domain.lifecycle import Transition
 from providers.secrets import SecretBroker
 from store import probes
-from workflows.deployment_lifecycle import workflow_id
 
 log = logging.getLogger("model_router.breakers")
 
@@ -50,7 +51,7 @@ class BreakerRecovery:
         trial_timeout: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._client = client
+        self._lifecycle = LifecycleClient(client)
         self._sessions = sessions
         self._breakers = breakers
         self._broker = broker
@@ -101,9 +102,9 @@ class BreakerRecovery:
     async def _send(self, key: Key, healthy: bool, after: asyncio.Task[None] | None) -> None:
         if after is not None:
             await asyncio.wait([after])  # in order, whatever became of the earlier one
-        handle = self._client.get_workflow_handle(workflow_id(*key))
+        transition = Transition.PROBE_RECOVERED if healthy else Transition.PROBE_FAILED
         try:
-            await handle.execute_update("probe_recovered" if healthy else "probe_failed")
+            await self._lifecycle.transition(*key, transition)
         except Exception as exc:  # a retired or not-yet-approved deployment: nothing to do
             log.info("breaker report not applied: %s", type(exc).__name__)
 

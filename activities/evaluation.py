@@ -9,9 +9,8 @@ from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError, RPCStatusCode
 
 from activities.adapter_pool import AdapterPool
 from activities.evaluation_types import (
@@ -23,13 +22,14 @@ from activities.evaluation_types import (
     RerankInput,
     RerankRecordInput,
 )
-from activities.lifecycle_types import CapabilityMeasurement, EvidenceInput
+from activities.lifecycle_client import LifecycleClient, LifecycleClosed, LifecycleRefused
 from activities.suite_mapping import to_answer, to_chat
 from domain.approval import evidence_refusals
+from domain.deployments import CapabilityMeasurement, EvidenceInput
 from domain.enums import Modality
 from domain.hashing import canonical_json
 from domain.invocation import Target
-from domain.lifecycle import can_evaluate
+from domain.lifecycle import Transition, can_evaluate
 from domain.profiles import ModelProfile
 from domain.suite import (
     SUITE_VERSION,
@@ -49,11 +49,10 @@ from domain.suite.rerank import (
 from providers.errors import ErrorKind, ProviderError
 from providers.registry import adapter_kind
 from providers.secrets import SecretResolutionError
+from store import evaluations
 from store.artifacts import ArtifactStore
 from store.db import transaction
 from store.repositories import ModelDeploymentRepository, ModelProfileRepository
-from store.tables import EvaluationRow
-from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow, workflow_id
 
 CANNOT_RUN = "CannotRun"
 # A provider that refuses the credentials, or does not know the model, will not do better on a
@@ -192,21 +191,13 @@ class EvaluationActivities:
                 non_retryable=True,
             )
         await self._import_evidence(data.tenant_id, data.deployment_id, evidence_ref, {})
+        summary = {
+            "scores": {},
+            "rerank": {r.case_id: {"passed": r.passed, "reason": r.reason} for r in data.results},
+            "shortfalls": [],
+        }
         async with transaction(self._sessions) as session:
-            row = await session.get(EvaluationRow, data.evaluation_id)
-            if row is not None:
-                row.status, row.evidence_ref, row.ended_at = (
-                    "Completed",
-                    evidence_ref,
-                    datetime.now(UTC),
-                )
-                row.summary = {
-                    "scores": {},
-                    "rerank": {
-                        r.case_id: {"passed": r.passed, "reason": r.reason} for r in data.results
-                    },
-                    "shortfalls": [],
-                }
+            await evaluations.complete(session, data.evaluation_id, evidence_ref, summary)
         return evidence_ref
 
     async def _import_evidence(
@@ -216,25 +207,22 @@ class EvaluationActivities:
         evidence_ref: str,
         scores: dict[str, CapabilityMeasurement],
     ) -> None:
-        client = await self._client()
-        handle = client.get_workflow_handle(workflow_id(tenant_id, deployment_id))
+        evidence = EvidenceInput(
+            evidence_ref=evidence_ref,
+            suite_version=SUITE_VERSION,
+            evaluated_at=datetime.now(UTC),
+            scores=scores,
+        )
+        lifecycle = LifecycleClient(await self._client())
         try:
-            await handle.execute_update(
-                DeploymentLifecycleWorkflow.record_evidence,
-                EvidenceInput(
-                    evidence_ref=evidence_ref,
-                    suite_version=SUITE_VERSION,
-                    evaluated_at=datetime.now(UTC),
-                    scores=scores,
-                ),
+            await lifecycle.transition(
+                tenant_id, deployment_id, Transition.RECORD_EVIDENCE, evidence
             )
-        except WorkflowUpdateFailedError as exc:
+        except LifecycleRefused as exc:
             raise ApplicationError(
-                f"evidence not recorded: {exc.cause}", type=CANNOT_RUN, non_retryable=True
+                f"evidence not recorded: {exc.message}", type=CANNOT_RUN, non_retryable=True
             ) from None
-        except RPCError as exc:
-            if exc.status is not RPCStatusCode.NOT_FOUND:
-                raise
+        except LifecycleClosed:
             # The lifecycle ended while the suite ran: the deployment was retired.
             raise ApplicationError(
                 "evidence not recorded: the deployment was retired during the evaluation",
@@ -274,14 +262,11 @@ class EvaluationActivities:
                 if data.deployment_id in p.allowed_deployments
             ]
             shortfalls = evidence_refusals(measured, listing)
-            row = await session.get(EvaluationRow, data.evaluation_id)
-            if row is not None:
-                row.status, row.evidence_ref, row.ended_at = (
-                    "Completed",
-                    evidence_ref,
-                    datetime.now(UTC),
-                )
-                row.summary = {
+            await evaluations.complete(
+                session,
+                data.evaluation_id,
+                evidence_ref,
+                {
                     "scores": {
                         c.value: {"score": s.pass_rate, "verdict": s.verdict}
                         for c, s in scores.items()
@@ -291,19 +276,14 @@ class EvaluationActivities:
                     "shortfalls": [
                         r.model_dump(by_alias=True, exclude_none=True) for r in shortfalls
                     ],
-                }
+                },
+            )
         return evidence_ref
 
     @activity.defn(name="evaluation_fail")
     async def fail(self, data: FailInput) -> None:
         async with transaction(self._sessions) as session:
-            row = await session.get(EvaluationRow, data.evaluation_id)
-            if row is not None and row.tenant_id == data.tenant_id:
-                row.status, row.reason, row.ended_at = (
-                    "Failed",
-                    data.reason[:500],
-                    datetime.now(UTC),
-                )
+            await evaluations.fail(session, data.tenant_id, data.evaluation_id, data.reason)
 
 
 async def _ready(adapters: AdapterPool, target: Target) -> None:

@@ -1,14 +1,39 @@
-"""Inputs and outputs of the lifecycle activities and workflow (plain pydantic models)."""
+"""What crosses the deployment lifecycle's workflow boundary: its name and ids, the update each
+transition is sent as, the error types it raises, and the inputs and outputs of its activities
+(plain pydantic models). Callers drive the workflow through `activities/lifecycle_client.py`."""
 
 from __future__ import annotations
-
-from datetime import datetime
 
 from pydantic import BaseModel, Field
 
 from domain.approval import IntendedUse
-from domain.deployments import DeploymentRecord, DeploymentRegistration, LicenseMetadata
+from domain.deployments import (
+    DeploymentRecord,
+    DeploymentRegistration,
+    EvidenceInput,
+    LicenseMetadata,
+)
 from domain.lifecycle import Transition
+
+WORKFLOW_NAME = "DeploymentLifecycle"
+REGISTER_UPDATE = "register"
+# ApplicationError types the workflow's updates fail with.
+ILLEGAL = "IllegalTransition"
+REFUSED = "ApprovalRefused"
+
+# The workflow update each transition is sent as.
+UPDATE_OF: dict[Transition, str] = {
+    Transition.RECORD_EVIDENCE: "record_evidence",
+    Transition.RECORD_LICENSE: "record_license",
+    Transition.APPROVE: "approve",
+    Transition.PROBE_FAILED: "probe_failed",
+    Transition.PROBE_RECOVERED: "probe_recovered",
+    Transition.RETIRE: "retire",
+}
+
+
+def workflow_id(tenant_id: str, deployment_id: str) -> str:
+    return f"deployment/{tenant_id}/{deployment_id}"
 
 
 class RegisterCandidateInput(BaseModel):
@@ -19,20 +44,6 @@ class RegisterCandidateInput(BaseModel):
 class RegisterCandidateResult(BaseModel):
     created: bool
     deployment: DeploymentRecord
-
-
-class CapabilityMeasurement(BaseModel):
-    score: float = Field(ge=0, le=1)
-    verdict: str
-
-
-class EvidenceInput(BaseModel):
-    """An evaluation record's outcome, as the evidence importer hands it over."""
-
-    evidence_ref: str
-    suite_version: str
-    evaluated_at: datetime
-    scores: dict[str, CapabilityMeasurement]
 
 
 class TransitionInput(BaseModel):

@@ -12,10 +12,10 @@ import time
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError, RPCStatusCode
 
+from activities.lifecycle_client import LifecycleClient, LifecycleClosed, LifecycleRefused
 from activities.probe_types import (
     PROBE_FAILED,
     ApplyVerdictInput,
@@ -25,7 +25,6 @@ from activities.probe_types import (
     PruneInput,
 )
 from core import metrics
-from domain.deployments import DeploymentRecord
 from domain.enums import Modality
 from domain.health import ProbeOutcome, ProbeResult, ProbeTarget
 from providers.base import ProviderAdapter
@@ -35,7 +34,6 @@ from providers.secrets import SecretBroker, SecretResolutionError
 from providers.types import ChatRequest, Message, ProviderTimeouts
 from store import probes
 from store.db import transaction
-from workflows.deployment_lifecycle import ILLEGAL, workflow_id
 
 _PING = ChatRequest(messages=(Message(role="user", content="ping"),), max_tokens=1)
 CREDENTIALS = "credentials"
@@ -95,7 +93,7 @@ class ProbeActivities:
         self, sessions: async_sessionmaker[AsyncSession], client: Client, broker: SecretBroker
     ) -> None:
         self._sessions = sessions
-        self._client = client
+        self._lifecycle = LifecycleClient(client)
         self._broker = broker
 
     @activity.defn(name="probe_targets")
@@ -135,19 +133,20 @@ class ProbeActivities:
     async def apply_verdict(self, data: ApplyVerdictInput) -> ApplyVerdictResult:
         """Transitions go through the deployment's lifecycle workflow, which writes the row and
         its DeploymentStateChanged event in one transaction (and ignores repeats)."""
-        handle = self._client.get_workflow_handle(workflow_id(data.tenant_id, data.deployment_id))
+        transition = data.verdict.transition
+        if transition is None:
+            return ApplyVerdictResult(applied=False, reason="no verdict")
         try:
-            record = await handle.execute_update(data.verdict.value, result_type=DeploymentRecord)
-        except WorkflowUpdateFailedError as exc:
-            cause = exc.cause
-            if isinstance(cause, ApplicationError) and cause.type == ILLEGAL:
+            record = await self._lifecycle.transition(
+                data.tenant_id, data.deployment_id, transition
+            )
+        except LifecycleRefused as exc:
+            if exc.illegal:
                 # Retired (or otherwise moved on) since the probe listed it: nothing to do.
-                return ApplyVerdictResult(applied=False, reason=cause.message)
+                return ApplyVerdictResult(applied=False, reason=exc.message)
             raise
-        except RPCError as exc:
-            if exc.status is RPCStatusCode.NOT_FOUND:
-                return ApplyVerdictResult(applied=False, reason="lifecycle workflow closed")
-            raise
+        except LifecycleClosed:
+            return ApplyVerdictResult(applied=False, reason="lifecycle workflow closed")
         return ApplyVerdictResult(applied=True, state=record.state)
 
     @activity.defn(name="probe_prune")

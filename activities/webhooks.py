@@ -8,41 +8,15 @@ import time
 import uuid
 
 import httpx
-from pydantic import BaseModel
-from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from sqlmodel import col, select
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.webhook_types import CursorInput, DeliverInput, Pending, PendingInput
 from domain.cloudevents import OutboxEvent, signature, to_cloudevent
+from store.db import transaction
+from store.repositories import OutboxRepository, WebhookSubscriptionRepository
 from store.tables import OutboxEventRow, WebhookSubscriptionRow
-
-
-class PendingInput(BaseModel):
-    tenant_id: str
-    subscription_id: str
-    after: int
-    limit: int = 50
-
-
-class Pending(BaseModel):
-    active: bool
-    events: list[OutboxEvent]
-    scanned_to: int
-
-
-class DeliverInput(BaseModel):
-    tenant_id: str
-    subscription_id: str
-    event: OutboxEvent
-    timeout_seconds: float
-
-
-class CursorInput(BaseModel):
-    tenant_id: str
-    subscription_id: str
-    position: int
 
 
 class WebhookActivities:
@@ -53,12 +27,7 @@ class WebhookActivities:
     async def _subscription(
         self, session: AsyncSession, tenant: str, sub_id: str
     ) -> WebhookSubscriptionRow | None:
-        stmt = (
-            select(WebhookSubscriptionRow)
-            .where(col(WebhookSubscriptionRow.tenant_id) == tenant)
-            .where(col(WebhookSubscriptionRow.subscription_id) == _uuid(sub_id))
-        )
-        return (await session.scalars(stmt)).first()
+        return await WebhookSubscriptionRepository(session, tenant).get(_uuid(sub_id))
 
     @activity.defn(name="webhook_pending")
     async def pending(self, data: PendingInput) -> Pending:
@@ -66,14 +35,9 @@ class WebhookActivities:
             sub = await self._subscription(session, data.tenant_id, data.subscription_id)
             if sub is None or not sub.active:
                 return Pending(active=False, events=[], scanned_to=data.after)
-            stmt = (
-                select(OutboxEventRow)
-                .where(col(OutboxEventRow.tenant_id) == data.tenant_id)
-                .where(col(OutboxEventRow.position) > max(data.after, sub.delivered_position))
-                .order_by(col(OutboxEventRow.position))
-                .limit(data.limit)
+            rows = await OutboxRepository(session, data.tenant_id).list_after(
+                max(data.after, sub.delivered_position), data.limit
             )
-            rows = (await session.scalars(stmt)).all()
         wanted = set(sub.event_types)
         return Pending(
             active=True,
@@ -111,13 +75,9 @@ class WebhookActivities:
 
     @activity.defn(name="webhook_advance")
     async def advance(self, data: CursorInput) -> None:
-        async with self._sessions() as session, session.begin():
-            await session.execute(
-                update(WebhookSubscriptionRow)
-                .where(col(WebhookSubscriptionRow.tenant_id) == data.tenant_id)
-                .where(col(WebhookSubscriptionRow.subscription_id) == _uuid(data.subscription_id))
-                .where(col(WebhookSubscriptionRow.delivered_position) < data.position)
-                .values(delivered_position=data.position)
+        async with transaction(self._sessions) as session:
+            await WebhookSubscriptionRepository(session, data.tenant_id).advance(
+                _uuid(data.subscription_id), data.position
             )
 
 

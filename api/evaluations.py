@@ -16,6 +16,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from activities.evaluation_types import EvaluationInput, Progress
 from domain.suite import SUITE_VERSION
+from store import evaluations
 from store.db import transaction
 from store.tables import EvaluationRow
 from workflows.evaluate import EvaluateDeploymentWorkflow
@@ -53,16 +54,7 @@ async def start(
     eid = evaluation_id(tenant_id, deployment_id, key)
     try:
         async with transaction(sessions) as session:
-            if await session.get(EvaluationRow, eid) is None:
-                session.add(
-                    EvaluationRow(
-                        evaluation_id=eid,
-                        tenant_id=tenant_id,
-                        deployment_id=deployment_id,
-                        suite_version=SUITE_VERSION,
-                        status="Running",
-                    )
-                )
+            await evaluations.insert_running(session, eid, tenant_id, deployment_id, SUITE_VERSION)
     except IntegrityError:
         pass  # a concurrent request with the same key inserted it first
     try:

@@ -11,9 +11,9 @@ from fastapi import Header
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from sqlmodel import col, select
 
 from api.problems import Problem
+from store import idempotency
 from store.db import transaction
 from store.tables import IdempotencyRecordRow
 
@@ -37,13 +37,7 @@ class IdempotencyStore:
         self._operation = operation
 
     async def _find(self, session: AsyncSession, key: str) -> IdempotencyRecordRow | None:
-        stmt = (
-            select(IdempotencyRecordRow)
-            .where(col(IdempotencyRecordRow.tenant_id) == self._tenant)
-            .where(col(IdempotencyRecordRow.operation) == self._operation)
-            .where(col(IdempotencyRecordRow.key) == key)
-        )
-        return (await session.scalars(stmt)).first()
+        return await idempotency.find(session, self._tenant, self._operation, key)
 
     def _answer(self, record: IdempotencyRecordRow, hash_: str) -> JSONResponse:
         if record.request_hash != hash_:
@@ -68,16 +62,7 @@ class IdempotencyStore:
         """Store the answer; if a concurrent request stored one first, answer with that."""
         try:
             async with transaction(self._sessions) as session:
-                session.add(
-                    IdempotencyRecordRow(
-                        tenant_id=self._tenant,
-                        operation=self._operation,
-                        key=key,
-                        request_hash=hash_,
-                        status_code=status,
-                        response=body,
-                    )
-                )
+                idempotency.add(session, self._tenant, self._operation, key, hash_, status, body)
         except IntegrityError:
             async with self._sessions() as session:
                 record = await self._find(session, key)

@@ -1,27 +1,24 @@
-"""Calls into the per-deployment lifecycle workflow, with Temporal's errors turned into
-problems an operator can act on."""
+"""The API's calls into the per-deployment lifecycle workflow (REST and console), with the
+lifecycle client's refusals turned into problems an operator can act on."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from temporalio.client import Client, WithStartWorkflowOperation, WorkflowUpdateFailedError
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.client import Client
 
-from activities.lifecycle_types import LifecycleInput, RegisterCandidateResult, RegisterRequest
+from activities.lifecycle_client import (
+    LifecycleClient,
+    LifecycleClosed,
+    LifecycleRefused,
+    LifecycleTimeout,
+)
+from activities.lifecycle_types import REFUSED, RegisterCandidateResult
 from api.problems import Problem
 from domain.deployments import DeploymentRecord, DeploymentRegistration
+from domain.lifecycle import Transition
 from store.repositories import ModelDeploymentRepository
-from workflows.deployment_lifecycle import (
-    ILLEGAL,
-    REFUSED,
-    DeploymentLifecycleWorkflow,
-    workflow_id,
-)
 
 # The API waits this long for the worker; past it the caller gets a 503 it can retry
 # (the keyed request then replays the same workflow, never a second one).
@@ -38,40 +35,19 @@ async def register(
     idempotency_key: str,
     registration: DeploymentRegistration,
 ) -> RegisterCandidateResult:
-    start = WithStartWorkflowOperation(
-        DeploymentLifecycleWorkflow.run,
-        LifecycleInput(
-            tenant_id=tenant_id,
-            deployment_id=registration.deployment_id,
-            registration=registration,
-            idempotency_key=idempotency_key,
-        ),
-        id=workflow_id(tenant_id, registration.deployment_id),
-        task_queue=task_queue,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        # A retired deployment's workflow has closed; its id is not reused for a new one.
-        id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-    )
     try:
-        return await asyncio.wait_for(
-            client.execute_update_with_start_workflow(
-                DeploymentLifecycleWorkflow.register,
-                RegisterRequest(idempotency_key=idempotency_key),
-                start_workflow_operation=start,
-            ),
-            CALL_TIMEOUT_S,
+        return await LifecycleClient(client, timeout=CALL_TIMEOUT_S).register(
+            task_queue, tenant_id, idempotency_key, registration
         )
-    except RPCError as exc:
-        if exc.status is RPCStatusCode.ALREADY_EXISTS:
-            raise Problem(
-                409,
-                f"Deployment {registration.deployment_id!r} was registered and retired; "
-                "register it under a new id.",
-                field="deploymentId",
-                state="Retired",
-            ) from None
-        raise
-    except TimeoutError:
+    except LifecycleClosed:
+        raise Problem(
+            409,
+            f"Deployment {registration.deployment_id!r} was registered and retired; "
+            "register it under a new id.",
+            field="deploymentId",
+            state="Retired",
+        ) from None
+    except LifecycleTimeout:
         raise Problem(503, "The worker did not answer in time; retry with the same key.") from None
 
 
@@ -80,33 +56,28 @@ async def transition(
     sessions: async_sessionmaker[AsyncSession],
     tenant_id: str,
     deployment_id: str,
-    update: str,
+    transition: Transition,
     arg: Any = None,
 ) -> DeploymentRecord:
-    handle = client.get_workflow_handle(workflow_id(tenant_id, deployment_id))
-    args = [] if arg is None else [arg]
     try:
-        return await asyncio.wait_for(
-            handle.execute_update(update, args=args, result_type=DeploymentRecord),
-            CALL_TIMEOUT_S,
+        return await LifecycleClient(client, timeout=CALL_TIMEOUT_S).transition(
+            tenant_id, deployment_id, transition, arg
         )
-    except WorkflowUpdateFailedError as exc:
-        cause = exc.cause
-        if isinstance(cause, ApplicationError) and cause.type == ILLEGAL:
-            state = cause.details[0] if cause.details else None
-            raise Problem(409, f"{cause.message}.", state=state, type_=ILLEGAL_TRANSITION) from None
-        if isinstance(cause, ApplicationError) and cause.type == REFUSED:
-            refusals = list(cause.details[0]) if cause.details else []
-            detail = "Approval refused: " + "; ".join(r["message"] for r in refusals) + "."
+    except LifecycleRefused as exc:
+        if exc.illegal:
             raise Problem(
-                409, detail, refusals=refusals, type_=_TYPE + "approval-refused"
+                409, f"{exc.message}.", state=exc.state, type_=ILLEGAL_TRANSITION
+            ) from None
+        if exc.kind == REFUSED:
+            detail = "Approval refused: " + "; ".join(r["message"] for r in exc.refusals) + "."
+            raise Problem(
+                409, detail, refusals=exc.refusals, type_=_TYPE + "approval-refused"
             ) from None
         raise
-    except RPCError as exc:
-        if exc.status is RPCStatusCode.NOT_FOUND:
-            await _not_found_or_closed(sessions, tenant_id, deployment_id)
+    except LifecycleClosed:
+        await _not_found_or_closed(sessions, tenant_id, deployment_id)
         raise
-    except TimeoutError:
+    except LifecycleTimeout:
         raise Problem(503, "The worker did not answer in time; try again.") from None
 
 

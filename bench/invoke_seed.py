@@ -11,12 +11,13 @@ import httpx
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from activities.lifecycle_types import CapabilityMeasurement, EvidenceInput
+from activities.lifecycle_types import workflow_id
 from bench.invoke_config import DEPLOYMENT, MODEL_GATEWAY, PROFILE, TENANT
 from core.security import new_client_secret
+from domain.deployments import CapabilityMeasurement, EvidenceInput
 from domain.enums import Role, Scope
 from store.clients import upsert_client
-from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow, workflow_id
+from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow
 
 
 async def seed(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -84,3 +85,17 @@ class DeploymentRecord(BaseModel):
     healthy: bool
     version: int
     context_window_tokens: int | None = Field(default=None, alias="contextWindowTokens")
+
+
+class CapabilityMeasurement(BaseModel):
+    score: float = Field(ge=0, le=1)
+    verdict: str
+
+
+class EvidenceInput(BaseModel):
+    """An evaluation record's outcome, as the evidence importer hands it over."""
+
+    evidence_ref: str
+    suite_version: str
+    evaluated_at: datetime
+    scores: dict[str, CapabilityMeasurement]

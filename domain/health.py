@@ -11,6 +11,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from domain.enums import DeploymentState, Modality
+from domain.lifecycle import Transition
 
 PROBED_STATES = (DeploymentState.APPROVED, DeploymentState.DEGRADED)
 
@@ -26,6 +27,16 @@ class ProbeVerdict(StrEnum):
     NONE = "none"
     DEGRADE = "probe_failed"
     RECOVER = "probe_recovered"
+
+    @property
+    def transition(self) -> Transition | None:
+        return _TRANSITION_OF.get(self)
+
+
+_TRANSITION_OF = {
+    ProbeVerdict.DEGRADE: Transition.PROBE_FAILED,
+    ProbeVerdict.RECOVER: Transition.PROBE_RECOVERED,
+}
 
 
 class ProbeTarget(BaseModel):

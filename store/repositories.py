@@ -7,10 +7,11 @@ missing one.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func
+from sqlalchemy import func, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col, select
 
@@ -174,6 +175,38 @@ class WebhookSubscriptionRepository(TenantRepository):
     async def get(self, subscription_id: Any) -> WebhookSubscriptionRow | None:
         row = await self.session.get(WebhookSubscriptionRow, subscription_id)
         return row if row is not None and row.tenant_id == self.tenant_id else None
+
+    def add(
+        self, *, url: str, signing_secret: str, event_types: Sequence[str], delivered_position: int
+    ) -> WebhookSubscriptionRow:
+        row = WebhookSubscriptionRow(
+            tenant_id=self.tenant_id,
+            url=url,
+            signing_secret=signing_secret,
+            event_types=[*event_types],
+            delivered_position=delivered_position,
+        )
+        self.session.add(row)
+        return row
+
+    async def deactivate(self, subscription_id: uuid.UUID) -> bool:
+        """Whether there was such a subscription. Its delivery workflow sees it inactive at its
+        next look and ends."""
+        row = await self.get(subscription_id)
+        if row is None:
+            return False
+        row.active = False
+        return True
+
+    async def advance(self, subscription_id: uuid.UUID, position: int) -> None:
+        """Move the delivery cursor forward, never back (a repeated write changes nothing)."""
+        await self.session.execute(
+            update(WebhookSubscriptionRow)
+            .where(col(WebhookSubscriptionRow.tenant_id) == self.tenant_id)
+            .where(col(WebhookSubscriptionRow.subscription_id) == subscription_id)
+            .where(col(WebhookSubscriptionRow.delivered_position) < position)
+            .values(delivered_position=position)
+        )
 
 
 async def last_position(session: AsyncSession, tenant_id: str) -> int:

@@ -17,18 +17,17 @@ from temporalio.client import Client, WorkflowUpdateStage
 
 from activities.lifecycle_types import (
     ApproveRequest,
-    CapabilityMeasurement,
-    EvidenceInput,
     LifecycleInput,
     RegisterRequest,
+    workflow_id,
 )
 from core.settings import Settings
 from domain.approval import IntendedUse
-from domain.deployments import DeploymentRegistration
+from domain.deployments import CapabilityMeasurement, DeploymentRegistration, EvidenceInput
 from store.tables import ModelDeploymentRow, OutboxEventRow
 from tests.helpers.deadline import eventually
 from tests.helpers.process import Proc
-from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow, workflow_id
+from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow
 
 
 def _worker(settings: Settings, queue: str) -> Proc:

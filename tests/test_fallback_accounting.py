@@ -18,13 +18,13 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col, select
 from temporalio.client import Client
 
+from activities.lifecycle_types import workflow_id
 from core import metrics
 from providers.upstream import Fault, FaultKind, UpstreamServer
 from store.receipts import by_key
 from store.tables import InvocationReceiptRow, OutboxEventRow
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import approved_deployment, profile_event, publish
-from workflows.deployment_lifecycle import workflow_id
 
 A, B, E = "fa-primary", "fa-second", "fa-erring"  # upstream models
 

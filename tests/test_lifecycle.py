@@ -9,14 +9,14 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col, select
 from temporalio.client import Client
 
-from activities.lifecycle_types import ApproveRequest
+from activities.lifecycle_types import ApproveRequest, workflow_id
 from core.settings import Settings
 from domain.approval import IntendedUse
 from store.tables import OutboxEventRow
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import profile_event, publish, record_evidence, register
 from tests.helpers.deadline import eventually
-from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow, workflow_id
+from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
+from activities.lifecycle_types import workflow_id
 from core import metrics
 from providers.upstream import Fault, FaultKind, UpstreamServer
 from store import route_plans
@@ -20,7 +21,7 @@ from store.receipts import by_key
 from store.tables import InvocationReceiptRow, RoutePlanRow
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import approved_deployment, profile_event, publish
-from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow, workflow_id
+from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow
 
 INTERNAL_NOT_EXTERNAL = {
     "allowedPrivacyClasses": {

@@ -17,6 +17,9 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.lifecycle_types import (
+        ILLEGAL,
+        REFUSED,
+        WORKFLOW_NAME,
         ApprovalCheckInput,
         ApproveRequest,
         EvidenceInput,
@@ -32,9 +35,6 @@ with workflow.unsafe.imports_passed_through():
     from domain.lifecycle import IllegalTransition, Transition, is_noop, next_state
 
 T = TypeVar("T")
-
-ILLEGAL = "IllegalTransition"
-REFUSED = "ApprovalRefused"
 
 _STORE_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=200),
@@ -55,11 +55,9 @@ async def _store(activity: str, arg: object, result_type: type[T]) -> T:
     return result
 
 
-def workflow_id(tenant_id: str, deployment_id: str) -> str:
-    return f"deployment/{tenant_id}/{deployment_id}"
-
-
-@workflow.defn(name="DeploymentLifecycle")
+# The update handlers' names are `lifecycle_types.UPDATE_OF`'s values (checked by
+# tests/test_lifecycle_client.py), so callers never need this module.
+@workflow.defn(name=WORKFLOW_NAME)
 class DeploymentLifecycleWorkflow:
     def __init__(self) -> None:
         self._record: DeploymentRecord | None = None

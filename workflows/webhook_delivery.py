@@ -14,7 +14,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from activities.webhooks import CursorInput, DeliverInput, Pending, PendingInput
+    from activities.webhook_types import CursorInput, DeliverInput, Pending, PendingInput
 
 ITERATIONS_PER_RUN = 300
 

@@ -27,6 +27,7 @@ from domain.access import Action
 from domain.approval import IntendedUse, evidence_refusals
 from domain.deployments import LicenseMetadata
 from domain.enums import Capability, DeploymentState, Scope
+from domain.lifecycle import Transition
 from domain.profiles import ModelProfile
 from store import console_reads
 from store.repositories import ModelDeploymentRepository, ModelProfileRepository
@@ -252,7 +253,7 @@ async def record_license(
             runtime.sessions,
             operator.tenant_id,
             id,
-            "record_license",
+            Transition.RECORD_LICENSE,
             body,
         )
     except Problem as problem:
@@ -308,7 +309,7 @@ async def approve(
             runtime.sessions,
             operator.tenant_id,
             id,
-            "approve",
+            Transition.APPROVE,
             ApproveRequest(intended_use=uses),
         )
     except Problem as problem:
@@ -326,7 +327,7 @@ async def retire(
     _manage(operator)
     try:
         await lifecycle.transition(
-            await _temporal(runtime), runtime.sessions, operator.tenant_id, id, "retire"
+            await _temporal(runtime), runtime.sessions, operator.tenant_id, id, Transition.RETIRE
         )
     except Problem as problem:
         return await _refused(request, runtime, operator, id, problem)

@@ -20,7 +20,7 @@ from core.security import Principal
 from domain.access import Action
 from domain.deployments import DeploymentRecord, DeploymentRegistration, LicenseMetadata
 from domain.enums import Scope
-from domain.lifecycle import can_evaluate
+from domain.lifecycle import Transition, can_evaluate
 from store.repositories import ModelDeploymentRepository
 
 router = APIRouter(prefix="/factory/model-deployments", tags=["deployments"])
@@ -93,7 +93,7 @@ async def approve_deployment(
 ) -> DeploymentRecord:
     request = ApproveRequest(intended_use=(body or ApproveBody()).intended_use)
     return await lifecycle.transition(
-        temporal, runtime.sessions, principal.tenant_id, deploymentId, "approve", request
+        temporal, runtime.sessions, principal.tenant_id, deploymentId, Transition.APPROVE, request
     )
 
 
@@ -144,7 +144,7 @@ async def retire_deployment(
     runtime: RuntimeDep,
 ) -> DeploymentRecord:
     return await lifecycle.transition(
-        temporal, runtime.sessions, principal.tenant_id, deploymentId, "retire"
+        temporal, runtime.sessions, principal.tenant_id, deploymentId, Transition.RETIRE
     )
 
 
@@ -161,7 +161,12 @@ async def record_license(
     runtime: RuntimeDep,
 ) -> DeploymentRecord:
     return await lifecycle.transition(
-        temporal, runtime.sessions, principal.tenant_id, deploymentId, "record_license", body
+        temporal,
+        runtime.sessions,
+        principal.tenant_id,
+        deploymentId,
+        Transition.RECORD_LICENSE,
+        body,
     )
 
 

@@ -134,14 +134,12 @@ async def create_subscription(
         start = body.start_after
         if start is None:
             start = await last_position(session, principal.tenant_id)
-        row = WebhookSubscriptionRow(
-            tenant_id=principal.tenant_id,
+        row = WebhookSubscriptionRepository(session, principal.tenant_id).add(
             url=str(body.url),
             signing_secret="whsec_" + secrets.token_urlsafe(32),
             event_types=list(body.event_types),
             delivered_position=start,
         )
-        session.add(row)
     await temporal.start_workflow(
         WebhookDeliveryWorkflow.run,
         DeliveryInput(
@@ -179,9 +177,7 @@ async def delete_subscription(
     runtime: RuntimeDep,
 ) -> Response:
     async with transaction(runtime.sessions) as session:
-        row = await WebhookSubscriptionRepository(session, principal.tenant_id).get(subscriptionId)
-        if row is None:
+        subscriptions = WebhookSubscriptionRepository(session, principal.tenant_id)
+        if not await subscriptions.deactivate(subscriptionId):
             raise Problem(404, f"No subscription {subscriptionId}.", field="subscriptionId")
-        # The delivery workflow sees the subscription inactive at its next look and ends.
-        row.active = False
     return Response(status_code=204)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Response
@@ -19,10 +19,9 @@ from domain.planner import PlanRequest
 from domain.policy import DataClassification, TenantPolicy
 from domain.route_plan import RoutePlanResult
 from domain.scoring import Weights
-from store import catalog_state, route_plans
+from store import route_plans, routing_settings
 from store.catalog_loader import load_policy, load_weights
 from store.db import transaction
-from store.tables import CatalogStateRow, TenantPolicyRow
 
 router = APIRouter(tags=["routing"])
 
@@ -138,21 +137,13 @@ async def put_policy(body: PolicyBody, principal: Admin, runtime: RuntimeDep) ->
     except ValueError as exc:
         raise Problem(422, f"Invalid policy: {exc}", field="body.policy") from None
     document = policy.model_dump(mode="json", by_alias=True, exclude={"tenant_id", "revision"})
-    async with transaction(runtime.sessions) as session:
-        row = await session.get(TenantPolicyRow, principal.tenant_id)
-        if row is None:
-            session.add(
-                TenantPolicyRow(
-                    tenant_id=principal.tenant_id, revision=body.revision, document=document
-                )
-            )
-        else:
-            if row.revision == body.revision and row.document != document:
-                raise Problem(
-                    409, "This policy revision exists with other rules.", field="body.revision"
-                )
-            row.revision, row.document, row.updated_at = body.revision, document, datetime.now(UTC)
-        await catalog_state.bump(session)
+    try:
+        async with transaction(runtime.sessions) as session:
+            await routing_settings.put_policy(session, principal.tenant_id, body.revision, document)
+    except routing_settings.PolicyRevisionTaken:
+        raise Problem(
+            409, "This policy revision exists with other rules.", field="body.revision"
+        ) from None
     return policy
 
 
@@ -166,8 +157,5 @@ async def put_weights(body: Weights, principal: Admin, runtime: RuntimeDep) -> W
     if "PlatformAdmin" not in principal.roles:
         raise Problem(403, "Routing weights are platform-wide: PlatformAdmin only.")
     async with transaction(runtime.sessions) as session:
-        row = await session.get(CatalogStateRow, 1)
-        assert row is not None
-        row.weights = body.model_dump()
-        await catalog_state.bump(session)
+        await routing_settings.put_weights(session, body)
     return body

@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 from temporalio.client import Client
 
-from activities.lifecycle_types import CapabilityMeasurement, EvidenceInput
-from domain.deployments import DeploymentRecord
-from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow, workflow_id
+from activities.lifecycle_types import workflow_id
+from domain.deployments import CapabilityMeasurement, DeploymentRecord, EvidenceInput
+from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow
 
 
 def deployment_body(deployment_id: str, **over: Any) -> dict[str, Any]:

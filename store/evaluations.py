@@ -1,0 +1,43 @@
+"""Writes of evaluation runs: the Running row a start inserts (one per key), and the outcome
+the run ends with (Completed with its evidence and summary, or Failed with why)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from store.tables import EvaluationRow
+
+
+async def insert_running(
+    session: AsyncSession, evaluation_id: str, tenant_id: str, deployment_id: str, suite: str
+) -> None:
+    """Insert the run's row unless this id has one (the same key again)."""
+    if await session.get(EvaluationRow, evaluation_id) is None:
+        session.add(
+            EvaluationRow(
+                evaluation_id=evaluation_id,
+                tenant_id=tenant_id,
+                deployment_id=deployment_id,
+                suite_version=suite,
+                status="Running",
+            )
+        )
+
+
+async def complete(
+    session: AsyncSession, evaluation_id: str, evidence_ref: str, summary: dict[str, Any]
+) -> None:
+    row = await session.get(EvaluationRow, evaluation_id)
+    if row is not None:
+        row.status, row.evidence_ref, row.ended_at = "Completed", evidence_ref, datetime.now(UTC)
+        row.summary = summary
+
+
+async def fail(session: AsyncSession, tenant_id: str, evaluation_id: str, reason: str) -> None:
+    row = await session.get(EvaluationRow, evaluation_id)
+    if row is not None and row.tenant_id == tenant_id:
+        # The reason names an error class or a refusal, never content; bounded for the column.
+        row.status, row.reason, row.ended_at = "Failed", reason[:500], datetime.now(UTC)

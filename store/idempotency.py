@@ -1,0 +1,45 @@
+"""Stored answers of keyed writes, one per (tenant, operation, key): the API's
+`api/idempotency.py` replays them (or refuses another body under the same key)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col, select
+
+from store.tables import IdempotencyRecordRow
+
+
+async def find(
+    session: AsyncSession, tenant_id: str, operation: str, key: str
+) -> IdempotencyRecordRow | None:
+    stmt = (
+        select(IdempotencyRecordRow)
+        .where(col(IdempotencyRecordRow.tenant_id) == tenant_id)
+        .where(col(IdempotencyRecordRow.operation) == operation)
+        .where(col(IdempotencyRecordRow.key) == key)
+    )
+    return (await session.scalars(stmt)).first()
+
+
+def add(
+    session: AsyncSession,
+    tenant_id: str,
+    operation: str,
+    key: str,
+    request_hash: str,
+    status_code: int,
+    response: dict[str, Any],
+) -> None:
+    """Stage the answer; the unique key makes a concurrent second answer fail at commit."""
+    session.add(
+        IdempotencyRecordRow(
+            tenant_id=tenant_id,
+            operation=operation,
+            key=key,
+            request_hash=request_hash,
+            status_code=status_code,
+            response=response,
+        )
+    )

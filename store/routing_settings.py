@@ -1,0 +1,40 @@
+"""Writes of the routing settings the planner reads beside the catalog rows: a tenant's policy
+and the platform-wide scoring weights (read back by `store/catalog_loader.py`). Each write bumps
+the catalog version in the same transaction, so cached snapshots see it at once."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from domain.scoring import Weights
+from store import catalog_state
+from store.tables import CatalogStateRow, TenantPolicyRow
+
+
+class PolicyRevisionTaken(Exception):
+    """The revision exists with other rules: a revision names one document, never two."""
+
+
+async def put_policy(
+    session: AsyncSession, tenant_id: str, revision: str, document: dict[str, Any]
+) -> None:
+    """Store the tenant's policy document under `revision` (the same document again is a
+    no-op rewrite); raises PolicyRevisionTaken before writing anything."""
+    row = await session.get(TenantPolicyRow, tenant_id)
+    if row is None:
+        session.add(TenantPolicyRow(tenant_id=tenant_id, revision=revision, document=document))
+    else:
+        if row.revision == revision and row.document != document:
+            raise PolicyRevisionTaken(revision)
+        row.revision, row.document, row.updated_at = revision, document, datetime.now(UTC)
+    await catalog_state.bump(session)
+
+
+async def put_weights(session: AsyncSession, weights: Weights) -> None:
+    row = await session.get(CatalogStateRow, 1)
+    assert row is not None  # seeded by the first migration
+    row.weights = weights.model_dump()
+    await catalog_state.bump(session)
