@@ -19,7 +19,7 @@ from activities.evaluation import EvaluationActivities
 from activities.invoke_setup import provider_timeouts
 from activities.lifecycle import LifecycleActivities
 from activities.probes import ProbeActivities
-from activities.reconcile import ReconcileActivities
+from activities.reconciliation import ReconciliationActivities
 from activities.sweeper import SweeperActivities
 from activities.webhooks import WebhookActivities
 from core import metrics, tracing
@@ -36,8 +36,8 @@ from store.reconciliation import awaiting_by_provider
 from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow
 from workflows.evaluate import EvaluateDeploymentWorkflow
 from workflows.health_probe import HealthProbeWorkflow
+from workflows.receipt_reconciler import ReceiptReconcilerWorkflow
 from workflows.receipt_sweeper import ReceiptSweeperWorkflow
-from workflows.reconciler import ReceiptReconcilerWorkflow
 from workflows.webhook_delivery import WebhookDeliveryWorkflow
 
 log = logging.getLogger("model_router.worker")
@@ -68,7 +68,7 @@ def build_worker(
     probes = ProbeActivities(sessions, client, endpoints)
     # Usage APIs answer slowly for long ranges; they are providers, never redirect targets.
     statements = httpx.AsyncClient(timeout=60.0, follow_redirects=False)
-    reconcile = ReconcileActivities(sessions, settings, broker, statements)
+    reconciliation = ReconciliationActivities(sessions, settings, broker, statements)
     sweeper = SweeperActivities(sessions, client)
 
     async def this_client() -> Client:
@@ -96,10 +96,10 @@ def build_worker(
             probes.probe,
             probes.apply_verdict,
             probes.prune,
-            reconcile.sources,
-            reconcile.fetch,
-            reconcile.window,
-            reconcile.gauge,
+            reconciliation.sources,
+            reconciliation.fetch,
+            reconciliation.window,
+            reconciliation.gauge,
             sweeper.sweep,
             evaluation.prepare,
             evaluation.run_case,

@@ -12,8 +12,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.webhook_signing import sign
 from activities.webhook_types import CursorInput, DeliverInput, Pending, PendingInput
-from domain.cloudevents import OutboxEvent, signature, to_cloudevent
+from domain.cloudevents import OutboxEvent, to_cloudevent
 from store.db import transaction
 from store.repositories import OutboxRepository, WebhookSubscriptionRepository
 from store.tables import OutboxEventRow, WebhookSubscriptionRow
@@ -58,9 +59,7 @@ class WebhookActivities:
             "Content-Type": "application/cloudevents+json",
             "webhook-id": data.event.event_id,
             "webhook-timestamp": str(timestamp),
-            "webhook-signature": signature(
-                sub.signing_secret, data.event.event_id, timestamp, body
-            ),
+            "webhook-signature": sign(sub.signing_secret, data.event.event_id, timestamp, body),
         }
         try:
             resp = await self._http.post(

@@ -1,10 +1,14 @@
-"""Integration events as CloudEvents 1.0 (structured JSON), signed per Standard Webhooks."""
+"""Integration events as CloudEvents 1.0 (structured JSON): the envelope of the events feed and of
+webhook deliveries (signed in `activities/webhook_signing.py`).
+
+Built by hand rather than with the `cloudevents` SDK: the SDK's structured JSON is half as fast
+(9.5 µs against 4.5 µs per event, `bench/bench_libraries.py`), gives bytes where the feed needs a
+dict, and is not a dependency `domain/` may have (pydantic and stdlib only). What the SDK would
+guard, a zone on `time`, `rfc3339` does; `tests/test_events.py` parses a delivery with the SDK.
+"""
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 from datetime import UTC, datetime
 from typing import Any
 
@@ -50,15 +54,3 @@ def to_cloudevent(event: OutboxEvent) -> dict[str, Any]:
         "sequence": str(event.position),
         "tenantid": event.tenant_id,
     }
-
-
-def signature(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
-    """Standard Webhooks: v1,base64(HMAC-SHA256(secret, "{id}.{timestamp}.{body}"))."""
-    signed = f"{message_id}.{timestamp}.".encode() + body
-    digest = hmac.new(secret.encode(), signed, hashlib.sha256).digest()
-    return "v1," + base64.b64encode(digest).decode()
-
-
-def verify(secret: str, message_id: str, timestamp: int, body: bytes, header: str) -> bool:
-    expected = signature(secret, message_id, timestamp, body)
-    return any(hmac.compare_digest(expected, candidate) for candidate in header.split())

@@ -3,6 +3,8 @@ across a receiver outage."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -129,3 +131,30 @@ async def test_deleting_a_subscription_stops_delivery_and_is_tenant_scoped(
     )
     assert bad.status_code == 422
     assert {e["field"] for e in bad.json()["errors"]} >= {"body.url", "body.eventTypes.0"}
+
+
+async def test_a_delivery_verifies_and_parses_with_the_standards_own_libraries(
+    http: httpx.AsyncClient, auth: dict[str, str], tenant: str
+) -> None:
+    # The receiver verifies with `standardwebhooks` and reads the body with the CloudEvents SDK,
+    # as a subscriber would: before the move to `standardwebhooks` our signature used the whole
+    # secret string as the HMAC key and no Standard Webhooks library accepted it.
+    receiver = Receiver(port=free_port())
+    await receiver.start()
+    created = await http.post(
+        "/factory/webhook-subscriptions", json={"url": receiver.url}, headers=auth
+    )
+    receiver.secret = created.json()["signingSecret"]
+    await register(http, auth, "interop/a")
+    await eventually(lambda: len(receiver.events) == 1)
+    await receiver.stop()
+    assert receiver.bad_signatures == 0
+    event = receiver.events[0]
+    assert event.get_specversion() == "1.0" and event.get_source() == "model-router"
+    assert event.get_type() == "model-access.deployments.v1.deployment-state-changed"
+    assert event.get_subject() == "interop/a"
+    at = event.get_time()
+    assert at is not None and at.utcoffset() == timedelta(0)
+    assert event.get_extension("tenantid") == tenant
+    data = event.get_data()
+    assert isinstance(data, dict) and data["toState"] == "Candidate"

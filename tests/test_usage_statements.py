@@ -24,7 +24,7 @@ from tests.conftest import TokenFactory
 from tests.helpers.catalog import register
 from tests.helpers.cli import run
 from tests.helpers.receipts import add_receipt, invoked_events, receipts
-from workflows.reconciler import ReceiptReconcilerWorkflow
+from workflows.receipt_reconciler import ReceiptReconcilerWorkflow
 
 CSV = {"Content-Type": "text/csv"}
 JSONL = {"Content-Type": "application/x-ndjson"}

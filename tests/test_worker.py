@@ -22,7 +22,7 @@ from tests.helpers.catalog import register
 from tests.helpers.process import Proc
 from tests.helpers.receipts import add_receipt
 from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow
-from workflows.reconciler import ReceiptReconcilerWorkflow
+from workflows.receipt_reconciler import ReceiptReconcilerWorkflow
 
 PREFIX = "connectsoft_factory_model_gateway_"
 

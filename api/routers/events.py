@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import secrets
 import uuid
 from datetime import datetime
 from typing import Annotated, Literal
@@ -10,6 +9,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Query, Response
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
 
+from activities.webhook_signing import new_secret
 from api.deps import RuntimeDep, SessionDep, TemporalDep, require
 from api.problems import Problem
 from core.security import Principal
@@ -136,7 +136,7 @@ async def create_subscription(
             start = await last_position(session, principal.tenant_id)
         row = WebhookSubscriptionRepository(session, principal.tenant_id).add(
             url=str(body.url),
-            signing_secret="whsec_" + secrets.token_urlsafe(32),
+            signing_secret=new_secret(),
             event_types=list(body.event_types),
             delivered_position=start,
         )

@@ -1,4 +1,6 @@
-"""A webhook receiver on loopback that can be made to fail, or to vanish, and come back."""
+"""A webhook receiver on loopback that can be made to fail, or to vanish, and come back. It checks
+deliveries as a subscriber would, with the libraries of the two standards: the signature with
+`standardwebhooks`, the body with the `cloudevents` SDK."""
 
 from __future__ import annotations
 
@@ -8,12 +10,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import uvicorn
+from cloudevents.core.base import BaseCloudEvent
+from cloudevents.core.formats.json import JSONFormat
+from cloudevents.core.v1.event import CloudEvent
+from standardwebhooks import Webhook, WebhookVerificationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-
-from domain.cloudevents import verify
 
 
 @dataclass
@@ -22,6 +26,8 @@ class Receiver:
     secret: str = ""
     failing: bool = False
     received: list[dict[str, Any]] = field(default_factory=list)
+    # The same deliveries as the CloudEvents SDK reads them.
+    events: list[BaseCloudEvent] = field(default_factory=list)
     bad_signatures: int = 0
     refused_while_failing: int = 0
     _server: uvicorn.Server | None = None
@@ -32,17 +38,13 @@ class Receiver:
         if self.failing:
             self.refused_while_failing += 1
             return Response(status_code=503)
-        ok = verify(
-            self.secret,
-            request.headers["webhook-id"],
-            int(request.headers["webhook-timestamp"]),
-            body,
-            request.headers["webhook-signature"],
-        )
-        if not ok:
+        try:
+            Webhook(self.secret).verify(body, dict(request.headers), json_parse=False)
+        except WebhookVerificationError:
             self.bad_signatures += 1
             return Response(status_code=401)
         self.received.append(json.loads(body))
+        self.events.append(JSONFormat().read(CloudEvent, body))
         return Response(status_code=204)
 
     @property

@@ -44,7 +44,7 @@ class WindowResult(BaseModel):
     unmatched: int = 0
 
 
-class ReconcileReport(BaseModel):
+class ReconciliationReport(BaseModel):
     # Bucket allocation used buckets ending by `cutoff` (now less the settle delay); request-id
     # matches settle receipts up to `until` (now), whatever the delay.
     cutoff: datetime

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.reconcile_types import (
+from activities.reconciliation_types import (
     SOURCE_REFUSED,
     FetchInput,
     FetchResult,
@@ -32,7 +32,7 @@ from store.db import transaction
 _Factory = Callable[[Connection], StatementSource]
 
 
-class ReconcileActivities:
+class ReconciliationActivities:
     def __init__(
         self,
         sessions: async_sessionmaker[AsyncSession],

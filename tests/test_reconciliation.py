@@ -20,8 +20,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.reconcile import ReconcileActivities
-from activities.reconcile_types import ReconcileReport
+from activities.reconciliation import ReconciliationActivities
+from activities.reconciliation_types import ReconciliationReport
 from core import metrics
 from core.settings import Settings
 from domain.enums import UsageStatus
@@ -34,7 +34,7 @@ from tests.helpers.catalog import register
 from tests.helpers.receipts import add_receipt, invoked_events, receipts
 from tests.helpers.statement_servers import StatementServer, Usage
 from worker import build_worker
-from workflows.reconciler import ReceiptReconcilerWorkflow
+from workflows.receipt_reconciler import ReceiptReconcilerWorkflow
 
 ADMIN_KEY = "sk-admin-local-statements"
 AS_OF = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
@@ -189,7 +189,7 @@ async def test_provider_statements_settle_receipts_with_tokens_and_cost_once(
         reconcile_settings = _sources(settings, server, monkeypatch)
         worker = build_worker(temporal_client, reconcile_settings, sessions)
 
-        async def run() -> ReconcileReport:
+        async def run() -> ReconciliationReport:
             return await temporal_client.execute_workflow(
                 ReceiptReconcilerWorkflow.run,
                 ReconcilerInput(
@@ -272,7 +272,9 @@ async def test_a_failing_statement_source_is_retried_with_exponential_backoff(
         source_settings = _sources(settings, server, monkeypatch).model_copy(
             update={"statements_anthropic_admin_ref": None}
         )
-        acts = ReconcileActivities(sessions, source_settings, default_broker(), statements_http)
+        acts = ReconciliationActivities(
+            sessions, source_settings, default_broker(), statements_http
+        )
         env = await WorkflowEnvironment.start_time_skipping(
             data_converter=pydantic_data_converter, test_server_existing_path=str(test_server)
         )

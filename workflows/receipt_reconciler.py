@@ -21,11 +21,11 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.reconcile_types import (
+    from activities.reconciliation_types import (
         SOURCE_REFUSED,
         FetchInput,
         FetchResult,
-        ReconcileReport,
+        ReconciliationReport,
         WindowInput,
         WindowResult,
     )
@@ -44,12 +44,12 @@ def _floor(at: datetime, width: timedelta) -> datetime:
 @workflow.defn(name="ReceiptReconciler")
 class ReceiptReconcilerWorkflow:
     @workflow.run
-    async def run(self, data: ReconcilerInput) -> ReconcileReport:
+    async def run(self, data: ReconcilerInput) -> ReconciliationReport:
         now = data.as_of or workflow.now()
         cutoff = now - timedelta(minutes=data.settle_delay_minutes)
         start = _floor(now - timedelta(hours=data.lookback_hours), _DAY)
         fetch_end = _floor(cutoff, WIDTHS[data.bucket_width])
-        report = ReconcileReport(cutoff=cutoff, until=now)
+        report = ReconciliationReport(cutoff=cutoff, until=now)
 
         sources: list[str] = await workflow.execute_activity(
             "reconcile_sources",
