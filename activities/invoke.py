@@ -1,9 +1,10 @@
 """The provider call of one invocation, and closing receipts whose caller is gone.
 
-`call_provider` runs where the HTTP request lives (as a local activity after an eager start, or
-on the API process's own task queue): it takes the request from the in-memory hub, claims the
-receipt, streams the provider's events back through the hub, stores the output as an artifact,
-and finalises the receipt. Its result carries ids, hashes and usage only.
+The API process claims the receipt and `begin`s the provider call at once (a task held in the
+in-memory hub); `call_provider` runs where the HTTP request lives (as a local activity after an
+eager start, or on the API process's own task queue): it adopts that call from the hub, awaits
+its outcome (the events stream to the caller through the hub meanwhile), and finalises the
+receipt. Its result carries ids, hashes and usage only.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from providers.secrets import SecretResolutionError
 from providers.types import Accepted, ChatRequest, CompletionBuilder, TextDelta, ToolCallDelta
 from store import pricebook, receipts
 from store.artifacts import ArtifactStore
+from store.receipt_statements import ReceiptStatements
 
 log = logging.getLogger("model_router.invoke")
 
@@ -61,7 +63,9 @@ class InvokeActivities:
         adapters: AdapterPool,
         artifacts: ArtifactStore,
         resilience: Resilience | None = None,
+        statements: ReceiptStatements | None = None,
     ) -> None:
+        self._statements = statements or ReceiptStatements(sessions.kw["bind"])
         self._resilience = resilience or Resilience()
         self._sessions = sessions
         self._hub = hub
@@ -81,48 +85,45 @@ class InvokeActivities:
                 self._prices[key] = await pricebook.load(session, tenant_id, revision)
         return self._prices[key]
 
+    @property
+    def statements(self) -> ReceiptStatements:
+        return self._statements
+
+    def begin(self, data: InvocationInput, pending: PendingCall) -> None:
+        """Start the provider call of a claimed invocation now, without waiting for the
+        workflow task: the claim is the durable guarantee (one call per key), and the
+        workflow's activity adopts the call from the hub and closes its receipt."""
+        pending.work = asyncio.create_task(self._answer_safely(data, pending))
+        pending.begun.set()
+
     @activity.defn(name="call_provider")
     async def call_provider(self, data: InvocationInput) -> InvocationSummary:
+        """Adopt the call the API process began for this invocation (or, for a request opened
+        without the API's claim, claim and begin it here), await its outcome and finalise the
+        receipt. Cancelling this activity cancels the call."""
         pending = self._hub.claim(data.caller_token)
         if pending is None:
             return InvocationSummary(
                 invocation_id=data.invocation_id, disposition=Disposition.NOT_HERE
             )
-        # One receipt per invocation, however many attempts and fallbacks it takes.
+        if pending.caller_claims:
+            await pending.begun.wait()  # set right after the workflow start returned
+        else:
+            refused = await self._claim_here(data, pending)
+            if refused is not None:
+                return refused
+        work = pending.work
+        assert work is not None
+        # On the caller's queue the workflow watches heartbeats to notice a dead process; a
+        # wait for a first token, or a backoff, must not look like one.
+        beat = None if activity.info().is_local else asyncio.create_task(_heartbeat())
         try:
-            claimed = await receipts.claim(self._sessions, data, data.targets[0].deployment_id)
-        except Exception as exc:  # the store is unreachable: nothing claimed, nothing called
-            log.warning("receipt claim failed: %s", type(exc).__name__)
-            summary = InvocationSummary(
-                invocation_id=data.invocation_id,
-                disposition=Disposition.NOT_CLAIMED,
-                outcome=InvocationOutcome.FAILED,
-                deployment_id=data.targets[0].deployment_id,
-                error_kind="store_unavailable",
-            )
-            pending.events.put_nowait(ReceiptReady(summary))
-            return summary
-        if not claimed:
-            pending.events.put_nowait(Attach())
-            return InvocationSummary(
-                invocation_id=data.invocation_id, disposition=Disposition.ALREADY_CLAIMED
-            )
-        # From here on every way out closes the receipt, or hands its close to the workflow.
-        started = time.monotonic()
+            summary: InvocationSummary = await work
+        finally:
+            if beat is not None:
+                beat.cancel()
         try:
-            summary = await self._answer(data, pending, started)
-        except Exception as exc:  # our own failure after the claim, never the provider's
-            log.error("invocation failed after its claim: %s", type(exc).__name__)
-            summary = InvocationSummary(
-                invocation_id=data.invocation_id,
-                outcome=InvocationOutcome.FAILED,
-                usage_status=UsageStatus.UNKNOWN,
-                deployment_id=data.targets[0].deployment_id,
-                latency_ms=int((time.monotonic() - started) * 1000),
-                error_kind="internal",
-            )
-        try:
-            await receipts.finalize(self._sessions, data.tenant_id, summary)
+            await self._statements.finalize(data, summary)
         except Exception as exc:
             # The store is unreachable (an outage, a failover): the workflow retries the close
             # until it can, and the caller hears of the receipt once it is durable.
@@ -131,6 +132,43 @@ class InvokeActivities:
         pending.events.put_nowait(ReceiptReady(summary))
         record_metrics(data, _provider_of(data, summary.deployment_id), summary)
         return summary
+
+    async def _claim_here(
+        self, data: InvocationInput, pending: PendingCall
+    ) -> InvocationSummary | None:
+        # One receipt per invocation, however many attempts and fallbacks it takes.
+        try:
+            claimed = await self._statements.claim(data, data.targets[0].deployment_id)
+        except Exception as exc:  # the store is unreachable: nothing claimed, nothing called
+            log.warning("receipt claim failed: %s", type(exc).__name__)
+            summary = not_claimed(data)
+            pending.events.put_nowait(ReceiptReady(summary))
+            return summary
+        if not claimed:
+            pending.events.put_nowait(Attach())
+            return InvocationSummary(
+                invocation_id=data.invocation_id, disposition=Disposition.ALREADY_CLAIMED
+            )
+        self.begin(data, pending)
+        return None
+
+    async def _answer_safely(
+        self, data: InvocationInput, pending: PendingCall
+    ) -> InvocationSummary:
+        # From here on every way out closes the receipt, or hands its close to the workflow.
+        started = time.monotonic()
+        try:
+            return await self._answer(data, pending, started)
+        except Exception as exc:  # our own failure after the claim, never the provider's
+            log.error("invocation failed after its claim: %s", type(exc).__name__)
+            return InvocationSummary(
+                invocation_id=data.invocation_id,
+                outcome=InvocationOutcome.FAILED,
+                usage_status=UsageStatus.UNKNOWN,
+                deployment_id=data.targets[0].deployment_id,
+                latency_ms=int((time.monotonic() - started) * 1000),
+                error_kind="internal",
+            )
 
     async def _answer(
         self, data: InvocationInput, pending: PendingCall, started: float
@@ -198,17 +236,15 @@ class InvokeActivities:
         route = _Route()
         work = asyncio.create_task(self._route(data, pending, started, route))
         cancelled = asyncio.create_task(pending.cancelled.wait())
-        # On the caller's queue the workflow watches heartbeats to notice a dead process; a
-        # wait for a first token, or a backoff, must not look like one.
-        beat = None if activity.info().is_local else asyncio.create_task(_heartbeat())
         try:
             done, _ = await asyncio.wait(
                 {work, cancelled}, timeout=data.timeout_seconds, return_when=asyncio.FIRST_COMPLETED
             )
+        except asyncio.CancelledError:
+            work.cancel()
+            raise
         finally:
             cancelled.cancel()
-            if beat is not None:
-                beat.cancel()
         if work in done:
             return work.result()
         work.cancel()
@@ -390,11 +426,23 @@ class InvokeActivities:
             deployment_id=data.targets[0].deployment_id,
             error_kind="caller-lost",
         )
-        if await receipts.claim(self._sessions, data, data.targets[0].deployment_id):
+        if await self._statements.claim(data, data.targets[0].deployment_id):
             summary.usage_status = UsageStatus.ESTIMATED
             summary.input_tokens = summary.output_tokens = 0
         await receipts.finalize(self._sessions, data.tenant_id, summary)
         return summary
+
+
+def not_claimed(data: InvocationInput) -> InvocationSummary:
+    """The answer to a call whose receipt could not be claimed (the store is unreachable):
+    nothing was claimed or called."""
+    return InvocationSummary(
+        invocation_id=data.invocation_id,
+        disposition=Disposition.NOT_CLAIMED,
+        outcome=InvocationOutcome.FAILED,
+        deployment_id=data.targets[0].deployment_id,
+        error_kind="store_unavailable",
+    )
 
 
 def _provider_of(data: InvocationInput, deployment_id: str | None) -> str:

@@ -1,7 +1,9 @@
 """Starting an invocation from the API process and following it to its receipt.
 
-The request stays in this process (the hub); the workflow is started eagerly so its first task
-and the provider call run here; events come back through memory. A keyed request that was seen
+The receipt is claimed here with one statement, the workflow is started eagerly, and the
+provider call begins at once in this process (held in the hub) without waiting for the workflow
+task; the workflow's local activity adopts it and closes the receipt. Events come back through
+memory. A keyed request that was seen
 before replays its receipt and stored output; one still running is waited for.
 """
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -19,6 +22,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 
+from activities.invoke import InvokeActivities, not_claimed
 from activities.invoke_hub import Attach, InvocationHub, ReceiptReady
 from api.come_back import ComeBack
 from api.problems import Problem
@@ -48,6 +52,8 @@ from store import pricebook, receipts, route_plans
 from store.artifacts import ArtifactStore
 from store.tables import InvocationReceiptRow
 from workflows.invoke import InvokeModelWorkflow
+
+log = logging.getLogger("model_router.api")
 
 # How long the hub may stay silent before the workflow's own result is watched as well. The
 # watch (a history long poll on the server) is a safety net for calls whose receipt closes
@@ -112,7 +118,9 @@ class Invocations:
         runtime: Any,
         come_back: ComeBack,
         gate: TemporalGate,
+        activities: InvokeActivities,
     ) -> None:
+        self._activities = activities
         self._gate = gate
         self._come_back = come_back
         self._client = client
@@ -127,11 +135,19 @@ class Invocations:
         hash_ = request_hash(
             {"op": call.operation.value, "profile": call.profile_id, **call.payload}
         )
-        async with self._runtime.sessions() as session:
-            seen = await receipts.by_key(session, tenant, key)
-        if seen is not None:
-            return self._replay_or_wait(tenant, key, hash_, seen)
-        targets, plan_id, decision_id, pricing, rules = await self._route(principal, call)
+        if call.budget_usd is not None:
+            # A denial writes its receipt before any claim of ours: a used key replays first.
+            seen = await self._seen(tenant, key)
+            if seen is not None:
+                return self._replay_or_wait(tenant, key, hash_, seen)
+        try:
+            targets, plan_id, decision_id, pricing, rules = await self._route(principal, call)
+        except Problem:
+            # A key used before replays its receipt, whatever the catalog says now.
+            seen = await self._seen(tenant, key)
+            if seen is not None:
+                return self._replay_or_wait(tenant, key, hash_, seen)
+            raise
         data = InvocationInput(
             invocation_id=invocation_id(tenant, key),
             tenant_id=tenant,
@@ -155,7 +171,21 @@ class Invocations:
         if call.budget_usd is not None:
             await self._admit(data, call)
         self._gate.check()  # known unreachable: refused before anything is held or claimed
-        token, pending = self._hub.open(call.request)
+        statements = self._activities.statements
+        # The claim: one statement that also tells a used key (read only then).
+        try:
+            claimed = await statements.claim(data, targets[0].deployment_id)
+        except Exception as exc:  # the store is unreachable: nothing claimed, nothing called
+            log.warning("receipt claim failed: %s", type(exc).__name__)
+            return Running(
+                data.invocation_id, targets[0].deployment_id, _refused(not_claimed(data))
+            )
+        if not claimed:
+            seen = await self._seen(tenant, key)
+            if seen is None:  # closed and gone between the two statements: cannot be
+                raise Problem(503, "The invocation with this key is changing; retry shortly.")
+            return self._replay_or_wait(tenant, key, hash_, seen)
+        token, pending = self._hub.open(call.request, caller_claims=True)
         data.caller_token = token
         try:
             handle = await self._gate.start(
@@ -169,10 +199,15 @@ class Invocations:
                 )
             )
         except BaseException:
-            # The prompt must not outlive a call that never started (issue 19: 900 KB prompts
-            # stayed for good during an outage).
+            # No invocation without its workflow: nothing was called yet, so the claim is
+            # undone and the key stays unused; the prompt must not outlive a call that never
+            # started (issue 19: 900 KB prompts stayed for good during an outage).
             self._hub.close(token)
+            with contextlib.suppress(Exception):
+                await statements.release(tenant, data.invocation_id)
             raise
+        # The provider call starts now; the workflow's activity adopts it from the hub.
+        self._activities.begin(data, pending)
         return Running(
             data.invocation_id,
             targets[0].deployment_id,
@@ -180,6 +215,10 @@ class Invocations:
             tuple(t.deployment_id for t in targets),
             pending,
         )
+
+    async def _seen(self, tenant: str, key: str) -> InvocationReceiptRow | None:
+        async with self._runtime.sessions() as session:
+            return await receipts.by_key(session, tenant, key)
 
     def retry_after(self, principal: Principal, running: Running) -> int:
         """Seconds a caller told its call failed transiently should wait before trying again."""
@@ -221,6 +260,10 @@ class Invocations:
                         yield ReceiptReady(own)
                         finished = True
                         return
+                    if not pending.claimed:
+                        # The workflow closed the receipt without adopting the call begun
+                        # here: stop it, its outcome will never be written.
+                        pending.cancelled.set()
                     break
                 item, getter = getter.result(), None
                 if isinstance(item, Attach):
@@ -437,6 +480,10 @@ class Replayed:
 
     output: bytes | None
     deployment_id: str | None = None
+
+
+async def _refused(summary: InvocationSummary) -> AsyncIterator[Any]:
+    yield ReceiptReady(summary)
 
 
 def _own_result(result: asyncio.Future[Any] | None) -> InvocationSummary | None:

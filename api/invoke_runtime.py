@@ -24,15 +24,23 @@ from api.temporal_gate import TemporalGate
 from core.secret_policy import endpoint_broker
 from core.settings import Settings
 from store.artifacts import ArtifactStore
+from store.receipt_statements import ReceiptStatements
 from workflows.invoke import InvokeModelWorkflow
 
 
 class InvokeRuntime:
-    def __init__(self, settings: Settings, sessions: async_sessionmaker[AsyncSession]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        sessions: async_sessionmaker[AsyncSession],
+        statements: ReceiptStatements | None = None,
+    ) -> None:
         self.settings = settings
         self.hub = InvocationHub()
         self._sessions = sessions
-        self.activities, self._adapters = invoke_activities(settings, sessions, self.hub)
+        self.activities, self._adapters = invoke_activities(
+            settings, sessions, self.hub, statements
+        )
         self.artifacts = ArtifactStore(settings.artifact_root)
         self.config = InvokeConfig(
             workflow_queue=settings.temporal_invocation_task_queue,
@@ -84,7 +92,14 @@ class InvokeRuntime:
         )
         self.gate = TemporalGate(client, self.settings.invoke_start_wait_seconds)
         self.service = Invocations(
-            client, self.config, self.hub, self.artifacts, runtime, self.come_back, self.gate
+            client,
+            self.config,
+            self.hub,
+            self.artifacts,
+            runtime,
+            self.come_back,
+            self.gate,
+            self.activities,
         )
 
     async def stop(self) -> None:
