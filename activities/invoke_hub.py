@@ -51,6 +51,9 @@ class InvocationHub:
     def close(self, token: str) -> None:
         self._calls.pop(token, None)
 
+    def close_later(self, token: str, seconds: float) -> None:
+        asyncio.get_running_loop().call_later(seconds, self.close, token)
+
     def __len__(self) -> int:
         return len(self._calls)
 

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -50,7 +51,7 @@ from domain.profiles import ModelProfile
 from domain.route_plan import PlanConstraints, RoutePlanResult
 from store import pricebook, receipts, route_plans
 from store.artifacts import ArtifactStore
-from store.tables import InvocationReceiptRow
+from store.tables import InvocationReceiptRow, RoutePlanRow
 from workflows.invoke import InvokeModelWorkflow
 
 log = logging.getLogger("model_router.api")
@@ -60,6 +61,10 @@ log = logging.getLogger("model_router.api")
 # elsewhere (the caller queue never picked up, a close by the standalone worker), so it waits
 # past a normal wait for a first token: at 0.25 s, under load it started for nearly every call.
 QUIET_SECONDS = 2.0
+# How long a call begun here stays in the hub for its activity after the caller left.
+ADOPT_GRACE_SECONDS = 30.0
+# Resolved run plans this process keeps (oldest dropped first): a few hundred bytes each.
+PINNED_PLANS = 10_000
 
 
 @dataclass
@@ -121,6 +126,7 @@ class Invocations:
         activities: InvokeActivities,
     ) -> None:
         self._activities = activities
+        self._plans: OrderedDict[tuple[str, uuid.UUID, str], RoutePlanRow] = OrderedDict()
         self._gate = gate
         self._come_back = come_back
         self._client = client
@@ -199,6 +205,7 @@ class Invocations:
                 )
             )
         except BaseException:
+            pending.begun.set()  # an activity that adopted the entry meanwhile finds no call
             # No invocation without its workflow: nothing was called yet, so the claim is
             # undone and the key stays unused; the prompt must not outlive a call that never
             # started (issue 19: 900 KB prompts stayed for good during an outage).
@@ -215,6 +222,13 @@ class Invocations:
             tuple(t.deployment_id for t in targets),
             pending,
         )
+
+    def _remember(self, pinned: tuple[str, uuid.UUID, str], row: RoutePlanRow) -> None:
+        # A pinned plan never changes (store/route_plans.py): the run's later calls on this
+        # process read it from memory, so a call on a resolved run costs no extra round trip.
+        self._plans[pinned] = row
+        if len(self._plans) > PINNED_PLANS:
+            self._plans.popitem(last=False)
 
     async def _seen(self, tenant: str, key: str) -> InvocationReceiptRow | None:
         async with self._runtime.sessions() as session:
@@ -282,7 +296,12 @@ class Invocations:
                     future.cancel()
             if not finished:
                 pending.cancelled.set()  # the caller went away: stop the provider call
-            self._hub.close(token)
+            if pending.claimed or pending.work is None:
+                self._hub.close(token)
+            else:
+                # The call began but its activity has not adopted it yet: leave it a while to
+                # do so (it closes the receipt as Cancelled); then the entry goes regardless.
+                self._hub.close_later(token, ADOPT_GRACE_SECONDS)
 
     def _replay_or_wait(
         self, tenant: str, key: str, hash_: str, seen: InvocationReceiptRow
@@ -387,12 +406,17 @@ class Invocations:
 
         row = None
         if call.run_id is not None:
-            # An empty route is not pinned (the run decides again next call): then this call
-            # goes on with the decision just made, as a call without a run would.
-            with contextlib.suppress(route_plans.NothingToPin):
-                row, _ = await route_plans.resolve_once(
-                    self._runtime.sessions, tenant, call.run_id, call.profile_id, decide_now
-                )
+            pinned = (tenant, call.run_id, call.profile_id)
+            row = self._plans.get(pinned)
+            if row is None:
+                # An empty route is not pinned (the run decides again next call): then this
+                # call goes on with the decision just made, as a call without a run would.
+                with contextlib.suppress(route_plans.NothingToPin):
+                    row, _ = await route_plans.resolve_once(
+                        self._runtime.sessions, tenant, call.run_id, call.profile_id, decide_now
+                    )
+                if row is not None:
+                    self._remember(pinned, row)
         if row is not None:
             version, plan_id, candidates = row.profile_version, row.route_plan_id, row.candidates
             constraints = PlanConstraints.model_validate(row.constraints)

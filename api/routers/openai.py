@@ -14,6 +14,7 @@ from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from activities.invoke_hub import ReceiptReady
+from api import sse
 from api.deps import RuntimeDep, SessionDep, require
 from api.invocations import Call, Invocations, Replayed, Running
 from api.openai_shapes import (
@@ -240,18 +241,20 @@ async def _collect(running: Running, first: Any) -> tuple[Completion | None, Inv
         item = await anext(running.events)
 
 
-def _sse_line(data: Any) -> bytes:
-    return f"data: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+_sse_line = sse.line
 
 
 async def _sse(
     running: Running, first: Any, profile: str, include_usage: bool
 ) -> AsyncIterator[bytes]:
     inv = running.invocation_id
+    texts = sse.TextChunks(inv, profile)
     yield _sse_line(chunk(inv, profile, {"role": "assistant", "content": ""}))
     item: Any = first
     while True:
-        if isinstance(item, Replayed):
+        if type(item) is TextDelta:
+            yield texts.text(item.text)  # the common case, encoded lean
+        elif isinstance(item, Replayed):
             for event in _replay_events(item):
                 delta, finish = delta_of(event)
                 yield _sse_line(chunk(inv, profile, delta, finish))
