@@ -2,9 +2,10 @@
 
 The API process claims the receipt and `begin`s the provider call at once (a task held in the
 in-memory hub); `call_provider` runs where the HTTP request lives (as a local activity after an
-eager start, or on the API process's own task queue): it adopts that call from the hub, awaits
-its outcome (the events stream to the caller through the hub meanwhile), and finalises the
-receipt. Its result carries ids, hashes and usage only.
+eager start, or on the API process's own task queue): it adopts that call from the hub and awaits
+its outcome (the events stream to the caller through the hub meanwhile); the call's task writes
+the receipt's close as it ends, or leaves it to the workflow when the store refuses it. The
+activity's result carries ids, hashes and usage only.
 """
 
 from __future__ import annotations
@@ -99,8 +100,9 @@ class InvokeActivities:
     @activity.defn(name="call_provider")
     async def call_provider(self, data: InvocationInput) -> InvocationSummary:
         """Adopt the call the API process began for this invocation (or, for a request opened
-        without the API's claim, claim and begin it here), await its outcome and finalise the
-        receipt. Cancelling this activity cancels the call."""
+        without the API's claim, claim and begin it here) and await its outcome, the receipt
+        closed by the call's task or handed back here as FINALIZE. Cancelling this activity
+        cancels the call."""
         pending = self._hub.claim(data.caller_token)
         if pending is None:
             return InvocationSummary(
@@ -113,25 +115,19 @@ class InvokeActivities:
             if refused is not None:
                 return refused
         work = pending.work
-        assert work is not None
+        if work is None:  # the API could not start this workflow and undid its claim
+            return InvocationSummary(
+                invocation_id=data.invocation_id, disposition=Disposition.NOT_HERE
+            )
         # On the caller's queue the workflow watches heartbeats to notice a dead process; a
         # wait for a first token, or a backoff, must not look like one.
         beat = None if activity.info().is_local else asyncio.create_task(_heartbeat())
         try:
-            summary: InvocationSummary = await work
+            # The call's outcome, its receipt already written (or FINALIZE: left to us).
+            return await work
         finally:
             if beat is not None:
                 beat.cancel()
-        try:
-            await self._statements.finalize(data, summary)
-        except Exception as exc:
-            # The store is unreachable (an outage, a failover): the workflow retries the close
-            # until it can, and the caller hears of the receipt once it is durable.
-            log.warning("receipt finalize failed, handed to the workflow: %s", type(exc).__name__)
-            return summary.model_copy(update={"disposition": Disposition.FINALIZE})
-        pending.events.put_nowait(ReceiptReady(summary))
-        record_metrics(data, _provider_of(data, summary.deployment_id), summary)
-        return summary
 
     async def _claim_here(
         self, data: InvocationInput, pending: PendingCall
@@ -155,13 +151,19 @@ class InvokeActivities:
     async def _answer_safely(
         self, data: InvocationInput, pending: PendingCall
     ) -> InvocationSummary:
+        """The call, then its receipt's close. The close is written right here, as the call
+        ends: waiting for the workflow's local activity to be running first put the eager
+        workflow task back on the response path of a short call (quick bench, c=1). The
+        activity awaits this task and returns its summary; a close the store refused is
+        handed to the workflow (FINALIZE), which retries it until the store answers, and the
+        caller hears of the receipt once it is durable."""
         # From here on every way out closes the receipt, or hands its close to the workflow.
         started = time.monotonic()
         try:
-            return await self._answer(data, pending, started)
+            summary = await self._answer(data, pending, started)
         except Exception as exc:  # our own failure after the claim, never the provider's
             log.error("invocation failed after its claim: %s", type(exc).__name__)
-            return InvocationSummary(
+            summary = InvocationSummary(
                 invocation_id=data.invocation_id,
                 outcome=InvocationOutcome.FAILED,
                 usage_status=UsageStatus.UNKNOWN,
@@ -169,6 +171,16 @@ class InvokeActivities:
                 latency_ms=int((time.monotonic() - started) * 1000),
                 error_kind="internal",
             )
+        finally:
+            pending.request = None  # the content is not kept a moment longer than the call
+        try:
+            await self._statements.finalize(data, summary)
+        except Exception as exc:
+            log.warning("receipt finalize failed, handed to the workflow: %s", type(exc).__name__)
+            return summary.model_copy(update={"disposition": Disposition.FINALIZE})
+        pending.events.put_nowait(ReceiptReady(summary))
+        record_metrics(data, _provider_of(data, summary.deployment_id), summary)
+        return summary
 
     async def _answer(
         self, data: InvocationInput, pending: PendingCall, started: float

@@ -41,8 +41,9 @@ class InvocationHub:
         return token, call
 
     def claim(self, token: str) -> PendingCall | None:
-        """The call for this token, once: a second execution finds nothing to run."""
-        call = self._calls.get(token)
+        """The call for this token, once: a second execution finds nothing to run. The entry
+        leaves the hub with it (the activity holds it from then on)."""
+        call = self._calls.pop(token, None)
         if call is None or call.claimed:
             return None
         call.claimed = True
@@ -55,7 +56,9 @@ class InvocationHub:
         asyncio.get_running_loop().call_later(seconds, self.close, token)
 
     def __len__(self) -> int:
-        return len(self._calls)
+        """Calls whose content (the request) is still held here. A call that ended drops its
+        request at once; its entry may wait a moment longer for the activity to adopt it."""
+        return sum(1 for call in self._calls.values() if call.request is not None)
 
 
 @dataclass(frozen=True)

@@ -299,8 +299,10 @@ class Invocations:
             if pending.claimed or pending.work is None:
                 self._hub.close(token)
             else:
-                # The call began but its activity has not adopted it yet: leave it a while to
-                # do so (it closes the receipt as Cancelled); then the entry goes regardless.
+                # The call began (and may have ended: its task closes the receipt, and a call
+                # the caller left ends Cancelled) but the activity has not adopted it yet:
+                # the entry waits for it a while, its content already dropped when the call
+                # ended; then it goes regardless.
                 self._hub.close_later(token, ADOPT_GRACE_SECONDS)
 
     def _replay_or_wait(
