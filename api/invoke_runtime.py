@@ -69,7 +69,11 @@ class InvokeRuntime:
                 workflows=[InvokeModelWorkflow],
                 workflow_runner=INVOKE_WORKFLOW_RUNNER,
                 activities=[acts.call_provider, acts.close_abandoned, acts.finalize_receipt],
-                max_concurrent_workflow_tasks=64,
+                # Each call holds a slot from its eager start until its workflow completes, now
+                # after the response: under load those tails pile up, and a start that finds
+                # no free slot is not eager (its task goes round the standalone worker and the
+                # caller queue: 1.03 RespondWorkflowTaskCompleted per call at 64).
+                max_concurrent_workflow_tasks=256,
             ),
             Worker(client, task_queue=self.config.caller_queue, activities=[acts.call_provider]),
         ]
