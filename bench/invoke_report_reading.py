@@ -74,8 +74,9 @@ def analysis(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> list[str
             lines[-1] += (
                 " New PostgreSQL connections opened per gateway call: "
                 + ", ".join(f"{k} {conns[k]:.2f}" for k in SCENARIOS if k in conns)
-                + f" (the API's pool keeps {POOL_SIZE}; connections beyond it are opened for "
-                "the moment and closed again, and each one is a new server process)."
+                + f" (the invoke path's pool keeps up to {2 * POOL_SIZE}, opened as the load "
+                "needs them; connections beyond it are opened for the moment and closed again, "
+                "and each one is a new server process)."
             )
     per_call = res.temporal_per_call
     polls = per_call.get("PollWorkflowExecutionHistory", 0.0)
