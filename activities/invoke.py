@@ -1,9 +1,11 @@
 """The provider call of one invocation, and closing receipts whose caller is gone.
 
-`call_provider` runs where the HTTP request lives (as a local activity after an eager start, or
-on the API process's own task queue): it takes the request from the in-memory hub, claims the
-receipt, streams the provider's events back through the hub, stores the output as an artifact,
-and finalises the receipt. Its result carries ids, hashes and usage only.
+The API process claims the receipt and `begin`s the provider call at once (a task held in the
+in-memory hub); `call_provider` runs where the HTTP request lives (as a local activity after an
+eager start, or on the API process's own task queue): it adopts that call from the hub and awaits
+its outcome (the events stream to the caller through the hub meanwhile); the call's task writes
+the receipt's close as it ends, or leaves it to the workflow when the store refuses it. The
+activity's result carries ids, hashes and usage only.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from providers.secrets import SecretResolutionError
 from providers.types import Accepted, ChatRequest, CompletionBuilder, TextDelta, ToolCallDelta
 from store import pricebook, receipts
 from store.artifacts import ArtifactStore
+from store.receipt_statements import ReceiptStatements
 
 log = logging.getLogger("model_router.invoke")
 
@@ -61,7 +64,9 @@ class InvokeActivities:
         adapters: AdapterPool,
         artifacts: ArtifactStore,
         resilience: Resilience | None = None,
+        statements: ReceiptStatements | None = None,
     ) -> None:
+        self._statements = statements or ReceiptStatements(sessions.kw["bind"])
         self._resilience = resilience or Resilience()
         self._sessions = sessions
         self._hub = hub
@@ -81,25 +86,58 @@ class InvokeActivities:
                 self._prices[key] = await pricebook.load(session, tenant_id, revision)
         return self._prices[key]
 
+    @property
+    def statements(self) -> ReceiptStatements:
+        return self._statements
+
+    def begin(self, data: InvocationInput, pending: PendingCall) -> None:
+        """Start the provider call of a claimed invocation now, without waiting for the
+        workflow task: the claim is the durable guarantee (one call per key), and the
+        workflow's activity adopts the call from the hub and closes its receipt."""
+        pending.work = asyncio.create_task(self._answer_safely(data, pending))
+        pending.begun.set()
+
     @activity.defn(name="call_provider")
     async def call_provider(self, data: InvocationInput) -> InvocationSummary:
+        """Adopt the call the API process began for this invocation (or, for a request opened
+        without the API's claim, claim and begin it here) and await its outcome, the receipt
+        closed by the call's task or handed back here as FINALIZE. Cancelling this activity
+        cancels the call."""
         pending = self._hub.claim(data.caller_token)
         if pending is None:
             return InvocationSummary(
                 invocation_id=data.invocation_id, disposition=Disposition.NOT_HERE
             )
+        if pending.caller_claims:
+            await pending.begun.wait()  # set right after the workflow start returned
+        else:
+            refused = await self._claim_here(data, pending)
+            if refused is not None:
+                return refused
+        work = pending.work
+        if work is None:  # the API could not start this workflow and undid its claim
+            return InvocationSummary(
+                invocation_id=data.invocation_id, disposition=Disposition.NOT_HERE
+            )
+        # On the caller's queue the workflow watches heartbeats to notice a dead process; a
+        # wait for a first token, or a backoff, must not look like one.
+        beat = None if activity.info().is_local else asyncio.create_task(_heartbeat())
+        try:
+            # The call's outcome, its receipt already written (or FINALIZE: left to us).
+            return await work
+        finally:
+            if beat is not None:
+                beat.cancel()
+
+    async def _claim_here(
+        self, data: InvocationInput, pending: PendingCall
+    ) -> InvocationSummary | None:
         # One receipt per invocation, however many attempts and fallbacks it takes.
         try:
-            claimed = await receipts.claim(self._sessions, data, data.targets[0].deployment_id)
+            claimed = await self._statements.claim(data, data.targets[0].deployment_id)
         except Exception as exc:  # the store is unreachable: nothing claimed, nothing called
             log.warning("receipt claim failed: %s", type(exc).__name__)
-            summary = InvocationSummary(
-                invocation_id=data.invocation_id,
-                disposition=Disposition.NOT_CLAIMED,
-                outcome=InvocationOutcome.FAILED,
-                deployment_id=data.targets[0].deployment_id,
-                error_kind="store_unavailable",
-            )
+            summary = not_claimed(data)
             pending.events.put_nowait(ReceiptReady(summary))
             return summary
         if not claimed:
@@ -107,6 +145,18 @@ class InvokeActivities:
             return InvocationSummary(
                 invocation_id=data.invocation_id, disposition=Disposition.ALREADY_CLAIMED
             )
+        self.begin(data, pending)
+        return None
+
+    async def _answer_safely(
+        self, data: InvocationInput, pending: PendingCall
+    ) -> InvocationSummary:
+        """The call, then its receipt's close. The close is written right here, as the call
+        ends: waiting for the workflow's local activity to be running first put the eager
+        workflow task back on the response path of a short call (quick bench, c=1). The
+        activity awaits this task and returns its summary; a close the store refused is
+        handed to the workflow (FINALIZE), which retries it until the store answers, and the
+        caller hears of the receipt once it is durable."""
         # From here on every way out closes the receipt, or hands its close to the workflow.
         started = time.monotonic()
         try:
@@ -121,11 +171,11 @@ class InvokeActivities:
                 latency_ms=int((time.monotonic() - started) * 1000),
                 error_kind="internal",
             )
+        finally:
+            pending.request = None  # the content is not kept a moment longer than the call
         try:
-            await receipts.finalize(self._sessions, data.tenant_id, summary)
+            await self._statements.finalize(data, summary)
         except Exception as exc:
-            # The store is unreachable (an outage, a failover): the workflow retries the close
-            # until it can, and the caller hears of the receipt once it is durable.
             log.warning("receipt finalize failed, handed to the workflow: %s", type(exc).__name__)
             return summary.model_copy(update={"disposition": Disposition.FINALIZE})
         pending.events.put_nowait(ReceiptReady(summary))
@@ -198,17 +248,15 @@ class InvokeActivities:
         route = _Route()
         work = asyncio.create_task(self._route(data, pending, started, route))
         cancelled = asyncio.create_task(pending.cancelled.wait())
-        # On the caller's queue the workflow watches heartbeats to notice a dead process; a
-        # wait for a first token, or a backoff, must not look like one.
-        beat = None if activity.info().is_local else asyncio.create_task(_heartbeat())
         try:
             done, _ = await asyncio.wait(
                 {work, cancelled}, timeout=data.timeout_seconds, return_when=asyncio.FIRST_COMPLETED
             )
+        except asyncio.CancelledError:
+            work.cancel()
+            raise
         finally:
             cancelled.cancel()
-            if beat is not None:
-                beat.cancel()
         if work in done:
             return work.result()
         work.cancel()
@@ -390,11 +438,23 @@ class InvokeActivities:
             deployment_id=data.targets[0].deployment_id,
             error_kind="caller-lost",
         )
-        if await receipts.claim(self._sessions, data, data.targets[0].deployment_id):
+        if await self._statements.claim(data, data.targets[0].deployment_id):
             summary.usage_status = UsageStatus.ESTIMATED
             summary.input_tokens = summary.output_tokens = 0
         await receipts.finalize(self._sessions, data.tenant_id, summary)
         return summary
+
+
+def not_claimed(data: InvocationInput) -> InvocationSummary:
+    """The answer to a call whose receipt could not be claimed (the store is unreachable):
+    nothing was claimed or called."""
+    return InvocationSummary(
+        invocation_id=data.invocation_id,
+        disposition=Disposition.NOT_CLAIMED,
+        outcome=InvocationOutcome.FAILED,
+        deployment_id=data.targets[0].deployment_id,
+        error_kind="store_unavailable",
+    )
 
 
 def _provider_of(data: InvocationInput, deployment_id: str | None) -> str:

@@ -1,6 +1,7 @@
 """The in-memory meeting point of an HTTP request and its provider call, inside one API
 process. The request (content) and the stream of events (content) pass only through here —
-never through Temporal or the database."""
+never through Temporal or the database. The provider call itself (a task) is held here from the
+moment the API begins it until the workflow's activity adopts it."""
 
 from __future__ import annotations
 
@@ -21,21 +22,28 @@ class PendingCall:
     # The deployment of the attempt now putting events on the queue: set before its first
     # event, so whoever reads an output event knows who produced it.
     answering: str | None = None
+    # The API process claims the receipt and begins the provider call itself, at once; the
+    # workflow's activity then adopts that call (`work`) once `begun` is set. When False the
+    # activity claims and begins it (a request opened without the API's claim).
+    caller_claims: bool = False
+    begun: asyncio.Event = field(default_factory=asyncio.Event)
+    work: asyncio.Task[Any] | None = None
 
 
 class InvocationHub:
     def __init__(self) -> None:
         self._calls: dict[str, PendingCall] = {}
 
-    def open(self, request: Any) -> tuple[str, PendingCall]:
+    def open(self, request: Any, *, caller_claims: bool = False) -> tuple[str, PendingCall]:
         token = secrets.token_urlsafe(16)
-        call = PendingCall(request=request)
+        call = PendingCall(request=request, caller_claims=caller_claims)
         self._calls[token] = call
         return token, call
 
     def claim(self, token: str) -> PendingCall | None:
-        """The call for this token, once: a second execution finds nothing to run."""
-        call = self._calls.get(token)
+        """The call for this token, once: a second execution finds nothing to run. The entry
+        leaves the hub with it (the activity holds it from then on)."""
+        call = self._calls.pop(token, None)
         if call is None or call.claimed:
             return None
         call.claimed = True
@@ -44,8 +52,13 @@ class InvocationHub:
     def close(self, token: str) -> None:
         self._calls.pop(token, None)
 
+    def close_later(self, token: str, seconds: float) -> None:
+        asyncio.get_running_loop().call_later(seconds, self.close, token)
+
     def __len__(self) -> int:
-        return len(self._calls)
+        """Calls whose content (the request) is still held here. A call that ended drops its
+        request at once; its entry may wait a moment longer for the activity to adopt it."""
+        return sum(1 for call in self._calls.values() if call.request is not None)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field
 
 from activities.invoke_hub import PendingCall
-from core import metrics
+from core import metrics, timing
 from domain.enums import InvocationOutcome, UsageStatus
 from domain.hashing import canonical_json
 from domain.invocation import InvocationInput, InvocationSummary, Target
@@ -118,7 +118,8 @@ def completed(request: ChatRequest, completion: Completion, ttft_ms: int | None)
 async def embed_once(adapter: ProviderAdapter, pending: PendingCall, limits: CallLimits) -> Outcome:
     inputs: list[str] = pending.request
     try:
-        result = await adapter.embed(inputs, limits=limits)
+        with timing.waiting():
+            result = await adapter.embed(inputs, limits=limits)
     except ProviderError as exc:
         return failed(exc)
     pending.events.put_nowait(result)
@@ -138,7 +139,8 @@ async def rerank_once(
 ) -> Outcome:
     query, documents, top_n = pending.request
     try:
-        result = await adapter.rerank(query, documents, top_n=top_n, limits=limits)
+        with timing.waiting():
+            result = await adapter.rerank(query, documents, top_n=top_n, limits=limits)
     except ProviderError as exc:
         return failed(exc)
     pending.events.put_nowait(result)

@@ -13,6 +13,7 @@ from core.secret_policy import endpoint_broker
 from core.settings import Settings
 from providers.types import ProviderTimeouts
 from store.artifacts import ArtifactStore
+from store.receipt_statements import ReceiptStatements
 
 # InvokeModel runs once per invocation, in the API process: the sandbox re-imports its module
 # for every run, which cost ~6 ms to the local activity and about an eighth of the API's CPU
@@ -30,7 +31,10 @@ def provider_timeouts(settings: Settings) -> ProviderTimeouts:
 
 
 def invoke_activities(
-    settings: Settings, sessions: async_sessionmaker[AsyncSession], hub: InvocationHub
+    settings: Settings,
+    sessions: async_sessionmaker[AsyncSession],
+    hub: InvocationHub,
+    statements: ReceiptStatements | None = None,
 ) -> tuple[InvokeActivities, AdapterPool]:
     adapters = AdapterPool(
         endpoint_broker(settings),
@@ -44,4 +48,5 @@ def invoke_activities(
         adapters,
         ArtifactStore(settings.artifact_root),
         Resilience.from_settings(settings),
+        statements,
     ), adapters

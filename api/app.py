@@ -28,6 +28,7 @@ from api.routers import (
     usage_statements,
 )
 from api.runtime import Runtime
+from api.server_timing import ServerTimingMiddleware
 from api.tracing import TracingMiddleware
 from core import metrics as instruments
 from core import tracing
@@ -74,6 +75,8 @@ def create_app(settings: Settings | None = None, temporal_client: Client | None 
     # get an access line too.
     app.add_middleware(LimitsMiddleware, settings=settings)
     app.add_middleware(RequestIdMiddleware)
+    # Outermost but tracing: its total covers every other middleware's work.
+    app.add_middleware(ServerTimingMiddleware)
     # Outermost: the server span covers everything, and the request id is known when it ends.
     app.add_middleware(TracingMiddleware)
     problems.install(app)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Annotated, Any
 
@@ -17,7 +18,9 @@ from core.settings import Settings
 from domain.access import Action, may, roles_for
 
 
-def get_runtime(request: Request) -> Runtime:
+# Dependencies are `async def`: FastAPI runs a plain `def` dependency in its thread pool, a
+# thread hop per dependency per request (the invoke path had four).
+async def get_runtime(request: Request) -> Runtime:
     runtime: Runtime = request.app.state.runtime
     return runtime
 
@@ -25,7 +28,7 @@ def get_runtime(request: Request) -> Runtime:
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 
-def get_settings_dep(runtime: RuntimeDep) -> Settings:
+async def get_settings_dep(runtime: RuntimeDep) -> Settings:
     return runtime.settings
 
 
@@ -54,26 +57,32 @@ TemporalDep = Annotated[Client, Depends(get_temporal)]
 _BEARER = {"WWW-Authenticate": 'Bearer realm="model-router"'}
 
 
-def get_principal(request: Request, runtime: RuntimeDep) -> Principal:
+async def get_principal(request: Request, runtime: RuntimeDep) -> Principal:
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise Problem(401, "A bearer token is required.", headers=_BEARER)
-    return _verified(token.strip(), runtime)
+    return await _verified(token.strip(), runtime)
 
 
-def get_principal_or_api_key(request: Request, runtime: RuntimeDep) -> Principal:
+async def get_principal_or_api_key(request: Request, runtime: RuntimeDep) -> Principal:
     """The same token, also accepted as `x-api-key` (what the anthropic SDK sends by default)
     when there is no Authorization header."""
     key = request.headers.get("x-api-key", "").strip()
     if key and "authorization" not in request.headers:
-        return _verified(key, runtime)
-    return get_principal(request, runtime)
+        return await _verified(key, runtime)
+    return await get_principal(request, runtime)
 
 
-def _verified(token: str, runtime: Runtime) -> Principal:
+async def _verified(token: str, runtime: Runtime) -> Principal:
+    verifier = runtime.verifier
     try:
-        principal = runtime.verifier.verify(token)
+        # A JWKS key fetch is blocking I/O: only then does the check leave the event loop.
+        principal = (
+            verifier.verify(token)
+            if verifier.offline
+            else await asyncio.to_thread(verifier.verify, token)
+        )
     except TokenError:
         raise Problem(
             401,
@@ -87,7 +96,7 @@ def _verified(token: str, runtime: Runtime) -> Principal:
 def require(
     scope: str,
     action: Action,
-    caller: Callable[..., Principal] = get_principal,
+    caller: Callable[..., Coroutine[Any, Any, Principal]] = get_principal,
 ) -> Callable[[Principal], Coroutine[Any, Any, Principal]]:
     """The caller must hold the scope (in its token) and a role allowed to take the action."""
 

@@ -1,7 +1,9 @@
 """Starting an invocation from the API process and following it to its receipt.
 
-The request stays in this process (the hub); the workflow is started eagerly so its first task
-and the provider call run here; events come back through memory. A keyed request that was seen
+The receipt is claimed here with one statement, the workflow is started eagerly, and the
+provider call begins at once in this process (held in the hub) without waiting for the workflow
+task; the workflow's local activity adopts it and closes the receipt. Events come back through
+memory. A keyed request that was seen
 before replays its receipt and stored output; one still running is waited for.
 """
 
@@ -9,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,6 +23,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 
+from activities.invoke import InvokeActivities, not_claimed
 from activities.invoke_hub import Attach, InvocationHub, ReceiptReady
 from api.come_back import ComeBack
 from api.problems import Problem
@@ -46,14 +51,20 @@ from domain.profiles import ModelProfile
 from domain.route_plan import PlanConstraints, RoutePlanResult
 from store import pricebook, receipts, route_plans
 from store.artifacts import ArtifactStore
-from store.tables import InvocationReceiptRow
+from store.tables import InvocationReceiptRow, RoutePlanRow
 from workflows.invoke import InvokeModelWorkflow
+
+log = logging.getLogger("model_router.api")
 
 # How long the hub may stay silent before the workflow's own result is watched as well. The
 # watch (a history long poll on the server) is a safety net for calls whose receipt closes
 # elsewhere (the caller queue never picked up, a close by the standalone worker), so it waits
 # past a normal wait for a first token: at 0.25 s, under load it started for nearly every call.
 QUIET_SECONDS = 2.0
+# How long a call begun here stays in the hub for its activity after the caller left.
+ADOPT_GRACE_SECONDS = 30.0
+# Resolved run plans this process keeps (oldest dropped first): a few hundred bytes each.
+PINNED_PLANS = 10_000
 
 
 @dataclass
@@ -112,7 +123,10 @@ class Invocations:
         runtime: Any,
         come_back: ComeBack,
         gate: TemporalGate,
+        activities: InvokeActivities,
     ) -> None:
+        self._activities = activities
+        self._plans: OrderedDict[tuple[str, uuid.UUID, str], RoutePlanRow] = OrderedDict()
         self._gate = gate
         self._come_back = come_back
         self._client = client
@@ -127,11 +141,19 @@ class Invocations:
         hash_ = request_hash(
             {"op": call.operation.value, "profile": call.profile_id, **call.payload}
         )
-        async with self._runtime.sessions() as session:
-            seen = await receipts.by_key(session, tenant, key)
-        if seen is not None:
-            return self._replay_or_wait(tenant, key, hash_, seen)
-        targets, plan_id, decision_id, pricing, rules = await self._route(principal, call)
+        if call.budget_usd is not None:
+            # A denial writes its receipt before any claim of ours: a used key replays first.
+            seen = await self._seen(tenant, key)
+            if seen is not None:
+                return self._replay_or_wait(tenant, key, hash_, seen)
+        try:
+            targets, plan_id, decision_id, pricing, rules = await self._route(principal, call)
+        except Problem:
+            # A key used before replays its receipt, whatever the catalog says now.
+            seen = await self._seen(tenant, key)
+            if seen is not None:
+                return self._replay_or_wait(tenant, key, hash_, seen)
+            raise
         data = InvocationInput(
             invocation_id=invocation_id(tenant, key),
             tenant_id=tenant,
@@ -155,7 +177,21 @@ class Invocations:
         if call.budget_usd is not None:
             await self._admit(data, call)
         self._gate.check()  # known unreachable: refused before anything is held or claimed
-        token, pending = self._hub.open(call.request)
+        statements = self._activities.statements
+        # The claim: one statement that also tells a used key (read only then).
+        try:
+            claimed = await statements.claim(data, targets[0].deployment_id)
+        except Exception as exc:  # the store is unreachable: nothing claimed, nothing called
+            log.warning("receipt claim failed: %s", type(exc).__name__)
+            return Running(
+                data.invocation_id, targets[0].deployment_id, _refused(not_claimed(data))
+            )
+        if not claimed:
+            seen = await self._seen(tenant, key)
+            if seen is None:  # closed and gone between the two statements: cannot be
+                raise Problem(503, "The invocation with this key is changing; retry shortly.")
+            return self._replay_or_wait(tenant, key, hash_, seen)
+        token, pending = self._hub.open(call.request, caller_claims=True)
         data.caller_token = token
         try:
             handle = await self._gate.start(
@@ -169,10 +205,16 @@ class Invocations:
                 )
             )
         except BaseException:
-            # The prompt must not outlive a call that never started (issue 19: 900 KB prompts
-            # stayed for good during an outage).
+            pending.begun.set()  # an activity that adopted the entry meanwhile finds no call
+            # No invocation without its workflow: nothing was called yet, so the claim is
+            # undone and the key stays unused; the prompt must not outlive a call that never
+            # started (issue 19: 900 KB prompts stayed for good during an outage).
             self._hub.close(token)
+            with contextlib.suppress(Exception):
+                await statements.release(tenant, data.invocation_id)
             raise
+        # The provider call starts now; the workflow's activity adopts it from the hub.
+        self._activities.begin(data, pending)
         return Running(
             data.invocation_id,
             targets[0].deployment_id,
@@ -180,6 +222,17 @@ class Invocations:
             tuple(t.deployment_id for t in targets),
             pending,
         )
+
+    def _remember(self, pinned: tuple[str, uuid.UUID, str], row: RoutePlanRow) -> None:
+        # A pinned plan never changes (store/route_plans.py): the run's later calls on this
+        # process read it from memory, so a call on a resolved run costs no extra round trip.
+        self._plans[pinned] = row
+        if len(self._plans) > PINNED_PLANS:
+            self._plans.popitem(last=False)
+
+    async def _seen(self, tenant: str, key: str) -> InvocationReceiptRow | None:
+        async with self._runtime.sessions() as session:
+            return await receipts.by_key(session, tenant, key)
 
     def retry_after(self, principal: Principal, running: Running) -> int:
         """Seconds a caller told its call failed transiently should wait before trying again."""
@@ -221,6 +274,10 @@ class Invocations:
                         yield ReceiptReady(own)
                         finished = True
                         return
+                    if not pending.claimed:
+                        # The workflow closed the receipt without adopting the call begun
+                        # here: stop it, its outcome will never be written.
+                        pending.cancelled.set()
                     break
                 item, getter = getter.result(), None
                 if isinstance(item, Attach):
@@ -239,7 +296,14 @@ class Invocations:
                     future.cancel()
             if not finished:
                 pending.cancelled.set()  # the caller went away: stop the provider call
-            self._hub.close(token)
+            if pending.claimed or pending.work is None:
+                self._hub.close(token)
+            else:
+                # The call began (and may have ended: its task closes the receipt, and a call
+                # the caller left ends Cancelled) but the activity has not adopted it yet:
+                # the entry waits for it a while, its content already dropped when the call
+                # ended; then it goes regardless.
+                self._hub.close_later(token, ADOPT_GRACE_SECONDS)
 
     def _replay_or_wait(
         self, tenant: str, key: str, hash_: str, seen: InvocationReceiptRow
@@ -344,12 +408,17 @@ class Invocations:
 
         row = None
         if call.run_id is not None:
-            # An empty route is not pinned (the run decides again next call): then this call
-            # goes on with the decision just made, as a call without a run would.
-            with contextlib.suppress(route_plans.NothingToPin):
-                row, _ = await route_plans.resolve_once(
-                    self._runtime.sessions, tenant, call.run_id, call.profile_id, decide_now
-                )
+            pinned = (tenant, call.run_id, call.profile_id)
+            row = self._plans.get(pinned)
+            if row is None:
+                # An empty route is not pinned (the run decides again next call): then this
+                # call goes on with the decision just made, as a call without a run would.
+                with contextlib.suppress(route_plans.NothingToPin):
+                    row, _ = await route_plans.resolve_once(
+                        self._runtime.sessions, tenant, call.run_id, call.profile_id, decide_now
+                    )
+                if row is not None:
+                    self._remember(pinned, row)
         if row is not None:
             version, plan_id, candidates = row.profile_version, row.route_plan_id, row.candidates
             constraints = PlanConstraints.model_validate(row.constraints)
@@ -437,6 +506,10 @@ class Replayed:
 
     output: bytes | None
     deployment_id: str | None = None
+
+
+async def _refused(summary: InvocationSummary) -> AsyncIterator[Any]:
+    yield ReceiptReady(summary)
 
 
 def _own_result(result: asyncio.Future[Any] | None) -> InvocationSummary | None:

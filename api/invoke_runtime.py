@@ -24,15 +24,23 @@ from api.temporal_gate import TemporalGate
 from core.secret_policy import endpoint_broker
 from core.settings import Settings
 from store.artifacts import ArtifactStore
+from store.receipt_statements import ReceiptStatements
 from workflows.invoke import InvokeModelWorkflow
 
 
 class InvokeRuntime:
-    def __init__(self, settings: Settings, sessions: async_sessionmaker[AsyncSession]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        sessions: async_sessionmaker[AsyncSession],
+        statements: ReceiptStatements | None = None,
+    ) -> None:
         self.settings = settings
         self.hub = InvocationHub()
         self._sessions = sessions
-        self.activities, self._adapters = invoke_activities(settings, sessions, self.hub)
+        self.activities, self._adapters = invoke_activities(
+            settings, sessions, self.hub, statements
+        )
         self.artifacts = ArtifactStore(settings.artifact_root)
         self.config = InvokeConfig(
             workflow_queue=settings.temporal_invocation_task_queue,
@@ -61,7 +69,11 @@ class InvokeRuntime:
                 workflows=[InvokeModelWorkflow],
                 workflow_runner=INVOKE_WORKFLOW_RUNNER,
                 activities=[acts.call_provider, acts.close_abandoned, acts.finalize_receipt],
-                max_concurrent_workflow_tasks=64,
+                # Each call holds a slot from its eager start until its workflow completes, now
+                # after the response: under load those tails pile up, and a start that finds
+                # no free slot is not eager (its task goes round the standalone worker and the
+                # caller queue: 1.03 RespondWorkflowTaskCompleted per call at 64).
+                max_concurrent_workflow_tasks=256,
             ),
             Worker(client, task_queue=self.config.caller_queue, activities=[acts.call_provider]),
         ]
@@ -84,7 +96,14 @@ class InvokeRuntime:
         )
         self.gate = TemporalGate(client, self.settings.invoke_start_wait_seconds)
         self.service = Invocations(
-            client, self.config, self.hub, self.artifacts, runtime, self.come_back, self.gate
+            client,
+            self.config,
+            self.hub,
+            self.artifacts,
+            runtime,
+            self.come_back,
+            self.gate,
+            self.activities,
         )
 
     async def stop(self) -> None:

@@ -21,19 +21,23 @@ from domain.route_plan import RoutePlanResult
 from domain.scoring import Weights
 from domain.snapshot import CatalogSnapshot
 from store.catalog_loader import load_catalog, load_weights
+from store.receipt_statements import ReceiptStatements
 
 
 class SnapshotCache:
-    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+    def __init__(
+        self, sessions: async_sessionmaker[AsyncSession], statements: ReceiptStatements
+    ) -> None:
         self._sessions = sessions
+        self._statements = statements
         self._cache: dict[str, CatalogView] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def view(self, tenant_id: str) -> CatalogView:
-        """One small read of the catalog version; the catalog itself is read only when that
-        version moved since this tenant's snapshot was compiled."""
-        async with self._sessions() as session:
-            version, _ = await load_weights(session)
+        """One small statement for the catalog version (no session, no ping); the catalog
+        itself is read only when that version moved since this tenant's snapshot was compiled.
+        Every call sees every committed catalog write: no staleness bound to document."""
+        version = await self._statements.catalog_version()
         cached = self._cache.get(tenant_id)
         if cached is not None and cached.snapshot.version == version:
             return cached

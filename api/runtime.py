@@ -15,6 +15,7 @@ from core.security import TokenVerifier
 from core.settings import Settings
 from core.temporal import connect
 from store.db import create_engine, session_factory
+from store.receipt_statements import ReceiptStatements
 
 log = logging.getLogger("model_router.api")
 
@@ -28,9 +29,21 @@ class Runtime:
             echo=settings.database_echo,
         )
         self.sessions: async_sessionmaker[AsyncSession] = session_factory(self.engine)
+        # The invoke path's own pool: no pre-ping (a round trip per checkout), a statement on a
+        # dropped connection is retried once instead (store.receipt_statements).
+        # Twice the pool: at c=16 a pool of 10 (+10 overflow, closed on return) opened a new
+        # server connection every 20 calls (an SSL attempt and a backend fork each, bench/);
+        # the connections are opened only as the load needs them and then kept.
+        self.hot_engine: AsyncEngine = create_engine(
+            settings.database_url,
+            pool_size=2 * settings.database_pool_size,
+            echo=settings.database_echo,
+            pre_ping=False,
+        )
+        self.statements = ReceiptStatements(self.hot_engine)
         self.verifier = TokenVerifier(settings)
-        self.snapshots = SnapshotCache(self.sessions)
-        self.invoke = InvokeRuntime(settings, self.sessions)
+        self.snapshots = SnapshotCache(self.sessions, self.statements)
+        self.invoke = InvokeRuntime(settings, self.sessions, self.statements)
         self._client: Client | None = None
         self._given = temporal_client
         self._lock = asyncio.Lock()
@@ -68,3 +81,4 @@ class Runtime:
             self._connector.cancel()
         await self.invoke.stop()
         await self.engine.dispose()
+        await self.hot_engine.dispose()

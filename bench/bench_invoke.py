@@ -6,19 +6,20 @@ Run: .venv/bin/python bench/bench_invoke.py [--quick] [--no-litellm] [--litellm 
 By itself it starts a throwaway PostgreSQL (or uses the server in
 MODEL_ROUTER_BENCH_DATABASE_URL, creating and dropping a database there), a Temporal dev server,
 the upstream simulator, the worker and the API (and LiteLLM's proxy when
-/tmp/litellm-venv/bin/litellm or --litellm exists: install it into a throwaway venv with
-`python3 -m venv /tmp/litellm-venv && /tmp/litellm-venv/bin/pip install 'litellm[proxy]'`,
-never into the project's). It migrates, seeds a tenant and OAuth client, registers, evaluates
-and approves a deployment on the simulator and publishes a profile through the API and the
-lifecycle workflow (as the tests do). Then it measures with httpx from this process: non-stream
-total latency and stream time to first token at concurrency 1 and 16, throughput at 16, every
-gateway call with its own Idempotency-Key; checks that every gateway call has a closed receipt
-and that the upstream saw exactly one call per invocation; samples the RSS and CPU time of each
-process; times the pieces of a gateway call separately; and writes its section of
-docs/benchmarks.md. Everything it started is stopped, whatever happens. `--quick`: fewer calls,
-no doc update; `--keep`: keep the temporary directory with every process's log. It first waits
-(at most --max-wait-load seconds, 120 by default) for the load average to drop under 1.5, since
-the machine is shared. The run itself takes about 5 minutes on a 2-core machine.
+/tmp/litellm-venv/bin/litellm or --litellm exists: `bench/install_litellm.sh` installs it into
+that throwaway venv, never into the project's). It migrates, seeds a tenant and OAuth client,
+registers, evaluates and approves a deployment on the simulator and publishes a profile through
+the API and the lifecycle workflow (as the tests do). Then it measures with httpx from this
+process: non-stream total latency and stream time to first token at concurrency 1 and 16,
+throughput at 16, every gateway call with its own Idempotency-Key; checks that every gateway
+call has a closed receipt and that the upstream saw exactly one call per invocation; samples the
+RSS and CPU time of each process; times the pieces of a gateway call separately; and writes its
+section of docs/benchmarks.md. Everything it started is stopped, whatever happens. `--quick`:
+fewer calls, no doc update; `--keep`: keep the temporary directory with every process's log. It
+first waits (at most --max-wait-load seconds, 120 by default) for the load average to drop under
+1.5, since the machine is shared. The run itself takes about 5 minutes on a 2-core machine.
+After the main rounds it adds two rows (bench/invoke_extra.py): `model-router api --workers 2`
+at c=16, and 64 concurrent streams of ~300 chunks at ~10 ms a chunk through each path.
 
 This file is the command line; the work is in the modules beside it: invoke_run.py (one run,
 bring-up to teardown), invoke_stack.py with local_postgres.py and child_process.py (the

@@ -25,6 +25,7 @@ from bench.invoke_config import (
     WARMUP,
 )
 from bench.invoke_database import pg_connect, pg_sessions
+from bench.invoke_extra import closed_receipts, extra_lines, streams_rows, workers_row
 from bench.invoke_load import BenchError, Path_, Run, run_load
 from bench.invoke_meter import Meter
 from bench.invoke_probes import probe_pieces
@@ -46,6 +47,7 @@ class Measured:
     pg: dict[str, Any] | None
     temporal_per_call: dict[str, float]  # Temporal frontend requests per gateway call, ns16
     pg_connections_per_call: dict[str, float]  # scenario -> new PostgreSQL sessions per call
+    extra: list[str]  # the --workers 2 and 64-stream rows (bench/invoke_extra.py)
 
 
 def make_paths(
@@ -151,6 +153,42 @@ async def run_rounds(
     return runs, per_call, connections
 
 
+async def extra_rows(
+    stack: Stack,
+    database_url: str,
+    token: str,
+    quick: bool,
+    litellm_on: bool,
+    runs: list[Run],
+    sessions: Any,
+) -> list[str]:
+    """The --workers 2 row and the 64-stream row, after the main rounds (and their receipt
+    check) so they change none of the numbers above."""
+    counts = QUICK if quick else FULL
+    mine = [r for r in runs if r.path == "gateway"]
+    one = {
+        sc: sum(len(r.samples) for r in mine if r.scenario == sc)
+        / sum(r.wall for r in mine if r.scenario == sc)
+        for sc in ("ns16", "st16")
+    }
+    cpu_one = {
+        sc: sum(r.cpu.get("api", 0.0) for r in mine if r.scenario == sc)
+        * 1000
+        / max(1, sum(len(r.samples) + len(r.errors) for r in mine if r.scenario == sc))
+        for sc in ("ns16", "st16")
+    }
+    streams = await streams_rows(stack, token, litellm_on)
+    row, path = await workers_row(stack, stack.service_env(database_url), token, counts)
+    await asyncio.sleep(1.0)  # the last workflows close
+    row.closed, _ = await closed_receipts(sessions, list(path.sent))
+    s64 = [k for r in streams for k in r.keys]
+    closed64, _ = await closed_receipts(sessions, s64)
+    lines = extra_lines(row, one, streams, cpu_one)
+    lines.append("")
+    lines.append(f"Receipts of the 64 gateway streams: {closed64} closed of {len(s64)}.")
+    return lines
+
+
 async def measure(
     stack: Stack,
     settings: Settings,
@@ -196,7 +234,8 @@ async def measure(
             probes["gateway_paced"] = paced
             await asyncio.sleep(1.0)  # let the last workflows close before counting receipts
             check = await check_receipts(sessions, gateway, upstream)
-            return Measured(runs, probes, check, pg, per_call, connections)
+            extra = await extra_rows(stack, database_url, token, quick, litellm_on, runs, sessions)
+            return Measured(runs, probes, check, pg, per_call, connections, extra)
         finally:
             for c in clients:
                 await c.aclose()

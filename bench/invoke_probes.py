@@ -33,7 +33,7 @@ from providers.secrets import default_broker
 from providers.types import ProviderTimeouts, TextDelta
 from store import receipts
 from store.artifacts import ArtifactStore
-from store.catalog_loader import load_weights
+from store.receipt_statements import ReceiptStatements
 from store.tables import ModelDeploymentRow
 from workflows.invoke import InvokeModelWorkflow
 
@@ -158,11 +158,12 @@ async def probe_pieces(
         async with sessions() as session:
             await receipts.by_key(session, TENANT, f"bench-missing-{i}")
 
-    async def version(_: int) -> None:
-        async with sessions() as session:
-            await load_weights(session)
+    statements = ReceiptStatements(sessions.kw["bind"])
 
-    cache = SnapshotCache(sessions)
+    async def version(_: int) -> None:
+        await statements.catalog_version()
+
+    cache = SnapshotCache(sessions, statements)
 
     async def view(_: int) -> None:
         # What routing reads now: the catalog version, then profile and deployments from the
@@ -174,7 +175,7 @@ async def probe_pieces(
 
     async def claim(i: int) -> None:
         data = probe_input(i, deployment, "unused")
-        if not await receipts.claim(sessions, data, DEPLOYMENT):
+        if not await statements.claim(data, DEPLOYMENT):
             raise BenchError("probe claim refused")
         claimed.append(data)
 
@@ -189,7 +190,7 @@ async def probe_pieces(
             output_tokens=35,
             latency_ms=3,
         )
-        if await receipts.finalize(sessions, TENANT, summary) is None:
+        if not await statements.finalize(data, summary):
             raise BenchError("probe finalize found nothing")
 
     out["db_idempotency_lookup"] = await timed(n, by_key)

@@ -48,6 +48,7 @@ class Results:
     pg: dict[str, Any] | None
     temporal_per_call: dict[str, float]
     pg_connections_per_call: dict[str, float]  # scenario -> new PostgreSQL sessions per call
+    extra: list[str]  # the --workers 2 and 64-stream rows, as docs lines
     rss: dict[str, tuple[int, int, int, int]]  # name -> first, peak, last, hwm (KiB)
     load_start: tuple[float, float, float]
     load_end: tuple[float, float, float]

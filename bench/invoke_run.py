@@ -121,6 +121,7 @@ def run(args: argparse.Namespace) -> Results:
             pg=measured.pg,
             temporal_per_call=measured.temporal_per_call,
             pg_connections_per_call=measured.pg_connections_per_call,
+            extra=measured.extra,
             rss=rss,
             load_start=load_start,
             load_end=os.getloadavg(),

@@ -234,7 +234,7 @@ class Stack:
 
     def close(self, keep: bool = False) -> None:
         # Clients of Temporal and PostgreSQL first, then the servers.
-        for name in ("litellm", "api", "worker", "upstream", "temporal"):
+        for name in ("litellm", "api2", "api", "worker", "upstream", "temporal"):
             child = self.child(name)
             if child is not None:
                 with contextlib.suppress(Exception):

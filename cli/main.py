@@ -29,6 +29,14 @@ app.add_typer(schedules.schedules, name="schedules")
 def api(
     host: Annotated[str | None, typer.Option(help="Bind address (default: settings)")] = None,
     port: Annotated[int | None, typer.Option(help="Port (default: settings)")] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="API processes sharing the port, each with its own in-process invocation "
+            "workers and caller queue (default: settings, 1)",
+        ),
+    ] = None,
 ) -> None:
     """Run the HTTP API."""
     import uvicorn
@@ -39,6 +47,9 @@ def api(
         factory=True,
         host=host or settings.api_host,
         port=port if port is not None else settings.api_port,
+        # One process runs on one core (one event loop, one GIL): N processes use N. Each builds
+        # its own runtime from the factory, so its caller queue and hub are its own.
+        workers=workers or settings.api_workers,
         log_level="info",
         access_log=False,
     )

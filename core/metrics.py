@@ -163,6 +163,11 @@ _PREFIX = "connectsoft.factory.model_gateway."
 
 invocations = Counter(_PREFIX + "invocations", "{invocation}", "Invocations by outcome.")
 latency = Histogram(_PREFIX + "latency", "s", "Time to first token and completion.")
+# Not in the spec's table, in its family: the gateway's own time per invocation, up to the
+# response's first byte, without the time spent waiting on the provider (api/server_timing.py).
+overhead = Histogram(
+    _PREFIX + "overhead", "s", "The gateway's own time per invocation, provider time excluded."
+)
 tokens = Counter(_PREFIX + "tokens", "{token}", "Input and output tokens.")
 fallbacks = Counter(_PREFIX + "fallbacks", "{invocation}", "Fallbacks taken.")
 denials = Counter(_PREFIX + "denials", "{invocation}", "Invocations denied by policy.")
@@ -202,6 +207,7 @@ receipts_swept = Counter(
 INSTRUMENTS: tuple[Instrument, ...] = (
     invocations,
     latency,
+    overhead,
     tokens,
     fallbacks,
     denials,

@@ -94,6 +94,11 @@ class TokenVerifier:
             else None
         )
 
+    @property
+    def offline(self) -> bool:
+        """True when verifying needs no network (no JWKS to fetch keys from)."""
+        return self._jwks is None
+
     def verify(self, token: str) -> Principal:
         s = self._settings
         try:

@@ -63,6 +63,8 @@ class Settings(BaseSettings):
     # API
     api_host: str = "127.0.0.1"
     api_port: int = Field(default=8000, ge=0, le=65535)
+    # `model-router api` processes (uvicorn workers); `make dev` runs one.
+    api_workers: int = Field(default=1, ge=1)
 
     # Outbox delivery to webhook subscribers
     webhook_poll_interval_seconds: float = Field(

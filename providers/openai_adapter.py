@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Iterator, Sequence
+import contextlib
+import json
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
@@ -139,6 +141,44 @@ def _finish_reason(raw: str | None, saw_tool_calls: bool) -> FinishReason:
 FINISH_GRACE_SECONDS = 2.0
 
 
+async def sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The `data` of each server-sent event in a byte stream (several data lines of one event
+    joined by newlines; comments, ids and event names dropped): all a chat stream needs."""
+    buffer = b""
+    data: list[bytes] = []
+    async for chunk in chunks:
+        buffer += chunk
+        if b"\n" not in chunk:
+            continue
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            line = line.rstrip(b"\r")
+            if not line:
+                if data:
+                    yield b"\n".join(data)
+                    data = []
+            elif line.startswith(b"data:"):
+                value = line[5:]
+                data.append(value[1:] if value.startswith(b" ") else value)
+    if buffer.startswith(b"data:"):
+        data.append(buffer[5:].strip())
+    if data:
+        yield b"\n".join(data)
+
+
+def usage_from(raw: dict[str, Any] | None) -> UsageEvent | None:
+    """`usage_event` for a chunk read as a plain dict."""
+    if not raw or raw.get("prompt_tokens") is None or raw.get("completion_tokens") is None:
+        return None
+    details = raw.get("prompt_tokens_details") or {}
+    return UsageEvent(
+        input_tokens=raw["prompt_tokens"],
+        output_tokens=raw["completion_tokens"],
+        cached_input_tokens=details.get("cached_tokens") or 0,
+        cache_write_input_tokens=details.get("cache_write_tokens") or 0,
+    )
+
+
 class OpenAIAdapter(ProviderAdapter):
     def __init__(
         self,
@@ -214,20 +254,23 @@ class OpenAIAdapter(ProviderAdapter):
     async def stream(
         self, request: ChatRequest, *, limits: CallLimits | None = None
     ) -> AsyncGenerator[StreamEvent, None]:
+        """The SDK sends the request (auth, base URL, headers, status errors mapped as ever) and
+        hands over its raw response; the server-sent events are read here, as plain dicts.
+        The SDK's own stream built a typed object per chunk: 2.2 ms of a ~35-token answer's
+        4.6 ms in the adapter (bench/, 2026-12-01)."""
         params = self._params(request)
+        manager = self._client.chat.completions.with_streaming_response.create(
+            **params,
+            stream=True,
+            stream_options={"include_usage": True},
+            **self.call_timeout(limits),
+        )
         try:
-            response = await self.first_byte(
-                self._client.chat.completions.create(
-                    **params,
-                    stream=True,
-                    stream_options={"include_usage": True},
-                    **self.call_timeout(limits),
-                ),
-                limits,
-            )
+            response = await self.first_byte(manager.__aenter__(), limits)
         except _FAILURES as exc:
             raise map_error(exc, self.provider) from None
-        request_id = response.response.headers.get("x-request-id")
+        http = response.http_response
+        request_id = http.headers.get("x-request-id")
         response_id: str | None = None
         response_model: str | None = None
         usage: UsageEvent | None = None
@@ -235,54 +278,63 @@ class OpenAIAdapter(ProviderAdapter):
         indices: dict[str, int] = {}
         saw_tools = False
         try:
-            async with response:
-                yield Accepted(provider_request_id=request_id)
-                chunks = aiter(response)
-                while True:
-                    try:
+            yield Accepted(provider_request_id=request_id)
+            events = sse_data(http.aiter_bytes())
+            while True:
+                try:
+                    if finish is None:
+                        data = await anext(events)
+                    else:
                         # Once the finish reason is in, only the usage chunk is still due: a
                         # server that never sends it, or never closes after [DONE], must not
                         # hold a complete answer.
-                        chunk = await (
-                            asyncio.wait_for(anext(chunks), FINISH_GRACE_SECONDS)
-                            if finish is not None
-                            else anext(chunks)
+                        async with asyncio.timeout(FINISH_GRACE_SECONDS):
+                            data = await anext(events)
+                except (StopAsyncIteration, TimeoutError):
+                    break
+                if data.startswith(b"[DONE]"):
+                    break
+                chunk = json.loads(data)
+                if chunk.get("error"):
+                    raise openai.APIError(
+                        "the stream carried an error", http.request, body=chunk["error"]
+                    )
+                response_id = response_id or chunk.get("id")
+                response_model = response_model or chunk.get("model")
+                usage = usage_from(chunk.get("usage")) or usage
+                for choice in chunk.get("choices") or ():
+                    if choice.get("index", 0) != 0:
+                        continue
+                    delta = choice.get("delta") or {}
+                    content = delta.get("content")
+                    if content:
+                        yield TextDelta(text=content)
+                    for call in delta.get("tool_calls") or ():
+                        saw_tools = True
+                        index = call.get("index")
+                        call_id = call.get("id")
+                        if index is None:
+                            # Some servers omit the index: a new id starts a call, and
+                            # fragments without one continue the latest.
+                            if call_id:
+                                index = indices.setdefault(call_id, len(indices))
+                            else:
+                                index = max(indices.values(), default=0)
+                        fn = call.get("function") or {}
+                        yield ToolCallDelta(
+                            index=index,
+                            id=call_id,
+                            name=fn.get("name"),
+                            arguments_delta=fn.get("arguments") or "",
                         )
-                    except StopAsyncIteration:
-                        break
-                    except TimeoutError:
-                        break
-                    response_id = response_id or chunk.id
-                    response_model = response_model or chunk.model
-                    usage = usage_event(chunk.usage) or usage
-                    for choice in chunk.choices:
-                        if choice.index != 0:
-                            continue
-                        delta = choice.delta
-                        if delta.content:
-                            yield TextDelta(text=delta.content)
-                        for call in delta.tool_calls or []:
-                            saw_tools = True
-                            index = call.index
-                            if index is None:
-                                # Some servers omit the index: a new id starts a call, and
-                                # fragments without one continue the latest.
-                                if call.id:
-                                    index = indices.setdefault(call.id, len(indices))
-                                else:
-                                    index = max(indices.values(), default=0)
-                            fn = call.function
-                            yield ToolCallDelta(
-                                index=index,
-                                id=call.id,
-                                name=fn.name if fn else None,
-                                arguments_delta=(fn.arguments or "") if fn else "",
-                            )
-                        finish = choice.finish_reason or finish
-                    if finish is not None and usage is not None:
-                        break
+                    finish = choice.get("finish_reason") or finish
+                if finish is not None and usage is not None:
+                    break
         except _FAILURES as exc:
             raise mid_stream(map_error(exc, self.provider), request_id) from None
+        finally:
+            with contextlib.suppress(Exception):
+                await manager.__aexit__(None, None, None)
         if finish is None:
             raise stream_incomplete(self.provider, request_id)
         if usage is not None:

@@ -17,9 +17,13 @@ from sqlalchemy.ext.asyncio import (
 )
 
 
-def create_engine(url: str, *, pool_size: int = 10, echo: bool = False) -> AsyncEngine:
+def create_engine(
+    url: str, *, pool_size: int = 10, echo: bool = False, pre_ping: bool = True
+) -> AsyncEngine:
+    """`pre_ping=False` is for the invoke path's own pool (store.receipt_statements), which
+    retries a statement on a dropped connection instead of pinging before every checkout."""
     parsed = make_url(url)
-    kwargs: dict[str, Any] = {"echo": echo, "pool_pre_ping": True}
+    kwargs: dict[str, Any] = {"echo": echo, "pool_pre_ping": pre_ping}
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)

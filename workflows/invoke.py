@@ -1,11 +1,13 @@
 """InvokeModel: one invocation, durable. The provider call runs where the caller's HTTP request
 lives; whatever happens to that process, the workflow closes the receipt.
 
-1. Started eagerly by the API process, its first task runs there, and the call runs as a local
-   activity: no extra round trip, tokens stream to the response in memory.
+1. The API process claims the receipt, starts this workflow eagerly and begins the provider call
+   at once, alongside it. The workflow's first task runs there, and its local activity adopts
+   the call in flight (from the in-memory hub), awaits its outcome and finalises the receipt:
+   no extra round trip, tokens stream to the response in memory, none of them in history.
 2. If that local activity ran somewhere without the request (the workflow task was not eager,
-   or it is being replayed after the API process died), it reports NOT_HERE without claiming
-   anything, and the call goes to the caller's own task queue instead.
+   or it is being replayed after the API process died), it reports NOT_HERE without touching
+   anything, and the activity goes to the caller's own task queue instead.
 3. If the caller's process is gone (the activity is never picked up, or stops heartbeating), or
    the invocation was claimed by an earlier execution, the receipt is closed on the shared
    queue: Failed, usage Unknown. The provider is never called twice: the claim is a unique row.

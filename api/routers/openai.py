@@ -14,6 +14,7 @@ from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from activities.invoke_hub import ReceiptReady
+from api import sse
 from api.deps import RuntimeDep, SessionDep, require
 from api.invocations import Call, Invocations, Replayed, Running
 from api.openai_shapes import (
@@ -77,7 +78,7 @@ def router_extension(summary: InvocationSummary) -> dict[str, Any]:
     }
 
 
-def _service(runtime: RuntimeDep) -> Invocations:
+async def _service(runtime: RuntimeDep) -> Invocations:
     if runtime.invoke.service is None:
         # Not connected yet (the process started while Temporal was away).
         metrics.refusals.add(1, {"reason": "temporal-unreachable"})
@@ -95,26 +96,40 @@ Service = Annotated[Invocations, Depends(_service)]
 
 
 class Headers:
+    """The invocation headers of a call."""
+
     def __init__(
         self,
-        run_id: Annotated[uuid.UUID | None, Header(alias="X-Run-Id")] = None,
-        attempt_id: Annotated[uuid.UUID | None, Header(alias="X-Attempt-Id")] = None,
-        project_id: Annotated[str, Header(alias="X-Project-Id", max_length=200)] = "default",
-        idempotency_key: Annotated[
-            str | None,
-            Header(alias="Idempotency-Key", max_length=200, pattern=r"^[A-Za-z0-9._:/-]+$"),
-        ] = None,
-        data_classification: Annotated[
-            DataClassification, Header(alias="X-Data-Classification")
-        ] = DataClassification.INTERNAL,
-        budget_usd: Annotated[Decimal | None, Header(alias="X-Budget-Usd", ge=0)] = None,
+        run_id: uuid.UUID | None,
+        attempt_id: uuid.UUID | None,
+        project_id: str,
+        idempotency_key: str | None,
+        data_classification: DataClassification,
+        budget_usd: Decimal | None,
     ) -> None:
         self.budget_usd = budget_usd
         self.run_id, self.attempt_id, self.project_id = run_id, attempt_id, project_id
         self.idempotency_key, self.data_classification = idempotency_key, data_classification
 
 
-CallHeaders = Annotated[Headers, Depends()]
+# An `async def` dependency: a class (its plain __init__) would run in the thread pool.
+async def call_headers(
+    run_id: Annotated[uuid.UUID | None, Header(alias="X-Run-Id")] = None,
+    attempt_id: Annotated[uuid.UUID | None, Header(alias="X-Attempt-Id")] = None,
+    project_id: Annotated[str, Header(alias="X-Project-Id", max_length=200)] = "default",
+    idempotency_key: Annotated[
+        str | None,
+        Header(alias="Idempotency-Key", max_length=200, pattern=r"^[A-Za-z0-9._:/-]+$"),
+    ] = None,
+    data_classification: Annotated[
+        DataClassification, Header(alias="X-Data-Classification")
+    ] = DataClassification.INTERNAL,
+    budget_usd: Annotated[Decimal | None, Header(alias="X-Budget-Usd", ge=0)] = None,
+) -> Headers:
+    return Headers(run_id, attempt_id, project_id, idempotency_key, data_classification, budget_usd)
+
+
+CallHeaders = Annotated[Headers, Depends(call_headers)]
 
 
 # One mapping for every surface (domain.failures): the caller's fault is a 400; a transient
@@ -240,18 +255,20 @@ async def _collect(running: Running, first: Any) -> tuple[Completion | None, Inv
         item = await anext(running.events)
 
 
-def _sse_line(data: Any) -> bytes:
-    return f"data: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+_sse_line = sse.line
 
 
 async def _sse(
     running: Running, first: Any, profile: str, include_usage: bool
 ) -> AsyncIterator[bytes]:
     inv = running.invocation_id
+    texts = sse.TextChunks(inv, profile)
     yield _sse_line(chunk(inv, profile, {"role": "assistant", "content": ""}))
     item: Any = first
     while True:
-        if isinstance(item, Replayed):
+        if type(item) is TextDelta:
+            yield texts.text(item.text)  # the common case, encoded lean
+        elif isinstance(item, Replayed):
             for event in _replay_events(item):
                 delta, finish = delta_of(event)
                 yield _sse_line(chunk(inv, profile, delta, finish))
