@@ -23,7 +23,7 @@ from api.anthropic_shapes import (
 )
 from api.anthropic_stream import MessageEvents
 from api.deps import RuntimeDep, get_principal_or_api_key, require
-from api.invocations import Call, Replayed, Running
+from api.invocations import Replayed, Running
 from api.surface import (
     CallHeaders,
     Service,
@@ -39,7 +39,6 @@ from api.token_count import count_input_tokens
 from core.security import Principal
 from domain.access import Action
 from domain.enums import InvocationOutcome, Scope
-from domain.invocation import Operation
 from providers.types import Finish, TextDelta, ToolCallDelta
 
 router = APIRouter(prefix="/v1", tags=["anthropic-messages"])
@@ -62,21 +61,7 @@ async def create_message(
     headers: CallHeaders,
 ) -> Response:
     chat = to_chat_request(body)
-    call = Call(
-        profile_id=body.model,
-        project_id=headers.project_id,
-        run_id=headers.run_id,
-        attempt_id=headers.attempt_id,
-        idempotency_key=headers.idempotency_key,
-        operation=Operation.CHAT,
-        payload=chat.model_dump(mode="json"),
-        request=chat,
-        data_classification=headers.data_classification,
-        budget_usd=headers.budget_usd,
-        max_output_tokens=chat.max_tokens,
-        needs_tools=bool(chat.tools),
-        needs_structured_output=chat.response_format is not None,
-    )
+    call = headers.chat_call(body.model, chat)
     running = await service.start(principal, call)
     first = await first_event(running)
     if isinstance(first, ReceiptReady) and first.summary.outcome is not InvocationOutcome.COMPLETED:

@@ -36,7 +36,14 @@ from domain.enums import InvocationOutcome, Scope
 from domain.failures import FailureClass, classify, error_class
 from domain.invocation import InvocationSummary, Operation
 from domain.policy import DataClassification
-from providers.types import Completion, EmbeddingResult, Finish, TextDelta, ToolCallDelta
+from providers.types import (
+    ChatRequest,
+    Completion,
+    EmbeddingResult,
+    Finish,
+    TextDelta,
+    ToolCallDelta,
+)
 from store.repositories import ModelProfileRepository
 
 router = APIRouter(prefix="/v1", tags=["openai-compatible"])
@@ -110,6 +117,26 @@ class Headers:
         self.budget_usd = budget_usd
         self.run_id, self.attempt_id, self.project_id = run_id, attempt_id, project_id
         self.idempotency_key, self.data_classification = idempotency_key, data_classification
+
+    def chat_call(self, profile_id: str, chat: ChatRequest) -> Call:
+        """A chat invocation of `profile_id` with these headers, whatever surface it came in
+        through: what it needs of the route (tools, structured output) is read off the request."""
+        return Call(
+            profile_id=profile_id,
+            project_id=self.project_id,
+            run_id=self.run_id,
+            attempt_id=self.attempt_id,
+            idempotency_key=self.idempotency_key,
+            operation=Operation.CHAT,
+            payload=chat.model_dump(mode="json"),
+            request=chat,
+            data_classification=self.data_classification,
+            budget_usd=self.budget_usd,
+            max_output_tokens=chat.max_tokens,
+            needs_tools=bool(chat.tools),
+            needs_structured_output=chat.response_format is not None
+            and chat.response_format.type != "text",
+        )
 
 
 # An `async def` dependency: a class (its plain __init__) would run in the thread pool.
@@ -201,22 +228,7 @@ async def chat_completions(
     headers: CallHeaders,
 ) -> Response:
     chat = to_chat_request(body)
-    call = Call(
-        profile_id=body.model,
-        project_id=headers.project_id,
-        run_id=headers.run_id,
-        attempt_id=headers.attempt_id,
-        idempotency_key=headers.idempotency_key,
-        operation=Operation.CHAT,
-        payload=chat.model_dump(mode="json"),
-        request=chat,
-        data_classification=headers.data_classification,
-        budget_usd=headers.budget_usd,
-        max_output_tokens=chat.max_tokens,
-        needs_tools=bool(chat.tools),
-        needs_structured_output=chat.response_format is not None
-        and chat.response_format.type != "text",
-    )
+    call = headers.chat_call(body.model, chat)
     running = await service.start(principal, call)
     first = await _first(running)
     if isinstance(first, ReceiptReady) and first.summary.outcome is not InvocationOutcome.COMPLETED:

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from activities.invoke_hub import ReceiptReady
 from api.deps import require
-from api.invocations import Call, Replayed, Running
+from api.invocations import Replayed, Running
 from api.responses_shapes import (
     ERROR_RESPONSES,
     ResponsesIn,
@@ -38,7 +38,6 @@ from api.surface import (
 from core.security import Principal
 from domain.access import Action
 from domain.enums import InvocationOutcome, Scope
-from domain.invocation import Operation
 from providers.types import Finish, TextDelta, ToolCallDelta
 
 router = APIRouter(prefix="/v1", tags=["openai-responses"])
@@ -59,21 +58,7 @@ async def create_response(
     headers: CallHeaders,
 ) -> Response:
     chat = to_chat_request(body)
-    call = Call(
-        profile_id=body.model,
-        project_id=headers.project_id,
-        run_id=headers.run_id,
-        attempt_id=headers.attempt_id,
-        idempotency_key=headers.idempotency_key,
-        operation=Operation.CHAT,
-        payload=chat.model_dump(mode="json"),
-        request=chat,
-        data_classification=headers.data_classification,
-        budget_usd=headers.budget_usd,
-        max_output_tokens=chat.max_tokens,
-        needs_tools=bool(chat.tools),
-        needs_structured_output=chat.response_format is not None,
-    )
+    call = headers.chat_call(body.model, chat)
     created = time.time()
     running = await service.start(principal, call)
     first = await first_event(running)
