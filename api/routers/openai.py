@@ -213,6 +213,7 @@ async def chat_completions(
         data_classification=headers.data_classification,
         budget_usd=headers.budget_usd,
         max_output_tokens=chat.max_tokens,
+        buffered=not body.stream,
         needs_tools=bool(chat.tools),
         needs_structured_output=chat.response_format is not None
         and chat.response_format.type != "text",

@@ -71,6 +71,7 @@ async def create_response(
         data_classification=headers.data_classification,
         budget_usd=headers.budget_usd,
         max_output_tokens=chat.max_tokens,
+        buffered=not body.stream,
         needs_tools=bool(chat.tools),
         needs_structured_output=chat.response_format is not None,
     )
