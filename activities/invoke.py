@@ -48,7 +48,14 @@ from domain.retry import retry_delay
 from providers.base import ProviderAdapter
 from providers.errors import ErrorKind, ProviderError
 from providers.secrets import SecretResolutionError
-from providers.types import Accepted, ChatRequest, CompletionBuilder, TextDelta, ToolCallDelta
+from providers.types import (
+    Accepted,
+    ChatRequest,
+    CompletionBuilder,
+    StreamEvent,
+    TextDelta,
+    ToolCallDelta,
+)
 from store import pricebook, receipts
 from store.artifacts import ArtifactStore
 from store.receipt_statements import ReceiptStatements
@@ -399,19 +406,30 @@ class InvokeActivities:
                 return _failed(ProviderError(ErrorKind.TIMEOUT, provider=adapter.provider))
         request: ChatRequest = pending.request
         builder = CompletionBuilder()
+        # A buffered call's events wait here until the attempt completes: what the provider
+        # sent is not what the caller saw, so a break before the end leaves nothing emitted
+        # and the attempt is retried or fallen back from like any other failure.
+        held: list[StreamEvent] | None = [] if data.buffered else None
+        first_token: int | None = None
         try:
             async for event in timed_stream(adapter, request, timeouts, budget):
                 if isinstance(event, Accepted):
                     route.provider_request_id = event.provider_request_id
                     continue  # ours, not the caller's
                 if isinstance(event, TextDelta | ToolCallDelta):
-                    if route.ttft_ms is None:
-                        route.ttft_ms = int((time.monotonic() - started) * 1000)
-                    route.emitted.append(
-                        event.text if isinstance(event, TextDelta) else event.arguments_delta
-                    )
+                    if first_token is None:
+                        first_token = int((time.monotonic() - started) * 1000)
+                    if held is None:
+                        if route.ttft_ms is None:
+                            route.ttft_ms = first_token
+                        route.emitted.append(
+                            event.text if isinstance(event, TextDelta) else event.arguments_delta
+                        )
                 builder.add(event)
-                pending.events.put_nowait(event)
+                if held is None:
+                    pending.events.put_nowait(event)
+                else:
+                    held.append(event)
             completion = builder.build()
         except ProviderError as exc:
             if route.emitted:
@@ -424,6 +442,11 @@ class InvokeActivities:
             # A stall or a garbled chunk is seen outside the adapter, which knew the id.
             out.provider_request_id = out.provider_request_id or route.provider_request_id
             return out
+        if held is not None:
+            # The answer is whole: only now does the caller hear of it, from this attempt only.
+            route.ttft_ms = first_token
+            for event in held:
+                pending.events.put_nowait(event)
         return _completed(request, completion, route.ttft_ms)
 
     @activity.defn(name="close_abandoned_receipt")

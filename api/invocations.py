@@ -88,6 +88,9 @@ class Call:
     max_output_tokens: int | None = None
     # Where the surface takes the profile id, for the problems that name it.
     profile_field: str = "body.model"
+    # The caller sees no token before the answer is complete (a non-stream call): a provider
+    # stream that breaks mid-way is then a failed attempt, retried or fallen back from.
+    buffered: bool = False
 
 
 @dataclass
@@ -172,6 +175,7 @@ class Invocations:
             caller_queue=self._config.caller_queue,
             timeout_seconds=self._config.timeout_seconds,
             data_classification=call.data_classification.value,
+            buffered=call.buffered,
             **rules,
         )
         if call.budget_usd is not None:

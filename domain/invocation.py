@@ -77,6 +77,10 @@ class InvocationInput(BaseModel):
     # is a fallback. None (histories from before these fields): the first target.
     primary_deployment_id: str | None = None
     primary_passed_over: str | None = None
+    # The caller hears the answer only once it is complete (a non-stream call): nothing an
+    # attempt received has reached the caller, so a stream cut or stalled mid-way is a failed
+    # attempt like any other (retried, fallen back from), never Partial. Issue 20.
+    buffered: bool = False
 
 
 class Disposition(StrEnum):

@@ -125,7 +125,9 @@ async def test_a_connection_dropped_after_output_is_a_cut_stream(
     assert row.provider_request_id
     assert metrics.provider_errors.value(cuts) == before + 1
 
-    upstream.inject(model, Fault(kind=FaultKind.STREAM_CUT, after_chunks=4, times=1))
+    # Behind a non-stream call the caller saw nothing (issue 20): a cut is a failed attempt,
+    # retried; only when every attempt is cut does the caller hear of it.
+    upstream.inject(model, Fault(kind=FaultKind.STREAM_CUT, after_chunks=4, times=3))
     resp, _ = await _call(http, auth, profile)
     assert resp.status_code == 503 and resp.json()["error"]["type"] == "stream_incomplete"
     # Transient like every other: a 503, and the caller is told when to come back.

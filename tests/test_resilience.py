@@ -369,3 +369,67 @@ async def test_sustained_failure_goes_degraded_and_recovers_within_seconds_of_he
     moves = [(e.payload["fromState"], e.payload["toState"]) for e in events]
     assert moves[-2:] == [("Approved", "Degraded"), ("Degraded", "Approved")]
     assert len(receipts) == calls  # recovery trials are not invocations: no receipt
+
+
+# Issue 20: behind a non-stream call the caller has seen nothing until the answer is whole, so
+# a provider stream broken mid-way (after output was received, not emitted) is a failed attempt
+# under the usual rules, never Partial: a cut (stream_incomplete, transient) is retried on the
+# same deployment, then fallen back from; a stall (timeout) moves on to the fallback at once
+# (domain/retry.py: a silent provider is not retried on the same route). The stall is caught by
+# the idle bound (2 s in test settings), far inside the attempt bound (120 s): `took` shows it.
+
+
+async def test_a_non_stream_call_cut_mid_stream_is_retried_never_partial(ctx: Ctx) -> None:
+    http, auth, up, sessions, tenant = ctx
+    labels = {"provider": "openai", "reason": "stream_incomplete"}
+    abandoned = metrics.attempts_abandoned.value(labels)
+    up.inject(A, Fault(kind=FaultKind.STREAM_CUT, after_chunks=4, times=1))
+    seen = Seen(up)
+    resp, key, took = await _call(http, auth, "rs-fb", LONG)
+    assert resp.status_code == 200, resp.text
+    # The whole answer, from the retry alone: nothing of the broken attempt is spliced in.
+    assert resp.json()["choices"][0]["message"]["content"] == f"Echo: {LONG}"
+    assert seen() == (2, 0) and took < 4.0
+    assert resp.headers["X-Model-Router-Deployment"] == "rs/a"
+    row = await _receipt(sessions, tenant, key)
+    assert (row.outcome, row.deployment_id, row.fallback_used) == ("Completed", "rs/a", False)
+    assert row.usage_status == "Reported"
+    assert metrics.attempts_abandoned.value(labels) == abandoned + 1
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason", "primary_calls"),
+    [(FaultKind.STREAM_CUT, "stream_incomplete", 3), (FaultKind.STREAM_STALL, "timeout", 1)],
+)
+async def test_a_non_stream_call_falls_back_when_the_primary_keeps_breaking(
+    ctx: Ctx, kind: FaultKind, reason: str, primary_calls: int
+) -> None:
+    http, auth, up, sessions, tenant = ctx
+    labels = {"provider": "openai", "reason": reason}
+    abandoned = metrics.attempts_abandoned.value(labels)
+    up.inject(A, Fault(kind=kind, after_chunks=4))
+    seen = Seen(up)
+    resp, key, took = await _call(http, auth, "rs-fb", LONG)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["choices"][0]["message"]["content"] == f"Echo: {LONG}"
+    assert resp.json()["model_router"]["deploymentId"] == "rs/b"
+    # A cut is retried up to the retry rule's limit (three attempts), a stall is not.
+    assert seen() == (primary_calls, 1)
+    assert took < 4.0  # one idle bound for the stall, never the attempt bound
+    row = await _receipt(sessions, tenant, key)
+    assert (row.outcome, row.deployment_id, row.fallback_used) == ("Completed", "rs/b", True)
+    assert row.usage_status == "Reported"
+    # Each broken attempt on the primary was replaced, so each is counted as possibly billed.
+    assert metrics.attempts_abandoned.value(labels) == abandoned + primary_calls
+
+
+async def test_a_non_stream_call_stalled_mid_stream_fails_by_the_idle_bound(ctx: Ctx) -> None:
+    http, auth, up, sessions, tenant = ctx
+    up.inject(A, Fault(kind=FaultKind.STREAM_STALL, after_chunks=4, times=1))
+    seen = Seen(up)
+    resp, key, took = await _call(http, auth, "rs-solo", LONG)
+    # No fallback on this profile: a transient failure the caller may retry, not a Partial.
+    assert resp.status_code == 503 and resp.json()["error"]["type"] == "timeout"
+    assert seen() == (1, 0) and 2.0 <= took < 4.0
+    row = await _receipt(sessions, tenant, key)
+    assert (row.outcome, row.usage_status) == ("Failed", "Unknown")

@@ -111,6 +111,7 @@ async def invoke(
         needs_structured_output=chat.response_format is not None
         and chat.response_format.type != "text",
         max_output_tokens=chat.max_tokens,
+        buffered=not body.stream,
     )
     running = await service.start(principal, call)
     first = await _first(running)

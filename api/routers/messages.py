@@ -61,7 +61,7 @@ async def create_message(
     headers: CallHeaders,
 ) -> Response:
     chat = to_chat_request(body)
-    call = headers.chat_call(body.model, chat)
+    call = headers.chat_call(body.model, chat, buffered=not body.stream)
     running = await service.start(principal, call)
     first = await first_event(running)
     if isinstance(first, ReceiptReady) and first.summary.outcome is not InvocationOutcome.COMPLETED:

@@ -118,9 +118,10 @@ class Headers:
         self.run_id, self.attempt_id, self.project_id = run_id, attempt_id, project_id
         self.idempotency_key, self.data_classification = idempotency_key, data_classification
 
-    def chat_call(self, profile_id: str, chat: ChatRequest) -> Call:
+    def chat_call(self, profile_id: str, chat: ChatRequest, *, buffered: bool) -> Call:
         """A chat invocation of `profile_id` with these headers, whatever surface it came in
-        through: what it needs of the route (tools, structured output) is read off the request."""
+        through: what it needs of the route (tools, structured output) is read off the request;
+        `buffered` when the caller takes one whole answer (not a stream)."""
         return Call(
             profile_id=profile_id,
             project_id=self.project_id,
@@ -133,6 +134,7 @@ class Headers:
             data_classification=self.data_classification,
             budget_usd=self.budget_usd,
             max_output_tokens=chat.max_tokens,
+            buffered=buffered,
             needs_tools=bool(chat.tools),
             needs_structured_output=chat.response_format is not None
             and chat.response_format.type != "text",
@@ -228,7 +230,7 @@ async def chat_completions(
     headers: CallHeaders,
 ) -> Response:
     chat = to_chat_request(body)
-    call = headers.chat_call(body.model, chat)
+    call = headers.chat_call(body.model, chat, buffered=not body.stream)
     running = await service.start(principal, call)
     first = await _first(running)
     if isinstance(first, ReceiptReady) and first.summary.outcome is not InvocationOutcome.COMPLETED:

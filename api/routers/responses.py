@@ -58,7 +58,7 @@ async def create_response(
     headers: CallHeaders,
 ) -> Response:
     chat = to_chat_request(body)
-    call = headers.chat_call(body.model, chat)
+    call = headers.chat_call(body.model, chat, buffered=not body.stream)
     created = time.time()
     running = await service.start(principal, call)
     first = await first_event(running)
