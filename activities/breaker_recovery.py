@@ -110,6 +110,10 @@ class BreakerRecovery:
 
     async def _recover(self, key: Key, reported: asyncio.Task[None]) -> None:
         try:
+            # Known from the start: a caller refused while the report is still on its way
+            # (the Degraded row can be visible before the update's reply gets back here) is
+            # told this trial, not the cap.
+            self._next[key] = self._clock() + self._cooldown
             await asyncio.wait([reported])
             give_up = self._clock() + self._window
             while (due := self._clock() + self._cooldown) <= give_up:
