@@ -5,8 +5,7 @@ idempotency, budgets and resilience as every surface; errors in Anthropic's enve
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -23,7 +22,6 @@ from api.anthropic_shapes import (
 )
 from api.anthropic_stream import MessageEvents
 from api.deps import RuntimeDep, get_principal_or_api_key, require
-from api.invocations import Replayed, Running
 from api.surface import (
     CallHeaders,
     Service,
@@ -32,14 +30,13 @@ from api.surface import (
     first_event,
     receipt_headers,
     receipt_view,
-    replay_events,
+    relay,
     stream_headers,
 )
 from api.token_count import count_input_tokens
 from core.security import Principal
 from domain.access import Action
 from domain.enums import InvocationOutcome, Scope
-from providers.types import Finish, TextDelta, ToolCallDelta
 
 router = APIRouter(prefix="/v1", tags=["anthropic-messages"])
 
@@ -68,7 +65,7 @@ async def create_message(
         return failure_response(request, first.summary, service.retry_after(principal, running))
     if body.stream:
         return StreamingResponse(
-            _stream(running, first, body.model),
+            relay(running, first, MessageEvents(running.invocation_id, body.model)),
             media_type="text/event-stream",
             # The deployment is named only once the output says who answered; the stream's
             # receipt event names it in any case.
@@ -80,25 +77,6 @@ async def create_message(
     answer = message_body(running.invocation_id, body.model, completion, summary)
     answer["model_router"] = receipt_view(summary)  # an extra field the SDK keeps
     return JSONResponse(answer, headers=receipt_headers(summary))
-
-
-async def _stream(running: Running, first: Any, profile: str) -> AsyncIterator[bytes]:
-    events = MessageEvents(running.invocation_id, profile)
-    yield events.start()
-    item: Any = first
-    while True:
-        if isinstance(item, Replayed):
-            for event in replay_events(item):
-                yield events.add(event)
-        elif isinstance(item, TextDelta | ToolCallDelta | Finish):
-            yield events.add(item)
-        elif isinstance(item, ReceiptReady):
-            if item.summary.outcome is InvocationOutcome.COMPLETED:
-                yield events.end(item.summary)
-            else:
-                yield events.fail(item.summary)
-            return
-        item = await anext(running.events)
 
 
 @router.post("/messages/count_tokens", operation_id="CountMessageTokens", responses=ERROR_RESPONSES)

@@ -5,15 +5,13 @@ receipts, idempotency, budgets and resilience as every surface."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from activities.invoke_hub import ReceiptReady
 from api.deps import require
-from api.invocations import Replayed, Running
 from api.responses_shapes import (
     ERROR_RESPONSES,
     ResponsesIn,
@@ -32,13 +30,12 @@ from api.surface import (
     first_event,
     receipt_headers,
     receipt_view,
-    replay_events,
+    relay,
     stream_headers,
 )
 from core.security import Principal
 from domain.access import Action
 from domain.enums import InvocationOutcome, Scope
-from providers.types import Finish, TextDelta, ToolCallDelta
 
 router = APIRouter(prefix="/v1", tags=["openai-responses"])
 
@@ -66,7 +63,7 @@ async def create_response(
         return failure_response(request, first.summary, service.retry_after(principal, running))
     if body.stream:
         return StreamingResponse(
-            _stream(running, first, body),
+            relay(running, first, ResponseEvents(running.invocation_id, body)),
             media_type="text/event-stream",
             # The deployment is named only once the output says who answered; the stream's
             # receipt event names it in any case.
@@ -87,22 +84,3 @@ async def create_response(
     )
     answer["model_router"] = receipt_view(summary)  # an extra field the SDK keeps
     return JSONResponse(answer, headers=receipt_headers(summary))
-
-
-async def _stream(running: Running, first: Any, body: ResponsesIn) -> AsyncIterator[bytes]:
-    events = ResponseEvents(running.invocation_id, body)
-    yield events.start()
-    item: Any = first
-    while True:
-        if isinstance(item, Replayed):
-            for event in replay_events(item):
-                yield events.add(event)
-        elif isinstance(item, TextDelta | ToolCallDelta | Finish):
-            yield events.add(item)
-        elif isinstance(item, ReceiptReady):
-            if item.summary.outcome is InvocationOutcome.COMPLETED:
-                yield events.end(item.summary)
-            else:
-                yield events.fail(item.summary)
-            return
-        item = await anext(running.events)
