@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -20,42 +19,23 @@ from decimal import Decimal
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
-from activities import invoke_spans
 from activities.adapter_pool import AdapterPool
+from activities.invoke_attempts import attempts_on
 from activities.invoke_hub import Attach, InvocationHub, PendingCall, ReceiptReady
-from activities.invoke_outcomes import TRANSIENT as _TRANSIENT
 from activities.invoke_outcomes import Outcome as _Outcome
 from activities.invoke_outcomes import Route as _Route
-from activities.invoke_outcomes import completed as _completed
-from activities.invoke_outcomes import embed_once, record_metrics, rerank_once
-from activities.invoke_outcomes import failed as _failed
-from activities.resilience import BreakerRegistry, Resilience, call_limits, timed_stream
-from core import metrics
-from domain.breaker import Breaker
+from activities.invoke_outcomes import record_metrics
+from activities.resilience import BreakerRegistry, Resilience
 from domain.enums import InvocationOutcome, UsageStatus
 from domain.fallback import Next, after_failure, may_answer
 from domain.invocation import (
-    AttemptTimeouts,
     Disposition,
     FinalizeInput,
     InvocationInput,
     InvocationSummary,
-    Operation,
     Target,
 )
 from domain.pricing import Pricebook, estimate_cost_usd
-from domain.retry import retry_delay
-from providers.base import ProviderAdapter
-from providers.errors import ErrorKind, ProviderError
-from providers.secrets import SecretResolutionError
-from providers.types import (
-    Accepted,
-    ChatRequest,
-    CompletionBuilder,
-    StreamEvent,
-    TextDelta,
-    ToolCallDelta,
-)
 from store import pricebook, receipts
 from store.artifacts import ArtifactStore
 from store.receipt_statements import ReceiptStatements
@@ -214,6 +194,8 @@ class InvokeActivities:
             fallback_used=fell_back,
             fallback_from=primary if fell_back else None,
             fallback_reason=result.fallback_reason if fell_back else None,
+            buffered=data.buffered,
+            provider_attempt=result.attempt,
         )
         if result.artifact is not None:
             summary.output_artifact_ref = self._artifacts.put(data.tenant_id, result.artifact)
@@ -265,7 +247,9 @@ class InvokeActivities:
         finally:
             cancelled.cancel()
         if work in done:
-            return work.result()
+            result: _Outcome = work.result()
+            result.attempt = route.attempts or None
+            return result
         work.cancel()
         # A caller that left, or a call past its budget: billable work may have happened.
         kind = "cancelled" if pending.cancelled.is_set() else "timeout"
@@ -282,6 +266,7 @@ class InvokeActivities:
             output_tokens=route.emitted_tokens or None,
             fallback_reason=route.fallback_reason,
             provider_request_id=route.provider_request_id,
+            attempt=route.attempts or None,
         )
 
     async def _route(
@@ -306,7 +291,9 @@ class InvokeActivities:
                 continue
             route.current = target
             pending.answering = target.deployment_id
-            result = await self._on_target(data, pending, started, target, breaker, route)
+            result = await attempts_on(
+                target, breaker, data, pending, started, route, self._adapters, self._resilience
+            )
             result.target = target
             result.fallback_reason = route.fallback_reason
             if result.outcome is not InvocationOutcome.FAILED or (
@@ -326,128 +313,6 @@ class InvokeActivities:
             error_kind="unavailable",
             error_reason="no candidate available: circuit open for " + ", ".join(skipped),
         )
-
-    async def _on_target(
-        self,
-        data: InvocationInput,
-        pending: PendingCall,
-        started: float,
-        target: Target,
-        breaker: Breaker,
-        route: _Route,
-    ) -> _Outcome:
-        try:
-            await self._adapters.ready(target)
-        except SecretResolutionError as exc:
-            # The credentials are missing or not allowed (docs/runbook.md): nothing was called.
-            return _Outcome(
-                InvocationOutcome.FAILED,
-                UsageStatus.ESTIMATED,
-                input_tokens=0,
-                output_tokens=0,
-                error_kind=ErrorKind.AUTH.value,
-                error_reason=str(exc),
-            )
-        timeouts = self._resilience.timeouts_for(data.profile_id, target.deployment_id)
-        attempt = 0
-        while True:
-            attempt += 1
-            route.attempt_starts()
-            remaining = started + data.timeout_seconds - time.monotonic()
-            # Leased for the attempt: a refresh meanwhile never closes the client under it.
-            async with self._adapters.lease(target) as adapter:
-                with invoke_spans.provider_call(data, target, attempt) as span:
-                    result = await self._attempt(
-                        data, adapter, pending, started, timeouts, remaining, route
-                    )
-                    invoke_spans.record(span, result)
-            if result.outcome is InvocationOutcome.COMPLETED:
-                breaker.success()
-                return result
-            kind = result.error_kind or "server_error"
-            metrics.provider_errors.add(1, {"provider": target.provider, "class": kind})
-            route.attempt_failed(target.provider, kind)
-            transient = kind in _TRANSIENT
-            if transient:
-                breaker.failure(result.retry_after)
-            if result.outcome is InvocationOutcome.PARTIAL:
-                return result  # output reached the caller: never retried, never spliced
-            delay = retry_delay(
-                self._resilience.retry,
-                attempt,
-                kind,
-                transient,
-                result.retry_after,
-                random.random(),  # noqa: S311 - jitter, not a secret
-                started + data.timeout_seconds - time.monotonic(),
-            )
-            if delay is None or not breaker.allow():
-                return result
-            await asyncio.sleep(delay)
-
-    async def _attempt(
-        self,
-        data: InvocationInput,
-        adapter: ProviderAdapter,
-        pending: PendingCall,
-        started: float,
-        timeouts: AttemptTimeouts,
-        remaining: float,
-        route: _Route,
-    ) -> _Outcome:
-        budget = min(timeouts.attempt, remaining)
-        if data.operation is not Operation.CHAT:
-            try:
-                async with asyncio.timeout(budget):
-                    if data.operation is Operation.EMBED:
-                        return await embed_once(adapter, pending, call_limits(timeouts))
-                    return await rerank_once(adapter, pending, call_limits(timeouts))
-            except TimeoutError:
-                return _failed(ProviderError(ErrorKind.TIMEOUT, provider=adapter.provider))
-        request: ChatRequest = pending.request
-        builder = CompletionBuilder()
-        # A buffered call's events wait here until the attempt completes: what the provider
-        # sent is not what the caller saw, so a break before the end leaves nothing emitted
-        # and the attempt is retried or fallen back from like any other failure.
-        held: list[StreamEvent] | None = [] if data.buffered else None
-        first_token: int | None = None
-        try:
-            async for event in timed_stream(adapter, request, timeouts, budget):
-                if isinstance(event, Accepted):
-                    route.provider_request_id = event.provider_request_id
-                    continue  # ours, not the caller's
-                if isinstance(event, TextDelta | ToolCallDelta):
-                    if first_token is None:
-                        first_token = int((time.monotonic() - started) * 1000)
-                    if held is None:
-                        if route.ttft_ms is None:
-                            route.ttft_ms = first_token
-                        route.emitted.append(
-                            event.text if isinstance(event, TextDelta) else event.arguments_delta
-                        )
-                builder.add(event)
-                if held is None:
-                    pending.events.put_nowait(event)
-                else:
-                    held.append(event)
-            completion = builder.build()
-        except ProviderError as exc:
-            if route.emitted:
-                # Output reached the caller: Partial, the emitted tokens counted as our estimate
-                # while what the provider bills for it stays Unknown.
-                out = _failed(exc, InvocationOutcome.PARTIAL)
-                out.output_tokens, out.ttft_ms = route.emitted_tokens, route.ttft_ms
-            else:
-                out = _failed(exc)
-            # A stall or a garbled chunk is seen outside the adapter, which knew the id.
-            out.provider_request_id = out.provider_request_id or route.provider_request_id
-            return out
-        if held is not None:
-            # The answer is whole: only now does the caller hear of it, from this attempt only.
-            route.ttft_ms = first_token
-            for event in held:
-                pending.events.put_nowait(event)
-        return _completed(request, completion, route.ttft_ms)
 
     @activity.defn(name="close_abandoned_receipt")
     async def close_abandoned(self, data: InvocationInput) -> InvocationSummary:

@@ -39,6 +39,8 @@ class Outcome:
     fallback_reason: str | None = None
     finish_reason: str | None = None
     response_model: str | None = None
+    # The call's provider attempt this outcome is of (1, 2, … over retries and fallbacks).
+    attempt: int | None = None
 
 
 @dataclass
@@ -55,6 +57,8 @@ class Route:
     # The current attempt's provider request id, from the moment its headers arrived: kept on
     # the receipt however that attempt ends (stalled, garbled, cut or out of budget).
     provider_request_id: str | None = None
+    # Provider attempts started so far: the last is the one that answered, if one did.
+    attempts: int = 0
 
     def attempt_starts(self) -> None:
         """A new attempt (a retry or a fallback) replaces the last failed one, whose usage no
@@ -65,6 +69,7 @@ class Route:
             metrics.attempts_abandoned.add(1, {"provider": provider, "reason": reason})
         self.maybe_billed = None
         self.provider_request_id = None
+        self.attempts += 1
 
     def attempt_failed(self, provider: str, kind: str) -> None:
         self.maybe_billed = (provider, kind) if kind in MAYBE_BILLED else None

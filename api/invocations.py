@@ -34,6 +34,7 @@ from api.temporal_gate import TemporalGate
 from core import metrics
 from core.security import Principal
 from domain import modality
+from domain.buffering import holds_answer
 from domain.enums import InvocationOutcome
 from domain.hashing import canonical_json, request_hash
 from domain.invocation import (
@@ -91,6 +92,9 @@ class Call:
     # The caller sees no token before the answer is complete (a non-stream call): a provider
     # stream that breaks mid-way is then a failed attempt, retried or fallen back from.
     buffered: bool = False
+    # A stream's X-Model-Router-Buffered: held (True) or passed through (False) whatever the
+    # profile's latencyClass says; None lets it decide (domain.buffering).
+    buffer_stream: bool | None = None
 
 
 @dataclass
@@ -175,7 +179,6 @@ class Invocations:
             caller_queue=self._config.caller_queue,
             timeout_seconds=self._config.timeout_seconds,
             data_classification=call.data_classification.value,
-            buffered=call.buffered,
             **rules,
         )
         if call.budget_usd is not None:
@@ -469,6 +472,12 @@ class Invocations:
             "allowed_privacy_classes": [c.value for c in constraints.allowed_privacy_classes],
             "primary_deployment_id": primary or (profile.allowed_deployments or [""])[0],
             "primary_passed_over": skipped,
+            "buffered": holds_answer(
+                call.operation,
+                whole=call.buffered,
+                requested=call.buffer_stream,
+                latency_class=profile.latency_class,
+            ),
         }
         return targets, plan_id, decision_id, profile.price_basis, rules
 
@@ -540,6 +549,7 @@ def summary_of(row: InvocationReceiptRow) -> InvocationSummary:
         output_artifact_ref=row.output_artifact_ref,
         provider_request_id=row.provider_request_id,
         fallback_used=bool(row.fallback_used),
+        buffered=bool(row.buffered),
         # The stored reason is all a replay knows of the failure: it answers with it, so a
         # call our side lost is never reported as the provider's error.
         error_kind=row.close_reason if row.outcome is not InvocationOutcome.COMPLETED else None,

@@ -77,7 +77,8 @@ class InvocationInput(BaseModel):
     # is a fallback. None (histories from before these fields): the first target.
     primary_deployment_id: str | None = None
     primary_passed_over: str | None = None
-    # The caller hears the answer only once it is complete (a non-stream call): nothing an
+    # The caller hears the answer only once it is complete (domain.buffering: a non-stream
+    # call, or a stream held on a Batch profile or at the caller's request): nothing an
     # attempt received has reached the caller, so a stream cut or stalled mid-way is a failed
     # attempt like any other (retried, fallen back from), never Partial. Issue 20.
     buffered: bool = False
@@ -121,6 +122,10 @@ class InvocationSummary(BaseModel):
     fallback_reason: str | None = None
     # Why the receipt closed (domain.close_reason), as a replay reads it back from the store.
     close_reason: str | None = None
+    # The answer was held until complete (InvocationInput.buffered), and which provider attempt
+    # of the call (1 for the first, counting retries and fallbacks) answered or was the last.
+    buffered: bool = False
+    provider_attempt: int | None = None
 
 
 class FinalizeInput(BaseModel):

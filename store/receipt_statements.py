@@ -85,6 +85,7 @@ class ReceiptStatements:
                 deployment_id=deployment_id,
                 route_plan_id=data.route_plan_id,
                 fallback_used=False,
+                buffered=data.buffered,
                 request_hash=data.request_hash,
                 idempotency_key=data.idempotency_key,
                 policy_decision_id=data.policy_decision_id,

@@ -216,6 +216,8 @@ class InvocationReceiptRow(SQLModel, table=True):
     statement_ref: str | None = Field(default=None, max_length=300)
     # Why it closed (domain.close_reason): null while in flight.
     close_reason: str | None = Field(default=None, max_length=40)
+    # The answer was held until complete (domain.buffering): set at the claim.
+    buffered: bool = Field(default=False, sa_column_kwargs={"server_default": sa.false()})
 
 
 class OutboxEventRow(SQLModel, table=True):

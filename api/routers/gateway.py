@@ -18,6 +18,7 @@ from api.deps import RuntimeDep, require
 from api.invocations import Call, Running
 from api.receipt_views import call_receipt
 from api.routers.openai import (
+    BufferedHeader,
     Service,
     _collect,
     _failure,
@@ -100,7 +101,12 @@ async def _receipt(runtime: Runtime, tenant_id: str, summary: InvocationSummary)
 
 @router.post("/invoke", operation_id="Invoke", response_model=None)
 async def invoke(
-    body: InvokeBody, request: Request, principal: Invoker, service: Service, runtime: RuntimeDep
+    body: InvokeBody,
+    request: Request,
+    principal: Invoker,
+    service: Service,
+    runtime: RuntimeDep,
+    buffered: BufferedHeader = None,
 ) -> Response:
     chat = body.request
     call = body.call(
@@ -112,6 +118,7 @@ async def invoke(
         and chat.response_format.type != "text",
         max_output_tokens=chat.max_tokens,
         buffered=not body.stream,
+        buffer_stream=buffered,
     )
     running = await service.start(principal, call)
     first = await _first(running)

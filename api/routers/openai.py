@@ -82,6 +82,10 @@ def router_extension(summary: InvocationSummary) -> dict[str, Any]:
         "outcome": summary.outcome,
         "usageStatus": summary.usage_status,
         "fallbackUsed": summary.fallback_used,
+        # Which provider attempt answered (retries and fallbacks count), and whether its answer
+        # was held until complete: a held stream was never spliced from two attempts.
+        "providerAttempt": summary.provider_attempt,
+        "buffered": summary.buffered,
     }
 
 
@@ -113,15 +117,17 @@ class Headers:
         idempotency_key: str | None,
         data_classification: DataClassification,
         budget_usd: Decimal | None,
+        buffered: bool | None = None,
     ) -> None:
-        self.budget_usd = budget_usd
+        self.budget_usd, self.buffered = budget_usd, buffered
         self.run_id, self.attempt_id, self.project_id = run_id, attempt_id, project_id
         self.idempotency_key, self.data_classification = idempotency_key, data_classification
 
     def chat_call(self, profile_id: str, chat: ChatRequest, *, buffered: bool) -> Call:
         """A chat invocation of `profile_id` with these headers, whatever surface it came in
         through: what it needs of the route (tools, structured output) is read off the request;
-        `buffered` when the caller takes one whole answer (not a stream)."""
+        `buffered` when the caller takes one whole answer (not a stream); a stream is held or
+        not as X-Model-Router-Buffered says, else as the profile's latencyClass does."""
         return Call(
             profile_id=profile_id,
             project_id=self.project_id,
@@ -135,10 +141,16 @@ class Headers:
             budget_usd=self.budget_usd,
             max_output_tokens=chat.max_tokens,
             buffered=buffered,
+            buffer_stream=self.buffered,
             needs_tools=bool(chat.tools),
             needs_structured_output=chat.response_format is not None
             and chat.response_format.type != "text",
         )
+
+
+# A stream held until its answer is complete (true) or passed through as it comes (false),
+# whatever the profile's latencyClass says (domain.buffering); absent: the profile decides.
+BufferedHeader = Annotated[bool | None, Header(alias="X-Model-Router-Buffered")]
 
 
 # An `async def` dependency: a class (its plain __init__) would run in the thread pool.
@@ -154,8 +166,11 @@ async def call_headers(
         DataClassification, Header(alias="X-Data-Classification")
     ] = DataClassification.INTERNAL,
     budget_usd: Annotated[Decimal | None, Header(alias="X-Budget-Usd", ge=0)] = None,
+    buffered: BufferedHeader = None,
 ) -> Headers:
-    return Headers(run_id, attempt_id, project_id, idempotency_key, data_classification, budget_usd)
+    return Headers(
+        run_id, attempt_id, project_id, idempotency_key, data_classification, budget_usd, buffered
+    )
 
 
 CallHeaders = Annotated[Headers, Depends(call_headers)]
