@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from anthropic import AsyncAnthropic
 from openai import APIError, AsyncOpenAI
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
@@ -313,3 +314,51 @@ async def test_a_header_that_is_not_a_boolean_is_refused_naming_it(
     assert resp.status_code in (400, 422), resp.text
     assert f"header.{HOLD}" in resp.text
     assert seen() == (0, 0)
+
+
+async def test_messages_and_responses_streams_are_held_on_a_batch_profile(
+    sdk: AsyncOpenAI,
+    api_url: str,
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+    tenant: str,
+) -> None:
+    """The agent surfaces hold a Batch profile's stream too, and their receipt event (which the
+    SDKs pass through untouched) names the answering attempt."""
+    key = f"bs-{uuid.uuid4().hex}"
+    upstream.inject(A, Fault(kind=FaultKind.STREAM_CUT, after_chunks=4, times=1))
+    seen = Seen(upstream)
+    async with AsyncAnthropic(base_url=api_url, api_key=sdk.api_key, max_retries=0) as claude:
+        async with claude.messages.stream(
+            model="bs-batch",
+            max_tokens=500,
+            messages=[{"role": "user", "content": LONG}],
+            extra_headers={"Idempotency-Key": key},
+        ) as stream:
+            events = [event async for event in stream]
+            message = await stream.get_final_message()
+    said = "".join(b.text for b in message.content if b.type == "text")
+    assert said == WHOLE and seen() == (2, 0)
+    extra: Any = next(e for e in events if e.type == "model_router")
+    assert (extra.deploymentId, extra.providerAttempt, extra.buffered) == ("bs/a", 2, True)
+    row = await _receipt(sessions, tenant, key)
+    assert (row.outcome, row.buffered) == ("Completed", True)
+
+    key = f"bs-{uuid.uuid4().hex}"
+    upstream.inject(A, Fault(kind=FaultKind.STREAM_CUT, after_chunks=4, times=1))
+    seen = Seen(upstream)
+    receipt_event: Any = None
+    async with sdk.responses.stream(
+        model="bs-batch",
+        input=[{"role": "user", "content": [{"type": "input_text", "text": LONG}]}],
+        extra_headers={"Idempotency-Key": key},
+    ) as answer:
+        async for event in answer:
+            if event.type == "model_router.receipt":
+                receipt_event = event
+        final = await answer.get_final_response()
+    assert final.output_text == WHOLE and seen() == (2, 0)
+    assert receipt_event is not None
+    assert (receipt_event.providerAttempt, receipt_event.buffered) == (2, True)
+    row = await _receipt(sessions, tenant, key)
+    assert (row.outcome, row.buffered) == ("Completed", True)

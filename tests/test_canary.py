@@ -279,6 +279,17 @@ async def _partial(
 ) -> None:
     """A stream cut after the marker reached the caller: an error event, a Partial receipt;
     and a held one cut after the marker, rescued by its retry."""
+    # A held stream (issue 20) cut after the marker: the attempt's events waited in memory, the
+    # retry answered whole, and the held output went nowhere but the caller and the artifact.
+    # First, while the breaker is closed (the Partial cuts below count against it).
+    upstream.inject("canary-gpt", Fault(kind=FaultKind.STREAM_CUT, after_chunks=3, times=1))
+    resp = await http.post(
+        "/v1/chat/completions",
+        json=_chat("canary", marker, True),
+        headers={**auth, "Idempotency-Key": uuid.uuid4().hex, "X-Model-Router-Buffered": "true"},
+    )
+    assert resp.status_code == 200 and marker in _text(resp) and "[DONE]" in resp.text
+    assert '"buffered":true' in resp.text.replace(" ", "")
     upstream.inject("canary-gpt", Fault(kind=FaultKind.STREAM_CUT, after_chunks=3, times=1))
     resp = await _invoke(http, auth, "/v1/chat/completions", _chat("canary", marker, True))
     assert resp.status_code == 200 and marker in _text(resp)
@@ -292,16 +303,6 @@ async def _partial(
         resp = await _invoke(http, auth, path, body)
         assert resp.status_code == 200 and marker in _text(resp), resp.text
         assert end in resp.text
-    # A held stream (issue 20) cut the same way: the attempt's events waited in memory, the
-    # retry answered whole, and the held output went nowhere but the caller and the artifact.
-    upstream.inject("canary-gpt", Fault(kind=FaultKind.STREAM_CUT, after_chunks=3, times=1))
-    resp = await http.post(
-        "/v1/chat/completions",
-        json=_chat("canary", marker, True),
-        headers={**auth, "Idempotency-Key": uuid.uuid4().hex, "X-Model-Router-Buffered": "true"},
-    )
-    assert resp.status_code == 200 and marker in _text(resp) and "[DONE]" in resp.text
-    assert '"buffered":true' in resp.text.replace(" ", "")
 
 
 async def _evaluate(http: httpx.AsyncClient, auth: dict[str, str]) -> None:
