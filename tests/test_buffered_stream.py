@@ -124,15 +124,18 @@ async def _receipt(
     return row
 
 
+# A garbled event is a broken stream like a cut (stream_incomplete): retried the same way.
+@pytest.mark.parametrize("kind", [FaultKind.STREAM_CUT, FaultKind.MALFORMED_CHUNK])
 async def test_a_cut_on_a_batch_profile_is_retried_and_the_caller_gets_it_whole(
     sdk: AsyncOpenAI,
     upstream: UpstreamServer,
     sessions: async_sessionmaker[AsyncSession],
     tenant: str,
+    kind: FaultKind,
 ) -> None:
     labels = {"provider": "openai", "reason": "stream_incomplete"}
     abandoned = metrics.attempts_abandoned.value(labels)
-    upstream.inject(A, Fault(kind=FaultKind.STREAM_CUT, after_chunks=4, times=1))
+    upstream.inject(A, Fault(kind=kind, after_chunks=4, times=1))
     seen = Seen(upstream)
     got = await _stream(sdk, "bs-batch")
     # The retry's answer alone: the four chunks the cut attempt sent are not spliced in.
