@@ -213,7 +213,9 @@ async def test_an_interactive_stream_held_on_request_is_rescued_too(
     )
 
 
-@pytest.mark.parametrize(("profile", "hold"), [("bs-batch", "false"), ("bs-standard", None)])
+@pytest.mark.parametrize(
+    ("profile", "hold"), [("bs-batch", "false"), ("bs-standard", None), ("bs-live", None)]
+)
 async def test_a_stream_passed_through_keeps_the_no_splice_rule(
     sdk: AsyncOpenAI,
     upstream: UpstreamServer,
@@ -314,7 +316,7 @@ async def test_a_header_that_is_not_a_boolean_is_refused_naming_it(
         headers={"Authorization": f"Bearer {sdk.api_key}", HOLD: "sometimes"},
         json={"model": "bs-batch", "stream": True, "messages": [{"role": "user", "content": "x"}]},
     )
-    assert resp.status_code in (400, 422), resp.text
+    assert resp.status_code == 422, resp.text
     assert f"header.{HOLD}" in resp.text
     assert seen() == (0, 0)
 
@@ -363,5 +365,22 @@ async def test_messages_and_responses_streams_are_held_on_a_batch_profile(
     assert final.output_text == WHOLE and seen() == (2, 0)
     assert receipt_event is not None
     assert (receipt_event.providerAttempt, receipt_event.buffered) == (2, True)
+    row = await _receipt(sessions, tenant, key)
+    assert (row.outcome, row.buffered) == ("Completed", True)
+
+
+async def test_a_non_stream_answer_is_recorded_as_held(
+    sdk: AsyncOpenAI, sessions: async_sessionmaker[AsyncSession], tenant: str
+) -> None:
+    """Whatever the profile's class or the header says: the caller took one whole answer."""
+    key = f"bs-{uuid.uuid4().hex}"
+    raw = await sdk.chat.completions.with_raw_response.create(
+        model="bs-live",
+        messages=[{"role": "user", "content": LONG}],
+        extra_headers={"Idempotency-Key": key, HOLD: "false"},
+    )
+    extra = raw.parse().model_extra or {}
+    assert extra["model_router"]["buffered"] is True
+    assert extra["model_router"]["providerAttempt"] == 1
     row = await _receipt(sessions, tenant, key)
     assert (row.outcome, row.buffered) == ("Completed", True)
