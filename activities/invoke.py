@@ -56,7 +56,7 @@ from providers.types import (
     TextDelta,
     ToolCallDelta,
 )
-from store import pricebook, receipts
+from store import pricebook
 from store.artifacts import ArtifactStore
 from store.receipt_statements import ReceiptStatements
 
@@ -235,7 +235,7 @@ class InvokeActivities:
     async def finalize_receipt(self, data: FinalizeInput) -> None:
         """The close `call_provider` could not write: retried by the workflow until the store
         answers. The first close wins, so a retry after a lost reply changes nothing."""
-        await receipts.finalize(self._sessions, data.tenant_id, data.summary)
+        await self._statements.close(data.tenant_id, data.summary)
 
     async def _cost(
         self, data: InvocationInput, provider: str, model: str, result: _Outcome
@@ -464,7 +464,7 @@ class InvokeActivities:
         if await self._statements.claim(data, data.targets[0].deployment_id):
             summary.usage_status = UsageStatus.ESTIMATED
             summary.input_tokens = summary.output_tokens = 0
-        await receipts.finalize(self._sessions, data.tenant_id, summary)
+        await self._statements.finalize(data, summary)
         return summary
 
 

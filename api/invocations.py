@@ -34,7 +34,6 @@ from api.temporal_gate import TemporalGate
 from core import metrics
 from core.security import Principal
 from domain import modality
-from domain.enums import InvocationOutcome
 from domain.hashing import canonical_json, request_hash
 from domain.invocation import (
     Disposition,
@@ -335,7 +334,7 @@ class Invocations:
             else None
         )
         yield Replayed(output, receipt.deployment_id)
-        yield ReceiptReady(summary_of(receipt))
+        yield ReceiptReady(receipts.summary_of(receipt))
 
     async def _wait_closed(self, tenant: str, key: str) -> InvocationReceiptRow:
         handle = self._client.get_workflow_handle(f"invoke/{tenant}/{invocation_id(tenant, key)}")
@@ -376,7 +375,7 @@ class Invocations:
                 "over-budget",
                 f"worst case {worst:.6f} USD exceeds {call.budget_usd} USD",
             )
-        summary = await receipts.deny(self._runtime.sessions, data, reason)
+        summary = await self._activities.statements.deny(data, reason)
         metrics.denials.add(1, {"tenant": data.tenant_id, "reason": reason})
         raise Problem(
             402,
@@ -523,25 +522,3 @@ def _own_result(result: asyncio.Future[Any] | None) -> InvocationSummary | None:
     if isinstance(found, InvocationSummary) and found.disposition is Disposition.DONE:
         return found
     return None
-
-
-def summary_of(row: InvocationReceiptRow) -> InvocationSummary:
-    return InvocationSummary(
-        invocation_id=row.invocation_id,
-        outcome=row.outcome,
-        usage_status=row.usage_status,
-        deployment_id=row.deployment_id,
-        input_tokens=row.input_tokens,
-        output_tokens=row.output_tokens,
-        cached_input_tokens=row.cached_input_tokens,
-        estimated_cost_usd=row.estimated_cost_usd,
-        latency_ms=row.latency_ms,
-        time_to_first_token_ms=row.time_to_first_token_ms,
-        output_artifact_ref=row.output_artifact_ref,
-        provider_request_id=row.provider_request_id,
-        fallback_used=bool(row.fallback_used),
-        # The stored reason is all a replay knows of the failure: it answers with it, so a
-        # call our side lost is never reported as the provider's error.
-        error_kind=row.close_reason if row.outcome is not InvocationOutcome.COMPLETED else None,
-        close_reason=row.close_reason,
-    )
