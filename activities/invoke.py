@@ -22,7 +22,7 @@ from temporalio import activity
 
 from activities import invoke_spans
 from activities.adapter_pool import AdapterPool
-from activities.invoke_hub import Attach, InvocationHub, PendingCall, ReceiptReady
+from activities.invoke_hub import Attach, InvocationHub, Output, PendingCall, ReceiptReady
 from activities.invoke_outcomes import TRANSIENT as _TRANSIENT
 from activities.invoke_outcomes import Outcome as _Outcome
 from activities.invoke_outcomes import Route as _Route
@@ -52,7 +52,6 @@ from providers.types import (
     Accepted,
     ChatRequest,
     CompletionBuilder,
-    StreamEvent,
     TextDelta,
     ToolCallDelta,
 )
@@ -409,7 +408,7 @@ class InvokeActivities:
         # A buffered call's events wait here until the attempt completes: what the provider
         # sent is not what the caller saw, so a break before the end leaves nothing emitted
         # and the attempt is retried or fallen back from like any other failure.
-        held: list[StreamEvent] | None = [] if data.buffered else None
+        held: list[Output] | None = [] if data.buffered else None
         first_token: int | None = None
         try:
             async for event in timed_stream(adapter, request, timeouts, budget):

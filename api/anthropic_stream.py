@@ -102,7 +102,7 @@ class MessageEvents:
                 out += self._delta(block, delta)
         return out
 
-    def end(self, summary: InvocationSummary) -> bytes:
+    async def end(self, summary: InvocationSummary) -> bytes:
         out = b"".join(self._stop(i) for i in sorted(self._open))
         delta = {
             "type": "message_delta",
@@ -113,7 +113,7 @@ class MessageEvents:
         out += sse("model_router", receipt_event(summary))
         return out + sse("message_stop", {"type": "message_stop"})
 
-    def fail(self, summary: InvocationSummary) -> bytes:
+    async def fail(self, summary: InvocationSummary) -> bytes:
         kind = summary.error_kind or "provider_error"
         body = {
             "type": "error",

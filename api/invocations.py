@@ -24,8 +24,9 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 
 from activities.invoke import InvokeActivities, not_claimed
-from activities.invoke_hub import Attach, InvocationHub, ReceiptReady
+from activities.invoke_hub import Attach, HubEvent, InvocationHub, PendingCall, ReceiptReady
 from api.come_back import ComeBack
+from api.invocation_events import InvocationEvent, Replayed
 from api.problems import Problem
 from api.route_targets import chain_targets
 from api.routing import none_available, policy_denial, unhealthy_ids
@@ -98,13 +99,13 @@ class Running:
 
     invocation_id: uuid.UUID
     deployment_id: str
-    events: AsyncIterator[Any]
+    events: AsyncIterator[InvocationEvent]
     # The deployments it may be answered by, in route order (empty for a replay).
     candidates: tuple[str, ...] = ()
     # The live call's hub entry: it names the deployment whose events are arriving.
-    pending: Any = None
+    pending: PendingCall | None = None
 
-    def answering(self, first: Any) -> str | None:
+    def answering(self, first: InvocationEvent) -> str | None:
         """The deployment that produced `first` (the first item of `events`), as the receipt
         will name it; None until output or the receipt says (the first target is only a
         plan, and a fallback may answer instead)."""
@@ -247,11 +248,11 @@ class Invocations:
         key: str,
         hash_: str,
         token: str,
-        pending: Any,
+        pending: PendingCall,
         handle: WorkflowHandle[Any, Any],
-    ) -> AsyncIterator[Any]:
+    ) -> AsyncIterator[InvocationEvent]:
         finished = False
-        getter: asyncio.Future[Any] | None = None
+        getter: asyncio.Future[HubEvent] | None = None
         result: asyncio.Future[Any] | None = None
         try:
             while True:
@@ -290,8 +291,8 @@ class Invocations:
                     finished = True
                     return
             # Another execution of this key answered (or is answering): wait, then replay.
-            async for item in self._replay(tenant, key, hash_):
-                yield item
+            async for told in self._replay(tenant, key, hash_):
+                yield told
             finished = True
         finally:
             for future in (getter, result):
@@ -320,7 +321,7 @@ class Invocations:
             )
         return Running(seen.invocation_id, seen.deployment_id, self._replay(tenant, key, hash_))
 
-    async def _replay(self, tenant: str, key: str, hash_: str) -> AsyncIterator[Any]:
+    async def _replay(self, tenant: str, key: str, hash_: str) -> AsyncIterator[InvocationEvent]:
         receipt = await self._wait_closed(tenant, key)
         if receipt.request_hash != hash_:
             raise Problem(
@@ -502,16 +503,7 @@ def _check_modality(profile: ModelProfile, call: Call) -> None:
     )
 
 
-@dataclass(frozen=True)
-class Replayed:
-    """The stored output of an invocation that already ran (bytes of the artifact), and the
-    deployment its receipt says produced it."""
-
-    output: bytes | None
-    deployment_id: str | None = None
-
-
-async def _refused(summary: InvocationSummary) -> AsyncIterator[Any]:
+async def _refused(summary: InvocationSummary) -> AsyncIterator[InvocationEvent]:
     yield ReceiptReady(summary)
 
 

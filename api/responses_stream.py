@@ -162,7 +162,7 @@ class ResponseEvents:
                 out += self._close_call(index, call)
         return out
 
-    def end(self, summary: InvocationSummary) -> bytes:
+    async def end(self, summary: InvocationSummary) -> bytes:
         out = self._close_all()
         status, incomplete = status_of(self._finish)
         output = [item for _, item in sorted(self._done, key=lambda pair: pair[0])]
@@ -171,7 +171,7 @@ class ResponseEvents:
         kind = "response.completed" if status == "completed" else "response.incomplete"
         return out + self._event(kind, response=response)
 
-    def fail(self, summary: InvocationSummary) -> bytes:
+    async def fail(self, summary: InvocationSummary) -> bytes:
         kind = summary.error_kind or "provider_error"
         error = {"code": "server_error", "message": f"model call failed after output began: {kind}"}
         output = [item for _, item in sorted(self._done, key=lambda pair: pair[0])]
