@@ -73,15 +73,18 @@ class MessageEvents:
         body = {"type": "content_block_delta", "index": index, "delta": delta}
         return sse("content_block_delta", body)
 
+    def text(self, text: str) -> bytes:
+        out = b""
+        if self._text is None:
+            self._text, out = self._begin({"type": "text", "text": ""})
+        return out + self._delta(self._text, {"type": "text_delta", "text": text})
+
     def add(self, event: TextDelta | ToolCallDelta | Finish) -> bytes:
         out = b""
         if isinstance(event, Finish):
             self._finish = event.reason
         elif isinstance(event, TextDelta):
-            if self._text is None:
-                self._text, started = self._begin({"type": "text", "text": ""})
-                out += started
-            out += self._delta(self._text, {"type": "text_delta", "text": event.text})
+            out += self.text(event.text)
         else:
             block = self._tools.get(event.index)
             if block is None:

@@ -18,18 +18,19 @@ from providers.types import Finish, TextDelta, ToolCallDelta
 
 
 class ChatChunks:
-    __slots__ = ("_id", "_include_usage", "_profile", "_texts")
+    __slots__ = ("_id", "_include_usage", "_profile", "text")
 
     def __init__(self, invocation_id: uuid.UUID, profile: str, include_usage: bool) -> None:
         self._id, self._profile, self._include_usage = invocation_id, profile, include_usage
-        self._texts = sse.TextChunks(invocation_id, profile)
+        # A text delta's chunk: the lean encoder itself, called straight from the relay.
+        self.text = sse.TextChunks(invocation_id, profile).text
 
     def start(self) -> bytes:
         return sse.line(chunk(self._id, self._profile, {"role": "assistant", "content": ""}))
 
     def add(self, event: TextDelta | ToolCallDelta | Finish) -> bytes:
         if type(event) is TextDelta:
-            return self._texts.text(event.text)  # the common case, encoded lean
+            return self.text(event.text)
         delta, finish = delta_of(event)
         return sse.line(chunk(self._id, self._profile, delta, finish))
 

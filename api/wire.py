@@ -5,8 +5,12 @@ and the failure a caller is told.
 
 A surface brings only its shapes: a `StreamEvents` writer (`openai_stream.py`,
 `anthropic_stream.py`, `responses_stream.py`, the gateway's) and its body builders. The token
-path stays lean: `relay` does one type test and one call of the writer per chunk, and the
-events are the adapters' own objects (nothing is built per chunk to carry them)."""
+path stays lean: per text delta `relay` does one type test and one call of the writer's `text`
+(for Chat Completions the lean encoder of `api/sse.py` itself), and the events are the
+adapters' own objects: nothing is built per chunk to carry them. Measured against the inline
+loop Chat Completions had before (200k text deltas through an async generator, best of 5):
+~420 ns a chunk both, −4 to +9 ns apart; calling the writer's `add` per chunk had cost +22 to
++43 ns."""
 
 from __future__ import annotations
 
@@ -137,10 +141,13 @@ def replay_events(item: Replayed) -> list[TextDelta | ToolCallDelta | Finish]:
 
 
 class StreamEvents(Protocol):
-    """A surface's wire events for one streamed invocation: `add` runs per chunk, so it is
-    where a surface keeps its encoding lean; `end` and `fail` run once, with the receipt."""
+    """A surface's wire events for one streamed invocation: `text` runs for nearly every chunk
+    (a text delta's text: the token path, kept lean by each surface), `add` for any output
+    event (a tool call's fragment, the finish, a replay's events); `end` and `fail` run once,
+    with the receipt."""
 
     def start(self) -> bytes: ...
+    def text(self, text: str) -> bytes: ...
     def add(self, event: TextDelta | ToolCallDelta | Finish) -> bytes: ...
     async def end(self, summary: InvocationSummary) -> bytes: ...
     async def fail(self, summary: InvocationSummary) -> bytes: ...
@@ -154,13 +161,16 @@ async def relay(
     opening = events.start()
     if opening:  # an empty chunk is not sent: some servers would take it for the end
         yield opening
+    text, add = events.text, events.add
     item = first
     while True:
-        if type(item) is TextDelta or isinstance(item, ToolCallDelta | Finish):
-            yield events.add(item)  # the token path: one test, one call
+        if type(item) is TextDelta:
+            yield text(item.text)  # the token path: one test, one call, as before relay
+        elif isinstance(item, ToolCallDelta | Finish):
+            yield add(item)
         elif isinstance(item, Replayed):
             for event in replay_events(item):
-                yield events.add(event)
+                yield add(event)
         elif isinstance(item, ReceiptReady):
             if item.summary.outcome is InvocationOutcome.COMPLETED:
                 yield await events.end(item.summary)

@@ -153,6 +153,9 @@ class _Events:
     def start(self) -> bytes:
         return b""
 
+    def text(self, text: str) -> bytes:
+        return _sse("text_delta", {"type": "text_delta", "text": text})  # TextDelta's dump
+
     def add(self, event: TextDelta | ToolCallDelta | Finish) -> bytes:
         return _sse(event.type, event.model_dump(mode="json"))
 
