@@ -9,7 +9,7 @@ path stays lean: per text delta `relay` does one type test and one call of the w
 (for Chat Completions the lean encoder of `api/sse.py` itself), and the events are the
 adapters' own objects: nothing is built per chunk to carry them. Measured against the inline
 loop Chat Completions had before (200k text deltas through an async generator, best of 5):
-~420 ns a chunk both, −4 to +9 ns apart; calling the writer's `add` per chunk had cost +22 to
+~420 ns a chunk both, -4 to +9 ns apart; calling the writer's `add` per chunk had cost +22 to
 +43 ns."""
 
 from __future__ import annotations
