@@ -22,7 +22,7 @@ from temporalio import activity
 
 from activities import invoke_spans
 from activities.adapter_pool import AdapterPool
-from activities.invoke_hub import Attach, InvocationHub, PendingCall, ReceiptReady
+from activities.invoke_hub import Attach, InvocationHub, Output, PendingCall, ReceiptReady
 from activities.invoke_outcomes import TRANSIENT as _TRANSIENT
 from activities.invoke_outcomes import Outcome as _Outcome
 from activities.invoke_outcomes import Route as _Route
@@ -52,11 +52,10 @@ from providers.types import (
     Accepted,
     ChatRequest,
     CompletionBuilder,
-    StreamEvent,
     TextDelta,
     ToolCallDelta,
 )
-from store import pricebook, receipts
+from store import pricebook
 from store.artifacts import ArtifactStore
 from store.receipt_statements import ReceiptStatements
 
@@ -235,7 +234,7 @@ class InvokeActivities:
     async def finalize_receipt(self, data: FinalizeInput) -> None:
         """The close `call_provider` could not write: retried by the workflow until the store
         answers. The first close wins, so a retry after a lost reply changes nothing."""
-        await receipts.finalize(self._sessions, data.tenant_id, data.summary)
+        await self._statements.close(data.tenant_id, data.summary)
 
     async def _cost(
         self, data: InvocationInput, provider: str, model: str, result: _Outcome
@@ -409,7 +408,7 @@ class InvokeActivities:
         # A buffered call's events wait here until the attempt completes: what the provider
         # sent is not what the caller saw, so a break before the end leaves nothing emitted
         # and the attempt is retried or fallen back from like any other failure.
-        held: list[StreamEvent] | None = [] if data.buffered else None
+        held: list[Output] | None = [] if data.buffered else None
         first_token: int | None = None
         try:
             async for event in timed_stream(adapter, request, timeouts, budget):
@@ -464,7 +463,7 @@ class InvokeActivities:
         if await self._statements.claim(data, data.targets[0].deployment_id):
             summary.usage_status = UsageStatus.ESTIMATED
             summary.input_tokens = summary.output_tokens = 0
-        await receipts.finalize(self._sessions, data.tenant_id, summary)
+        await self._statements.finalize(data, summary)
         return summary
 
 

@@ -2,7 +2,8 @@
 (plus cachedInputTokens, timeToFirstTokenMs and providerRequestId), timestamps RFC 3339 with a
 zone. `/factory/runs/{runId}/model-receipts` lists them; `/gateway/*` answers with the same
 receipt, read back once it is final, plus what only the call itself knows (why it failed,
-what a fallback replaced)."""
+what a fallback replaced). Its fields are the receipt mapping's shown ones
+(`domain/receipt_fields.SHOWN`; tests/test_receipt_fields.py holds them equal)."""
 
 from __future__ import annotations
 
