@@ -36,7 +36,7 @@ from domain.invocation import (
     Target,
 )
 from domain.pricing import Pricebook, estimate_cost_usd
-from store import pricebook, receipts
+from store import pricebook
 from store.artifacts import ArtifactStore
 from store.receipt_statements import ReceiptStatements
 
@@ -217,7 +217,7 @@ class InvokeActivities:
     async def finalize_receipt(self, data: FinalizeInput) -> None:
         """The close `call_provider` could not write: retried by the workflow until the store
         answers. The first close wins, so a retry after a lost reply changes nothing."""
-        await receipts.finalize(self._sessions, data.tenant_id, data.summary)
+        await self._statements.close(data.tenant_id, data.summary)
 
     async def _cost(
         self, data: InvocationInput, provider: str, model: str, result: _Outcome
@@ -329,7 +329,7 @@ class InvokeActivities:
         if await self._statements.claim(data, data.targets[0].deployment_id):
             summary.usage_status = UsageStatus.ESTIMATED
             summary.input_tokens = summary.output_tokens = 0
-        await receipts.finalize(self._sessions, data.tenant_id, summary)
+        await self._statements.finalize(data, summary)
         return summary
 
 

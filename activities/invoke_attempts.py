@@ -19,7 +19,7 @@ import time
 
 from activities import invoke_spans
 from activities.adapter_pool import AdapterPool
-from activities.invoke_hub import PendingCall
+from activities.invoke_hub import Output, PendingCall
 from activities.invoke_outcomes import (
     TRANSIENT,
     Outcome,
@@ -42,7 +42,6 @@ from providers.types import (
     Accepted,
     ChatRequest,
     CompletionBuilder,
-    StreamEvent,
     TextDelta,
     ToolCallDelta,
 )
@@ -131,7 +130,7 @@ async def attempt_once(
             return failed(ProviderError(ErrorKind.TIMEOUT, provider=adapter.provider))
     request: ChatRequest = pending.request
     builder = CompletionBuilder()
-    held: list[StreamEvent] | None = [] if data.buffered else None
+    held: list[Output] | None = [] if data.buffered else None
     try:
         async for event in timed_stream(adapter, request, timeouts, budget):
             if isinstance(event, Accepted):

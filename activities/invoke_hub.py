@@ -10,13 +10,21 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-END = object()  # the consumer's sentinel: nothing more will come
+from domain.invocation import InvocationSummary
+from providers.types import (
+    EmbeddingResult,
+    Finish,
+    RerankResult,
+    TextDelta,
+    ToolCallDelta,
+    UsageEvent,
+)
 
 
 @dataclass
 class PendingCall:
     request: Any  # providers.types.ChatRequest, or the inputs of an embed / rerank
-    events: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
+    events: asyncio.Queue[HubEvent] = field(default_factory=asyncio.Queue)
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     claimed: bool = False
     # The deployment of the attempt now putting events on the queue: set before its first
@@ -65,9 +73,16 @@ class InvocationHub:
 class ReceiptReady:
     """The last item a call puts on its queue: the receipt is durable by the time it arrives."""
 
-    summary: Any  # domain.invocation.InvocationSummary
+    summary: InvocationSummary
 
 
 @dataclass(frozen=True)
 class Attach:
     """This call's execution found the invocation claimed elsewhere: wait for that one."""
+
+
+# A chat answer's output as the adapter streams it (its `Accepted` stays with the call).
+Output = TextDelta | ToolCallDelta | UsageEvent | Finish
+# Everything a call puts on its queue: the chat output, an embed's or rerank's one result,
+# then the receipt — or, when another execution owns the key, `Attach`.
+HubEvent = Output | EmbeddingResult | RerankResult | ReceiptReady | Attach

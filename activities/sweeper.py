@@ -16,11 +16,13 @@ from temporalio.service import RPCError, RPCStatusCode
 from core import metrics
 from domain.sweep import SweepInput, SweepReport
 from store import receipts
+from store.receipt_statements import ReceiptStatements
 
 
 class SweeperActivities:
     def __init__(self, sessions: async_sessionmaker[AsyncSession], client: Client) -> None:
         self._sessions, self._client = sessions, client
+        self._statements = ReceiptStatements(sessions.kw["bind"])
 
     @activity.defn(name="sweep_open_receipts")
     async def sweep(self, data: SweepInput) -> SweepReport:
@@ -33,7 +35,7 @@ class SweeperActivities:
             if await self._running(tenant_id, str(invocation_id)):
                 report.left_to_workflow += 1
                 continue
-            if await receipts.sweep(self._sessions, tenant_id, invocation_id):
+            if await self._statements.sweep(tenant_id, invocation_id):
                 report.closed += 1
                 metrics.receipts_swept.add(1, {"tenant": tenant_id})
         return report

@@ -73,15 +73,18 @@ class MessageEvents:
         body = {"type": "content_block_delta", "index": index, "delta": delta}
         return sse("content_block_delta", body)
 
+    def text(self, text: str) -> bytes:
+        out = b""
+        if self._text is None:
+            self._text, out = self._begin({"type": "text", "text": ""})
+        return out + self._delta(self._text, {"type": "text_delta", "text": text})
+
     def add(self, event: TextDelta | ToolCallDelta | Finish) -> bytes:
         out = b""
         if isinstance(event, Finish):
             self._finish = event.reason
         elif isinstance(event, TextDelta):
-            if self._text is None:
-                self._text, started = self._begin({"type": "text", "text": ""})
-                out += started
-            out += self._delta(self._text, {"type": "text_delta", "text": event.text})
+            out += self.text(event.text)
         else:
             block = self._tools.get(event.index)
             if block is None:
@@ -102,7 +105,7 @@ class MessageEvents:
                 out += self._delta(block, delta)
         return out
 
-    def end(self, summary: InvocationSummary) -> bytes:
+    async def end(self, summary: InvocationSummary) -> bytes:
         out = b"".join(self._stop(i) for i in sorted(self._open))
         delta = {
             "type": "message_delta",
@@ -113,7 +116,7 @@ class MessageEvents:
         out += sse("model_router", receipt_event(summary))
         return out + sse("message_stop", {"type": "message_stop"})
 
-    def fail(self, summary: InvocationSummary) -> bytes:
+    async def fail(self, summary: InvocationSummary) -> bytes:
         kind = summary.error_kind or "provider_error"
         body = {
             "type": "error",

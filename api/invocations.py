@@ -24,8 +24,9 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 
 from activities.invoke import InvokeActivities, not_claimed
-from activities.invoke_hub import Attach, InvocationHub, ReceiptReady
+from activities.invoke_hub import Attach, HubEvent, InvocationHub, PendingCall, ReceiptReady
 from api.come_back import ComeBack
+from api.invocation_events import InvocationEvent, Replayed
 from api.problems import Problem
 from api.route_targets import chain_targets
 from api.routing import none_available, policy_denial, unhealthy_ids
@@ -35,7 +36,6 @@ from core import metrics
 from core.security import Principal
 from domain import modality
 from domain.buffering import holds_answer
-from domain.enums import InvocationOutcome
 from domain.hashing import canonical_json, request_hash
 from domain.invocation import (
     Disposition,
@@ -103,13 +103,13 @@ class Running:
 
     invocation_id: uuid.UUID
     deployment_id: str
-    events: AsyncIterator[Any]
+    events: AsyncIterator[InvocationEvent]
     # The deployments it may be answered by, in route order (empty for a replay).
     candidates: tuple[str, ...] = ()
     # The live call's hub entry: it names the deployment whose events are arriving.
-    pending: Any = None
+    pending: PendingCall | None = None
 
-    def answering(self, first: Any) -> str | None:
+    def answering(self, first: InvocationEvent) -> str | None:
         """The deployment that produced `first` (the first item of `events`), as the receipt
         will name it; None until output or the receipt says (the first target is only a
         plan, and a fallback may answer instead)."""
@@ -251,11 +251,11 @@ class Invocations:
         key: str,
         hash_: str,
         token: str,
-        pending: Any,
+        pending: PendingCall,
         handle: WorkflowHandle[Any, Any],
-    ) -> AsyncIterator[Any]:
+    ) -> AsyncIterator[InvocationEvent]:
         finished = False
-        getter: asyncio.Future[Any] | None = None
+        getter: asyncio.Future[HubEvent] | None = None
         result: asyncio.Future[Any] | None = None
         try:
             while True:
@@ -294,8 +294,8 @@ class Invocations:
                     finished = True
                     return
             # Another execution of this key answered (or is answering): wait, then replay.
-            async for item in self._replay(tenant, key, hash_):
-                yield item
+            async for told in self._replay(tenant, key, hash_):
+                yield told
             finished = True
         finally:
             for future in (getter, result):
@@ -324,7 +324,7 @@ class Invocations:
             )
         return Running(seen.invocation_id, seen.deployment_id, self._replay(tenant, key, hash_))
 
-    async def _replay(self, tenant: str, key: str, hash_: str) -> AsyncIterator[Any]:
+    async def _replay(self, tenant: str, key: str, hash_: str) -> AsyncIterator[InvocationEvent]:
         receipt = await self._wait_closed(tenant, key)
         if receipt.request_hash != hash_:
             raise Problem(
@@ -338,7 +338,7 @@ class Invocations:
             else None
         )
         yield Replayed(output, receipt.deployment_id)
-        yield ReceiptReady(summary_of(receipt))
+        yield ReceiptReady(receipts.summary_of(receipt))
 
     async def _wait_closed(self, tenant: str, key: str) -> InvocationReceiptRow:
         handle = self._client.get_workflow_handle(f"invoke/{tenant}/{invocation_id(tenant, key)}")
@@ -379,7 +379,7 @@ class Invocations:
                 "over-budget",
                 f"worst case {worst:.6f} USD exceeds {call.budget_usd} USD",
             )
-        summary = await receipts.deny(self._runtime.sessions, data, reason)
+        summary = await self._activities.statements.deny(data, reason)
         metrics.denials.add(1, {"tenant": data.tenant_id, "reason": reason})
         raise Problem(
             402,
@@ -512,16 +512,7 @@ def _check_modality(profile: ModelProfile, call: Call) -> None:
     )
 
 
-@dataclass(frozen=True)
-class Replayed:
-    """The stored output of an invocation that already ran (bytes of the artifact), and the
-    deployment its receipt says produced it."""
-
-    output: bytes | None
-    deployment_id: str | None = None
-
-
-async def _refused(summary: InvocationSummary) -> AsyncIterator[Any]:
+async def _refused(summary: InvocationSummary) -> AsyncIterator[InvocationEvent]:
     yield ReceiptReady(summary)
 
 
@@ -532,26 +523,3 @@ def _own_result(result: asyncio.Future[Any] | None) -> InvocationSummary | None:
     if isinstance(found, InvocationSummary) and found.disposition is Disposition.DONE:
         return found
     return None
-
-
-def summary_of(row: InvocationReceiptRow) -> InvocationSummary:
-    return InvocationSummary(
-        invocation_id=row.invocation_id,
-        outcome=row.outcome,
-        usage_status=row.usage_status,
-        deployment_id=row.deployment_id,
-        input_tokens=row.input_tokens,
-        output_tokens=row.output_tokens,
-        cached_input_tokens=row.cached_input_tokens,
-        estimated_cost_usd=row.estimated_cost_usd,
-        latency_ms=row.latency_ms,
-        time_to_first_token_ms=row.time_to_first_token_ms,
-        output_artifact_ref=row.output_artifact_ref,
-        provider_request_id=row.provider_request_id,
-        fallback_used=bool(row.fallback_used),
-        buffered=bool(row.buffered),
-        # The stored reason is all a replay knows of the failure: it answers with it, so a
-        # call our side lost is never reported as the provider's error.
-        error_kind=row.close_reason if row.outcome is not InvocationOutcome.COMPLETED else None,
-        close_reason=row.close_reason,
-    )

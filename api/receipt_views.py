@@ -2,7 +2,9 @@
 (plus cachedInputTokens, timeToFirstTokenMs, providerRequestId and buffered), timestamps RFC
 3339 with a zone. `/factory/runs/{runId}/model-receipts` lists them; `/gateway/*` answers with
 the same receipt, read back once it is final, plus what only the call itself knows (why it
-failed, what a fallback replaced, which provider attempt answered)."""
+failed, what a fallback replaced, which provider attempt answered). Its fields are the receipt
+mapping's shown ones (`domain/receipt_fields.SHOWN`; tests/test_receipt_fields.py holds them
+equal)."""
 
 from __future__ import annotations
 

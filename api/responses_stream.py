@@ -100,37 +100,40 @@ class ResponseEvents:
             arguments=item["arguments"],
         ) + self._event("response.output_item.done", output_index=call.output_index, item=item)
 
+    def text(self, text: str) -> bytes:
+        out = b""
+        if self._text is None or self._text_done:
+            # A message item opens (again, after a tool call: as a new item).
+            self._text, self._text_index, self._text_done = [], self._items, False
+            self._text_id = message_item_id(self._id, self._items)
+            self._items += 1
+            item = {**text_item(self._id, "", "in_progress"), "id": self._text_id}
+            out += self._event(
+                "response.output_item.added", output_index=self._text_index, item=item
+            )
+            out += self._event(
+                "response.content_part.added",
+                item_id=self._text_id,
+                output_index=self._text_index,
+                content_index=0,
+                part=text_part(""),
+            )
+        self._text.append(text)
+        return out + self._event(
+            "response.output_text.delta",
+            item_id=self._text_id,
+            output_index=self._text_index,
+            content_index=0,
+            delta=text,
+            logprobs=[],
+        )
+
     def add(self, event: TextDelta | ToolCallDelta | Finish) -> bytes:
         if isinstance(event, Finish):
             self._finish = event.reason
             return b""
         if isinstance(event, TextDelta):
-            out = b""
-            if self._text is None or self._text_done:
-                # A message item opens (again, after a tool call: as a new item).
-                self._text, self._text_index, self._text_done = [], self._items, False
-                self._text_id = message_item_id(self._id, self._items)
-                self._items += 1
-                item = {**text_item(self._id, "", "in_progress"), "id": self._text_id}
-                out += self._event(
-                    "response.output_item.added", output_index=self._text_index, item=item
-                )
-                out += self._event(
-                    "response.content_part.added",
-                    item_id=self._text_id,
-                    output_index=self._text_index,
-                    content_index=0,
-                    part=text_part(""),
-                )
-            self._text.append(event.text)
-            return out + self._event(
-                "response.output_text.delta",
-                item_id=self._text_id,
-                output_index=self._text_index,
-                content_index=0,
-                delta=event.text,
-                logprobs=[],
-            )
+            return self.text(event.text)
         out = self._close_text()
         call = self._calls.get(event.index)
         if call is None:
@@ -162,7 +165,7 @@ class ResponseEvents:
                 out += self._close_call(index, call)
         return out
 
-    def end(self, summary: InvocationSummary) -> bytes:
+    async def end(self, summary: InvocationSummary) -> bytes:
         out = self._close_all()
         status, incomplete = status_of(self._finish)
         output = [item for _, item in sorted(self._done, key=lambda pair: pair[0])]
@@ -171,7 +174,7 @@ class ResponseEvents:
         kind = "response.completed" if status == "completed" else "response.incomplete"
         return out + self._event(kind, response=response)
 
-    def fail(self, summary: InvocationSummary) -> bytes:
+    async def fail(self, summary: InvocationSummary) -> bytes:
         kind = summary.error_kind or "provider_error"
         error = {"code": "server_error", "message": f"model call failed after output began: {kind}"}
         output = [item for _, item in sorted(self._done, key=lambda pair: pair[0])]

@@ -1,55 +1,111 @@
-"""What every invoke surface shares (Chat Completions, Messages, Responses, the gateway): the
-invocation service, the call headers, the receipt headers, folding an invocation's events into
-one answer, replaying a stored answer as events, and the failure a caller is told.
-
-They are defined in `api/routers/openai.py` (the first surface) and named publicly here, so the
-new surfaces reuse them rather than copy them; moving the definitions here is left to the
-restructuring of the invocation stream (issue 18), which is when the other surfaces' imports
-change too, to keep this change clear of the files other work edits."""
+"""What every invoke surface takes in the same way (Chat Completions, Messages, Responses; the
+gateway takes its own body): the invocation service as a dependency, the call headers (run,
+attempt, project, key, data classification, budget) and the one chat `Call` built from them,
+and the retry hint both SDKs read. What goes back out — headers, answers, streams, failures —
+is `api/wire.py`."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any, Protocol
+import uuid
+from decimal import Decimal
+from typing import Annotated, Any
 
-from activities.invoke_hub import ReceiptReady
-from api.invocations import Replayed, Running
-from api.routers.openai import (
-    DEPLOYMENT,
-    RECEIPT,
-    USAGE_STATUS,
-    CallHeaders,
-    Headers,
-    Service,
-    receipt_headers,
-    stream_headers,
-)
-from api.routers.openai import _collect as collect
-from api.routers.openai import _failure as failure_response
-from api.routers.openai import _first as first_event
-from api.routers.openai import _replay_events as replay_events
-from api.routers.openai import router_extension as receipt_view
-from domain.enums import InvocationOutcome
-from domain.invocation import InvocationSummary
-from providers.types import Finish, TextDelta, ToolCallDelta
+from fastapi import Depends, Header
 
-__all__ = [
-    "DEPLOYMENT",
-    "RECEIPT",
-    "USAGE_STATUS",
-    "CallHeaders",
-    "Headers",
-    "Service",
-    "collect",
-    "failure_response",
-    "first_event",
-    "no_retry",
-    "receipt_headers",
-    "receipt_view",
-    "relay",
-    "replay_events",
-    "stream_headers",
-]
+from api.deps import RuntimeDep
+from api.invocations import Call, Invocations
+from api.problems import Problem
+from core import metrics
+from domain.invocation import Operation
+from domain.policy import DataClassification
+from providers.types import ChatRequest
+
+
+async def _service(runtime: RuntimeDep) -> Invocations:
+    if runtime.invoke.service is None:
+        # Not connected yet (the process started while Temporal was away).
+        metrics.refusals.add(1, {"reason": "temporal-unreachable"})
+        raise Problem(
+            503,
+            "Temporal is not reachable; try again shortly.",
+            type_="https://model-router.dev/problems/temporal-unavailable",
+            headers={"Retry-After": "5"},
+            reason="temporal-unreachable",
+        )
+    return runtime.invoke.service
+
+
+Service = Annotated[Invocations, Depends(_service)]
+
+
+class Headers:
+    """The invocation headers of a call."""
+
+    def __init__(
+        self,
+        run_id: uuid.UUID | None,
+        attempt_id: uuid.UUID | None,
+        project_id: str,
+        idempotency_key: str | None,
+        data_classification: DataClassification,
+        budget_usd: Decimal | None,
+        buffered: bool | None = None,
+    ) -> None:
+        self.budget_usd, self.buffered = budget_usd, buffered
+        self.run_id, self.attempt_id, self.project_id = run_id, attempt_id, project_id
+        self.idempotency_key, self.data_classification = idempotency_key, data_classification
+
+    def chat_call(self, profile_id: str, chat: ChatRequest, *, buffered: bool) -> Call:
+        """A chat invocation of `profile_id` with these headers, whatever surface it came in
+        through: what it needs of the route (tools, structured output) is read off the request;
+        `buffered` when the caller takes one whole answer (not a stream); a stream is held or
+        not as X-Model-Router-Buffered says, else as the profile's latencyClass does."""
+        return Call(
+            profile_id=profile_id,
+            project_id=self.project_id,
+            run_id=self.run_id,
+            attempt_id=self.attempt_id,
+            idempotency_key=self.idempotency_key,
+            operation=Operation.CHAT,
+            payload=chat.model_dump(mode="json"),
+            request=chat,
+            data_classification=self.data_classification,
+            budget_usd=self.budget_usd,
+            max_output_tokens=chat.max_tokens,
+            buffered=buffered,
+            buffer_stream=self.buffered,
+            needs_tools=bool(chat.tools),
+            needs_structured_output=chat.response_format is not None
+            and chat.response_format.type != "text",
+        )
+
+
+# A stream held until its answer is complete (true) or passed through as it comes (false),
+# whatever the profile's latencyClass says (domain.buffering); absent: the profile decides.
+BufferedHeader = Annotated[bool | None, Header(alias="X-Model-Router-Buffered")]
+
+
+# An `async def` dependency: a class (its plain __init__) would run in the thread pool.
+async def call_headers(
+    run_id: Annotated[uuid.UUID | None, Header(alias="X-Run-Id")] = None,
+    attempt_id: Annotated[uuid.UUID | None, Header(alias="X-Attempt-Id")] = None,
+    project_id: Annotated[str, Header(alias="X-Project-Id", max_length=200)] = "default",
+    idempotency_key: Annotated[
+        str | None,
+        Header(alias="Idempotency-Key", max_length=200, pattern=r"^[A-Za-z0-9._:/-]+$"),
+    ] = None,
+    data_classification: Annotated[
+        DataClassification, Header(alias="X-Data-Classification")
+    ] = DataClassification.INTERNAL,
+    budget_usd: Annotated[Decimal | None, Header(alias="X-Budget-Usd", ge=0)] = None,
+    buffered: BufferedHeader = None,
+) -> Headers:
+    return Headers(
+        run_id, attempt_id, project_id, idempotency_key, data_classification, budget_usd, buffered
+    )
+
+
+CallHeaders = Annotated[Headers, Depends(call_headers)]
 
 
 def no_retry(status: int, problem: dict[str, Any]) -> dict[str, str]:
@@ -58,32 +114,3 @@ def no_retry(status: int, problem: dict[str, Any]) -> dict[str, str]:
     if status == 409 or problem.get("errorClass") == "permanent":
         return {"x-should-retry": "false"}
     return {}
-
-
-class StreamEvents(Protocol):
-    """A surface's wire events for one streamed invocation."""
-
-    def start(self) -> bytes: ...
-    def add(self, event: TextDelta | ToolCallDelta | Finish) -> bytes: ...
-    def end(self, summary: InvocationSummary) -> bytes: ...
-    def fail(self, summary: InvocationSummary) -> bytes: ...
-
-
-async def relay(running: Running, first: Any, events: StreamEvents) -> AsyncIterator[bytes]:
-    """An invocation's events (live, or a replayed answer) in a surface's wire format, ending
-    with its receipt: `end` when it completed, `fail` (never a clean stop) otherwise."""
-    yield events.start()
-    item: Any = first
-    while True:
-        if isinstance(item, Replayed):
-            for event in replay_events(item):
-                yield events.add(event)
-        elif isinstance(item, TextDelta | ToolCallDelta | Finish):
-            yield events.add(item)
-        elif isinstance(item, ReceiptReady):
-            if item.summary.outcome is InvocationOutcome.COMPLETED:
-                yield events.end(item.summary)
-            else:
-                yield events.fail(item.summary)
-            return
-        item = await anext(running.events)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any
 
 from domain.enums import DeploymentState
@@ -84,43 +83,4 @@ def profile_retired(*, tenant_id: str, profile_id: str, version: str) -> dict[st
         "aggregate_type": "ModelProfile",
         "aggregate_id": profile_id,
         "payload": {"profileId": profile_id, "version": version, "tenantId": tenant_id},
-    }
-
-
-def model_invoked(
-    *,
-    invocation_id: str,
-    tenant_id: str,
-    project_id: str,
-    run_id: str | None,
-    attempt_id: str | None,
-    profile_id: str,
-    deployment_id: str,
-    outcome: str,
-    usage_status: str,
-    input_tokens: int | None,
-    output_tokens: int | None,
-    estimated_cost_usd: Decimal | None,
-) -> dict[str, Any]:
-    """A receipt was written, or its usage settled: usage accounting keys on invocationId."""
-    return {
-        "event_type": "ModelInvoked",
-        "topic": TOPICS["ModelInvoked"],
-        "aggregate_type": "InvocationReceipt",
-        "aggregate_id": invocation_id,
-        "payload": {
-            "invocationId": invocation_id,
-            "tenantId": tenant_id,
-            "projectId": project_id,
-            "runId": run_id,
-            "attemptId": attempt_id,
-            "profileId": profile_id,
-            "deploymentId": deployment_id,
-            "outcome": outcome,
-            "usageStatus": usage_status,
-            "inputTokens": input_tokens,
-            "outputTokens": output_tokens,
-            # A string keeps the amount exact in JSON.
-            "estimatedCostUsd": str(estimated_cost_usd) if estimated_cost_usd is not None else None,
-        },
     }

@@ -4,14 +4,15 @@ correction a settled receipt sends to usage accounting."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from domain.enums import InvocationOutcome, UsageStatus
-from domain.events import model_invoked
+from domain.enums import UsageStatus
+from domain.receipt_fields import model_invoked
 
 AWAITING = frozenset({UsageStatus.UNKNOWN, UsageStatus.ESTIMATED})
 
@@ -100,15 +101,8 @@ class ReceiptUsage(_Frozen):
 
 
 def usage_corrected_event(
+    receipt: Mapping[str, Any],
     *,
-    invocation_id: str,
-    tenant_id: str,
-    project_id: str,
-    run_id: str | None,
-    attempt_id: str | None,
-    profile_id: str,
-    deployment_id: str,
-    outcome: InvocationOutcome,
     input_tokens: int,
     output_tokens: int,
     estimated_cost_usd: Decimal | None,
@@ -116,16 +110,11 @@ def usage_corrected_event(
     """ModelInvoked again, with the settled usage: usage accounting keys on invocationId, so
     this replaces what it recorded for the receipt (usageStatus Reconciled says why)."""
     return model_invoked(
-        invocation_id=invocation_id,
-        tenant_id=tenant_id,
-        project_id=project_id,
-        run_id=run_id,
-        attempt_id=attempt_id,
-        profile_id=profile_id,
-        deployment_id=deployment_id,
-        outcome=outcome.value,
-        usage_status=UsageStatus.RECONCILED.value,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        estimated_cost_usd=estimated_cost_usd,
+        {
+            **receipt,
+            "usage_status": UsageStatus.RECONCILED,
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "estimated_cost_usd": estimated_cost_usd,
+        }
     )

@@ -1,5 +1,7 @@
-"""The invoke path's durable steps as single Core statements on a pool without pre-ping: the
-claim, the release of a claim nothing was called for, the finalise, and the catalog version.
+"""Every write of a receipt, as Core statements on a pool without pre-ping. On the invoke path:
+the claim, the release of a claim nothing was called for, the finalise, and the catalog
+version; off it: the workflow's close (`close`), the sweeper's (`sweep`) and a denial's (`deny`).
+Column values and events come from the one receipt mapping, `domain/receipt_fields.py`.
 
 Measured on the invoke benchmark: an ORM session per step with `pool_pre_ping` cost 26
 statements (BEGIN, ping, SELECT, … COMMIT) per invocation; this module makes it three on
@@ -19,7 +21,7 @@ PostgreSQL — the catalog version, the claim, the finalise — each one round t
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -28,10 +30,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from domain.close_reason import close_reason
+from domain.close_reason import CloseReason
 from domain.enums import InvocationOutcome, UsageStatus
-from domain.events import TOPICS, model_invoked
 from domain.invocation import InvocationInput, InvocationSummary
+from domain.receipt_fields import claim_values, close_values, fallback_used, model_invoked
 from store.tables import CatalogStateRow, InvocationReceiptRow, OutboxEventRow
 
 T = TypeVar("T")
@@ -50,13 +52,18 @@ class ReceiptStatements:
             engine.execution_options(isolation_level="AUTOCOMMIT") if self._postgres else engine
         )
         self._insert = postgresql.insert if self._postgres else sqlite.insert
+        # The closes off the hot path (the workflow's, the sweeper's, a denial's) lock the row
+        # in a transaction, as they know only the invocation id: the event needs the row.
+        self._transactions = engine
 
-    async def _run(self, step: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+    async def _run(
+        self, step: Callable[[AsyncConnection], Awaitable[T]], engine: AsyncEngine | None = None
+    ) -> T:
         """One statement (or one transaction), tried once more when its connection turned out
         dead: the pool is not pinged before each checkout."""
         for attempt in (1, 2):
             try:
-                async with self._engine.begin() as conn:
+                async with (engine or self._engine).begin() as conn:
                     return await step(conn)
             except DBAPIError as exc:
                 if attempt == 2 or not exc.connection_invalidated:
@@ -75,25 +82,7 @@ class ReceiptStatements:
         invocation, or this key, was claimed before."""
         stmt = (
             self._insert(RECEIPTS)
-            .values(
-                invocation_id=data.invocation_id,
-                tenant_id=data.tenant_id,
-                project_id=data.project_id,
-                run_id=data.run_id,
-                attempt_id=data.attempt_id,
-                profile_id=data.profile_id,
-                deployment_id=deployment_id,
-                route_plan_id=data.route_plan_id,
-                fallback_used=False,
-                buffered=data.buffered,
-                request_hash=data.request_hash,
-                idempotency_key=data.idempotency_key,
-                policy_decision_id=data.policy_decision_id,
-                outcome=InvocationOutcome.FAILED,
-                usage_status=UsageStatus.UNKNOWN,
-                pricing_revision=data.pricing_revision,
-                started_at=datetime.now(UTC),
-            )
+            .values(claim_values(data, deployment_id, datetime.now(UTC)))
             .on_conflict_do_nothing()
             .returning(RECEIPTS.c.invocation_id)
         )
@@ -119,26 +108,10 @@ class ReceiptStatements:
     async def finalize(self, data: InvocationInput, summary: InvocationSummary) -> bool:
         """Close the in-flight receipt with what the call produced, with its ModelInvoked (and
         ModelFallbackUsed) in the same statement; False if it was already closed."""
-        outcome = summary.outcome or InvocationOutcome.FAILED
-        usage = summary.usage_status or UsageStatus.UNKNOWN
-        deployment = summary.deployment_id or data.targets[0].deployment_id
-        values: dict[str, Any] = {
-            "outcome": outcome,
-            "usage_status": usage,
-            "deployment_id": deployment,
-            "input_tokens": summary.input_tokens,
-            "output_tokens": summary.output_tokens,
-            "cached_input_tokens": summary.cached_input_tokens,
-            "estimated_cost_usd": summary.estimated_cost_usd,
-            "latency_ms": summary.latency_ms,
-            "time_to_first_token_ms": summary.time_to_first_token_ms,
-            "output_artifact_ref": summary.output_artifact_ref,
-            "provider_request_id": summary.provider_request_id,
-            "fallback_used": summary.fallback_used,
-            "close_reason": close_reason(outcome, summary.error_kind).value,
-            "ended_at": datetime.now(UTC),
-        }
-        events = _events(data, summary, outcome, usage, deployment)
+        now = datetime.now(UTC)
+        values = close_values(summary, now)
+        receipt = {**claim_values(data, data.targets[0].deployment_id, now), **values}
+        events = [_row(data.tenant_id, e, now) for e in _events(receipt, summary)]
         update = (
             sa.update(RECEIPTS)
             .where(
@@ -146,7 +119,7 @@ class ReceiptStatements:
                 RECEIPTS.c.invocation_id == summary.invocation_id,
                 RECEIPTS.c.ended_at.is_(None),
             )
-            .values(**values)
+            .values(values)
         )
         if self._postgres:
             closed = update.returning(RECEIPTS.c.invocation_id).cte("closed")
@@ -176,50 +149,72 @@ class ReceiptStatements:
 
         return await self._run(two)
 
+    async def close(self, tenant_id: str, summary: InvocationSummary) -> bool:
+        """`finalize` for a caller that has only the summary (the workflow's `finalize_receipt`,
+        whose input carries no InvocationInput): the same columns and events, the rest of the
+        event read from the locked row; False if it was already closed."""
+        values = close_values(summary, datetime.now(UTC))
+        return await self._close_locked(tenant_id, summary.invocation_id, values, summary)
 
-def _events(
-    data: InvocationInput,
-    summary: InvocationSummary,
-    outcome: InvocationOutcome,
-    usage: UsageStatus,
-    deployment: str,
-) -> list[dict[str, Any]]:
-    now = datetime.now(UTC)
-    invoked = model_invoked(
-        invocation_id=str(summary.invocation_id),
-        tenant_id=data.tenant_id,
-        project_id=data.project_id,
-        run_id=str(data.run_id) if data.run_id else None,
-        attempt_id=str(data.attempt_id) if data.attempt_id else None,
-        profile_id=data.profile_id,
-        deployment_id=deployment,
-        outcome=outcome.value,
-        usage_status=usage.value,
-        input_tokens=summary.input_tokens,
-        output_tokens=summary.output_tokens,
-        estimated_cost_usd=summary.estimated_cost_usd,
-    )
-    found = [_row(data.tenant_id, invoked, now)]
-    if summary.fallback_used:
-        found.append(
-            _row(
-                data.tenant_id,
-                {
-                    "event_type": "ModelFallbackUsed",
-                    "topic": TOPICS["ModelFallbackUsed"],
-                    "aggregate_type": "InvocationReceipt",
-                    "payload": {
-                        "invocationId": str(summary.invocation_id),
-                        "tenantId": data.tenant_id,
-                        "profileId": data.profile_id,
-                        "fromDeploymentId": summary.fallback_from,
-                        "toDeploymentId": deployment,
-                        "reason": summary.fallback_reason,
-                    },
-                },
-                now,
-            )
+    async def sweep(self, tenant_id: str, invocation_id: uuid.UUID) -> bool:
+        """Close a receipt left open: Failed, usage Unknown (the provider may have done billable
+        work), close reason `swept`, with its ModelInvoked. False if it closed meanwhile."""
+        values = {
+            "outcome": InvocationOutcome.FAILED,
+            "usage_status": UsageStatus.UNKNOWN,
+            "close_reason": CloseReason.SWEPT.value,
+            "ended_at": datetime.now(UTC),
+        }
+        return await self._close_locked(tenant_id, invocation_id, values, None)
+
+    async def deny(self, data: InvocationInput, reason: str) -> InvocationSummary:
+        """A denied invocation gets a receipt too; nothing reached the provider, so its usage is
+        our own count: zero."""
+        summary = InvocationSummary(
+            invocation_id=data.invocation_id,
+            outcome=InvocationOutcome.DENIED,
+            usage_status=UsageStatus.ESTIMATED,
+            deployment_id=data.targets[0].deployment_id,
+            input_tokens=0,
+            output_tokens=0,
+            error_kind=reason,
         )
+        await self.claim(data, data.targets[0].deployment_id)
+        await self.finalize(data, summary)
+        return summary
+
+    async def _close_locked(
+        self,
+        tenant_id: str,
+        invocation_id: uuid.UUID,
+        values: dict[str, Any],
+        summary: InvocationSummary | None,
+    ) -> bool:
+        in_flight = (
+            RECEIPTS.c.tenant_id == tenant_id,
+            RECEIPTS.c.invocation_id == invocation_id,
+            RECEIPTS.c.ended_at.is_(None),
+        )
+
+        async def step(conn: AsyncConnection) -> bool:
+            read = sa.select(RECEIPTS).where(*in_flight).with_for_update()
+            found = (await conn.execute(read)).mappings().first()
+            if found is None:
+                return False
+            await conn.execute(sa.update(RECEIPTS).where(*in_flight).values(values))
+            now = datetime.now(UTC)
+            receipt = {**found, **values}
+            rows = [_row(tenant_id, e, now) for e in _events(receipt, summary)]
+            await conn.execute(sa.insert(OUTBOX), rows)
+            return True
+
+        return await self._run(step, self._transactions)
+
+
+def _events(receipt: Mapping[str, Any], summary: InvocationSummary | None) -> list[dict[str, Any]]:
+    found = [model_invoked(receipt)]
+    if summary is not None and summary.fallback_used:
+        found.append(fallback_used(receipt, summary))
     return found
 
 
@@ -230,7 +225,7 @@ def _row(tenant_id: str, event: dict[str, Any], now: datetime) -> dict[str, Any]
         "event_type": event["event_type"],
         "topic": event["topic"],
         "aggregate_type": event["aggregate_type"],
-        "aggregate_id": event.get("aggregate_id") or event["payload"]["invocationId"],
+        "aggregate_id": event["aggregate_id"],
         "payload": event["payload"],
         "occurred_at": now,
     }

@@ -161,14 +161,7 @@ async def settle(
     )
     OutboxRepository(session, row.tenant_id).append(
         **usage_corrected_event(
-            invocation_id=str(row.invocation_id),
-            tenant_id=row.tenant_id,
-            project_id=row.project_id,
-            run_id=str(row.run_id) if row.run_id else None,
-            attempt_id=str(row.attempt_id) if row.attempt_id else None,
-            profile_id=row.profile_id,
-            deployment_id=row.deployment_id,
-            outcome=row.outcome,
+            row.model_dump(),
             input_tokens=settlement.input_tokens,
             output_tokens=settlement.output_tokens,
             estimated_cost_usd=cost,

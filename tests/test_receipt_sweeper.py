@@ -20,6 +20,7 @@ from domain.invocation import InvocationInput, Target, invocation_id
 from domain.sweep import SweepInput
 from store import receipts
 from store.db import transaction
+from store.receipt_statements import ReceiptStatements
 from store.tables import InvocationReceiptRow
 from workflows.receipt_sweeper import ReceiptSweeperWorkflow
 
@@ -47,7 +48,7 @@ async def _open_receipt(
     sessions: async_sessionmaker[AsyncSession], tenant: str, key: str, age: timedelta
 ) -> InvocationInput:
     data = _input(tenant, key)
-    assert await receipts.claim(sessions, data, "sw/dep")
+    assert await ReceiptStatements(sessions.kw["bind"]).claim(data, "sw/dep")
     async with transaction(sessions) as session:
         await session.execute(
             update(InvocationReceiptRow)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
 from decimal import Decimal
 from typing import Annotated, Any
 
@@ -13,20 +12,21 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from activities.invoke_hub import ReceiptReady
 from api.deps import RuntimeDep, require
-from api.invocations import Call, Running
+from api.invocations import Call
 from api.receipt_views import call_receipt
-from api.routers.openai import (
-    BufferedHeader,
-    Service,
-    _collect,
-    _failure,
-    _first,
+from api.runtime import Runtime
+from api.surface import BufferedHeader, Service
+from api.wire import (
+    collect,
+    failed_early,
+    failure_response,
+    first_event,
     receipt_headers,
+    relay,
+    result,
     stream_headers,
 )
-from api.runtime import Runtime
 from core.security import Principal
 from domain.access import Action
 from domain.enums import InvocationOutcome, Scope
@@ -121,18 +121,19 @@ async def invoke(
         buffer_stream=buffered,
     )
     running = await service.start(principal, call)
-    first = await _first(running)
-    if isinstance(first, ReceiptReady) and first.summary.outcome is not InvocationOutcome.COMPLETED:
-        return _failure(request, first.summary, service.retry_after(principal, running))
+    first = await first_event(running)
+    early = failed_early(first)
+    if early is not None:
+        return failure_response(request, early, service.retry_after(principal, running))
     if body.stream:
         return StreamingResponse(
-            _events(running, first, runtime, principal.tenant_id),
+            relay(running, first, _Events(runtime, principal.tenant_id)),
             media_type="text/event-stream",
             headers=stream_headers(running, first),
         )
-    completion, summary = await _collect(running, first)
+    completion, summary = await collect(running, first)
     if summary.outcome is not InvocationOutcome.COMPLETED or completion is None:
-        return _failure(request, summary, service.retry_after(principal, running))
+        return failure_response(request, summary, service.retry_after(principal, running))
     # The deployment that answered, which a fallback may have changed.
     headers = receipt_headers(summary)
     return JSONResponse(
@@ -148,39 +149,27 @@ def _sse(event: str, data: Any) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
-async def _events(
-    running: Running, first: Any, runtime: Runtime, tenant_id: str
-) -> AsyncIterator[bytes]:
-    from api.invocations import Replayed
-    from api.routers.openai import _replay_events
+class _Events:
+    """The gateway's stream: each normalised event under its own name, then the stored
+    receipt as `receipt` (or `error` when the call did not complete)."""
 
-    item = first
-    while True:
-        if isinstance(item, Replayed):
-            for event in _replay_events(item):
-                yield _sse(event.type, event.model_dump(mode="json"))
-        elif isinstance(item, TextDelta | ToolCallDelta | Finish):
-            yield _sse(item.type, item.model_dump(mode="json"))
-        elif isinstance(item, ReceiptReady):
-            ok = item.summary.outcome is InvocationOutcome.COMPLETED
-            receipt = await _receipt(runtime, tenant_id, item.summary)
-            yield _sse("receipt" if ok else "error", receipt)
-            return
-        item = await anext(running.events)
+    def __init__(self, runtime: Runtime, tenant_id: str) -> None:
+        self._runtime, self._tenant_id = runtime, tenant_id
 
+    def start(self) -> bytes:
+        return b""
 
-async def _final(running: Running) -> tuple[Any, InvocationSummary]:
-    from api.invocations import Replayed
+    def text(self, text: str) -> bytes:
+        return _sse("text_delta", {"type": "text_delta", "text": text})  # TextDelta's dump
 
-    result: Any = None
-    async for item in running.events:
-        if isinstance(item, ReceiptReady):
-            return result, item.summary
-        if isinstance(item, Replayed):
-            result = json.loads(item.output) if item.output else None
-        else:
-            result = item.model_dump(mode="json")
-    raise RuntimeError("the invocation ended without a receipt")
+    def add(self, event: TextDelta | ToolCallDelta | Finish) -> bytes:
+        return _sse(event.type, event.model_dump(mode="json"))
+
+    async def end(self, summary: InvocationSummary) -> bytes:
+        return _sse("receipt", await _receipt(self._runtime, self._tenant_id, summary))
+
+    async def fail(self, summary: InvocationSummary) -> bytes:
+        return _sse("error", await _receipt(self._runtime, self._tenant_id, summary))
 
 
 @router.post("/embed", operation_id="Embed", response_model=None)
@@ -190,12 +179,12 @@ async def embed(
     running = await service.start(
         principal, body.call(Operation.EMBED, {"input": body.inputs}, list(body.inputs))
     )
-    result, summary = await _final(running)
+    found, summary = await result(running)
     if summary.outcome is not InvocationOutcome.COMPLETED:
-        return _failure(request, summary, service.retry_after(principal, running))
+        return failure_response(request, summary, service.retry_after(principal, running))
     receipt = await _receipt(runtime, principal.tenant_id, summary)
     return JSONResponse(
-        {"vectors": result["vectors"], "receipt": receipt}, headers=receipt_headers(summary)
+        {"vectors": found["vectors"], "receipt": receipt}, headers=receipt_headers(summary)
     )
 
 
@@ -208,10 +197,10 @@ async def rerank(
         principal,
         body.call(Operation.RERANK, payload, (body.query, list(body.documents), body.top_n)),
     )
-    result, summary = await _final(running)
+    found, summary = await result(running)
     if summary.outcome is not InvocationOutcome.COMPLETED:
-        return _failure(request, summary, service.retry_after(principal, running))
-    results = RerankResult.model_validate(result).results if result else ()
+        return failure_response(request, summary, service.retry_after(principal, running))
+    results = RerankResult.model_validate(found).results if found else ()
     return JSONResponse(
         {
             "results": [r.model_dump() for r in results],

@@ -10,7 +10,6 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from activities.invoke_hub import ReceiptReady
 from activities.invoke_outcomes import estimate_tokens
 from api.anthropic_shapes import (
     ERROR_RESPONSES,
@@ -22,10 +21,11 @@ from api.anthropic_shapes import (
 )
 from api.anthropic_stream import MessageEvents
 from api.deps import RuntimeDep, get_principal_or_api_key, require
-from api.surface import (
-    CallHeaders,
-    Service,
+from api.surface import CallHeaders, Service
+from api.token_count import count_input_tokens
+from api.wire import (
     collect,
+    failed_early,
     failure_response,
     first_event,
     receipt_headers,
@@ -33,7 +33,6 @@ from api.surface import (
     relay,
     stream_headers,
 )
-from api.token_count import count_input_tokens
 from core.security import Principal
 from domain.access import Action
 from domain.enums import InvocationOutcome, Scope
@@ -61,8 +60,9 @@ async def create_message(
     call = headers.chat_call(body.model, chat, buffered=not body.stream)
     running = await service.start(principal, call)
     first = await first_event(running)
-    if isinstance(first, ReceiptReady) and first.summary.outcome is not InvocationOutcome.COMPLETED:
-        return failure_response(request, first.summary, service.retry_after(principal, running))
+    early = failed_early(first)
+    if early is not None:
+        return failure_response(request, early, service.retry_after(principal, running))
     if body.stream:
         return StreamingResponse(
             relay(running, first, MessageEvents(running.invocation_id, body.model)),

@@ -10,7 +10,6 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from activities.invoke_hub import ReceiptReady
 from api.deps import require
 from api.responses_shapes import (
     ERROR_RESPONSES,
@@ -22,10 +21,10 @@ from api.responses_shapes import (
     to_chat_request,
 )
 from api.responses_stream import ResponseEvents
-from api.surface import (
-    CallHeaders,
-    Service,
+from api.surface import CallHeaders, Service
+from api.wire import (
     collect,
+    failed_early,
     failure_response,
     first_event,
     receipt_headers,
@@ -59,8 +58,9 @@ async def create_response(
     created = time.time()
     running = await service.start(principal, call)
     first = await first_event(running)
-    if isinstance(first, ReceiptReady) and first.summary.outcome is not InvocationOutcome.COMPLETED:
-        return failure_response(request, first.summary, service.retry_after(principal, running))
+    early = failed_early(first)
+    if early is not None:
+        return failure_response(request, early, service.retry_after(principal, running))
     if body.stream:
         return StreamingResponse(
             relay(running, first, ResponseEvents(running.invocation_id, body)),

@@ -1,0 +1,243 @@
+"""An invocation in a surface's wire format, for every surface (Chat Completions, Messages,
+Responses, `/gateway/*`): the headers that name its receipt, the one answer folded from its
+events, a stored answer told again as events, the stream relayed through a surface's writer,
+and the failure a caller is told.
+
+A surface brings only its shapes: a `StreamEvents` writer (`openai_stream.py`,
+`anthropic_stream.py`, `responses_stream.py`, the gateway's) and its body builders. The token
+path stays lean: per text delta `relay` does one type test and one call of the writer's `text`
+(for Chat Completions the lean encoder of `api/sse.py` itself), and the events are the
+adapters' own objects: nothing is built per chunk to carry them. Measured against the inline
+loop Chat Completions had before (200k text deltas through an async generator, best of 5):
+~420 ns a chunk both, -4 to +9 ns apart; calling the writer's `add` per chunk had cost +22 to
++43 ns."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+
+from activities.invoke_hub import ReceiptReady
+from api.invocation_events import InvocationEvent, Replayed
+from api.invocations import Running
+from api.problems import problem_response
+from domain.close_reason import GATEWAY_CLOSES, close_reason
+from domain.enums import InvocationOutcome
+from domain.failures import FailureClass, classify, error_class
+from domain.invocation import InvocationSummary
+from providers.types import (
+    Completion,
+    CompletionBuilder,
+    EmbeddingResult,
+    Finish,
+    RerankResult,
+    TextDelta,
+    ToolCallDelta,
+)
+
+RECEIPT, DEPLOYMENT = "X-Model-Router-Receipt-Id", "X-Model-Router-Deployment"
+# Reported (the provider said), Estimated (our count) or Unknown, as on the receipt.
+USAGE_STATUS = "X-Model-Router-Usage-Status"
+
+
+def stream_headers(running: Running, first: InvocationEvent) -> dict[str, str]:
+    """A stream's headers go out before its receipt: they name the deployment only once its
+    output (or a replayed receipt) says who answered, never the plan's guess."""
+    headers = {RECEIPT: str(running.invocation_id)}
+    deployment = running.answering(first)
+    if deployment:
+        headers[DEPLOYMENT] = deployment
+    return headers
+
+
+def receipt_headers(summary: InvocationSummary) -> dict[str, str]:
+    """A whole response's headers: the receipt's own words."""
+    headers = {RECEIPT: str(summary.invocation_id), DEPLOYMENT: summary.deployment_id or ""}
+    if summary.usage_status is not None:
+        headers[USAGE_STATUS] = summary.usage_status.value
+    return headers
+
+
+def receipt_view(summary: InvocationSummary) -> dict[str, Any]:
+    """The `model_router` object a response carries beside the surface's own fields (the
+    stream's final event and the whole body alike): which receipt, which deployment answered,
+    and whether the usage is the provider's figure or our estimate."""
+    return {
+        "receiptId": str(summary.invocation_id),
+        "deploymentId": summary.deployment_id,
+        "outcome": summary.outcome,
+        "usageStatus": summary.usage_status,
+        "fallbackUsed": summary.fallback_used,
+        # Which provider attempt answered (retries and fallbacks count), and whether its answer
+        # was held until complete: a held stream was never spliced from two attempts.
+        "providerAttempt": summary.provider_attempt,
+        "buffered": summary.buffered,
+    }
+
+
+async def first_event(running: Running) -> InvocationEvent:
+    """The first event: a receipt here means the call failed before any output (or a replay
+    of one that did), which every surface answers as a failure, not a stream."""
+    return await anext(running.events)
+
+
+def failed_early(first: InvocationEvent) -> InvocationSummary | None:
+    """The receipt of a call that ended without output and not Completed, else None."""
+    if isinstance(first, ReceiptReady) and first.summary.outcome is not InvocationOutcome.COMPLETED:
+        return first.summary
+    return None
+
+
+async def collect(
+    running: Running, first: InvocationEvent
+) -> tuple[Completion | None, InvocationSummary]:
+    """A chat invocation as one answer (live events folded, or the stored one) and its receipt."""
+    builder = CompletionBuilder()
+    item = first
+    while True:
+        if isinstance(item, ReceiptReady):
+            completion = builder.build() if builder.finished else None
+            return completion, item.summary
+        if isinstance(item, Replayed):
+            replayed = Completion.model_validate_json(item.output) if item.output else None
+            return replayed, await _receipt(running)
+        if isinstance(item, TextDelta | ToolCallDelta | Finish):
+            builder.add(item)
+        item = await anext(running.events)
+
+
+async def result(running: Running) -> tuple[Any, InvocationSummary]:
+    """An embed's or rerank's one result as JSON (live, or the stored one) and its receipt."""
+    found: Any = None
+    async for item in running.events:
+        if isinstance(item, ReceiptReady):
+            return found, item.summary
+        if isinstance(item, Replayed):
+            found = json.loads(item.output) if item.output else None
+        elif isinstance(item, EmbeddingResult | RerankResult):
+            found = item.model_dump(mode="json")
+    raise RuntimeError("the invocation ended without a receipt")
+
+
+async def _receipt(running: Running) -> InvocationSummary:
+    item = await anext(running.events)
+    if not isinstance(item, ReceiptReady):
+        raise RuntimeError("a replayed answer was not followed by its receipt")
+    return item.summary
+
+
+def replay_events(item: Replayed) -> list[TextDelta | ToolCallDelta | Finish]:
+    """A stored chat answer as the events that would have streamed it."""
+    if not item.output:
+        return []
+    done = Completion.model_validate_json(item.output)
+    events: list[TextDelta | ToolCallDelta | Finish] = []
+    if done.text:
+        events.append(TextDelta(text=done.text))
+    for i, c in enumerate(done.tool_calls):
+        events.append(ToolCallDelta(index=i, id=c.id, name=c.name, arguments_delta=c.arguments))
+    events.append(Finish(reason=done.finish_reason))
+    return events
+
+
+class StreamEvents(Protocol):
+    """A surface's wire events for one streamed invocation: `text` runs for nearly every chunk
+    (a text delta's text: the token path, kept lean by each surface), `add` for any output
+    event (a tool call's fragment, the finish, a replay's events); `end` and `fail` run once,
+    with the receipt."""
+
+    def start(self) -> bytes: ...
+    def text(self, text: str) -> bytes: ...
+    def add(self, event: TextDelta | ToolCallDelta | Finish) -> bytes: ...
+    async def end(self, summary: InvocationSummary) -> bytes: ...
+    async def fail(self, summary: InvocationSummary) -> bytes: ...
+
+
+async def relay(
+    running: Running, first: InvocationEvent, events: StreamEvents
+) -> AsyncIterator[bytes]:
+    """An invocation's events (live, or a replayed answer) in a surface's wire format, ending
+    with its receipt: `end` when it completed, `fail` (never a clean stop) otherwise."""
+    opening = events.start()
+    if opening:  # an empty chunk is not sent: some servers would take it for the end
+        yield opening
+    text, add = events.text, events.add
+    item = first
+    while True:
+        if type(item) is TextDelta:
+            yield text(item.text)  # the token path: one test, one call, as before relay
+        elif isinstance(item, ToolCallDelta | Finish):
+            yield add(item)
+        elif isinstance(item, Replayed):
+            for event in replay_events(item):
+                yield add(event)
+        elif isinstance(item, ReceiptReady):
+            if item.summary.outcome is InvocationOutcome.COMPLETED:
+                yield await events.end(item.summary)
+            else:
+                yield await events.fail(item.summary)
+            return
+        item = await anext(running.events)
+
+
+# One mapping for every surface (domain.failures): the caller's fault is a 400; a transient
+# failure — a candidate busy, down, timed out, a dropped connection or a stream cut before
+# output — is a 503 with Retry-After, whatever broke, since the caller's only question is whether
+# and when to come back; a permanent one on the provider's side (auth, quota, a model gone) is a
+# 502 without Retry-After.
+_STATUS = {FailureClass.CALLER: 400, FailureClass.TRANSIENT: 503, FailureClass.PERMANENT: 502}
+# Our side closed the call without an answer (the process holding it died, the sweeper found it
+# open past its budget, the gateway failed after the claim): the key is spent and the provider
+# may have billed, so the same key can only replay this. Never reported as a provider error.
+_SPENT = frozenset(c.value for c in GATEWAY_CLOSES)
+
+
+def failure_response(
+    request: Request, summary: InvocationSummary, retry_after: int
+) -> JSONResponse:
+    """A call that did not complete, as the surface's error (its envelope, by path prefix)."""
+    kind = summary.error_kind or "provider_error"
+    headers = {RECEIPT: str(summary.invocation_id), DEPLOYMENT: summary.deployment_id or ""}
+    if kind in _SPENT:
+        return _spent(request, summary, kind, headers)
+    failure = classify(kind)
+    status = _STATUS[failure]
+    if failure is FailureClass.TRANSIENT:
+        headers["Retry-After"] = str(retry_after)
+    message = f"model call failed: {kind}"
+    if summary.error_reason:
+        message = f"{message}: {summary.error_reason}"
+    return problem_response(
+        request,
+        status,
+        f"The model call failed ({kind}).",
+        headers=headers,
+        error={"message": message, "type": kind, "code": kind},
+        receiptId=str(summary.invocation_id),
+        reason=summary.error_reason,
+        closeReason=summary.close_reason or close_reason(summary.outcome, summary.error_kind),
+        errorClass=error_class(kind),
+    )
+
+
+def _spent(
+    request: Request, summary: InvocationSummary, reason: str, headers: dict[str, str]
+) -> JSONResponse:
+    receipt = str(summary.invocation_id)
+    return problem_response(
+        request,
+        409,
+        f"The invocation with this key was closed without an answer ({reason}); its usage "
+        "stays Unknown until reconciled. Retry with a new Idempotency-Key.",
+        type_="https://model-router.dev/problems/invocation-closed",
+        # The SDKs retry 409s by default; retrying this key can only replay this answer.
+        headers={**headers, "x-should-retry": "false"},
+        error={"message": f"invocation closed: {reason}", "type": reason, "code": reason},
+        receiptId=receipt,
+        closeReason=reason,
+        errorClass="permanent",
+    )
