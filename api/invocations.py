@@ -550,6 +550,7 @@ def summary_of(row: InvocationReceiptRow) -> InvocationSummary:
         provider_request_id=row.provider_request_id,
         fallback_used=bool(row.fallback_used),
         buffered=bool(row.buffered),
+        provider_attempt=row.provider_attempt,
         # The stored reason is all a replay knows of the failure: it answers with it, so a
         # call our side lost is never reported as the provider's error.
         error_kind=row.close_reason if row.outcome is not InvocationOutcome.COMPLETED else None,

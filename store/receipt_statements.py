@@ -135,6 +135,7 @@ class ReceiptStatements:
             "output_artifact_ref": summary.output_artifact_ref,
             "provider_request_id": summary.provider_request_id,
             "fallback_used": summary.fallback_used,
+            "provider_attempt": summary.provider_attempt,
             "close_reason": close_reason(outcome, summary.error_kind).value,
             "ended_at": datetime.now(UTC),
         }

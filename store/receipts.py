@@ -111,6 +111,7 @@ async def finalize(
         row.output_artifact_ref = summary.output_artifact_ref
         row.provider_request_id = summary.provider_request_id
         row.fallback_used = summary.fallback_used
+        row.provider_attempt = summary.provider_attempt
         row.close_reason = close_reason(row.outcome, summary.error_kind).value
         row.ended_at = datetime.now(UTC)
         outbox = OutboxRepository(session, tenant_id)
