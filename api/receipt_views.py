@@ -1,10 +1,9 @@
 """The receipt as every surface shows it: the spec's InvocationReceipt fields in camelCase
-(plus cachedInputTokens, timeToFirstTokenMs, providerRequestId and buffered), timestamps RFC
-3339 with a zone. `/factory/runs/{runId}/model-receipts` lists them; `/gateway/*` answers with
-the same receipt, read back once it is final, plus what only the call itself knows (why it
-failed, what a fallback replaced, which provider attempt answered). Its fields are the receipt
-mapping's shown ones (`domain/receipt_fields.SHOWN`; tests/test_receipt_fields.py holds them
-equal)."""
+(plus cachedInputTokens, timeToFirstTokenMs, providerRequestId, buffered and providerAttempt),
+timestamps RFC 3339 with a zone. `/factory/runs/{runId}/model-receipts` lists them;
+`/gateway/*` answers with the same receipt, read back once it is final, plus what only the call
+itself knows (why it failed, what a fallback replaced). Its fields are the receipt mapping's
+shown ones (`domain/receipt_fields.SHOWN`; tests/test_receipt_fields.py holds them equal)."""
 
 from __future__ import annotations
 
@@ -53,8 +52,10 @@ class Receipt(BaseModel):
     provider_request_id: str | None
     started_at: datetime
     ended_at: datetime | None
-    # Beyond the spec: the answer was held until complete (never Partial), issue 20.
+    # Beyond the spec: the answer was held until complete (never Partial), issue 20, and which
+    # provider attempt answered, counting retries and fallbacks from 1 (null: none was made).
     buffered: bool = False
+    provider_attempt: int | None = None
 
 
 class CallReceipt(Receipt):
@@ -64,8 +65,6 @@ class CallReceipt(Receipt):
     error_reason: str | None = Field(default=None, description="the provider's words, no content")
     fallback_from: str | None = None
     fallback_reason: str | None = None
-    # Which provider attempt answered, counting retries and fallbacks from 1.
-    provider_attempt: int | None = None
 
 
 def call_receipt(row: InvocationReceiptRow, summary: InvocationSummary) -> CallReceipt:
@@ -76,5 +75,4 @@ def call_receipt(row: InvocationReceiptRow, summary: InvocationSummary) -> CallR
         error_reason=summary.error_reason,
         fallback_from=summary.fallback_from,
         fallback_reason=summary.fallback_reason,
-        provider_attempt=summary.provider_attempt,
     )

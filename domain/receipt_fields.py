@@ -80,6 +80,8 @@ FIELDS: dict[str, Field] = {
     "close_reason": Field(X, replayed=True, event=False, shown=False),
     # The answer was held until complete (domain.buffering), known at the claim: issue 20.
     "buffered": Field(C, replayed=True, event=False, shown=True),
+    # Which provider attempt answered (retries and fallbacks count from 1), at the close.
+    "provider_attempt": Field(X, replayed=True, event=False, shown=True),
 }
 del C, X, S
 

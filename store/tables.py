@@ -218,6 +218,8 @@ class InvocationReceiptRow(SQLModel, table=True):
     close_reason: str | None = Field(default=None, max_length=40)
     # The answer was held until complete (domain.buffering): set at the claim.
     buffered: bool = Field(default=False, sa_column_kwargs={"server_default": sa.false()})
+    # Which provider attempt answered (1, 2, … over retries and fallbacks): set at the close.
+    provider_attempt: int | None = None
 
 
 class OutboxEventRow(SQLModel, table=True):

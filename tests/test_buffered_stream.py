@@ -150,7 +150,8 @@ async def test_a_cut_on_a_batch_profile_is_retried_and_the_caller_gets_it_whole(
     assert (row.outcome, row.deployment_id, row.fallback_used) == ("Completed", "bs/a", False)
     assert row.buffered is True and row.usage_status == "Reported"
     assert metrics.attempts_abandoned.value(labels) == abandoned + 1
-    # A replay of the key reads the receipt back: still buffered, nothing called.
+    assert row.provider_attempt == 2
+    # A replay of the key reads the receipt back: the same attempt, buffered, nothing called.
     seen = Seen(upstream)
     again = await sdk.chat.completions.create(
         model="bs-batch",
@@ -159,7 +160,8 @@ async def test_a_cut_on_a_batch_profile_is_retried_and_the_caller_gets_it_whole(
         extra_headers={"Idempotency-Key": got.key},
     )
     last = [chunk async for chunk in again][-1]
-    assert (last.model_extra or {})["model_router"]["buffered"] is True and seen() == (0, 0)
+    replayed = (last.model_extra or {})["model_router"]
+    assert (replayed["buffered"], replayed["providerAttempt"]) == (True, 2) and seen() == (0, 0)
 
 
 @pytest.mark.parametrize(

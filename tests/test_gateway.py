@@ -102,7 +102,6 @@ async def test_invoke_json_and_sse_end_with_the_receipt(
         "errorReason",
         "fallbackFrom",
         "fallbackReason",
-        "providerAttempt",  # what only the call knows: which provider attempt answered
     }
     assert receipt["startedAt"].endswith("Z") and receipt["endedAt"].endswith("Z")
 

@@ -119,7 +119,7 @@ async def _round_trip(url: str) -> None:
         assert expected <= cols[table], f"{table} lacks {expected - cols[table]}"
     assert ("tenant_id", "run_id", "profile_id") in uniques["route_plans"]
     assert ("tenant_id", "idempotency_key") in uniques["invocation_receipts"]
-    assert "buffered" in cols["invocation_receipts"]  # 0007, issue 20
+    assert {"buffered", "provider_attempt"} <= cols["invocation_receipts"]  # 0007, issue 20
 
     await asyncio.to_thread(downgrade, url, "base")
     cols, _ = await _schema(url)
