@@ -3,8 +3,8 @@
 The receipt is claimed here with one statement, the workflow is started eagerly, and the
 provider call begins at once in this process (held in the hub) without waiting for the workflow
 task; the workflow's local activity adopts it and closes the receipt. Events come back through
-memory. A keyed request that was seen
-before replays its receipt and stored output; one still running is waited for.
+memory. A keyed request that was seen before replays its receipt and stored output; one still
+running is waited for. The route comes from routing.routes; a refusal is mapped to its problem.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import logging
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -25,6 +25,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 
 from activities.invoke import InvokeActivities, not_claimed
 from activities.invoke_hub import Attach, InvocationHub, ReceiptReady
+from api.budget import admit
 from api.come_back import ComeBack
 from api.problems import Problem
 from api.refusals import problem_of
@@ -33,7 +34,7 @@ from api.temporal_gate import TemporalGate
 from core import metrics
 from core.security import Principal
 from domain.enums import InvocationOutcome
-from domain.hashing import canonical_json, request_hash
+from domain.hashing import request_hash
 from domain.invocation import (
     Disposition,
     InvocationInput,
@@ -43,10 +44,9 @@ from domain.invocation import (
 )
 from domain.planner import PlanRequest
 from domain.policy import DataClassification
-from domain.pricing import worst_case_cost_usd
-from routing.refusals import NoneAvailable, PolicyDenied, Refusal
+from routing.refusals import PolicyDenied, Refusal
 from routing.routes import Routes
-from store import pricebook, receipts
+from store import receipts
 from store.artifacts import ArtifactStore
 from store.tables import InvocationReceiptRow
 from workflows.invoke import InvokeModelWorkflow
@@ -145,10 +145,15 @@ class Invocations:
             seen = await self._seen(tenant, key)
             if seen is not None:
                 return self._replay_or_wait(tenant, key, hash_, seen)
+        needs = PlanRequest(
+            tenant_id=tenant,
+            data_classification=call.data_classification,
+            needs_tools=call.needs_tools,
+            needs_structured_output=call.needs_structured_output,
+            budget_applies=call.budget_usd is not None,
+        )
         try:
-            route = await self._routes.route(
-                _needs(tenant, call), call.profile_id, call.run_id, call.operation
-            )
+            route = await self._routes.route(needs, call.profile_id, call.run_id, call.operation)
         except Refusal as refused:
             if isinstance(refused, PolicyDenied):
                 metrics.denials.add(1, {"tenant": tenant, "reason": refused.reason})
@@ -156,7 +161,8 @@ class Invocations:
             seen = await self._seen(tenant, key)
             if seen is not None:
                 return self._replay_or_wait(tenant, key, hash_, seen)
-            raise self._problem(tenant, refused, call) from None
+            wait = partial(self._come_back.none_routable, tenant)
+            raise problem_of(refused, wait, call.profile_field) from None
         targets = route.targets
         data = InvocationInput(
             invocation_id=invocation_id(tenant, key),
@@ -183,7 +189,7 @@ class Invocations:
             primary_passed_over=route.primary_passed_over,
         )
         if call.budget_usd is not None:
-            await self._admit(data, call)
+            await admit(self._sessions, data, call.payload, call.budget_usd, call.max_output_tokens)
         self._gate.check()  # known unreachable: refused before anything is held or claimed
         statements = self._activities.statements
         # The claim: one statement that also tells a used key (read only then).
@@ -230,12 +236,6 @@ class Invocations:
             tuple(t.deployment_id for t in targets),
             pending,
         )
-
-    def _problem(self, tenant: str, refused: Refusal, call: Call) -> Problem:
-        def wait(none: NoneAvailable) -> int:
-            return self._come_back.none_routable(tenant, none.waiting_on)
-
-        return problem_of(refused, wait, call.profile_field)
 
     async def _seen(self, tenant: str, key: str) -> InvocationReceiptRow | None:
         async with self._sessions() as session:
@@ -353,52 +353,6 @@ class Invocations:
                 return row
             await asyncio.sleep(0.05)
         raise Problem(503, "The invocation with this key has not finished; retry shortly.")
-
-    async def _admit(self, data: InvocationInput, call: Call) -> None:
-        assert call.budget_usd is not None
-        target = data.targets[0]
-        async with self._sessions() as session:
-            book = await pricebook.load(session, data.tenant_id, data.pricing_revision)
-        price = (
-            book.price_for(target.provider, target.model, datetime.now(UTC).date())
-            if book
-            else None
-        )
-        if price is None:
-            reason = "no-price"
-            detail = f"{target.deployment_id} has no price in revision {data.pricing_revision}"
-        else:
-            worst = worst_case_cost_usd(
-                price,
-                input_tokens_estimate=max(1, len(canonical_json(call.payload)) // 4),
-                max_output_tokens=call.max_output_tokens or 4096,
-            )
-            if worst <= call.budget_usd:
-                return
-            reason, detail = (
-                "over-budget",
-                f"worst case {worst:.6f} USD exceeds {call.budget_usd} USD",
-            )
-        summary = await receipts.deny(self._sessions, data, reason)
-        metrics.denials.add(1, {"tenant": data.tenant_id, "reason": reason})
-        raise Problem(
-            402,
-            f"Denied: {detail}.",
-            type_="https://model-router.dev/problems/budget",
-            reason=reason,
-            receiptId=str(summary.invocation_id),
-            headers={"X-Model-Router-Receipt-Id": str(summary.invocation_id)},
-        )
-
-
-def _needs(tenant: str, call: Call) -> PlanRequest:
-    return PlanRequest(
-        tenant_id=tenant,
-        data_classification=call.data_classification,
-        needs_tools=call.needs_tools,
-        needs_structured_output=call.needs_structured_output,
-        budget_applies=call.budget_usd is not None,
-    )
 
 
 @dataclass(frozen=True)

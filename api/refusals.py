@@ -14,11 +14,12 @@ from routing.refusals import NoneAvailable, PolicyDenied, Refusal, UnknownProfil
 
 def problem_of(
     refused: Refusal,
-    retry_after: Callable[[NoneAvailable], int],
+    retry_after: Callable[[list[str]], int],
     profile_field: str = "profileId",
 ) -> Problem:
-    """`retry_after` says how long a caller told none is available waits; `profile_field` is
-    where the surface takes the profile id (named by a modality mismatch)."""
+    """`retry_after` says how long a caller told none is available waits for the deployments
+    it waits on; `profile_field` is where the surface takes the profile id (named by a
+    modality mismatch)."""
     if isinstance(refused, UnknownProfile):
         return unknown_profile(refused)
     if isinstance(refused, WrongModality):
@@ -30,7 +31,7 @@ def problem_of(
             503,
             f"No candidate of profile {refused.profile_id!r} is available "
             "(none approved and healthy under this plan).",
-            headers={"Retry-After": str(retry_after(refused))},
+            headers={"Retry-After": str(retry_after(refused.waiting_on))},
             errorClass="transient",
         )
     raise TypeError(f"no problem for {type(refused).__name__}")

@@ -20,7 +20,7 @@ from domain.planner import PlanRequest
 from domain.policy import DataClassification, TenantPolicy
 from domain.route_plan import RoutePlanResult
 from domain.scoring import Weights
-from routing.refusals import NoneAvailable, Refusal
+from routing.refusals import Refusal
 from store import routing_settings
 from store.catalog_loader import load_policy, load_weights
 from store.db import transaction
@@ -105,16 +105,16 @@ async def resolve(
             body.plan_request(tenant), body.profile_id, body.run_id
         )
     except Refusal as refused:
-        raise problem_of(refused, lambda none: _come_back(runtime, tenant, none)) from None
+        raise problem_of(refused, lambda ids: _come_back(runtime, tenant, ids)) from None
     response.status_code = 201 if created else 200
     return RoutePlanView.model_validate(row, from_attributes=True)
 
 
-def _come_back(runtime: Runtime, tenant: str, none: NoneAvailable) -> int:
+def _come_back(runtime: Runtime, tenant: str, waiting_on: list[str]) -> int:
     come_back = runtime.invoke.come_back
     if come_back is None:  # Temporal not reached yet: no breakers to ask
         return runtime.settings.invoke_unavailable_retry_after_max_seconds
-    return come_back.none_routable(tenant, none.waiting_on)
+    return come_back.none_routable(tenant, waiting_on)
 
 
 @router.get("/factory/tenant-policy", response_model=TenantPolicy, operation_id="GetTenantPolicy")
