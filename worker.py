@@ -20,13 +20,13 @@ from activities.invoke_setup import provider_timeouts
 from activities.lifecycle import LifecycleActivities
 from activities.probes import ProbeActivities
 from activities.reconciliation import ReconciliationActivities
+from activities.secret_policy import endpoint_broker
 from activities.sweeper import SweeperActivities
 from activities.webhooks import WebhookActivities
 from core import metrics, tracing
 from core.logging import configure_logging
 from core.metrics_server import MetricsServer
 from core.schedules import ensure_schedules
-from activities.secret_policy import endpoint_broker
 from core.settings import Settings, get_settings
 from core.temporal import connect
 from providers.secrets import default_broker
