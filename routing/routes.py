@@ -55,7 +55,7 @@ class Routes:
         self, sessions: async_sessionmaker[AsyncSession], snapshots: SnapshotCache
     ) -> None:
         self._sessions = sessions
-        self.snapshots = snapshots
+        self._snapshots = snapshots
         self._plans: OrderedDict[tuple[str, uuid.UUID, str], RoutePlanRow] = OrderedDict()
 
     async def pin(
@@ -63,7 +63,7 @@ class Routes:
     ) -> tuple[RoutePlanRow, bool]:
         """The run's plan for the profile (and whether this call created it), resolved once;
         an empty decision is not pinned but refused (PolicyDenied or NoneAvailable)."""
-        view = await self.snapshots.view(needs.tenant_id)
+        view = await self._snapshots.view(needs.tenant_id)
 
         async def decide_now() -> RoutePlanResult:
             return view.decide(view.current_profile(profile_id), needs)
@@ -88,7 +88,7 @@ class Routes:
         tenant = needs.tenant_id
         # The catalog at its current version, read once: profiles, deployments and the
         # planner's inputs come from it, with no further reads on this path.
-        view = await self.snapshots.view(tenant)
+        view = await self._snapshots.view(tenant)
         # The plan this call decided, if it decided one (a call on a run's plan does not).
         decided: list[RoutePlanResult] = []
 
