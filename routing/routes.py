@@ -58,19 +58,24 @@ class Routes:
         self._snapshots = snapshots
         self._plans: OrderedDict[tuple[str, uuid.UUID, str], RoutePlanRow] = OrderedDict()
 
+    async def decide(self, needs: PlanRequest, profile_id: str) -> RoutePlanResult:
+        """The decision for the profile's newest active version now, pinned nowhere: the
+        route-plan preview, and what ResolveRoutePlan pins."""
+        view = await self._snapshots.view(needs.tenant_id)
+        return view.decide(view.current_profile(profile_id), needs)
+
     async def pin(
         self, needs: PlanRequest, profile_id: str, run_id: uuid.UUID
     ) -> tuple[RoutePlanRow, bool]:
         """The run's plan for the profile (and whether this call created it), resolved once;
         an empty decision is not pinned but refused (PolicyDenied or NoneAvailable)."""
-        view = await self._snapshots.view(needs.tenant_id)
-
-        async def decide_now() -> RoutePlanResult:
-            return view.decide(view.current_profile(profile_id), needs)
-
         try:
             return await route_plans.resolve_once(
-                self._sessions, needs.tenant_id, run_id, profile_id, decide_now
+                self._sessions,
+                needs.tenant_id,
+                run_id,
+                profile_id,
+                lambda: self.decide(needs, profile_id),
             )
         except route_plans.NothingToPin as empty:
             # Nothing is pinned: the run asks again once the policy or the catalog allows.

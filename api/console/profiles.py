@@ -126,11 +126,8 @@ async def preview(
         return await _preview_page(
             request, operator, runtime, None, form, error=_first_error(exc), status=422
         )
-    view = await runtime.snapshots.view(operator.tenant_id)
     try:
-        result = view.decide(
-            view.current_profile(profile_id), needs.plan_request(operator.tenant_id)
-        )
+        result = await runtime.routes.decide(needs.plan_request(operator.tenant_id), profile_id)
     except UnknownProfile as unknown:
         problem = unknown_profile(unknown)
         return await _preview_page(

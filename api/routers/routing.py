@@ -85,9 +85,8 @@ async def preview(
     runtime: RuntimeDep,
     body: Needs | None = None,
 ) -> RoutePlanResult:
-    view = await runtime.snapshots.view(principal.tenant_id)
     needs = body or Needs()
-    return view.decide(view.current_profile(profileId), needs.plan_request(principal.tenant_id))
+    return await runtime.routes.decide(needs.plan_request(principal.tenant_id), profileId)
 
 
 @router.post(
