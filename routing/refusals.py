@@ -6,7 +6,7 @@ code declares in domain.exclusions, so a new code carries its meaning here unedi
 from __future__ import annotations
 
 from domain.enums import Modality
-from domain.exclusions import ExclusionCode, Meaning
+from domain.exclusions import DENIES, SELF_CLEARING, ExclusionCode, Meaning
 from domain.route_plan import Exclusion, RoutePlanResult
 
 
@@ -67,7 +67,7 @@ class NoneAvailable(Refusal):
 
 def self_clearing(plan: RoutePlanResult) -> bool:
     """Something that lifts without anyone acting keeps a candidate out of this plan."""
-    return any(e.code.meaning is Meaning.SELF_CLEARING for e in plan.excluded)
+    return any(e.code in SELF_CLEARING for e in plan.excluded)
 
 
 def unhealthy_ids(plan: RoutePlanResult) -> list[str]:
@@ -81,7 +81,7 @@ def policy_denial(plan: RoutePlanResult) -> PolicyDenied | None:
     the transient "no candidate available" answer is the right one."""
     if plan.candidates:
         return None
-    refused = [e for e in plan.excluded if e.code.meaning.denies]
+    refused = [e for e in plan.excluded if e.code in DENIES]
     if not refused or self_clearing(plan):
         return None
     return PolicyDenied(plan, refused)
