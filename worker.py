@@ -20,13 +20,13 @@ from activities.invoke_setup import provider_timeouts
 from activities.lifecycle import LifecycleActivities
 from activities.probes import ProbeActivities
 from activities.reconciliation import ReconciliationActivities
+from activities.secret_policy import endpoint_broker
 from activities.sweeper import SweeperActivities
 from activities.webhooks import WebhookActivities
 from core import metrics, tracing
 from core.logging import configure_logging
 from core.metrics_server import MetricsServer
 from core.schedules import ensure_schedules
-from core.secret_policy import endpoint_broker
 from core.settings import Settings, get_settings
 from core.temporal import connect
 from providers.secrets import default_broker
@@ -62,7 +62,7 @@ def build_worker(
     # Webhook receivers are third parties: never follow their redirects.
     webhooks = WebhookActivities(sessions, http or httpx.AsyncClient(follow_redirects=False))
     # Statement admin keys are the operator's settings; deployments' endpointRefs are bounded
-    # by the allow-list (core/secret_policy.py).
+    # by the allow-list (activities/secret_policy.py).
     broker = default_broker(allow_upstream=settings.allow_upstream_endpoints)
     endpoints = endpoint_broker(settings)
     probes = ProbeActivities(sessions, client, endpoints)

@@ -9,7 +9,7 @@ from activities.adapter_pool import AdapterPool
 from activities.invoke import InvokeActivities
 from activities.invoke_hub import InvocationHub
 from activities.resilience import Resilience
-from core.secret_policy import endpoint_broker
+from activities.secret_policy import endpoint_broker
 from core.settings import Settings
 from providers.types import ProviderTimeouts
 from store.artifacts import ArtifactStore

@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from temporalio.client import Client
 
-from api import console, problems
+from api import console, problems, refusals
 from api.limits import LimitsMiddleware
 from api.middleware import RequestIdMiddleware
 from api.routers import (
@@ -80,6 +80,7 @@ def create_app(settings: Settings | None = None, temporal_client: Client | None 
     # Outermost: the server span covers everything, and the request id is known when it ends.
     app.add_middleware(TracingMiddleware)
     problems.install(app)
+    refusals.install(app)
     app.state.error_envelopes = dict([messages.ENVELOPE, responses.ENVELOPE])
     if settings.metrics_enabled or settings.otlp_metrics_endpoint:
         app.state.metrics_registry = instruments.configure_exporters(

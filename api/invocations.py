@@ -3,8 +3,8 @@
 The receipt is claimed here with one statement, the workflow is started eagerly, and the
 provider call begins at once in this process (held in the hub) without waiting for the workflow
 task; the workflow's local activity adopts it and closes the receipt. Events come back through
-memory. A keyed request that was seen
-before replays its receipt and stored output; one still running is waited for.
+memory. A keyed request that was seen before replays its receipt and stored output; one still
+running is waited for. The route comes from routing.routes; a refusal is mapped to its problem.
 """
 
 from __future__ import annotations
@@ -13,46 +13,43 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 
 from activities.invoke import InvokeActivities, not_claimed
 from activities.invoke_hub import Attach, HubEvent, InvocationHub, PendingCall, ReceiptReady
+from api.budget import admit
 from api.come_back import ComeBack
 from api.invocation_events import InvocationEvent, Replayed
 from api.problems import Problem
-from api.route_targets import chain_targets
-from api.routing import none_available, policy_denial, unhealthy_ids
+from api.refusals import problem_of
 from api.runtime_types import InvokeConfig
 from api.temporal_gate import TemporalGate
 from core import metrics
 from core.security import Principal
-from domain import modality
 from domain.buffering import holds_answer
-from domain.hashing import canonical_json, request_hash
+from domain.hashing import request_hash
 from domain.invocation import (
     Disposition,
     InvocationInput,
     InvocationSummary,
     Operation,
-    Target,
     invocation_id,
 )
 from domain.planner import PlanRequest
 from domain.policy import DataClassification
-from domain.pricing import worst_case_cost_usd
-from domain.profiles import ModelProfile
-from domain.route_plan import PlanConstraints, RoutePlanResult
-from store import pricebook, receipts, route_plans
+from routing.refusals import PolicyDenied, Refusal
+from routing.routes import Routes
+from store import receipts
 from store.artifacts import ArtifactStore
-from store.tables import InvocationReceiptRow, RoutePlanRow
+from store.tables import InvocationReceiptRow
 from workflows.invoke import InvokeModelWorkflow
 
 log = logging.getLogger("model_router.api")
@@ -64,8 +61,6 @@ log = logging.getLogger("model_router.api")
 QUIET_SECONDS = 2.0
 # How long a call begun here stays in the hub for its activity after the caller left.
 ADOPT_GRACE_SECONDS = 30.0
-# Resolved run plans this process keeps (oldest dropped first): a few hundred bytes each.
-PINNED_PLANS = 10_000
 
 
 @dataclass
@@ -127,20 +122,21 @@ class Invocations:
         config: InvokeConfig,
         hub: InvocationHub,
         artifacts: ArtifactStore,
-        runtime: Any,
+        sessions: async_sessionmaker[AsyncSession],
+        routes: Routes,
         come_back: ComeBack,
         gate: TemporalGate,
         activities: InvokeActivities,
     ) -> None:
         self._activities = activities
-        self._plans: OrderedDict[tuple[str, uuid.UUID, str], RoutePlanRow] = OrderedDict()
+        self._sessions = sessions
+        self._routes = routes
         self._gate = gate
         self._come_back = come_back
         self._client = client
         self._config = config
         self._hub = hub
         self._artifacts = artifacts
-        self._runtime = runtime
 
     async def start(self, principal: Principal, call: Call) -> Running:
         tenant = principal.tenant_id
@@ -153,14 +149,25 @@ class Invocations:
             seen = await self._seen(tenant, key)
             if seen is not None:
                 return self._replay_or_wait(tenant, key, hash_, seen)
+        needs = PlanRequest(
+            tenant_id=tenant,
+            data_classification=call.data_classification,
+            needs_tools=call.needs_tools,
+            needs_structured_output=call.needs_structured_output,
+            budget_applies=call.budget_usd is not None,
+        )
         try:
-            targets, plan_id, decision_id, pricing, rules = await self._route(principal, call)
-        except Problem:
+            route = await self._routes.route(needs, call.profile_id, call.run_id, call.operation)
+        except Refusal as refused:
+            if isinstance(refused, PolicyDenied):
+                metrics.denials.add(1, {"tenant": tenant, "reason": refused.reason})
             # A key used before replays its receipt, whatever the catalog says now.
             seen = await self._seen(tenant, key)
             if seen is not None:
                 return self._replay_or_wait(tenant, key, hash_, seen)
-            raise
+            wait = partial(self._come_back.none_routable, tenant)
+            raise problem_of(refused, wait, call.profile_field) from None
+        targets = route.targets
         data = InvocationInput(
             invocation_id=invocation_id(tenant, key),
             tenant_id=tenant,
@@ -168,21 +175,37 @@ class Invocations:
             run_id=call.run_id,
             attempt_id=call.attempt_id,
             profile_id=call.profile_id,
-            route_plan_id=plan_id,
-            policy_decision_id=decision_id,
+            route_plan_id=route.route_plan_id,
+            policy_decision_id=route.policy_decision_id,
             idempotency_key=key,
             request_hash=hash_,
             operation=call.operation,
             targets=targets,
-            pricing_revision=pricing,
+            pricing_revision=route.pricing_revision,
             caller_token="",
             caller_queue=self._config.caller_queue,
             timeout_seconds=self._config.timeout_seconds,
             data_classification=call.data_classification.value,
-            **rules,
+            buffered=holds_answer(
+                call.operation,
+                whole=call.buffered,
+                requested=call.buffer_stream,
+                latency_class=route.latency_class,
+            ),
+            fallback_enabled=route.fallback_enabled,
+            allowed_privacy_classes=route.allowed_privacy_classes,
+            primary_deployment_id=route.primary_deployment_id,
+            primary_passed_over=route.primary_passed_over,
         )
         if call.budget_usd is not None:
-            await self._admit(data, call)
+            await admit(
+                self._sessions,
+                self._activities.statements,
+                data,
+                call.payload,
+                call.budget_usd,
+                call.max_output_tokens,
+            )
         self._gate.check()  # known unreachable: refused before anything is held or claimed
         statements = self._activities.statements
         # The claim: one statement that also tells a used key (read only then).
@@ -230,15 +253,8 @@ class Invocations:
             pending,
         )
 
-    def _remember(self, pinned: tuple[str, uuid.UUID, str], row: RoutePlanRow) -> None:
-        # A pinned plan never changes (store/route_plans.py): the run's later calls on this
-        # process read it from memory, so a call on a resolved run costs no extra round trip.
-        self._plans[pinned] = row
-        if len(self._plans) > PINNED_PLANS:
-            self._plans.popitem(last=False)
-
     async def _seen(self, tenant: str, key: str) -> InvocationReceiptRow | None:
-        async with self._runtime.sessions() as session:
+        async with self._sessions() as session:
             return await receipts.by_key(session, tenant, key)
 
     def retry_after(self, principal: Principal, running: Running) -> int:
@@ -347,169 +363,12 @@ class Invocations:
         with contextlib.suppress(Exception):
             await handle.result()
         for _ in range(100):
-            async with self._runtime.sessions() as session:
+            async with self._sessions() as session:
                 row = await receipts.by_key(session, tenant, key)
             if row is not None and row.ended_at is not None:
                 return row
             await asyncio.sleep(0.05)
         raise Problem(503, "The invocation with this key has not finished; retry shortly.")
-
-    async def _admit(self, data: InvocationInput, call: Call) -> None:
-        assert call.budget_usd is not None
-        target = data.targets[0]
-        async with self._runtime.sessions() as session:
-            book = await pricebook.load(session, data.tenant_id, data.pricing_revision)
-        price = (
-            book.price_for(target.provider, target.model, datetime.now(UTC).date())
-            if book
-            else None
-        )
-        if price is None:
-            reason = "no-price"
-            detail = f"{target.deployment_id} has no price in revision {data.pricing_revision}"
-        else:
-            worst = worst_case_cost_usd(
-                price,
-                input_tokens_estimate=max(1, len(canonical_json(call.payload)) // 4),
-                max_output_tokens=call.max_output_tokens or 4096,
-            )
-            if worst <= call.budget_usd:
-                return
-            reason, detail = (
-                "over-budget",
-                f"worst case {worst:.6f} USD exceeds {call.budget_usd} USD",
-            )
-        summary = await self._activities.statements.deny(data, reason)
-        metrics.denials.add(1, {"tenant": data.tenant_id, "reason": reason})
-        raise Problem(
-            402,
-            f"Denied: {detail}.",
-            type_="https://model-router.dev/problems/budget",
-            reason=reason,
-            receiptId=str(summary.invocation_id),
-            headers={"X-Model-Router-Receipt-Id": str(summary.invocation_id)},
-        )
-
-    async def _route(
-        self, principal: Principal, call: Call
-    ) -> tuple[list[Target], uuid.UUID | None, uuid.UUID, str, dict[str, Any]]:
-        tenant = principal.tenant_id
-        needs = PlanRequest(
-            tenant_id=tenant,
-            data_classification=call.data_classification,
-            needs_tools=call.needs_tools,
-            needs_structured_output=call.needs_structured_output,
-            budget_applies=call.budget_usd is not None,
-        )
-        # The catalog at its current version, read once: profiles, deployments and the
-        # planner's inputs come from it, with no further reads on this path.
-        view = await self._runtime.snapshots.view(tenant)
-        # The plan this call decided, if it decided one (a call on a run's plan does not).
-        decided: list[RoutePlanResult] = []
-
-        async def decide_now() -> RoutePlanResult:
-            current = view.current_profile(call.profile_id)
-            _check_modality(current, call)  # before a plan is pinned for the wrong kind of call
-            decided.append(view.decide(current, needs))
-            return decided[0]
-
-        row = None
-        if call.run_id is not None:
-            pinned = (tenant, call.run_id, call.profile_id)
-            row = self._plans.get(pinned)
-            if row is None:
-                # An empty route is not pinned (the run decides again next call): then this
-                # call goes on with the decision just made, as a call without a run would.
-                with contextlib.suppress(route_plans.NothingToPin):
-                    row, _ = await route_plans.resolve_once(
-                        self._runtime.sessions, tenant, call.run_id, call.profile_id, decide_now
-                    )
-                if row is not None:
-                    self._remember(pinned, row)
-        if row is not None:
-            version, plan_id, candidates = row.profile_version, row.route_plan_id, row.candidates
-            constraints = PlanConstraints.model_validate(row.constraints)
-            decision_id = row.policy_decision_id or uuid.uuid4()
-        else:
-            plan = decided[0] if decided else await decide_now()
-            version, plan_id, candidates = plan.profile_version, None, plan.candidate_ids
-            constraints, decision_id = plan.constraints, plan.policy_decision_id
-        # The version the route was planned with. A run's plan fixes it, retired or superseded
-        # since: the fallback rules and price basis of every attempt are the ones it began with.
-        profile = view.profile_at(call.profile_id, version)
-        _check_modality(profile, call)
-        targets = view.targets(candidates, profile.embedding_compatibility, profile.modality)
-        targets += chain_targets(view, profile, needs, constraints, set(candidates))
-        if not targets and not candidates:
-            # The plan stores no exclusions: a pinned empty plan (ResolveRoutePlan pinned them
-            # before empty routes stopped being pinned) is explained by deciding again with its
-            # version; the plan itself does not change.
-            if not decided:
-                decided.append(view.decide(profile, needs))
-            denied = policy_denial(decided[0])
-            if denied is not None:
-                reason = denied.extensions["reason"]
-                metrics.denials.add(1, {"tenant": tenant, "reason": reason})
-                raise denied
-        if not targets:
-            # A plan decided now leaves Degraded deployments out; they may be back soonest.
-            unhealthy = [d for p in decided for d in unhealthy_ids(p)]
-            wait = self._come_back.none_routable(tenant, [*candidates, *unhealthy])
-            raise none_available(call.profile_id, wait)
-        # The plan's first candidate: a pinned plan's, or whom a decision made now would have
-        # put first without the outage. Anyone else answering is a fallback, with the reason
-        # this one was passed over before anything was called.
-        if row is not None:
-            primary = candidates[0] if candidates else ""
-        else:
-            primary = view.primary(decided[0], profile, needs)
-        skipped = None
-        if targets[0].deployment_id != primary:
-            skipped = view.passed_over(None if row else decided[0], primary) if primary else None
-            skipped = skipped or "no_candidate"
-        rules = {
-            "fallback_enabled": profile.fallback_enabled,
-            "allowed_privacy_classes": [c.value for c in constraints.allowed_privacy_classes],
-            "primary_deployment_id": primary or (profile.allowed_deployments or [""])[0],
-            "primary_passed_over": skipped,
-            "buffered": holds_answer(
-                call.operation,
-                whole=call.buffered,
-                requested=call.buffer_stream,
-                latency_class=profile.latency_class,
-            ),
-        }
-        return targets, plan_id, decision_id, profile.price_basis, rules
-
-
-def _check_modality(profile: ModelProfile, call: Call) -> None:
-    """A call on a profile of another modality is the caller's mistake: refused before any
-    route, adapter or receipt, naming the field that carries the profile id."""
-    needed = modality.mismatch(profile.modality, call.operation)
-    if needed is None:
-        return
-    field = call.profile_field
-    message = (
-        f"profile {profile.profile_id!r} is a {profile.modality.value} profile; "
-        f"this endpoint needs a {needed.value} profile"
-    )
-    raise Problem(
-        400,
-        f"The {field.removeprefix('body.')} {profile.profile_id!r} names a "
-        f"{profile.modality.value} profile; this operation needs a {needed.value} profile.",
-        type_="https://model-router.dev/problems/modality-mismatch",
-        field=field,
-        modality=profile.modality.value,
-        requiredModality=needed.value,
-        errors=[{"field": field, "message": message}],
-        # The OpenAI SDK reads its error envelope: the same words, under `error`.
-        error={
-            "message": message,
-            "type": "invalid_request_error",
-            "param": field.removeprefix("body."),
-            "code": "modality_mismatch",
-        },
-    )
 
 
 async def _refused(summary: InvocationSummary) -> AsyncIterator[InvocationEvent]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
@@ -17,12 +16,13 @@ from activities.adapter_pool import AdapterPool
 from activities.breaker_recovery import BreakerRecovery
 from activities.invoke_hub import InvocationHub
 from activities.invoke_setup import INVOKE_WORKFLOW_RUNNER, invoke_activities
+from activities.secret_policy import endpoint_broker
 from api.come_back import ComeBack
 from api.invocations import Invocations
 from api.runtime_types import InvokeConfig
 from api.temporal_gate import TemporalGate
-from core.secret_policy import endpoint_broker
 from core.settings import Settings
+from routing.routes import Routes
 from store.artifacts import ArtifactStore
 from store.receipt_statements import ReceiptStatements
 from workflows.invoke import InvokeModelWorkflow
@@ -33,9 +33,11 @@ class InvokeRuntime:
         self,
         settings: Settings,
         sessions: async_sessionmaker[AsyncSession],
+        routes: Routes,
         statements: ReceiptStatements | None = None,
     ) -> None:
         self.settings = settings
+        self._routes = routes
         self.hub = InvocationHub()
         self._sessions = sessions
         self.activities, self._adapters = invoke_activities(
@@ -58,7 +60,7 @@ class InvokeRuntime:
     def adapters(self) -> AdapterPool:
         return self._adapters
 
-    def start(self, client: Client, runtime: Any) -> None:
+    def start(self, client: Client) -> None:
         acts = self.activities
         # Eager start needs a worker on the workflow's queue built on the very client that
         # starts workflows; the caller queue is this process's alone.
@@ -100,7 +102,8 @@ class InvokeRuntime:
             self.config,
             self.hub,
             self.artifacts,
-            runtime,
+            self._sessions,
+            self._routes,
             self.come_back,
             self.gate,
             self.activities,

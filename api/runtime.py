@@ -10,10 +10,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from api.invoke_runtime import InvokeRuntime
-from api.routing import SnapshotCache
 from core.security import TokenVerifier
 from core.settings import Settings
 from core.temporal import connect
+from routing.routes import Routes
+from routing.snapshots import SnapshotCache
 from store.db import create_engine, session_factory
 from store.receipt_statements import ReceiptStatements
 
@@ -43,7 +44,9 @@ class Runtime:
         self.statements = ReceiptStatements(self.hot_engine)
         self.verifier = TokenVerifier(settings)
         self.snapshots = SnapshotCache(self.sessions, self.statements)
-        self.invoke = InvokeRuntime(settings, self.sessions, self.statements)
+        # Invoke and ResolveRoutePlan route through the one service.
+        self.routes = Routes(self.sessions, self.snapshots)
+        self.invoke = InvokeRuntime(settings, self.sessions, self.routes, self.statements)
         self._client: Client | None = None
         self._given = temporal_client
         self._lock = asyncio.Lock()
@@ -72,7 +75,7 @@ class Runtime:
                 except Exception as exc:  # any connect failure means "not reachable yet"
                     log.warning("temporal not reachable: %s", type(exc).__name__)
                     return None
-                self.invoke.start(client, self)
+                self.invoke.start(client)
                 self._client = client
         return self._client
 

@@ -18,7 +18,6 @@ from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from api.openai_shapes import ChatCompletionIn, to_chat_request
-from api.routing import SnapshotCache
 from bench.invoke_config import DEPLOYMENT, MODEL_PROBE, PROFILE, PROMPT, TENANT
 from bench.invoke_database import pg_connect
 from bench.invoke_load import BenchError
@@ -31,6 +30,7 @@ from domain.invocation import InvocationInput, InvocationSummary, Target
 from providers.registry import resolve_adapter
 from providers.secrets import default_broker
 from providers.types import ProviderTimeouts, TextDelta
+from routing.snapshots import SnapshotCache
 from store import receipts
 from store.artifacts import ArtifactStore
 from store.receipt_statements import ReceiptStatements

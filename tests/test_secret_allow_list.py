@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from core.secret_policy import endpoint_broker, secret_policy
+from activities.secret_policy import endpoint_broker, secret_policy
 from core.settings import Settings
 from providers.secrets import SecretResolutionError
 from tests.conftest import TokenFactory

@@ -14,6 +14,7 @@ from api.console.render import page
 from api.console.session import Changing, ConsoleError, Operator, SignedIn
 from api.deps import RuntimeDep
 from api.problems import Problem
+from api.refusals import unknown_profile
 from api.routers import profiles as profile_routes
 from api.routers.routing import Needs
 from api.runtime import Runtime
@@ -23,6 +24,7 @@ from domain.fallback_notes import equivalence
 from domain.policy import DataClassification
 from domain.profiles import ModelProfile
 from domain.route_plan import RoutePlanResult
+from routing.refusals import UnknownProfile
 from store import console_reads
 from store.repositories import ModelProfileRepository
 
@@ -124,12 +126,10 @@ async def preview(
         return await _preview_page(
             request, operator, runtime, None, form, error=_first_error(exc), status=422
         )
-    view = await runtime.snapshots.view(operator.tenant_id)
     try:
-        result = view.decide(
-            view.current_profile(profile_id), needs.plan_request(operator.tenant_id)
-        )
-    except Problem as problem:
+        result = await runtime.routes.decide(needs.plan_request(operator.tenant_id), profile_id)
+    except UnknownProfile as unknown:
+        problem = unknown_profile(unknown)
         return await _preview_page(
             request, operator, runtime, None, form, error=problem.detail, status=problem.status
         )

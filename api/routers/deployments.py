@@ -8,6 +8,7 @@ from fastapi import APIRouter, Body, Depends
 from fastapi.responses import JSONResponse
 
 from activities.lifecycle_types import ApproveRequest
+from activities.secret_policy import secret_policy
 from api import evaluations, lifecycle
 from api.deps import RuntimeDep, SessionDep, TemporalDep, require
 from api.evaluations import EvaluationView
@@ -15,7 +16,6 @@ from api.idempotency import IdempotencyKey, IdempotencyStore, request_hash
 from api.problems import Problem
 from api.schemas import ApproveBody, DeploymentView
 from api.views import deployment_views
-from core.secret_policy import secret_policy
 from core.security import Principal
 from domain.access import Action
 from domain.deployments import DeploymentRecord, DeploymentRegistration, LicenseMetadata

@@ -11,7 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.deps import RuntimeDep, SessionDep, require
 from api.problems import Problem
-from api.routing import none_available, policy_denial, unhealthy_ids
+from api.refusals import problem_of
+from api.runtime import Runtime
 from core.security import Principal
 from domain.access import Action
 from domain.enums import Scope
@@ -19,7 +20,8 @@ from domain.planner import PlanRequest
 from domain.policy import DataClassification, TenantPolicy
 from domain.route_plan import RoutePlanResult
 from domain.scoring import Weights
-from store import route_plans, routing_settings
+from routing.refusals import Refusal
+from store import routing_settings
 from store.catalog_loader import load_policy, load_weights
 from store.db import transaction
 
@@ -83,9 +85,8 @@ async def preview(
     runtime: RuntimeDep,
     body: Needs | None = None,
 ) -> RoutePlanResult:
-    view = await runtime.snapshots.view(principal.tenant_id)
     needs = body or Needs()
-    return view.decide(view.current_profile(profileId), needs.plan_request(principal.tenant_id))
+    return await runtime.routes.decide(needs.plan_request(principal.tenant_id), profileId)
 
 
 @router.post(
@@ -98,29 +99,21 @@ async def resolve(
     body: ResolveBody, principal: Invoker, runtime: RuntimeDep, response: Response
 ) -> RoutePlanView:
     tenant = principal.tenant_id
-
-    async def decide_now() -> RoutePlanResult:
-        view = await runtime.snapshots.view(tenant)
-        return view.decide(view.current_profile(body.profile_id), body.plan_request(tenant))
-
     try:
-        row, created = await route_plans.resolve_once(
-            runtime.sessions, tenant, body.run_id, body.profile_id, decide_now
+        row, created = await runtime.routes.pin(
+            body.plan_request(tenant), body.profile_id, body.run_id
         )
-    except route_plans.NothingToPin as empty:
-        # Nothing is pinned: the run asks again once the policy or the catalog allows a route.
-        denied = policy_denial(empty.plan)
-        if denied is not None:
-            raise denied from None
-        come_back = runtime.invoke.come_back
-        wait = (
-            come_back.none_routable(tenant, unhealthy_ids(empty.plan))
-            if come_back is not None
-            else runtime.settings.invoke_unavailable_retry_after_max_seconds
-        )
-        raise none_available(body.profile_id, wait) from None
+    except Refusal as refused:
+        raise problem_of(refused, lambda ids: _come_back(runtime, tenant, ids)) from None
     response.status_code = 201 if created else 200
     return RoutePlanView.model_validate(row, from_attributes=True)
+
+
+def _come_back(runtime: Runtime, tenant: str, waiting_on: list[str]) -> int:
+    come_back = runtime.invoke.come_back
+    if come_back is None:  # Temporal not reached yet: no breakers to ask
+        return runtime.settings.invoke_unavailable_retry_after_max_seconds
+    return come_back.none_routable(tenant, waiting_on)
 
 
 @router.get("/factory/tenant-policy", response_model=TenantPolicy, operation_id="GetTenantPolicy")

@@ -1,4 +1,4 @@
-"""Routing in the API process: a per-tenant catalog snapshot, rebuilt only when the catalog
+"""The catalog routing decides against: a per-tenant snapshot, rebuilt only when the catalog
 version moved, and the pure planner deciding against it with no I/O."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from api.problems import Problem
 from domain.enums import Modality, PrivacyClass
 from domain.exclusions import ExclusionCode
 from domain.fallback import healed, passed_over
@@ -20,6 +19,7 @@ from domain.profiles import ModelProfile
 from domain.route_plan import RoutePlanResult
 from domain.scoring import Weights
 from domain.snapshot import CatalogSnapshot
+from routing.refusals import UnknownProfile, self_clearing
 from store.catalog_loader import load_catalog, load_weights
 from store.receipt_statements import ReceiptStatements
 
@@ -72,7 +72,7 @@ class CatalogView:
         """The newest active version, for a call that decides a plan."""
         profile = self.snapshot.profile(self.tenant_id, profile_id)
         if profile is None:
-            raise Problem(404, f"No active profile {profile_id!r}.", field="profileId")
+            raise UnknownProfile(profile_id)
         return profile
 
     def profile_at(self, profile_id: str, version: str) -> ModelProfile:
@@ -97,7 +97,7 @@ class CatalogView:
         unhealthy or in a draining pool: the plan's first candidate when nothing was passed
         over for health. An answer from anyone else is a fallback."""
         first = plan.candidate_ids[0] if plan.candidates else ""
-        if not any(e.code in _SELF_CLEARING for e in plan.excluded):
+        if not self_clearing(plan):
             return first
         if not self._healed:
             self._healed.append(CatalogSnapshot(healed(self.snapshot.data)))
@@ -146,67 +146,3 @@ class CatalogView:
                 )
             )
         return out
-
-
-_C = ExclusionCode
-# The tenant policy's refusals (step 5 in domain.exclusions).
-_POLICY = frozenset(
-    {
-        _C.NO_TENANT_POLICY,
-        _C.PRIVACY_DENIED_BY_POLICY,
-        _C.CONFIDENTIAL_TO_EXTERNAL,
-        _C.PROVIDER_DENIED,
-        _C.REGION_DENIED_BY_POLICY,
-    }
-)
-# Refusals that lift without anyone acting (a probe recovers, a pool comes back): while one of
-# these also keeps a candidate out, an empty plan is a transient failure, not a denial.
-_SELF_CLEARING = frozenset({_C.UNHEALTHY, _C.POOL_DRAINING, _C.POOL_OFFLINE})
-# Refusals about the data the caller declared, rather than the profile's deployments.
-_DATA_CLASS = frozenset({_C.PRIVACY_DENIED_BY_POLICY, _C.CONFIDENTIAL_TO_EXTERNAL})
-
-
-def none_available(profile_id: str, retry_after: int) -> Problem:
-    """Every candidate is Degraded, unhealthy or out of its pool: transient, worth a retry."""
-    return Problem(
-        503,
-        f"No candidate of profile {profile_id!r} is available "
-        "(none approved and healthy under this plan).",
-        headers={"Retry-After": str(retry_after)},
-        errorClass="transient",
-    )
-
-
-def unhealthy_ids(plan: RoutePlanResult) -> list[str]:
-    # Health is the first filter, so one may fail another too: then the caller merely comes
-    # back early.
-    return [e.deployment_id for e in plan.excluded if e.code is ExclusionCode.UNHEALTHY]
-
-
-def policy_denial(plan: RoutePlanResult) -> Problem | None:
-    """A 403 when the tenant policy is what left the plan without a candidate. Retrying cannot
-    help until the caller changes the data classification or an operator the policy, so it is
-    not the transient "no candidate available" answer; None when that answer is the right one."""
-    if plan.candidates:
-        return None
-    refused = [e for e in plan.excluded if e.code in _POLICY]
-    if not refused or any(e.code in _SELF_CLEARING for e in plan.excluded):
-        return None
-    reason = refused[0].code.value  # the profile's most preferred deployment's refusal
-    dc = plan.constraints.data_classification.value
-    why = "; ".join(f"{e.deployment_id}: {e.reason}" for e in refused)
-    return Problem(
-        403,
-        f"Denied by tenant policy (revision {plan.policy_revision}): no deployment of profile "
-        f"{plan.profile_id!r} may take {dc} data ({why}).",
-        type_="https://model-router.dev/problems/policy-denied",
-        field="dataClassification" if refused[0].code in _DATA_CLASS else "profileId",
-        reason=reason,
-        errorClass="permanent",
-        policyRevision=plan.policy_revision,
-        policyDecisionId=str(plan.policy_decision_id),
-        excluded=[
-            {"deploymentId": e.deployment_id, "code": e.code.value, "reason": e.reason}
-            for e in plan.excluded
-        ],
-    )

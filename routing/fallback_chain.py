@@ -5,13 +5,13 @@ structured output, context or capability guarantees)."""
 
 from __future__ import annotations
 
-from api.problems import Problem
-from api.routing import CatalogView
 from domain.constraints import satisfies_constraints
 from domain.invocation import Target
 from domain.planner import PlanRequest
 from domain.profiles import ModelProfile
 from domain.route_plan import PlanConstraints
+from routing.refusals import UnknownProfile
+from routing.snapshots import CatalogView
 
 
 def chain_targets(
@@ -27,7 +27,7 @@ def chain_targets(
     for fallback_id in profile.fallback_chain:
         try:
             other = view.current_profile(fallback_id)
-        except Problem:
+        except UnknownProfile:
             continue  # a retired fallback profile offers nothing
         if other.embedding_compatibility != profile.embedding_compatibility:
             continue

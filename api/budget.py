@@ -1,0 +1,57 @@
+"""A call with a budget is admitted only when its worst case fits: the input estimate plus the
+output allowance, priced at the profile's pricing revision for the first target. Otherwise it is
+Denied (a receipt, a 402) before any provider sees it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from api.problems import Problem
+from core import metrics
+from domain.hashing import canonical_json
+from domain.invocation import InvocationInput
+from domain.pricing import worst_case_cost_usd
+from store import pricebook
+from store.receipt_statements import ReceiptStatements
+
+
+async def admit(
+    sessions: async_sessionmaker[AsyncSession],
+    statements: ReceiptStatements,
+    data: InvocationInput,
+    payload: dict[str, Any],
+    budget_usd: Decimal,
+    max_output_tokens: int | None,
+) -> None:
+    target = data.targets[0]
+    async with sessions() as session:
+        book = await pricebook.load(session, data.tenant_id, data.pricing_revision)
+    price = (
+        book.price_for(target.provider, target.model, datetime.now(UTC).date()) if book else None
+    )
+    if price is None:
+        reason = "no-price"
+        detail = f"{target.deployment_id} has no price in revision {data.pricing_revision}"
+    else:
+        worst = worst_case_cost_usd(
+            price,
+            input_tokens_estimate=max(1, len(canonical_json(payload)) // 4),
+            max_output_tokens=max_output_tokens or 4096,
+        )
+        if worst <= budget_usd:
+            return
+        reason, detail = "over-budget", f"worst case {worst:.6f} USD exceeds {budget_usd} USD"
+    summary = await statements.deny(data, reason)
+    metrics.denials.add(1, {"tenant": data.tenant_id, "reason": reason})
+    raise Problem(
+        402,
+        f"Denied: {detail}.",
+        type_="https://model-router.dev/problems/budget",
+        reason=reason,
+        receiptId=str(summary.invocation_id),
+        headers={"X-Model-Router-Receipt-Id": str(summary.invocation_id)},
+    )

@@ -1,0 +1,87 @@
+"""Why a call or a run gets no route: one typed refusal per answer the caller can be given.
+Raised by the routing service; the API maps each to its HTTP problem (api/refusals.py), and
+nothing here knows HTTP. Which refusal an empty plan is follows from the meaning each exclusion
+code declares in domain.exclusions, so a new code carries its meaning here unedited."""
+
+from __future__ import annotations
+
+from domain.enums import Modality
+from domain.exclusions import DENIES, SELF_CLEARING, ExclusionCode, Meaning
+from domain.route_plan import Exclusion, RoutePlanResult
+
+
+class Refusal(Exception):
+    """No route for this call."""
+
+
+class UnknownProfile(Refusal):
+    """The tenant has no active version of the profile."""
+
+    def __init__(self, profile_id: str) -> None:
+        super().__init__(f"no active profile {profile_id}")
+        self.profile_id = profile_id
+
+
+class WrongModality(Refusal):
+    """The profile is of another modality than the operation needs: the caller's mistake,
+    refused before any plan is pinned, adapter called or receipt written."""
+
+    def __init__(self, profile_id: str, modality: Modality, needed: Modality) -> None:
+        super().__init__(f"profile {profile_id} is {modality.value}, {needed.value} needed")
+        self.profile_id = profile_id
+        self.modality = modality
+        self.needed = needed
+
+
+class PolicyDenied(Refusal):
+    """The tenant policy is what left the plan without a candidate. Retrying cannot help until
+    the caller changes the data classification or an operator the policy."""
+
+    def __init__(self, plan: RoutePlanResult, refused: list[Exclusion]) -> None:
+        super().__init__(f"profile {plan.profile_id} denied by tenant policy")
+        self.plan = plan
+        # The policy's refusals in the profile's order: the first is the most preferred
+        # deployment's, and names the reason.
+        self.refused = refused
+
+    @property
+    def reason(self) -> str:
+        return self.refused[0].code.value
+
+    @property
+    def about_data(self) -> bool:
+        """The refusal is of the data the caller declared, not of the profile's deployments."""
+        return self.refused[0].code.meaning is Meaning.DENIED_FOR_DATA
+
+
+class NoneAvailable(Refusal):
+    """Every candidate is Degraded, unhealthy, out of its pool or otherwise not routable now:
+    transient, worth a retry."""
+
+    def __init__(self, profile_id: str, waiting_on: list[str]) -> None:
+        super().__init__(f"no candidate of profile {profile_id} available")
+        self.profile_id = profile_id
+        # The deployments that may be back soonest: the caller's Retry-After follows them.
+        self.waiting_on = waiting_on
+
+
+def self_clearing(plan: RoutePlanResult) -> bool:
+    """Something that lifts without anyone acting keeps a candidate out of this plan."""
+    return any(e.code in SELF_CLEARING for e in plan.excluded)
+
+
+def unhealthy_ids(plan: RoutePlanResult) -> list[str]:
+    # Health is the first filter, so one may fail another too: then the caller merely comes
+    # back early.
+    return [e.deployment_id for e in plan.excluded if e.code is ExclusionCode.UNHEALTHY]
+
+
+def policy_denial(plan: RoutePlanResult) -> PolicyDenied | None:
+    """A denial when the tenant policy is what left the plan without a candidate; None when
+    the transient "no candidate available" answer is the right one."""
+    if plan.candidates:
+        return None
+    refused = [e for e in plan.excluded if e.code in DENIES]
+    if not refused or self_clearing(plan):
+        return None
+    return PolicyDenied(plan, refused)

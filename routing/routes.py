@@ -1,0 +1,203 @@
+"""The routing service: a call's route (Invoke) and a run's pinned plan (ResolveRoutePlan),
+decided the same way against the tenant's catalog snapshot, each either a typed result or a
+typed refusal (routing.refusals)."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from domain import modality
+from domain.enums import LatencyClass
+from domain.invocation import Operation, Target
+from domain.planner import PlanRequest
+from domain.profiles import ModelProfile
+from domain.route_plan import PlanConstraints, RoutePlanResult
+from routing.fallback_chain import chain_targets
+from routing.refusals import (
+    NoneAvailable,
+    PolicyDenied,
+    WrongModality,
+    policy_denial,
+    unhealthy_ids,
+)
+from routing.snapshots import CatalogView, SnapshotCache
+from store import route_plans
+from store.tables import RoutePlanRow
+
+# Resolved run plans this process keeps (oldest dropped first): a few hundred bytes each.
+PINNED_PLANS = 10_000
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a call goes: its targets in route order (the plan's, then its fallback chain's)
+    and the rules every attempt keeps."""
+
+    targets: list[Target]
+    route_plan_id: uuid.UUID | None  # the run's pinned plan; None for a call without a run
+    policy_decision_id: uuid.UUID
+    pricing_revision: str  # the profile version's price basis
+    fallback_enabled: bool
+    allowed_privacy_classes: list[str]
+    # The plan's first candidate: a pinned plan's, or whom a decision made now would have put
+    # first without the outage. Anyone else answering is a fallback, with the reason this one
+    # was passed over before anything was called.
+    primary_deployment_id: str
+    primary_passed_over: str | None
+    # How the profile's workload reads an answer: a Batch profile's streams are held until
+    # complete (domain.buffering).
+    latency_class: LatencyClass
+
+
+class Routes:
+    def __init__(
+        self, sessions: async_sessionmaker[AsyncSession], snapshots: SnapshotCache
+    ) -> None:
+        self._sessions = sessions
+        self._snapshots = snapshots
+        self._plans: OrderedDict[tuple[str, uuid.UUID, str], RoutePlanRow] = OrderedDict()
+
+    async def decide(self, needs: PlanRequest, profile_id: str) -> RoutePlanResult:
+        """The decision for the profile's newest active version now, pinned nowhere: the
+        route-plan preview, and what ResolveRoutePlan pins."""
+        view = await self._snapshots.view(needs.tenant_id)
+        return view.decide(view.current_profile(profile_id), needs)
+
+    async def pin(
+        self, needs: PlanRequest, profile_id: str, run_id: uuid.UUID
+    ) -> tuple[RoutePlanRow, bool]:
+        """The run's plan for the profile (and whether this call created it), resolved once;
+        an empty decision is not pinned but refused (PolicyDenied or NoneAvailable)."""
+        try:
+            return await route_plans.resolve_once(
+                self._sessions,
+                needs.tenant_id,
+                run_id,
+                profile_id,
+                lambda: self.decide(needs, profile_id),
+            )
+        except route_plans.NothingToPin as empty:
+            # Nothing is pinned: the run asks again once the policy or the catalog allows.
+            raise _empty(empty.plan, profile_id, unhealthy_ids(empty.plan)) from None
+
+    async def route(
+        self,
+        needs: PlanRequest,
+        profile_id: str,
+        run_id: uuid.UUID | None,
+        operation: Operation,
+    ) -> Route:
+        """The call's route: on a run, its pinned plan (from this process's memory once seen);
+        otherwise a decision made now. Raises a Refusal when there is none."""
+        tenant = needs.tenant_id
+        # The catalog at its current version, read once: profiles, deployments and the
+        # planner's inputs come from it, with no further reads on this path.
+        view = await self._snapshots.view(tenant)
+        # The plan this call decided, if it decided one (a call on a run's plan does not).
+        decided: list[RoutePlanResult] = []
+
+        async def decide_now() -> RoutePlanResult:
+            current = view.current_profile(profile_id)
+            _check_modality(current, operation)  # before a plan is pinned for the wrong call
+            decided.append(view.decide(current, needs))
+            return decided[0]
+
+        row = None
+        if run_id is not None:
+            pinned = (tenant, run_id, profile_id)
+            row = self._plans.get(pinned)
+            if row is None:
+                # An empty route is not pinned (the run decides again next call): then this
+                # call goes on with the decision just made, as a call without a run would.
+                with contextlib.suppress(route_plans.NothingToPin):
+                    row, _ = await route_plans.resolve_once(
+                        self._sessions, tenant, run_id, profile_id, decide_now
+                    )
+                if row is not None:
+                    self._remember(pinned, row)
+        if row is not None:
+            version, plan_id, candidates = row.profile_version, row.route_plan_id, row.candidates
+            constraints = PlanConstraints.model_validate(row.constraints)
+            decision_id = row.policy_decision_id or uuid.uuid4()
+        else:
+            plan = decided[0] if decided else await decide_now()
+            version, plan_id, candidates = plan.profile_version, None, plan.candidate_ids
+            constraints, decision_id = plan.constraints, plan.policy_decision_id
+        # The version the route was planned with. A run's plan fixes it, retired or superseded
+        # since: the fallback rules and price basis of every attempt are the ones it began with.
+        profile = view.profile_at(profile_id, version)
+        _check_modality(profile, operation)
+        targets = view.targets(candidates, profile.embedding_compatibility, profile.modality)
+        targets += chain_targets(view, profile, needs, constraints, set(candidates))
+        if not targets and not candidates and not decided:
+            # The plan stores no exclusions: a pinned empty plan (ResolveRoutePlan pinned them
+            # before empty routes stopped being pinned) is explained by deciding again with its
+            # version; the plan itself does not change.
+            decided.append(view.decide(profile, needs))
+        if not targets:
+            # A plan decided now leaves Degraded deployments out; they may be back soonest.
+            unhealthy = [d for p in decided for d in unhealthy_ids(p)]
+            waiting_on = [*candidates, *unhealthy]
+            if candidates:
+                raise NoneAvailable(profile_id, waiting_on)
+            raise _empty(decided[0], profile_id, waiting_on)
+        pinned_primary = (candidates[0] if candidates else "") if row is not None else None
+        primary, passed_over = _primary(view, profile, needs, targets, pinned_primary, decided)
+        return Route(
+            targets=targets,
+            route_plan_id=plan_id,
+            policy_decision_id=decision_id,
+            pricing_revision=profile.price_basis,
+            fallback_enabled=profile.fallback_enabled,
+            allowed_privacy_classes=[c.value for c in constraints.allowed_privacy_classes],
+            primary_deployment_id=primary,
+            primary_passed_over=passed_over,
+            latency_class=profile.latency_class,
+        )
+
+    def _remember(self, pinned: tuple[str, uuid.UUID, str], row: RoutePlanRow) -> None:
+        # A pinned plan never changes (store/route_plans.py): the run's later calls on this
+        # process read it from memory, so a call on a resolved run costs no extra round trip.
+        self._plans[pinned] = row
+        if len(self._plans) > PINNED_PLANS:
+            self._plans.popitem(last=False)
+
+
+def _empty(
+    plan: RoutePlanResult, profile_id: str, waiting_on: list[str]
+) -> PolicyDenied | NoneAvailable:
+    """The refusal for a plan with no candidate: the policy's denial when the policy is what
+    emptied it, otherwise none available."""
+    return policy_denial(plan) or NoneAvailable(profile_id, waiting_on)
+
+
+def _primary(
+    view: CatalogView,
+    profile: ModelProfile,
+    needs: PlanRequest,
+    targets: list[Target],
+    pinned_primary: str | None,
+    decided: list[RoutePlanResult],
+) -> tuple[str, str | None]:
+    """The primary and why it was passed over (None when it answers first)."""
+    if pinned_primary is not None:
+        primary = pinned_primary
+    else:
+        primary = view.primary(decided[0], profile, needs)
+    skipped = None
+    if targets[0].deployment_id != primary:
+        plan = None if pinned_primary is not None else decided[0]
+        skipped = view.passed_over(plan, primary) if primary else None
+        skipped = skipped or "no_candidate"
+    return primary or (profile.allowed_deployments or [""])[0], skipped
+
+
+def _check_modality(profile: ModelProfile, operation: Operation) -> None:
+    needed = modality.mismatch(profile.modality, operation)
+    if needed is not None:
+        raise WrongModality(profile.profile_id, profile.modality, needed)

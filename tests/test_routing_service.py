@@ -1,0 +1,106 @@
+"""The routing service on its own (routing.routes.Routes), against the real store: a call gets a
+typed Route, a run's calls the plan ResolveRoutePlan pinned, and each way of having no route its
+typed refusal."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from core.settings import Settings
+from domain.invocation import Operation
+from domain.planner import PlanRequest
+from domain.policy import DataClassification
+from providers.upstream import UpstreamServer
+from routing.refusals import NoneAvailable, PolicyDenied, UnknownProfile, WrongModality
+from routing.routes import Route, Routes
+from routing.snapshots import SnapshotCache
+from store.db import create_engine
+from store.receipt_statements import ReceiptStatements
+from tests.conftest import TokenFactory
+from tests.helpers.catalog import approved_deployment, profile_event, publish
+
+
+@pytest.fixture
+async def routes(
+    settings: Settings, sessions: async_sessionmaker[AsyncSession]
+) -> AsyncIterator[Routes]:
+    engine = create_engine(settings.database_url, pre_ping=False)
+    yield Routes(sessions, SnapshotCache(sessions, ReceiptStatements(engine)))
+    await engine.dispose()
+
+
+async def test_a_call_gets_a_typed_route_and_a_run_its_pinned_plan(
+    routes: Routes,
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+) -> None:
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    tag = uuid.uuid4().hex[:8]
+    await approved_deployment(
+        http,
+        auth,
+        temporal_client,
+        tenant,
+        "rs/a",
+        model=f"a-{tag}",
+        endpointRef=upstream.endpoint_ref,
+    )
+    resp = await publish(http, auth, profile_event("rs-chat", ["rs/a"], {}))
+    assert resp.status_code == 200, resp.text
+    needs = PlanRequest(tenant_id=tenant, data_classification=DataClassification.INTERNAL)
+
+    route = await routes.route(needs, "rs-chat", None, Operation.CHAT)
+    assert isinstance(route, Route)
+    assert [t.deployment_id for t in route.targets] == ["rs/a"]
+    assert route.route_plan_id is None  # a call without a run pins nothing
+    assert (route.primary_deployment_id, route.primary_passed_over) == ("rs/a", None)
+
+    run = uuid.uuid4()
+    row, created = await routes.pin(needs, "rs-chat", run)
+    assert created and row.candidates == ["rs/a"]
+    again, created = await routes.pin(needs, "rs-chat", run)
+    assert not created and again.route_plan_id == row.route_plan_id
+    on_run = await routes.route(needs, "rs-chat", run, Operation.CHAT)
+    assert on_run.route_plan_id == row.route_plan_id
+    assert on_run.policy_decision_id == row.policy_decision_id
+
+    with pytest.raises(UnknownProfile):
+        await routes.route(needs, "rs-nowhere", None, Operation.CHAT)
+    with pytest.raises(UnknownProfile):
+        await routes.pin(needs, "rs-nowhere", uuid.uuid4())
+    with pytest.raises(WrongModality) as wrong:
+        await routes.route(needs, "rs-chat", None, Operation.EMBED)
+    assert (wrong.value.modality.value, wrong.value.needed.value) == ("Chat", "Embedding")
+
+    # The baseline policy keeps Restricted data on Local deployments: a denial about the data,
+    # from the call's decision and from ResolveRoutePlan's alike, and no plan is pinned.
+    restricted = needs.model_copy(update={"data_classification": DataClassification.RESTRICTED})
+    with pytest.raises(PolicyDenied) as denied:
+        await routes.route(restricted, "rs-chat", None, Operation.CHAT)
+    assert (denied.value.reason, denied.value.about_data) == ("privacy_denied_by_policy", True)
+    with pytest.raises(PolicyDenied):
+        await routes.pin(restricted, "rs-chat", uuid.uuid4())
+
+
+async def test_a_profile_with_no_routable_deployment_is_none_available(
+    routes: Routes, http: httpx.AsyncClient, token_for: TokenFactory, tenant: str
+) -> None:
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    # Listed but never registered: not in the catalog, which is no denial.
+    resp = await publish(http, auth, profile_event("rs-empty", ["rs/ghost"], {}))
+    assert resp.status_code == 200, resp.text
+    needs = PlanRequest(tenant_id=tenant, data_classification=DataClassification.INTERNAL)
+    with pytest.raises(NoneAvailable) as none:
+        await routes.route(needs, "rs-empty", None, Operation.CHAT)
+    assert none.value.profile_id == "rs-empty"
+    with pytest.raises(NoneAvailable):
+        await routes.pin(needs, "rs-empty", uuid.uuid4())
