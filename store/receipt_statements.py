@@ -40,6 +40,83 @@ OUTBOX: sa.Table = OutboxEventRow.__table__  # type: ignore[attr-defined]
 CATALOG: sa.Table = CatalogStateRow.__table__  # type: ignore[attr-defined]
 
 
+# What a claim writes and a finalise sets: the statements are built once with these as bind
+# parameters. Building them per call (`.values(...)` with literals) made a BindParameter per
+# value on every call: 13% of the API's CPU at c=16 under py-spy (bench/profile_invoke.py,
+# 2026-12-01), more than the three round trips themselves.
+_CLAIMED = (
+    "invocation_id",
+    "tenant_id",
+    "project_id",
+    "run_id",
+    "attempt_id",
+    "profile_id",
+    "deployment_id",
+    "route_plan_id",
+    "fallback_used",
+    "request_hash",
+    "idempotency_key",
+    "policy_decision_id",
+    "outcome",
+    "usage_status",
+    "pricing_revision",
+    "started_at",
+)
+_CLOSED = (
+    "outcome",
+    "usage_status",
+    "deployment_id",
+    "input_tokens",
+    "output_tokens",
+    "cached_input_tokens",
+    "estimated_cost_usd",
+    "latency_ms",
+    "time_to_first_token_ms",
+    "output_artifact_ref",
+    "provider_request_id",
+    "fallback_used",
+    "close_reason",
+    "ended_at",
+)
+_EVENT = (
+    "event_id",
+    "tenant_id",
+    "event_type",
+    "topic",
+    "aggregate_type",
+    "aggregate_id",
+    "payload",
+    "occurred_at",
+)
+
+
+def _close_update() -> Any:
+    """The finalise's UPDATE, its values and keys as bind parameters (`set_*`, `w_*`: a bind
+    parameter may not share a column's name in a SET clause)."""
+    return (
+        sa.update(RECEIPTS)
+        .where(
+            RECEIPTS.c.tenant_id == sa.bindparam("w_tenant_id"),
+            RECEIPTS.c.invocation_id == sa.bindparam("w_invocation_id"),
+            RECEIPTS.c.ended_at.is_(None),
+        )
+        .values({k: sa.bindparam(f"set_{k}", type_=RECEIPTS.c[k].type) for k in _CLOSED})
+    )
+
+
+def _close_with_events(count: int) -> Any:
+    """PostgreSQL's one-statement finalise for `count` outbox events (`e{i}_*` parameters)."""
+    closed = _close_update().returning(RECEIPTS.c.invocation_id).cte("closed")
+    rows = [
+        sa.select(
+            *(sa.bindparam(f"e{i}_{k}", type_=OUTBOX.c[k].type).label(k) for k in _EVENT)
+        ).select_from(closed)
+        for i in range(count)
+    ]
+    source = rows[0] if count == 1 else sa.union_all(*rows)
+    return sa.insert(OUTBOX).from_select(list(_EVENT), source).returning(OUTBOX.c.position)
+
+
 class ReceiptStatements:
     def __init__(self, engine: AsyncEngine) -> None:
         self._postgres = engine.dialect.name == "postgresql"
@@ -49,7 +126,19 @@ class ReceiptStatements:
         self._engine = (
             engine.execution_options(isolation_level="AUTOCOMMIT") if self._postgres else engine
         )
-        self._insert = postgresql.insert if self._postgres else sqlite.insert
+        insert = postgresql.insert if self._postgres else sqlite.insert
+        self._claim = (
+            insert(RECEIPTS).on_conflict_do_nothing().returning(RECEIPTS.c.invocation_id)
+        )
+        self._version = sa.select(CATALOG.c.version).where(CATALOG.c.id == 1)
+        self._release = sa.delete(RECEIPTS).where(
+            RECEIPTS.c.tenant_id == sa.bindparam("w_tenant_id"),
+            RECEIPTS.c.invocation_id == sa.bindparam("w_invocation_id"),
+            RECEIPTS.c.ended_at.is_(None),
+        )
+        self._update = _close_update()
+        # One ModelInvoked, and a ModelFallbackUsed beside it when a fallback answered.
+        self._close = {1: _close_with_events(1), 2: _close_with_events(2)}
 
     async def _run(self, step: Callable[[AsyncConnection], Awaitable[T]]) -> T:
         """One statement (or one transaction), tried once more when its connection turned out
@@ -65,7 +154,7 @@ class ReceiptStatements:
 
     async def catalog_version(self) -> int:
         async def step(conn: AsyncConnection) -> int:
-            found = await conn.scalar(sa.select(CATALOG.c.version).where(CATALOG.c.id == 1))
+            found = await conn.scalar(self._version)
             return int(found or 0)
 
         return await self._run(step)
@@ -73,45 +162,36 @@ class ReceiptStatements:
     async def claim(self, data: InvocationInput, deployment_id: str) -> bool:
         """Insert the in-flight receipt (Failed, usage Unknown until finalised); False when this
         invocation, or this key, was claimed before."""
-        stmt = (
-            self._insert(RECEIPTS)
-            .values(
-                invocation_id=data.invocation_id,
-                tenant_id=data.tenant_id,
-                project_id=data.project_id,
-                run_id=data.run_id,
-                attempt_id=data.attempt_id,
-                profile_id=data.profile_id,
-                deployment_id=deployment_id,
-                route_plan_id=data.route_plan_id,
-                fallback_used=False,
-                request_hash=data.request_hash,
-                idempotency_key=data.idempotency_key,
-                policy_decision_id=data.policy_decision_id,
-                outcome=InvocationOutcome.FAILED,
-                usage_status=UsageStatus.UNKNOWN,
-                pricing_revision=data.pricing_revision,
-                started_at=datetime.now(UTC),
-            )
-            .on_conflict_do_nothing()
-            .returning(RECEIPTS.c.invocation_id)
-        )
+        params = {
+            "invocation_id": data.invocation_id,
+            "tenant_id": data.tenant_id,
+            "project_id": data.project_id,
+            "run_id": data.run_id,
+            "attempt_id": data.attempt_id,
+            "profile_id": data.profile_id,
+            "deployment_id": deployment_id,
+            "route_plan_id": data.route_plan_id,
+            "fallback_used": False,
+            "request_hash": data.request_hash,
+            "idempotency_key": data.idempotency_key,
+            "policy_decision_id": data.policy_decision_id,
+            "outcome": InvocationOutcome.FAILED,
+            "usage_status": UsageStatus.UNKNOWN,
+            "pricing_revision": data.pricing_revision,
+            "started_at": datetime.now(UTC),
+        }
 
         async def step(conn: AsyncConnection) -> bool:
-            return (await conn.execute(stmt)).first() is not None
+            return (await conn.execute(self._claim, params)).first() is not None
 
         return await self._run(step)
 
     async def release(self, tenant_id: str, invocation_id: uuid.UUID) -> None:
         """Undo a claim nothing was called for (its workflow could not be started)."""
-        stmt = sa.delete(RECEIPTS).where(
-            RECEIPTS.c.tenant_id == tenant_id,
-            RECEIPTS.c.invocation_id == invocation_id,
-            RECEIPTS.c.ended_at.is_(None),
-        )
+        params = {"w_tenant_id": tenant_id, "w_invocation_id": invocation_id}
 
         async def step(conn: AsyncConnection) -> None:
-            await conn.execute(stmt)
+            await conn.execute(self._release, params)
 
         await self._run(step)
 
@@ -137,38 +217,22 @@ class ReceiptStatements:
             "close_reason": close_reason(outcome, summary.error_kind).value,
             "ended_at": datetime.now(UTC),
         }
+        params = {f"set_{k}": v for k, v in values.items()}
+        params["w_tenant_id"] = data.tenant_id
+        params["w_invocation_id"] = summary.invocation_id
         events = _events(data, summary, outcome, usage, deployment)
-        update = (
-            sa.update(RECEIPTS)
-            .where(
-                RECEIPTS.c.tenant_id == data.tenant_id,
-                RECEIPTS.c.invocation_id == summary.invocation_id,
-                RECEIPTS.c.ended_at.is_(None),
-            )
-            .values(**values)
-        )
         if self._postgres:
-            closed = update.returning(RECEIPTS.c.invocation_id).cte("closed")
-            rows = [
-                sa.select(
-                    *(sa.literal(v, OUTBOX.c[k].type).label(k) for k, v in e.items())
-                ).select_from(closed)
-                for e in events
-            ]
-            source = rows[0] if len(rows) == 1 else sa.union_all(*rows)
-            stmt: Any = (
-                sa.insert(OUTBOX)
-                .from_select(list(events[0].keys()), source)
-                .returning(OUTBOX.c.position)
-            )
+            stmt = self._close[len(events)]
+            for i, event in enumerate(events):
+                params.update({f"e{i}_{k}": v for k, v in event.items()})
 
             async def one(conn: AsyncConnection) -> bool:
-                return (await conn.execute(stmt)).first() is not None
+                return (await conn.execute(stmt, params)).first() is not None
 
             return await self._run(one)
 
         async def two(conn: AsyncConnection) -> bool:
-            if (await conn.execute(update)).rowcount == 0:
+            if (await conn.execute(self._update, params)).rowcount == 0:
                 return False
             await conn.execute(sa.insert(OUTBOX), events)
             return True
