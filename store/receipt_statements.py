@@ -127,9 +127,7 @@ class ReceiptStatements:
             engine.execution_options(isolation_level="AUTOCOMMIT") if self._postgres else engine
         )
         insert = postgresql.insert if self._postgres else sqlite.insert
-        self._claim = (
-            insert(RECEIPTS).on_conflict_do_nothing().returning(RECEIPTS.c.invocation_id)
-        )
+        self._claim = insert(RECEIPTS).on_conflict_do_nothing().returning(RECEIPTS.c.invocation_id)
         self._version = sa.select(CATALOG.c.version).where(CATALOG.c.id == 1)
         self._release = sa.delete(RECEIPTS).where(
             RECEIPTS.c.tenant_id == sa.bindparam("w_tenant_id"),
