@@ -5,7 +5,9 @@ to the API while the load runs; prints on-CPU samples by module (self time) and 
 
 Run: .venv/bin/python bench/profile_invoke.py [--calls 1600] [--rate 250] [--out DIR]
 
-py-spy is a dev tool, not a dependency: `uv pip install py-spy` into the venv first. The
+py-spy is a dev tool, not a dependency, and `uv sync` (scripts/test.sh) removes what is not in
+the lock: install it apart, `uv pip install --target DIR py-spy`, and pass `--py-spy
+DIR/bin/py-spy` (or have it on PATH). The
 sampler runs in its own process, so the load's numbers here are not the benchmark's; read the
 shares, not the absolute rates.
 """
@@ -30,7 +32,7 @@ from bench.invoke_database import create_database  # noqa: E402
 from bench.invoke_load import run_load  # noqa: E402
 from bench.invoke_measure import make_paths  # noqa: E402
 from bench.invoke_seed import seed  # noqa: E402
-from bench.invoke_stack import VENV_BIN, Stack  # noqa: E402
+from bench.invoke_stack import Stack  # noqa: E402
 from core.settings import Settings  # noqa: E402
 from core.temporal import connect  # noqa: E402
 from store.db import create_engine, session_factory  # noqa: E402
@@ -86,7 +88,9 @@ def report(collapsed: Path, top: int) -> str:
     return "\n".join(out)
 
 
-async def load(stack: Stack, settings: Settings, database_url: str, calls: int, rate: int) -> Path:
+async def load(
+    stack: Stack, settings: Settings, database_url: str, calls: int, rate: int, py_spy: str
+) -> Path:
     engine = create_engine(database_url)
     sessions = session_factory(engine)
     temporal = await connect(settings)
@@ -100,7 +104,7 @@ async def load(stack: Stack, settings: Settings, database_url: str, calls: int, 
     assert api_child is not None
     out = stack.work / "api.collapsed"
     spy = await asyncio.create_subprocess_exec(
-        str(VENV_BIN / "py-spy"),
+        py_spy,
         "record",
         "--pid",
         str(api_child.pid),
@@ -131,6 +135,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1600)
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--py-spy", default=shutil.which("py-spy") or "py-spy")
     parser.add_argument("--out", type=Path, default=None, help="copy the collapsed stacks here")
     args = parser.parse_args()
     stack = Stack()
@@ -153,7 +158,9 @@ def main() -> None:
             schedules_enabled=False,
             _env_file=None,
         )
-        collapsed = asyncio.run(load(stack, settings, database_url, args.calls, args.rate))
+        collapsed = asyncio.run(
+            load(stack, settings, database_url, args.calls, args.rate, args.py_spy)
+        )
         print(report(collapsed, args.top))
         if args.out is not None:
             args.out.mkdir(parents=True, exist_ok=True)
