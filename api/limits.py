@@ -32,6 +32,10 @@ _LARGE_BODY_PATHS = ("/factory/usage-statements",)
 _JSON_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _MAX_BUCKETS = 100_000
+# Where this middleware leaves the token it verified and whom it names, so the route's own
+# check (api/deps.py) does not verify the same token a second time: a JWT decode is ~1% of the
+# API's CPU per call at c=16 (bench/profile_invoke.py).
+VERIFIED = "model_router.verified_token"
 
 
 def json_depth_exceeds(body: bytes, limit: int) -> bool:
@@ -90,18 +94,22 @@ class LimitsMiddleware:
         )
         self._verifier = TokenVerifier(settings)
 
-    def _principal(self, headers: dict[bytes, bytes]) -> Principal | None:
+    def _principal(self, scope: Scope, headers: dict[bytes, bytes]) -> Principal | None:
         """The caller's client if its token verifies; a token that does not (forged, expired,
         unsigned) names nobody, and its request counts against the caller's address."""
-        scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
-        if scheme.lower() != b"bearer" or not token.strip():
+        scheme, _, raw = headers.get(b"authorization", b"").partition(b" ")
+        if scheme.lower() != b"bearer" or not raw.strip():
             return None
         try:
-            return self._verifier.verify(token.strip().decode("ascii"))
+            token = raw.strip().decode("ascii")
+            principal = self._verifier.verify(token)
         except (TokenError, UnicodeDecodeError):
             return None
         except Exception:  # the key set could not be fetched: nobody is verified by it
             return None
+        # The request's own state (a copy per request of the lifespan's): read by api/deps.py.
+        scope.setdefault("state", {})[VERIFIED] = (token, principal)
+        return principal
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -109,7 +117,7 @@ class LimitsMiddleware:
             return
         path: str = scope.get("path", "")
         headers = dict(scope.get("headers") or [])
-        principal = self._principal(headers)
+        principal = self._principal(scope, headers)
 
         if self.buckets is not None and path not in _UNLIMITED_PATHS:
             if principal is not None:

@@ -9,7 +9,7 @@ import os
 import platform
 from collections.abc import Callable
 
-from bench.invoke_config import END, RUN_DEADLINE_S, SCENARIOS, START
+from bench.invoke_config import DEFAULT_LITELLM, END, RUN_DEADLINE_S, SCENARIOS, START
 from bench.invoke_report_pieces import where_section
 from bench.invoke_results import Results, collect, f2
 
@@ -128,7 +128,9 @@ def section(res: Results) -> str:
             if importlib.util.find_spec("uvloop")
             else "The API runs on uvicorn's default asyncio loop (the project installs no uvloop); "
         )
-        + "LiteLLM's proxy starts uvicorn with uvloop. Milliseconds.",
+        + "LiteLLM's proxy starts uvicorn with uvloop. "
+        + _http_parsers()
+        + " Milliseconds.",
         "",
         head,
         rule,
@@ -225,3 +227,11 @@ def section(res: Results) -> str:
         lines += ["", *res.extra]
     lines += ["", *where_section(res, m), END]
     return "\n".join(lines)
+
+
+def _http_parsers() -> str:
+    """Which HTTP parser uvicorn's `--http auto` picks on each side: httptools when installed."""
+    ours = "httptools" if importlib.util.find_spec("httptools") else "h11"
+    venv = DEFAULT_LITELLM.parent.parent
+    theirs = "httptools" if any(venv.glob("lib/python*/site-packages/httptools")) else "h11"
+    return f"HTTP parser: {ours} in the API, {theirs} in LiteLLM's proxy (what each has installed)."

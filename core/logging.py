@@ -93,6 +93,7 @@ class JsonFormatter(logging.Formatter):
 
 
 _OWN_HANDLERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
+_CHATTY = ("httpx", "httpx2")
 
 
 def configure_logging(level: str = "INFO", *, json_lines: bool = True) -> None:
@@ -118,3 +119,9 @@ def configure_logging(level: str = "INFO", *, json_lines: bool = True) -> None:
         taken.propagate = True
     # warnings.warn() would otherwise print plain text to stderr.
     logging.captureWarnings(True)
+    # The HTTP client under the provider SDKs logs every request at INFO ("HTTP Request: POST
+    # …"): a JSON line per provider call that the receipt and the access log already cover,
+    # 0.6% of the API's CPU at c=16 (bench/profile_invoke.py). Kept when debugging.
+    quiet = logging.WARNING if root.getEffectiveLevel() > logging.DEBUG else logging.NOTSET
+    for name in _CHATTY:
+        logging.getLogger(name).setLevel(quiet)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncGenerator, Iterator
 from typing import Any
@@ -11,6 +12,7 @@ import httpx2
 from anthropic.types import Message as AnthropicMessage
 
 from providers import log_guard
+from providers.anthropic_convert import convert
 from providers.base import ProviderAdapter
 from providers.errors import (
     ErrorKind,
@@ -22,6 +24,7 @@ from providers.errors import (
     transport_error,
 )
 from providers.secrets import Connection
+from providers.sse import sse_data
 from providers.types import (
     Accepted,
     CallLimits,
@@ -29,7 +32,6 @@ from providers.types import (
     Completion,
     Finish,
     FinishReason,
-    Message,
     ProviderTimeouts,
     StreamEvent,
     TextDelta,
@@ -38,7 +40,6 @@ from providers.types import (
     collect_events,
 )
 
-DEFAULT_MAX_TOKENS = 4096
 _FAILURES = (anthropic.AnthropicError, httpx2.HTTPError, OSError)
 _STOP = {
     "end_turn": FinishReason.STOP,
@@ -49,8 +50,6 @@ _STOP = {
     "tool_use": FinishReason.TOOL_CALLS,
     "refusal": FinishReason.CONTENT_FILTER,
 }
-_EPHEMERAL = {"type": "ephemeral"}
-_CHOICE = {"auto": "auto", "none": "none", "required": "any", "tool": "tool"}
 _ERROR_TYPES = {
     "rate_limit_error": ErrorKind.RATE_LIMIT,
     "overloaded_error": ErrorKind.OVERLOADED,
@@ -67,27 +66,43 @@ _ERROR_TYPES = {
 _TELEMETRY: Any = {"traces": {"content_mode": "metadata_only"}}
 
 
+def _status_error(
+    *,
+    provider: str,
+    status: int,
+    error_type: str | None,
+    message: str | None,
+    headers: Any,
+    request_id: str | None,
+) -> ProviderError:
+    # Errors inside a stream arrive with the stream's status, 200: the type decides.
+    kind = _ERROR_TYPES.get(error_type or "")
+    if kind is None:
+        kind = kind_from_status(status if status >= 400 else 500, error_type, message)
+    return ProviderError(
+        kind,
+        provider=provider,
+        status_code=status,
+        code=error_type,
+        reason=message,
+        retry_after=retry_after_seconds(headers),
+        provider_request_id=request_id,
+    )
+
+
 def map_error(exc: Exception, provider: str) -> ProviderError:
     if isinstance(exc, anthropic.APITimeoutError):
         return ProviderError(ErrorKind.TIMEOUT, provider=provider, reason="timed out")
     if isinstance(exc, anthropic.APIConnectionError):
         return ProviderError(ErrorKind.CONNECTION, provider=provider, reason="connection error")
     if isinstance(exc, anthropic.APIStatusError):
-        # Errors inside a stream arrive with the stream's status, 200: the type decides.
-        error_type = exc.type if isinstance(exc.type, str) else None
-        message = exc.api_message
-        kind = _ERROR_TYPES.get(error_type or "")
-        if kind is None:
-            status = exc.status_code if exc.status_code >= 400 else 500
-            kind = kind_from_status(status, error_type, message)
-        return ProviderError(
-            kind,
+        return _status_error(
             provider=provider,
-            status_code=exc.status_code,
-            code=error_type,
-            reason=message,
-            retry_after=retry_after_seconds(exc.response.headers),
-            provider_request_id=exc.request_id,
+            status=exc.status_code,
+            error_type=exc.type if isinstance(exc.type, str) else None,
+            message=exc.api_message,
+            headers=exc.response.headers,
+            request_id=exc.request_id,
         )
     mapped = transport_error(exc, provider=provider)
     if mapped is not None:
@@ -95,116 +110,25 @@ def map_error(exc: Exception, provider: str) -> ProviderError:
     return ProviderError(ErrorKind.SERVER, provider=provider, reason=type(exc).__name__)
 
 
-def _tool_input(arguments: str) -> dict[str, Any]:
-    try:
-        value = json.loads(arguments or "{}")
-    except ValueError:
-        value = None
-    return value if isinstance(value, dict) else {}
-
-
-def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
-    blocks: list[dict[str, Any]]
-    if message.role == "tool":
-        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id}
-        blocks = [{**block, "content": message.content or ""}]
-    else:
-        blocks = []
-        if message.content:
-            blocks.append({"type": "text", "text": message.content})
-        blocks += [
-            {"type": "tool_use", "id": c.id, "name": c.name, "input": _tool_input(c.arguments)}
-            for c in message.tool_calls
-        ]
-    if message.cache_control is not None and blocks:
-        blocks[-1]["cache_control"] = dict(message.cache_control)
-    return ("user" if message.role == "tool" else message.role), blocks
-
-
-def _explicit_cache(request: ChatRequest) -> bool:
-    return any(m.cache_control is not None for m in request.messages) or any(
-        t.cache_control is not None for t in request.tools
+def _stream_error(
+    event: dict[str, Any], headers: Any, provider: str, request_id: str | None
+) -> ProviderError:
+    """An `error` event inside an accepted stream, mapped as the SDK's status error for it
+    would be (status 200, the error's type decides)."""
+    error = event.get("error")
+    error = error if isinstance(error, dict) else {}
+    error_type, message = error.get("type"), error.get("message")
+    return mid_stream(
+        _status_error(
+            provider=provider,
+            status=200,
+            error_type=error_type if isinstance(error_type, str) else None,
+            message=message if isinstance(message, str) else None,
+            headers=headers,
+            request_id=request_id,
+        ),
+        request_id,
     )
-
-
-def _system(request: ChatRequest, prompt_caching: bool) -> str | list[dict[str, Any]] | None:
-    system = [m for m in request.messages if m.role == "system"]
-    if not system:
-        return None
-    if _explicit_cache(request):
-        # The caller placed its own breakpoints: one block per system turn, each as marked.
-        return [
-            {
-                "type": "text",
-                "text": m.content or "",
-                **({"cache_control": dict(m.cache_control)} if m.cache_control else {}),
-            }
-            for m in system
-        ]
-    text = "\n\n".join(m.content or "" for m in system)
-    if prompt_caching:
-        return [{"type": "text", "text": text, "cache_control": dict(_EPHEMERAL)}]
-    return text
-
-
-def convert(request: ChatRequest, model: str, *, prompt_caching: bool = True) -> dict[str, Any]:
-    """The messages.create arguments. System messages become `system`; tool results become
-    user turns; consecutive turns of one role merge, as the API requires alternation.
-
-    Breakpoints the caller set (`cache_control` on turns and tools, from the Messages surface)
-    are passed as given, and then no others are added (the API allows four). Otherwise, with
-    prompt_caching, cache breakpoints go on the system prompt and on the end of the history
-    before the newest turn, so an agent's growing conversation is read from the cache instead
-    of billed in full each turn (Anthropic ignores them below its minimum length)."""
-    turns: list[dict[str, Any]] = []
-    for message in request.messages:
-        if message.role == "system":
-            continue
-        role, blocks = _blocks(message)
-        if turns and turns[-1]["role"] == role:
-            turns[-1]["content"].extend(blocks)
-        else:
-            turns.append({"role": role, "content": blocks})
-    params: dict[str, Any] = {
-        "model": model,
-        "messages": turns,
-        "max_tokens": request.max_tokens or DEFAULT_MAX_TOKENS,
-    }
-    automatic = prompt_caching and not _explicit_cache(request)
-    if automatic and len(turns) >= 2 and turns[-2]["content"]:
-        turns[-2]["content"][-1]["cache_control"] = dict(_EPHEMERAL)
-    system = _system(request, automatic)
-    if system:
-        params["system"] = system
-    if request.tools:
-        params["tools"] = [
-            {
-                "name": t.name,
-                **({"description": t.description} if t.description else {}),
-                "input_schema": t.parameters,
-                **({"strict": True} if t.strict else {}),
-                **({"cache_control": dict(t.cache_control)} if t.cache_control else {}),
-            }
-            for t in request.tools
-        ]
-        choice = request.tool_choice
-        mode = choice.mode if choice is not None else "auto"
-        tool_choice: dict[str, Any] = {"type": _CHOICE[mode]}
-        if mode == "tool" and choice is not None:
-            tool_choice["name"] = choice.name
-        if request.parallel_tool_calls is False and mode != "none":
-            tool_choice["disable_parallel_tool_use"] = True
-        params["tool_choice"] = tool_choice
-    fmt = request.response_format
-    if fmt is not None and fmt.type != "text":
-        schema = fmt.json_schema if fmt.type == "json_schema" else {"type": "object"}
-        params["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
-    if request.stop:
-        params["stop_sequences"] = list(request.stop)
-    if request.temperature is not None:
-        # Not a typed argument of this SDK's messages.create; older models still accept it.
-        params["extra_body"] = {"temperature": request.temperature}
-    return params
 
 
 class _Usage:
@@ -218,14 +142,16 @@ class _Usage:
         self.write = 0
 
     def update(self, usage: Any) -> None:
+        """From a stream event's usage dict or the SDK's Usage object (a whole message)."""
         if usage is None:
             return
-        if getattr(usage, "input_tokens", None) is not None:
-            self.fresh = usage.input_tokens
-        if getattr(usage, "output_tokens", None) is not None:
-            self.output = usage.output_tokens
-        self.read = getattr(usage, "cache_read_input_tokens", None) or self.read
-        self.write = getattr(usage, "cache_creation_input_tokens", None) or self.write
+        get = usage.get if isinstance(usage, dict) else lambda name: getattr(usage, name, None)
+        if get("input_tokens") is not None:
+            self.fresh = get("input_tokens")
+        if get("output_tokens") is not None:
+            self.output = get("output_tokens")
+        self.read = get("cache_read_input_tokens") or self.read
+        self.write = get("cache_creation_input_tokens") or self.write
 
     def event(self) -> UsageEvent | None:
         if self.fresh is None or self.output is None:
@@ -264,54 +190,69 @@ class AnthropicAdapter(ProviderAdapter):
     async def stream(
         self, request: ChatRequest, *, limits: CallLimits | None = None
     ) -> AsyncGenerator[StreamEvent, None]:
+        """The SDK sends the request and hands over its raw response; the server-sent events
+        are read by the lean reader (providers/sse.py), as plain dicts, as the OpenAI adapter
+        reads its own: the SDK's stream built a typed event object per chunk."""
         params = convert(request, self.model, prompt_caching=self._prompt_caching)
+        manager = self._client.messages.with_streaming_response.create(
+            **params, stream=True, **self.call_timeout(limits)
+        )
         try:
-            events = await self.first_byte(
-                self._client.messages.create(**params, stream=True, **self.call_timeout(limits)),
-                limits,
-            )
+            response = await self.first_byte(manager.__aenter__(), limits)
         except _FAILURES as exc:
             raise map_error(exc, self.provider) from None
-        request_id = events.response.headers.get("request-id")
+        http = response.http_response
+        request_id = http.headers.get("request-id")
         response_id: str | None = None
         response_model: str | None = None
         usage = _Usage()
         stop_reason: str | None = None
         tool_index: dict[int, int] = {}
         try:
-            async with events:
-                yield Accepted(provider_request_id=request_id)
-                async for event in events:
-                    if event.type == "message_start":
-                        response_id = event.message.id
-                        response_model = event.message.model
-                        usage.update(getattr(event.message, "usage", None))
-                    elif event.type == "content_block_start":
-                        block = event.content_block
-                        if block.type == "tool_use":
-                            tool_index[event.index] = len(tool_index)
-                            yield ToolCallDelta(
-                                index=tool_index[event.index], id=block.id, name=block.name
-                            )
-                        elif block.type == "text" and block.text:
-                            yield TextDelta(text=block.text)
-                    elif event.type == "content_block_delta":
-                        delta = event.delta
-                        if delta.type == "text_delta":
-                            yield TextDelta(text=delta.text)
-                        elif delta.type == "input_json_delta" and event.index in tool_index:
-                            yield ToolCallDelta(
-                                index=tool_index[event.index], arguments_delta=delta.partial_json
-                            )
-                    elif event.type == "message_delta":
-                        stop_reason = event.delta.stop_reason or stop_reason
-                        usage.update(getattr(event, "usage", None))
-                        if stop_reason is not None:
-                            # The answer and its usage are complete: a provider that never
-                            # sends message_stop (or never closes) must not hold the call.
-                            break
+            yield Accepted(provider_request_id=request_id)
+            async for data in sse_data(http.aiter_bytes()):
+                event = json.loads(data)
+                kind = event.get("type")
+                if kind == "content_block_delta":
+                    delta = event.get("delta") or {}
+                    delta_type = delta.get("type")
+                    if delta_type == "text_delta":
+                        yield TextDelta(text=delta.get("text") or "")
+                    elif delta_type == "input_json_delta" and event.get("index") in tool_index:
+                        yield ToolCallDelta(
+                            index=tool_index[event["index"]],
+                            arguments_delta=delta.get("partial_json") or "",
+                        )
+                elif kind == "message_start":
+                    message = event.get("message") or {}
+                    response_id = message.get("id")
+                    response_model = message.get("model")
+                    usage.update(message.get("usage"))
+                elif kind == "content_block_start":
+                    block = event.get("content_block") or {}
+                    if block.get("type") == "tool_use":
+                        tool_index[event.get("index", 0)] = len(tool_index)
+                        yield ToolCallDelta(
+                            index=tool_index[event.get("index", 0)],
+                            id=block.get("id"),
+                            name=block.get("name"),
+                        )
+                    elif block.get("type") == "text" and block.get("text"):
+                        yield TextDelta(text=block["text"])
+                elif kind == "message_delta":
+                    stop_reason = (event.get("delta") or {}).get("stop_reason") or stop_reason
+                    usage.update(event.get("usage"))
+                    if stop_reason is not None:
+                        # The answer and its usage are complete: a provider that never
+                        # sends message_stop (or never closes) must not hold the call.
+                        break
+                elif kind == "error":
+                    raise _stream_error(event, http.headers, self.provider, request_id)
         except _FAILURES as exc:
             raise mid_stream(map_error(exc, self.provider), request_id) from None
+        finally:
+            with contextlib.suppress(Exception):
+                await manager.__aexit__(None, None, None)
         # The stop reason ends the answer; a missing message_stop after it loses nothing.
         if stop_reason is None:
             raise stream_incomplete(self.provider, request_id)

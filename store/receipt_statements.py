@@ -20,6 +20,7 @@ PostgreSQL — the catalog version, the claim, the finalise — each one round t
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
@@ -40,6 +41,50 @@ T = TypeVar("T")
 RECEIPTS: sa.Table = InvocationReceiptRow.__table__  # type: ignore[attr-defined]
 OUTBOX: sa.Table = OutboxEventRow.__table__  # type: ignore[attr-defined]
 CATALOG: sa.Table = CatalogStateRow.__table__  # type: ignore[attr-defined]
+_EVENT = (
+    "event_id",
+    "tenant_id",
+    "event_type",
+    "topic",
+    "aggregate_type",
+    "aggregate_id",
+    "payload",
+    "occurred_at",
+)
+
+
+# The statements are built once per set of columns, their values bind parameters. Building them
+# per call (`.values(...)` with literals) made a BindParameter per value on every call: 13% of
+# the API's CPU at c=16 under py-spy (bench/profile_invoke.py, 2026-12-01), more than the three
+# round trips themselves. A close writes one of two column sets (with or without the answering
+# deployment), so the caches stay at a handful of entries.
+@functools.cache
+def _close_update(columns: tuple[str, ...]) -> Any:
+    """The close's UPDATE of `columns` (`set_*` parameters; the keys `w_*`: a bind parameter
+    may not share a column's name in a SET clause)."""
+    return (
+        sa.update(RECEIPTS)
+        .where(
+            RECEIPTS.c.tenant_id == sa.bindparam("w_tenant_id"),
+            RECEIPTS.c.invocation_id == sa.bindparam("w_invocation_id"),
+            RECEIPTS.c.ended_at.is_(None),
+        )
+        .values({k: sa.bindparam(f"set_{k}", type_=RECEIPTS.c[k].type) for k in columns})
+    )
+
+
+@functools.cache
+def _close_with_events(columns: tuple[str, ...], count: int) -> Any:
+    """PostgreSQL's one-statement finalise with `count` outbox events (`e{i}_*` parameters)."""
+    closed = _close_update(columns).returning(RECEIPTS.c.invocation_id).cte("closed")
+    rows = [
+        sa.select(
+            *(sa.bindparam(f"e{i}_{k}", type_=OUTBOX.c[k].type).label(k) for k in _EVENT)
+        ).select_from(closed)
+        for i in range(count)
+    ]
+    source = rows[0] if count == 1 else sa.union_all(*rows)
+    return sa.insert(OUTBOX).from_select(list(_EVENT), source).returning(OUTBOX.c.position)
 
 
 class ReceiptStatements:
@@ -51,7 +96,14 @@ class ReceiptStatements:
         self._engine = (
             engine.execution_options(isolation_level="AUTOCOMMIT") if self._postgres else engine
         )
-        self._insert = postgresql.insert if self._postgres else sqlite.insert
+        insert = postgresql.insert if self._postgres else sqlite.insert
+        self._claim = insert(RECEIPTS).on_conflict_do_nothing().returning(RECEIPTS.c.invocation_id)
+        self._version = sa.select(CATALOG.c.version).where(CATALOG.c.id == 1)
+        self._release = sa.delete(RECEIPTS).where(
+            RECEIPTS.c.tenant_id == sa.bindparam("w_tenant_id"),
+            RECEIPTS.c.invocation_id == sa.bindparam("w_invocation_id"),
+            RECEIPTS.c.ended_at.is_(None),
+        )
         # The closes off the hot path (the workflow's, the sweeper's, a denial's) lock the row
         # in a transaction, as they know only the invocation id: the event needs the row.
         self._transactions = engine
@@ -72,7 +124,7 @@ class ReceiptStatements:
 
     async def catalog_version(self) -> int:
         async def step(conn: AsyncConnection) -> int:
-            found = await conn.scalar(sa.select(CATALOG.c.version).where(CATALOG.c.id == 1))
+            found = await conn.scalar(self._version)
             return int(found or 0)
 
         return await self._run(step)
@@ -80,28 +132,19 @@ class ReceiptStatements:
     async def claim(self, data: InvocationInput, deployment_id: str) -> bool:
         """Insert the in-flight receipt (Failed, usage Unknown until finalised); False when this
         invocation, or this key, was claimed before."""
-        stmt = (
-            self._insert(RECEIPTS)
-            .values(claim_values(data, deployment_id, datetime.now(UTC)))
-            .on_conflict_do_nothing()
-            .returning(RECEIPTS.c.invocation_id)
-        )
+        params = claim_values(data, deployment_id, datetime.now(UTC))
 
         async def step(conn: AsyncConnection) -> bool:
-            return (await conn.execute(stmt)).first() is not None
+            return (await conn.execute(self._claim, params)).first() is not None
 
         return await self._run(step)
 
     async def release(self, tenant_id: str, invocation_id: uuid.UUID) -> None:
         """Undo a claim nothing was called for (its workflow could not be started)."""
-        stmt = sa.delete(RECEIPTS).where(
-            RECEIPTS.c.tenant_id == tenant_id,
-            RECEIPTS.c.invocation_id == invocation_id,
-            RECEIPTS.c.ended_at.is_(None),
-        )
+        keys = {"w_tenant_id": tenant_id, "w_invocation_id": invocation_id}
 
         async def step(conn: AsyncConnection) -> None:
-            await conn.execute(stmt)
+            await conn.execute(self._release, keys)
 
         await self._run(step)
 
@@ -112,37 +155,22 @@ class ReceiptStatements:
         values = close_values(summary, now)
         receipt = {**claim_values(data, data.targets[0].deployment_id, now), **values}
         events = [_row(data.tenant_id, e, now) for e in _events(receipt, summary)]
-        update = (
-            sa.update(RECEIPTS)
-            .where(
-                RECEIPTS.c.tenant_id == data.tenant_id,
-                RECEIPTS.c.invocation_id == summary.invocation_id,
-                RECEIPTS.c.ended_at.is_(None),
-            )
-            .values(values)
-        )
+        columns = tuple(values)
+        params = {f"set_{k}": v for k, v in values.items()}
+        params["w_tenant_id"] = data.tenant_id
+        params["w_invocation_id"] = summary.invocation_id
         if self._postgres:
-            closed = update.returning(RECEIPTS.c.invocation_id).cte("closed")
-            rows = [
-                sa.select(
-                    *(sa.literal(v, OUTBOX.c[k].type).label(k) for k, v in e.items())
-                ).select_from(closed)
-                for e in events
-            ]
-            source = rows[0] if len(rows) == 1 else sa.union_all(*rows)
-            stmt: Any = (
-                sa.insert(OUTBOX)
-                .from_select(list(events[0].keys()), source)
-                .returning(OUTBOX.c.position)
-            )
+            for i, event in enumerate(events):
+                params.update({f"e{i}_{k}": v for k, v in event.items()})
+            stmt = _close_with_events(columns, len(events))
 
             async def one(conn: AsyncConnection) -> bool:
-                return (await conn.execute(stmt)).first() is not None
+                return (await conn.execute(stmt, params)).first() is not None
 
             return await self._run(one)
 
         async def two(conn: AsyncConnection) -> bool:
-            if (await conn.execute(update)).rowcount == 0:
+            if (await conn.execute(_close_update(columns), params)).rowcount == 0:
                 return False
             await conn.execute(sa.insert(OUTBOX), events)
             return True

@@ -342,6 +342,40 @@ async def test_a_connection_dropped_mid_answer_is_a_transient_incomplete_stream(
     assert received == [Accepted(provider_request_id=request_id), TextDelta(text="Echo:")]
 
 
+async def test_an_error_event_inside_the_stream_is_classified_and_keeps_the_request_id(
+    adapter: ProviderAdapter, upstream: UpstreamServer
+) -> None:
+    # The lean reader sees the protocol's own error event after output (Anthropic's
+    # `event: error` overloaded_error, OpenAI's chunk carrying `error`) and maps it as the SDK
+    # maps a status error: by the error's type.
+    after = 2 if adapter.provider != "anthropic" else 4
+    upstream.inject(MODEL, Fault(kind=FaultKind.STREAM_ERROR, after_chunks=after))
+    received: list[StreamEvent] = []
+    with pytest.raises(ProviderError) as caught:
+        async for event in adapter.stream(HELLO):
+            received.append(event)
+    wanted = ErrorKind.OVERLOADED if adapter.provider == "anthropic" else ErrorKind.SERVER
+    assert caught.value.kind is wanted and caught.value.transient
+    request_id = caught.value.provider_request_id
+    assert request_id
+    assert received == [Accepted(provider_request_id=request_id), TextDelta(text="Echo:")]
+
+
+async def test_a_garbled_event_ends_the_stream_without_a_finish(
+    adapter: ProviderAdapter, upstream: UpstreamServer
+) -> None:
+    # Data that is not JSON after output: the reader raises (the attempt's wrapper turns it
+    # into stream_incomplete, tests/test_provider_request_id.py), never skips it and finishes.
+    after = 2 if adapter.provider != "anthropic" else 4
+    upstream.inject(MODEL, Fault(kind=FaultKind.MALFORMED_CHUNK, after_chunks=after))
+    received: list[StreamEvent] = []
+    with pytest.raises(ValueError):
+        async for event in adapter.stream(HELLO):
+            received.append(event)
+    assert not any(isinstance(e, Finish | UsageEvent) for e in received)
+    assert TextDelta(text="Echo:") in received
+
+
 async def test_graceful_cut_is_an_incomplete_stream(
     adapter: ProviderAdapter, upstream: UpstreamServer
 ) -> None:

@@ -4,12 +4,14 @@ included — when it runs as `make dev` and the image run it (uvicorn with the a
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import sys
 
 import httpx
 
+from core.logging import configure_logging
 from core.settings import Settings
 from tests.conftest import free_port
 from tests.helpers.deadline import eventually
@@ -62,3 +64,22 @@ async def test_every_line_of_the_api_process_is_json(settings: Settings) -> None
     assert "uvicorn.error" in loggers and "uvicorn.access" in loggers, loggers
     messages = " ".join(json.loads(line)["message"] for line in lines)
     assert "Started server process" in messages and "Shutting down" in messages
+
+
+def test_the_http_clients_line_per_provider_call_is_dropped_unless_debugging() -> None:
+    root = logging.getLogger()
+    saved = root.level, list(root.handlers)
+    chatty = [logging.getLogger(name) for name in ("httpx", "httpx2")]
+    levels = [logger.level for logger in chatty]
+    try:
+        configure_logging("INFO")
+        # "HTTP Request: POST …" at INFO per provider call: the receipt already says it.
+        assert not any(logger.isEnabledFor(logging.INFO) for logger in chatty)
+        assert all(logger.isEnabledFor(logging.WARNING) for logger in chatty)
+        configure_logging("DEBUG")
+        assert all(logger.isEnabledFor(logging.DEBUG) for logger in chatty)
+    finally:
+        root.handlers[:] = saved[1]
+        root.setLevel(saved[0])
+        for logger, level in zip(chatty, levels, strict=True):
+            logger.setLevel(level)

@@ -10,6 +10,8 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
@@ -131,6 +133,48 @@ async def ctx(
 def _problem(resp: httpx.Response) -> dict[str, Any]:
     assert resp.headers["content-type"].startswith("application/problem+json"), resp.text
     return dict(resp.json())
+
+
+class _PlanStatements:
+    """The statements on `route_plans` that name one run, from every engine in this process
+    (the API under test runs in it): what the run's plan costs the database."""
+
+    def __init__(self, run: uuid.UUID) -> None:
+        self.run, self.seen = run, 0
+
+    def __call__(self, conn: Any, cursor: Any, statement: str, params: Any, *_: Any) -> None:
+        if "route_plans" in statement and self.run.hex in repr(params).replace("-", ""):
+            self.seen += 1
+
+
+async def test_a_runs_later_calls_reuse_its_pinned_plan_without_a_plan_statement(
+    ctx: Ctx,
+) -> None:
+    await ctx.deployment("pin/a", "a")
+    await ctx.profile("cached", ["pin/a"])
+    run = uuid.uuid4()
+    count = _PlanStatements(run)
+    event.listen(Engine, "before_cursor_execute", count)
+    try:
+        first, first_key = await ctx.chat("cached", run)
+        assert first.status_code == 200, first.text
+        # The first call of the run looks for its plan and pins one: the counter sees that.
+        assert count.seen >= 2
+        count.seen = 0
+        later = [await ctx.chat("cached", run) for _ in range(3)]
+        # Every later call in the run goes on the plan this process pinned and remembered
+        # (api/invocations.py, `_remember`): not one statement on route_plans for it.
+        assert count.seen == 0
+    finally:
+        event.remove(Engine, "before_cursor_execute", count)
+    pinned = await ctx.receipt(first_key)
+    assert pinned is not None and pinned.route_plan_id is not None
+    for resp, key in later:
+        assert resp.status_code == 200, resp.text
+        row = await ctx.receipt(key)
+        assert row is not None and row.route_plan_id == pinned.route_plan_id
+    plan = await ctx.plan(run, "cached")
+    assert plan is not None and plan.route_plan_id == pinned.route_plan_id
 
 
 async def test_a_run_pinned_to_a_retired_version_is_still_served(ctx: Ctx) -> None:

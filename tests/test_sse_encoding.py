@@ -12,7 +12,7 @@ import pytest
 
 from api import sse
 from api.openai_shapes import chunk
-from providers.openai_adapter import sse_data
+from providers.sse import sse_data
 
 
 @pytest.mark.parametrize("text", ["hello", "", 'quote " and \\ back', "é 日本 \n\t", "\u2028"])

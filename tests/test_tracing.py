@@ -3,6 +3,7 @@ and the provider call's GenAI span, all in the caller's trace, with no content o
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -200,3 +201,33 @@ def test_otlp_export_ships_spans_when_configured() -> None:
         )
         subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
     assert any(b.startswith(b"/v1/traces ") and b"otlp-probe-span" in b for b in bodies)
+
+
+def test_the_temporal_client_carries_the_tracing_interceptor_only_when_tracing_is_on() -> None:
+    # Its own process: this one has the test capture installed, so tracing is on here.
+    script = textwrap.dedent(
+        """
+        from core import tracing
+        from core.settings import Settings
+        from core.temporal import client_options
+
+        settings = Settings(auth_jwt_secret="x" * 32, _env_file=None)
+        off = client_options(settings)["interceptors"]
+        # An endpoint that nothing listens on: spans are batched, never sent here.
+        tracing.configure_exporters(
+            service_name="model-router", otlp_endpoint="http://127.0.0.1:9/v1/traces"
+        )
+        on = client_options(settings)["interceptors"]
+        print(len(off), [type(i).__name__ for i in on])
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "MODEL_ROUTER_"))}
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        check=True,
+        timeout=60,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert out.stdout.split("\n")[0] == "0 ['TracingInterceptor']"

@@ -143,6 +143,17 @@ def chat_endpoint(codec: Codec) -> Callable[[Request], Awaitable[Response]]:
 
 
 GARBLED = b"data: {not json\n\n"
+ANTHROPIC_STREAM_ERROR = {
+    "type": "error",
+    "error": {"type": "overloaded_error", "message": "Overloaded"},
+}
+OPENAI_STREAM_ERROR = {
+    "error": {
+        "message": "The server had an error while processing your request.",
+        "type": "server_error",
+        "code": None,
+    }
+}
 
 
 def _deliver(
@@ -169,13 +180,18 @@ def _deliver(
     cut, stall = kinds.get(FaultKind.STREAM_CUT), kinds.get(FaultKind.STREAM_STALL)
     garbled = kinds.get(FaultKind.MALFORMED_CHUNK)
     content_start = plan.content_start
+    # Anthropic names its events, OpenAI does not.
+    named = bool(frames) and frames[0].startswith(b"event:")
+    failed = kinds.get(FaultKind.STREAM_ERROR)
+    if failed is not None:
+        del frames[failed.after_chunks :]
+        frames.append(sse(ANTHROPIC_STREAM_ERROR, "error") if named else sse(OPENAI_STREAM_ERROR))
     if garbled is not None:
         # A frame whose data is not JSON, where the next event should be: the stream goes on
         # after it, as a buggy proxy's would, so only the parser can notice.
         at = min(garbled.after_chunks, len(frames))
         # Named like a content event where the protocol names its events (Anthropic), so the
         # client parses it rather than skipping an unknown event.
-        named = frames and frames[0].startswith(b"event:")
         frames.insert(at, (b"event: content_block_delta\n" if named else b"") + GARBLED)
         content_start += at <= content_start
     return SimStream(

@@ -32,6 +32,9 @@ class FaultKind(StrEnum):
     STREAM_CUT = "stream_cut"  # connection dropped after `after_chunks` SSE events
     STREAM_STALL = "stream_stall"  # silence after `after_chunks` events, connection kept
     MALFORMED_CHUNK = "malformed_chunk"  # after `after_chunks` events, one that is not JSON
+    # after `after_chunks` events, the protocol's in-stream error event, and nothing after it
+    # (Anthropic `event: error` overloaded_error; OpenAI a chunk carrying `error`)
+    STREAM_ERROR = "stream_error"
     MISSING_TERMINATOR = "missing_terminator"  # no [DONE] / message_stop
     NO_USAGE = "no_usage"  # usage omitted
 

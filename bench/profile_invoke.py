@@ -1,0 +1,175 @@
+"""Where the API process spends its CPU under c=16 non-stream gateway load: the benchmark's
+stack (bench/invoke_stack.py), seeded as the benchmark seeds it, with `py-spy record` attached
+to the API while the load runs; prints on-CPU samples by module (self time) and by package
+(inclusive), and keeps the collapsed stacks for a closer look.
+
+Run: .venv/bin/python bench/profile_invoke.py [--calls 1600] [--rate 250] [--out DIR]
+
+py-spy is a dev tool, not a dependency, and `uv sync` (scripts/test.sh) removes what is not in
+the lock: install it apart, `uv pip install --target DIR py-spy`, and pass `--py-spy
+DIR/bin/py-spy` (or have it on PATH). The
+sampler runs in its own process, so the load's numbers here are not the benchmark's; read the
+shares, not the absolute rates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import signal
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+
+from bench.invoke_database import create_database  # noqa: E402
+from bench.invoke_load import run_load  # noqa: E402
+from bench.invoke_measure import make_paths  # noqa: E402
+from bench.invoke_seed import seed  # noqa: E402
+from bench.invoke_stack import Stack  # noqa: E402
+from core.settings import Settings  # noqa: E402
+from core.temporal import connect  # noqa: E402
+from store.db import create_engine, session_factory  # noqa: E402
+from store.migrate import upgrade  # noqa: E402
+
+# Without --native, py-spy takes a thread parked in a lock for a running one: an idle pool
+# thread (the workflow runner's, anyio's, the resolver's) sits in one of these.
+_IDLE = ("_worker (concurrent/futures/thread.py", "Condition.wait (threading.py", "Event.wait")
+
+
+def module_of(frame: str) -> str:
+    """`func (path/to/file.py:12)` -> a short module name (site-packages or the repo stripped)."""
+    start, end = frame.rfind("("), frame.rfind(":")
+    path = frame[start + 1 : end] if start >= 0 and end > start else frame
+    for marker in ("site-packages/", "/lib/python3.11/", str(ROOT) + "/"):
+        if marker in path:
+            path = path.split(marker, 1)[1]
+    return path.removesuffix(".py").replace("/", ".")
+
+
+def package_of(module: str) -> str:
+    head = module.split(".")[0]
+    return head if head not in ("api", "activities", "providers", "store", "core") else module
+
+
+def report(collapsed: Path, top: int) -> str:
+    self_by_module: Counter[str] = Counter()
+    incl_by_package: Counter[str] = Counter()
+    incl_by_module: Counter[str] = Counter()
+    total = 0
+    for line in collapsed.read_text().splitlines():
+        stack, _, count_s = line.rpartition(" ")
+        count = int(count_s)
+        # Process and thread labels come first; frames are `func (file.py:line)`.
+        frames = [f for f in stack.split(";") if ".py" in f]
+        if not frames or frames[-1].startswith(_IDLE):
+            continue
+        total += count
+        self_by_module[module_of(frames[-1])] += count
+        for pkg in {module_of(f).split(".")[0] for f in frames}:
+            incl_by_package[pkg] += count
+        for mod in {module_of(f) for f in frames}:
+            incl_by_module[mod] += count
+    out = [f"{total} on-CPU samples"]
+    out.append("\nself time by module:")
+    out += [f"  {n / total:6.1%}  {m}" for m, n in self_by_module.most_common(top)]
+    out.append("\ninclusive by top-level package:")
+    out += [f"  {n / total:6.1%}  {m}" for m, n in incl_by_package.most_common(top)]
+    out.append("\ninclusive by module (ours):")
+    ours = ("api.", "activities.", "providers.", "store.", "core.", "domain.", "workflows.")
+    mine = [(m, n) for m, n in incl_by_module.most_common() if m.startswith(ours)]
+    out += [f"  {n / total:6.1%}  {m}" for m, n in mine[:top]]
+    return "\n".join(out)
+
+
+async def load(
+    stack: Stack, settings: Settings, database_url: str, calls: int, rate: int, py_spy: str
+) -> Path:
+    engine = create_engine(database_url)
+    sessions = session_factory(engine)
+    temporal = await connect(settings)
+    api = f"http://127.0.0.1:{stack.api_port}"
+    token = await seed(api, sessions, temporal, f"upstream:127.0.0.1:{stack.upstream_port}")
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    clients = [httpx.AsyncClient(timeout=60, limits=limits) for _ in range(2)]
+    gateway = make_paths(stack, token, False, clients)[1]
+    await run_load(gateway, "ns16", 200, "warm", None)
+    api_child = stack.child("api")
+    assert api_child is not None
+    out = stack.work / "api.collapsed"
+    spy = await asyncio.create_subprocess_exec(
+        py_spy,
+        "record",
+        "--pid",
+        str(api_child.pid),
+        "--rate",
+        str(rate),
+        "--format",
+        "raw",
+        "--output",
+        str(out),
+        "--threads",
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    await asyncio.sleep(1.0)  # py-spy attaches
+    run = await run_load(gateway, "ns16", calls, "profiled", None)
+    spy.send_signal(signal.SIGINT)  # py-spy writes what it has and exits
+    await asyncio.wait_for(spy.wait(), 30)
+    rate_s = len(run.samples) / run.wall
+    print(f"{len(run.samples)} calls, {len(run.errors)} errors, {rate_s:.1f}/s")
+    for c in clients:
+        await c.aclose()
+    await engine.dispose()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=1600)
+    parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
+    parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--py-spy", default=shutil.which("py-spy") or "py-spy")
+    parser.add_argument("--out", type=Path, default=None, help="copy the collapsed stacks here")
+    args = parser.parse_args()
+    stack = Stack()
+    try:
+        server_url = stack.start_postgres()
+        database_url, _ = asyncio.run(create_database(server_url))
+        upgrade(database_url)
+        stack.start_temporal()
+        stack.start_upstream()
+        env = stack.service_env(database_url)
+        stack.start_worker(env)
+        stack.start_api(env)
+        settings = Settings(
+            environment="development",
+            database_url=database_url,
+            temporal_address=f"127.0.0.1:{stack.temporal_port}",
+            auth_jwt_secret=stack.jwt_secret,
+            allow_upstream_endpoints=True,
+            artifact_root=stack.work / "artifacts",
+            schedules_enabled=False,
+            _env_file=None,
+        )
+        collapsed = asyncio.run(
+            load(stack, settings, database_url, args.calls, args.rate, args.py_spy)
+        )
+        print(report(collapsed, args.top))
+        if args.out is not None:
+            args.out.mkdir(parents=True, exist_ok=True)
+            shutil.copy(collapsed, args.out / "api.collapsed")
+    finally:
+        stack.close(keep=False)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""Anthropic's messages.create arguments from a normalised chat request: system messages to
+`system`, tool results to user turns, merged turns, and the prompt-cache breakpoints."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from providers.types import ChatRequest, Message
+
+DEFAULT_MAX_TOKENS = 4096
+_EPHEMERAL = {"type": "ephemeral"}
+_CHOICE = {"auto": "auto", "none": "none", "required": "any", "tool": "tool"}
+
+
+def _tool_input(arguments: str) -> dict[str, Any]:
+    try:
+        value = json.loads(arguments or "{}")
+    except ValueError:
+        value = None
+    return value if isinstance(value, dict) else {}
+
+
+def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
+    blocks: list[dict[str, Any]]
+    if message.role == "tool":
+        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id}
+        blocks = [{**block, "content": message.content or ""}]
+    else:
+        blocks = []
+        if message.content:
+            blocks.append({"type": "text", "text": message.content})
+        blocks += [
+            {"type": "tool_use", "id": c.id, "name": c.name, "input": _tool_input(c.arguments)}
+            for c in message.tool_calls
+        ]
+    if message.cache_control is not None and blocks:
+        blocks[-1]["cache_control"] = dict(message.cache_control)
+    return ("user" if message.role == "tool" else message.role), blocks
+
+
+def _explicit_cache(request: ChatRequest) -> bool:
+    return any(m.cache_control is not None for m in request.messages) or any(
+        t.cache_control is not None for t in request.tools
+    )
+
+
+def _system(request: ChatRequest, prompt_caching: bool) -> str | list[dict[str, Any]] | None:
+    system = [m for m in request.messages if m.role == "system"]
+    if not system:
+        return None
+    if _explicit_cache(request):
+        # The caller placed its own breakpoints: one block per system turn, each as marked.
+        return [
+            {
+                "type": "text",
+                "text": m.content or "",
+                **({"cache_control": dict(m.cache_control)} if m.cache_control else {}),
+            }
+            for m in system
+        ]
+    text = "\n\n".join(m.content or "" for m in system)
+    if prompt_caching:
+        return [{"type": "text", "text": text, "cache_control": dict(_EPHEMERAL)}]
+    return text
+
+
+def convert(request: ChatRequest, model: str, *, prompt_caching: bool = True) -> dict[str, Any]:
+    """The messages.create arguments. System messages become `system`; tool results become
+    user turns; consecutive turns of one role merge, as the API requires alternation.
+
+    Breakpoints the caller set (`cache_control` on turns and tools, from the Messages surface)
+    are passed as given, and then no others are added (the API allows four). Otherwise, with
+    prompt_caching, cache breakpoints go on the system prompt and on the end of the history
+    before the newest turn, so an agent's growing conversation is read from the cache instead
+    of billed in full each turn (Anthropic ignores them below its minimum length)."""
+    turns: list[dict[str, Any]] = []
+    for message in request.messages:
+        if message.role == "system":
+            continue
+        role, blocks = _blocks(message)
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": role, "content": blocks})
+    params: dict[str, Any] = {
+        "model": model,
+        "messages": turns,
+        "max_tokens": request.max_tokens or DEFAULT_MAX_TOKENS,
+    }
+    automatic = prompt_caching and not _explicit_cache(request)
+    if automatic and len(turns) >= 2 and turns[-2]["content"]:
+        turns[-2]["content"][-1]["cache_control"] = dict(_EPHEMERAL)
+    system = _system(request, automatic)
+    if system:
+        params["system"] = system
+    if request.tools:
+        params["tools"] = [
+            {
+                "name": t.name,
+                **({"description": t.description} if t.description else {}),
+                "input_schema": t.parameters,
+                **({"strict": True} if t.strict else {}),
+                **({"cache_control": dict(t.cache_control)} if t.cache_control else {}),
+            }
+            for t in request.tools
+        ]
+        choice = request.tool_choice
+        mode = choice.mode if choice is not None else "auto"
+        tool_choice: dict[str, Any] = {"type": _CHOICE[mode]}
+        if mode == "tool" and choice is not None:
+            tool_choice["name"] = choice.name
+        if request.parallel_tool_calls is False and mode != "none":
+            tool_choice["disable_parallel_tool_use"] = True
+        params["tool_choice"] = tool_choice
+    fmt = request.response_format
+    if fmt is not None and fmt.type != "text":
+        schema = fmt.json_schema if fmt.type == "json_schema" else {"type": "object"}
+        params["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
+    if request.stop:
+        params["stop_sequences"] = list(request.stop)
+    if request.temperature is not None:
+        # Not a typed argument of this SDK's messages.create; older models still accept it.
+        params["extra_body"] = {"temperature": request.temperature}
+    return params
