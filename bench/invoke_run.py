@@ -23,7 +23,6 @@ from bench.invoke_meter import Meter
 from bench.invoke_results import Results
 from bench.invoke_stack import VENV_BIN, Stack
 from bench.machine_speed import calibrate, wait_for_quiet
-from core.settings import Settings
 from store.migrate import upgrade
 
 
@@ -96,16 +95,7 @@ def run(args: argparse.Namespace) -> Results:
                     print(litellm_status, flush=True)
             else:
                 litellm_status = f"not installed ({litellm} missing)"
-        settings = Settings(
-            environment="development",
-            database_url=database_url,
-            temporal_address=f"127.0.0.1:{stack.temporal_port}",
-            auth_jwt_secret=stack.jwt_secret,
-            allow_upstream_endpoints=True,
-            artifact_root=stack.work / "artifacts",
-            schedules_enabled=False,
-            _env_file=None,
-        )
+        settings = stack.settings(database_url)
         meter.start()
         measured = asyncio.run(
             measure(stack, settings, database_url, args.quick, litellm_on, meter)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from bench.child_process import Child, free_port, http_ok, port_open
 from bench.local_postgres import LocalPostgres
+from core.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
@@ -140,6 +141,20 @@ class Stack:
             }
         )
         return env
+
+    def settings(self, database_url: str) -> Settings:
+        """The settings the benchmark's own process uses to reach the stack: the same database,
+        Temporal, token secret and artifacts as the services', no `.env` file read."""
+        return Settings(
+            environment="development",
+            database_url=database_url,
+            temporal_address=f"127.0.0.1:{self.temporal_port}",
+            auth_jwt_secret=self.jwt_secret,
+            allow_upstream_endpoints=True,
+            artifact_root=self.work / "artifacts",
+            schedules_enabled=False,
+            _env_file=None,
+        )
 
     def start_worker(self, env: dict[str, str]) -> Child:
         child = self.spawn("worker", [sys.executable, "-c", "import worker; worker.main()"], env)

@@ -148,16 +148,7 @@ def main() -> None:
         env = stack.service_env(database_url)
         stack.start_worker(env)
         stack.start_api(env)
-        settings = Settings(
-            environment="development",
-            database_url=database_url,
-            temporal_address=f"127.0.0.1:{stack.temporal_port}",
-            auth_jwt_secret=stack.jwt_secret,
-            allow_upstream_endpoints=True,
-            artifact_root=stack.work / "artifacts",
-            schedules_enabled=False,
-            _env_file=None,
-        )
+        settings = stack.settings(database_url)
         collapsed = asyncio.run(
             load(stack, settings, database_url, args.calls, args.rate, args.py_spy)
         )

@@ -143,16 +143,7 @@ def run(minutes: float, concurrency: int, adapter_ttl: float) -> Soak:
         env["MODEL_ROUTER_INVOKE_ADAPTER_TTL_SECONDS"] = str(adapter_ttl)
         stack.start_worker(env)
         stack.start_api(env)
-        settings = Settings(
-            environment="development",
-            database_url=database_url,
-            temporal_address=f"127.0.0.1:{stack.temporal_port}",
-            auth_jwt_secret=stack.jwt_secret,
-            allow_upstream_endpoints=True,
-            artifact_root=stack.work / "artifacts",
-            schedules_enabled=False,
-            _env_file=None,
-        )
+        settings = stack.settings(database_url)
         meter.start()
         print(f"soaking {minutes} min at c={concurrency}…", flush=True)
         asyncio.run(_measure(stack, settings, database_url, soak))
