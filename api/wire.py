@@ -15,16 +15,17 @@ loop Chat Completions had before (200k text deltas through an async generator, b
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 from fastapi import Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from activities.invoke_hub import ReceiptReady
 from api.invocation_events import InvocationEvent, Replayed
-from api.invocations import Running
+from api.invocations import Call, Invocations, Running
 from api.problems import problem_response
+from core.security import Principal
 from domain.close_reason import GATEWAY_CLOSES, close_reason
 from domain.enums import InvocationOutcome
 from domain.failures import FailureClass, classify, error_class
@@ -182,6 +183,37 @@ async def relay(
                 yield await events.fail(item.summary)
             return
         item = await anext(running.events)
+
+
+async def answer_chat(
+    request: Request,
+    service: Invocations,
+    principal: Principal,
+    call: Call,
+    *,
+    stream: Callable[[Running], StreamEvents] | None,
+    whole: Callable[[Running, Completion, InvocationSummary], Awaitable[Response]],
+) -> Response:
+    """A chat invocation answered on a surface, the same way on every surface: a failure before
+    any output as the failure response; a stream (when the surface gives its writer) relayed
+    through it; else the completed answer, in the surface's body (`whole`), or the failure."""
+    running = await service.start(principal, call)
+    first = await first_event(running)
+    early = failed_early(first)
+    if early is not None:
+        return failure_response(request, early, service.retry_after(principal, running))
+    if stream is not None:
+        return StreamingResponse(
+            relay(running, first, stream(running)),
+            media_type="text/event-stream",
+            # The deployment is named only once the output says who answered; the stream's
+            # receipt event names it in any case.
+            headers={**stream_headers(running, first), "Cache-Control": "no-store"},
+        )
+    completion, summary = await collect(running, first)
+    if summary.outcome is not InvocationOutcome.COMPLETED or completion is None:
+        return failure_response(request, summary, service.retry_after(principal, running))
+    return await whole(running, completion, summary)
 
 
 # One mapping for every surface (domain.failures): the caller's fault is a 400; a transient

@@ -9,30 +9,26 @@ from decimal import Decimal
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.deps import RuntimeDep, require
-from api.invocations import Call
+from api.invocations import Call, Running
 from api.receipt_views import call_receipt
 from api.runtime import Runtime
 from api.surface import BufferedHeader, Service
 from api.wire import (
-    collect,
-    failed_early,
+    answer_chat,
     failure_response,
-    first_event,
     receipt_headers,
-    relay,
     result,
-    stream_headers,
 )
 from core.security import Principal
 from domain.access import Action
 from domain.enums import InvocationOutcome, Scope
 from domain.invocation import InvocationSummary, Operation
 from domain.policy import DataClassification
-from providers.types import ChatRequest, Finish, RerankResult, TextDelta, ToolCallDelta
+from providers.types import ChatRequest, Completion, Finish, RerankResult, TextDelta, ToolCallDelta
 from store.repositories import InvocationReceiptRepository
 
 router = APIRouter(prefix="/gateway", tags=["gateway"])
@@ -120,29 +116,22 @@ async def invoke(
         buffered=not body.stream,
         buffer_stream=buffered,
     )
-    running = await service.start(principal, call)
-    first = await first_event(running)
-    early = failed_early(first)
-    if early is not None:
-        return failure_response(request, early, service.retry_after(principal, running))
-    if body.stream:
-        return StreamingResponse(
-            relay(running, first, _Events(runtime, principal.tenant_id)),
-            media_type="text/event-stream",
-            headers=stream_headers(running, first),
+
+    def events(running: Running) -> _Events:
+        return _Events(runtime, principal.tenant_id)
+
+    async def whole(running: Running, done: Completion, summary: InvocationSummary) -> Response:
+        return JSONResponse(
+            {
+                "output": done.model_dump(mode="json", exclude={"usage"}),
+                "receipt": await _receipt(runtime, principal.tenant_id, summary),
+            },
+            # The deployment that answered, which a fallback may have changed.
+            headers=receipt_headers(summary),
         )
-    completion, summary = await collect(running, first)
-    if summary.outcome is not InvocationOutcome.COMPLETED or completion is None:
-        return failure_response(request, summary, service.retry_after(principal, running))
-    # The deployment that answered, which a fallback may have changed.
-    headers = receipt_headers(summary)
-    return JSONResponse(
-        {
-            "output": completion.model_dump(mode="json", exclude={"usage"}),
-            "receipt": await _receipt(runtime, principal.tenant_id, summary),
-        },
-        headers=headers,
-    )
+
+    stream = events if body.stream else None
+    return await answer_chat(request, service, principal, call, stream=stream, whole=whole)
 
 
 def _sse(event: str, data: Any) -> bytes:

@@ -8,7 +8,7 @@ import json
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 
 from activities.invoke_outcomes import estimate_tokens
 from api.anthropic_shapes import (
@@ -21,21 +21,19 @@ from api.anthropic_shapes import (
 )
 from api.anthropic_stream import MessageEvents
 from api.deps import RuntimeDep, get_principal_or_api_key, require
+from api.invocations import Running
 from api.surface import CallHeaders, Service
 from api.token_count import count_input_tokens
 from api.wire import (
-    collect,
-    failed_early,
-    failure_response,
-    first_event,
+    answer_chat,
     receipt_headers,
     receipt_view,
-    relay,
-    stream_headers,
 )
 from core.security import Principal
 from domain.access import Action
-from domain.enums import InvocationOutcome, Scope
+from domain.enums import Scope
+from domain.invocation import InvocationSummary
+from providers.types import Completion
 
 router = APIRouter(prefix="/v1", tags=["anthropic-messages"])
 
@@ -58,25 +56,17 @@ async def create_message(
 ) -> Response:
     chat = to_chat_request(body)
     call = headers.chat_call(body.model, chat, buffered=not body.stream)
-    running = await service.start(principal, call)
-    first = await first_event(running)
-    early = failed_early(first)
-    if early is not None:
-        return failure_response(request, early, service.retry_after(principal, running))
-    if body.stream:
-        return StreamingResponse(
-            relay(running, first, MessageEvents(running.invocation_id, body.model)),
-            media_type="text/event-stream",
-            # The deployment is named only once the output says who answered; the stream's
-            # receipt event names it in any case.
-            headers={**stream_headers(running, first), "Cache-Control": "no-store"},
-        )
-    completion, summary = await collect(running, first)
-    if summary.outcome is not InvocationOutcome.COMPLETED or completion is None:
-        return failure_response(request, summary, service.retry_after(principal, running))
-    answer = message_body(running.invocation_id, body.model, completion, summary)
-    answer["model_router"] = receipt_view(summary)  # an extra field the SDK keeps
-    return JSONResponse(answer, headers=receipt_headers(summary))
+
+    def events(running: Running) -> MessageEvents:
+        return MessageEvents(running.invocation_id, body.model)
+
+    async def whole(running: Running, done: Completion, summary: InvocationSummary) -> Response:
+        answer = message_body(running.invocation_id, body.model, done, summary)
+        answer["model_router"] = receipt_view(summary)  # an extra field the SDK keeps
+        return JSONResponse(answer, headers=receipt_headers(summary))
+
+    stream = events if body.stream else None
+    return await answer_chat(request, service, principal, call, stream=stream, whole=whole)
 
 
 @router.post("/messages/count_tokens", operation_id="CountMessageTokens", responses=ERROR_RESPONSES)

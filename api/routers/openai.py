@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 
 from api.deps import SessionDep, require
-from api.invocations import Call
+from api.invocations import Call, Running
 from api.openai_shapes import (
     ChatCompletionIn,
     EmbeddingsIn,
@@ -23,20 +23,17 @@ from api.openai_stream import ChatChunks
 from api.problems import Problem
 from api.surface import CallHeaders, Service
 from api.wire import (
-    collect,
-    failed_early,
+    answer_chat,
     failure_response,
-    first_event,
     receipt_headers,
     receipt_view,
-    relay,
     result,
-    stream_headers,
 )
 from core.security import Principal
 from domain.access import Action
 from domain.enums import InvocationOutcome, Scope
-from domain.invocation import Operation
+from domain.invocation import InvocationSummary, Operation
+from providers.types import Completion
 from store.repositories import ModelProfileRepository
 
 router = APIRouter(prefix="/v1", tags=["openai-compatible"])
@@ -54,25 +51,19 @@ async def chat_completions(
 ) -> Response:
     chat = to_chat_request(body)
     call = headers.chat_call(body.model, chat, buffered=not body.stream)
-    running = await service.start(principal, call)
-    first = await first_event(running)
-    early = failed_early(first)
-    if early is not None:
-        return failure_response(request, early, service.retry_after(principal, running))
-    if body.stream:
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return StreamingResponse(
-            relay(running, first, ChatChunks(running.invocation_id, body.model, include_usage)),
-            media_type="text/event-stream",
-            headers={**stream_headers(running, first), "Cache-Control": "no-store"},
-        )
-    completion, summary = await collect(running, first)
-    if summary.outcome is not InvocationOutcome.COMPLETED or completion is None:
-        return failure_response(request, summary, service.retry_after(principal, running))
-    usage = usage_body(summary.input_tokens, summary.output_tokens)
-    out = completion_body(running.invocation_id, body.model, completion, usage)
-    out["model_router"] = receipt_view(summary)
-    return JSONResponse(out, headers=receipt_headers(summary))
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+
+    def chunks(running: Running) -> ChatChunks:
+        return ChatChunks(running.invocation_id, body.model, include_usage)
+
+    async def whole(running: Running, done: Completion, summary: InvocationSummary) -> Response:
+        usage = usage_body(summary.input_tokens, summary.output_tokens)
+        out = completion_body(running.invocation_id, body.model, done, usage)
+        out["model_router"] = receipt_view(summary)
+        return JSONResponse(out, headers=receipt_headers(summary))
+
+    stream = chunks if body.stream else None
+    return await answer_chat(request, service, principal, call, stream=stream, whole=whole)
 
 
 @router.post("/embeddings", operation_id="CreateEmbeddings", response_model=None)

@@ -8,9 +8,10 @@ import time
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 
 from api.deps import require
+from api.invocations import Running
 from api.responses_shapes import (
     ERROR_RESPONSES,
     ResponsesIn,
@@ -23,18 +24,15 @@ from api.responses_shapes import (
 from api.responses_stream import ResponseEvents
 from api.surface import CallHeaders, Service
 from api.wire import (
-    collect,
-    failed_early,
-    failure_response,
-    first_event,
+    answer_chat,
     receipt_headers,
     receipt_view,
-    relay,
-    stream_headers,
 )
 from core.security import Principal
 from domain.access import Action
-from domain.enums import InvocationOutcome, Scope
+from domain.enums import Scope
+from domain.invocation import InvocationSummary
+from providers.types import Completion
 
 router = APIRouter(prefix="/v1", tags=["openai-responses"])
 
@@ -56,31 +54,23 @@ async def create_response(
     chat = to_chat_request(body)
     call = headers.chat_call(body.model, chat, buffered=not body.stream)
     created = time.time()
-    running = await service.start(principal, call)
-    first = await first_event(running)
-    early = failed_early(first)
-    if early is not None:
-        return failure_response(request, early, service.retry_after(principal, running))
-    if body.stream:
-        return StreamingResponse(
-            relay(running, first, ResponseEvents(running.invocation_id, body)),
-            media_type="text/event-stream",
-            # The deployment is named only once the output says who answered; the stream's
-            # receipt event names it in any case.
-            headers={**stream_headers(running, first), "Cache-Control": "no-store"},
+
+    def events(running: Running) -> ResponseEvents:
+        return ResponseEvents(running.invocation_id, body)
+
+    async def whole(running: Running, done: Completion, summary: InvocationSummary) -> Response:
+        status, incomplete = status_of(done.finish_reason)
+        answer = response_body(
+            running.invocation_id,
+            body,
+            status=status,
+            created_at=created,
+            output=output_items(running.invocation_id, done),
+            summary=summary,
+            incomplete=incomplete,
         )
-    completion, summary = await collect(running, first)
-    if summary.outcome is not InvocationOutcome.COMPLETED or completion is None:
-        return failure_response(request, summary, service.retry_after(principal, running))
-    status, incomplete = status_of(completion.finish_reason)
-    answer = response_body(
-        running.invocation_id,
-        body,
-        status=status,
-        created_at=created,
-        output=output_items(running.invocation_id, completion),
-        summary=summary,
-        incomplete=incomplete,
-    )
-    answer["model_router"] = receipt_view(summary)  # an extra field the SDK keeps
-    return JSONResponse(answer, headers=receipt_headers(summary))
+        answer["model_router"] = receipt_view(summary)  # an extra field the SDK keeps
+        return JSONResponse(answer, headers=receipt_headers(summary))
+
+    stream = events if body.stream else None
+    return await answer_chat(request, service, principal, call, stream=stream, whole=whole)
