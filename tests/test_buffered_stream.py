@@ -24,10 +24,9 @@ from temporalio.client import Client
 
 from core import metrics
 from providers.upstream import Fault, FaultKind, UpstreamServer
-from store.receipts import by_key
-from store.tables import InvocationReceiptRow
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import approved_deployment, profile_event, publish
+from tests.helpers.surfaces import receipt as _receipt
 
 A, B, SLOW = "bs-primary", "bs-second", "bs-slow"  # upstream models of the deployments
 LONG = " ".join(f"word{i}" for i in range(40))
@@ -113,15 +112,6 @@ async def _stream(sdk: AsyncOpenAI, profile: str, hold: str | None = None) -> St
     except APIError as exc:  # the stream's explicit error event (a cut after output)
         out.error = exc
     return out
-
-
-async def _receipt(
-    sessions: async_sessionmaker[AsyncSession], tenant: str, key: str
-) -> InvocationReceiptRow:
-    async with sessions() as s:
-        row = await by_key(s, tenant, key)
-    assert row is not None
-    return row
 
 
 # A garbled event is a broken stream like a cut (stream_incomplete): retried the same way.

@@ -21,10 +21,10 @@ from temporalio.client import Client
 from activities.lifecycle_types import workflow_id
 from core import metrics
 from providers.upstream import Fault, FaultKind, UpstreamServer
-from store.receipts import by_key
 from store.tables import InvocationReceiptRow, OutboxEventRow
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import approved_deployment, profile_event, publish
+from tests.helpers.surfaces import receipt as _receipt
 
 A, B, E = "fa-primary", "fa-second", "fa-erring"  # upstream models
 
@@ -62,15 +62,6 @@ async def _degrade(temporal: Client, tenant: str, deployment_id: str) -> None:
     handle = temporal.get_workflow_handle(workflow_id(tenant, deployment_id))
     record = await handle.execute_update("probe_failed", result_type=dict)
     assert record["state"] == "Degraded"
-
-
-async def _receipt(
-    sessions: async_sessionmaker[AsyncSession], tenant: str, key: str
-) -> InvocationReceiptRow:
-    async with sessions() as s:
-        row = await by_key(s, tenant, key)
-    assert row is not None
-    return row
 
 
 async def _fallback_events(

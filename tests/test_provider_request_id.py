@@ -12,10 +12,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from providers.upstream import Fault, FaultKind, UpstreamServer
-from store.receipts import by_key
-from store.tables import InvocationReceiptRow
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import approved_deployment, profile_event, publish
+from tests.helpers.surfaces import receipt as _receipt
 
 MODELS = {"openai": "rid-openai", "anthropic": "rid-anthropic"}
 # SSE events before the first words: OpenAI's role chunk; Anthropic's message_start, block
@@ -59,15 +58,6 @@ async def _stream(
         json={"model": profile, "stream": True, "messages": [{"role": "user", "content": "hi"}]},
     )
     return resp, key
-
-
-async def _receipt(
-    sessions: async_sessionmaker[AsyncSession], tenant: str, key: str
-) -> InvocationReceiptRow:
-    async with sessions() as s:
-        row = await by_key(s, tenant, key)
-    assert row is not None
-    return row
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])

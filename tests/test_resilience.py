@@ -16,11 +16,11 @@ from temporalio.client import Client
 
 from core import metrics
 from providers.upstream import Fault, FaultKind, UpstreamServer
-from store.receipts import by_key
 from store.tables import InvocationReceiptRow, OutboxEventRow
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import approved_deployment, profile_event, publish
 from tests.helpers.deadline import eventually
+from tests.helpers.surfaces import receipt as _receipt
 
 A, B = "rs-primary", "rs-second"  # upstream models of the two deployments
 LONG = " ".join(f"word{i}" for i in range(40))
@@ -89,15 +89,6 @@ async def _stream(
                 data = line.removeprefix("data: ")
                 events.append(data if data == "[DONE]" else json.loads(data))
     return events, key, time.monotonic() - began
-
-
-async def _receipt(
-    sessions: async_sessionmaker[AsyncSession], tenant: str, key: str
-) -> InvocationReceiptRow:
-    async with sessions() as s:
-        row = await by_key(s, tenant, key)
-    assert row is not None
-    return row
 
 
 class Seen:
