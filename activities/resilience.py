@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 
+from activities.stream_watchdog import StreamWatchdog
 from core import timing
 from core.settings import Settings
 from domain.breaker import Breaker, BreakerState
@@ -124,22 +125,26 @@ async def timed_stream(
     end = loop.time() + min(budget, timeouts.attempt)
     started = False
     stream = adapter.stream(request, limits=call_limits(timeouts))
+    watchdog = StreamWatchdog()
+    clock = timing.current()
     try:
         while True:
             phase = "stream idle" if started else "first token"
             limit = min(timeouts.idle if started else timeouts.first_token, end - loop.time())
             if limit <= 0:
                 raise _timeout(adapter, "attempt budget")
+            # One watchdog for the stream, not a timeout scope per chunk (stream_watchdog.py).
+            watchdog.waiting(limit)
+            if clock is not None:
+                clock.enter()
             try:
-                # A timeout scope, not wait_for: on Python 3.11 wait_for wraps every chunk in a
-                # task of its own (a third of the stream path's CPU in py-spy, bench/).
-                with timing.waiting():
-                    async with asyncio.timeout(limit):
-                        event = await anext(stream)
+                event = await anext(stream)
             except StopAsyncIteration:
                 return
-            except TimeoutError:
-                raise _timeout(adapter, phase) from None
+            except asyncio.CancelledError:
+                if watchdog.expired():
+                    raise _timeout(adapter, phase) from None
+                raise
             except ProviderError:
                 raise
             except Exception as exc:
@@ -149,10 +154,15 @@ async def timed_stream(
                     provider=adapter.provider,
                     reason=f"malformed stream ({type(exc).__name__})",
                 ) from None
+            finally:
+                watchdog.idle()
+                if clock is not None:
+                    clock.leave()
             if isinstance(event, TextDelta | ToolCallDelta):
                 started = True
             yield event
     finally:
+        watchdog.close()
         try:
             await stream.aclose()
         except Exception:  # noqa: S110 - the attempt's outcome is already decided

@@ -52,6 +52,11 @@ def begin() -> Timing:
     return timing
 
 
+def current() -> Timing | None:
+    """The request's Timing, for a loop that marks its waits itself (one lookup per stream)."""
+    return _current.get()
+
+
 @contextmanager
 def waiting() -> Iterator[None]:
     """Mark a wait on the provider (a no-op outside a gateway request)."""

@@ -1,0 +1,90 @@
+"""The one timer per provider stream (activities/stream_watchdog.py) behind the first-token and
+idle bounds: a wait that outlasts its bound ends as a timeout, a stream whose chunks keep coming
+never does however long it runs in all, time the consumer spends between waits is not counted,
+and a cancellation from elsewhere stays a cancellation. The bounds are wide against the pacing
+(10x), so a slow machine cannot turn a kept bound into a missed one."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from activities.stream_watchdog import StreamWatchdog
+
+
+async def _paced(count: int, gap: float) -> AsyncIterator[int]:
+    for i in range(count):
+        await asyncio.sleep(gap)
+        yield i
+
+
+async def _read(stream: AsyncIterator[int], limit: float, between: float = 0.0) -> list[int]:
+    """What timed_stream does around each read, reduced to the watchdog."""
+    watchdog = StreamWatchdog()
+    seen: list[int] = []
+    try:
+        while True:
+            watchdog.waiting(limit)
+            try:
+                item = await anext(stream)
+            except StopAsyncIteration:
+                return seen
+            except asyncio.CancelledError:
+                if watchdog.expired():
+                    raise TimeoutError from None
+                raise
+            finally:
+                watchdog.idle()
+            seen.append(item)
+            if between:
+                await asyncio.sleep(between)  # the consumer's own work, not a wait on the stream
+    finally:
+        watchdog.close()
+
+
+async def test_a_wait_past_its_bound_ends_as_a_timeout() -> None:
+    never = asyncio.Event()
+
+    async def silent() -> AsyncIterator[int]:
+        yield 0
+        await never.wait()
+        yield 1
+
+    with pytest.raises(TimeoutError):
+        await _read(silent(), limit=0.2)
+
+
+async def test_chunks_within_the_bound_never_expire_however_long_the_stream() -> None:
+    # 12 chunks 0.1 s apart: 1.2 s in all, longer than the 1 s bound, no gap near it.
+    assert await _read(_paced(12, 0.1), limit=1.0) == list(range(12))
+
+
+async def test_the_consumers_time_between_waits_is_not_counted() -> None:
+    # Each wait is short; the consumer holds each chunk 0.3 s, past the 0.25 s bound.
+    assert await _read(_paced(4, 0.0), limit=0.25, between=0.3) == list(range(4))
+
+
+async def test_a_cancellation_from_elsewhere_stays_a_cancellation() -> None:
+    never, reading = asyncio.Event(), asyncio.Event()
+
+    async def silent() -> AsyncIterator[int]:
+        reading.set()
+        await never.wait()
+        yield 0
+
+    reader = asyncio.create_task(_read(silent(), limit=30.0))
+    await reading.wait()  # the reader is inside its wait, the watchdog armed
+    reader.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reader
+
+
+async def test_the_timer_is_gone_once_the_stream_is() -> None:
+    loop = asyncio.get_running_loop()
+    await _read(_paced(3, 0.0), limit=30.0)
+    # No handle of ours is left on the loop (a timer kept for 30 s would be).
+    scheduled = getattr(loop, "_scheduled", None)
+    if scheduled is not None:  # the default loop exposes them; uvloop does not
+        assert not [h for h in scheduled if not h.cancelled() and h.when() > loop.time() + 20]
