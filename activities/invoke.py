@@ -11,6 +11,7 @@ activity's result carries ids, hashes and usage only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from datetime import UTC, datetime
@@ -41,6 +42,23 @@ from store.artifacts import ArtifactStore
 from store.receipt_statements import ReceiptStatements
 
 log = logging.getLogger("model_router.invoke")
+
+# How long a call's end waits for its caller's response to be over before it is reported to
+# the workflow anyway (a slow reader of a large answer). The receipt is final before either.
+DELIVERY_WAIT_SECONDS = 5.0
+
+
+async def _after_delivery(pending: PendingCall) -> None:
+    """Report the end of a call once the caller has its answer: the activity's result starts
+    the SDK's work to complete the workflow task (encode, activate, complete) on this process's
+    event loop, and ahead of the response's last bytes it was on the caller's path (quick
+    bench, c=1, docs/benchmarks.md). A close the store refused (FINALIZE) is not held: the
+    caller is waiting for the workflow to write it."""
+    if pending.delivered.is_set():
+        return
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(DELIVERY_WAIT_SECONDS):
+            await pending.delivered.wait()
 
 
 class InvokeActivities:
@@ -111,10 +129,13 @@ class InvokeActivities:
         beat = None if activity.info().is_local else asyncio.create_task(_heartbeat())
         try:
             # The call's outcome, its receipt already written (or FINALIZE: left to us).
-            return await work
+            summary: InvocationSummary = await work
         finally:
             if beat is not None:
                 beat.cancel()
+        if pending.caller_claims and summary.disposition is Disposition.DONE:
+            await _after_delivery(pending)
+        return summary
 
     async def _claim_here(
         self, data: InvocationInput, pending: PendingCall

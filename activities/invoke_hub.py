@@ -36,6 +36,9 @@ class PendingCall:
     caller_claims: bool = False
     begun: asyncio.Event = field(default_factory=asyncio.Event)
     work: asyncio.Task[Any] | None = None
+    # The caller's response is over (its last byte sent, or the caller gone). The activity
+    # reports the call's end only then, so that the workflow's completion runs after it.
+    delivered: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class InvocationHub:

@@ -32,7 +32,7 @@ from api.problems import Problem
 from api.refusals import problem_of
 from api.runtime_types import InvokeConfig
 from api.temporal_gate import TemporalGate
-from core import metrics
+from core import metrics, timing
 from core.security import Principal
 from domain.buffering import holds_answer
 from domain.hashing import request_hash
@@ -243,8 +243,10 @@ class Invocations:
             with contextlib.suppress(Exception):
                 await statements.release(tenant, data.invocation_id)
             raise
-        # The provider call starts now; the workflow's activity adopts it from the hub.
+        # The provider call starts now; the workflow's activity adopts it from the hub, and
+        # reports its end once this request's response is over.
         self._activities.begin(data, pending)
+        timing.after_response(pending.delivered.set)
         return Running(
             data.invocation_id,
             targets[0].deployment_id,

@@ -36,4 +36,7 @@ class ServerTimingMiddleware:
                     metrics.overhead.record(gateway / 1000)
             await send(message)
 
-        await self.app(scope, receive, send_with_timing)
+        try:
+            await self.app(scope, receive, send_with_timing)
+        finally:
+            current.responded()

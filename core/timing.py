@@ -10,19 +10,20 @@ total = gateway + provider, reported in `Server-Timing` and the `overhead` histo
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
 
 class Timing:
-    __slots__ = ("_since", "invoked", "provider", "started")
+    __slots__ = ("_after", "_since", "invoked", "provider", "started")
 
     def __init__(self) -> None:
         self.started = time.perf_counter()
         self.provider = 0.0  # seconds spent waiting on the provider, waits that ended
         self._since: float | None = None  # the wait in progress, if any
         self.invoked = False  # the request reached a provider (an invocation, not a read)
+        self._after: list[Callable[[], object]] = []
 
     def enter(self) -> None:
         self.invoked = True
@@ -32,6 +33,15 @@ class Timing:
         if self._since is not None:
             self.provider += time.perf_counter() - self._since
             self._since = None
+
+    def after_response(self, then: Callable[[], object]) -> None:
+        self._after.append(then)
+
+    def responded(self) -> None:
+        """The response is over (its last byte sent, or the caller gone): run what waited."""
+        after, self._after = self._after, []
+        for then in after:
+            then()
 
     def split(self) -> tuple[float, float, float]:
         """(total, gateway, provider) in milliseconds, rounded to 0.01 so that the parts add up
@@ -50,6 +60,15 @@ def begin() -> Timing:
     timing = Timing()
     _current.set(timing)
     return timing
+
+
+def after_response(then: Callable[[], object]) -> None:
+    """Run `then` once this request's response is over; at once outside a gateway request."""
+    timing = _current.get()
+    if timing is None:
+        then()
+    else:
+        timing.after_response(then)
 
 
 def current() -> Timing | None:
