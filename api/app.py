@@ -30,8 +30,8 @@ from api.routers import (
 from api.runtime import Runtime
 from api.server_timing import ServerTimingMiddleware
 from api.tracing import TracingMiddleware
+from core import gc_tuning, tracing
 from core import metrics as instruments
-from core import tracing
 from core.logging import configure_logging
 from core.settings import Settings, get_settings
 
@@ -50,6 +50,7 @@ def create_app(settings: Settings | None = None, temporal_client: Client | None 
         runtime = Runtime(settings, temporal_client)
         app.state.runtime = runtime
         await runtime.startup()  # connect early when possible; readiness reports otherwise
+        gc_tuning.settle()
         try:
             yield
         finally:
