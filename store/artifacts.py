@@ -8,10 +8,11 @@ harmless. Retention is per tenant: `purge_older_than` removes what the tenant no
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import itertools
 import os
 import re
-import tempfile
 import time
 from pathlib import Path
 
@@ -19,9 +20,19 @@ _TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _REF = re.compile(r"^sha256:([0-9a-f]{64})$")
 
 
+# A temporary name unique to this process and write: the pid tells processes apart.
+_SEQUENCE = itertools.count()
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+
+
 class ArtifactStore:
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._base = str(root)
+        # Directories made (or found) by this process: an invocation's write is then one stat,
+        # one create, one write and one rename, with no Path objects, no mkdir that fails
+        # with EEXIST, no tempfile name search (4.8% of the API's CPU under py-spy, c=16).
+        self._dirs: set[str] = set()
 
     def _path(self, tenant_id: str, digest: str) -> Path:
         if not _TENANT.match(tenant_id):
@@ -30,17 +41,32 @@ class ArtifactStore:
 
     def put(self, tenant_id: str, data: bytes) -> str:
         digest = hashlib.sha256(data).hexdigest()
-        path = self._path(tenant_id, digest)
-        if path.exists():
+        if not _TENANT.match(tenant_id):
+            raise ValueError("tenant id is not usable as a directory name")
+        folder = f"{self._base}/{tenant_id}/{digest[:2]}"
+        path = f"{folder}/{digest}"
+        if folder not in self._dirs:
+            os.makedirs(folder, exist_ok=True)
+            self._dirs.add(folder)
+        elif os.path.exists(path):
             return f"sha256:{digest}"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        tmp = f"{folder}/.tmp-{os.getpid()}-{next(_SEQUENCE)}"
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
+            fd = os.open(tmp, _CREATE, 0o600)
+        except FileNotFoundError:  # the folder went away under us (removed by hand): make it
+            os.makedirs(folder, exist_ok=True)
+            fd = os.open(tmp, _CREATE, 0o600)
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
             os.replace(tmp, path)
         except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
             raise
         return f"sha256:{digest}"
 

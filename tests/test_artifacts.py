@@ -51,3 +51,13 @@ def test_request_hash_is_canonical() -> None:
     b = {"a": "ü", "b": [1, 2]}
     assert canonical_json(a) == canonical_json(b)
     assert request_hash(a) == request_hash(b) != request_hash({"a": "u", "b": [1, 2]})
+
+
+def test_a_folder_removed_under_a_running_store_is_made_again(tmp_path: Path) -> None:
+    import shutil
+
+    store = ArtifactStore(tmp_path)
+    first = store.put("t", b"first")
+    shutil.rmtree(tmp_path / "t")  # an operator clears the tenant's artifacts by hand
+    again = store.put("t", b"first")
+    assert again == first and store.get("t", again) == b"first"
