@@ -7,7 +7,7 @@ Measured on the invoke benchmark: an ORM session per step with `pool_pre_ping` c
 statements (BEGIN, ping, SELECT, … COMMIT) per invocation; this module makes it three on
 PostgreSQL — the catalog version, the claim, the finalise — each one round trip. For the API's
 invoke path (`direct=True`) those three run straight on asyncpg (`store/asyncpg_path.py`),
-compiled once from the statements built here: the same SQL, 0.5-0.6 ms less client CPU per
+compiled once from the statements built here: the same SQL, 0.5-0.7 ms less client CPU per
 invocation than through SQLAlchemy's asyncio layer (bench/bench_receipt_statements.py).
 
 - The claim is `INSERT … ON CONFLICT DO NOTHING RETURNING`: it also says whether the key was
