@@ -116,19 +116,48 @@ class AsyncpgPath:
                 raise _translate(exc, stmt.sql, lost=False) from exc
             try:
                 return await conn.fetchval(stmt.sql, *values)
-            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
-                lost = conn.is_closed() or isinstance(exc, OSError)
+            except (*_DROPPED, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                lost = _dropped(conn, exc)
                 if attempt == 1 and lost:
                     continue
                 raise _translate(exc, stmt.sql, lost=lost) from exc
             finally:
-                await pool.release(conn)
+                await pool.release(conn)  # a no-op for one the pool already took back
         raise AssertionError("unreachable")
 
     async def close(self) -> None:
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
+
+
+# What a connection that died (a database restart) raises on its next statement: the socket's
+# error, the connection closed under the statement, the server's own notice that it is going
+# down (or not up yet), or — when that notice arrived while the connection sat idle in the pool
+# — asyncpg's "cannot switch to state …; another operation is in progress" (the statement was
+# never sent). Seen in tests/test_fault_postgres.py's stop under load.
+_DROPPED: tuple[type[BaseException], ...] = (
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.InternalClientError,
+)
+
+
+def _dropped(conn: Any, exc: BaseException) -> bool:
+    """Whether `exc` says the connection is gone; such a connection is closed so the pool opens
+    a fresh one for the next statement."""
+    try:
+        closed = bool(conn.is_closed())
+    except asyncpg.InterfaceError:  # the pool already took back a connection that died
+        return True
+    if isinstance(exc, _DROPPED):
+        if not closed:
+            conn.terminate()
+        return True
+    return closed
 
 
 # asyncpg's errors as SQLAlchemy's asyncpg dialect translates them: a constraint or the
