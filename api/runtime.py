@@ -41,7 +41,9 @@ class Runtime:
             echo=settings.database_echo,
             pre_ping=False,
         )
-        self.statements = ReceiptStatements(self.hot_engine)
+        # Its three statements per call straight on asyncpg, off SQLAlchemy's asyncio layer (on
+        # PostgreSQL; store/asyncpg_path.py): the other statements stay on hot_engine.
+        self.statements = ReceiptStatements(self.hot_engine, direct=True)
         self.verifier = TokenVerifier(settings)
         self.snapshots = SnapshotCache(self.sessions, self.statements)
         # Invoke and ResolveRoutePlan route through the one service.
@@ -83,5 +85,6 @@ class Runtime:
         if self._connector is not None:
             self._connector.cancel()
         await self.invoke.stop()
+        await self.statements.aclose()
         await self.engine.dispose()
         await self.hot_engine.dispose()

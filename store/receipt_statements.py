@@ -5,7 +5,10 @@ Column values and events come from the one receipt mapping, `domain/receipt_fiel
 
 Measured on the invoke benchmark: an ORM session per step with `pool_pre_ping` cost 26
 statements (BEGIN, ping, SELECT, … COMMIT) per invocation; this module makes it three on
-PostgreSQL — the catalog version, the claim, the finalise — each one round trip.
+PostgreSQL — the catalog version, the claim, the finalise — each one round trip. For the API's
+invoke path (`direct=True`) those three run straight on asyncpg (`store/asyncpg_path.py`),
+compiled once from the statements built here: the same SQL, 0.5-0.7 ms less client CPU per
+invocation than through SQLAlchemy's asyncio layer (bench/bench_receipt_statements.py).
 
 - The claim is `INSERT … ON CONFLICT DO NOTHING RETURNING`: it also says whether the key was
   used (a read happens only on that conflict, by the caller).
@@ -30,11 +33,13 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.pool import QueuePool
 
 from domain.close_reason import CloseReason
 from domain.enums import InvocationOutcome, UsageStatus
 from domain.invocation import InvocationInput, InvocationSummary
 from domain.receipt_fields import claim_values, close_values, fallback_used, model_invoked
+from store.asyncpg_path import AsyncpgPath, Compiled
 from store.tables import CatalogStateRow, InvocationReceiptRow, OutboxEventRow
 
 T = TypeVar("T")
@@ -88,8 +93,18 @@ def _close_with_events(columns: tuple[str, ...], count: int) -> Any:
 
 
 class ReceiptStatements:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, *, direct: bool = False) -> None:
+        """`direct`: on PostgreSQL, the catalog version, the claim and the finalise run straight
+        on asyncpg (`store/asyncpg_path.py`) on a pool of their own, as large as `engine`'s
+        (closed by `aclose`). The API's invoke path sets it; off that path (the standalone
+        worker, the sweeper) and on SQLite every statement stays on SQLAlchemy Core."""
         self._postgres = engine.dialect.name == "postgresql"
+        self._direct: AsyncpgPath | None = None
+        if self._postgres and direct:
+            size = engine.pool.size() if isinstance(engine.pool, QueuePool) else 10
+            self._direct = AsyncpgPath(engine, max_size=size)
+        self._dialect_engine = engine
+        self._compiled: dict[tuple[Any, ...], Compiled] = {}
         # Every step on PostgreSQL is one statement, atomic by itself: autocommit spares the
         # BEGIN and COMMIT round trips around it (9 -> 3 statements per invocation). SQLite's
         # two-statement finalise keeps its transaction.
@@ -108,6 +123,17 @@ class ReceiptStatements:
         # in a transaction, as they know only the invocation id: the event needs the row.
         self._transactions = engine
 
+    async def aclose(self) -> None:
+        """Close the asyncpg pool (the engines are the caller's to dispose)."""
+        if self._direct is not None:
+            await self._direct.close()
+
+    def _for_asyncpg(self, key: tuple[Any, ...], stmt: Any, keys: Any = None) -> Compiled:
+        found = self._compiled.get(key)
+        if found is None:
+            found = self._compiled[key] = Compiled(self._dialect_engine, stmt, keys)
+        return found
+
     async def _run(
         self, step: Callable[[AsyncConnection], Awaitable[T]], engine: AsyncEngine | None = None
     ) -> T:
@@ -123,6 +149,10 @@ class ReceiptStatements:
         raise AssertionError("unreachable")
 
     async def catalog_version(self) -> int:
+        if self._direct is not None:
+            stmt = self._for_asyncpg(("version",), self._version)
+            return int(await self._direct.fetchval(stmt, {}) or 0)
+
         async def step(conn: AsyncConnection) -> int:
             found = await conn.scalar(self._version)
             return int(found or 0)
@@ -133,6 +163,10 @@ class ReceiptStatements:
         """Insert the in-flight receipt (Failed, usage Unknown until finalised); False when this
         invocation, or this key, was claimed before."""
         params = claim_values(data, deployment_id, datetime.now(UTC))
+        if self._direct is not None:
+            columns = tuple(params)
+            stmt = self._for_asyncpg(("claim", columns), self._claim, columns)
+            return await self._direct.fetchval(stmt, params) is not None
 
         async def step(conn: AsyncConnection) -> bool:
             return (await conn.execute(self._claim, params)).first() is not None
@@ -163,6 +197,9 @@ class ReceiptStatements:
             for i, event in enumerate(events):
                 params.update({f"e{i}_{k}": v for k, v in event.items()})
             stmt = _close_with_events(columns, len(events))
+            if self._direct is not None:
+                compiled = self._for_asyncpg(("finalize", columns, len(events)), stmt)
+                return await self._direct.fetchval(compiled, params) is not None
 
             async def one(conn: AsyncConnection) -> bool:
                 return (await conn.execute(stmt, params)).first() is not None

@@ -1,24 +1,37 @@
 """The invoke path's statements on a pool without pre-ping, against a real PostgreSQL restart:
 a connection that dropped is retried once on a fresh one (the call goes on), a store that is
-gone surfaces at once as an error the API answers with a 503 — and each step is one statement."""
+gone surfaces at once as an error the API answers with a 503 — on both ways of running them
+(straight on asyncpg, as the API does, and through SQLAlchemy Core) — and each step is one
+statement, one round trip, in PostgreSQL's own statement log. On SQLite the same calls run on
+SQLAlchemy, asked for asyncpg or not."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 
+import asyncpg
 import pytest
 from sqlalchemy import select
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlmodel import col
 
+from api.runtime import Runtime
+from bench.invoke_server_stats import parse_pg_log, read_from
 from bench.local_postgres import LocalPostgres
+from core.settings import Settings
 from domain.enums import InvocationOutcome, UsageStatus
 from domain.invocation import InvocationInput, InvocationSummary, Target, invocation_id
+from store.asyncpg_path import APPLICATION_NAME
 from store.db import create_engine, session_factory
+from store.migrate import upgrade
 from store.receipt_statements import ReceiptStatements
 from store.tables import InvocationReceiptRow, OutboxEventRow
+from tests.helpers.deadline import eventually
 from tests.test_fault_postgres import own_postgres
 
 __all__ = ["own_postgres"]  # the fixture, shared with the stop/start test
@@ -54,12 +67,13 @@ def _done(data: InvocationInput) -> InvocationSummary:
     )
 
 
+@pytest.mark.parametrize("direct", [True, False], ids=["asyncpg", "sqlalchemy"])
 async def test_a_postgres_restart_costs_the_hot_path_one_retry_and_an_outage_a_clear_error(
-    own_postgres: tuple[LocalPostgres, str],
+    own_postgres: tuple[LocalPostgres, str], direct: bool
 ) -> None:
     pg, url = own_postgres
     engine = create_engine(url, pool_size=4, pre_ping=False)
-    statements = ReceiptStatements(engine)
+    statements = ReceiptStatements(engine, direct=direct)
     tenant = f"t-{uuid.uuid4().hex[:8]}"
     try:
         # Fill the pool: every one of these connections dies with the restart.
@@ -104,4 +118,109 @@ async def test_a_postgres_restart_costs_the_hot_path_one_retry_and_an_outage_a_c
             await statements.claim(_input(tenant), "sim/a")
         assert (datetime.now(UTC) - started).total_seconds() < 30
     finally:
+        await statements.aclose()
+        await engine.dispose()
+
+
+async def _sql(url: str, query: str, *args: object) -> object:
+    db = make_url(url)
+    conn = await asyncpg.connect(host=db.host, port=db.port, user=db.username, database=db.database)
+    try:
+        return await conn.fetchval(query, *args)
+    finally:
+        await conn.close()
+
+
+async def test_on_asyncpg_each_step_is_one_round_trip_in_the_statement_log(
+    own_postgres: tuple[LocalPostgres, str],
+) -> None:
+    """What the benchmark's statement log counts (bench/invoke_server_stats.py), for the path
+    the API takes: per invocation one execute each of the catalog version, the claim and the
+    finalise — no parse once a connection has prepared them, no reset query on release, no
+    BEGIN/COMMIT, no ping."""
+    pg, url = own_postgres
+    assert pg.log is not None
+    # Every statement of this database's new connections is logged (a database setting: it
+    # holds from a connection's start, no reload to wait for).
+    database = make_url(url).database
+    await _sql(url, f'ALTER DATABASE "{database}" SET log_min_duration_statement = 0')
+    engine = create_engine(url, pool_size=1, pre_ping=False)
+    statements = ReceiptStatements(engine, direct=True)
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    calls = 5
+    try:
+        for _ in range(2):  # the connection opened, each statement prepared on it
+            data = _input(tenant)
+            await statements.catalog_version()
+            assert await statements.claim(data, "sim/a")
+            assert await statements.finalize(data, _done(data))
+        offset = pg.log.stat().st_size
+        for _ in range(calls):
+            data = _input(tenant)
+            await statements.catalog_version()
+            assert await statements.claim(data, "sim/a")
+            assert await statements.finalize(data, _done(data))
+        # Written by the server before it answered each statement (duration logging).
+        text = read_from(pg.log, offset)
+    finally:
+        await statements.aclose()
+        await engine.dispose()
+        await _sql(url, f'ALTER DATABASE "{database}" RESET log_min_duration_statement')
+    counted = parse_pg_log(text, calls)
+    assert counted["kinds"] == {"SELECT": 1.0, "INSERT": 1.0, "WITH": 1.0}, counted
+    assert counted["per_call"] == 3
+    assert re.findall(r"duration: [0-9.]+ ms\s+parse ", text) == []
+
+
+async def test_the_asyncpg_pool_is_closed_by_the_api_runtime(
+    own_postgres: tuple[LocalPostgres, str], settings: Settings
+) -> None:
+    """The API's invoke path holds its own asyncpg connections (named in pg_stat_activity);
+    shutting the API's runtime down closes them."""
+    _, url = own_postgres
+    runtime = Runtime(settings.model_copy(update={"database_url": url}))
+    query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND datname = $2"
+    database = make_url(url).database
+    try:
+        data = _input(f"t-{uuid.uuid4().hex[:8]}")
+        assert await runtime.statements.catalog_version() >= 0
+        assert await runtime.statements.claim(data, "sim/a")
+        assert await runtime.statements.finalize(data, _done(data))
+        assert await _sql(url, query, APPLICATION_NAME, database) == 1
+    finally:
+        await runtime.close()
+    await eventually(lambda: _zero(url, query, APPLICATION_NAME, database))
+
+
+async def _zero(url: str, query: str, *args: object) -> bool:
+    return await _sql(url, query, *args) == 0
+
+
+async def test_on_sqlite_the_same_steps_run_on_sqlalchemy(tmp_path: Path) -> None:
+    """The embedded default (`make dev`, the README's quick start): asked for asyncpg, the
+    statements still run on SQLAlchemy, with the same answers."""
+    url = f"sqlite+aiosqlite:///{tmp_path}/hot.db"
+    await asyncio.to_thread(upgrade, url)
+    engine = create_engine(url, pre_ping=False)
+    statements = ReceiptStatements(engine, direct=True)
+    tenant = "t-sqlite"
+    try:
+        data = _input(tenant)
+        assert await statements.catalog_version() >= 0
+        assert await statements.claim(data, "sim/a")
+        assert await statements.claim(data, "sim/a") is False  # a used key
+        assert await statements.finalize(data, _done(data))
+        assert await statements.finalize(data, _done(data)) is False  # the first close wins
+        async with session_factory(engine)() as session:
+            row = await session.get(InvocationReceiptRow, data.invocation_id)
+            events = (
+                await session.scalars(
+                    select(OutboxEventRow).where(col(OutboxEventRow.tenant_id) == tenant)
+                )
+            ).all()
+        assert row is not None and row.outcome is InvocationOutcome.COMPLETED
+        assert row.ended_at is not None and row.output_tokens == 4
+        assert [e.event_type for e in events] == ["ModelInvoked"]
+    finally:
+        await statements.aclose()
         await engine.dispose()

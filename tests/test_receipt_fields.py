@@ -157,12 +157,17 @@ async def test_the_workflows_close_writes_what_the_hot_paths_finalize_writes(
     sessions: async_sessionmaker[AsyncSession], tenant: str
 ) -> None:
     """`close` (the workflow's finalize_receipt, knowing only the summary) and `finalize` (the
-    call's own, with its input) are one mapping: the same columns, the same events."""
-    statements = ReceiptStatements(sessions.kw["bind"])
+    call's own, with its input) are one mapping: the same columns, the same events — and the
+    API's claim and finalise straight on asyncpg (`direct`) store every value with the type
+    and value the SQLAlchemy ones store."""
+    engine = sessions.kw["bind"]
+    direct, plain = ReceiptStatements(engine, direct=True), ReceiptStatements(engine)
     found: list[tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]] = []
-    for hot in (True, False):
+    for way in ("asyncpg", "sqlalchemy", "close"):
+        statements = direct if way == "asyncpg" else plain
         data = _input(tenant)
         assert await statements.claim(data, "rf/a")
+        assert not await statements.claim(data, "rf/a")  # a used key
         summary = InvocationSummary(
             invocation_id=data.invocation_id,
             outcome=InvocationOutcome.COMPLETED,
@@ -180,7 +185,7 @@ async def test_the_workflows_close_writes_what_the_hot_paths_finalize_writes(
             fallback_from="rf/a",
             fallback_reason="unavailable",
         )
-        if hot:
+        if way != "close":
             assert await statements.finalize(data, summary)
         else:
             assert await statements.close(tenant, summary)
@@ -198,7 +203,7 @@ async def test_the_workflows_close_writes_what_the_hot_paths_finalize_writes(
             ).all()
         ids = {str(data.invocation_id), str(data.run_id), str(data.attempt_id)}
         columns = {
-            n: v
+            n: (type(v), v)
             for n, v in row.model_dump().items()
             if n not in ("started_at", "ended_at")
             and _json(v) not in ids | {data.idempotency_key}
@@ -213,7 +218,10 @@ async def test_the_workflows_close_writes_what_the_hot_paths_finalize_writes(
                 ],
             )
         )
-    assert found[0] == found[1]
+    await direct.aclose()
+    assert found[0] == found[1] == found[2]
     columns, written = found[0]
-    assert columns["deployment_id"] == "rf/b" and columns["close_reason"] == "completed"
+    assert columns["deployment_id"] == (str, "rf/b")
+    assert columns["close_reason"] == (str, "completed")
+    assert columns["estimated_cost_usd"] == (Decimal, Decimal("0.00012"))
     assert [t for t, _ in written] == ["ModelInvoked", "ModelFallbackUsed"]
