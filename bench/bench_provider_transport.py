@@ -28,10 +28,6 @@ import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
-
-import anthropic
-import openai
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -45,9 +41,10 @@ from providers.anthropic_adapter import AnthropicAdapter  # noqa: E402
 from providers.base import ProviderAdapter  # noqa: E402
 from providers.openai_adapter import OpenAIAdapter  # noqa: E402
 from providers.secrets import Connection  # noqa: E402
+from providers.transport import HttpTransport  # noqa: E402
 from providers.types import ChatRequest, Finish, Message, ProviderTimeouts, TextDelta  # noqa: E402
 
-TRANSPORTS = ("httpx2", "aiohttp")
+TRANSPORTS: tuple[HttpTransport, ...] = ("httpx2", "aiohttp")
 PATHS = ("openai-stream", "anthropic-stream", "openai-embed")
 _SETTINGS = Settings.model_fields
 TIMEOUTS = ProviderTimeouts(
@@ -68,27 +65,16 @@ class Cell:
     wall_s: float
 
 
-def adapter_for(path: str, transport: str, port: int) -> ProviderAdapter:
+def adapter_for(path: str, transport: HttpTransport, port: int) -> ProviderAdapter:
     base = f"http://127.0.0.1:{port}"
     key = Connection.model_validate({"api_key": "sk-bench-transport", "base_url": base})
-    adapter: Any
     if path.startswith("openai"):
-        adapter = OpenAIAdapter(model="sim-transport", connection=key, timeouts=TIMEOUTS)
-        if transport == "aiohttp":
-            adapter._client = adapter._client.with_options(
-                http_client=openai.DefaultAioHttpClient(
-                    timeout=TIMEOUTS.as_timeout(openai.Timeout)
-                )
-            )
-        return adapter
-    adapter = AnthropicAdapter(model="sim-transport", connection=key, timeouts=TIMEOUTS)
-    if transport == "aiohttp":
-        adapter._client = adapter._client.with_options(
-            http_client=anthropic.DefaultAioHttpClient(
-                timeout=TIMEOUTS.as_timeout(anthropic.Timeout)
-            )
+        return OpenAIAdapter(
+            model="sim-transport", connection=key, timeouts=TIMEOUTS, transport=transport
         )
-    return adapter
+    return AnthropicAdapter(
+        model="sim-transport", connection=key, timeouts=TIMEOUTS, transport=transport
+    )
 
 
 def one_call(path: str, adapter: ProviderAdapter) -> Callable[[int], Awaitable[None]]:
@@ -116,7 +102,13 @@ def one_call(path: str, adapter: ProviderAdapter) -> Callable[[int], Awaitable[N
 
 
 async def run_cell(
-    path: str, transport: str, concurrency: int, calls: int, warmup: int, port: int, rnd: int
+    path: str,
+    transport: HttpTransport,
+    concurrency: int,
+    calls: int,
+    warmup: int,
+    port: int,
+    rnd: int,
 ) -> Cell:
     adapter = adapter_for(path, transport, port)
     call = one_call(path, adapter)
@@ -240,8 +232,10 @@ def main() -> None:
     finally:
         upstream.terminate()
         upstream.wait(10)
-    print(f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {loop}, {args.calls} calls "
-          f"per cell after {args.warmup} warm-up, {args.rounds} rounds\n")
+    print(
+        f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {loop}, {args.calls} calls "
+        f"per cell after {args.warmup} warm-up, {args.rounds} rounds\n"
+    )
     print(summary(cells, args))
     if args.json:
         args.json.write_text(json.dumps([asdict(c) for c in cells], indent=1))
