@@ -2,8 +2,8 @@
 a refused connection, a server that hangs up or resets before answering, a stream cut or
 stalled mid-answer and a silent server map to the same error kinds under both transports, for
 the OpenAI and the Anthropic adapter. And the aiohttp session an adapter opens is closed with
-the adapter, so no "Unclosed client session" or connector is left behind. Real SDK clients over HTTP to the
-upstream simulator, or to a raw socket server that misbehaves below HTTP."""
+the adapter: no unclosed session or connector is left behind. Real SDK clients over HTTP to
+the upstream simulator, or to a raw socket server that misbehaves below HTTP."""
 
 from __future__ import annotations
 
