@@ -7,6 +7,7 @@ import json
 from collections.abc import AsyncGenerator, Iterator
 from typing import Any
 
+import aiohttp
 import anthropic
 import httpx2
 from anthropic.types import Message as AnthropicMessage
@@ -17,6 +18,7 @@ from providers.base import ProviderAdapter
 from providers.errors import (
     ErrorKind,
     ProviderError,
+    aiohttp_failure,
     kind_from_status,
     mid_stream,
     retry_after_seconds,
@@ -25,6 +27,7 @@ from providers.errors import (
 )
 from providers.secrets import Connection
 from providers.sse import sse_data
+from providers.transport import DEFAULT_TRANSPORT, HttpTransport
 from providers.types import (
     Accepted,
     CallLimits,
@@ -40,7 +43,7 @@ from providers.types import (
     collect_events,
 )
 
-_FAILURES = (anthropic.AnthropicError, httpx2.HTTPError, OSError)
+_FAILURES = (anthropic.AnthropicError, httpx2.HTTPError, aiohttp.ClientError, OSError)
 _STOP = {
     "end_turn": FinishReason.STOP,
     "stop_sequence": FinishReason.STOP,
@@ -91,6 +94,9 @@ def _status_error(
 
 
 def map_error(exc: Exception, provider: str) -> ProviderError:
+    mapped = aiohttp_failure(exc, provider=provider)
+    if mapped is not None:
+        return mapped
     if isinstance(exc, anthropic.APITimeoutError):
         return ProviderError(ErrorKind.TIMEOUT, provider=provider, reason="timed out")
     if isinstance(exc, anthropic.APIConnectionError):
@@ -173,18 +179,23 @@ class AnthropicAdapter(ProviderAdapter):
         timeouts: ProviderTimeouts,
         provider: str = "anthropic",
         prompt_caching: bool = True,
+        transport: HttpTransport = DEFAULT_TRANSPORT,
     ) -> None:
         log_guard.install()
         self.provider = provider
         self.model = model
         self._prompt_caching = prompt_caching
         self.timeouts, self.timeout_type = timeouts, anthropic.Timeout
+        timeout = timeouts.as_timeout(anthropic.Timeout)
         self._client = anthropic.AsyncAnthropic(
             api_key=connection.api_key.get_secret_value(),
             base_url=connection.base_url or "https://api.anthropic.com",
-            timeout=timeouts.as_timeout(anthropic.Timeout),
+            timeout=timeout,
             max_retries=0,
             open_telemetry=_TELEMETRY,
+            http_client=(
+                anthropic.DefaultAioHttpClient(timeout=timeout) if transport == "aiohttp" else None
+            ),
         )
 
     async def stream(

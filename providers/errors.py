@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
+import aiohttp
 import httpx
 import httpx2
 
@@ -179,9 +180,30 @@ def kind_from_status(status: int, code: str | None, message: str | None) -> Erro
     return ErrorKind.INVALID_REQUEST
 
 
+def aiohttp_failure(exc: BaseException, *, provider: str) -> ProviderError | None:
+    """A failure of the SDKs' aiohttp transport (providers/transport.py), classified by the
+    aiohttp exception at the root of the chain rather than by what the SDK wrapped it in: the
+    openai SDK's vendored transport maps every aiohttp connection error (a refused connection,
+    a server that hung up) to httpx2.ConnectTimeout, which the SDK then calls a timeout.
+    Its timeouts are TimeoutError subclasses; everything else it raises (a reset, a cut body, a
+    garbled status line) is the connection's failure, as httpx2's own transport errors are."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, aiohttp.ClientError):
+        cause = cause.__cause__
+    if cause is None:
+        return None
+    if isinstance(cause, TimeoutError):
+        return ProviderError(ErrorKind.TIMEOUT, provider=provider, reason="timed out")
+    return ProviderError(ErrorKind.CONNECTION, provider=provider, reason="connection error")
+
+
 def transport_error(exc: Exception, *, provider: str) -> ProviderError | None:
     """Transport failures that reach us unwrapped: the Anthropic SDK lets read errors inside a
-    stream through as httpx2 exceptions, and the rerank adapter uses httpx directly."""
+    stream through as httpx2 exceptions (aiohttp's under them, `aiohttp_failure`), and the
+    rerank adapter uses httpx directly."""
+    mapped = aiohttp_failure(exc, provider=provider)
+    if mapped is not None:
+        return mapped
     if isinstance(exc, httpx2.TimeoutException | httpx.TimeoutException):
         return ProviderError(ErrorKind.TIMEOUT, provider=provider, reason="timed out")
     if isinstance(exc, httpx2.TransportError | httpx.TransportError):

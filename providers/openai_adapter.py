@@ -10,6 +10,7 @@ from collections.abc import AsyncGenerator, Iterator, Sequence
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
+import aiohttp
 import httpx2
 import openai
 from openai.types.chat import ChatCompletion
@@ -20,6 +21,7 @@ from providers.base import ProviderAdapter
 from providers.errors import (
     ErrorKind,
     ProviderError,
+    aiohttp_failure,
     error_field,
     kind_from_status,
     mid_stream,
@@ -29,6 +31,7 @@ from providers.errors import (
 )
 from providers.secrets import Connection
 from providers.sse import sse_data
+from providers.transport import DEFAULT_TRANSPORT, HttpTransport
 from providers.types import (
     Accepted,
     CallLimits,
@@ -48,7 +51,7 @@ from providers.types import (
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 # What the SDK and its transport raise; anything else is a bug of ours and must surface as one.
-_FAILURES = (openai.OpenAIError, httpx2.HTTPError, OSError)
+_FAILURES = (openai.OpenAIError, httpx2.HTTPError, aiohttp.ClientError, OSError)
 _FINISH = {
     "stop": FinishReason.STOP,
     "length": FinishReason.LENGTH,
@@ -70,6 +73,9 @@ def api_base_url(base_url: str | None) -> str:
 
 
 def map_error(exc: Exception, provider: str) -> ProviderError:
+    mapped = aiohttp_failure(exc, provider=provider)
+    if mapped is not None:
+        return mapped
     if isinstance(exc, openai.APITimeoutError):
         return ProviderError(ErrorKind.TIMEOUT, provider=provider, reason="timed out")
     if isinstance(exc, openai.APIConnectionError):
@@ -164,6 +170,7 @@ class OpenAIAdapter(ProviderAdapter):
         timeouts: ProviderTimeouts,
         provider: str = "openai",
         max_tokens_param: Literal["max_tokens", "max_completion_tokens"] | None = None,
+        transport: HttpTransport = DEFAULT_TRANSPORT,
     ) -> None:
         log_guard.install()
         self.provider = provider
@@ -173,11 +180,15 @@ class OpenAIAdapter(ProviderAdapter):
             "max_completion_tokens" if provider == "openai" else "max_tokens"
         )
         self.timeouts, self.timeout_type = timeouts, openai.Timeout
+        timeout = timeouts.as_timeout(openai.Timeout)
         self._client = openai.AsyncOpenAI(
             api_key=connection.api_key.get_secret_value(),
             base_url=api_base_url(connection.base_url),
-            timeout=timeouts.as_timeout(openai.Timeout),
+            timeout=timeout,
             max_retries=0,
+            http_client=(
+                openai.DefaultAioHttpClient(timeout=timeout) if transport == "aiohttp" else None
+            ),
         )
 
     def _params(self, request: ChatRequest) -> dict[str, Any]:
