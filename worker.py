@@ -52,11 +52,20 @@ WORKFLOWS = [
 ]
 
 
+def evaluation_adapters(settings: Settings) -> AdapterPool:
+    """The provider clients the evaluation suite calls through; whoever runs the worker closes
+    them when it stops (each holds an aiohttp session)."""
+    return AdapterPool(
+        endpoint_broker(settings), provider_timeouts(settings), settings.invoke_adapter_ttl_seconds
+    )
+
+
 def build_worker(
     client: Client,
     settings: Settings,
     sessions: async_sessionmaker[AsyncSession],
     http: httpx.AsyncClient | None = None,
+    adapters: AdapterPool | None = None,
 ) -> Worker:
     lifecycle = LifecycleActivities(sessions)
     # Webhook receivers are third parties: never follow their redirects.
@@ -76,7 +85,7 @@ def build_worker(
 
     evaluation = EvaluationActivities(
         sessions,
-        AdapterPool(endpoints, provider_timeouts(settings), settings.invoke_adapter_ttl_seconds),
+        adapters or evaluation_adapters(settings),
         ArtifactStore(settings.artifact_root),
         this_client,
         settings.evaluation_context_token_cap,
@@ -144,13 +153,15 @@ async def run(settings: Settings) -> None:
         for schedule, outcome in (await ensure_schedules(client, settings)).items():
             log.info("schedule %s %s", schedule, outcome)
     sessions = session_factory(engine)
-    worker = build_worker(client, settings, sessions)
+    adapters = evaluation_adapters(settings)
+    worker = build_worker(client, settings, sessions, adapters=adapters)
     invocations = build_invocation_worker(client, settings, sessions)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(adapters.aclose)  # after the workers have drained
         if _serves_metrics(settings):
 
             async def recount() -> None:

@@ -29,7 +29,7 @@ from store.clients import upsert_client
 from store.db import create_engine, session_factory
 from store.migrate import upgrade
 from tests.helpers import spans as span_helpers
-from worker import build_invocation_worker, build_worker
+from worker import build_invocation_worker, build_worker, evaluation_adapters
 
 # Worker processes the tests spawn would otherwise create the real schedules on the shared
 # Temporal server, pointed at a task queue nobody polls once the test ends.
@@ -143,13 +143,15 @@ async def temporal_client(settings: Settings) -> Client:
 async def worker(
     temporal_client: Client, settings: Settings, sessions: async_sessionmaker[AsyncSession]
 ) -> AsyncIterator[None]:
-    w = build_worker(temporal_client, settings, sessions)
+    adapters = evaluation_adapters(settings)
+    w = build_worker(temporal_client, settings, sessions, adapters=adapters)
     # The standalone worker's share of invocations: it finishes those whose API process died.
     # Its own connection, as in production where it is another process (one client may not
     # run two workers on one queue).
     invocations = build_invocation_worker(await connect(settings), settings, sessions)
     async with w, invocations:
         yield
+    await adapters.aclose()
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ from temporalio.client import Client
 from api.app import create_app
 from core.settings import Settings
 from core.temporal import connect
-from worker import build_invocation_worker, build_worker
+from worker import build_invocation_worker, build_worker, evaluation_adapters
 
 
 def _free_port() -> int:
@@ -71,10 +71,14 @@ async def workers(
     """The shared worker and the standalone invocation worker of `settings`, on their own
     connections; yields a client for the test's own use."""
     client = await connect(settings)
-    shared = build_worker(client, settings, sessions)
+    adapters = evaluation_adapters(settings)
+    shared = build_worker(client, settings, sessions, adapters=adapters)
     invocations = build_invocation_worker(await connect(settings), settings, sessions)
-    async with shared, invocations:
-        yield client
+    try:
+        async with shared, invocations:
+            yield client
+    finally:
+        await adapters.aclose()
 
 
 class TemporalDevServer:
