@@ -158,7 +158,8 @@ async def probe_pieces(
         async with sessions() as session:
             await receipts.by_key(session, TENANT, f"bench-missing-{i}")
 
-    statements = ReceiptStatements(sessions.kw["bind"])
+    # As the API runs them: straight on asyncpg (store/asyncpg_path.py).
+    statements = ReceiptStatements(sessions.kw["bind"], direct=True)
 
     async def version(_: int) -> None:
         await statements.catalog_version()
@@ -198,6 +199,7 @@ async def probe_pieces(
     out["catalog_view"] = await timed(n, view)
     out["db_claim"] = await timed(n, claim)
     out["db_finalize"] = await timed(n, finalize)
+    await statements.aclose()
 
     conn = await pg_connect(database_url)
     try:

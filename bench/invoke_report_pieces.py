@@ -25,7 +25,7 @@ def where_section(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> lis
             "DB: idempotency lookup (`receipts.by_key`, own session; only on a used key now)",
             "db_idempotency_lookup",
         ),
-        ("DB: catalog version (one Core statement, autocommit)", "db_catalog_version"),
+        ("DB: catalog version (one statement, straight on asyncpg)", "db_catalog_version"),
         (
             "routing: catalog view (`SnapshotCache.view`: the version read, then the profile "
             "and deployments from the snapshot in memory)",

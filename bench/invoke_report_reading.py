@@ -63,11 +63,12 @@ def analysis(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> list[str
             f"- **Database.** {res.pg['per_call']:.0f} round trips per invocation ("
             + ", ".join(f"{k} {v:.1f}" for k, v in kinds.items())
             + "): the catalog version, the claim and the finalize, each one statement on the "
-            "invoke path's own autocommit pool without pre-ping (`store/receipt_statements.py`)."
+            "invoke path's own asyncpg pool without a reset or pre-ping round trip "
+            "(`store/receipt_statements.py`)."
             f" PostgreSQL spends {res.pg['server_ms_per_call']:.1f} ms on them; one bare "
             f"asyncpg round trip takes {p50('db_raw_select1'):.2f} ms, the claim "
-            f"{p50('db_claim'):.2f} ms and the finalize {p50('db_finalize'):.2f} ms through "
-            "SQLAlchemy Core."
+            f"{p50('db_claim'):.2f} ms and the finalize {p50('db_finalize'):.2f} ms straight "
+            "on asyncpg (`store/asyncpg_path.py`, compiled once from the SQLAlchemy statements)."
         )
         conns = res.pg_connections_per_call
         if conns:
@@ -90,8 +91,10 @@ def analysis(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> list[str
         "product's InvokeModel workers run without the sandbox, `activities/invoke_setup.py`), "
         "both now off the response path — the call no longer waits for the activity, nor "
         "the caller's answer for the activity's close — but not off the CPU: the API process "
-        "runs the workflow task, the local activity and the completion, and the SDK's "
-        f"threads are part of the API's CPU. The dev server spent {cpu.get('temporal', 0):.1f} "
+        "runs the workflow task (its two activations on the event loop's own thread, "
+        "`InlineWorkflowTasks`, not a pool thread), the local activity and the completion "
+        "(reported once the response is over), and the SDK's Rust threads are part of the "
+        f"API's CPU. The dev server spent {cpu.get('temporal', 0):.1f} "
         "CPU ms per "
         f"invocation at c=16; per invocation it served "
         + ", ".join(f"{k} {v:.2f}" for k, v in sorted(per_call.items(), key=lambda kv: -kv[1]))
@@ -112,8 +115,9 @@ def analysis(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> list[str
         f"{p50('provider_adapter_stream'):.1f} ms for the whole streamed answer "
         f"(first text after {p50('provider_adapter_first_token'):.1f} ms) where httpx reading "
         f"the same stream takes {direct_stream:.1f} ms and the non-stream answer "
-        f"{d1['p50']:.1f} ms. The SDK sends the request and the adapter parses the raw "
-        "server-sent events itself (no typed object per chunk)."
+        f"{d1['p50']:.1f} ms. The SDK sends the request (its generic `post` with the body "
+        "as built, on its aiohttp transport) and the adapter parses the raw server-sent "
+        "events itself (no typed object per chunk)."
     )
     if "litellm" in res.paths:
         lc = m[("litellm", "ns16")]["cpu_ms"].get("litellm", 0.0)
@@ -147,15 +151,17 @@ def levers(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
         "Temporal SDK's work for the workflow task, the local activity and the completion in "
         "the same process (the dev server adds "
         f"{cpu.get('temporal', 0):.1f} ms of its own), FastAPI/pydantic request handling, "
-        "the SDK's request building, and the receipt's three statements",
+        "the SDK's request sending, and the receipt's three statements (straight on asyncpg)",
     ]
     out.append(
         "in the 64-stream row, the streams all start together and end together: the setup of "
         "64 invocations (claim, eager start, the workflow task) and then their 64 closes "
         "(finalize, the local activity's result, the workflow's completion) run on the one "
         "event loop that also relays every other stream's chunks, so the streams still "
-        "running wait behind them — the gaps over 250 ms are those bursts, not a steady cost "
-        "per chunk (the p50 gap is the simulator's own)"
+        "running wait behind them, which is what the p99 gap adds, not a steady cost per chunk "
+        "(the p50 gap is the simulator's own); the gaps over 250 ms seen before "
+        "`core/gc_tuning.py` were the garbage collector's full collections (about 270 ms each, "
+        "every stream stopped), gone with the start-up heap frozen"
     )
     if "litellm" in res.paths:
         out.append(
