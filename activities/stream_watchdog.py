@@ -22,16 +22,16 @@ class StreamWatchdog:
 
     def __init__(self) -> None:
         self._loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        if task is None:  # pragma: no cover - always inside the call's task
-            raise RuntimeError("a stream watchdog needs a task to cancel")
-        self._task = task
+        self._task: asyncio.Task[object] | None = None
         self._deadline = 0.0
         self._waiting = False
         self._fired = False
         self._handle: asyncio.TimerHandle | None = None
 
     def waiting(self, limit: float) -> None:
+        # The task that waits now: an async generator may be driven by one task, then another
+        # (a response's first event is read by the handler, the rest by the server's writer).
+        self._task = asyncio.current_task()
         self._deadline = self._loop.time() + limit
         self._waiting = True
         if self._handle is None:
@@ -45,7 +45,7 @@ class StreamWatchdog:
             return False
         self._fired = False
         # Ours alone: a cancellation from elsewhere (the caller left) stays a cancellation.
-        return self._task.uncancel() == 0
+        return self._task is not None and self._task.uncancel() == 0
 
     def close(self) -> None:
         if self._handle is not None:
@@ -58,6 +58,8 @@ class StreamWatchdog:
             return  # re-armed by the next wait
         if self._loop.time() < self._deadline:
             self._handle = self._loop.call_at(self._deadline, self._check)
+            return
+        if self._task is None:  # pragma: no cover - armed only by waiting(), inside a task
             return
         self._fired = True
         self._task.cancel()

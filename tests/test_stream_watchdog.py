@@ -87,3 +87,36 @@ async def test_a_finished_stream_leaves_no_timer_to_cancel_its_task_later() -> N
     await asyncio.sleep(0.3)  # past the bound: a timer left armed would cancel this task here
     current = asyncio.current_task()
     assert current is not None and current.cancelling() == 0
+
+
+async def test_the_bound_cancels_the_task_that_waits_now_not_the_first_reader() -> None:
+    """A response's first event is read by the handler's task and the rest by the server's
+    writer task: the watchdog must cancel the one that is waiting when the bound passes."""
+    never = asyncio.Event()
+
+    async def stalls_after_one() -> AsyncIterator[int]:
+        yield 0
+        await never.wait()
+        yield 1
+
+    watchdog = StreamWatchdog()
+    stream = stalls_after_one()
+
+    async def read_one() -> int:
+        watchdog.waiting(0.2)
+        try:
+            item = await anext(stream)
+        except asyncio.CancelledError:
+            if watchdog.expired():
+                raise TimeoutError from None
+            raise
+        finally:
+            watchdog.idle()
+        return item
+
+    first_reader = asyncio.create_task(read_one())
+    assert await first_reader == 0
+    with pytest.raises(TimeoutError):
+        await asyncio.create_task(read_one())  # another task, stalled past the bound
+    watchdog.close()
+    assert not first_reader.cancelled()
