@@ -92,7 +92,10 @@ class ProviderAdapter(ABC):
         if limits is None or limits.first_byte is None:
             return await response
         try:
-            return await asyncio.wait_for(response, limits.first_byte)
+            # A timeout scope, not wait_for: on Python 3.11 wait_for runs the awaitable in a
+            # task of its own, one more task per provider call.
+            async with asyncio.timeout(limits.first_byte):
+                return await response
         except TimeoutError:
             raise ProviderError(
                 ErrorKind.TIMEOUT, provider=self.provider, reason="first byte timeout"
