@@ -12,7 +12,6 @@ which then no longer runs ahead of the response's last bytes. The receipt is fin
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 
 import httpx
@@ -27,36 +26,12 @@ from activities.invoke_setup import invoke_activities
 from api.server_timing import ServerTimingMiddleware
 from core import timing
 from core.settings import Settings
-from domain.invocation import Disposition, InvocationInput, Target, invocation_id
+from domain.invocation import Disposition, Target
 from providers.types import ChatRequest, Message
 from providers.upstream import UpstreamServer
 from store import receipts
 from tests.helpers.deadline import eventually
-
-
-def _input(tenant: str, token: str, endpoint_ref: str) -> InvocationInput:
-    key = f"after-response-{uuid.uuid4().hex}"
-    return InvocationInput(
-        invocation_id=invocation_id(tenant, key),
-        tenant_id=tenant,
-        project_id="p",
-        profile_id="after",
-        policy_decision_id=uuid.uuid4(),
-        idempotency_key=key,
-        request_hash="sha256:x",
-        pricing_revision="none",
-        caller_token=token,
-        caller_queue="q",
-        timeout_seconds=30,
-        targets=[
-            Target(
-                deployment_id="sim/after",
-                provider="openai",
-                model="after-sim",
-                endpoint_ref=endpoint_ref,
-            )
-        ],
-    )
+from tests.helpers.invocations import invocation_input
 
 
 async def test_the_activity_reports_a_finished_call_once_the_response_is_over(
@@ -70,7 +45,13 @@ async def test_the_activity_reports_a_finished_call_once_the_response_is_over(
     try:
         request = ChatRequest(messages=(Message(role="user", content="held"),))
         token, pending = hub.open(request, caller_claims=True)
-        data = _input(tenant, token, upstream.endpoint_ref)
+        target = Target(
+            deployment_id="sim/after",
+            provider="openai",
+            model="after-sim",
+            endpoint_ref=upstream.endpoint_ref,
+        )
+        data = invocation_input(tenant, profile_id="after", target=target, caller_token=token)
         # As the API does: claim, begin the call; the activity adopts it.
         assert await acts.statements.claim(data, "sim/after")
         acts.begin(data, pending)

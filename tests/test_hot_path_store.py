@@ -24,47 +24,17 @@ from api.runtime import Runtime
 from bench.invoke_server_stats import parse_pg_log, read_from
 from bench.local_postgres import LocalPostgres
 from core.settings import Settings
-from domain.enums import InvocationOutcome, UsageStatus
-from domain.invocation import InvocationInput, InvocationSummary, Target, invocation_id
+from domain.enums import InvocationOutcome
 from store.asyncpg_path import APPLICATION_NAME
 from store.db import create_engine, session_factory
 from store.migrate import upgrade
 from store.receipt_statements import ReceiptStatements
 from store.tables import InvocationReceiptRow, OutboxEventRow
 from tests.helpers.deadline import eventually
+from tests.helpers.invocations import completed, invocation_input
 from tests.test_fault_postgres import own_postgres
 
 __all__ = ["own_postgres"]  # the fixture, shared with the stop/start test
-
-
-def _input(tenant: str) -> InvocationInput:
-    key = f"hot-{uuid.uuid4().hex}"
-    return InvocationInput(
-        invocation_id=invocation_id(tenant, key),
-        tenant_id=tenant,
-        project_id="p",
-        profile_id="chat",
-        policy_decision_id=uuid.uuid4(),
-        idempotency_key=key,
-        request_hash="sha256:x",
-        pricing_revision="none",
-        caller_token="",
-        caller_queue="q",
-        timeout_seconds=30,
-        targets=[Target(deployment_id="sim/a", provider="openai", model="m", endpoint_ref="x")],
-    )
-
-
-def _done(data: InvocationInput) -> InvocationSummary:
-    return InvocationSummary(
-        invocation_id=data.invocation_id,
-        outcome=InvocationOutcome.COMPLETED,
-        usage_status=UsageStatus.REPORTED,
-        deployment_id="sim/a",
-        input_tokens=3,
-        output_tokens=4,
-        latency_ms=5,
-    )
 
 
 @pytest.mark.parametrize("direct", [True, False], ids=["asyncpg", "sqlalchemy"])
@@ -77,21 +47,21 @@ async def test_a_postgres_restart_costs_the_hot_path_one_retry_and_an_outage_a_c
     tenant = f"t-{uuid.uuid4().hex[:8]}"
     try:
         # Fill the pool: every one of these connections dies with the restart.
-        warm = [_input(tenant) for _ in range(4)]
+        warm = [invocation_input(tenant) for _ in range(4)]
         assert all(await asyncio.gather(*(statements.claim(d, "sim/a") for d in warm)))
         await asyncio.to_thread(pg.stop, "fast")
         await asyncio.to_thread(pg.restart)
 
         # After the restart: each step goes through (its dead connection retried once).
-        after = [_input(tenant) for _ in range(4)]
+        after = [invocation_input(tenant) for _ in range(4)]
         assert all(await asyncio.gather(*(statements.claim(d, "sim/a") for d in after)))
         assert await statements.catalog_version() >= 0
         assert all(
-            await asyncio.gather(*(statements.finalize(d, _done(d)) for d in [*warm, *after]))
+            await asyncio.gather(*(statements.finalize(d, completed(d)) for d in [*warm, *after]))
         )
         # A used key is told by the claim itself; a second close changes nothing.
         assert await statements.claim(after[0], "sim/a") is False
-        assert await statements.finalize(after[0], _done(after[0])) is False
+        assert await statements.finalize(after[0], completed(after[0])) is False
 
         async with session_factory(engine)() as session:
             rows = (
@@ -115,7 +85,7 @@ async def test_a_postgres_restart_costs_the_hot_path_one_retry_and_an_outage_a_c
         await asyncio.to_thread(pg.stop, "fast")
         started = datetime.now(UTC)
         with pytest.raises((DBAPIError, OSError)):
-            await statements.claim(_input(tenant), "sim/a")
+            await statements.claim(invocation_input(tenant), "sim/a")
         assert (datetime.now(UTC) - started).total_seconds() < 30
     finally:
         await statements.aclose()
@@ -150,16 +120,16 @@ async def test_on_asyncpg_each_step_is_one_round_trip_in_the_statement_log(
     calls = 5
     try:
         for _ in range(2):  # the connection opened, each statement prepared on it
-            data = _input(tenant)
+            data = invocation_input(tenant)
             await statements.catalog_version()
             assert await statements.claim(data, "sim/a")
-            assert await statements.finalize(data, _done(data))
+            assert await statements.finalize(data, completed(data))
         offset = pg.log.stat().st_size
         for _ in range(calls):
-            data = _input(tenant)
+            data = invocation_input(tenant)
             await statements.catalog_version()
             assert await statements.claim(data, "sim/a")
-            assert await statements.finalize(data, _done(data))
+            assert await statements.finalize(data, completed(data))
         # Written by the server before it answered each statement (duration logging).
         text = read_from(pg.log, offset)
     finally:
@@ -182,10 +152,10 @@ async def test_the_asyncpg_pool_is_closed_by_the_api_runtime(
     query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND datname = $2"
     database = make_url(url).database
     try:
-        data = _input(f"t-{uuid.uuid4().hex[:8]}")
+        data = invocation_input(f"t-{uuid.uuid4().hex[:8]}")
         assert await runtime.statements.catalog_version() >= 0
         assert await runtime.statements.claim(data, "sim/a")
-        assert await runtime.statements.finalize(data, _done(data))
+        assert await runtime.statements.finalize(data, completed(data))
         assert await _sql(url, query, APPLICATION_NAME, database) == 1
     finally:
         await runtime.close()
@@ -205,12 +175,12 @@ async def test_on_sqlite_the_same_steps_run_on_sqlalchemy(tmp_path: Path) -> Non
     statements = ReceiptStatements(engine, direct=True)
     tenant = "t-sqlite"
     try:
-        data = _input(tenant)
+        data = invocation_input(tenant)
         assert await statements.catalog_version() >= 0
         assert await statements.claim(data, "sim/a")
         assert await statements.claim(data, "sim/a") is False  # a used key
-        assert await statements.finalize(data, _done(data))
-        assert await statements.finalize(data, _done(data)) is False  # the first close wins
+        assert await statements.finalize(data, completed(data))
+        assert await statements.finalize(data, completed(data)) is False  # the first close wins
         async with session_factory(engine)() as session:
             row = await session.get(InvocationReceiptRow, data.invocation_id)
             events = (

@@ -16,32 +16,19 @@ from temporalio.client import Client
 from core import metrics
 from core.schedules import SWEEPER, desired_schedules, schedule_id, sweep_input
 from core.settings import Settings
-from domain.invocation import InvocationInput, Target, invocation_id
+from domain.invocation import InvocationInput, Target
 from domain.sweep import SweepInput
 from store import receipts
 from store.db import transaction
 from store.receipt_statements import ReceiptStatements
 from store.tables import InvocationReceiptRow
+from tests.helpers.invocations import invocation_input
 from workflows.receipt_sweeper import ReceiptSweeperWorkflow
 
 
 def _input(tenant: str, key: str) -> InvocationInput:
-    return InvocationInput(
-        invocation_id=invocation_id(tenant, key),
-        tenant_id=tenant,
-        project_id="p",
-        profile_id="swept",
-        policy_decision_id=uuid.uuid4(),
-        idempotency_key=key,
-        request_hash="sha256:x",
-        pricing_revision="none",
-        caller_token="",
-        caller_queue="q",
-        timeout_seconds=30,
-        targets=[
-            Target(deployment_id="sw/dep", provider="openai", model="m", endpoint_ref="env:X")
-        ],
-    )
+    target = Target(deployment_id="sw/dep", provider="openai", model="m", endpoint_ref="env:X")
+    return invocation_input(tenant, key, profile_id="swept", target=target)
 
 
 async def _open_receipt(

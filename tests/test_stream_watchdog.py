@@ -20,24 +20,28 @@ async def _paced(count: int, gap: float) -> AsyncIterator[int]:
         yield i
 
 
-async def _read(stream: AsyncIterator[int], limit: float, between: float = 0.0) -> list[int]:
+async def _next(watchdog: StreamWatchdog, stream: AsyncIterator[int], limit: float) -> int:
     """What timed_stream does around each read, reduced to the watchdog."""
+    watchdog.waiting(limit)
+    try:
+        return await anext(stream)
+    except asyncio.CancelledError:
+        if watchdog.expired():
+            raise TimeoutError from None
+        raise
+    finally:
+        watchdog.idle()
+
+
+async def _read(stream: AsyncIterator[int], limit: float, between: float = 0.0) -> list[int]:
     watchdog = StreamWatchdog()
     seen: list[int] = []
     try:
         while True:
-            watchdog.waiting(limit)
             try:
-                item = await anext(stream)
+                seen.append(await _next(watchdog, stream, limit))
             except StopAsyncIteration:
                 return seen
-            except asyncio.CancelledError:
-                if watchdog.expired():
-                    raise TimeoutError from None
-                raise
-            finally:
-                watchdog.idle()
-            seen.append(item)
             if between:
                 await asyncio.sleep(between)  # the consumer's own work, not a wait on the stream
     finally:
@@ -101,22 +105,9 @@ async def test_the_bound_cancels_the_task_that_waits_now_not_the_first_reader() 
 
     watchdog = StreamWatchdog()
     stream = stalls_after_one()
-
-    async def read_one() -> int:
-        watchdog.waiting(0.2)
-        try:
-            item = await anext(stream)
-        except asyncio.CancelledError:
-            if watchdog.expired():
-                raise TimeoutError from None
-            raise
-        finally:
-            watchdog.idle()
-        return item
-
-    first_reader = asyncio.create_task(read_one())
+    first_reader = asyncio.create_task(_next(watchdog, stream, 0.2))
     assert await first_reader == 0
     with pytest.raises(TimeoutError):
-        await asyncio.create_task(read_one())  # another task, stalled past the bound
+        await asyncio.create_task(_next(watchdog, stream, 0.2))  # another task, stalled past it
     watchdog.close()
     assert not first_reader.cancelled()
