@@ -10,6 +10,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from activities.stream_watchdog import StreamWatchdog
 from domain.invocation import InvocationSummary
 from providers.types import (
     EmbeddingResult,
@@ -39,6 +40,26 @@ class PendingCall:
     # The caller's response is over (its last byte sent, or the caller gone). The activity
     # reports the call's end only then, so that the workflow's completion runs after it.
     delivered: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def next(self, quiet: StreamWatchdog, bound: float) -> HubEvent | None:
+        """The call's next event, or None once the queue has been quiet for `bound` seconds.
+        Taken straight off the queue when it is there (a held answer arrives whole), else
+        awaited under the caller's one watchdog: a task and a timed wait per event cost 7.0 µs
+        an event on a full queue against 0.1, and 7.8 against 3.1 one at a time (uvloop, timed
+        alone)."""
+        try:
+            return self.events.get_nowait()
+        except asyncio.QueueEmpty:
+            pass
+        quiet.waiting(bound)
+        try:
+            return await self.events.get()
+        except asyncio.CancelledError:
+            if quiet.expired():
+                return None
+            raise
+        finally:
+            quiet.idle()
 
 
 class InvocationHub:
