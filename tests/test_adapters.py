@@ -8,6 +8,7 @@ import logging
 import pickle
 import time
 from collections.abc import AsyncIterator
+from typing import TypeVar
 
 import anthropic
 import httpx2
@@ -324,16 +325,30 @@ async def test_server_error_twice_then_healthy(
     assert upstream.requests(MODEL) == 3
 
 
+E = TypeVar("E", bound=Exception)
+
+
+async def _faulted_after_output(
+    adapter: ProviderAdapter, upstream: UpstreamServer, kind: FaultKind, raises: type[E]
+) -> tuple[list[StreamEvent], pytest.ExceptionInfo[E]]:
+    """The events the adapter gave before `kind` struck, just after the first output (OpenAI:
+    role chunk, "Echo:"; Anthropic: message_start, block start, ping, "Echo:"), and what it
+    raised."""
+    after = 2 if adapter.provider != "anthropic" else 4
+    upstream.inject(MODEL, Fault(kind=kind, after_chunks=after))
+    received: list[StreamEvent] = []
+    with pytest.raises(raises) as caught:
+        async for event in adapter.stream(HELLO):
+            received.append(event)
+    return received, caught
+
+
 async def test_a_connection_dropped_mid_answer_is_a_transient_incomplete_stream(
     adapter: ProviderAdapter, upstream: UpstreamServer
 ) -> None:
-    # OpenAI: role chunk, "Echo:"; Anthropic: message_start, block start, ping, "Echo:".
-    after = 2 if adapter.provider != "anthropic" else 4
-    upstream.inject(MODEL, Fault(kind=FaultKind.STREAM_CUT, after_chunks=after))
-    received: list[StreamEvent] = []
-    with pytest.raises(ProviderError) as caught:
-        async for event in adapter.stream(HELLO):
-            received.append(event)
+    received, caught = await _faulted_after_output(
+        adapter, upstream, FaultKind.STREAM_CUT, ProviderError
+    )
     # The stream was cut, not a connection refused: and its headers had named the request.
     assert caught.value.kind is ErrorKind.STREAM_INCOMPLETE and caught.value.transient
     assert caught.value.provider_request_id
@@ -348,12 +363,9 @@ async def test_an_error_event_inside_the_stream_is_classified_and_keeps_the_requ
     # The lean reader sees the protocol's own error event after output (Anthropic's
     # `event: error` overloaded_error, OpenAI's chunk carrying `error`) and maps it as the SDK
     # maps a status error: by the error's type.
-    after = 2 if adapter.provider != "anthropic" else 4
-    upstream.inject(MODEL, Fault(kind=FaultKind.STREAM_ERROR, after_chunks=after))
-    received: list[StreamEvent] = []
-    with pytest.raises(ProviderError) as caught:
-        async for event in adapter.stream(HELLO):
-            received.append(event)
+    received, caught = await _faulted_after_output(
+        adapter, upstream, FaultKind.STREAM_ERROR, ProviderError
+    )
     wanted = ErrorKind.OVERLOADED if adapter.provider == "anthropic" else ErrorKind.SERVER
     assert caught.value.kind is wanted and caught.value.transient
     request_id = caught.value.provider_request_id
@@ -366,12 +378,9 @@ async def test_a_garbled_event_ends_the_stream_without_a_finish(
 ) -> None:
     # Data that is not JSON after output: the reader raises (the attempt's wrapper turns it
     # into stream_incomplete, tests/test_provider_request_id.py), never skips it and finishes.
-    after = 2 if adapter.provider != "anthropic" else 4
-    upstream.inject(MODEL, Fault(kind=FaultKind.MALFORMED_CHUNK, after_chunks=after))
-    received: list[StreamEvent] = []
-    with pytest.raises(ValueError):
-        async for event in adapter.stream(HELLO):
-            received.append(event)
+    received, _ = await _faulted_after_output(
+        adapter, upstream, FaultKind.MALFORMED_CHUNK, ValueError
+    )
     assert not any(isinstance(e, Finish | UsageEvent) for e in received)
     assert TextDelta(text="Echo:") in received
 

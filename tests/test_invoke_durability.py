@@ -193,37 +193,25 @@ async def test_a_replayed_provider_call_never_reaches_the_upstream_twice(
 
     from activities.invoke_hub import InvocationHub
     from activities.invoke_setup import invoke_activities
-    from domain.invocation import Disposition, InvocationInput, Target, invocation_id
+    from domain.invocation import Disposition, InvocationInput, Target
     from providers.types import ChatRequest, Message
+    from tests.helpers.invocations import invocation_input
 
     hub = InvocationHub()
     acts, adapters = invoke_activities(settings, sessions, hub)
     request = ChatRequest(messages=(Message(role="user", content="once"),))
     key = f"replay-{uuid.uuid4().hex}"
 
+    target = Target(
+        deployment_id="sim/slow",
+        provider="openai",
+        model="slow-sim",
+        endpoint_ref=upstream.endpoint_ref,
+    )
+
     def attempt() -> InvocationInput:
         token, _ = hub.open(request)
-        return InvocationInput(
-            invocation_id=invocation_id(tenant, key),
-            tenant_id=tenant,
-            project_id="p",
-            profile_id="slow",
-            policy_decision_id=uuid.uuid4(),
-            idempotency_key=key,
-            request_hash="sha256:x",
-            pricing_revision="none",
-            caller_token=token,
-            caller_queue="q",
-            timeout_seconds=30,
-            targets=[
-                Target(
-                    deployment_id="sim/slow",
-                    provider="openai",
-                    model="slow-sim",
-                    endpoint_ref=upstream.endpoint_ref,
-                )
-            ],
-        )
+        return invocation_input(tenant, key, profile_id="slow", target=target, caller_token=token)
 
     before = upstream.requests("slow-sim")
     first_input = attempt()
