@@ -1,8 +1,10 @@
 """Starting an invocation from the API process and following it to its receipt.
 
-The receipt is claimed here with one statement, the workflow is started eagerly, and the
-provider call begins at once in this process (held in the hub) without waiting for the workflow
-task; the workflow's local activity adopts it and closes the receipt. Events come back through
+The route is planned on the process's catalog snapshot and the receipt claimed with one
+statement that also checks the snapshot is current (planned again if the catalog moved); the
+workflow is started eagerly, and the provider call begins at once in this process (held in the
+hub) without waiting for the workflow task; the workflow's local activity adopts it and closes
+the receipt. Events come back through
 memory. A keyed request that was seen before replays its receipt and stored output; one still
 running is waited for. The route comes from routing.routes; a refusal is mapped to its problem.
 """
@@ -15,7 +17,6 @@ import logging
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from decimal import Decimal
 from functools import partial
 from typing import Any
 
@@ -27,6 +28,7 @@ from activities.invoke import InvokeActivities, not_claimed
 from activities.invoke_hub import Attach, HubEvent, InvocationHub, PendingCall, ReceiptReady
 from activities.stream_watchdog import StreamWatchdog
 from api.budget import admit
+from api.calls import Call, invocation_input
 from api.come_back import ComeBack
 from api.invocation_events import InvocationEvent, Replayed
 from api.problems import Problem
@@ -35,21 +37,19 @@ from api.runtime_types import InvokeConfig
 from api.temporal_gate import TemporalGate
 from core import metrics, timing
 from core.security import Principal
-from domain.buffering import holds_answer
 from domain.hashing import request_hash
 from domain.invocation import (
     Disposition,
     InvocationInput,
     InvocationSummary,
-    Operation,
     invocation_id,
 )
 from domain.planner import PlanRequest
-from domain.policy import DataClassification
 from routing.refusals import PolicyDenied, Refusal
-from routing.routes import Routes
+from routing.routes import Route, Routes
 from store import receipts
 from store.artifacts import ArtifactStore
+from store.receipt_statements import Claim
 from store.tables import InvocationReceiptRow
 from workflows.invoke import InvokeModelWorkflow
 
@@ -62,35 +62,6 @@ log = logging.getLogger("model_router.api")
 QUIET_SECONDS = 2.0
 # How long a call begun here stays in the hub for its activity after the caller left.
 ADOPT_GRACE_SECONDS = 30.0
-
-
-@dataclass
-class Call:
-    """What the caller asked for, with the content kept in memory only."""
-
-    profile_id: str
-    project_id: str
-    run_id: uuid.UUID | None
-    attempt_id: uuid.UUID | None
-    idempotency_key: str | None
-    operation: Operation
-    payload: dict[str, Any]  # the canonical request, hashed (never stored)
-    request: Any  # providers.types.ChatRequest, or the list of inputs to embed
-    data_classification: DataClassification = DataClassification.INTERNAL
-    needs_tools: bool = False
-    needs_structured_output: bool = False
-    # A budget for this call: its worst case (input estimate + the output allowance) must fit
-    # at the profile's pricing revision, or the call is Denied before any provider sees it.
-    budget_usd: Decimal | None = None
-    max_output_tokens: int | None = None
-    # Where the surface takes the profile id, for the problems that name it.
-    profile_field: str = "body.model"
-    # The caller sees no token before the answer is complete (a non-stream call): a provider
-    # stream that breaks mid-way is then a failed attempt, retried or fallen back from.
-    buffered: bool = False
-    # A stream's X-Model-Router-Buffered: held (True) or passed through (False) whatever the
-    # profile's latencyClass says; None lets it decide (domain.buffering).
-    buffer_stream: bool | None = None
 
 
 @dataclass
@@ -157,71 +128,50 @@ class Invocations:
             needs_structured_output=call.needs_structured_output,
             budget_applies=call.budget_usd is not None,
         )
-        try:
-            route = await self._routes.route(needs, call.profile_id, call.run_id, call.operation)
-        except Refusal as refused:
-            if isinstance(refused, PolicyDenied):
-                metrics.denials.add(1, {"tenant": tenant, "reason": refused.reason})
-            # A key used before replays its receipt, whatever the catalog says now.
-            seen = await self._seen(tenant, key)
-            if seen is not None:
-                return self._replay_or_wait(tenant, key, hash_, seen)
-            wait = partial(self._come_back.none_routable, tenant)
-            raise problem_of(refused, wait, call.profile_field) from None
-        targets = route.targets
-        data = InvocationInput(
-            invocation_id=invocation_id(tenant, key),
-            tenant_id=tenant,
-            project_id=call.project_id,
-            run_id=call.run_id,
-            attempt_id=call.attempt_id,
-            profile_id=call.profile_id,
-            route_plan_id=route.route_plan_id,
-            policy_decision_id=route.policy_decision_id,
-            idempotency_key=key,
-            request_hash=hash_,
-            operation=call.operation,
-            targets=targets,
-            pricing_revision=route.pricing_revision,
-            caller_token="",
-            caller_queue=self._config.caller_queue,
-            timeout_seconds=self._config.timeout_seconds,
-            data_classification=call.data_classification.value,
-            buffered=holds_answer(
-                call.operation,
-                whole=call.buffered,
-                requested=call.buffer_stream,
-                latency_class=route.latency_class,
-            ),
-            fallback_enabled=route.fallback_enabled,
-            allowed_privacy_classes=route.allowed_privacy_classes,
-            primary_deployment_id=route.primary_deployment_id,
-            primary_passed_over=route.primary_passed_over,
-        )
-        if call.budget_usd is not None:
-            await admit(
-                self._sessions,
-                self._activities.statements,
-                data,
-                call.payload,
-                call.budget_usd,
-                call.max_output_tokens,
-            )
-        self._gate.check()  # known unreachable: refused before anything is held or claimed
-        statements = self._activities.statements
-        # The claim: one statement that also tells a used key (read only then).
-        try:
-            claimed = await statements.claim(data, targets[0].deployment_id)
-        except Exception as exc:  # the store is unreachable: nothing claimed, nothing called
-            log.warning("receipt claim failed: %s", type(exc).__name__)
-            return Running(
-                data.invocation_id, targets[0].deployment_id, _refused(not_claimed(data))
-            )
-        if not claimed:
+        # Planned on this process's catalog snapshot, its version checked by the claim itself
+        # (one round trip for both); planned again on the current catalog if it moved. A
+        # budget's admission may write a denial, so it plans on the current catalog at once.
+        cached = call.budget_usd is None
+        while True:
+            try:
+                route = await self._routes.route(
+                    needs, call.profile_id, call.run_id, call.operation, cached=cached
+                )
+            except Refusal as refused:
+                if isinstance(refused, PolicyDenied):
+                    metrics.denials.add(1, {"tenant": tenant, "reason": refused.reason})
+                # A key used before replays its receipt, whatever the catalog says now.
+                seen = await self._seen(tenant, key)
+                if seen is not None:
+                    return self._replay_or_wait(tenant, key, hash_, seen)
+                wait = partial(self._come_back.none_routable, tenant)
+                raise problem_of(refused, wait, call.profile_field) from None
+            data = invocation_input(tenant, key, hash_, call, route, self._config)
+            first = route.targets[0].deployment_id
+            if call.budget_usd is not None:
+                await admit(
+                    self._sessions,
+                    self._activities.statements,
+                    data,
+                    call.payload,
+                    call.budget_usd,
+                    call.max_output_tokens,
+                )
+            self._gate.check()  # known unreachable: refused before anything is held or claimed
+            try:
+                claimed = await self._claim(data, route)
+            except Exception as exc:  # the store is unreachable: nothing claimed, nothing called
+                log.warning("receipt claim failed: %s", type(exc).__name__)
+                return Running(data.invocation_id, first, _refused(not_claimed(data)))
+            if claimed is not Claim.STALE:
+                break
+            cached = False  # the catalog moved since the snapshot: nothing was written
+        if claimed is Claim.USED:
             seen = await self._seen(tenant, key)
             if seen is None:  # closed and gone between the two statements: cannot be
                 raise Problem(503, "The invocation with this key is changing; retry shortly.")
             return self._replay_or_wait(tenant, key, hash_, seen)
+        statements = self._activities.statements
         token, pending = self._hub.open(call.request, caller_claims=True)
         data.caller_token = token
         try:
@@ -250,11 +200,20 @@ class Invocations:
         timing.after_response(pending.delivered.set)
         return Running(
             data.invocation_id,
-            targets[0].deployment_id,
+            first,
             self._follow(tenant, key, hash_, token, pending, handle),
-            tuple(t.deployment_id for t in targets),
+            tuple(t.deployment_id for t in data.targets),
             pending,
         )
+
+    async def _claim(self, data: InvocationInput, route: Route) -> Claim:
+        """The claim: one statement that also tells a used key (read only then) and, for a
+        route planned on the snapshot, whether the catalog moved since (claim_at)."""
+        statements = self._activities.statements
+        first = data.targets[0].deployment_id
+        if not route.checked:
+            return await statements.claim_at(data, first, route.catalog_version)
+        return Claim.CLAIMED if await statements.claim(data, first) else Claim.USED
 
     async def _seen(self, tenant: str, key: str) -> InvocationReceiptRow | None:
         async with self._sessions() as session:

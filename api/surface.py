@@ -12,8 +12,9 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Header
 
+from api.calls import Call
 from api.deps import RuntimeDep
-from api.invocations import Call, Invocations
+from api.invocations import Invocations
 from api.problems import Problem
 from core import metrics
 from domain.invocation import Operation

@@ -22,8 +22,9 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from activities.invoke_hub import ReceiptReady
+from api.calls import Call
 from api.invocation_events import InvocationEvent, Replayed
-from api.invocations import Call, Invocations, Running
+from api.invocations import Invocations, Running
 from api.problems import problem_response
 from core.security import Principal
 from domain.close_reason import GATEWAY_CLOSES, close_reason

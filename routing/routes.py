@@ -21,6 +21,7 @@ from routing.fallback_chain import chain_targets
 from routing.refusals import (
     NoneAvailable,
     PolicyDenied,
+    Refusal,
     WrongModality,
     policy_denial,
     unhealthy_ids,
@@ -52,6 +53,10 @@ class Route:
     # How the profile's workload reads an answer: a Batch profile's streams are held until
     # complete (domain.buffering).
     latency_class: LatencyClass
+    # The catalog version it was planned at, and whether that version was read for this call
+    # (False: planned on the process's snapshot, to be checked by the claim).
+    catalog_version: int = 0
+    checked: bool = True
 
 
 class Routes:
@@ -91,13 +96,37 @@ class Routes:
         profile_id: str,
         run_id: uuid.UUID | None,
         operation: Operation,
+        *,
+        cached: bool = False,
     ) -> Route:
         """The call's route: on a run, its pinned plan (from this process's memory once seen);
-        otherwise a decision made now. Raises a Refusal when there is none."""
+        otherwise a decision made now. Raises a Refusal when there is none.
+
+        `cached`: the route may be planned on this process's snapshot of the catalog without
+        reading its version first; the route says so (`checked` False) and the caller's claim
+        then checks that version (`ReceiptStatements.claim_at`), asking again with `cached`
+        False if the catalog moved. A refusal is only ever given on the current catalog, and
+        a run's plan is only ever pinned from it."""
         tenant = needs.tenant_id
+        view = self._snapshots.cached(tenant) if cached else None
+        if view is not None and (run_id is None or (tenant, run_id, profile_id) in self._plans):
+            with contextlib.suppress(Refusal):
+                return await self._route_on(view, needs, profile_id, run_id, operation, False)
         # The catalog at its current version, read once: profiles, deployments and the
         # planner's inputs come from it, with no further reads on this path.
         view = await self._snapshots.view(tenant)
+        return await self._route_on(view, needs, profile_id, run_id, operation, True)
+
+    async def _route_on(
+        self,
+        view: CatalogView,
+        needs: PlanRequest,
+        profile_id: str,
+        run_id: uuid.UUID | None,
+        operation: Operation,
+        checked: bool,
+    ) -> Route:
+        tenant = needs.tenant_id
         # The plan this call decided, if it decided one (a call on a run's plan does not).
         decided: list[RoutePlanResult] = []
 
@@ -158,6 +187,8 @@ class Routes:
             primary_deployment_id=primary,
             primary_passed_over=passed_over,
             latency_class=profile.latency_class,
+            catalog_version=view.snapshot.version,
+            checked=checked,
         )
 
     def _remember(self, pinned: tuple[str, uuid.UUID, str], row: RoutePlanRow) -> None:

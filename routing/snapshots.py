@@ -33,6 +33,11 @@ class SnapshotCache:
         self._cache: dict[str, CatalogView] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
+    def cached(self, tenant_id: str) -> CatalogView | None:
+        """The tenant's snapshot as last compiled here, its version not read again: for a route
+        whose claim checks that version (routing.routes, `cached`)."""
+        return self._cache.get(tenant_id)
+
     async def view(self, tenant_id: str) -> CatalogView:
         """One small statement for the catalog version (no session, no ping); the catalog
         itself is read only when that version moved since this tenant's snapshot was compiled.

@@ -23,6 +23,7 @@ invocation than through SQLAlchemy's asyncio layer (bench/bench_receipt_statemen
 
 from __future__ import annotations
 
+import enum
 import functools
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -90,6 +91,37 @@ def _close_with_events(columns: tuple[str, ...], count: int) -> Any:
     ]
     source = rows[0] if count == 1 else sa.union_all(*rows)
     return sa.insert(OUTBOX).from_select(list(_EVENT), source).returning(OUTBOX.c.position)
+
+
+@functools.cache
+def _claim_at_version(columns: tuple[str, ...]) -> Any:
+    """PostgreSQL's claim that also checks the catalog version its route was planned at, in one
+    statement (`c_*` parameters and `expected_version`): 1 claimed, 0 a used key, -1 the catalog
+    moved since (nothing written). Both reads are of the statement's one snapshot."""
+    current = sa.func.coalesce(
+        sa.select(CATALOG.c.version).where(CATALOG.c.id == 1).scalar_subquery(), 0
+    )
+    expected = sa.bindparam("expected_version", type_=CATALOG.c.version.type)
+    source = sa.select(
+        *(sa.bindparam(f"c_{k}", type_=RECEIPTS.c[k].type).label(k) for k in columns)
+    ).where(current == expected)
+    claimed = (
+        postgresql.insert(RECEIPTS)
+        .from_select(list(columns), source)
+        .on_conflict_do_nothing()
+        .returning(RECEIPTS.c.invocation_id)
+        .cte("claimed")
+    )
+    inserted = sa.select(sa.func.count()).select_from(claimed).scalar_subquery()
+    return sa.select(sa.case((current != expected, -1), else_=inserted))
+
+
+class Claim(enum.Enum):
+    """What a claim at a catalog version found."""
+
+    CLAIMED = 1
+    USED = 0  # this invocation, or its key, was claimed before
+    STALE = -1  # the catalog moved past the version the route was planned at: nothing written
 
 
 class ReceiptStatements:
@@ -172,6 +204,23 @@ class ReceiptStatements:
             return (await conn.execute(self._claim, params)).first() is not None
 
         return await self._run(step)
+
+    async def claim_at(self, data: InvocationInput, deployment_id: str, version: int) -> Claim:
+        """The claim of a route planned on the catalog at `version` (the snapshot this process
+        had, its version not read for this call): written only if that is still the current
+        version, so the call sees every committed catalog write, as if it had read the version
+        first. Straight on asyncpg it is one statement: the version read and the claim in one
+        round trip (2 statements per invocation instead of 3). Elsewhere, the two statements."""
+        if self._direct is None:
+            if await self.catalog_version() != version:
+                return Claim.STALE
+            return Claim.CLAIMED if await self.claim(data, deployment_id) else Claim.USED
+        params = claim_values(data, deployment_id, datetime.now(UTC))
+        columns = tuple(params)
+        stmt = self._for_asyncpg(("claim_at", columns), _claim_at_version(columns))
+        args = {f"c_{k}": v for k, v in params.items()}
+        args["expected_version"] = version
+        return Claim(int(await self._direct.fetchval(stmt, args)))
 
     async def release(self, tenant_id: str, invocation_id: uuid.UUID) -> None:
         """Undo a claim nothing was called for (its workflow could not be started)."""

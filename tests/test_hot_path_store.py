@@ -28,7 +28,7 @@ from domain.enums import InvocationOutcome
 from store.asyncpg_path import APPLICATION_NAME
 from store.db import create_engine, session_factory
 from store.migrate import upgrade
-from store.receipt_statements import ReceiptStatements
+from store.receipt_statements import Claim, ReceiptStatements
 from store.tables import InvocationReceiptRow, OutboxEventRow
 from tests.helpers.deadline import eventually
 from tests.helpers.invocations import completed, invocation_input
@@ -105,9 +105,9 @@ async def test_on_asyncpg_each_step_is_one_round_trip_in_the_statement_log(
     own_postgres: tuple[LocalPostgres, str],
 ) -> None:
     """What the benchmark's statement log counts (bench/invoke_server_stats.py), for the path
-    the API takes: per invocation one execute each of the catalog version, the claim and the
-    finalise — no parse once a connection has prepared them, no reset query on release, no
-    BEGIN/COMMIT, no ping."""
+    the API takes on a catalog snapshot it holds: per invocation one execute each of the claim
+    (with its catalog version check) and the finalise — no parse once a connection has prepared
+    them, no reset query on release, no BEGIN/COMMIT, no ping."""
     pg, url = own_postgres
     assert pg.log is not None
     # Every statement of this database's new connections is logged (a database setting: it
@@ -119,16 +119,15 @@ async def test_on_asyncpg_each_step_is_one_round_trip_in_the_statement_log(
     tenant = f"t-{uuid.uuid4().hex[:8]}"
     calls = 5
     try:
+        version = await statements.catalog_version()
         for _ in range(2):  # the connection opened, each statement prepared on it
             data = invocation_input(tenant)
-            await statements.catalog_version()
-            assert await statements.claim(data, "sim/a")
+            assert await statements.claim_at(data, "sim/a", version) is Claim.CLAIMED
             assert await statements.finalize(data, completed(data))
         offset = pg.log.stat().st_size
         for _ in range(calls):
             data = invocation_input(tenant)
-            await statements.catalog_version()
-            assert await statements.claim(data, "sim/a")
+            assert await statements.claim_at(data, "sim/a", version) is Claim.CLAIMED
             assert await statements.finalize(data, completed(data))
         # Written by the server before it answered each statement (duration logging).
         text = read_from(pg.log, offset)
@@ -137,9 +136,38 @@ async def test_on_asyncpg_each_step_is_one_round_trip_in_the_statement_log(
         await engine.dispose()
         await _sql(url, f'ALTER DATABASE "{database}" RESET log_min_duration_statement')
     counted = parse_pg_log(text, calls)
-    assert counted["kinds"] == {"SELECT": 1.0, "INSERT": 1.0, "WITH": 1.0}, counted
-    assert counted["per_call"] == 3
+    assert counted["kinds"] == {"WITH": 2.0}, counted
+    assert counted["per_call"] == 2
     assert re.findall(r"duration: [0-9.]+ ms\s+parse ", text) == []
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["asyncpg", "sqlalchemy"])
+async def test_a_claim_at_a_catalog_version_writes_only_while_that_version_is_current(
+    own_postgres: tuple[LocalPostgres, str], direct: bool
+) -> None:
+    """The claim of a route planned on a cached catalog: written while the version it was
+    planned at is the current one, refused without a row once the catalog moved, and a used
+    key told apart from both."""
+    _, url = own_postgres
+    engine = create_engine(url, pool_size=2, pre_ping=False)
+    statements = ReceiptStatements(engine, direct=direct)
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    try:
+        version = await statements.catalog_version()
+        first, later = invocation_input(tenant), invocation_input(tenant)
+        assert await statements.claim_at(first, "sim/a", version) is Claim.CLAIMED
+        assert await statements.claim_at(first, "sim/a", version) is Claim.USED
+        await _sql(url, "UPDATE catalog_state SET version = version + 1 WHERE id = 1")
+        assert await statements.claim_at(later, "sim/a", version) is Claim.STALE
+        async with session_factory(engine)() as session:
+            assert await session.get(InvocationReceiptRow, later.invocation_id) is None
+            row = await session.get(InvocationReceiptRow, first.invocation_id)
+        assert row is not None and row.ended_at is None and row.deployment_id == "sim/a"
+        assert await statements.claim_at(later, "sim/a", version + 1) is Claim.CLAIMED
+        assert await statements.finalize(later, completed(later))
+    finally:
+        await statements.aclose()
+        await engine.dispose()
 
 
 async def test_the_asyncpg_pool_is_closed_by_the_api_runtime(

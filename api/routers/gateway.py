@@ -12,8 +12,9 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from api.calls import Call
 from api.deps import RuntimeDep, require
-from api.invocations import Call, Running
+from api.invocations import Running
 from api.receipt_views import call_receipt
 from api.runtime import Runtime
 from api.surface import BufferedHeader, Service

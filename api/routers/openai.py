@@ -9,8 +9,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
+from api.calls import Call
 from api.deps import SessionDep, require
-from api.invocations import Call, Running
+from api.invocations import Running
 from api.openai_shapes import (
     ChatCompletionIn,
     EmbeddingsIn,

@@ -1,0 +1,79 @@
+"""What a caller asked for (`Call`, its content in memory only) and the durable input of its
+invocation, built from the call and the route it was given."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from api.runtime_types import InvokeConfig
+from domain.buffering import holds_answer
+from domain.invocation import InvocationInput, Operation, invocation_id
+from domain.policy import DataClassification
+from routing.routes import Route
+
+
+@dataclass
+class Call:
+    """What the caller asked for, with the content kept in memory only."""
+
+    profile_id: str
+    project_id: str
+    run_id: uuid.UUID | None
+    attempt_id: uuid.UUID | None
+    idempotency_key: str | None
+    operation: Operation
+    payload: dict[str, Any]  # the canonical request, hashed (never stored)
+    request: Any  # providers.types.ChatRequest, or the list of inputs to embed
+    data_classification: DataClassification = DataClassification.INTERNAL
+    needs_tools: bool = False
+    needs_structured_output: bool = False
+    # A budget for this call: its worst case (input estimate + the output allowance) must fit
+    # at the profile's pricing revision, or the call is Denied before any provider sees it.
+    budget_usd: Decimal | None = None
+    max_output_tokens: int | None = None
+    # Where the surface takes the profile id, for the problems that name it.
+    profile_field: str = "body.model"
+    # The caller sees no token before the answer is complete (a non-stream call): a provider
+    # stream that breaks mid-way is then a failed attempt, retried or fallen back from.
+    buffered: bool = False
+    # A stream's X-Model-Router-Buffered: held (True) or passed through (False) whatever the
+    # profile's latencyClass says; None lets it decide (domain.buffering).
+    buffer_stream: bool | None = None
+
+
+def invocation_input(
+    tenant: str, key: str, hash_: str, call: Call, route: Route, config: InvokeConfig
+) -> InvocationInput:
+    """The workflow's input: ids, the route's targets and rules, never the content."""
+    return InvocationInput(
+        invocation_id=invocation_id(tenant, key),
+        tenant_id=tenant,
+        project_id=call.project_id,
+        run_id=call.run_id,
+        attempt_id=call.attempt_id,
+        profile_id=call.profile_id,
+        route_plan_id=route.route_plan_id,
+        policy_decision_id=route.policy_decision_id,
+        idempotency_key=key,
+        request_hash=hash_,
+        operation=call.operation,
+        targets=route.targets,
+        pricing_revision=route.pricing_revision,
+        caller_token="",
+        caller_queue=config.caller_queue,
+        timeout_seconds=config.timeout_seconds,
+        data_classification=call.data_classification.value,
+        buffered=holds_answer(
+            call.operation,
+            whole=call.buffered,
+            requested=call.buffer_stream,
+            latency_class=route.latency_class,
+        ),
+        fallback_enabled=route.fallback_enabled,
+        allowed_privacy_classes=route.allowed_privacy_classes,
+        primary_deployment_id=route.primary_deployment_id,
+        primary_passed_over=route.primary_passed_over,
+    )
