@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,7 @@ class PendingCall:
     events: asyncio.Queue[HubEvent] = field(default_factory=asyncio.Queue)
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     claimed: bool = False
+    invocation_id: uuid.UUID | None = None
     # The deployment of the attempt now putting events on the queue: set before its first
     # event, so whoever reads an output event knows who produced it.
     answering: str | None = None
@@ -40,6 +42,13 @@ class PendingCall:
     # The caller's response is over (its last byte sent, or the caller gone). The activity
     # reports the call's end only then, so that the workflow's completion runs after it.
     delivered: asyncio.Event = field(default_factory=asyncio.Event)
+    # Resolved once the outcome of the call the API began is known (its task ended) or no call
+    # will run here: the workflow's first activation waits for it (invoke_setup.HOLD_SECONDS).
+    settled: asyncio.Future[None] | None = None
+
+    def settle(self) -> None:
+        if self.settled is not None and not self.settled.done():
+            self.settled.set_result(None)
 
     async def next(self, quiet: StreamWatchdog, bound: float) -> HubEvent | None:
         """The call's next event, or None once the queue has been quiet for `bound` seconds.
@@ -65,12 +74,28 @@ class PendingCall:
 class InvocationHub:
     def __init__(self) -> None:
         self._calls: dict[str, PendingCall] = {}
+        # The calls the API began, by invocation, until their activity adopts them.
+        self._begun: dict[uuid.UUID, PendingCall] = {}
 
-    def open(self, request: Any, *, caller_claims: bool = False) -> tuple[str, PendingCall]:
+    def open(
+        self, request: Any, *, caller_claims: bool = False, invocation_id: uuid.UUID | None = None
+    ) -> tuple[str, PendingCall]:
         token = secrets.token_urlsafe(16)
         call = PendingCall(request=request, caller_claims=caller_claims)
         self._calls[token] = call
+        if caller_claims and invocation_id is not None:
+            call.settled = asyncio.get_running_loop().create_future()
+            self._begun[invocation_id] = call
+            call.invocation_id = invocation_id
         return token, call
+
+    def holding(self, invocation_id: uuid.UUID) -> asyncio.Future[None] | None:
+        """What the invocation's first workflow activation may wait for: the outcome of the call
+        this process began for it (None when there is no such call, or it has settled)."""
+        call = self._begun.get(invocation_id)
+        if call is None or call.settled is None or call.settled.done():
+            return None
+        return call.settled
 
     def claim(self, token: str) -> PendingCall | None:
         """The call for this token, once: a second execution finds nothing to run. The entry
@@ -79,10 +104,17 @@ class InvocationHub:
         if call is None or call.claimed:
             return None
         call.claimed = True
+        self._forget(call)
         return call
 
     def close(self, token: str) -> None:
-        self._calls.pop(token, None)
+        call = self._calls.pop(token, None)
+        if call is not None:
+            self._forget(call)
+
+    def _forget(self, call: PendingCall) -> None:
+        if call.invocation_id is not None:
+            self._begun.pop(call.invocation_id, None)
 
     def close_later(self, token: str, seconds: float) -> None:
         asyncio.get_running_loop().call_later(seconds, self.close, token)

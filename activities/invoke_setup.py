@@ -17,6 +17,7 @@ from activities.invoke_hub import InvocationHub
 from activities.resilience import Resilience
 from activities.secret_policy import endpoint_broker
 from core.settings import Settings
+from domain.invocation import invocation_of
 from providers.types import ProviderTimeouts
 from store.artifacts import ArtifactStore
 from store.receipt_statements import ReceiptStatements
@@ -31,6 +32,15 @@ INVOKE_WORKFLOW_RUNNER = UnsandboxedWorkflowRunner()
 _T = TypeVar("_T")
 
 
+# The longest a workflow's first activation waits for the call it will adopt. Well inside the
+# SDK's deadlock detector (2 s from the activation's hand-over to this executor): a longer call
+# is adopted in flight, as it always was.
+HOLD_SECONDS = 0.5
+
+# What an activation may wait for before it runs (None: run at once).
+Hold = Callable[[Any], "asyncio.Future[None] | None"]
+
+
 class InlineWorkflowTasks(concurrent.futures.ThreadPoolExecutor):
     """Runs each InvokeModel activation on the event loop's own thread, at once, instead of
     handing it to a pool thread and back. Two activations per invocation (the eager start, the
@@ -40,10 +50,17 @@ class InlineWorkflowTasks(concurrent.futures.ThreadPoolExecutor):
     c=16 non-stream at 35 / 76 / 73 and 93 / 100 / 82 calls/s. The workflow is a few lines with
     no I/O and a replay test, so the SDK's deadlock guard (2 s on a pool thread) has nothing to
     catch; an activation that did block would block this process's loop, which is why only
-    InvokeModel's worker uses this executor."""
+    InvokeModel's worker uses this executor.
 
-    def __init__(self) -> None:
+    `hold`: what an activation waits for first, at most HOLD_SECONDS (`first_activation_hold`:
+    the first activation of an invocation whose call this process began waits for that call's
+    outcome). That activation only schedules the local activity that adopts the call; run while
+    the call is in flight, it and the activity's start ran on this loop between the provider's
+    last chunk and the receipt's close, on the response's path (the timeline of a c=1 call)."""
+
+    def __init__(self, hold: Hold | None = None) -> None:
         super().__init__(max_workers=1, thread_name_prefix="invoke_workflow_unused")
+        self._hold = hold
 
     def submit(
         self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any
@@ -62,10 +79,48 @@ class InlineWorkflowTasks(concurrent.futures.ThreadPoolExecutor):
             finally:
                 asyncio._set_running_loop(loop)
 
-        # From the loop itself, not inside the SDK task that asked: Python 3.14 refuses to step
-        # the workflow's own tasks while another task on this thread is mid-step.
-        loop.call_soon(activate)
+        wait = self._hold(args[0]) if self._hold is not None and args else None
+        if wait is None:
+            # From the loop itself, not inside the SDK task that asked: Python 3.14 refuses to
+            # step the workflow's own tasks while another task on this thread is mid-step.
+            loop.call_soon(activate)
+        else:
+            _when_done_or_after(loop, wait, HOLD_SECONDS, activate)
         return future
+
+
+def _when_done_or_after(
+    loop: asyncio.AbstractEventLoop,
+    wait: asyncio.Future[None],
+    bound: float,
+    run: Callable[[], None],
+) -> None:
+    """`run` once, from a loop callback: when `wait` is done or `bound` seconds have passed."""
+    ran = False
+
+    def once(_: object = None) -> None:
+        nonlocal ran
+        if not ran:
+            ran = True
+            timer.cancel()
+            run()
+
+    timer = loop.call_later(bound, once)
+    wait.add_done_callback(once)
+
+
+def first_activation_hold(hub: InvocationHub) -> Hold:
+    """For the API's InvokeModel worker: the first activation of an invocation (it initialises
+    the workflow) waits for the call this process began for it, as `hub.holding` says."""
+
+    def hold(activation: Any) -> asyncio.Future[None] | None:
+        for job in getattr(activation, "jobs", ()):
+            if job.HasField("initialize_workflow"):
+                found = invocation_of(job.initialize_workflow.workflow_id)
+                return hub.holding(found) if found is not None else None
+        return None
+
+    return hold
 
 
 def provider_timeouts(settings: Settings) -> ProviderTimeouts:

@@ -172,7 +172,9 @@ class Invocations:
                 raise Problem(503, "The invocation with this key is changing; retry shortly.")
             return self._replay_or_wait(tenant, key, hash_, seen)
         statements = self._activities.statements
-        token, pending = self._hub.open(call.request, caller_claims=True)
+        token, pending = self._hub.open(
+            call.request, caller_claims=True, invocation_id=data.invocation_id
+        )
         data.caller_token = token
         try:
             handle = await self._gate.start(
@@ -187,6 +189,7 @@ class Invocations:
             )
         except BaseException:
             pending.begun.set()  # an activity that adopted the entry meanwhile finds no call
+            pending.settle()
             # No invocation without its workflow: nothing was called yet, so the claim is
             # undone and the key stays unused; the prompt must not outlive a call that never
             # started (issue 19: 900 KB prompts stayed for good during an outage).

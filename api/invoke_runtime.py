@@ -15,7 +15,12 @@ from temporalio.worker import Worker
 from activities.adapter_pool import AdapterPool
 from activities.breaker_recovery import BreakerRecovery
 from activities.invoke_hub import InvocationHub
-from activities.invoke_setup import INVOKE_WORKFLOW_RUNNER, InlineWorkflowTasks, invoke_activities
+from activities.invoke_setup import (
+    INVOKE_WORKFLOW_RUNNER,
+    InlineWorkflowTasks,
+    first_activation_hold,
+    invoke_activities,
+)
 from activities.secret_policy import endpoint_broker
 from api.come_back import ComeBack
 from api.invocations import Invocations
@@ -70,7 +75,7 @@ class InvokeRuntime:
                 task_queue=self.config.workflow_queue,
                 workflows=[InvokeModelWorkflow],
                 workflow_runner=INVOKE_WORKFLOW_RUNNER,
-                workflow_task_executor=InlineWorkflowTasks(),
+                workflow_task_executor=InlineWorkflowTasks(first_activation_hold(self.hub)),
                 activities=[acts.call_provider, acts.close_abandoned, acts.finalize_receipt],
                 # Each call holds a slot from its eager start until its workflow completes, now
                 # after the response: under load those tails pile up, and a start that finds

@@ -140,3 +140,14 @@ def invocation_id(tenant_id: str, idempotency_key: str) -> uuid.UUID:
 
 def workflow_id(tenant_id: str, idempotency_key: str) -> str:
     return f"invoke/{tenant_id}/{invocation_id(tenant_id, idempotency_key)}"
+
+
+def invocation_of(workflow_id: str) -> uuid.UUID | None:
+    """The invocation an InvokeModel workflow id names (`invoke/{tenant}/{invocation id}`)."""
+    head, _, tail = workflow_id.rpartition("/")
+    if not head.startswith("invoke/"):
+        return None
+    try:
+        return uuid.UUID(tail)
+    except ValueError:
+        return None

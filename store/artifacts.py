@@ -25,6 +25,11 @@ _SEQUENCE = itertools.count()
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 
 
+def reference(data: bytes) -> str:
+    """The reference `put` returns for `data`, known before it is written."""
+    return f"sha256:{hashlib.sha256(data).hexdigest()}"
+
+
 class ArtifactStore:
     def __init__(self, root: Path) -> None:
         self.root = root
