@@ -140,13 +140,17 @@ async def attempt_once(
             if held is not None:
                 held.append(event)
                 continue
+            first = False
             if isinstance(event, TextDelta | ToolCallDelta):
                 if route.ttft_ms is None:
                     route.ttft_ms = int((time.monotonic() - started) * 1000)
+                    first = True
                 route.emitted.append(
                     event.text if isinstance(event, TextDelta) else event.arguments_delta
                 )
             pending.events.put_nowait(event)
+            if first:
+                await pending.hand_over()
         completion = builder.build()
     except ProviderError as exc:
         if route.emitted:

@@ -168,6 +168,8 @@ async def relay(
     if opening:  # an empty chunk is not sent: some servers would take it for the end
         yield opening
     text, add = events.text, events.add
+    # Once the first item's chunk is sent, the call's task goes on relaying (PendingCall.hand_over).
+    sent = running.pending.first_sent if running.pending is not None else None
     item = first
     while True:
         if type(item) is TextDelta:
@@ -183,6 +185,8 @@ async def relay(
             else:
                 yield await events.fail(item.summary)
             return
+        if sent is not None:
+            sent.set()
         item = await anext(running.events)
 
 
