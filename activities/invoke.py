@@ -184,13 +184,13 @@ class InvokeActivities:
         finally:
             pending.request = None  # the content is not kept a moment longer than the call
         closing = asyncio.ensure_future(self._statements.finalize(data, summary))
-        if output is not None:
+        if output is not None and summary.output_artifact_ref is not None:
             # The answer's file is written while the close's statement is at the database
             # (one loop turn sends it): the write took 0.15-1.3 ms of a c=1 call's path on this
             # machine's disk, the close's round trip about 0.5 (timeline of bench calls,
             # 2026-12-01). The receipt names the file by its hash, known before it is written.
             await asyncio.sleep(0)
-            self._store_output(data.tenant_id, output)
+            self._store_output(data.tenant_id, summary.output_artifact_ref, output)
         try:
             await closing
         except Exception as exc:
@@ -200,13 +200,13 @@ class InvokeActivities:
         record_metrics(data, _provider_of(data, summary.deployment_id), summary)
         return summary
 
-    def _store_output(self, tenant_id: str, output: bytes) -> None:
+    def _store_output(self, tenant_id: str, ref: str, output: bytes) -> None:
         """The stored answer a replay of this key serves. A write that fails (a full or broken
         artifact volume) does not fail the call the provider answered: the caller gets its
         answer, the receipt keeps the reference, and a replay of the key finds no stored
         answer, as once the tenant's retention has removed it."""
         try:
-            self._artifacts.put(tenant_id, output)
+            self._artifacts.write(tenant_id, ref, output)
         except Exception as exc:
             log.error("output artifact not written, replays get no answer: %s", type(exc).__name__)
 

@@ -45,7 +45,17 @@ class ArtifactStore:
         return self.root / tenant_id / digest[:2] / digest
 
     def put(self, tenant_id: str, data: bytes) -> str:
-        digest = hashlib.sha256(data).hexdigest()
+        ref = reference(data)
+        self.write(tenant_id, ref, data)
+        return ref
+
+    def write(self, tenant_id: str, ref: str, data: bytes) -> None:
+        """Store `data` under `ref`, its `reference` as the caller already computed it (the
+        invoke path names the file in the receipt before writing it)."""
+        match = _REF.match(ref)
+        if match is None:
+            raise ValueError("not an artifact reference")
+        digest = match.group(1)
         if not _TENANT.match(tenant_id):
             raise ValueError("tenant id is not usable as a directory name")
         folder = f"{self._base}/{tenant_id}/{digest[:2]}"
@@ -54,7 +64,7 @@ class ArtifactStore:
             os.makedirs(folder, exist_ok=True)
             self._dirs.add(folder)
         elif os.path.exists(path):
-            return f"sha256:{digest}"
+            return
         tmp = f"{folder}/.tmp-{os.getpid()}-{next(_SEQUENCE)}"
         try:
             fd = os.open(tmp, _CREATE, 0o600)
@@ -73,7 +83,6 @@ class ArtifactStore:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise
-        return f"sha256:{digest}"
 
     def get(self, tenant_id: str, ref: str) -> bytes | None:
         match = _REF.match(ref)
