@@ -4,9 +4,9 @@ The route is planned on the process's catalog snapshot and the receipt claimed w
 statement that also checks the snapshot is current (planned again if the catalog moved); the
 workflow is started eagerly, and the provider call begins at once in this process (held in the
 hub) without waiting for the workflow task; the workflow's local activity adopts it and closes
-the receipt. Events come back through
-memory. A keyed request that was seen before replays its receipt and stored output; one still
-running is waited for. The route comes from routing.routes; a refusal is mapped to its problem.
+the receipt. Events come back through memory. A keyed request that was seen before replays its
+receipt and stored output; one still running is waited for. The route comes from
+routing.routes; a refusal is mapped to its problem.
 """
 
 from __future__ import annotations

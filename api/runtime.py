@@ -41,8 +41,9 @@ class Runtime:
             echo=settings.database_echo,
             pre_ping=False,
         )
-        # Its three statements per call straight on asyncpg, off SQLAlchemy's asyncio layer (on
-        # PostgreSQL; store/asyncpg_path.py): the other statements stay on hot_engine.
+        # Its per-call statements (the claim, the finalise, the catalog version when read)
+        # straight on asyncpg, off SQLAlchemy's asyncio layer (on PostgreSQL;
+        # store/asyncpg_path.py): the other statements stay on hot_engine.
         self.statements = ReceiptStatements(self.hot_engine, direct=True)
         self.verifier = TokenVerifier(settings)
         self.snapshots = SnapshotCache(self.sessions, self.statements)

@@ -4,9 +4,10 @@ version; off it: the workflow's close (`close`), the sweeper's (`sweep`) and a d
 Column values and events come from the one receipt mapping, `domain/receipt_fields.py`.
 
 Measured on the invoke benchmark: an ORM session per step with `pool_pre_ping` cost 26
-statements (BEGIN, ping, SELECT, … COMMIT) per invocation; this module makes it three on
-PostgreSQL — the catalog version, the claim, the finalise — each one round trip. For the API's
-invoke path (`direct=True`) those three run straight on asyncpg (`store/asyncpg_path.py`),
+statements (BEGIN, ping, SELECT, … COMMIT) per invocation; this module makes it two on
+PostgreSQL — the claim with its catalog version check (`claim_at`), the finalise — each one
+round trip, three when the version is read first. For the API's invoke path (`direct=True`)
+they run straight on asyncpg (`store/asyncpg_path.py`),
 compiled once from the statements built here: the same SQL, 0.5-0.7 ms less client CPU per
 invocation than through SQLAlchemy's asyncio layer (bench/bench_receipt_statements.py).
 

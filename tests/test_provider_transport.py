@@ -40,12 +40,6 @@ TRANSPORTS: list[HttpTransport] = ["aiohttp", "httpx2"]
 Build = Callable[[str], ProviderAdapter]
 
 
-@pytest.fixture(scope="module")
-async def upstream() -> AsyncIterator[UpstreamServer]:
-    async with UpstreamServer() as server:
-        yield server
-
-
 @pytest.fixture(autouse=True)
 def fresh(upstream: UpstreamServer) -> None:
     upstream.state.reset()
