@@ -25,7 +25,7 @@ from activities.invoke_attempts import attempts_on
 from activities.invoke_hub import Attach, InvocationHub, PendingCall, ReceiptReady
 from activities.invoke_outcomes import Outcome as _Outcome
 from activities.invoke_outcomes import Route as _Route
-from activities.invoke_outcomes import record_metrics
+from activities.invoke_outcomes import not_claimed, not_here, record_metrics
 from activities.resilience import BreakerRegistry, Resilience
 from domain.enums import InvocationOutcome, UsageStatus
 from domain.fallback import Next, after_failure, may_answer
@@ -111,20 +111,16 @@ class InvokeActivities:
         cancels the call."""
         pending = self._hub.claim(data.caller_token)
         if pending is None:
-            return InvocationSummary(
-                invocation_id=data.invocation_id, disposition=Disposition.NOT_HERE
-            )
+            return not_here(data)
         if pending.caller_claims:
-            await pending.begun.wait()  # set right after the workflow start returned
+            await pending.begun.wait()  # set once the call began, alongside the start or after
         else:
             refused = await self._claim_here(data, pending)
             if refused is not None:
                 return refused
         work = pending.work
         if work is None:  # the API could not start this workflow and undid its claim
-            return InvocationSummary(
-                invocation_id=data.invocation_id, disposition=Disposition.NOT_HERE
-            )
+            return not_here(data)
         # On the caller's queue the workflow watches heartbeats to notice a dead process; a
         # wait for a first token, or a backoff, must not look like one.
         beat = None if activity.info().is_local else asyncio.create_task(_heartbeat())
@@ -183,6 +179,8 @@ class InvokeActivities:
             )
         finally:
             pending.request = None  # the content is not kept a moment longer than the call
+        if not await pending.workflow_started():  # its claim is undone by the API instead
+            return not_here(data)
         closing = asyncio.ensure_future(self._statements.finalize(data, summary))
         if output is not None and summary.output_artifact_ref is not None:
             # The answer's file is written while the close's statement is at the database
@@ -374,18 +372,6 @@ class InvokeActivities:
             summary.input_tokens = summary.output_tokens = 0
         await self._statements.finalize(data, summary)
         return summary
-
-
-def not_claimed(data: InvocationInput) -> InvocationSummary:
-    """The answer to a call whose receipt could not be claimed (the store is unreachable):
-    nothing was claimed or called."""
-    return InvocationSummary(
-        invocation_id=data.invocation_id,
-        disposition=Disposition.NOT_CLAIMED,
-        outcome=InvocationOutcome.FAILED,
-        deployment_id=data.targets[0].deployment_id,
-        error_kind="store_unavailable",
-    )
 
 
 def _provider_of(data: InvocationInput, deployment_id: str | None) -> str:

@@ -51,10 +51,17 @@ class PendingCall:
     # Resolved once the outcome of the call the API began is known (its task ended) or no call
     # will run here: the workflow's first activation waits for it (invoke_setup.HOLD_SECONDS).
     settled: asyncio.Future[None] | None = None
+    # For a call begun alongside its workflow's start: True once the server accepted the start,
+    # False if it could not be started (the call is cancelled and its claim undone, not closed).
+    started: asyncio.Future[bool] | None = None
 
     def settle(self) -> None:
         if self.settled is not None and not self.settled.done():
             self.settled.set_result(None)
+
+    async def workflow_started(self) -> bool:
+        """Whether this call's workflow exists: the call's task closes the receipt only then."""
+        return self.started is None or await asyncio.shield(self.started)
 
     async def hand_over(self) -> None:
         """After the call's first output: a few loop turns for the caller's response to send

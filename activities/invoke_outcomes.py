@@ -10,7 +10,7 @@ from activities.invoke_hub import PendingCall
 from core import metrics, timing
 from domain.enums import InvocationOutcome, UsageStatus
 from domain.hashing import canonical_json
-from domain.invocation import InvocationInput, InvocationSummary, Target
+from domain.invocation import Disposition, InvocationInput, InvocationSummary, Target
 from providers.base import ProviderAdapter
 from providers.errors import ErrorKind, ProviderError
 from providers.types import CallLimits, ChatRequest, Completion
@@ -186,3 +186,20 @@ def record_metrics(data: InvocationInput, provider: str, summary: InvocationSumm
         )
     # usage_unknown is recounted from the store when exported (core.metrics.set_usage_unknown),
     # not tallied here: a tally forgets every receipt written before a restart or elsewhere.
+
+
+def not_claimed(data: InvocationInput) -> InvocationSummary:
+    """The answer to a call whose receipt could not be claimed (the store is unreachable):
+    nothing was claimed or called."""
+    return InvocationSummary(
+        invocation_id=data.invocation_id,
+        disposition=Disposition.NOT_CLAIMED,
+        outcome=InvocationOutcome.FAILED,
+        deployment_id=data.targets[0].deployment_id,
+        error_kind="store_unavailable",
+    )
+
+
+def not_here(data: InvocationInput) -> InvocationSummary:
+    """The answer of an activity with no call of this invocation to adopt in this process."""
+    return InvocationSummary(invocation_id=data.invocation_id, disposition=Disposition.NOT_HERE)

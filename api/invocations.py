@@ -2,9 +2,10 @@
 
 The route is planned on the process's catalog snapshot and the receipt claimed with one
 statement that also checks the snapshot is current (planned again if the catalog moved); the
-workflow is started eagerly, and the provider call begins at once in this process (held in the
-hub) without waiting for the workflow task; the workflow's local activity adopts it and closes
-the receipt. Events come back through memory. A keyed request that was seen before replays its
+workflow is started eagerly, and the provider call begins in this process (held in the hub)
+alongside the start when Temporal answered moments ago, else once the start returns, never
+waiting for the workflow task; the workflow's local activity adopts it and closes the
+receipt. Events come back through memory. A keyed request that was seen before replays its
 receipt and stored output; one still running is waited for. The route comes from
 routing.routes; a refusal is mapped to its problem.
 """
@@ -24,8 +25,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 
-from activities.invoke import InvokeActivities, not_claimed
+from activities.invoke import InvokeActivities
 from activities.invoke_hub import Attach, HubEvent, InvocationHub, PendingCall, ReceiptReady
+from activities.invoke_outcomes import not_claimed
 from activities.stream_watchdog import StreamWatchdog
 from api.budget import admit
 from api.calls import Call, invocation_input
@@ -171,11 +173,36 @@ class Invocations:
             if seen is None:  # closed and gone between the two statements: cannot be
                 raise Problem(503, "The invocation with this key is changing; retry shortly.")
             return self._replay_or_wait(tenant, key, hash_, seen)
-        statements = self._activities.statements
         token, pending = self._hub.open(
             call.request, caller_claims=True, invocation_id=data.invocation_id
         )
         data.caller_token = token
+        handle = await self._start_workflow(data, pending, token)
+        timing.after_response(pending.delivered.set)
+        return Running(
+            data.invocation_id,
+            first,
+            self._follow(tenant, key, hash_, token, pending, handle),
+            tuple(t.deployment_id for t in data.targets),
+            pending,
+        )
+
+    async def _start_workflow(
+        self, data: InvocationInput, pending: PendingCall, token: str
+    ) -> WorkflowHandle[Any, Any]:
+        """Start the invocation's workflow, with its provider call begun alongside when
+        Temporal accepted a start moments ago (the gate's overlap window), else after this
+        start returns. Overlapped, the call runs while the server writes the start (2-4 ms at
+        c=1 on this machine, the call's own 2-2.5: timeline of bench calls, 2026-12-01) and
+        closes its receipt only once the start is in (`PendingCall.started`): so an answer is
+        never given, nor a receipt closed, for an invocation without its workflow. A start that
+        fails cancels the call, if one began, and undoes the claim: the key stays unused and the
+        caller gets the gate's 503."""
+        tenant = data.tenant_id
+        overlap = self._gate.answered_recently()
+        if overlap:
+            pending.started = asyncio.get_running_loop().create_future()
+            self._activities.begin(data, pending)
         try:
             handle = await self._gate.start(
                 lambda: self._client.start_workflow(
@@ -188,26 +215,28 @@ class Invocations:
                 )
             )
         except BaseException:
-            pending.begun.set()  # an activity that adopted the entry meanwhile finds no call
-            pending.settle()
-            # No invocation without its workflow: nothing was called yet, so the claim is
-            # undone and the key stays unused; the prompt must not outlive a call that never
-            # started (issue 19: 900 KB prompts stayed for good during an outage).
+            if pending.work is not None and pending.started is not None:
+                pending.cancelled.set()
+                pending.started.set_result(False)
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(pending.work)  # it ends without closing the receipt
+            else:
+                pending.begun.set()  # an activity that adopted the entry meanwhile finds no call
+                pending.settle()
+            # No invocation without its workflow: the claim is undone and the key stays unused;
+            # the prompt must not outlive a call that never started (issue 19: 900 KB prompts
+            # stayed for good during an outage).
             self._hub.close(token)
             with contextlib.suppress(Exception):
-                await statements.release(tenant, data.invocation_id)
+                await self._activities.statements.release(tenant, data.invocation_id)
             raise
-        # The provider call starts now; the workflow's activity adopts it from the hub, and
-        # reports its end once this request's response is over.
-        self._activities.begin(data, pending)
-        timing.after_response(pending.delivered.set)
-        return Running(
-            data.invocation_id,
-            first,
-            self._follow(tenant, key, hash_, token, pending, handle),
-            tuple(t.deployment_id for t in data.targets),
-            pending,
-        )
+        if pending.started is not None:
+            pending.started.set_result(True)
+        else:
+            # The provider call starts now; the workflow's activity adopts it from the hub, and
+            # reports its end once this request's response is over.
+            self._activities.begin(data, pending)
+        return handle
 
     async def _claim(self, data: InvocationInput, route: Route) -> Claim:
         """The claim: one statement that also tells a used key (read only then) and, for a

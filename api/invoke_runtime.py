@@ -102,7 +102,11 @@ class InvokeRuntime:
             self.recovery,
             self.settings.invoke_unavailable_retry_after_max_seconds,
         )
-        self.gate = TemporalGate(client, self.settings.invoke_start_wait_seconds)
+        self.gate = TemporalGate(
+            client,
+            self.settings.invoke_start_wait_seconds,
+            self.settings.invoke_start_overlap_seconds,
+        )
         self.service = Invocations(
             client,
             self.config,

@@ -7,6 +7,12 @@ Temporal unreachable: from then on calls are refused at once with a 503 and `Ret
 nothing claimed and nothing kept in memory, while one background probe asks the server's health
 service until it answers; then starts go ahead again. So a caller never waits out the bound
 during a long outage, and readiness says what the refusals say.
+
+A start the server accepted within the last `invoke_start_overlap_seconds` counts as Temporal
+answering now: the next call's provider call then begins alongside its own start instead of
+after it. Only a call inside that window after an outage began can reach its provider before
+its start fails (it is then cancelled and its claim undone); any later one is refused with
+nothing called.
 """
 
 from __future__ import annotations
@@ -52,9 +58,13 @@ class TemporalUnreachable(Problem):
 
 
 class TemporalGate:
-    def __init__(self, client: Client, start_wait_seconds: float) -> None:
+    def __init__(
+        self, client: Client, start_wait_seconds: float, overlap_seconds: float = 0.0
+    ) -> None:
         self._client = client
         self._wait = start_wait_seconds
+        self._overlap = overlap_seconds
+        self._accepted_at = -math.inf  # when the server last accepted a start
         self._down_since: float | None = None
         self._probe: asyncio.Task[None] | None = None
 
@@ -75,6 +85,10 @@ class TemporalGate:
         if not self.reachable:
             raise self.refuse()
 
+    def answered_recently(self) -> bool:
+        """Whether a start was accepted within the overlap window (and none has failed since)."""
+        return self._down_since is None and time.monotonic() - self._accepted_at < self._overlap
+
     async def start(self, begin: Callable[[], Awaitable[T]]) -> T:
         """Run a workflow start within the bounded wait; an unreachable server marks the gate
         and refuses the call (the caller undoes what it prepared)."""
@@ -83,7 +97,9 @@ class TemporalGate:
             async with asyncio.timeout(self._wait):
                 while True:
                     try:
-                        return await begin()
+                        began = await begin()
+                        self._accepted_at = time.monotonic()
+                        return began
                     except RPCError as exc:
                         # The SDK's own retries give up on a server that is restarting sooner
                         # than the bound: keep trying until it answers or the bound is spent.

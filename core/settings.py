@@ -141,6 +141,15 @@ class Settings(BaseSettings):
         "shorter than this is absorbed. Past it the call is a 503 with Retry-After, and later "
         "calls are refused at once until Temporal answers again.",
     )
+    invoke_start_overlap_seconds: float = Field(
+        default=0.25,
+        ge=0,
+        le=60,
+        description="How recently Temporal must have accepted a start for the next call's "
+        "provider call to begin alongside its own start rather than after it (0: always "
+        "after). A call inside this window after Temporal went away reaches its provider "
+        "before being refused.",
+    )
     invoke_adapter_ttl_seconds: float = Field(
         default=300.0,
         gt=0,

@@ -1,7 +1,10 @@
 """Temporal taken away from a gateway (its own dev server, killed and started again on the same
-port): a call is refused with a 503 problem and `Retry-After` within the configured bound, later
-calls at once while it is known unreachable, with no connection dropped, nothing claimed and no
-prompt left in memory; `/readyz` says the same; a restart shorter than the bound is absorbed."""
+port, or paused): a call is refused with a 503 problem and `Retry-After` within the configured
+bound, later calls at once while it is known unreachable, with no connection dropped, nothing
+claimed or called and no prompt left in memory; `/readyz` says the same; a restart shorter than
+the bound is absorbed. Just after Temporal answered, a call's provider call runs alongside its
+start: its receipt closes, and its answer comes, only once the start is in, and a start that
+then fails cancels the call and undoes its claim."""
 
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from tests.helpers.catalog import approved_profile
 from tests.helpers.deadline import eventually
 from tests.helpers.stack import Served, TemporalDevServer, serve, workers
 
-PROFILE = "temporal-fault"
+PROFILE, MODEL = "temporal-fault", "temporal-fault-sim"
 
 
 @dataclass
@@ -38,7 +41,7 @@ class Stack:
     bound: float
 
 
-def _settings(settings: Settings, dev: TemporalDevServer, bound: float) -> Settings:
+def _settings(settings: Settings, dev: TemporalDevServer, bound: float, overlap: float) -> Settings:
     run = uuid.uuid4().hex[:8]
     return settings.model_copy(
         update={
@@ -46,6 +49,7 @@ def _settings(settings: Settings, dev: TemporalDevServer, bound: float) -> Setti
             "temporal_task_queue": f"tfault-{run}",
             "temporal_invocation_task_queue": f"tfault-inv-{run}",
             "invoke_start_wait_seconds": bound,
+            "invoke_start_overlap_seconds": overlap,
         }
     )
 
@@ -60,13 +64,14 @@ async def stack(
     tenant: str,
     upstream: UpstreamServer,
 ) -> AsyncIterator[Stack]:
-    """A gateway on a Temporal dev server of its own; the bound comes from the test's param."""
-    bound = float(request.param)
+    """A gateway on a Temporal dev server of its own; the start's bound and the overlap window
+    come from the test's param."""
+    bound, overlap = request.param
     dev = TemporalDevServer(tmp_path)
     dev.start()
     try:
         await dev.wait_serving()
-        own = _settings(settings, dev, bound)
+        own = _settings(settings, dev, bound, overlap)
         async with workers(own, sessions) as client, serve(own) as api:
             token = await token_for(tenant)
             auth = {"Authorization": f"Bearer {token}"}
@@ -77,7 +82,13 @@ async def stack(
                     client,
                     tenant,
                     PROFILE,
-                    {"tf/sim": {"provider": "openai", "endpointRef": upstream.endpoint_ref}},
+                    {
+                        "tf/sim": {
+                            "provider": "openai",
+                            "endpointRef": upstream.endpoint_ref,
+                            "model": MODEL,
+                        }
+                    },
                 )
             yield Stack(dev, api, auth, token, bound)
     finally:
@@ -91,9 +102,10 @@ def _chat(key: str) -> tuple[dict[str, object], dict[str, str]]:
     )
 
 
-@pytest.mark.parametrize("stack", [2.0], indirect=True)
+# No overlap window: every call waits for its start, so none reaches the provider.
+@pytest.mark.parametrize("stack", [(2.0, 0.0)], indirect=True)
 async def test_temporal_down_is_a_503_with_retry_after_then_at_once_until_it_answers(
-    stack: Stack, tenant: str, sessions: async_sessionmaker[AsyncSession]
+    stack: Stack, tenant: str, sessions: async_sessionmaker[AsyncSession], upstream: UpstreamServer
 ) -> None:
     sdk = openai.AsyncOpenAI(base_url=f"{stack.api.url}/v1", api_key=stack.token, max_retries=0)
     ok = await sdk.chat.completions.create(
@@ -102,6 +114,7 @@ async def test_temporal_down_is_a_503_with_retry_after_then_at_once_until_it_ans
     assert ok.choices[0].message.content
     runtime = stack.api.app.state.runtime
     refused_before = metrics.refusals.value({"reason": "temporal-unreachable"})
+    called_before = upstream.requests(MODEL)
 
     stack.dev.kill()
     keys = [f"tf-{uuid.uuid4().hex[:8]}" for _ in range(3)]
@@ -135,7 +148,8 @@ async def test_temporal_down_is_a_503_with_retry_after_then_at_once_until_it_ans
         readiness = await http.get("/readyz")
         assert readiness.status_code == 503 and readiness.json()["checks"]["temporal"] is False
 
-    # Nothing claimed, nothing kept: no receipt, and the hub holds no prompt.
+    # Nothing called, nothing claimed, nothing kept: no receipt, and the hub holds no prompt.
+    assert upstream.requests(MODEL) == called_before
     async with sessions() as session:
         for key in keys:
             assert await by_key(session, tenant, key) is None
@@ -168,7 +182,7 @@ async def test_temporal_down_is_a_503_with_retry_after_then_at_once_until_it_ans
     await sdk.close()
 
 
-@pytest.mark.parametrize("stack", [30.0], indirect=True)
+@pytest.mark.parametrize("stack", [(30.0, 0.25)], indirect=True)
 async def test_a_temporal_restart_shorter_than_the_bound_is_absorbed(
     stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str
 ) -> None:
@@ -193,4 +207,83 @@ async def test_a_temporal_restart_shorter_than_the_bound_is_absorbed(
 
     await eventually(closed, timeout=30)
     assert len(stack.api.app.state.runtime.invoke.hub) == 0
+    await sdk.close()
+
+
+# A wide overlap window, so that the call after the first one overlaps its start however slow
+# the machine is between the two.
+@pytest.mark.parametrize("stack", [(30.0, 60.0)], indirect=True)
+async def test_just_after_a_start_the_provider_call_runs_alongside_the_next_start(
+    stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str, upstream: UpstreamServer
+) -> None:
+    sdk = openai.AsyncOpenAI(base_url=f"{stack.api.url}/v1", api_key=stack.token, max_retries=0)
+    await sdk.chat.completions.create(model=PROFILE, messages=[{"role": "user", "content": "a"}])
+    before = upstream.requests(MODEL)
+    stack.dev.pause()  # the next start is sent, and not answered until the server resumes
+    key = f"tf-overlap-{uuid.uuid4().hex[:8]}"
+    call = asyncio.create_task(
+        sdk.chat.completions.create(
+            model=PROFILE,
+            messages=[{"role": "user", "content": "alongside"}],
+            extra_headers={"Idempotency-Key": key},
+        )
+    )
+    try:
+        # The provider answers while the start is still unanswered ...
+        await eventually(lambda: upstream.requests(MODEL) > before, timeout=30)
+        # ... but neither the receipt nor the answer goes ahead of the workflow's start.
+        async with sessions() as session:
+            row = await by_key(session, tenant, key)
+        assert row is not None and row.ended_at is None
+        assert not call.done()
+    finally:
+        stack.dev.resume()
+    done = await asyncio.wait_for(call, timeout=stack.bound + 30)
+    assert done.choices[0].message.content
+    assert upstream.requests(MODEL) == before + 1
+
+    async def closed() -> bool:
+        async with sessions() as session:
+            row = await by_key(session, tenant, key)
+        return row is not None and row.ended_at is not None and row.outcome == "Completed"
+
+    await eventually(closed, timeout=30)
+    assert len(stack.api.app.state.runtime.invoke.hub) == 0
+    await sdk.close()
+
+
+@pytest.mark.parametrize("stack", [(2.0, 60.0)], indirect=True)
+async def test_a_start_that_fails_after_its_call_began_cancels_it_and_undoes_the_claim(
+    stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str, upstream: UpstreamServer
+) -> None:
+    sdk = openai.AsyncOpenAI(base_url=f"{stack.api.url}/v1", api_key=stack.token, max_retries=0)
+    await sdk.chat.completions.create(model=PROFILE, messages=[{"role": "user", "content": "a"}])
+    before = upstream.requests(MODEL)
+    stack.dev.pause()
+    key = f"tf-lost-{uuid.uuid4().hex[:8]}"
+    call = asyncio.create_task(
+        sdk.chat.completions.create(
+            model=PROFILE,
+            messages=[{"role": "user", "content": "lost"}],
+            extra_headers={"Idempotency-Key": key},
+        )
+    )
+    await eventually(lambda: upstream.requests(MODEL) > before, timeout=30)
+    stack.dev.kill()  # the start is never answered: the bound runs out
+    with pytest.raises(openai.APIStatusError) as refused:
+        await asyncio.wait_for(call, timeout=stack.bound + 30)
+    assert refused.value.status_code == 503
+    assert int(refused.value.response.headers["retry-after"]) >= 1
+    assert refused.value.response.json()["reason"] == "temporal-unreachable"
+    # The answer the provider gave was dropped with the claim: the key stays unused.
+    async with sessions() as session:
+        assert await by_key(session, tenant, key) is None
+    assert len(stack.api.app.state.runtime.invoke.hub) == 0
+    # Temporal is now known unreachable: the next call is refused with nothing called.
+    with pytest.raises(openai.APIStatusError) as again:
+        await sdk.chat.completions.create(
+            model=PROFILE, messages=[{"role": "user", "content": "after"}]
+        )
+    assert again.value.status_code == 503
+    assert upstream.requests(MODEL) == before + 1
     await sdk.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import socket
 import subprocess
 import sys
@@ -126,6 +127,15 @@ class TemporalDevServer:
                     return
             await asyncio.sleep(0.2)
         raise AssertionError(f"Temporal dev server on {self.address} did not come up")
+
+    def pause(self) -> None:
+        """Stop the server where it stands (SIGSTOP): connections stay open, nothing answers."""
+        assert self._proc is not None
+        self._proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self._proc is not None
+        self._proc.send_signal(signal.SIGCONT)
 
     def kill(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
