@@ -115,9 +115,9 @@ def where_section(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> lis
         "Before the claim the API verifies the token and plans on the catalog snapshot it "
         "holds (the profile, the plan's inputs and the deployments), and the claim checks in "
         "the same statement that the snapshot's version is current; after it, it starts the "
-        "workflow eagerly (the start's reply is awaited, so "
-        "that Temporal being unreachable refuses the call before anything is called) and "
-        "begins the provider call; the call's task writes the finalize as it ends, and the "
+        "workflow eagerly and begins the provider call alongside (Temporal accepted a start "
+        "moments before: `INVOKE_START_OVERLAP_SECONDS`); the call's task writes the finalize "
+        "once it has ended and the start is in, and the "
         "receipt travels through the in-memory hub to the response. The workflow's local "
         "activity adopts the call meanwhile, off the response path."
     )
