@@ -45,6 +45,7 @@ from domain.invocation import (
     InvocationInput,
     InvocationSummary,
     invocation_id,
+    invoke_workflow_id,
 )
 from domain.planner import PlanRequest
 from routing.refusals import PolicyDenied, Refusal
@@ -199,8 +200,7 @@ class Invocations:
         fails cancels the call, if one began, and undoes the claim: the key stays unused and the
         caller gets the gate's 503."""
         tenant = data.tenant_id
-        overlap = self._gate.answered_recently()
-        if overlap:
+        if self._gate.answered_recently():
             pending.started = asyncio.get_running_loop().create_future()
             self._activities.begin(data, pending)
         try:
@@ -208,7 +208,7 @@ class Invocations:
                 lambda: self._client.start_workflow(
                     InvokeModelWorkflow.run,
                     data,
-                    id=f"invoke/{tenant}/{data.invocation_id}",
+                    id=invoke_workflow_id(tenant, data.invocation_id),
                     task_queue=self._config.workflow_queue,
                     id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                     request_eager_start=True,
@@ -356,7 +356,9 @@ class Invocations:
         yield ReceiptReady(receipts.summary_of(receipt))
 
     async def _wait_closed(self, tenant: str, key: str) -> InvocationReceiptRow:
-        handle = self._client.get_workflow_handle(f"invoke/{tenant}/{invocation_id(tenant, key)}")
+        handle = self._client.get_workflow_handle(
+            invoke_workflow_id(tenant, invocation_id(tenant, key))
+        )
         # The receipt, not the workflow's result, is the answer; a failed workflow still
         # closed it (or the loop below says it has not).
         with contextlib.suppress(Exception):

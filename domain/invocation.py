@@ -138,12 +138,13 @@ def invocation_id(tenant_id: str, idempotency_key: str) -> uuid.UUID:
     return uuid.uuid5(_NAMESPACE, f"{tenant_id}\x00{idempotency_key}")
 
 
-def workflow_id(tenant_id: str, idempotency_key: str) -> str:
-    return f"invoke/{tenant_id}/{invocation_id(tenant_id, idempotency_key)}"
+def invoke_workflow_id(tenant_id: str, invocation: uuid.UUID) -> str:
+    """The id of an invocation's InvokeModel workflow (read back by `invocation_of`)."""
+    return f"invoke/{tenant_id}/{invocation}"
 
 
 def invocation_of(workflow_id: str) -> uuid.UUID | None:
-    """The invocation an InvokeModel workflow id names (`invoke/{tenant}/{invocation id}`)."""
+    """The invocation an InvokeModel workflow id names (`invoke_workflow_id`)."""
     head, _, tail = workflow_id.rpartition("/")
     if not head.startswith("invoke/"):
         return None
