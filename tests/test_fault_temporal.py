@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletion
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core import metrics
@@ -93,6 +94,32 @@ async def stack(
             yield Stack(dev, api, auth, token, bound)
     finally:
         dev.kill()
+
+
+async def _completed(sessions: async_sessionmaker[AsyncSession], tenant: str, key: str) -> bool:
+    async with sessions() as session:
+        row = await by_key(session, tenant, key)
+    return row is not None and row.ended_at is not None and row.outcome == "Completed"
+
+
+async def _sent_while_paused(
+    stack: Stack, sdk: openai.AsyncOpenAI, upstream: UpstreamServer, key: str
+) -> tuple[asyncio.Task[ChatCompletion], int]:
+    """One call answered (a start just accepted), then Temporal paused and a keyed call sent:
+    returned once the upstream has that call, its start still unanswered; with the upstream's
+    count before it."""
+    await sdk.chat.completions.create(model=PROFILE, messages=[{"role": "user", "content": "a"}])
+    before = upstream.requests(MODEL)
+    stack.dev.pause()  # the next start is sent, and not answered until the server resumes
+    call = asyncio.create_task(
+        sdk.chat.completions.create(
+            model=PROFILE,
+            messages=[{"role": "user", "content": "alongside"}],
+            extra_headers={"Idempotency-Key": key},
+        )
+    )
+    await eventually(lambda: upstream.requests(MODEL) > before, timeout=30)
+    return call, before
 
 
 def _chat(key: str) -> tuple[dict[str, object], dict[str, str]]:
@@ -200,12 +227,7 @@ async def test_a_temporal_restart_shorter_than_the_bound_is_absorbed(
     done = await asyncio.wait_for(call, timeout=stack.bound + 30)
     assert done.choices[0].message.content
 
-    async def closed() -> bool:
-        async with sessions() as session:
-            row = await by_key(session, tenant, key)
-        return row is not None and row.ended_at is not None and row.outcome == "Completed"
-
-    await eventually(closed, timeout=30)
+    await eventually(lambda: _completed(sessions, tenant, key), timeout=30)
     assert len(stack.api.app.state.runtime.invoke.hub) == 0
     await sdk.close()
 
@@ -217,20 +239,10 @@ async def test_just_after_a_start_the_provider_call_runs_alongside_the_next_star
     stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str, upstream: UpstreamServer
 ) -> None:
     sdk = openai.AsyncOpenAI(base_url=f"{stack.api.url}/v1", api_key=stack.token, max_retries=0)
-    await sdk.chat.completions.create(model=PROFILE, messages=[{"role": "user", "content": "a"}])
-    before = upstream.requests(MODEL)
-    stack.dev.pause()  # the next start is sent, and not answered until the server resumes
     key = f"tf-overlap-{uuid.uuid4().hex[:8]}"
-    call = asyncio.create_task(
-        sdk.chat.completions.create(
-            model=PROFILE,
-            messages=[{"role": "user", "content": "alongside"}],
-            extra_headers={"Idempotency-Key": key},
-        )
-    )
     try:
         # The provider answers while the start is still unanswered ...
-        await eventually(lambda: upstream.requests(MODEL) > before, timeout=30)
+        call, before = await _sent_while_paused(stack, sdk, upstream, key)
         # ... but neither the receipt nor the answer goes ahead of the workflow's start.
         async with sessions() as session:
             row = await by_key(session, tenant, key)
@@ -242,12 +254,7 @@ async def test_just_after_a_start_the_provider_call_runs_alongside_the_next_star
     assert done.choices[0].message.content
     assert upstream.requests(MODEL) == before + 1
 
-    async def closed() -> bool:
-        async with sessions() as session:
-            row = await by_key(session, tenant, key)
-        return row is not None and row.ended_at is not None and row.outcome == "Completed"
-
-    await eventually(closed, timeout=30)
+    await eventually(lambda: _completed(sessions, tenant, key), timeout=30)
     assert len(stack.api.app.state.runtime.invoke.hub) == 0
     await sdk.close()
 
@@ -257,18 +264,8 @@ async def test_a_start_that_fails_after_its_call_began_cancels_it_and_undoes_the
     stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str, upstream: UpstreamServer
 ) -> None:
     sdk = openai.AsyncOpenAI(base_url=f"{stack.api.url}/v1", api_key=stack.token, max_retries=0)
-    await sdk.chat.completions.create(model=PROFILE, messages=[{"role": "user", "content": "a"}])
-    before = upstream.requests(MODEL)
-    stack.dev.pause()
     key = f"tf-lost-{uuid.uuid4().hex[:8]}"
-    call = asyncio.create_task(
-        sdk.chat.completions.create(
-            model=PROFILE,
-            messages=[{"role": "user", "content": "lost"}],
-            extra_headers={"Idempotency-Key": key},
-        )
-    )
-    await eventually(lambda: upstream.requests(MODEL) > before, timeout=30)
+    call, before = await _sent_while_paused(stack, sdk, upstream, key)
     stack.dev.kill()  # the start is never answered: the bound runs out
     with pytest.raises(openai.APIStatusError) as refused:
         await asyncio.wait_for(call, timeout=stack.bound + 30)
