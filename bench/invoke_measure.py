@@ -12,6 +12,7 @@ from typing import Any
 import asyncpg
 import httpx
 
+from bench.invoke_ceiling import Ceiling, temporal_ceiling
 from bench.invoke_config import (
     FULL,
     LITELLM_KEY,
@@ -33,7 +34,7 @@ from bench.invoke_receipts import ReceiptCheck, check_receipts
 from bench.invoke_results import pct
 from bench.invoke_seed import seed
 from bench.invoke_server_stats import pg_statements, temporal_requests
-from bench.invoke_stack import Stack
+from bench.invoke_stack import ROOT, Stack
 from core.settings import Settings
 from core.temporal import connect
 from store.db import create_engine, session_factory
@@ -48,6 +49,7 @@ class Measured:
     temporal_per_call: dict[str, float]  # Temporal frontend requests per gateway call, ns16
     pg_connections_per_call: dict[str, float]  # scenario -> new PostgreSQL sessions per call
     extra: list[str]  # the --workers 2 and 64-stream rows (bench/invoke_extra.py)
+    ceiling: Ceiling  # InvokeModel alone at c=16 (bench/invoke_ceiling.py)
 
 
 def make_paths(
@@ -189,6 +191,27 @@ async def extra_rows(
     return lines
 
 
+async def temporal_alone(stack: Stack, database_url: str, quick: bool) -> Ceiling:
+    """The rate to read c=16 against (bench/invoke_ceiling.py), on a dev server of its own,
+    fresh as the stack's was when the rounds began. Last in the run: taken right after the c=16
+    rounds, even with a server of its own, it was followed by stalls in the 64-stream row (26,
+    2 and 47 streams in three quick runs, none in the runs without it, 2026-12-01)."""
+    print("the workflow alone at c=16…", flush=True)
+    server, port = await asyncio.to_thread(stack.start_spare_temporal)
+    try:
+        env = stack.service_env(database_url)
+        env["MODEL_ROUTER_TEMPORAL_ADDRESS"] = f"127.0.0.1:{port}"
+        return await temporal_ceiling(
+            env,
+            str(ROOT),
+            server.pid,
+            rounds=1 if quick else 2,
+            calls=160 if quick else FULL["ns16"],
+        )
+    finally:
+        await asyncio.to_thread(stack.stop_child, server)
+
+
 async def measure(
     stack: Stack,
     settings: Settings,
@@ -235,7 +258,8 @@ async def measure(
             await asyncio.sleep(1.0)  # let the last workflows close before counting receipts
             check = await check_receipts(sessions, gateway, upstream)
             extra = await extra_rows(stack, database_url, token, quick, litellm_on, runs, sessions)
-            return Measured(runs, probes, check, pg, per_call, connections, extra)
+            ceiling = await temporal_alone(stack, database_url, quick)
+            return Measured(runs, probes, check, pg, per_call, connections, extra, ceiling)
         finally:
             for c in clients:
                 await c.aclose()

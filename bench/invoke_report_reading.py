@@ -60,6 +60,7 @@ def analysis(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> list[str
         "whatever the machine (a little more: part of that CPU is the Temporal SDK's Rust "
         "threads). Measured: "
         f"{g16['rps']:.0f} calls/s.",
+        _ceiling(res, m),
     ]
     if res.pg:
         kinds = res.pg["kinds"]
@@ -182,3 +183,40 @@ def levers(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
         + "; ".join(out)
         + "."
     ]
+
+
+def _ceiling(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> str:
+    """The Temporal ceiling (bench/invoke_ceiling.py) against the gateway's and LiteLLM's rates."""
+    c = res.ceiling
+    text = (
+        "- **The ceiling.** InvokeModel alone (`bench/invoke_ceiling.py`): started eagerly 16 "
+        "at a time from a process of its own set up as the API is (uvloop, the start-up heap "
+        "frozen), on a worker built as the API's, its local activity a stub, nothing waiting "
+        "on a workflow's result and nothing else per invocation (no HTTP, no database, no "
+        "provider call), it ran "
+        + " and ".join(f"{r:.0f}" for r in c.rates)
+        + " a second on this machine (rounds at the end of the same run, on a fresh dev server "
+        "of its own), "
+        f"at {c.process_cpu_ms:.1f} CPU ms in the starting process and {c.server_cpu_ms:.1f} "
+        "in the dev server per invocation. Every gateway call does that and more on the same "
+        f"two cores, so the gateway's {m[('gateway', 'ns16')]['rps']:.0f} calls/s is "
+        f"{m[('gateway', 'ns16')]['rps'] / max(0.1, c.rate) * 100:.0f}% of the ceiling"
+    )
+    lite = m.get(("litellm", "ns16"))
+    if lite is None:
+        return text + "."
+    side = "at or above" if lite["rps"] >= c.rate else "below"
+    return (
+        text + f"; LiteLLM's proxy ({lite['rps']:.0f} calls/s, its one process's GIL the "
+        f"limit) is {side} it"
+        + (
+            ": on this machine no code around the workflow could reach LiteLLM's rate, only "
+            "cores the dev server does not share."
+            if lite["rps"] >= c.rate
+            else ": what keeps the gateway under LiteLLM's rate here is its own work around the "
+            "workflow (the request, the receipt's two statements, the provider call: the API "
+            f"spent {m[('gateway', 'ns16')]['cpu_ms'].get('api', 0.0):.1f} CPU ms a call "
+            f"against the ceiling's {c.process_cpu_ms:.1f} in its starting process) on the "
+            "same two cores as the dev server."
+        )
+    )

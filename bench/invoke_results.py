@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from bench.invoke_ceiling import Ceiling
 from bench.invoke_config import SCENARIOS
 from bench.invoke_load import Run
 from bench.invoke_receipts import ReceiptCheck
@@ -50,6 +51,7 @@ class Results:
     temporal_per_call: dict[str, float]
     pg_connections_per_call: dict[str, float]  # scenario -> new PostgreSQL sessions per call
     extra: list[str]  # the --workers 2 and 64-stream rows, as docs lines
+    ceiling: Ceiling  # InvokeModel alone at c=16, nothing else per invocation
     rss: dict[str, tuple[int, int, int, int]]  # name -> first, peak, last, hwm (KiB)
     load_start: tuple[float, float, float]
     load_end: tuple[float, float, float]

@@ -112,6 +112,7 @@ def run(args: argparse.Namespace) -> Results:
             temporal_per_call=measured.temporal_per_call,
             pg_connections_per_call=measured.pg_connections_per_call,
             extra=measured.extra,
+            ceiling=measured.ceiling,
             rss=rss,
             load_start=load_start,
             load_end=os.getloadavg(),

@@ -94,10 +94,18 @@ class Stack:
 
     # -- Temporal, upstream, worker, API, LiteLLM -----------------------------------------
     def start_temporal(self) -> Child:
-        self.temporal_port, http_port = free_port(), free_port()
-        self.temporal_metrics_port = free_port()
+        self.temporal_port, self.temporal_metrics_port = free_port(), free_port()
+        return self._dev_server("temporal", self.temporal_port, self.temporal_metrics_port)
+
+    def start_spare_temporal(self) -> tuple[Child, int]:
+        """A second, fresh dev server (`temporal-spare`), for a measurement that must neither
+        disturb the stack's server nor inherit its history; the caller stops it."""
+        port = free_port()
+        return self._dev_server("temporal-spare", port, free_port()), port
+
+    def _dev_server(self, name: str, port: int, metrics_port: int) -> Child:
         child = self.spawn(
-            "temporal",
+            name,
             [
                 str(VENV_BIN / "temporal"),
                 "server",
@@ -106,16 +114,16 @@ class Stack:
                 "--ip",
                 "127.0.0.1",
                 "--port",
-                str(self.temporal_port),
+                str(port),
                 "--http-port",
-                str(http_port),
+                str(free_port()),
                 "--metrics-port",
-                str(self.temporal_metrics_port),
+                str(metrics_port),
                 "--log-level",
                 "error",
             ],
         )
-        self.wait_until(lambda: port_open(self.temporal_port), "Temporal dev server", child, 60)
+        self.wait_until(lambda: port_open(port), f"Temporal dev server ({name})", child, 60)
         return child
 
     def start_upstream(self) -> Child:
@@ -249,7 +257,7 @@ class Stack:
 
     def close(self, keep: bool = False) -> None:
         # Clients of Temporal and PostgreSQL first, then the servers.
-        for name in ("litellm", "api2", "api", "worker", "upstream", "temporal"):
+        for name in ("litellm", "api2", "api", "worker", "upstream", "temporal", "temporal-spare"):
             child = self.child(name)
             if child is not None:
                 with contextlib.suppress(Exception):
