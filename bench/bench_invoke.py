@@ -19,14 +19,17 @@ fewer calls, no doc update; `--keep`: keep the temporary directory with every pr
 first waits (at most --max-wait-load seconds, 120 by default) for the load average to drop under
 1.5, since the machine is shared. The run itself takes about 5 minutes on a 2-core machine.
 After the main rounds it adds two rows (bench/invoke_extra.py): `model-router api --workers 2`
-at c=16, and 64 concurrent streams of ~300 chunks at ~10 ms a chunk through each path.
+at c=16, and 64 concurrent streams of ~300 chunks at ~10 ms a chunk through each path; last,
+the Temporal ceiling (bench/invoke_ceiling.py): InvokeModel alone at c=16 on a fresh dev server,
+the most a gateway that starts a workflow per call could do on this machine.
 
 This file is the command line; the work is in the modules beside it: invoke_run.py (one run,
 bring-up to teardown), invoke_stack.py with local_postgres.py and child_process.py (the
 processes), invoke_database.py, invoke_seed.py (the catalog), invoke_measure.py (warm-up and
 rounds), invoke_load.py (the load generator), invoke_meter.py and procfs.py (CPU and memory),
-invoke_probes.py (the pieces timed alone), invoke_server_stats.py, invoke_receipts.py,
-invoke_results.py (percentiles, merged runs) and invoke_report*.py (the docs section).
+invoke_probes.py (the pieces timed alone), invoke_ceiling.py, invoke_server_stats.py,
+invoke_receipts.py, invoke_results.py (percentiles, merged runs) and invoke_report*.py (the docs
+section).
 """
 
 from __future__ import annotations
