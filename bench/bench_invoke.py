@@ -18,10 +18,11 @@ section of docs/benchmarks.md. Everything it started is stopped, whatever happen
 fewer calls, no doc update; `--keep`: keep the temporary directory with every process's log. It
 first waits (at most --max-wait-load seconds, 120 by default) for the load average to drop under
 1.5, since the machine is shared. The run itself takes about 5 minutes on a 2-core machine.
-After the main rounds it adds two rows (bench/invoke_extra.py): `model-router api --workers 2`
-at c=16, and 64 concurrent streams of ~300 chunks at ~10 ms a chunk through each path; last,
-the Temporal ceiling (bench/invoke_ceiling.py): InvokeModel alone at c=16 on a fresh dev server,
-the most a gateway that starts a workflow per call could do on this machine.
+Right after the main rounds it measures the Temporal ceiling (bench/invoke_ceiling.py):
+InvokeModel alone at c=16 on a fresh dev server, the most a gateway that starts a workflow per
+call could do on this machine. At the end it adds two rows (bench/invoke_extra.py): `model-router
+api --workers 2` at c=16, and 64 concurrent streams of ~300 chunks at ~10 ms a chunk through each
+path.
 
 This file is the command line; the work is in the modules beside it: invoke_run.py (one run,
 bring-up to teardown), invoke_stack.py with local_postgres.py and child_process.py (the

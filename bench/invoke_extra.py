@@ -32,7 +32,7 @@ from bench.invoke_config import (
     PROFILE,
     TENANT,
 )
-from bench.invoke_load import Path_, Run, run_load
+from bench.invoke_load import Path_, Run, run_load, settle_client_heap
 from bench.invoke_results import pct
 from bench.invoke_stack import Stack
 from bench.procfs import children_of, proc_cpu_seconds, proc_rss_kib
@@ -233,6 +233,7 @@ async def streams_row(
 
         await asyncio.gather(*(call(-1 - i) for i in range(4)))  # warm the connections
         keys.clear()
+        settle_client_heap()
         before = cpu_of(pids)
         sampler = asyncio.create_task(sample_rss())
         t0 = time.perf_counter()

@@ -192,10 +192,9 @@ async def extra_rows(
 
 
 async def temporal_alone(stack: Stack, database_url: str, quick: bool) -> Ceiling:
-    """The rate to read c=16 against (bench/invoke_ceiling.py), on a dev server of its own,
-    fresh as the stack's was when the rounds began. Last in the run: taken right after the c=16
-    rounds, even with a server of its own, it was followed by stalls in the 64-stream row (26,
-    2 and 47 streams in three quick runs, none in the runs without it, 2026-12-01)."""
+    """The rate to read c=16 against (bench/invoke_ceiling.py), right after the c=16 rounds (the
+    same host), on a dev server of its own: fresh, as the stack's was when the rounds began,
+    and leaving the stack's server without a thousand more executions for what follows."""
     print("the workflow alone at c=16…", flush=True)
     server, port = await asyncio.to_thread(stack.start_spare_temporal)
     try:
@@ -237,6 +236,7 @@ async def measure(
                 await p.call("check", 1, True)
             await warm_up(paths, quick)
             runs, per_call, connections = await run_rounds(paths, quick, stack, stats_conn, meter)
+            ceiling = await temporal_alone(stack, database_url, quick)
             print("where the time goes…", flush=True)
             gateway = paths[1]
             pg = await pg_statements(stack, gateway, 20 if not quick else 5)
@@ -258,7 +258,6 @@ async def measure(
             await asyncio.sleep(1.0)  # let the last workflows close before counting receipts
             check = await check_receipts(sessions, gateway, upstream)
             extra = await extra_rows(stack, database_url, token, quick, litellm_on, runs, sessions)
-            ceiling = await temporal_alone(stack, database_url, quick)
             return Measured(runs, probes, check, pg, per_call, connections, extra, ceiling)
         finally:
             for c in clients:

@@ -195,8 +195,8 @@ def _ceiling(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> str:
         "on a workflow's result and nothing else per invocation (no HTTP, no database, no "
         "provider call), it ran "
         + " and ".join(f"{r:.0f}" for r in c.rates)
-        + " a second on this machine (rounds at the end of the same run, on a fresh dev server "
-        "of its own), "
+        + " a second on this machine (rounds of the same run right after its c=16 rounds, on a "
+        "fresh dev server of its own), "
         f"at {c.process_cpu_ms:.1f} CPU ms in the starting process and {c.server_cpu_ms:.1f} "
         "in the dev server per invocation. Every gateway call does that and more on the same "
         f"two cores, so the gateway's {m[('gateway', 'ns16')]['rps']:.0f} calls/s is "
