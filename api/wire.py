@@ -185,8 +185,9 @@ async def relay(
             else:
                 yield await events.fail(item.summary)
             return
-        if sent is not None:
+        if sent is not None:  # once: the token path checks a local from then on
             sent.set()
+            sent = None
         item = await anext(running.events)
 
 
