@@ -35,6 +35,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 
 from activities.invoke_setup import INVOKE_WORKFLOW_RUNNER, InlineWorkflowTasks
+from bench.probe_input import probe_input
 from bench.procfs import proc_cpu_seconds
 from core import gc_tuning
 from core.settings import Settings
@@ -81,30 +82,8 @@ async def temporal_ceiling(
     return Ceiling(**json.loads(out.decode().strip().splitlines()[-1]))
 
 
-def _input(queue: str) -> InvocationInput:
-    key = uuid.uuid4()
-    return InvocationInput(
-        invocation_id=key,
-        tenant_id="bench-ceiling",
-        project_id="default",
-        profile_id="bench-ceiling",
-        policy_decision_id=uuid.uuid4(),
-        idempotency_key=str(key),
-        request_hash="sha256:" + "0" * 64,
-        # Never called: the local activity below is a stub.
-        targets=[
-            Target(
-                deployment_id="bench/none",
-                provider="openai",
-                model="none",
-                endpoint_ref="env:UNUSED",
-            )
-        ],
-        pricing_revision="bench-2026",
-        caller_token=key.hex,
-        caller_queue=queue,
-        timeout_seconds=120,
-    )
+# Never called: the local activity is a stub.
+_UNUSED = Target(deployment_id="bench/none", provider="openai", model="none", endpoint_ref="env:X")
 
 
 async def _measure(client: Client, server_pid: int, rounds: int, calls: int) -> Ceiling:
@@ -119,7 +98,7 @@ async def _measure(client: Client, server_pid: int, rounds: int, calls: int) -> 
         return InvocationSummary(invocation_id=data.invocation_id, disposition=Disposition.DONE)
 
     async def one() -> None:
-        data = _input(queue)
+        data = probe_input(0, _UNUSED, queue)
         ran[data.invocation_id] = event = asyncio.Event()
         await client.start_workflow(
             InvokeModelWorkflow.run,

@@ -4,7 +4,6 @@ the InvokeModel workflow on Temporal, the provider adapter, hashing and the arti
 
 from __future__ import annotations
 
-import secrets
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -22,6 +21,7 @@ from bench.invoke_config import DEPLOYMENT, MODEL_PROBE, PROFILE, PROMPT, TENANT
 from bench.invoke_database import pg_connect
 from bench.invoke_load import BenchError
 from bench.invoke_stack import Stack
+from bench.probe_input import probe_input
 from core.settings import Settings
 from core.temporal import connect
 from domain.enums import InvocationOutcome, UsageStatus
@@ -49,28 +49,12 @@ async def timed(n: int, fn: Callable[[int], Awaitable[object]]) -> list[float]:
     return out
 
 
-def probe_input(i: int, deployment: ModelDeploymentRow, queue: str) -> InvocationInput:
-    key = f"bench-probe-{uuid.uuid4().hex[:12]}-{i}"
-    return InvocationInput(
-        invocation_id=uuid.uuid4(),
-        tenant_id=TENANT,
-        project_id="default",
-        profile_id=PROFILE,
-        policy_decision_id=uuid.uuid4(),
-        idempotency_key=key,
-        request_hash=request_hash({"i": i, "k": key}),
-        targets=[
-            Target(
-                deployment_id=deployment.deployment_id,
-                provider=deployment.provider,
-                model=deployment.model,
-                endpoint_ref=deployment.endpoint_ref,
-            )
-        ],
-        pricing_revision="bench-2026",
-        caller_token=secrets.token_urlsafe(16),
-        caller_queue=queue,
-        timeout_seconds=120,
+def target_of(deployment: ModelDeploymentRow) -> Target:
+    return Target(
+        deployment_id=deployment.deployment_id,
+        provider=deployment.provider,
+        model=deployment.model,
+        endpoint_ref=deployment.endpoint_ref,
     )
 
 
@@ -98,7 +82,7 @@ async def temporal_probe(
     ):
 
         async def start(i: int) -> None:
-            data = probe_input(i, deployment, queue)
+            data = probe_input(i, target_of(deployment), queue)
             t0 = time.perf_counter()
             handle = await client.start_workflow(
                 InvokeModelWorkflow.run,
@@ -183,7 +167,7 @@ async def probe_pieces(
     claimed: list[InvocationInput] = []
 
     async def claim(i: int) -> None:
-        data = probe_input(i, deployment, "unused")
+        data = probe_input(i, target_of(deployment), "unused")
         version = cache.cached(TENANT).snapshot.version  # type: ignore[union-attr]
         if await statements.claim_at(data, DEPLOYMENT, version) is not Claim.CLAIMED:
             raise BenchError("probe claim refused")

@@ -187,7 +187,7 @@ def levers(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
 
 def _ceiling(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> str:
     """The Temporal ceiling (bench/invoke_ceiling.py) against the gateway's and LiteLLM's rates."""
-    c = res.ceiling
+    c, g16 = res.ceiling, m[("gateway", "ns16")]
     text = (
         "- **The ceiling.** InvokeModel alone (`bench/invoke_ceiling.py`): started eagerly 16 "
         "at a time from a process of its own set up as the API is (uvloop, the start-up heap "
@@ -199,8 +199,8 @@ def _ceiling(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> str:
         "fresh dev server of its own), "
         f"at {c.process_cpu_ms:.1f} CPU ms in the starting process and {c.server_cpu_ms:.1f} "
         "in the dev server per invocation. Every gateway call does that and more on the same "
-        f"two cores, so the gateway's {m[('gateway', 'ns16')]['rps']:.0f} calls/s is "
-        f"{m[('gateway', 'ns16')]['rps'] / max(0.1, c.rate) * 100:.0f}% of the ceiling"
+        f"two cores, so the gateway's {g16['rps']:.0f} calls/s is "
+        f"{g16['rps'] / max(0.1, c.rate) * 100:.0f}% of the ceiling"
     )
     lite = m.get(("litellm", "ns16"))
     if lite is None:
@@ -215,7 +215,7 @@ def _ceiling(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> str:
             if lite["rps"] >= c.rate
             else ": what keeps the gateway under LiteLLM's rate here is its own work around the "
             "workflow (the request, the receipt's two statements, the provider call: the API "
-            f"spent {m[('gateway', 'ns16')]['cpu_ms'].get('api', 0.0):.1f} CPU ms a call "
+            f"spent {g16['cpu_ms'].get('api', 0.0):.1f} CPU ms a call "
             f"against the ceiling's {c.process_cpu_ms:.1f} in its starting process) on the "
             "same two cores as the dev server."
         )
