@@ -11,6 +11,7 @@ import uuid
 from typing import Any
 
 from api.anthropic_shapes import message_id, receipt_event, stop_reason, usage
+from domain.failures import error_class
 from domain.invocation import InvocationSummary
 from providers.types import Finish, FinishReason, TextDelta, ToolCallDelta
 
@@ -125,6 +126,8 @@ class MessageEvents:
                 "message": f"model call failed after output began: {kind}",
             },
             **receipt_event(summary),
+            # As on the surface's error responses: whether the same request may succeed later.
+            "errorClass": error_class(kind),
         }
         body["type"] = "error"
         return sse("error", body)

@@ -25,6 +25,7 @@ from api.responses_shapes import (
     text_item,
     text_part,
 )
+from domain.failures import error_class
 from domain.invocation import InvocationSummary
 from providers.types import Finish, FinishReason, TextDelta, ToolCall, ToolCallDelta
 
@@ -176,7 +177,12 @@ class ResponseEvents:
 
     async def fail(self, summary: InvocationSummary) -> bytes:
         kind = summary.error_kind or "provider_error"
-        error = {"code": "server_error", "message": f"model call failed after output began: {kind}"}
+        error = {
+            "code": "server_error",
+            "message": f"model call failed after output began: {kind}",
+            # As on the surface's error responses: whether the same request may succeed later.
+            "errorClass": error_class(kind),
+        }
         output = [item for _, item in sorted(self._done, key=lambda pair: pair[0])]
         response = self._response("failed", output=output, error=error)
         response["model_router"] = _without_type(receipt_event(summary))

@@ -109,6 +109,7 @@ async def test_a_connection_dropped_after_output_is_a_cut_stream(
     events, key = await _stream(http, auth, profile)
     assert any(e.get("choices") and e["choices"][0]["delta"].get("content") for e in events[:-1])
     assert "[DONE]" not in events and events[-1]["error"]["type"] == "stream_incomplete"
+    assert events[-1]["error"]["errorClass"] == "transient"  # as on the non-stream errors
     row = await _receipt(sessions, tenant, key)
     assert (row.outcome, row.usage_status) == ("Partial", "Unknown")
     # The stream's headers named the request: the reconciler can settle this one exactly.

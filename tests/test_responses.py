@@ -312,6 +312,8 @@ async def test_a_stream_cut_after_output_is_response_failed_and_partial(
     assert kinds[-1] == "response.failed" and "response.completed" not in kinds
     assert failed.response.status == "failed"
     assert "stream_incomplete" in failed.response.error.message
+    # Classified as on every surface's errors: a cut stream may succeed if asked again.
+    assert (failed.response.error.model_extra or {}).get("errorClass") == "transient"
     row = await receipt(sessions, catalog.tenant, key)
     assert row.outcome == "Partial"
 
