@@ -1,19 +1,22 @@
-"""Counting a request's input tokens at the deployment a profile routes to now: the route is
-decided as for a call without a run (the same policy, data classification and needs, so the
-prompt goes nowhere a call could not), and the first routable candidate counts, if its
-provider offers counting. Otherwise, or when it fails, the caller falls back to our estimate."""
+"""Counting a request's input tokens at the deployment a profile routes to now: routed as a chat
+call without a run is (`Routes.route`: the same policy, data classification, needs and modality
+check, so the prompt goes nowhere a call could not), the first target counts, if its provider
+offers counting. Otherwise, or when it fails, the caller falls back to our estimate."""
 
 from __future__ import annotations
 
 import logging
 
+from api.refusals import problem_of
 from api.runtime import Runtime
 from api.surface import Headers
 from core.security import Principal
+from domain.invocation import Operation
 from domain.planner import PlanRequest
 from providers.errors import ProviderError
 from providers.secrets import SecretResolutionError
 from providers.types import CallLimits, ChatRequest
+from routing.refusals import NoneAvailable, PolicyDenied, Refusal
 
 log = logging.getLogger("model_router.api")
 
@@ -21,31 +24,36 @@ log = logging.getLogger("model_router.api")
 async def count_input_tokens(
     runtime: Runtime, principal: Principal, profile_id: str, chat: ChatRequest, headers: Headers
 ) -> int | None:
-    view = await runtime.snapshots.view(principal.tenant_id)
-    profile = view.current_profile(profile_id)  # 404 for an unknown profile
+    """The deployment's count, or None for our estimate. An unknown profile, or one that does
+    not answer messages (an embedding profile), is refused as a call would be; a profile with
+    nothing routable now is counted by our estimate, its prompt sent nowhere."""
     needs = PlanRequest(
         tenant_id=principal.tenant_id,
         data_classification=headers.data_classification,
         needs_tools=bool(chat.tools),
         needs_structured_output=chat.response_format is not None,
     )
-    plan = view.decide(profile, needs)
-    targets = view.targets(plan.candidate_ids, profile.embedding_compatibility)
-    if not targets:
+    try:
+        # Routed as a chat call without a run is: the rule lives in routing, not here.
+        route = await runtime.routes.route(needs, profile_id, None, Operation.CHAT, cached=True)
+    except (PolicyDenied, NoneAvailable):
         return None
+    except Refusal as refused:  # UnknownProfile, WrongModality: the caller's request is wrong
+        raise problem_of(refused, lambda _: 0, "body.model") from None
+    target = route.targets[0]
     settings = runtime.settings
     limits = CallLimits(
         connect=settings.provider_connect_timeout_seconds,
         first_byte=settings.invoke_first_byte_timeout_seconds,
     )
     try:
-        async with runtime.invoke.adapters.lease(targets[0]) as adapter:
+        async with runtime.invoke.adapters.lease(target) as adapter:
             return await adapter.count_tokens(chat, limits=limits)
     except ProviderError as exc:
         # The class only: a provider's message could quote the prompt.
         if exc.kind.value != "unsupported":
-            log.warning("token count at %s failed: %s", targets[0].deployment_id, exc.kind.value)
+            log.warning("token count at %s failed: %s", target.deployment_id, exc.kind.value)
         return None
     except SecretResolutionError:
-        log.warning("token count at %s failed: credentials", targets[0].deployment_id)
+        log.warning("token count at %s failed: credentials", target.deployment_id)
         return None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -155,3 +156,28 @@ async def test_the_gateway_refuses_a_profile_of_another_modality(
     _problem(invoke.json(), "body.profileId", "Embedding", "Chat")
     assert upstream.requests() == seen
     assert await _nothing_written(sessions, tenant) == (0, 0)
+
+
+async def test_token_counting_refuses_a_profile_of_another_modality(
+    api_url: str, auth: dict[str, str], upstream: UpstreamServer
+) -> None:
+    # Counting routes as a chat call does: an Embedding profile is refused in Anthropic's
+    # envelope, and its deployment never sees the prompt.
+    seen = upstream.requests()
+    token = auth["Authorization"].removeprefix("Bearer ")
+    async with anthropic.AsyncAnthropic(base_url=api_url, api_key=token, max_retries=0) as sdk:
+        with pytest.raises(anthropic.BadRequestError) as counted:
+            await sdk.messages.count_tokens(
+                model="md-embed", messages=[{"role": "user", "content": "how many tokens"}]
+            )
+        assert counted.value.status_code == 400
+        body = counted.value.response.json()
+        assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+        assert body["field"] == "body.model" and body["modality"] == "Embedding"
+        assert upstream.requests() == seen
+        # A Chat profile is counted (by our estimate: the simulator's OpenAI protocol has none).
+        ok = await sdk.messages.with_raw_response.count_tokens(
+            model="md-chat", messages=[{"role": "user", "content": "how many tokens"}]
+        )
+        assert ok.headers["x-model-router-token-count"] == "estimate"
+        assert (await ok.parse()).input_tokens > 0
