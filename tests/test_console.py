@@ -416,6 +416,13 @@ async def test_an_openai_sdk_call_appears_on_the_receipts_page_with_its_badge(
         for name in ("invocationId", "runId", "deploymentId", "outputArtifactRef", "usageStatus"):
             assert name in fields
         assert receipt_id in fields and run_id in fields and "sha256:" in fields
+        # Beyond the spec's fields: which provider attempt answered, and whether its answer was
+        # held until complete (a non-stream caller's always is, domain/buffering.py).
+        cells = {
+            row.find_element(By.TAG_NAME, "th").text: row.find_element(By.TAG_NAME, "td").text
+            for row in browser.find_elements(By.CSS_SELECTOR, "#fields tbody tr")
+        }
+        assert cells["providerAttempt"] == "1" and cells["buffered"] == "True", cells
         assert "console receipts, please" not in browser.page_source
         audit(browser, "receipt")
 
