@@ -14,6 +14,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from core import metrics
+from domain.invocation import invoke_workflow_id
 from domain.sweep import SweepInput, SweepReport
 from store import receipts
 from store.receipt_statements import ReceiptStatements
@@ -41,7 +42,7 @@ class SweeperActivities:
         return report
 
     async def _running(self, tenant_id: str, invocation_id: str) -> bool:
-        handle = self._client.get_workflow_handle(f"invoke/{tenant_id}/{invocation_id}")
+        handle = self._client.get_workflow_handle(invoke_workflow_id(tenant_id, invocation_id))
         try:
             described = await handle.describe()
         except RPCError as exc:

@@ -138,7 +138,7 @@ def invocation_id(tenant_id: str, idempotency_key: str) -> uuid.UUID:
     return uuid.uuid5(_NAMESPACE, f"{tenant_id}\x00{idempotency_key}")
 
 
-def invoke_workflow_id(tenant_id: str, invocation: uuid.UUID) -> str:
+def invoke_workflow_id(tenant_id: str, invocation: uuid.UUID | str) -> str:
     """The id of an invocation's InvokeModel workflow (read back by `invocation_of`)."""
     return f"invoke/{tenant_id}/{invocation}"
 
