@@ -33,6 +33,7 @@ from api.tracing import TracingMiddleware
 from core import gc_tuning, tracing
 from core import metrics as instruments
 from core.logging import configure_logging
+from core.security import TokenVerifier
 from core.settings import Settings, get_settings
 
 
@@ -45,9 +46,13 @@ def create_app(settings: Settings | None = None, temporal_client: Client | None 
         service_name="model-router", otlp_endpoint=settings.otlp_traces_endpoint
     )
 
+    # One verifier for the middleware and the routes: the middleware never fetches a key set
+    # (it runs on the event loop), so it verifies with the keys a route fetched off the loop.
+    verifier = TokenVerifier(settings)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        runtime = Runtime(settings, temporal_client)
+        runtime = Runtime(settings, temporal_client, verifier)
         app.state.runtime = runtime
         await runtime.startup()  # connect early when possible; readiness reports otherwise
         gc_tuning.settle()
@@ -74,7 +79,7 @@ def create_app(settings: Settings | None = None, temporal_client: Client | None 
     )
     # Added first so it runs inside RequestIdMiddleware: its refusals carry the request id and
     # get an access line too.
-    app.add_middleware(LimitsMiddleware, settings=settings)
+    app.add_middleware(LimitsMiddleware, settings=settings, verifier=verifier)
     app.add_middleware(RequestIdMiddleware)
     # Outermost but tracing: its total covers every other middleware's work.
     app.add_middleware(ServerTimingMiddleware)

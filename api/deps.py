@@ -84,12 +84,9 @@ async def _verified(token: str, runtime: Runtime, request: Request) -> Principal
         return principal
     verifier = runtime.verifier
     try:
-        # A JWKS key fetch is blocking I/O: only then does the check leave the event loop.
-        principal = (
-            verifier.verify(token)
-            if verifier.offline
-            else await asyncio.to_thread(verifier.verify, token)
-        )
+        # A JWKS key fetch is blocking I/O: only a check that needs one leaves the event loop.
+        held = verifier.verify_held(token)
+        principal = held if held is not None else await asyncio.to_thread(verifier.verify, token)
     except TokenError:
         raise Problem(
             401,

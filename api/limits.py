@@ -84,7 +84,9 @@ class TokenBuckets:
 
 
 class LimitsMiddleware:
-    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+    def __init__(
+        self, app: ASGIApp, settings: Settings, verifier: TokenVerifier | None = None
+    ) -> None:
         self.app = app
         self.settings = settings
         self.buckets = (
@@ -92,20 +94,23 @@ class LimitsMiddleware:
             if settings.rate_limit_enabled
             else None
         )
-        self._verifier = TokenVerifier(settings)
+        self._verifier = verifier or TokenVerifier(settings)
 
     def _principal(self, scope: Scope, headers: dict[bytes, bytes]) -> Principal | None:
         """The caller's client if its token verifies; a token that does not (forged, expired,
-        unsigned) names nobody, and its request counts against the caller's address."""
+        unsigned) names nobody, and its request counts against the caller's address. So does
+        one whose key this process does not hold yet (RS256, the key set expired or rotated):
+        this runs on the event loop and never fetches, and the route verifies it off the loop
+        (api/deps.py), which fetches the key set for the requests after it."""
         scheme, _, raw = headers.get(b"authorization", b"").partition(b" ")
         if scheme.lower() != b"bearer" or not raw.strip():
             return None
         try:
             token = raw.strip().decode("ascii")
-            principal = self._verifier.verify(token)
+            principal = self._verifier.verify_held(token)
         except (TokenError, UnicodeDecodeError):
             return None
-        except Exception:  # the key set could not be fetched: nobody is verified by it
+        if principal is None:
             return None
         # The request's own state (a copy per request of the lifespan's): read by api/deps.py.
         scope.setdefault("state", {})[VERIFIED] = (token, principal)

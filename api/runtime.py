@@ -22,7 +22,12 @@ log = logging.getLogger("model_router.api")
 
 
 class Runtime:
-    def __init__(self, settings: Settings, temporal_client: Client | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        temporal_client: Client | None = None,
+        verifier: TokenVerifier | None = None,
+    ) -> None:
         self.settings = settings
         self.engine: AsyncEngine = create_engine(
             settings.database_url,
@@ -45,7 +50,8 @@ class Runtime:
         # straight on asyncpg, off SQLAlchemy's asyncio layer (on PostgreSQL;
         # store/asyncpg_path.py): the other statements stay on hot_engine.
         self.statements = ReceiptStatements(self.hot_engine, direct=True)
-        self.verifier = TokenVerifier(settings)
+        # Shared with the limits middleware: a key set fetched here serves its checks too.
+        self.verifier = verifier or TokenVerifier(settings)
         self.snapshots = SnapshotCache(self.sessions, self.statements)
         # Invoke and ResolveRoutePlan route through the one service.
         self.routes = Routes(self.sessions, self.snapshots)

@@ -94,12 +94,9 @@ class TokenVerifier:
             else None
         )
 
-    @property
-    def offline(self) -> bool:
-        """True when verifying needs no network (no JWKS to fetch keys from)."""
-        return self._jwks is None
-
     def verify(self, token: str) -> Principal:
+        """Verify `token`, fetching the issuer's key set when it is not held (blocking I/O on
+        RS256: off the event loop, after `verify_held` said it needs one)."""
         s = self._settings
         try:
             key: Any
@@ -109,6 +106,36 @@ class TokenVerifier:
                 key = s.auth_jwt_secret.get_secret_value()
             else:
                 raise TokenError("no verification key is configured")
+        except jwt.PyJWTError as exc:
+            raise TokenError(str(exc)) from exc
+        return self._decode(token, key)
+
+    def verify_held(self, token: str) -> Principal | None:
+        """Verify `token` without any network I/O, for the event loop itself: None when that
+        needs a key the process does not hold (the key set expired, or the token names a key
+        not in it), for the caller to verify off the loop with `verify`. A fetch on the loop
+        would stop every call and stream of the process for as long as the identity provider
+        takes to answer (up to the JWKS client's 30 s timeout, on every request while it is
+        down)."""
+        if self._jwks is None:
+            return self.verify(token)
+        cache = self._jwks.jwk_set_cache
+        held = cache.get() if cache is not None else None
+        if held is None:
+            return None
+        try:
+            kid = jwt.get_unverified_header(token).get("kid")
+        except jwt.PyJWTError as exc:
+            raise TokenError(str(exc)) from exc
+        # The keys PyJWKClient would pick from (signing keys with a kid), without its refresh.
+        for key in held.keys:
+            if key.key_id and key.key_id == kid and key.public_key_use in ("sig", None):
+                return self._decode(token, key.key)
+        return None
+
+    def _decode(self, token: str, key: Any) -> Principal:
+        s = self._settings
+        try:
             claims = jwt.decode(
                 token,
                 key,
