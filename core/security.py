@@ -101,7 +101,9 @@ class TokenVerifier:
         try:
             key: Any
             if self._jwks is not None:
-                key = self._jwks.get_signing_key_from_jwt(token).key
+                # The PyJWK itself, not its raw key: a key of another type under the token's
+                # kid is then refused as a bad token (PyJWT checks the algorithm), not a TypeError.
+                key = self._jwks.get_signing_key_from_jwt(token)
             elif s.auth_jwt_secret is not None:
                 key = s.auth_jwt_secret.get_secret_value()
             else:
@@ -130,7 +132,7 @@ class TokenVerifier:
         # The keys PyJWKClient would pick from (signing keys with a kid), without its refresh.
         for key in held.keys:
             if key.key_id and key.key_id == kid and key.public_key_use in ("sig", None):
-                return self._decode(token, key.key)
+                return self._decode(token, key)
         return None
 
     def _decode(self, token: str, key: Any) -> Principal:

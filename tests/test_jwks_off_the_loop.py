@@ -14,7 +14,7 @@ from typing import Any
 
 import jwt
 import pytest
-from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from starlette.types import Message, Receive, Scope, Send
 
 from api.limits import VERIFIED, LimitsMiddleware
@@ -29,7 +29,11 @@ class _Issuer:
         self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.key.public_key()))
         jwk.update({"kid": "k1", "use": "sig", "alg": "RS256"})
-        body = json.dumps({"keys": [jwk]}).encode()
+        # A key of another type beside it: a token naming it is a bad token, not an error.
+        curve = ec.generate_private_key(ec.SECP256R1()).public_key()
+        other = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(curve))
+        other.update({"kid": "ec1", "use": "sig"})
+        body = json.dumps({"keys": [jwk, other]}).encode()
         issuer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -161,4 +165,8 @@ async def test_a_held_key_still_refuses_bad_tokens(rs256: Settings, issuer: _Iss
         verifier.verify_held(forged)
     with pytest.raises(TokenError):
         verifier.verify_held("not-a-jwt")
+    with pytest.raises(TokenError):
+        verifier.verify_held(issuer.token(kid="ec1"))  # an EC key for an RS256 token
     assert issuer.fetches == fetches
+    with pytest.raises(TokenError):  # the route's check, off the loop, says the same
+        await asyncio.to_thread(verifier.verify, issuer.token(kid="ec1"))
