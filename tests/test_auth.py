@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-import json
-import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import httpx
 import jwt
-import pytest
-from cryptography.hazmat.primitives.asymmetric import rsa
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from core.security import TokenError, TokenVerifier, hash_secret, verify_secret
+from core.security import hash_secret, verify_secret
 from core.settings import Settings
 from domain.enums import Role, Scope
 from store.clients import upsert_client
@@ -169,68 +162,3 @@ async def test_missing_scope_is_403_and_missing_role_is_403(
     assert (await http.get("/factory/model-deployments", headers=auth)).status_code == 200
     register = await http.post("/factory/model-deployments", headers=auth, json={})
     assert register.status_code == 403  # authorization is decided before the body is read
-
-
-class _JWKS(BaseHTTPRequestHandler):
-    body = b"{}"
-
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(self.body)
-
-    def log_message(self, *_: object) -> None:
-        pass
-
-
-@pytest.fixture
-def jwks_server() -> Iterator[tuple[str, rsa.RSAPrivateKey]]:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
-    jwk.update({"kid": "k1", "use": "sig", "alg": "RS256"})
-    handler = type("H", (_JWKS,), {"body": json.dumps({"keys": [jwk]}).encode()})
-    server = HTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}/jwks.json", key
-    server.shutdown()
-
-
-async def test_rs256_tokens_from_an_external_issuer_verify_against_jwks(
-    settings: Settings, jwks_server: tuple[str, rsa.RSAPrivateKey]
-) -> None:
-    url, key = jwks_server
-    rs = settings.model_copy(
-        update={
-            "auth_algorithm": "RS256",
-            "auth_jwks_url": url,
-            "auth_issuer": "https://idp.example",
-            "auth_audience": "mr",
-        }
-    )
-    verifier = TokenVerifier(rs)
-    now = int(time.time())
-    claims = {
-        "iss": "https://idp.example",
-        "aud": "mr",
-        "sub": "svc",
-        "tid": "t-ext",
-        "roles": ["Observer", "NotARole"],
-        "scope": "factory.models.read",
-        "iat": now,
-        "exp": now + 60,
-    }
-    good = jwt.encode(claims, key, algorithm="RS256", headers={"kid": "k1"})
-    principal = await asyncio.to_thread(verifier.verify, good)
-    assert principal.tenant_id == "t-ext"
-    assert principal.roles == {Role.OBSERVER}
-    assert principal.scopes == {"factory.models.read"}
-
-    other_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    bad = jwt.encode(claims, other_key, algorithm="RS256", headers={"kid": "k1"})
-    with pytest.raises(TokenError):
-        await asyncio.to_thread(verifier.verify, bad)
-    no_tenant = jwt.encode({**claims, "tid": ""}, key, algorithm="RS256", headers={"kid": "k1"})
-    with pytest.raises(TokenError):
-        await asyncio.to_thread(verifier.verify, no_tenant)

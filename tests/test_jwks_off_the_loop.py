@@ -1,6 +1,7 @@
-"""RS256 bearer tokens and the event loop: the limits middleware, which runs on the loop for
-every request, never fetches the issuer's key set; a route verifies off the loop, and the key set
-it fetched then serves the middleware's checks (one verifier for both)."""
+"""RS256 bearer tokens from an external issuer, verified against its JWKS, and the event loop:
+the limits middleware, which runs on the loop for every request, never fetches the issuer's key
+set; a route verifies off the loop, and the key set it fetched then serves the middleware's
+checks (one verifier for both)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from starlette.types import Message, Receive, Scope, Send
 from api.limits import VERIFIED, LimitsMiddleware
 from core.security import TokenError, TokenVerifier
 from core.settings import Settings
+from domain.enums import Role
 
 
 class _Issuer:
@@ -87,8 +89,9 @@ def rs256(settings: Settings, issuer: _Issuer) -> Settings:
     )
 
 
-async def _through(middleware: LimitsMiddleware, token: str) -> Any:
-    """One GET through the middleware; what the app behind it found verified (None: nothing)."""
+async def _through(settings: Settings, verifier: TokenVerifier, token: str) -> Any:
+    """One GET through the limits middleware; what the app behind it found verified (None:
+    nothing)."""
     seen: list[Any] = []
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -102,7 +105,6 @@ async def _through(middleware: LimitsMiddleware, token: str) -> Any:
     async def send(_message: Message) -> None:
         pass
 
-    middleware.app = app
     scope: Scope = {
         "type": "http",
         "method": "GET",
@@ -111,21 +113,39 @@ async def _through(middleware: LimitsMiddleware, token: str) -> Any:
         "headers": [(b"authorization", f"Bearer {token}".encode())],
         "client": ("127.0.0.1", 40000),
     }
-    await middleware(scope, receive, send)
+    await LimitsMiddleware(app, settings=settings, verifier=verifier)(scope, receive, send)
     assert len(seen) == 1, "the request did not reach the app"
     return seen[0]
+
+
+async def test_rs256_tokens_from_an_external_issuer_verify_against_jwks(
+    rs256: Settings, issuer: _Issuer
+) -> None:
+    verifier = TokenVerifier(rs256)
+    good = issuer.token(roles=["Observer", "NotARole"], exp=int(time.time()) + 60)
+    principal = await asyncio.to_thread(verifier.verify, good)
+    assert principal.tenant_id == "t-ext"
+    assert principal.roles == {Role.OBSERVER}
+    assert principal.scopes == {"factory.models.read"}
+
+    other_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    claims = jwt.decode(good, options={"verify_signature": False})
+    bad = jwt.encode(claims, other_key, algorithm="RS256", headers={"kid": "k1"})
+    with pytest.raises(TokenError):
+        await asyncio.to_thread(verifier.verify, bad)
+    with pytest.raises(TokenError):
+        await asyncio.to_thread(verifier.verify, issuer.token(tid=""))
 
 
 async def test_the_middleware_never_fetches_the_key_set_and_uses_the_one_a_route_fetched(
     rs256: Settings, issuer: _Issuer
 ) -> None:
     verifier = TokenVerifier(rs256)
-    middleware = LimitsMiddleware(lambda *_: None, settings=rs256, verifier=verifier)  # type: ignore[arg-type]
     token = issuer.token()
 
     # No key set held yet: the request goes on unverified (the route verifies it), and the
     # identity provider was not asked from the event loop.
-    assert await _through(middleware, token) is None
+    assert await _through(rs256, verifier, token) is None
     assert issuer.fetches == 0
     assert verifier.verify_held(token) is None
 
@@ -135,12 +155,12 @@ async def test_the_middleware_never_fetches_the_key_set_and_uses_the_one_a_route
     assert issuer.fetches == 1
 
     # From then on the middleware verifies with the held keys, and fetches nothing.
-    verified = await _through(middleware, token)
+    verified = await _through(rs256, verifier, token)
     assert verified is not None and verified[1].tenant_id == "t-ext"
     assert verifier.verify_held(token) == principal
     # A key the set does not hold (rotated in at the issuer, or made up) is not refreshed on
     # the loop either: the route's check would refresh it.
-    assert await _through(middleware, issuer.token(kid="k2")) is None
+    assert await _through(rs256, verifier, issuer.token(kid="k2")) is None
     assert issuer.fetches == 1
 
 
