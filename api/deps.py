@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Annotated, Any
 
@@ -13,6 +14,7 @@ from temporalio.client import Client
 from api.limits import VERIFIED
 from api.problems import Problem
 from api.runtime import Runtime
+from core.jwks import RETRY_SECONDS, IssuerUnreachable
 from core.logging import bind
 from core.security import Principal, TokenError
 from core.settings import Settings
@@ -93,8 +95,22 @@ async def _verified(token: str, runtime: Runtime, request: Request) -> Principal
             "The bearer token is invalid or expired.",
             headers={"WWW-Authenticate": 'Bearer realm="model-router", error="invalid_token"'},
         ) from None
+    except IssuerUnreachable:
+        # Not the caller's fault: its token names a key only the issuer can say is good.
+        raise issuer_unreachable() from None
     bind(tenant=principal.tenant_id)  # the verified tenant, for this request's log lines
     return principal
+
+
+def issuer_unreachable() -> Problem:
+    return Problem(
+        503,
+        "The token's issuer could not be reached for the key it is signed with; nothing was "
+        "done. Retry after the indicated delay.",
+        type_="https://model-router.dev/problems/issuer-unreachable",
+        headers={"Retry-After": str(math.ceil(RETRY_SECONDS))},
+        reason="issuer-unreachable",
+    )
 
 
 def require(

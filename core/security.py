@@ -8,11 +8,12 @@ import hmac
 import secrets
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import jwt
 
+from core.jwks import IssuerKeys, UnknownKey
 from core.settings import Settings
 from domain.enums import Role, Scope
 
@@ -84,58 +85,53 @@ def mint_token(
 
 
 class TokenVerifier:
-    """Verifies bearer tokens; RS256 keys are fetched from the JWKS URL and cached."""
+    """Verifies bearer tokens: HS256 with the local secret, RS256 with the external issuer's
+    keys (core/jwks.py: held, refreshed in the background, kept while the issuer is down)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, clock: Callable[[], float] = time.monotonic) -> None:
         self._settings = settings
         self._jwks = (
-            jwt.PyJWKClient(settings.auth_jwks_url, cache_keys=True, lifespan=300)
+            IssuerKeys(
+                settings.auth_jwks_url,
+                refresh_seconds=settings.auth_jwks_refresh_seconds,
+                max_stale_seconds=settings.auth_jwks_max_stale_seconds,
+                timeout_seconds=settings.auth_jwks_timeout_seconds,
+                clock=clock,
+            )
             if settings.auth_algorithm == "RS256" and settings.auth_jwks_url
             else None
         )
 
     def verify(self, token: str) -> Principal:
-        """Verify `token`, fetching the issuer's key set when it is not held (blocking I/O on
-        RS256: off the event loop, after `verify_held` said it needs one)."""
-        s = self._settings
-        try:
-            key: Any
-            if self._jwks is not None:
-                # The PyJWK itself, not its raw key: a key of another type under the token's
-                # kid is then refused as a bad token (PyJWT checks the algorithm), not a TypeError.
-                key = self._jwks.get_signing_key_from_jwt(token)
-            elif s.auth_jwt_secret is not None:
-                key = s.auth_jwt_secret.get_secret_value()
-            else:
+        """Verify `token`, fetching the issuer's key set when it holds no key for it (blocking
+        I/O on RS256: off the event loop, after `verify_held` said it needs one). Raises
+        TokenError for a bad token, core.jwks.IssuerUnreachable when the key set could not be
+        fetched."""
+        if self._jwks is None:
+            secret = self._settings.auth_jwt_secret
+            if secret is None:
                 raise TokenError("no verification key is configured")
-        except jwt.PyJWTError as exc:
+            return self._decode(token, secret.get_secret_value())
+        try:
+            # The PyJWK itself, not its raw key: a key of another type under the token's kid
+            # is then refused as a bad token (PyJWT checks the algorithm), not a TypeError.
+            key = self._jwks.key(_kid(token))
+        except UnknownKey as exc:
             raise TokenError(str(exc)) from exc
         return self._decode(token, key)
 
     def verify_held(self, token: str) -> Principal | None:
         """Verify `token` without any network I/O, for the event loop itself: None when that
-        needs a key the process does not hold (the key set expired, or the token names a key
-        not in it), for the caller to verify off the loop with `verify`. A fetch on the loop
+        needs a key the process does not hold (none fetched yet, or the token names a key not
+        in the set), for the caller to verify off the loop with `verify`. A fetch on the loop
         would stop every call and stream of the process for as long as the identity provider
-        takes to answer (up to the JWKS client's 30 s timeout, on every request while it is
-        down)."""
+        takes to answer."""
         if self._jwks is None:
             return self.verify(token)
-        cache = self._jwks.jwk_set_cache
-        held = cache.get() if cache is not None else None
-        if held is None:
-            return None
-        try:
-            kid = jwt.get_unverified_header(token).get("kid")
-        except jwt.PyJWTError as exc:
-            raise TokenError(str(exc)) from exc
-        # The keys PyJWKClient would pick from (signing keys with a kid), without its refresh.
-        for key in held.keys:
-            if key.key_id and key.key_id == kid and key.public_key_use in ("sig", None):
-                return self._decode(token, key)
-        return None
+        key = self._jwks.held(_kid(token))
+        return self._decode(token, key) if key is not None else None
 
-    def _decode(self, token: str, key: Any) -> Principal:
+    def _decode(self, token: str, key: jwt.PyJWK | str) -> Principal:
         s = self._settings
         try:
             claims = jwt.decode(
@@ -154,6 +150,14 @@ class TokenVerifier:
         roles = frozenset(Role(r) for r in claims.get("roles", []) if r in Role._value2member_map_)
         scopes = frozenset(str(claims.get("scope", "")).split())
         return Principal(client_id=str(claims["sub"]), tenant_id=tenant, roles=roles, scopes=scopes)
+
+
+def _kid(token: str) -> str | None:
+    try:
+        kid = jwt.get_unverified_header(token).get("kid")
+    except jwt.PyJWTError as exc:
+        raise TokenError(str(exc)) from exc
+    return kid if isinstance(kid, str) else None
 
 
 ALL_SCOPES: tuple[str, ...] = tuple(s.value for s in Scope)

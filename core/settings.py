@@ -58,6 +58,11 @@ class Settings(BaseSettings):
         default=None, description="HS256 signing key; required when auth_algorithm is HS256."
     )
     auth_jwks_url: str | None = None
+    # RS256 key set (core/jwks.py): refreshed in the background once this old, kept while the
+    # issuer cannot be reached for up to max_stale past the last good fetch.
+    auth_jwks_refresh_seconds: float = Field(default=300.0, gt=0)
+    auth_jwks_max_stale_seconds: float = Field(default=86400.0, gt=0)
+    auth_jwks_timeout_seconds: float = Field(default=5.0, gt=0)
     auth_token_ttl_seconds: int = Field(default=3600, ge=60, le=86400)
 
     # API

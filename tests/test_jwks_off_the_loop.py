@@ -1,46 +1,66 @@
 """RS256 bearer tokens from an external issuer, verified against its JWKS, and the event loop:
 the limits middleware, which runs on the loop for every request, never fetches the issuer's key
 set; a route verifies off the loop, and the key set it fetched then serves the middleware's
-checks (one verifier for both)."""
+checks (one verifier for both). The held set is refreshed in the background and kept while the
+issuer is down (core/jwks.py); every fetch is bounded, and a token that cannot be checked for
+want of the issuer gets a 503, not a 401."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import httpx
 import jwt
 import pytest
+import uvicorn
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from starlette.types import Message, Receive, Scope, Send
+from temporalio.client import Client
 
+from api.app import create_app
 from api.limits import VERIFIED, LimitsMiddleware
+from core.jwks import RETRY_SECONDS, IssuerUnreachable
 from core.security import TokenError, TokenVerifier
 from core.settings import Settings
 from domain.enums import Role
+from tests.conftest import free_port
+from tests.helpers.deadline import eventually
 
 
 class _Issuer:
-    """A real JWKS endpoint over HTTP that counts the fetches it answered."""
+    """A real JWKS endpoint over HTTP that counts the requests it got. It can be down (503),
+    hang until released, or rotate to a new key."""
 
     def __init__(self) -> None:
         self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.key.public_key()))
-        jwk.update({"kid": "k1", "use": "sig", "alg": "RS256"})
+        self.keys = [_jwk(self.key, "k1")]
         # A key of another type beside it: a token naming it is a bad token, not an error.
         curve = ec.generate_private_key(ec.SECP256R1()).public_key()
         other = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(curve))
         other.update({"kid": "ec1", "use": "sig"})
-        body = json.dumps({"keys": [jwk, other]}).encode()
+        self.keys.append(other)
+        self.down = False
+        self.release = threading.Event()  # while `hanging`, each request waits for it
+        self.hanging = False
         issuer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 issuer.fetches += 1
+                if issuer.hanging:
+                    issuer.release.wait(60)
+                if issuer.down:
+                    self.send_response(503)
+                    self.end_headers()
+                    return
+                body = json.dumps({"keys": issuer.keys}).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.end_headers()
@@ -50,8 +70,13 @@ class _Issuer:
                 pass
 
         self.fetches = 0
-        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_port}/jwks.json"
+
+    def rotate(self) -> None:
+        """The issuer signs with a new key k2 from now on, and k1 leaves its key set."""
+        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.keys = [_jwk(self.key, "k2")]
 
     def token(self, kid: str = "k1", **claims: Any) -> str:
         now = int(time.time())
@@ -68,12 +93,29 @@ class _Issuer:
         return jwt.encode(body, self.key, algorithm="RS256", headers={"kid": kid})
 
 
+def _jwk(key: rsa.RSAPrivateKey, kid: str) -> dict[str, Any]:
+    jwk: dict[str, Any] = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    jwk.update({"kid": kid, "use": "sig", "alg": "RS256"})
+    return jwk
+
+
+class _Clock:
+    """The verifier's monotonic clock, moved by the test: the key set's age without waiting."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 @pytest.fixture
 def issuer() -> Iterator[_Issuer]:
     idp = _Issuer()
     thread = threading.Thread(target=idp.server.serve_forever, daemon=True)
     thread.start()
     yield idp
+    idp.release.set()
     idp.server.shutdown()
 
 
@@ -190,3 +232,142 @@ async def test_a_held_key_still_refuses_bad_tokens(rs256: Settings, issuer: _Iss
     assert issuer.fetches == fetches
     with pytest.raises(TokenError):  # the route's check, off the loop, says the same
         await asyncio.to_thread(verifier.verify, issuer.token(kid="ec1"))
+
+
+async def test_a_key_set_due_for_refresh_serves_on_the_loop_while_one_refresh_runs_behind(
+    rs256: Settings, issuer: _Issuer
+) -> None:
+    clock = _Clock()
+    verifier = TokenVerifier(rs256, clock)
+    token = issuer.token()
+    principal = await asyncio.to_thread(verifier.verify, token)
+    assert issuer.fetches == 1
+
+    # Past the refresh age the held set still verifies on the loop (before, an expired set sent
+    # every RS256 request to its route's thread, rate-limited by its peer address) ...
+    clock.now += rs256.auth_jwks_refresh_seconds + 1
+    for _ in range(20):
+        assert verifier.verify_held(token) == principal
+    verified = await _through(rs256, verifier, token)
+    assert verified is not None and verified[1] == principal
+    # ... and one refresh, not one per request, went to the issuer behind them.
+    await eventually(lambda: issuer.fetches == 2)
+    assert verifier.verify_held(token) == principal
+    assert issuer.fetches == 2
+
+
+async def test_while_the_issuer_is_down_held_keys_keep_verifying_and_nobody_waits_for_it(
+    rs256: Settings, issuer: _Issuer
+) -> None:
+    clock = _Clock()
+    verifier = TokenVerifier(rs256, clock)
+    token = issuer.token()
+    principal = await asyncio.to_thread(verifier.verify, token)
+
+    issuer.down = True
+    clock.now += rs256.auth_jwks_refresh_seconds + 1
+    assert verifier.verify_held(token) == principal  # its refresh fails behind it
+    await eventually(lambda: issuer.fetches == 2)
+    # The route's check, off the loop: the held key, no fetch, no wait.
+    assert await asyncio.to_thread(verifier.verify, token) == principal
+    # A key the set does not hold cannot be checked: the issuer is unreachable (a 503 at the
+    # route), and it is not asked again within the retry interval.
+    with pytest.raises(IssuerUnreachable):
+        await asyncio.to_thread(verifier.verify, issuer.token(kid="k9"))
+    assert issuer.fetches == 2
+
+    # Refreshes go on being tried behind the held set, one per retry interval.
+    clock.now += RETRY_SECONDS + 1
+    assert verifier.verify_held(token) == principal
+    await eventually(lambda: issuer.fetches == 3)
+
+    # Past the stale bound the held set is dropped, and a token's check fails as unreachable.
+    clock.now += rs256.auth_jwks_max_stale_seconds
+    assert verifier.verify_held(token) is None
+    with pytest.raises(IssuerUnreachable):
+        await asyncio.to_thread(verifier.verify, token)
+    assert issuer.fetches == 4
+
+    # The issuer back: the next check after the retry interval fetches and verifies.
+    issuer.down = False
+    clock.now += RETRY_SECONDS + 1
+    assert await asyncio.to_thread(verifier.verify, token) == principal
+    assert issuer.fetches == 5
+    assert verifier.verify_held(token) == principal
+
+
+async def test_a_key_the_issuer_rotated_out_stops_verifying_once_the_set_is_refreshed(
+    rs256: Settings, issuer: _Issuer
+) -> None:
+    clock = _Clock()
+    verifier = TokenVerifier(rs256, clock)
+    old = issuer.token()
+    await asyncio.to_thread(verifier.verify, old)
+    issuer.rotate()
+    new = issuer.token(kid="k2")
+
+    clock.now += rs256.auth_jwks_refresh_seconds + 1
+    assert verifier.verify_held(old) is not None  # until the refresh lands
+    await eventually(lambda: verifier.verify_held(old) is None)
+    # Before, PyJWKClient's cache by kid kept answering k1 until the process restarted.
+    with pytest.raises(TokenError):
+        await asyncio.to_thread(verifier.verify, old)
+    new_principal = verifier.verify_held(new)
+    assert new_principal is not None and new_principal.tenant_id == "t-ext"
+    assert issuer.fetches == 2
+
+
+async def test_tokens_naming_made_up_keys_ask_the_issuer_once_per_retry_interval(
+    rs256: Settings, issuer: _Issuer
+) -> None:
+    clock = _Clock()
+    verifier = TokenVerifier(rs256, clock)
+    await asyncio.to_thread(verifier.verify, issuer.token())
+    for i in range(20):
+        with pytest.raises(TokenError):
+            await asyncio.to_thread(verifier.verify, issuer.token(kid=f"made-up-{i}"))
+    assert issuer.fetches == 1
+    clock.now += RETRY_SECONDS + 1
+    for i in range(5):
+        with pytest.raises(TokenError):
+            await asyncio.to_thread(verifier.verify, issuer.token(kid=f"later-{i}"))
+    assert issuer.fetches == 2
+
+
+async def test_an_issuer_that_does_not_answer_is_given_up_on_after_the_fetch_timeout(
+    rs256: Settings, issuer: _Issuer
+) -> None:
+    verifier = TokenVerifier(rs256.model_copy(update={"auth_jwks_timeout_seconds": 0.3}))
+    issuer.hanging = True
+    # The issuer holds the request for a minute; the check gives up long before (the outer
+    # bound only keeps a broken build from hanging the suite).
+    with pytest.raises(IssuerUnreachable):
+        await asyncio.wait_for(asyncio.to_thread(verifier.verify, issuer.token()), timeout=30)
+    assert issuer.fetches == 1
+
+
+async def test_a_route_answers_503_with_retry_after_when_the_issuer_cannot_be_reached(
+    rs256: Settings, issuer: _Issuer, temporal_client: Client
+) -> None:
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(rs256, temporal_client), port=port, log_level="error")
+    )
+    task = asyncio.create_task(server.serve())
+    try:
+        await eventually(lambda: server.started or task.done())
+        assert not task.done(), "the API did not start"
+        issuer.down = True
+        headers = {"Authorization": f"Bearer {issuer.token(roles=['Observer'])}"}
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+            for _ in range(3):
+                down = await http.get("/factory/model-profiles", headers=headers)
+                assert down.status_code == 503  # not a 401: the token may well be good
+                assert down.headers["content-type"] == "application/problem+json"
+                assert down.headers["retry-after"] == str(math.ceil(RETRY_SECONDS))
+                assert down.json()["reason"] == "issuer-unreachable"
+        # Asked once: the requests after it were refused within the retry interval.
+        assert issuer.fetches == 1
+    finally:
+        server.should_exit = True
+        await task

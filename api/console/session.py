@@ -10,6 +10,7 @@ session token: stateless, different per session, and useless without the cookie 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import secrets
@@ -19,6 +20,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from api.deps import RuntimeDep
+from core.jwks import IssuerUnreachable
 from core.security import Principal, TokenError
 from core.settings import Settings
 from domain.access import Action, may, roles_for
@@ -87,10 +89,18 @@ def is_secure(request: Request) -> bool:
 async def signed_in(request: Request, runtime: RuntimeDep) -> Operator:
     token = request.cookies.get(COOKIE, "")
     if token:
+        verifier = runtime.verifier
         try:
-            principal = runtime.verifier.verify(token)
+            # As the API's routes do: a JWKS fetch is blocking I/O, so only off the loop.
+            principal = verifier.verify_held(token) or await asyncio.to_thread(
+                verifier.verify, token
+            )
         except TokenError:
             principal = None
+        except IssuerUnreachable:
+            raise ConsoleError(
+                503, "The sign-in's issuer cannot be reached to check it; try again shortly."
+            ) from None
         if principal is not None:
             return Operator(principal, csrf_for(runtime.settings, token))
     path = request.url.path

@@ -1,0 +1,132 @@
+"""The external issuer's signing keys for RS256 tokens: fetched from its JWKS URL off the event
+loop, held for the loop's own checks, refreshed in the background, and kept while the issuer
+cannot be reached.
+
+PyJWKClient's cache did not fit the gateway (measured on its 2.x client, 2026-12-02):
+- Its key set expires after `lifespan`, and the key cache by kid (`cache_keys`) answers a known
+  kid without ever refreshing the set. A key the issuer removed (rotated out, or compromised)
+  kept verifying tokens until the process restarted. Meanwhile the expired set made every
+  RS256 request take the thread hop, and rate-limited by peer address, from 5 minutes after
+  start on.
+- A fetch that failed was tried again by the next request, each one waiting up to its 30 s
+  timeout, while the set that had served until a moment before was dropped.
+
+Here every way out is bounded. A held set older than `refresh_seconds` keeps serving while one
+background fetch replaces it. A refresh that fails keeps the held set, for up to
+`max_stale_seconds` after the last good fetch. A fetch waits at most `timeout_seconds` for each
+read. After any fetch, failed or not, nothing is fetched again for RETRY_SECONDS, so tokens
+naming made-up kids cannot make every request ask the issuer.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jwt
+
+log = logging.getLogger("model_router.auth")
+
+# After a fetch, failed or not, the least time before the next one. A key rotated in at the
+# issuer is picked up by the first token naming it after that; PyJWKClient's own cooldown is 30 s.
+RETRY_SECONDS = 10.0
+
+
+class IssuerUnreachable(Exception):
+    """The token names a key this process does not hold, and the issuer's key set could not be
+    fetched (it is down, slow or answered garbage): the caller should retry, not re-authenticate."""
+
+
+class UnknownKey(Exception):
+    """The issuer's current key set holds no signing key by the token's kid."""
+
+
+class IssuerKeys:
+    def __init__(
+        self,
+        url: str,
+        *,
+        refresh_seconds: float,
+        max_stale_seconds: float,
+        timeout_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        # PyJWT's fetcher only: http(s) only, no redirects, a timeout. Nothing cached there.
+        self._fetcher = jwt.PyJWKClient(url, cache_jwk_set=False, timeout=timeout_seconds)
+        self._refresh = refresh_seconds
+        self._max_stale = max_stale_seconds
+        self._clock = clock
+        self._keys: dict[str, jwt.PyJWK] = {}
+        self._fetched_at = -math.inf  # the last good fetch
+        self._tried_at = -math.inf  # the last fetch begun, whatever its outcome
+        self._failing = False  # whether the last fetch failed
+        self._lock = threading.Lock()  # one fetch at a time
+
+    def held(self, kid: str | None) -> jwt.PyJWK | None:
+        """The signing key by `kid` from the set held, with no I/O (safe on the event loop);
+        None when the set does not hold it or is too old to use. A set due for refresh starts
+        one in the background and serves until it lands."""
+        now = self._clock()
+        age = now - self._fetched_at
+        if age > self._max_stale:
+            return None
+        if age > self._refresh and now - self._tried_at >= RETRY_SECONDS:
+            self._tried_at = now  # before the thread starts: one refresh in flight
+            threading.Thread(target=self._fetch_once, name="jwks-refresh", daemon=True).start()
+        return self._keys.get(kid) if kid else None
+
+    def key(self, kid: str | None) -> jwt.PyJWK:
+        """The signing key by `kid`, fetching the set when it is not held (blocking: call it off
+        the event loop). Raises UnknownKey when the issuer's set lacks it, IssuerUnreachable when
+        the set could not be fetched."""
+        found = self.held(kid)
+        if found is not None:
+            return found
+        with self._lock:
+            found = self.held(kid)  # another thread's fetch may have brought it meanwhile
+            if found is None and self._clock() - self._tried_at >= RETRY_SECONDS:
+                self._tried_at = self._clock()
+                self._fetch()
+                found = self.held(kid)
+        if found is not None:
+            return found
+        if self._failing:
+            raise IssuerUnreachable("the issuer's key set could not be fetched")
+        raise UnknownKey(f"the issuer's key set has no signing key {kid!r}")
+
+    def _fetch_once(self) -> None:
+        with self._lock:
+            self._fetch()
+
+    def _fetch(self) -> None:
+        """Replace the held set with the issuer's current one, or keep it if that fails."""
+        try:
+            keys = _signing_keys(self._fetcher.fetch_data())
+        except Exception as exc:  # down, slow, not JSON, no usable key: keep what is held
+            if not self._failing:
+                log.warning("JWKS fetch failed, keeping the held keys: %s", type(exc).__name__)
+            self._failing = True
+            return
+        if self._failing:
+            log.info("JWKS fetched again")
+        self._keys = keys
+        self._fetched_at = self._clock()
+        self._failing = False
+
+
+def _signing_keys(data: Any) -> dict[str, jwt.PyJWK]:
+    """The keys PyJWKClient would pick from: signing use (or none given), with a kid."""
+    if not isinstance(data, dict):
+        raise ValueError("the JWKS endpoint did not return a JSON object")
+    found = {
+        key.key_id: key
+        for key in jwt.PyJWKSet.from_dict(data).keys
+        if key.key_id and key.public_key_use in ("sig", None)
+    }
+    if not found:
+        raise ValueError("the JWKS endpoint holds no signing key")
+    return found
