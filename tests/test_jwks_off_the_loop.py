@@ -22,7 +22,6 @@ import pytest
 import uvicorn
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from starlette.types import Message, Receive, Scope, Send
-from temporalio.client import Client
 
 from api.app import create_app
 from api.limits import VERIFIED, LimitsMiddleware
@@ -347,12 +346,18 @@ async def test_an_issuer_that_does_not_answer_is_given_up_on_after_the_fetch_tim
 
 
 async def test_a_route_answers_503_with_retry_after_when_the_issuer_cannot_be_reached(
-    rs256: Settings, issuer: _Issuer, temporal_client: Client
+    rs256: Settings, issuer: _Issuer
 ) -> None:
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(rs256, temporal_client), port=port, log_level="error")
+    # An app of its own, without Temporal (the route reads the catalog only): with the suite's
+    # client it would register a second in-process worker on the suite's invocation queue.
+    alone = rs256.model_copy(
+        update={
+            "temporal_address": f"127.0.0.1:{free_port()}",
+            "temporal_connect_timeout_seconds": 1.0,
+        }
     )
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(alone), port=port, log_level="error"))
     task = asyncio.create_task(server.serve())
     try:
         await eventually(lambda: server.started or task.done())
