@@ -2,14 +2,15 @@
 loop, held for the loop's own checks, refreshed in the background, and kept while the issuer
 cannot be reached.
 
-PyJWKClient's cache did not fit the gateway (measured on its 2.x client, 2026-12-02):
+PyJWKClient's cache did not fit the gateway (read in PyJWT 2.x's client, 2026-12-02):
 - Its key set expires after `lifespan`, and the key cache by kid (`cache_keys`) answers a known
   kid without ever refreshing the set. A key the issuer removed (rotated out, or compromised)
   kept verifying tokens until the process restarted. Meanwhile the expired set made every
   RS256 request take the thread hop, and rate-limited by peer address, from 5 minutes after
   start on.
-- A fetch that failed was tried again by the next request, each one waiting up to its 30 s
-  timeout, while the set that had served until a moment before was dropped.
+- Once the set had expired, a token naming a kid not yet cached by kid (a key rotated in)
+  fetched it under the client's one lock, up to its 30 s timeout, and a fetch that failed left
+  no set at all, to be tried again by the next such request.
 
 Here every way out is bounded. A held set older than `refresh_seconds` keeps serving while one
 background fetch replaces it. A refresh that fails keeps the held set, for up to
@@ -68,16 +69,24 @@ class IssuerKeys:
 
     def held(self, kid: str | None) -> jwt.PyJWK | None:
         """The signing key by `kid` from the set held, with no I/O (safe on the event loop);
-        None when the set does not hold it or is too old to use. A set due for refresh starts
-        one in the background and serves until it lands."""
+        None when the set does not hold it or is too old to use. A set due for refresh that
+        holds the key starts one refresh in the background and serves until it lands."""
         now = self._clock()
-        age = now - self._fetched_at
-        if age > self._max_stale:
-            return None
-        if age > self._refresh and now - self._tried_at >= RETRY_SECONDS:
-            self._tried_at = now  # before the thread starts: one refresh in flight
-            threading.Thread(target=self._fetch_once, name="jwks-refresh", daemon=True).start()
-        return self._keys.get(kid) if kid else None
+        found = self._usable(kid, now)
+        if (
+            found is not None
+            and now - self._fetched_at > self._refresh
+            and now - self._tried_at >= RETRY_SECONDS
+            and self._lock.acquire(blocking=False)  # else a fetch is under way already
+        ):
+            # The lock goes with the refresh and is released when it lands, so a check that
+            # needs a key waits for that refresh instead of slipping in before it.
+            self._tried_at = now
+            try:
+                threading.Thread(target=self._refresh_then_release, daemon=True).start()
+            except RuntimeError:  # no thread to be had: the next check tries again
+                self._lock.release()
+        return found
 
     def key(self, kid: str | None) -> jwt.PyJWK:
         """The signing key by `kid`, fetching the set when it is not held (blocking: call it off
@@ -87,20 +96,28 @@ class IssuerKeys:
         if found is not None:
             return found
         with self._lock:
-            found = self.held(kid)  # another thread's fetch may have brought it meanwhile
+            # Another thread's fetch, or a background refresh, may have brought it meanwhile.
+            found = self._usable(kid, self._clock())
             if found is None and self._clock() - self._tried_at >= RETRY_SECONDS:
                 self._tried_at = self._clock()
                 self._fetch()
-                found = self.held(kid)
+                found = self._usable(kid, self._clock())
         if found is not None:
             return found
         if self._failing:
             raise IssuerUnreachable("the issuer's key set could not be fetched")
         raise UnknownKey(f"the issuer's key set has no signing key {kid!r}")
 
-    def _fetch_once(self) -> None:
-        with self._lock:
+    def _usable(self, kid: str | None, now: float) -> jwt.PyJWK | None:
+        if not kid or now - self._fetched_at > self._max_stale:
+            return None
+        return self._keys.get(kid)
+
+    def _refresh_then_release(self) -> None:
+        try:
             self._fetch()
+        finally:
+            self._lock.release()
 
     def _fetch(self) -> None:
         """Replace the held set with the issuer's current one, or keep it if that fails."""

@@ -316,6 +316,24 @@ async def test_a_key_the_issuer_rotated_out_stops_verifying_once_the_set_is_refr
     assert issuer.fetches == 2
 
 
+async def test_a_key_rotated_in_is_fetched_for_the_first_token_naming_it(
+    rs256: Settings, issuer: _Issuer
+) -> None:
+    clock = _Clock()
+    verifier = TokenVerifier(rs256, clock)
+    await asyncio.to_thread(verifier.verify, issuer.token())
+    issuer.rotate()
+    new = issuer.token(kid="k2")
+    # The set is due for refresh, and the first token the loop sees names the new key: the loop
+    # leaves it to the route, whose check fetches the set at once and verifies it.
+    clock.now += rs256.auth_jwks_refresh_seconds + 1
+    assert verifier.verify_held(new) is None
+    principal = await asyncio.to_thread(verifier.verify, new)
+    assert principal.tenant_id == "t-ext"
+    assert issuer.fetches == 2
+    assert verifier.verify_held(new) == principal
+
+
 async def test_tokens_naming_made_up_keys_ask_the_issuer_once_per_retry_interval(
     rs256: Settings, issuer: _Issuer
 ) -> None:
