@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import anthropic
 import httpx
 import jwt
 import pytest
@@ -389,6 +390,20 @@ async def test_a_route_answers_503_with_retry_after_when_the_issuer_cannot_be_re
                 assert down.headers["content-type"] == "application/problem+json"
                 assert down.headers["retry-after"] == str(math.ceil(RETRY_SECONDS))
                 assert down.json()["reason"] == "issuer-unreachable"
+        # The Messages surface answers the same in Anthropic's envelope, which its SDK reads as
+        # a retryable overload of the server, not a bad key.
+        async with anthropic.AsyncAnthropic(
+            base_url=f"http://127.0.0.1:{port}", api_key=issuer.token(), max_retries=0
+        ) as claude:
+            with pytest.raises(anthropic.APIStatusError) as refused:
+                await claude.messages.create(
+                    model="code-agent", max_tokens=16, messages=[{"role": "user", "content": "hi"}]
+                )
+        assert refused.value.status_code == 503
+        assert refused.value.response.headers["retry-after"] == str(math.ceil(RETRY_SECONDS))
+        assert refused.value.response.headers.get("x-should-retry") != "false"
+        answer = refused.value.response.json()
+        assert answer["type"] == "error" and answer["reason"] == "issuer-unreachable"
         # Asked once: the requests after it were refused within the retry interval.
         assert issuer.fetches == 1
     finally:
