@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Annotated, Any
@@ -84,11 +83,8 @@ async def _verified(token: str, runtime: Runtime, request: Request) -> Principal
         principal: Principal = seen[1]
         bind(tenant=principal.tenant_id)
         return principal
-    verifier = runtime.verifier
     try:
-        # A JWKS key fetch is blocking I/O: only a check that needs one leaves the event loop.
-        held = verifier.verify_held(token)
-        principal = held if held is not None else await asyncio.to_thread(verifier.verify, token)
+        principal = await runtime.verifier.verify_from_loop(token)
     except TokenError:
         raise Problem(
             401,

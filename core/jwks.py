@@ -135,10 +135,9 @@ class IssuerKeys:
         self._failing = False
 
 
-def _signing_keys(data: Any) -> dict[str, jwt.PyJWK]:
-    """The keys PyJWKClient would pick from: signing use (or none given), with a kid."""
-    if not isinstance(data, dict):
-        raise ValueError("the JWKS endpoint did not return a JSON object")
+def _signing_keys(data: dict[str, Any]) -> dict[str, jwt.PyJWK]:
+    """The keys PyJWKClient would pick from: signing use (or none given), with a kid. (Its
+    `fetch_data` has already refused a body that is not a JSON object.)"""
     found = {
         key.key_id: key
         for key in jwt.PyJWKSet.from_dict(data).keys

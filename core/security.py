@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -130,6 +131,12 @@ class TokenVerifier:
             return self.verify(token)
         key = self._jwks.held(_kid(token))
         return self._decode(token, key) if key is not None else None
+
+    async def verify_from_loop(self, token: str) -> Principal:
+        """`verify` for a caller on the event loop: with the keys held, at once; a check that
+        needs the key set fetched (blocking I/O) runs in a thread."""
+        held = self.verify_held(token)
+        return held if held is not None else await asyncio.to_thread(self.verify, token)
 
     def _decode(self, token: str, key: jwt.PyJWK | str) -> Principal:
         s = self._settings

@@ -13,6 +13,7 @@ import math
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -27,7 +28,7 @@ from starlette.types import Message, Receive, Scope, Send
 from api.app import create_app
 from api.limits import VERIFIED, LimitsMiddleware
 from core.jwks import RETRY_SECONDS, IssuerUnreachable
-from core.security import TokenError, TokenVerifier
+from core.security import Principal, TokenError, TokenVerifier
 from core.settings import Settings
 from domain.enums import Role
 from tests.conftest import free_port
@@ -129,6 +130,26 @@ def rs256(settings: Settings, issuer: _Issuer) -> Settings:
             "auth_audience": "mr",
         }
     )
+
+
+@dataclass
+class _Held:
+    """A verifier on the test's clock that has fetched the issuer's key set once, for `token`."""
+
+    clock: _Clock
+    verifier: TokenVerifier
+    token: str
+    principal: Principal
+
+
+@pytest.fixture
+async def held(rs256: Settings, issuer: _Issuer) -> _Held:
+    clock = _Clock()
+    verifier = TokenVerifier(rs256, clock)
+    token = issuer.token()
+    principal = await asyncio.to_thread(verifier.verify, token)
+    assert issuer.fetches == 1
+    return _Held(clock, verifier, token, principal)
 
 
 async def _through(settings: Settings, verifier: TokenVerifier, token: str) -> Any:
@@ -235,14 +256,9 @@ async def test_a_held_key_still_refuses_bad_tokens(rs256: Settings, issuer: _Iss
 
 
 async def test_a_key_set_due_for_refresh_serves_on_the_loop_while_one_refresh_runs_behind(
-    rs256: Settings, issuer: _Issuer
+    rs256: Settings, issuer: _Issuer, held: _Held
 ) -> None:
-    clock = _Clock()
-    verifier = TokenVerifier(rs256, clock)
-    token = issuer.token()
-    principal = await asyncio.to_thread(verifier.verify, token)
-    assert issuer.fetches == 1
-
+    clock, verifier, token, principal = held.clock, held.verifier, held.token, held.principal
     # Past the refresh age the held set still verifies on the loop (before, an expired set sent
     # every RS256 request to its route's thread, rate-limited by its peer address) ...
     clock.now += rs256.auth_jwks_refresh_seconds + 1
@@ -257,12 +273,9 @@ async def test_a_key_set_due_for_refresh_serves_on_the_loop_while_one_refresh_ru
 
 
 async def test_while_the_issuer_is_down_held_keys_keep_verifying_and_nobody_waits_for_it(
-    rs256: Settings, issuer: _Issuer
+    rs256: Settings, issuer: _Issuer, held: _Held
 ) -> None:
-    clock = _Clock()
-    verifier = TokenVerifier(rs256, clock)
-    token = issuer.token()
-    principal = await asyncio.to_thread(verifier.verify, token)
+    clock, verifier, token, principal = held.clock, held.verifier, held.token, held.principal
 
     issuer.down = True
     clock.now += rs256.auth_jwks_refresh_seconds + 1
@@ -297,12 +310,9 @@ async def test_while_the_issuer_is_down_held_keys_keep_verifying_and_nobody_wait
 
 
 async def test_a_key_the_issuer_rotated_out_stops_verifying_once_the_set_is_refreshed(
-    rs256: Settings, issuer: _Issuer
+    rs256: Settings, issuer: _Issuer, held: _Held
 ) -> None:
-    clock = _Clock()
-    verifier = TokenVerifier(rs256, clock)
-    old = issuer.token()
-    await asyncio.to_thread(verifier.verify, old)
+    clock, verifier, old = held.clock, held.verifier, held.token
     issuer.rotate()
     new = issuer.token(kid="k2")
 
@@ -318,11 +328,9 @@ async def test_a_key_the_issuer_rotated_out_stops_verifying_once_the_set_is_refr
 
 
 async def test_a_key_rotated_in_is_fetched_for_the_first_token_naming_it(
-    rs256: Settings, issuer: _Issuer
+    rs256: Settings, issuer: _Issuer, held: _Held
 ) -> None:
-    clock = _Clock()
-    verifier = TokenVerifier(rs256, clock)
-    await asyncio.to_thread(verifier.verify, issuer.token())
+    clock, verifier = held.clock, held.verifier
     issuer.rotate()
     new = issuer.token(kid="k2")
     # The set is due for refresh, and the first token the loop sees names the new key: the loop
@@ -336,11 +344,9 @@ async def test_a_key_rotated_in_is_fetched_for_the_first_token_naming_it(
 
 
 async def test_tokens_naming_made_up_keys_ask_the_issuer_once_per_retry_interval(
-    rs256: Settings, issuer: _Issuer
+    issuer: _Issuer, held: _Held
 ) -> None:
-    clock = _Clock()
-    verifier = TokenVerifier(rs256, clock)
-    await asyncio.to_thread(verifier.verify, issuer.token())
+    clock, verifier = held.clock, held.verifier
     for i in range(20):
         with pytest.raises(TokenError):
             await asyncio.to_thread(verifier.verify, issuer.token(kid=f"made-up-{i}"))

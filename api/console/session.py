@@ -10,7 +10,6 @@ session token: stateless, different per session, and useless without the cookie 
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import secrets
@@ -89,12 +88,8 @@ def is_secure(request: Request) -> bool:
 async def signed_in(request: Request, runtime: RuntimeDep) -> Operator:
     token = request.cookies.get(COOKIE, "")
     if token:
-        verifier = runtime.verifier
         try:
-            # As the API's routes do: a JWKS fetch is blocking I/O, so only off the loop.
-            principal = verifier.verify_held(token) or await asyncio.to_thread(
-                verifier.verify, token
-            )
+            principal = await runtime.verifier.verify_from_loop(token)
         except TokenError:
             principal = None
         except IssuerUnreachable:
