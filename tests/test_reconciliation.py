@@ -276,7 +276,11 @@ async def test_a_failing_statement_source_is_retried_with_exponential_backoff(
             sessions, source_settings, default_broker(), statements_http
         )
         env = await WorkflowEnvironment.start_time_skipping(
-            data_converter=pydantic_data_converter, test_server_existing_path=str(test_server)
+            data_converter=pydantic_data_converter,
+            test_server_existing_path=str(test_server),
+            # The SDK's default of 5 s ran out on a loaded 2-core host (CI, 2026-12-02): the
+            # Java test server's start-up is the machine's speed, not this test's subject.
+            test_server_startup_timeout=timedelta(seconds=60),
         )
         async with env:
             queue = "reconcile-time-skipping"
