@@ -20,6 +20,7 @@ from typing import Any
 import anthropic
 import httpx
 import jwt
+import openai
 import pytest
 import uvicorn
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
@@ -410,6 +411,18 @@ async def test_a_route_answers_503_with_retry_after_when_the_issuer_cannot_be_re
         assert refused.value.response.headers.get("x-should-retry") != "false"
         answer = refused.value.response.json()
         assert answer["type"] == "error" and answer["reason"] == "issuer-unreachable"
+        # And the Responses surface in OpenAI's envelope: a server error its SDK would retry.
+        async with openai.AsyncOpenAI(
+            base_url=f"http://127.0.0.1:{port}/v1", api_key=issuer.token(), max_retries=0
+        ) as gpt:
+            with pytest.raises(openai.APIStatusError) as refused_too:
+                await gpt.responses.create(model="code-agent", input="hi")
+        assert refused_too.value.status_code == 503
+        assert refused_too.value.response.headers["retry-after"] == str(math.ceil(RETRY_SECONDS))
+        assert refused_too.value.response.headers.get("x-should-retry") != "false"
+        answer = refused_too.value.response.json()
+        assert answer["error"]["type"] == "server_error"
+        assert answer["reason"] == "issuer-unreachable"
         # Asked once: the requests after it were refused within the retry interval.
         assert issuer.fetches == 1
     finally:
