@@ -1,9 +1,11 @@
-"""Where the API process spends its CPU under c=16 non-stream gateway load: the benchmark's
+"""Where the API process spends its CPU under non-stream gateway load (c=16, or c=1 with
+`--path ns1`): the benchmark's
 stack (bench/invoke_stack.py), seeded as the benchmark seeds it, with `py-spy record` attached
 to the API while the load runs; prints on-CPU samples by module (self time) and by package
 (inclusive), and keeps the collapsed stacks for a closer look.
 
-Run: .venv/bin/python bench/profile_invoke.py [--calls 1600] [--rate 250] [--out DIR]
+Run: .venv/bin/python bench/profile_invoke.py [--path ns16|ns1] [--calls 1600] [--rate 250]
+[--out DIR]
 
 py-spy is a dev tool, not a dependency, and `uv sync` (scripts/test.sh) removes what is not in
 the lock: install it apart, `uv pip install --target DIR py-spy`, and pass `--py-spy
@@ -58,10 +60,44 @@ def package_of(module: str) -> str:
     return head if head not in ("api", "activities", "providers", "store", "core") else module
 
 
+# The parts of an invocation on the API's main thread. A sample belongs to the deepest frame on
+# its stack that this table names: a library's own frame (pydantic, json, aiohttp, …) counts for
+# whoever called it, and the web framework's for itself (dependency solving, the body, the
+# response) rather than for the middlewares above it, which are on every request's stack. py-spy
+# writes a frame as `function (path/file.py:line)`, the path from the package or the repo root.
+_PARTS = (
+    ("Temporal: workflow activations and completions", ("(temporalio/worker/_workflow",)),
+    ("Temporal: the local activity's worker", ("(temporalio/worker/_activity",)),
+    ("Temporal: the start (client side)", ("(temporalio/client",)),
+    ("provider call (adapter, SDK, aiohttp)", ("(providers/",)),
+    ("answer's file", ("(store/artifacts",)),
+    ("receipt statements (asyncpg)", ("(store/", "(asyncpg/")),
+    ("invoke activity, hub, pricing", ("(activities/",)),
+    (
+        "middlewares (request id, access log, limits, token, timing)",
+        ("(api/limits", "(api/middleware", "(api/tracing", "(api/server_timing", "(core/"),
+    ),
+    ("route, plan, invocations, wire", ("(api/", "(routing/", "(domain/")),
+    ("FastAPI and Starlette: dependencies, body, response", ("(fastapi/", "(starlette/")),
+    ("uvicorn's protocol", ("(uvicorn/protocols",)),
+)
+
+
+def phase_of(frames: list[str]) -> str:
+    for frame in reversed(frames):
+        for name, marks in _PARTS:
+            if any(m in frame for m in marks):
+                return name
+    if frames[-1].startswith("Runner.run (asyncio/runners.py"):
+        return "the event loop itself (C callbacks: uvloop, httptools, asyncpg's protocol)"
+    return "other"
+
+
 def report(collapsed: Path, top: int) -> str:
     self_by_module: Counter[str] = Counter()
     incl_by_package: Counter[str] = Counter()
     incl_by_module: Counter[str] = Counter()
+    main_by_phase: Counter[str] = Counter()
     total = 0
     for line in collapsed.read_text().splitlines():
         stack, _, count_s = line.rpartition(" ")
@@ -71,6 +107,8 @@ def report(collapsed: Path, top: int) -> str:
         if not frames or frames[-1].startswith(_IDLE):
             continue
         total += count
+        if "MainThread" in stack.split(";", 1)[0]:
+            main_by_phase[phase_of(frames)] += count
         self_by_module[module_of(frames[-1])] += count
         for pkg in {module_of(f).split(".")[0] for f in frames}:
             incl_by_package[pkg] += count
@@ -85,11 +123,20 @@ def report(collapsed: Path, top: int) -> str:
     ours = ("api.", "activities.", "providers.", "store.", "core.", "domain.", "workflows.")
     mine = [(m, n) for m, n in incl_by_module.most_common() if m.startswith(ours)]
     out += [f"  {n / total:6.1%}  {m}" for m, n in mine[:top]]
+    main = sum(main_by_phase.values()) or 1
+    out.append(f"\nthe main thread ({main} samples) by part of the invocation:")
+    out += [f"  {n / main:6.1%}  {m}" for m, n in main_by_phase.most_common()]
     return "\n".join(out)
 
 
 async def load(
-    stack: Stack, settings: Settings, database_url: str, calls: int, rate: int, py_spy: str
+    stack: Stack,
+    settings: Settings,
+    database_url: str,
+    path: str,
+    calls: int,
+    rate: int,
+    py_spy: str,
 ) -> Path:
     engine = create_engine(database_url)
     sessions = session_factory(engine)
@@ -99,7 +146,7 @@ async def load(
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
     clients = [httpx.AsyncClient(timeout=60, limits=limits) for _ in range(2)]
     gateway = make_paths(stack, token, False, clients)[1]
-    await run_load(gateway, "ns16", 200, "warm", None)
+    await run_load(gateway, path, 200, "warm", None)
     api_child = stack.child("api")
     assert api_child is not None
     out = stack.work / "api.collapsed"
@@ -119,7 +166,7 @@ async def load(
         stderr=asyncio.subprocess.DEVNULL,
     )
     await asyncio.sleep(1.0)  # py-spy attaches
-    run = await run_load(gateway, "ns16", calls, "profiled", None)
+    run = await run_load(gateway, path, calls, "profiled", None)
     spy.send_signal(signal.SIGINT)  # py-spy writes what it has and exits
     await asyncio.wait_for(spy.wait(), 30)
     rate_s = len(run.samples) / run.wall
@@ -132,6 +179,7 @@ async def load(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--path", choices=("ns16", "ns1"), default="ns16")
     parser.add_argument("--calls", type=int, default=1600)
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     parser.add_argument("--top", type=int, default=30)
@@ -150,7 +198,7 @@ def main() -> None:
         stack.start_api(env)
         settings = stack.settings(database_url)
         collapsed = asyncio.run(
-            load(stack, settings, database_url, args.calls, args.rate, args.py_spy)
+            load(stack, settings, database_url, args.path, args.calls, args.rate, args.py_spy)
         )
         print(report(collapsed, args.top))
         if args.out is not None:
