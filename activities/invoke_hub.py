@@ -158,6 +158,15 @@ class ReceiptReady:
 
 
 @dataclass(frozen=True)
+class NotStarted:
+    """The workflow of a call begun alongside its start could not be started: the call was
+    cancelled and its claim undone, so no receipt is kept (`summary` says so for a caller
+    whose stream is already under way)."""
+
+    summary: InvocationSummary
+
+
+@dataclass(frozen=True)
 class Attach:
     """This call's execution found the invocation claimed elsewhere: wait for that one."""
 
@@ -165,5 +174,5 @@ class Attach:
 # A chat answer's output as the adapter streams it (its `Accepted` stays with the call).
 Output = TextDelta | ToolCallDelta | UsageEvent | Finish
 # Everything a call puts on its queue: the chat output, an embed's or rerank's one result,
-# then the receipt — or, when another execution owns the key, `Attach`.
-HubEvent = Output | EmbeddingResult | RerankResult | ReceiptReady | Attach
+# then the receipt — or, when another execution owns the key, `Attach`, or `NotStarted`.
+HubEvent = Output | EmbeddingResult | RerankResult | ReceiptReady | Attach | NotStarted

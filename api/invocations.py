@@ -3,11 +3,11 @@
 The route is planned on the process's catalog snapshot and the receipt claimed with one
 statement that also checks the snapshot is current (planned again if the catalog moved); the
 workflow is started eagerly, and the provider call begins in this process (held in the hub)
-alongside the start when Temporal answered moments ago, else once the start returns, never
-waiting for the workflow task; the workflow's local activity adopts it and closes the
-receipt. Events come back through memory. A keyed request that was seen before replays its
-receipt and stored output; one still running is waited for. The route comes from
-routing.routes; a refusal is mapped to its problem.
+alongside the start when Temporal answered moments ago, its output flowing to the caller while
+the start is under way, else once the start returns (api.invocation_start), never waiting for
+the workflow task; the workflow's local activity adopts it. Events come back through memory.
+A keyed request that was seen before replays its receipt and stored output; one still running
+is waited for. The route comes from routing.routes; a refusal is mapped to its problem.
 """
 
 from __future__ import annotations
@@ -22,17 +22,24 @@ from functools import partial
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from temporalio.client import Client, WorkflowHandle
-from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.client import Client
 
 from activities.invoke import InvokeActivities
-from activities.invoke_hub import Attach, HubEvent, InvocationHub, PendingCall, ReceiptReady
+from activities.invoke_hub import (
+    Attach,
+    HubEvent,
+    InvocationHub,
+    NotStarted,
+    PendingCall,
+    ReceiptReady,
+)
 from activities.invoke_outcomes import not_claimed
 from activities.stream_watchdog import StreamWatchdog
 from api.budget import admit
 from api.calls import Call, invocation_input
 from api.come_back import ComeBack
 from api.invocation_events import InvocationEvent, Replayed
+from api.invocation_start import Started, WorkflowStarts
 from api.problems import Problem
 from api.refusals import problem_of
 from api.runtime_types import InvokeConfig
@@ -54,7 +61,6 @@ from store import receipts
 from store.artifacts import ArtifactStore
 from store.receipt_statements import Claim
 from store.tables import InvocationReceiptRow
-from workflows.invoke import InvokeModelWorkflow
 
 log = logging.getLogger("model_router.api")
 
@@ -112,6 +118,7 @@ class Invocations:
         self._config = config
         self._hub = hub
         self._artifacts = artifacts
+        self._starts = WorkflowStarts(client, config, gate, activities, hub)
 
     async def start(self, principal: Principal, call: Call) -> Running:
         tenant = principal.tenant_id
@@ -178,65 +185,15 @@ class Invocations:
             call.request, caller_claims=True, invocation_id=data.invocation_id
         )
         data.caller_token = token
-        handle = await self._start_workflow(data, pending, token)
+        started = await self._starts.start(data, pending, token)
         timing.after_response(pending.delivered.set)
         return Running(
             data.invocation_id,
             first,
-            self._follow(tenant, key, hash_, token, pending, handle),
+            self._follow(tenant, key, hash_, token, pending, started),
             tuple(t.deployment_id for t in data.targets),
             pending,
         )
-
-    async def _start_workflow(
-        self, data: InvocationInput, pending: PendingCall, token: str
-    ) -> WorkflowHandle[Any, Any]:
-        """Start the invocation's workflow, with its provider call begun alongside when
-        Temporal accepted a start moments ago (the gate's overlap window), else after this
-        start returns. Overlapped, the call runs while the server writes the start (2-4 ms at
-        c=1 on this machine, the call's own 2-2.5: timeline of bench calls, 2026-12-01) and
-        closes its receipt only once the start is in (`PendingCall.started`): so an answer is
-        never given, nor a receipt closed, for an invocation without its workflow. A start that
-        fails cancels the call, if one began, and undoes the claim: the key stays unused and the
-        caller gets the gate's 503."""
-        tenant = data.tenant_id
-        if self._gate.answered_recently():
-            pending.started = asyncio.get_running_loop().create_future()
-            self._activities.begin(data, pending)
-        try:
-            handle = await self._gate.start(
-                lambda: self._client.start_workflow(
-                    InvokeModelWorkflow.run,
-                    data,
-                    id=invoke_workflow_id(tenant, data.invocation_id),
-                    task_queue=self._config.workflow_queue,
-                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                    request_eager_start=True,
-                )
-            )
-        except BaseException:
-            if pending.work is not None and pending.started is not None:
-                pending.cancelled.set()
-                pending.started.set_result(False)
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(pending.work)  # it ends without closing the receipt
-            else:
-                pending.begun.set()  # an activity that adopted the entry meanwhile finds no call
-                pending.settle()
-            # No invocation without its workflow: the claim is undone and the key stays unused;
-            # the prompt must not outlive a call that never started (issue 19: 900 KB prompts
-            # stayed for good during an outage).
-            self._hub.close(token)
-            with contextlib.suppress(Exception):
-                await self._activities.statements.release(tenant, data.invocation_id)
-            raise
-        if pending.started is not None:
-            pending.started.set_result(True)
-        else:
-            # The provider call starts now; the workflow's activity adopts it from the hub, and
-            # reports its end once this request's response is over.
-            self._activities.begin(data, pending)
-        return handle
 
     async def _claim(self, data: InvocationInput, route: Route) -> Claim:
         """The claim: one statement that also tells a used key (read only then) and, for a
@@ -262,7 +219,7 @@ class Invocations:
         hash_: str,
         token: str,
         pending: PendingCall,
-        handle: WorkflowHandle[Any, Any],
+        started: Started,
     ) -> AsyncIterator[InvocationEvent]:
         finished = False
         getter: asyncio.Future[HubEvent] | None = None
@@ -273,7 +230,10 @@ class Invocations:
                 if result is None:
                     found = await pending.next(quiet, QUIET_SECONDS)
                     if found is None:
-                        result = asyncio.ensure_future(handle.result())
+                        # Watched once the workflow exists; a start still under way ends with
+                        # the call's receipt or a NotStarted on the hub.
+                        if started.done() and not started.cancelled() and not started.exception():
+                            result = asyncio.ensure_future(started.result().result())
                         continue
                     item = found
                 else:
@@ -303,6 +263,12 @@ class Invocations:
                     item, getter = getter.result(), None
                 if isinstance(item, Attach):
                     break
+                if isinstance(item, NotStarted):
+                    if not pending.first_sent.is_set():
+                        await started  # nothing reached the caller: the gate's 503
+                    yield ReceiptReady(item.summary)  # a stream under way ends as failed
+                    finished = True
+                    return
                 yield item
                 if isinstance(item, ReceiptReady):
                     finished = True

@@ -19,7 +19,9 @@ CALLER_FAULT = frozenset({"content_policy", "context_length", "invalid_request"}
 # The provider error kinds that are transient (providers.errors.ErrorKind.transient, kept equal
 # by tests/test_failure_status.py), plus the router's own: every candidate refused for now
 # (`unavailable`), the invocation's overall budget spent (`timeout`), and the receipt store out of
-# reach at the claim (`store_unavailable`: nothing was claimed or called).
+# reach at the claim (`store_unavailable`: nothing was claimed or called), and Temporal gone
+# while a call begun alongside its workflow's start ran (`temporal_unavailable`: the call was
+# cancelled and its claim undone).
 TRANSIENT = frozenset(
     {
         "connection",
@@ -30,6 +32,7 @@ TRANSIENT = frozenset(
         "stream_incomplete",
         "unavailable",
         "store_unavailable",
+        "temporal_unavailable",
     }
 )
 

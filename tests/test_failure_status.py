@@ -71,7 +71,7 @@ async def auth(
 
 
 def test_the_transient_kinds_are_the_providers_and_the_routers_own() -> None:
-    routers_own = {"unavailable", "store_unavailable"}
+    routers_own = {"unavailable", "store_unavailable", "temporal_unavailable"}
     assert {k.value for k in ErrorKind if k.transient} | routers_own == TRANSIENT
     assert classify("auth") is FailureClass.PERMANENT
     assert classify("content_policy") is FailureClass.CALLER

@@ -3,12 +3,13 @@ port, or paused): a call is refused with a 503 problem and `Retry-After` within 
 bound, later calls at once while it is known unreachable, with no connection dropped, nothing
 claimed or called and no prompt left in memory; `/readyz` says the same; a restart shorter than
 the bound is absorbed. Just after Temporal answered, a call's provider call runs alongside its
-start: its receipt closes, and its answer comes, only once the start is in, and a start that
-then fails cancels the call and undoes its claim."""
+start: its receipt closes, and its answer completes, only once the start is in (a stream's
+output flows meanwhile), and a start that then fails cancels the call and undoes its claim."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -18,7 +19,8 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from openai.types.chat import ChatCompletion
+from openai import AsyncStream
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core import metrics
@@ -284,3 +286,120 @@ async def test_a_start_that_fails_after_its_call_began_cancels_it_and_undoes_the
     assert again.value.status_code == 503
     assert upstream.requests(MODEL) == before + 1
     await sdk.close()
+
+
+async def _first_text(stream: AsyncStream[ChatCompletionChunk]) -> str:
+    async for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            return chunk.choices[0].delta.content
+    raise AssertionError("the stream ended without output")
+
+
+async def _drain(stream: AsyncStream[ChatCompletionChunk]) -> None:
+    async for _ in stream:
+        pass
+
+
+async def _stream_while_paused(
+    stack: Stack, sdk: openai.AsyncOpenAI, upstream: UpstreamServer, key: str
+) -> tuple[AsyncStream[ChatCompletionChunk], str, int]:
+    """One call answered (a start just accepted), then Temporal paused and a keyed stream sent:
+    returned with its first output, which came while its start was unanswered (before this
+    change the response waited for the start: a caller saw nothing until the server resumed)."""
+    await sdk.chat.completions.create(model=PROFILE, messages=[{"role": "user", "content": "a"}])
+    before = upstream.requests(MODEL)
+    stack.dev.pause()
+    stream = await asyncio.wait_for(
+        sdk.chat.completions.create(
+            model=PROFILE,
+            messages=[{"role": "user", "content": "alongside"}],
+            stream=True,
+            extra_headers={"Idempotency-Key": key},
+        ),
+        timeout=15,
+    )
+    text = await asyncio.wait_for(_first_text(stream), timeout=15)
+    return stream, text, before
+
+
+@pytest.mark.parametrize("stack", [(30.0, 60.0)], indirect=True)
+async def test_a_stream_begun_alongside_its_start_sends_output_before_the_start_is_in(
+    stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str, upstream: UpstreamServer
+) -> None:
+    sdk = openai.AsyncOpenAI(base_url=f"{stack.api.url}/v1", api_key=stack.token, max_retries=0)
+    key = f"tf-stream-{uuid.uuid4().hex[:8]}"
+    try:
+        stream, text, before = await _stream_while_paused(stack, sdk, upstream, key)
+        assert text
+        # The caller has output; the receipt, and so the stream's end, waits for the start.
+        async with sessions() as session:
+            row = await by_key(session, tenant, key)
+        assert row is not None and row.ended_at is None
+    finally:
+        stack.dev.resume()
+    await asyncio.wait_for(_drain(stream), timeout=stack.bound + 30)
+    await eventually(lambda: _completed(sessions, tenant, key), timeout=30)
+    assert upstream.requests(MODEL) == before + 1
+    assert len(stack.api.app.state.runtime.invoke.hub) == 0
+    await sdk.close()
+
+
+@pytest.mark.parametrize("stack", [(2.0, 60.0)], indirect=True)
+async def test_a_start_that_fails_once_a_streams_output_began_ends_it_with_an_error_event(
+    stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str, upstream: UpstreamServer
+) -> None:
+    sdk = openai.AsyncOpenAI(base_url=f"{stack.api.url}/v1", api_key=stack.token, max_retries=0)
+    key = f"tf-stream-lost-{uuid.uuid4().hex[:8]}"
+    stream, _, before = await _stream_while_paused(stack, sdk, upstream, key)
+    stack.dev.kill()  # the start is never answered: the bound runs out
+    with pytest.raises(openai.APIError) as ended:
+        await asyncio.wait_for(_drain(stream), timeout=stack.bound + 30)
+    error = ended.value.body
+    assert isinstance(error, dict)
+    assert error["type"] == "temporal_unavailable" and error["errorClass"] == "transient"
+    assert error["closeReason"] == "unavailable"
+    # The call was stopped and its claim undone, as when nothing had been sent: no receipt, the
+    # key unused, nothing left in memory.
+    async with sessions() as session:
+        assert await by_key(session, tenant, key) is None
+    assert len(stack.api.app.state.runtime.invoke.hub) == 0
+    with pytest.raises(openai.APIStatusError) as again:
+        await sdk.chat.completions.create(
+            model=PROFILE, messages=[{"role": "user", "content": "after"}]
+        )
+    assert again.value.status_code == 503
+    assert upstream.requests(MODEL) == before + 1
+    await sdk.close()
+
+
+@pytest.mark.parametrize("stack", [(2.0, 60.0)], indirect=True)
+async def test_the_gateway_stream_ends_without_a_receipt_when_its_start_fails_under_way(
+    stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str, upstream: UpstreamServer
+) -> None:
+    # The gateway's own stream reads its receipt back for the final event: here there is none.
+    key = f"tf-gw-lost-{uuid.uuid4().hex[:8]}"
+    chat = {"messages": [{"role": "user", "content": "alongside"}]}
+    async with httpx.AsyncClient(base_url=stack.api.url, timeout=30) as http:
+        warm = await http.post(
+            "/gateway/invoke", headers=stack.auth, json={"profileId": PROFILE, "request": chat}
+        )
+        assert warm.status_code == 200  # a start accepted just now
+        before = upstream.requests(MODEL)
+        stack.dev.pause()
+        body = {"profileId": PROFILE, "stream": True, "idempotencyKey": key, "request": chat}
+        async with http.stream("POST", "/gateway/invoke", headers=stack.auth, json=body) as gw:
+            lines = gw.aiter_lines()
+            async with asyncio.timeout(15):
+                async for line in lines:
+                    if line == "event: text_delta":
+                        break
+            stack.dev.kill()
+            async with asyncio.timeout(stack.bound + 30):
+                rest = [line async for line in lines]
+    error = json.loads(rest[rest.index("event: error") + 1].removeprefix("data: "))
+    assert error["errorKind"] == "temporal_unavailable" and error["errorClass"] == "transient"
+    assert error["receiptKept"] is False
+    async with sessions() as session:
+        assert await by_key(session, tenant, key) is None
+    assert len(stack.api.app.state.runtime.invoke.hub) == 0
+    assert upstream.requests(MODEL) == before + 1

@@ -27,7 +27,8 @@ from api.wire import (
 from core.security import Principal
 from domain.access import Action
 from domain.enums import InvocationOutcome, Scope
-from domain.invocation import InvocationSummary, Operation
+from domain.failures import error_class
+from domain.invocation import Disposition, InvocationSummary, Operation
 from domain.policy import DataClassification
 from providers.types import ChatRequest, Completion, Finish, RerankResult, TextDelta, ToolCallDelta
 from store.repositories import InvocationReceiptRepository
@@ -159,6 +160,18 @@ class _Events:
         return _sse("receipt", await _receipt(self._runtime, self._tenant_id, summary))
 
     async def fail(self, summary: InvocationSummary) -> bytes:
+        if summary.disposition is Disposition.NOT_CLAIMED:
+            # Its workflow could not be started after output began: no receipt was kept.
+            return _sse(
+                "error",
+                {
+                    "invocationId": str(summary.invocation_id),
+                    "outcome": summary.outcome,
+                    "errorKind": summary.error_kind,
+                    "errorClass": error_class(summary.error_kind),
+                    "receiptKept": False,
+                },
+            )
         return _sse("error", await _receipt(self._runtime, self._tenant_id, summary))
 
 
