@@ -203,13 +203,7 @@ def not_claimed(data: InvocationInput) -> InvocationSummary:
 def not_started(data: InvocationInput) -> InvocationSummary:
     """The answer to a call begun alongside a workflow start that failed (Temporal went away):
     the call was cancelled and its claim undone; no receipt is kept and the key stays unused."""
-    return InvocationSummary(
-        invocation_id=data.invocation_id,
-        disposition=Disposition.NOT_CLAIMED,
-        outcome=InvocationOutcome.FAILED,
-        deployment_id=data.targets[0].deployment_id,
-        error_kind="temporal_unavailable",
-    )
+    return not_claimed(data).model_copy(update={"error_kind": "temporal_unavailable"})
 
 
 def not_here(data: InvocationInput) -> InvocationSummary:
