@@ -65,7 +65,7 @@ async def test_server_timing_separates_the_provider_and_adds_up(
     sdk = openai.AsyncOpenAI(base_url=f"{api_url}/v1", api_key="unused", max_retries=0)
     overhead_before = len(metrics.overhead.values())
 
-    # Whole answer: the provider's part holds its slow first token, the gateway's does not.
+    # Whole answer: the provider's part holds its slow first token.
     upstream.inject(MODEL, Fault(kind=FaultKind.SLOW_FIRST_TOKEN, delay=DELAY, times=1))
     started = time.monotonic()
     raw = await sdk.chat.completions.with_raw_response.create(
@@ -78,7 +78,8 @@ async def test_server_timing_separates_the_provider_and_adds_up(
     whole = parts(raw.headers["server-timing"])
     assert_adds_up(whole)
     assert whole["provider"] >= DELAY * 1000
-    assert whole["gateway"] < whole["provider"]
+    # No bound on the gateway's own part: its size is the host's speed (348 ms on one slow CI
+    # host), not the feature. That the delay is not in it follows from the parts adding up.
     assert whole["total"] <= took_ms
 
     # Stream: the headers go out at the first event, so the provider's part is its time to it.
