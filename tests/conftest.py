@@ -31,6 +31,11 @@ from store.migrate import upgrade
 from tests.helpers import spans as span_helpers
 from worker import build_invocation_worker, build_worker, evaluation_adapters
 
+# pytest-xdist hands its test processes COLUMNS=80, and rich fixes a console's width from it when
+# the console is made: the CLI's consoles, made at import, would print 80-column tables whatever
+# width a test's CliRunner environment asks for.
+os.environ.pop("COLUMNS", None)
+
 # Worker processes the tests spawn would otherwise create the real schedules on the shared
 # Temporal server, pointed at a task queue nobody polls once the test ends.
 os.environ.setdefault("MODEL_ROUTER_SCHEDULES_ENABLED", "false")
