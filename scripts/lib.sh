@@ -16,12 +16,12 @@ ensure_uv() {
 
 sync_env() {
   ensure_uv
-  # Bytecode written once here, for the locked packages and for ours: every process the suite
-  # and `make dev` start imports both SDKs, FastAPI and Temporal, and where the environment says
-  # PYTHONDONTWRITEBYTECODE (this build machine's does) nothing else ever writes it,
-  # so each process compiled every module again. `import api.app` took 16.2 s that way on a
-  # 2-core build machine (2026-12-02), 8.3 s with this; the suite ran 999 s without it. A stale
-  # file is only skipped: Python checks each source's size and time.
+  # Bytecode written once here, for the locked packages and for ours. Every process the suite
+  # and `make dev` start imports both SDKs, FastAPI and Temporal; where the environment sets
+  # PYTHONDONTWRITEBYTECODE (this build machine's does), nothing else writes it, and each
+  # process compiled every module again: `import api.app` took 16.2 s so on the 2-core build
+  # machine (2026-12-02), 8.3 s with this, and the suite ran 999 s without it. A stale file is
+  # only skipped: Python checks each source's size and time.
   "${UV[@]}" sync --frozen --quiet --compile-bytecode
   VENV_BIN="$(pwd)/.venv/bin"
   # Our own packages: every top-level directory that is one.
