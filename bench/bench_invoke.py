@@ -30,7 +30,8 @@ processes), invoke_database.py, invoke_seed.py (the catalog), invoke_measure.py 
 rounds), invoke_load.py (the load generator), invoke_meter.py and procfs.py (CPU and memory),
 invoke_probes.py (the pieces timed alone), invoke_ceiling.py, invoke_server_stats.py,
 invoke_receipts.py, invoke_results.py (percentiles, merged runs) and invoke_report*.py (the docs
-section).
+section). invoke_pair.py is a separate command on the same parts: two checkouts of the API on one
+stack, their calls alternated, for judging a change to the invoke path.
 """
 
 from __future__ import annotations

@@ -1,0 +1,190 @@
+"""Two checkouts of the API on one stack, their calls alternated: a paired comparison of an
+invoke-path change that host drift cannot swamp.
+
+Run: .venv/bin/python bench/invoke_pair.py OTHER_CHECKOUT [--pairs 300] [--blocks 3]
+     [--scenarios ns16,st16] [--keep]
+
+`bench_invoke.py` compares the gateway with LiteLLM inside one run, but a change to the gateway
+is judged by comparing two runs, minutes apart, on a machine shared with others: in issue 14's
+passes the same unchanged path moved by 3-4 ms at c=1 and by a third at c=16 from one run to
+the next (docs/benchmarks.md, ninth and eleventh passes), more than most changes are worth.
+Here both versions run at once, on the same PostgreSQL database, Temporal dev server, upstream
+simulator and worker: one API process started from this checkout ("this") and one from
+OTHER_CHECKOUT ("other", e.g. a `git worktree` with the change, sharing this virtualenv). c=1
+non-stream calls alternate one by one (the order swapped every pair), so both see the same
+neighbours and the same dev server history; the paired difference's median is the change's
+effect at c=1. Then, per scenario, blocks at c=16 alternate ABBA, each with the API's and the
+dev server's CPU per call. Each side's calls carry their own Idempotency-Keys (a key the other
+side used would be a replay). Both API processes poll the same InvokeModel task queue, but eager
+starts run where they were started; each has its own caller queue. Nothing is written to
+docs/benchmarks.md: the tables go to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.child_process import free_port, http_ok
+from bench.invoke_config import PROFILE, conc_of
+from bench.invoke_database import create_database
+from bench.invoke_load import Path_, run_load
+from bench.invoke_seed import seed
+from bench.invoke_stack import ROOT, Stack
+from bench.procfs import proc_cpu_seconds
+from core.temporal import connect
+from store.db import create_engine, session_factory
+from store.migrate import upgrade
+
+BLOCK_CALLS = 240  # per c=16 block: about 3 s at the rates of docs/benchmarks.md
+WARM_CALLS = 64
+
+
+@dataclass
+class Side:
+    name: str  # "this" or "other"
+    checkout: Path
+    child: str  # the Stack child's name ("api", "api2": both stopped by Stack.close)
+    port: int = 0
+    pid: int = 0
+    path: Path_ | None = None
+    c1: list[float] = field(default_factory=list)  # ms, request sent to last byte
+    blocks: dict[str, list[tuple[float, float, float]]] = field(default_factory=dict)
+
+
+def start_api(stack: Stack, side: Side, env: dict[str, str]) -> None:
+    side.port = free_port()
+    argv = [sys.executable, "-m", "uvicorn", "--factory", "api.app:create_app"]
+    argv += ["--host", "127.0.0.1", "--port", str(side.port), "--no-access-log"]
+    child = stack.spawn(side.child, [*argv, "--log-level", "warning"], env, cwd=side.checkout)
+    url = f"http://127.0.0.1:{side.port}/readyz"
+    stack.wait_until(lambda: http_ok(url), f"API from {side.checkout}", child, 90)
+    side.pid = child.pid
+
+
+def gateway(side: Side, token: str) -> Path_:
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    return Path_(
+        f"gateway-{side.name}",
+        f"http://127.0.0.1:{side.port}/v1/chat/completions",
+        PROFILE,
+        {"Authorization": f"Bearer {token}"},
+        httpx.AsyncClient(timeout=60, limits=limits),
+        keyed=True,
+    )
+
+
+async def c1_pairs(sides: list[Side], pairs: int) -> None:
+    for i in range(pairs):
+        for side in sides if i % 2 == 0 else sides[::-1]:
+            assert side.path is not None
+            sample = await side.path.call(f"pair-{side.name}-ns1", i, False)
+            side.c1.append(sample.total * 1000)
+
+
+async def c16_blocks(sides: list[Side], scenario: str, blocks: int, temporal_pid: int) -> None:
+    for b in range(blocks):
+        for side in sides if b % 2 == 0 else sides[::-1]:
+            assert side.path is not None
+            api0, dev0 = proc_cpu_seconds(side.pid), proc_cpu_seconds(temporal_pid)
+            tag = f"pair-{side.name}-{scenario}-{b}"
+            run = await run_load(side.path, scenario, BLOCK_CALLS, tag, None)
+            if run.errors:
+                raise RuntimeError(f"{side.name} {scenario}: {run.errors[0]}")
+            calls = len(run.samples)
+            api = (proc_cpu_seconds(side.pid) - api0) * 1000 / calls
+            dev = (proc_cpu_seconds(temporal_pid) - dev0) * 1000 / calls
+            side.blocks.setdefault(scenario, []).append((calls / run.wall, api, dev))
+            print(f"  {scenario} block {b} {side.name}: {calls / run.wall:.1f}/s", flush=True)
+
+
+def report(sides: list[Side], scenarios: list[str]) -> str:
+    this, other = sides
+    diffs = [b - a for a, b in zip(this.c1, other.c1, strict=True)]
+    lines = [
+        f"this = {this.checkout}, other = {other.checkout}",
+        "",
+        "| | this | other |",
+        "|---|---:|---:|",
+    ]
+    p = {s.name: sorted(s.c1) for s in sides}
+    quart = {n: (v[len(v) // 4], statistics.median(v), v[3 * len(v) // 4]) for n, v in p.items()}
+    lines.append(
+        f"| non-stream total p25 / p50 / p75, c=1, {len(this.c1)} calls each (ms) | "
+        + " | ".join(" / ".join(f"{x:.2f}" for x in quart[s.name]) for s in sides)
+        + " |"
+    )
+    for scenario in scenarios:
+        cells = []
+        for side in sides:
+            rows = side.blocks[scenario]
+            rate = statistics.mean(r[0] for r in rows)
+            api = statistics.mean(r[1] for r in rows)
+            dev = statistics.mean(r[2] for r in rows)
+            per = " / ".join(f"{r[0]:.0f}" for r in rows)
+            cells.append(f"{rate:.1f} ({per}); API {api:.1f}, dev server {dev:.1f}")
+        lines.append(
+            f"| {scenario}: calls/s, mean (blocks); CPU ms per call | " + " | ".join(cells) + " |"
+        )
+    lines += ["", f"c=1 paired difference other - this, median: {statistics.median(diffs):+.2f} ms"]
+    return "\n".join(lines)
+
+
+async def measure(stack: Stack, sides: list[Side], args: argparse.Namespace) -> str:
+    database_url, _ = await create_database(stack.start_postgres())
+    await asyncio.to_thread(upgrade, database_url)
+    temporal = stack.start_temporal()
+    stack.start_upstream()
+    env = stack.service_env(database_url)
+    stack.start_worker(env)
+    for side in sides:
+        start_api(stack, side, env)
+    client = await connect(stack.settings(database_url))
+    api = f"http://127.0.0.1:{sides[0].port}"
+    endpoint = f"upstream:127.0.0.1:{stack.upstream_port}"
+    token = await seed(api, session_factory(create_engine(database_url)), client, endpoint)
+    for side in sides:
+        side.path = gateway(side, token)
+        await run_load(side.path, "ns16", WARM_CALLS, f"pair-{side.name}-warm16", None)
+        await run_load(side.path, "ns1", WARM_CALLS // 2, f"pair-{side.name}-warm1", None)
+    print(f"c=1: {args.pairs} pairs…", flush=True)
+    await c1_pairs(sides, args.pairs)
+    for scenario in args.scenarios:
+        await c16_blocks(sides, scenario, args.blocks, temporal.pid)
+    for side in sides:
+        assert side.path is not None
+        await side.path.client.aclose()
+    return report(sides, args.scenarios)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("other", type=Path, help="the other checkout (e.g. a git worktree)")
+    parser.add_argument("--pairs", type=int, default=300, help="c=1 calls per side")
+    parser.add_argument("--blocks", type=int, default=3, help="c=16 blocks per side")
+    parser.add_argument("--scenarios", default="ns16,st16", help="c=16 scenarios, comma-separated")
+    parser.add_argument("--keep", action="store_true", help="keep the work dir (logs)")
+    args = parser.parse_args()
+    args.scenarios = [s for s in args.scenarios.split(",") if s]
+    if any(conc_of(s) != 16 for s in args.scenarios):
+        parser.error("--scenarios takes c=16 scenarios: ns16, st16")
+    if not (args.other / "api" / "app.py").is_file():
+        parser.error(f"{args.other} is not a checkout of this project")
+    sides = [Side("this", ROOT, "api"), Side("other", args.other.resolve(), "api2")]
+    stack = Stack()
+    try:
+        print(asyncio.run(measure(stack, sides, args)), flush=True)
+    finally:
+        stack.close(keep=args.keep)
+
+
+if __name__ == "__main__":
+    main()
