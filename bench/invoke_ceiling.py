@@ -35,6 +35,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 
 from activities.invoke_setup import INVOKE_WORKFLOW_RUNNER, InlineWorkflowTasks
+from bench.invoke_drain import drained
 from bench.probe_input import probe_input
 from bench.procfs import proc_cpu_seconds
 from core import gc_tuning
@@ -44,7 +45,6 @@ from domain.invocation import Disposition, InvocationInput, InvocationSummary, T
 from workflows.invoke import InvokeModelWorkflow
 
 CONCURRENCY = 16
-DRAIN_SECONDS = 60.0  # a round's last workflows complete well within this
 
 
 @dataclass
@@ -110,14 +110,6 @@ async def _measure(client: Client, server_pid: int, rounds: int, calls: int) -> 
         )
         await event.wait()
 
-    async def drained() -> None:
-        query = f"TaskQueue = '{queue}' AND ExecutionStatus = 'Running'"
-        deadline = time.monotonic() + DRAIN_SECONDS
-        while (await client.count_workflows(query)).count:
-            if time.monotonic() > deadline:
-                raise RuntimeError("the ceiling's workflows did not complete")
-            await asyncio.sleep(0.02)  # polled with a deadline
-
     async def batch(n: int) -> None:
         left = iter(range(n))
 
@@ -126,7 +118,7 @@ async def _measure(client: Client, server_pid: int, rounds: int, calls: int) -> 
                 await one()
 
         await asyncio.gather(*(lane() for _ in range(CONCURRENCY)))
-        await drained()
+        await drained(client, f"TaskQueue = '{queue}' AND ExecutionStatus = 'Running'")
 
     rates: list[float] = []
     process = server = 0.0

@@ -9,6 +9,7 @@ import gc
 import json
 import os
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,7 +131,17 @@ def settle_client_heap() -> None:
     gc.freeze()
 
 
-async def run_load(path: Path_, scenario: str, count: int, tag: str, meter: Meter | None) -> Run:
+async def run_load(
+    path: Path_,
+    scenario: str,
+    count: int,
+    tag: str,
+    meter: Meter | None,
+    settle: Callable[[], Awaitable[None]] | None = None,
+) -> Run:
+    """`count` calls at the scenario's concurrency. `settle`, when given, is awaited after the
+    last answer and before the meter's second reading (not in `wall`): the work a call leaves
+    behind its answer is that call's."""
     stream = scenario.startswith("st")
     conc = conc_of(scenario)
     samples: list[Sample] = []
@@ -153,6 +164,8 @@ async def run_load(path: Path_, scenario: str, count: int, tag: str, meter: Mete
     t0 = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(conc)))
     wall = time.perf_counter() - t0
+    if settle is not None:
+        await settle()
     after = meter.cpu() if meter else ({}, (0.0, 0.0))
     cpu = {k: after[0][k] - before[0].get(k, 0.0) for k in after[0]}
     total = after[1][0] - before[1][0]

@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import asyncpg
 import httpx
+from temporalio.client import Client
 
 from bench.invoke_ceiling import Ceiling, temporal_ceiling
 from bench.invoke_config import (
@@ -26,6 +28,7 @@ from bench.invoke_config import (
     WARMUP,
 )
 from bench.invoke_database import pg_connect, pg_sessions
+from bench.invoke_drain import drained
 from bench.invoke_extra import closed_receipts, extra_lines, streams_rows, workers_row
 from bench.invoke_load import BenchError, Path_, Run, run_load
 from bench.invoke_meter import Meter
@@ -113,7 +116,12 @@ def progress(r: int, scenario: str, p: Path_, run: Run) -> str:
 
 
 async def run_rounds(
-    paths: list[Path_], quick: bool, stack: Stack, stats_conn: asyncpg.Connection, meter: Meter
+    paths: list[Path_],
+    quick: bool,
+    stack: Stack,
+    stats_conn: asyncpg.Connection,
+    meter: Meter,
+    temporal: Client,
 ) -> tuple[list[Run], dict[str, float], dict[str, float]]:
     """Every scenario on every path, the paths interleaved (every other round in reverse order);
     also counts, for the gateway, Temporal frontend requests per call during the c=16
@@ -135,9 +143,9 @@ async def run_rounds(
                     else None
                 )
                 sessions_before = await pg_sessions(stats_conn) if p.keyed else 0
-                run = await run_load(
-                    p, scenario, counts[scenario] // rounds, f"{scenario}-r{r}", meter
-                )
+                settle = partial(drained, temporal) if p.keyed else None
+                n = counts[scenario] // rounds
+                run = await run_load(p, scenario, n, f"{scenario}-r{r}", meter, settle)
                 if p.keyed:
                     await asyncio.sleep(1.2)  # backends report their stats within 1 s
                     new_sessions[scenario] += await pg_sessions(stats_conn) - sessions_before
@@ -163,6 +171,7 @@ async def extra_rows(
     litellm_on: bool,
     runs: list[Run],
     sessions: Any,
+    temporal: Client,
 ) -> list[str]:
     """The --workers 2 row and the 64-stream row, after the main rounds (and their receipt
     check) so they change none of the numbers above."""
@@ -181,7 +190,7 @@ async def extra_rows(
     }
     streams = await streams_rows(stack, token, litellm_on)
     row, path = await workers_row(stack, stack.service_env(database_url), token, counts)
-    await asyncio.sleep(1.0)  # the last workflows close
+    await drained(temporal)  # the last workflows close
     row.closed, _ = await closed_receipts(sessions, list(path.sent))
     s64 = [k for r in streams for k in r.keys]
     closed64, _ = await closed_receipts(sessions, s64)
@@ -235,7 +244,9 @@ async def measure(
                 await p.call("check", 0, False)
                 await p.call("check", 1, True)
             await warm_up(paths, quick)
-            runs, per_call, connections = await run_rounds(paths, quick, stack, stats_conn, meter)
+            runs, per_call, connections = await run_rounds(
+                paths, quick, stack, stats_conn, meter, temporal
+            )
             ceiling = await temporal_alone(stack, database_url, quick)
             print("where the time goes…", flush=True)
             gateway = paths[1]
@@ -255,9 +266,11 @@ async def measure(
                 await asyncio.sleep(0.1)
                 paced.append((await gateway.call("paced", i, False)).total)
             probes["gateway_paced"] = paced
-            await asyncio.sleep(1.0)  # let the last workflows close before counting receipts
+            await drained(temporal)  # the last workflows close before the receipts are counted
             check = await check_receipts(sessions, gateway, upstream)
-            extra = await extra_rows(stack, database_url, token, quick, litellm_on, runs, sessions)
+            extra = await extra_rows(
+                stack, database_url, token, quick, litellm_on, runs, sessions, temporal
+            )
             return Measured(runs, probes, check, pg, per_call, connections, extra, ceiling)
         finally:
             for c in clients:

@@ -124,7 +124,9 @@ def section(res: Results) -> str:
         + ", ".join(f"{k} {v:,}" for k, v in res.counts.items())
         + " (ns = non-stream, st = stream, 1/16 = concurrency; a run also stops issuing "
         f"calls after {RUN_DEADLINE_S:.0f} s), in {res.rounds} round(s) that interleave the "
-        "paths (the second in reverse order), after a warm-up. "
+        "paths (the second in reverse order), after a warm-up. A gateway run's CPU is counted "
+        "until its last InvokeModel workflow has closed, not only to its last answer: a "
+        "workflow's completion runs after its caller's answer. "
         + (
             "The API runs on uvloop (uvicorn picks it when installed). "
             if importlib.util.find_spec("uvloop")
