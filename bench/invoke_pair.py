@@ -35,7 +35,6 @@ from temporalio.client import Client
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.child_process import free_port, http_ok
 from bench.invoke_config import PROFILE, conc_of
 from bench.invoke_database import create_database
 from bench.invoke_drain import drained
@@ -64,16 +63,6 @@ class Side:
     blocks: dict[str, list[tuple[float, float, float, float]]] = field(default_factory=dict)
 
 
-def start_api(stack: Stack, side: Side, env: dict[str, str]) -> None:
-    side.port = free_port()
-    argv = [sys.executable, "-m", "uvicorn", "--factory", "api.app:create_app"]
-    argv += ["--host", "127.0.0.1", "--port", str(side.port), "--no-access-log"]
-    child = stack.spawn(side.child, [*argv, "--log-level", "warning"], env, cwd=side.checkout)
-    url = f"http://127.0.0.1:{side.port}/readyz"
-    stack.wait_until(lambda: http_ok(url), f"API from {side.checkout}", child, 90)
-    side.pid = child.pid
-
-
 def gateway(side: Side, token: str) -> Path_:
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
     return Path_(
@@ -100,8 +89,8 @@ async def c16_blocks(
     """Each block's window closes once its workflows have: a change that answers sooner but
     leaves more of each workflow behind its answer would otherwise hand that work, and the dev
     server's CPU for it, to the other side's next block (seen: a variant whose answer did not wait
-    for the start's reply read 6.9 against 9.5 dev server CPU ms per call without the drain, 10.2
-    against 10.3 with it, 2026-12-03). The rate is the client's, over its calls alone; the
+    for the start's reply read 6.9 against 9.5 dev server CPU ms per call without the drain, 8.5
+    against 9.1 with it, 2026-12-03). The rate is the client's, over its calls alone; the
     sustained rate counts the drain too."""
     for b in range(blocks):
         for side in sides if b % 2 == 0 else sides[::-1]:
@@ -164,7 +153,8 @@ async def measure(stack: Stack, sides: list[Side], args: argparse.Namespace) -> 
     env = stack.service_env(database_url)
     stack.start_worker(env)
     for side in sides:
-        start_api(stack, side, env)
+        child, side.port = stack.spawn_api(side.child, env, side.checkout)
+        side.pid = child.pid
     client = await connect(stack.settings(database_url))
     api = f"http://127.0.0.1:{sides[0].port}"
     endpoint = f"upstream:127.0.0.1:{stack.upstream_port}"

@@ -174,28 +174,18 @@ class Stack:
         return child
 
     def start_api(self, env: dict[str, str]) -> Child:
-        self.api_port = free_port()
-        child = self.spawn(
-            "api",
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "--factory",
-                "api.app:create_app",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.api_port),
-                "--no-access-log",
-                "--log-level",
-                "warning",
-            ],
-            env,
-        )
-        url = f"http://127.0.0.1:{self.api_port}/readyz"
-        self.wait_until(lambda: http_ok(url), "API (/readyz)", child, 60)
+        child, self.api_port = self.spawn_api("api", env)
         return child
+
+    def spawn_api(self, name: str, env: dict[str, str], cwd: Path = ROOT) -> tuple[Child, int]:
+        """One API process from the checkout at `cwd`, ready (/readyz); it and its port."""
+        port = free_port()
+        argv = [sys.executable, "-m", "uvicorn", "--factory", "api.app:create_app"]
+        argv += ["--host", "127.0.0.1", "--port", str(port), "--no-access-log"]
+        child = self.spawn(name, [*argv, "--log-level", "warning"], env, cwd=cwd)
+        url = f"http://127.0.0.1:{port}/readyz"
+        self.wait_until(lambda: http_ok(url), f"API {name} (/readyz)", child, 60)
+        return child, port
 
     def start_litellm(self, litellm: Path, master_key: str, upstream_model: str) -> Child:
         """LiteLLM's proxy with one model on the simulator (an OpenAI-compatible backend), no
