@@ -3,10 +3,12 @@ within 60 s, its printed credentials work, Ctrl-C stops everything, and a rerun 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
+import sqlite3
 import sys
 import time
 import uuid
@@ -51,6 +53,11 @@ def _start(data_dir: Path, ports: dict[str, int]) -> Proc:
         env=env,
         cwd=data_dir,
     )
+
+
+def _journal_mode(db: Path) -> str:
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        return str(conn.execute("PRAGMA journal_mode").fetchone()[0])
 
 
 def _value(proc: Proc, label: str) -> str:
@@ -100,6 +107,8 @@ def test_dev_is_ready_within_60s_and_stops_everything_on_ctrl_c(
         assert answer.json()["choices"][0]["message"]["content"] == "Echo: hi"
         # The embedded default really is SQLite and a Temporal SQLite file under the data dir.
         assert (tmp_path / "model-router.db").exists() and (tmp_path / "temporal.db").exists()
+        # Temporal's file runs in WAL mode, as the service database does (cli/dev.py).
+        assert _journal_mode(tmp_path / "temporal.db") == "wal"
     finally:
         dev.proc.send_signal(signal.SIGINT)
         code = dev.wait(timeout=40)
