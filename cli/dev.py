@@ -162,10 +162,11 @@ class DevStack:
                 "--db-filename",
                 str(self.data_dir / "temporal.db"),
                 # WAL instead of SQLite's rollback journal, at the same durability (synchronous
-                # is not set: SQLite's FULL): a commit appends to the log instead of rewriting journal and file.
-                # InvokeModel alone, 16 at a time on a 2-core machine (bench/invoke_ceiling.py
-                # on this file-backed server, 2026-12-03): 44-53 invocations a second at 17-18
-                # CPU ms each in the server with the journal, 69-101 at 10-13 in WAL mode.
+                # is not set: SQLite's FULL): a commit appends to the log instead of rewriting
+                # journal and file. InvokeModel alone, 16 at a time on a 2-core machine
+                # (bench/invoke_ceiling.py on this file-backed server, 2026-12-03): 44-53
+                # invocations a second at 17-18 CPU ms each in the server with the journal,
+                # 69-101 at 10-13 in WAL mode.
                 "--sqlite-pragma",
                 "journal_mode=wal",
                 "--log-level",
