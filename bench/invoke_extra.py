@@ -32,7 +32,7 @@ from bench.invoke_config import (
     PROFILE,
     TENANT,
 )
-from bench.invoke_load import Path_, Run, run_load, settle_client_heap
+from bench.invoke_load import Path_, Run, gateway_path, run_load, settle_client_heap
 from bench.invoke_results import pct
 from bench.invoke_stack import Stack
 from bench.procfs import children_of, proc_cpu_seconds, proc_rss_kib
@@ -99,14 +99,7 @@ async def workers_row(
     port, master = await asyncio.to_thread(start_api_workers, stack, env, workers)
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
     client = httpx.AsyncClient(timeout=60, limits=limits)
-    path = Path_(
-        f"gateway-{workers}w",
-        f"http://127.0.0.1:{port}/v1/chat/completions",
-        PROFILE,
-        {"Authorization": f"Bearer {token}"},
-        client,
-        keyed=True,
-    )
+    path = gateway_path(f"gateway-{workers}w", port, token, client)
     runs: dict[str, Run] = {}
     cpu: dict[str, float] = {}
     try:

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from bench.invoke_config import PROMPT, RUN_DEADLINE_S, conc_of
+from bench.invoke_config import PROFILE, PROMPT, RUN_DEADLINE_S, conc_of
 from bench.invoke_meter import Meter
 
 
@@ -118,6 +118,18 @@ class Run:
         capacity = self.wall * (os.cpu_count() or 1)
         ours = sum(self.cpu.values())
         return max(0.0, self.machine_busy - ours / capacity) if capacity else float("nan")
+
+
+def gateway_path(name: str, port: int, token: str, client: httpx.AsyncClient) -> Path_:
+    """The gateway's chat endpoint on `port`, called as the seeded tenant, a key per call."""
+    return Path_(
+        name,
+        f"http://127.0.0.1:{port}/v1/chat/completions",
+        PROFILE,
+        {"Authorization": f"Bearer {token}"},
+        client,
+        keyed=True,
+    )
 
 
 def settle_client_heap() -> None:

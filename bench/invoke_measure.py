@@ -22,7 +22,6 @@ from bench.invoke_config import (
     MODEL_LITELLM,
     PACED_CALLS,
     PROBE_CALLS,
-    PROFILE,
     QUICK,
     SCENARIOS,
     WARMUP,
@@ -30,7 +29,7 @@ from bench.invoke_config import (
 from bench.invoke_database import pg_connect, pg_sessions
 from bench.invoke_drain import drained
 from bench.invoke_extra import closed_receipts, extra_lines, streams_rows, workers_row
-from bench.invoke_load import BenchError, Path_, Run, run_load
+from bench.invoke_load import BenchError, Path_, Run, gateway_path, run_load
 from bench.invoke_meter import Meter
 from bench.invoke_probes import probe_pieces
 from bench.invoke_receipts import ReceiptCheck, check_receipts
@@ -60,7 +59,6 @@ def make_paths(
 ) -> list[Path_]:
     """Direct to the upstream, through the gateway and, when it runs, through LiteLLM."""
     upstream = f"http://127.0.0.1:{stack.upstream_port}"
-    api = f"http://127.0.0.1:{stack.api_port}"
     paths = [
         Path_(
             "direct",
@@ -69,14 +67,7 @@ def make_paths(
             {"Authorization": "Bearer sk-bench-direct"},
             clients[0],
         ),
-        Path_(
-            "gateway",
-            f"{api}/v1/chat/completions",
-            PROFILE,
-            {"Authorization": f"Bearer {token}"},
-            clients[1],
-            keyed=True,
-        ),
+        gateway_path("gateway", stack.api_port, token, clients[1]),
     ]
     if litellm_on:
         paths.append(

@@ -35,10 +35,10 @@ from temporalio.client import Client
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.invoke_config import PROFILE, conc_of
+from bench.invoke_config import conc_of
 from bench.invoke_database import create_database
 from bench.invoke_drain import drained
-from bench.invoke_load import Path_, run_load
+from bench.invoke_load import Path_, gateway_path, run_load
 from bench.invoke_seed import seed
 from bench.invoke_stack import ROOT, Stack
 from bench.procfs import proc_cpu_seconds
@@ -65,14 +65,8 @@ class Side:
 
 def gateway(side: Side, token: str) -> Path_:
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-    return Path_(
-        f"gateway-{side.name}",
-        f"http://127.0.0.1:{side.port}/v1/chat/completions",
-        PROFILE,
-        {"Authorization": f"Bearer {token}"},
-        httpx.AsyncClient(timeout=60, limits=limits),
-        keyed=True,
-    )
+    client = httpx.AsyncClient(timeout=60, limits=limits)
+    return gateway_path(f"gateway-{side.name}", side.port, token, client)
 
 
 async def c1_pairs(sides: list[Side], pairs: int) -> None:

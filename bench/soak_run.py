@@ -16,9 +16,9 @@ import httpx
 from sqlalchemy import func, select
 from sqlmodel import col
 
-from bench.invoke_config import MODEL_GATEWAY, PROFILE, TENANT
+from bench.invoke_config import MODEL_GATEWAY, TENANT
 from bench.invoke_database import create_database
-from bench.invoke_load import Path_
+from bench.invoke_load import Path_, gateway_path
 from bench.invoke_meter import Meter
 from bench.invoke_seed import seed
 from bench.invoke_stack import Stack
@@ -116,14 +116,7 @@ async def _measure(stack: Stack, settings: Settings, database_url: str, soak: So
         await engine.dispose()
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
-        path = Path_(
-            "gateway",
-            f"{api}/v1/chat/completions",
-            PROFILE,
-            {"Authorization": f"Bearer {token}"},
-            client,
-            keyed=True,
-        )
+        path = gateway_path("gateway", stack.api_port, token, client)
         await _load(path, soak)
     await _receipts(database_url, soak, upstream)
 
