@@ -32,7 +32,14 @@ from bench.invoke_config import (
     PROFILE,
     TENANT,
 )
-from bench.invoke_load import Path_, Run, gateway_path, run_load, settle_client_heap
+from bench.invoke_load import (
+    Path_,
+    Run,
+    gateway_path,
+    load_client,
+    run_load,
+    settle_client_heap,
+)
 from bench.invoke_results import pct
 from bench.invoke_stack import Stack
 from bench.procfs import children_of, proc_cpu_seconds, proc_rss_kib
@@ -97,8 +104,7 @@ async def workers_row(
     stack: Stack, env: dict[str, str], token: str, counts: dict[str, int], workers: int = 2
 ) -> tuple[WorkersRow, Path_]:
     port, master = await asyncio.to_thread(start_api_workers, stack, env, workers)
-    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-    client = httpx.AsyncClient(timeout=60, limits=limits)
+    client = load_client()
     path = gateway_path(f"gateway-{workers}w", port, token, client)
     runs: dict[str, Run] = {}
     cpu: dict[str, float] = {}

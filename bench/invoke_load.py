@@ -120,6 +120,13 @@ class Run:
         return max(0.0, self.machine_busy - ours / capacity) if capacity else float("nan")
 
 
+def load_client(timeout: float = 60) -> httpx.AsyncClient:
+    """The load generator's client: 64 connections kept open, as many as any scenario has
+    calls in flight, so no measured call waits for one or opens its own."""
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    return httpx.AsyncClient(timeout=timeout, limits=limits)
+
+
 def gateway_path(name: str, port: int, token: str, client: httpx.AsyncClient) -> Path_:
     """The gateway's chat endpoint on `port`, called as the seeded tenant, a key per call."""
     return Path_(

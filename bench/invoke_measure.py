@@ -29,7 +29,7 @@ from bench.invoke_config import (
 from bench.invoke_database import pg_connect, pg_sessions
 from bench.invoke_drain import drained
 from bench.invoke_extra import closed_receipts, extra_lines, streams_rows, workers_row
-from bench.invoke_load import BenchError, Path_, Run, gateway_path, run_load
+from bench.invoke_load import BenchError, Path_, Run, gateway_path, load_client, run_load
 from bench.invoke_meter import Meter
 from bench.invoke_probes import probe_pieces
 from bench.invoke_receipts import ReceiptCheck, check_receipts
@@ -227,8 +227,7 @@ async def measure(
     api = f"http://127.0.0.1:{stack.api_port}"
     try:
         token = await seed(api, sessions, temporal, f"upstream:127.0.0.1:{stack.upstream_port}")
-        limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-        clients = [httpx.AsyncClient(timeout=60, limits=limits) for _ in range(3)]
+        clients = [load_client() for _ in range(3)]
         paths = make_paths(stack, token, litellm_on, clients)
         try:
             for p in paths:  # one call each: the path works end to end

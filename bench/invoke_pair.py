@@ -30,7 +30,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 from temporalio.client import Client
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -38,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.invoke_config import conc_of
 from bench.invoke_database import create_database
 from bench.invoke_drain import drained
-from bench.invoke_load import Path_, gateway_path, run_load
+from bench.invoke_load import Path_, gateway_path, load_client, run_load
 from bench.invoke_seed import seed
 from bench.invoke_stack import ROOT, Stack
 from bench.procfs import proc_cpu_seconds
@@ -61,12 +60,6 @@ class Side:
     c1: list[float] = field(default_factory=list)  # ms, request sent to last byte
     # per scenario, per block: calls/s, sustained calls/s, API and dev server CPU ms per call
     blocks: dict[str, list[tuple[float, float, float, float]]] = field(default_factory=dict)
-
-
-def gateway(side: Side, token: str) -> Path_:
-    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-    client = httpx.AsyncClient(timeout=60, limits=limits)
-    return gateway_path(f"gateway-{side.name}", side.port, token, client)
 
 
 async def c1_pairs(sides: list[Side], pairs: int) -> None:
@@ -154,7 +147,7 @@ async def measure(stack: Stack, sides: list[Side], args: argparse.Namespace) -> 
     endpoint = f"upstream:127.0.0.1:{stack.upstream_port}"
     token = await seed(api, session_factory(create_engine(database_url)), client, endpoint)
     for side in sides:
-        side.path = gateway(side, token)
+        side.path = gateway_path(f"gateway-{side.name}", side.port, token, load_client())
         await run_load(side.path, "ns16", WARM_CALLS, f"pair-{side.name}-warm16", None)
         await run_load(side.path, "ns1", WARM_CALLS // 2, f"pair-{side.name}-warm1", None)
     print(f"c=1: {args.pairs} pairs…", flush=True)

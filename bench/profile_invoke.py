@@ -28,10 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import httpx  # noqa: E402
 
 from bench.invoke_database import create_database  # noqa: E402
-from bench.invoke_load import run_load  # noqa: E402
+from bench.invoke_load import load_client, run_load  # noqa: E402
 from bench.invoke_measure import make_paths  # noqa: E402
 from bench.invoke_seed import seed  # noqa: E402
 from bench.invoke_stack import Stack  # noqa: E402
@@ -143,8 +142,7 @@ async def load(
     temporal = await connect(settings)
     api = f"http://127.0.0.1:{stack.api_port}"
     token = await seed(api, sessions, temporal, f"upstream:127.0.0.1:{stack.upstream_port}")
-    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-    clients = [httpx.AsyncClient(timeout=60, limits=limits) for _ in range(2)]
+    clients = [load_client() for _ in range(2)]
     gateway = make_paths(stack, token, False, clients)[1]
     await run_load(gateway, path, 200, "warm", None)
     api_child = stack.child("api")

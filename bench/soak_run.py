@@ -18,7 +18,7 @@ from sqlmodel import col
 
 from bench.invoke_config import MODEL_GATEWAY, TENANT
 from bench.invoke_database import create_database
-from bench.invoke_load import Path_, gateway_path
+from bench.invoke_load import Path_, gateway_path, load_client
 from bench.invoke_meter import Meter
 from bench.invoke_seed import seed
 from bench.invoke_stack import Stack
@@ -114,8 +114,7 @@ async def _measure(stack: Stack, settings: Settings, database_url: str, soak: So
         )
     finally:
         await engine.dispose()
-    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+    async with load_client(timeout=120) as client:
         path = gateway_path("gateway", stack.api_port, token, client)
         await _load(path, soak)
     await _receipts(database_url, soak, upstream)
