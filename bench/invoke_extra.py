@@ -209,7 +209,6 @@ async def one_stream(
 async def streams_row(
     name: str, url: str, model: str, headers: dict[str, str], pids: list[int], keyed: bool
 ) -> StreamsRow:
-    limits = httpx.Limits(max_connections=STREAMS, max_keepalive_connections=STREAMS)
     keys: list[str] = []
     rss_peak = 0
     stop = asyncio.Event()
@@ -220,7 +219,7 @@ async def streams_row(
             rss_peak = max(rss_peak, sum(proc_rss_kib(p)[0] for p in pids) if pids else 0)
             await asyncio.sleep(0.1)
 
-    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+    async with load_client(timeout=120, connections=STREAMS) as client:
 
         async def call(i: int) -> tuple[list[float], int]:
             h = headers

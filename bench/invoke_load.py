@@ -120,10 +120,10 @@ class Run:
         return max(0.0, self.machine_busy - ours / capacity) if capacity else float("nan")
 
 
-def load_client(timeout: float = 60) -> httpx.AsyncClient:
-    """The load generator's client: 64 connections kept open, as many as any scenario has
-    calls in flight, so no measured call waits for one or opens its own."""
-    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+def load_client(timeout: float = 60, connections: int = 64) -> httpx.AsyncClient:
+    """The load generator's client: `connections` kept open, as many as the scenario has calls
+    in flight (64 covers every one), so no measured call waits for one or opens its own."""
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
     return httpx.AsyncClient(timeout=timeout, limits=limits)
 
 
