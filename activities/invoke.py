@@ -179,8 +179,12 @@ class InvokeActivities:
             )
         finally:
             pending.request = None  # the content is not kept a moment longer than the call
-        if not await pending.workflow_started():  # its claim is undone by the API instead
+        if pending.stopped_by_failed_start(summary.outcome):  # its claim is undone by the API
             return not_here(data)
+        # The close does not wait for the workflow's start (a call begun alongside it): the
+        # call happened, so its receipt is written whatever becomes of the start, and a start
+        # that then fails leaves a closed receipt the key replays, not a billable call recorded
+        # nowhere. Only the answer waits for the start, below.
         closing = asyncio.ensure_future(self._statements.finalize(data, summary))
         if output is not None and summary.output_artifact_ref is not None:
             # The answer's file is written while the close's statement is at the database
@@ -194,6 +198,11 @@ class InvokeActivities:
         except Exception as exc:
             log.warning("receipt finalize failed, handed to the workflow: %s", type(exc).__name__)
             return summary.model_copy(update={"disposition": Disposition.FINALIZE})
+        # The answer goes once Temporal has the start, accepted or refused: answers do not
+        # outrun the workflows behind them (Temporal's backpressure), and a refused start finds
+        # the receipt already closed, so the caller has the answer the receipt records.
+        await pending.start_resolved()
+        pending.answered = True
         pending.events.put_nowait(ReceiptReady(summary))
         record_metrics(data, _provider_of(data, summary.deployment_id), summary)
         return summary

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from activities.stream_watchdog import StreamWatchdog
+from domain.enums import InvocationOutcome
 from domain.invocation import InvocationSummary
 from providers.types import (
     EmbeddingResult,
@@ -52,16 +53,31 @@ class PendingCall:
     # will run here: the workflow's first activation waits for it (invoke_setup.HOLD_SECONDS).
     settled: asyncio.Future[None] | None = None
     # For a call begun alongside its workflow's start: True once the server accepted the start,
-    # False if it could not be started (the call is cancelled and its claim undone, not closed).
+    # False if it could not be started (a call still running is cancelled and its claim undone;
+    # one that had ended keeps its closed receipt).
     started: asyncio.Future[bool] | None = None
+    # The call's answer, its receipt closed, went on the queue (ReceiptReady).
+    answered: bool = False
 
     def settle(self) -> None:
         if self.settled is not None and not self.settled.done():
             self.settled.set_result(None)
 
-    async def workflow_started(self) -> bool:
-        """Whether this call's workflow exists: the call's task closes the receipt only then."""
-        return self.started is None or await asyncio.shield(self.started)
+    async def start_resolved(self) -> None:
+        """Until the server has answered this call's start (at once when the call began after
+        it): the call's answer is handed over only then."""
+        if self.started is not None:
+            await asyncio.shield(self.started)
+
+    def stopped_by_failed_start(self, outcome: InvocationOutcome | None) -> bool:
+        """Whether the call was cancelled because its workflow could not be started: then its
+        claim is undone (the key stays unused) instead of closed."""
+        return (
+            outcome is InvocationOutcome.CANCELLED
+            and self.started is not None
+            and self.started.done()
+            and not self.started.result()
+        )
 
     async def hand_over(self) -> None:
         """After the call's first output: a few loop turns for the caller's response to send

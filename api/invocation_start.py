@@ -3,12 +3,14 @@ alongside when Temporal accepted a start moments ago (the gate's overlap window)
 start returns.
 
 Alongside, the start runs behind the call: the call's output reaches a streaming caller as it
-arrives, and only the receipt's close, and so the caller's last byte, waits for the start. Every
-streamed first token used to wait for it: an eager start's reply, timed alone on the
-benchmark's machine, took 4.1-4.7 ms at p50 and 11-17 at p95 (2026-12-02). A start that fails
-cancels the call and undoes its claim: the key stays unused, and the hub's `NotStarted` tells
-the caller's side, which answers the gate's 503 when nothing was sent yet and ends a stream
-under way with its failure event.
+arrives, and the receipt closes as the call ends; only the answer's end, the caller's last
+byte, waits for the start. Every streamed first token used to wait for it: an eager start's
+reply, timed alone on the benchmark's machine, took 4.1-4.7 ms at p50 and 11-17 at p95
+(2026-12-02). A start that fails cancels a call still running and undoes its claim: the key
+stays unused, and the hub's `NotStarted` tells the caller's side, which answers the gate's 503
+when nothing was sent yet and ends a stream under way with its failure event. A call that had
+already ended keeps its closed receipt, and its caller gets the answer (a retry of the key
+would replay it): the provider was paid for it.
 """
 
 from __future__ import annotations
@@ -70,16 +72,17 @@ class WorkflowStarts:
         try:
             return await self._start(data, pending, token, alongside=True)
         except BaseException:
-            pending.events.put_nowait(NotStarted(not_started(data)))
+            if not pending.answered:  # a call that had ended was answered from its receipt
+                pending.events.put_nowait(NotStarted(not_started(data)))
             raise
 
     async def _start(
         self, data: InvocationInput, pending: PendingCall, token: str, *, alongside: bool
     ) -> WorkflowHandle[Any, Any]:
         """Start the workflow, with the provider call begun first when `alongside`. The call
-        closes its receipt only once the start is in (`PendingCall.started`): so no receipt is
-        closed, and no answer completed, for an invocation without its workflow. A start that
-        fails cancels the call, if one began, and undoes the claim."""
+        closes its receipt as it ends; its answer waits for the start (`PendingCall.started`).
+        A start that fails cancels a call still running and undoes its claim; a call that had
+        ended keeps its closed receipt, and its caller gets the answer that receipt records."""
         tenant = data.tenant_id
         if alongside:
             pending.started = asyncio.get_running_loop().create_future()
@@ -100,16 +103,18 @@ class WorkflowStarts:
                 pending.cancelled.set()
                 pending.started.set_result(False)
                 with contextlib.suppress(Exception):
-                    await asyncio.shield(pending.work)  # it ends without closing the receipt
+                    await asyncio.shield(pending.work)  # a running call ends without a close
             else:
                 pending.begun.set()  # an activity that adopted the entry meanwhile finds no call
                 pending.settle()
-            # No invocation without its workflow: the claim is undone and the key stays unused;
-            # the prompt must not outlive a call that never started (issue 19: 900 KB prompts
+            # The prompt must not outlive a call that never started (issue 19: 900 KB prompts
             # stayed for good during an outage).
             self._hub.close(token)
-            with contextlib.suppress(Exception):
-                await self._activities.statements.release(tenant, data.invocation_id)
+            if not pending.answered:
+                # A call stopped before it ended recorded nothing: its claim is undone and the
+                # key stays unused (`release` leaves a closed receipt alone).
+                with contextlib.suppress(Exception):
+                    await self._activities.statements.release(tenant, data.invocation_id)
             raise
         if pending.started is not None:
             pending.started.set_result(True)

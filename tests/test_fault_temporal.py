@@ -3,8 +3,10 @@ port, or paused): a call is refused with a 503 problem and `Retry-After` within 
 bound, later calls at once while it is known unreachable, with no connection dropped, nothing
 claimed or called and no prompt left in memory; `/readyz` says the same; a restart shorter than
 the bound is absorbed. Just after Temporal answered, a call's provider call runs alongside its
-start: its receipt closes, and its answer completes, only once the start is in (a stream's
-output flows meanwhile), and a start that then fails cancels the call and undoes its claim."""
+start: its receipt closes as the call ends, and its answer completes only once the start is in
+(a stream's output flows meanwhile). A start that then fails cancels a call still running and
+undoes its claim; a call that had ended keeps its receipt, its caller gets the answer, and a
+retry of its key replays it without calling the provider again."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from core import metrics
 from core.settings import Settings
 from providers.upstream import UpstreamServer
+from providers.upstream.faults import Fault, FaultKind
 from store.receipts import by_key
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import approved_profile
@@ -53,6 +56,10 @@ def _settings(settings: Settings, dev: TemporalDevServer, bound: float, overlap:
             "temporal_invocation_task_queue": f"tfault-inv-{run}",
             "invoke_start_wait_seconds": bound,
             "invoke_start_overlap_seconds": overlap,
+            # A call held by the upstream (a hang, a stall) outlasts the start's bound here.
+            "invoke_first_byte_timeout_seconds": 60.0,
+            "invoke_first_token_timeout_seconds": 60.0,
+            "invoke_stream_idle_timeout_seconds": 60.0,
         }
     )
 
@@ -105,12 +112,18 @@ async def _completed(sessions: async_sessionmaker[AsyncSession], tenant: str, ke
 
 
 async def _sent_while_paused(
-    stack: Stack, sdk: openai.AsyncOpenAI, upstream: UpstreamServer, key: str
+    stack: Stack,
+    sdk: openai.AsyncOpenAI,
+    upstream: UpstreamServer,
+    key: str,
+    fault: Fault | None = None,
 ) -> tuple[asyncio.Task[ChatCompletion], int]:
-    """One call answered (a start just accepted), then Temporal paused and a keyed call sent:
-    returned once the upstream has that call, its start still unanswered; with the upstream's
-    count before it."""
+    """One call answered (a start just accepted), then Temporal paused and a keyed call sent
+    (meeting `fault` at the upstream): returned once the upstream has that call, its start
+    still unanswered; with the upstream's count before it."""
     await sdk.chat.completions.create(model=PROFILE, messages=[{"role": "user", "content": "a"}])
+    if fault is not None:
+        upstream.inject(MODEL, fault)
     before = upstream.requests(MODEL)
     stack.dev.pause()  # the next start is sent, and not answered until the server resumes
     call = asyncio.create_task(
@@ -122,6 +135,18 @@ async def _sent_while_paused(
     )
     await eventually(lambda: upstream.requests(MODEL) > before, timeout=30)
     return call, before
+
+
+async def _ready(stack: Stack) -> None:
+    """Temporal back on the same port, and the gateway ready on it again."""
+    stack.dev.start()
+    await stack.dev.wait_serving()
+
+    async def ready() -> bool:
+        async with httpx.AsyncClient(base_url=stack.api.url, timeout=30) as http:
+            return (await http.get("/readyz")).status_code == 200
+
+    await eventually(ready, timeout=60, interval=0.2)
 
 
 def _chat(key: str) -> tuple[dict[str, object], dict[str, str]]:
@@ -185,14 +210,7 @@ async def test_temporal_down_is_a_503_with_retry_after_then_at_once_until_it_ans
     assert len(runtime.invoke.hub) == 0
     assert metrics.refusals.value({"reason": "temporal-unreachable"}) >= refused_before + 3
 
-    stack.dev.start()
-    await stack.dev.wait_serving()
-
-    async def ready() -> bool:
-        async with httpx.AsyncClient(base_url=stack.api.url, timeout=30) as http:
-            return (await http.get("/readyz")).status_code == 200
-
-    await eventually(ready, timeout=60, interval=0.2)
+    await _ready(stack)
 
     async def answers_again() -> bool:
         try:
@@ -245,10 +263,8 @@ async def test_just_after_a_start_the_provider_call_runs_alongside_the_next_star
     try:
         # The provider answers while the start is still unanswered ...
         call, before = await _sent_while_paused(stack, sdk, upstream, key)
-        # ... but neither the receipt nor the answer goes ahead of the workflow's start.
-        async with sessions() as session:
-            row = await by_key(session, tenant, key)
-        assert row is not None and row.ended_at is None
+        # ... its receipt closes as the call ends, but the answer waits for the start.
+        await eventually(lambda: _completed(sessions, tenant, key), timeout=30)
         assert not call.done()
     finally:
         stack.dev.resume()
@@ -262,19 +278,57 @@ async def test_just_after_a_start_the_provider_call_runs_alongside_the_next_star
 
 
 @pytest.mark.parametrize("stack", [(2.0, 60.0)], indirect=True)
-async def test_a_start_that_fails_after_its_call_began_cancels_it_and_undoes_the_claim(
+async def test_a_start_that_fails_after_its_call_ended_keeps_the_receipt_and_answers(
+    stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str, upstream: UpstreamServer
+) -> None:
+    sdk = openai.AsyncOpenAI(base_url=f"{stack.api.url}/v1", api_key=stack.token, max_retries=0)
+    key = f"tf-kept-{uuid.uuid4().hex[:8]}"
+    call, before = await _sent_while_paused(stack, sdk, upstream, key)
+    await eventually(lambda: _completed(sessions, tenant, key), timeout=30)
+    stack.dev.kill()  # the start is never answered: the bound runs out
+    # The provider answered and the receipt records it: the caller gets that answer.
+    done = await asyncio.wait_for(call, timeout=stack.bound + 30)
+    assert done.choices[0].message.content
+    async with sessions() as session:
+        row = await by_key(session, tenant, key)
+    assert row is not None and row.outcome == "Completed" and row.usage_status == "Reported"
+    assert row.output_tokens
+    assert len(stack.api.app.state.runtime.invoke.hub) == 0
+    # Temporal is now known unreachable: the next call is refused with nothing called.
+    with pytest.raises(openai.APIStatusError) as again:
+        await sdk.chat.completions.create(
+            model=PROFILE, messages=[{"role": "user", "content": "after"}]
+        )
+    assert again.value.status_code == 503
+    assert upstream.requests(MODEL) == before + 1
+    # Once Temporal is back, a retry of the key replays the answer: one provider call per key,
+    # though the key's workflow never started.
+    await _ready(stack)
+    replayed = await sdk.chat.completions.create(
+        model=PROFILE,
+        messages=[{"role": "user", "content": "alongside"}],
+        extra_headers={"Idempotency-Key": key},
+    )
+    assert replayed.choices[0].message.content == done.choices[0].message.content
+    assert upstream.requests(MODEL) == before + 1
+    await sdk.close()
+
+
+@pytest.mark.parametrize("stack", [(2.0, 60.0)], indirect=True)
+async def test_a_start_that_fails_while_its_call_runs_cancels_it_and_undoes_the_claim(
     stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str, upstream: UpstreamServer
 ) -> None:
     sdk = openai.AsyncOpenAI(base_url=f"{stack.api.url}/v1", api_key=stack.token, max_retries=0)
     key = f"tf-lost-{uuid.uuid4().hex[:8]}"
-    call, before = await _sent_while_paused(stack, sdk, upstream, key)
+    hang = Fault(kind=FaultKind.HANG, times=1)  # the upstream holds the call: it never ends
+    call, before = await _sent_while_paused(stack, sdk, upstream, key, hang)
     stack.dev.kill()  # the start is never answered: the bound runs out
     with pytest.raises(openai.APIStatusError) as refused:
         await asyncio.wait_for(call, timeout=stack.bound + 30)
     assert refused.value.status_code == 503
     assert int(refused.value.response.headers["retry-after"]) >= 1
     assert refused.value.response.json()["reason"] == "temporal-unreachable"
-    # The answer the provider gave was dropped with the claim: the key stays unused.
+    # The call was stopped before it ended and its claim undone: the key stays unused.
     async with sessions() as session:
         assert await by_key(session, tenant, key) is None
     assert len(stack.api.app.state.runtime.invoke.hub) == 0
@@ -301,12 +355,19 @@ async def _drain(stream: AsyncStream[ChatCompletionChunk]) -> None:
 
 
 async def _stream_while_paused(
-    stack: Stack, sdk: openai.AsyncOpenAI, upstream: UpstreamServer, key: str
+    stack: Stack,
+    sdk: openai.AsyncOpenAI,
+    upstream: UpstreamServer,
+    key: str,
+    fault: Fault | None = None,
 ) -> tuple[AsyncStream[ChatCompletionChunk], str, int]:
-    """One call answered (a start just accepted), then Temporal paused and a keyed stream sent:
-    returned with its first output, which came while its start was unanswered (before this
-    change the response waited for the start: a caller saw nothing until the server resumed)."""
+    """One call answered (a start just accepted), then Temporal paused and a keyed stream sent
+    (meeting `fault` at the upstream): returned with its first output, which came while its
+    start was unanswered (before this change the response waited for the start: a caller saw
+    nothing until the server resumed)."""
     await sdk.chat.completions.create(model=PROFILE, messages=[{"role": "user", "content": "a"}])
+    if fault is not None:
+        upstream.inject(MODEL, fault)
     before = upstream.requests(MODEL)
     stack.dev.pause()
     stream = await asyncio.wait_for(
@@ -331,14 +392,14 @@ async def test_a_stream_begun_alongside_its_start_sends_output_before_the_start_
     try:
         stream, text, before = await _stream_while_paused(stack, sdk, upstream, key)
         assert text
-        # The caller has output; the receipt, and so the stream's end, waits for the start.
-        async with sessions() as session:
-            row = await by_key(session, tenant, key)
-        assert row is not None and row.ended_at is None
+        # The caller has output and the receipt closes as the call ends; the stream's end
+        # waits for the start.
+        drained = asyncio.create_task(_drain(stream))
+        await eventually(lambda: _completed(sessions, tenant, key), timeout=30)
+        assert not drained.done()
     finally:
         stack.dev.resume()
-    await asyncio.wait_for(_drain(stream), timeout=stack.bound + 30)
-    await eventually(lambda: _completed(sessions, tenant, key), timeout=30)
+    await asyncio.wait_for(drained, timeout=stack.bound + 30)
     assert upstream.requests(MODEL) == before + 1
     assert len(stack.api.app.state.runtime.invoke.hub) == 0
     await sdk.close()
@@ -350,7 +411,8 @@ async def test_a_start_that_fails_once_a_streams_output_began_ends_it_with_an_er
 ) -> None:
     sdk = openai.AsyncOpenAI(base_url=f"{stack.api.url}/v1", api_key=stack.token, max_retries=0)
     key = f"tf-stream-lost-{uuid.uuid4().hex[:8]}"
-    stream, _, before = await _stream_while_paused(stack, sdk, upstream, key)
+    stall = Fault(kind=FaultKind.STREAM_STALL, after_chunks=3, times=1)  # output, then silence
+    stream, _, before = await _stream_while_paused(stack, sdk, upstream, key, stall)
     stack.dev.kill()  # the start is never answered: the bound runs out
     with pytest.raises(openai.APIError) as ended:
         await asyncio.wait_for(_drain(stream), timeout=stack.bound + 30)
@@ -384,6 +446,7 @@ async def test_the_gateway_stream_ends_without_a_receipt_when_its_start_fails_un
             "/gateway/invoke", headers=stack.auth, json={"profileId": PROFILE, "request": chat}
         )
         assert warm.status_code == 200  # a start accepted just now
+        upstream.inject(MODEL, Fault(kind=FaultKind.STREAM_STALL, after_chunks=3, times=1))
         before = upstream.requests(MODEL)
         stack.dev.pause()
         body = {"profileId": PROFILE, "stream": True, "idempotencyKey": key, "request": chat}
@@ -403,3 +466,21 @@ async def test_the_gateway_stream_ends_without_a_receipt_when_its_start_fails_un
         assert await by_key(session, tenant, key) is None
     assert len(stack.api.app.state.runtime.invoke.hub) == 0
     assert upstream.requests(MODEL) == before + 1
+
+
+@pytest.mark.parametrize("stack", [(2.0, 60.0)], indirect=True)
+async def test_a_stream_that_ended_before_its_start_failed_ends_with_its_receipt(
+    stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str, upstream: UpstreamServer
+) -> None:
+    sdk = openai.AsyncOpenAI(base_url=f"{stack.api.url}/v1", api_key=stack.token, max_retries=0)
+    key = f"tf-stream-kept-{uuid.uuid4().hex[:8]}"
+    stream, text, before = await _stream_while_paused(stack, sdk, upstream, key)
+    drained = asyncio.create_task(_drain(stream))
+    await eventually(lambda: _completed(sessions, tenant, key), timeout=30)
+    stack.dev.kill()  # the start is never answered: the bound runs out
+    # The whole answer was streamed and its receipt closed: the stream ends as it would have.
+    await asyncio.wait_for(drained, timeout=stack.bound + 30)
+    assert text
+    assert upstream.requests(MODEL) == before + 1
+    assert len(stack.api.app.state.runtime.invoke.hub) == 0
+    await sdk.close()
