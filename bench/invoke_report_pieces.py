@@ -117,7 +117,7 @@ def where_section(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> lis
         "the same statement that the snapshot's version is current; after it, it starts the "
         "workflow eagerly and begins the provider call alongside (Temporal accepted a start "
         "moments before: `INVOKE_START_OVERLAP_SECONDS`); the call's task writes the finalize "
-        "once it has ended and the start is in, and the "
+        "as soon as it has ended, and once the start is in the "
         "receipt travels through the in-memory hub to the response. The workflow's local "
         "activity adopts the call meanwhile, off the response path."
     )

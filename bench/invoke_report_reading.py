@@ -91,9 +91,9 @@ def analysis(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> list[str
         f"- **Temporal.** An eager `start_workflow` returns in "
         f"{p50('temporal_start_returned_unsandboxed'):.1f} ms: that reply is the one piece of "
         "Temporal left on the response path. The provider call runs alongside it (a start was "
-        "accepted moments before, `INVOKE_START_OVERLAP_SECONDS`), but the receipt's close "
-        "and the answer wait for it, so that no answer is given for an invocation without its "
-        "workflow. The local activity starts "
+        "accepted moments before, `INVOKE_START_OVERLAP_SECONDS`) and closes its receipt as it "
+        "ends, but the answer waits for the reply, so that answers do not outrun Temporal's "
+        "acceptance of their workflows. The local activity starts "
         f"{p50('temporal_start_to_activity_unsandboxed'):.1f} ms after the start and the "
         f"workflow closes {p50('temporal_start_to_result_unsandboxed'):.1f} ms after it (the "
         "product's InvokeModel workers run without the sandbox, `activities/invoke_setup.py`), "
@@ -153,9 +153,10 @@ def levers(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
     cpu = g16["cpu_ms"]
     out = [
         f"the eager start's reply ({p50('temporal_start_returned_unsandboxed'):.1f} ms), which "
-        "the receipt's close and the answer wait for: the provider call "
-        f"({p50('provider_adapter_stream'):.1f} ms) runs alongside it, the rest of the reply "
-        "and then the close stay on the path — the price of no answer without its workflow",
+        "the answer waits for: the provider call "
+        f"({p50('provider_adapter_stream'):.1f} ms) and the receipt's close run alongside "
+        "it, the rest of the reply stays on the path — the price of answers that never outrun "
+        "their workflows' starts",
         f"the API's own CPU ({cpu.get('api', 0):.1f} ms a call at c=16), which includes the "
         "Temporal SDK's work for the workflow task, the local activity and the completion in "
         "the same process (the dev server adds "
