@@ -28,7 +28,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-
 from bench.invoke_database import create_database  # noqa: E402
 from bench.invoke_load import load_client, run_load  # noqa: E402
 from bench.invoke_measure import make_paths  # noqa: E402
