@@ -111,6 +111,33 @@ async def _completed(sessions: async_sessionmaker[AsyncSession], tenant: str, ke
     return row is not None and row.ended_at is not None and row.outcome == "Completed"
 
 
+async def _answered_then_paused(
+    stack: Stack, sdk: openai.AsyncOpenAI, upstream: UpstreamServer, fault: Fault | None
+) -> int:
+    """One call answered (a start just accepted), `fault` set at the upstream for the next, and
+    Temporal paused: the next start is sent, and not answered until the server resumes. The
+    upstream's count of calls before the next one."""
+    await sdk.chat.completions.create(model=PROFILE, messages=[{"role": "user", "content": "a"}])
+    if fault is not None:
+        upstream.inject(MODEL, fault)
+    before = upstream.requests(MODEL)
+    stack.dev.pause()
+    return before
+
+
+async def _refused_with_nothing_called(
+    sdk: openai.AsyncOpenAI, upstream: UpstreamServer, before: int
+) -> None:
+    """Temporal is now known unreachable: the next call is refused, and the upstream saw only
+    the one call after `before`."""
+    with pytest.raises(openai.APIStatusError) as again:
+        await sdk.chat.completions.create(
+            model=PROFILE, messages=[{"role": "user", "content": "after"}]
+        )
+    assert again.value.status_code == 503
+    assert upstream.requests(MODEL) == before + 1
+
+
 async def _sent_while_paused(
     stack: Stack,
     sdk: openai.AsyncOpenAI,
@@ -121,11 +148,7 @@ async def _sent_while_paused(
     """One call answered (a start just accepted), then Temporal paused and a keyed call sent
     (meeting `fault` at the upstream): returned once the upstream has that call, its start
     still unanswered; with the upstream's count before it."""
-    await sdk.chat.completions.create(model=PROFILE, messages=[{"role": "user", "content": "a"}])
-    if fault is not None:
-        upstream.inject(MODEL, fault)
-    before = upstream.requests(MODEL)
-    stack.dev.pause()  # the next start is sent, and not answered until the server resumes
+    before = await _answered_then_paused(stack, sdk, upstream, fault)
     call = asyncio.create_task(
         sdk.chat.completions.create(
             model=PROFILE,
@@ -295,13 +318,7 @@ async def test_a_start_that_fails_after_its_call_ended_keeps_the_receipt_and_ans
     assert row is not None and row.outcome == "Completed" and row.usage_status == "Reported"
     assert row.output_tokens
     assert len(stack.api.app.state.runtime.invoke.hub) == 0
-    # Temporal is now known unreachable: the next call is refused with nothing called.
-    with pytest.raises(openai.APIStatusError) as again:
-        await sdk.chat.completions.create(
-            model=PROFILE, messages=[{"role": "user", "content": "after"}]
-        )
-    assert again.value.status_code == 503
-    assert upstream.requests(MODEL) == before + 1
+    await _refused_with_nothing_called(sdk, upstream, before)
     # Once Temporal is back, a retry of the key replays the answer: one provider call per key,
     # though the key's workflow never started.
     await _ready(stack)
@@ -333,13 +350,7 @@ async def test_a_start_that_fails_while_its_call_runs_cancels_it_and_undoes_the_
     async with sessions() as session:
         assert await by_key(session, tenant, key) is None
     assert len(stack.api.app.state.runtime.invoke.hub) == 0
-    # Temporal is now known unreachable: the next call is refused with nothing called.
-    with pytest.raises(openai.APIStatusError) as again:
-        await sdk.chat.completions.create(
-            model=PROFILE, messages=[{"role": "user", "content": "after"}]
-        )
-    assert again.value.status_code == 503
-    assert upstream.requests(MODEL) == before + 1
+    await _refused_with_nothing_called(sdk, upstream, before)
     await sdk.close()
 
 
@@ -366,11 +377,7 @@ async def _stream_while_paused(
     (meeting `fault` at the upstream): returned with its first output, which came while its
     start was unanswered (before this change the response waited for the start: a caller saw
     nothing until the server resumed)."""
-    await sdk.chat.completions.create(model=PROFILE, messages=[{"role": "user", "content": "a"}])
-    if fault is not None:
-        upstream.inject(MODEL, fault)
-    before = upstream.requests(MODEL)
-    stack.dev.pause()
+    before = await _answered_then_paused(stack, sdk, upstream, fault)
     stream = await asyncio.wait_for(
         sdk.chat.completions.create(
             model=PROFILE,
@@ -426,12 +433,7 @@ async def test_a_start_that_fails_once_a_streams_output_began_ends_it_with_an_er
     async with sessions() as session:
         assert await by_key(session, tenant, key) is None
     assert len(stack.api.app.state.runtime.invoke.hub) == 0
-    with pytest.raises(openai.APIStatusError) as again:
-        await sdk.chat.completions.create(
-            model=PROFILE, messages=[{"role": "user", "content": "after"}]
-        )
-    assert again.value.status_code == 503
-    assert upstream.requests(MODEL) == before + 1
+    await _refused_with_nothing_called(sdk, upstream, before)
     await sdk.close()
 
 
