@@ -22,6 +22,7 @@ from pathlib import Path
 from bench.child_process import Child, free_port, http_ok, port_open
 from bench.local_postgres import LocalPostgres
 from core.settings import Settings
+from core.temporal_dev_server import dynamic_config_args
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
@@ -121,6 +122,7 @@ class Stack:
                 str(metrics_port),
                 "--log-level",
                 "error",
+                *dynamic_config_args(),
             ],
         )
         self.wait_until(lambda: port_open(port), f"Temporal dev server ({name})", child, 60)

@@ -20,6 +20,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from core.temporal_dev_server import dynamic_config_args
 from domain.enums import Role, Scope
 
 DEMO_TENANT = "demo"
@@ -171,6 +172,7 @@ class DevStack:
                 "journal_mode=wal",
                 "--log-level",
                 "warn",
+                *dynamic_config_args(),
             ],
             env,
         )

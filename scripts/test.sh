@@ -93,8 +93,11 @@ ensure_chromium() {
 start_temporal() {
   local port http_port metrics_port
   port=$(free_port); http_port=$(free_port); metrics_port=$(free_port)
+  # The switches every dev server of the project runs with (core/temporal_dev_server.py).
+  local switches
+  mapfile -t switches < <("$VENV_BIN/python" -m core.temporal_dev_server)
   "$VENV_BIN/temporal" server start-dev --headless --ip 127.0.0.1 --port "$port" \
-    --http-port "$http_port" --metrics-port "$metrics_port" --log-level error \
+    --http-port "$http_port" --metrics-port "$metrics_port" --log-level error "${switches[@]}" \
     >"$WORK/temporal.log" 2>&1 &
   TEMPORAL_PID=$!
   wait_for_port "$port" "Temporal dev server" 60

@@ -23,6 +23,7 @@ from temporalio.client import Client
 from api.app import create_app
 from core.settings import Settings
 from core.temporal import connect
+from core.temporal_dev_server import dynamic_config_args
 from worker import build_invocation_worker, build_worker, evaluation_adapters
 
 
@@ -83,11 +84,14 @@ async def workers(
 
 
 class TemporalDevServer:
-    """A Temporal dev server of the test's own (in memory), to stop and start on one port."""
+    """A Temporal dev server of the test's own (in memory), to stop and start on one port, with
+    the project's switches (core/temporal_dev_server.py) unless `switches` is False."""
 
-    def __init__(self, work: Path) -> None:
+    def __init__(self, work: Path, *, switches: bool = True) -> None:
         self.port = _free_port()
+        self.metrics_port = _free_port()
         self._work = work
+        self._switches = dynamic_config_args() if switches else []
         self._proc: subprocess.Popen[bytes] | None = None
         self._binary = str(Path(sys.executable).parent / "temporal")
 
@@ -110,9 +114,10 @@ class TemporalDevServer:
                 "--http-port",
                 str(_free_port()),
                 "--metrics-port",
-                str(_free_port()),
+                str(self.metrics_port),
                 "--log-level",
                 "error",
+                *self._switches,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
