@@ -12,6 +12,7 @@ from collections.abc import Callable
 from bench.invoke_config import DEFAULT_LITELLM, END, RUN_DEADLINE_S, SCENARIOS, START
 from bench.invoke_report_pieces import where_section
 from bench.invoke_results import Results, collect, f2
+from core.temporal_dev_server import DYNAMIC_CONFIG
 
 
 def section(res: Results) -> str:
@@ -93,6 +94,7 @@ def section(res: Results) -> str:
     def verdict(ok: bool) -> str:
         return "**met**" if ok else "**NOT met**"
 
+    switches = ", ".join(f"`{key}={value}`" for key, value in DYNAMIC_CONFIG.items())
     lines = [
         START,
         "## Invoke path (`bench/bench_invoke.py`)",
@@ -105,7 +107,8 @@ def section(res: Results) -> str:
         f"Date {res.started.strftime('%Y-%m-%d %H:%M UTC')} · nproc {os.cpu_count()} · "
         f"Python {platform.python_version()} ({platform.machine()}, {platform.system()}) · "
         f"PostgreSQL {res.pg_version} (fsync off) · Temporal dev server {res.temporal_version} "
-        f"(in-memory SQLite) · load average at start {res.load_start[0]:.2f} / "
+        f"(in-memory SQLite; the project's switches, `core/temporal_dev_server.py`: {switches}) "
+        f"· load average at start {res.load_start[0]:.2f} / "
         f"{res.load_start[1]:.2f} / {res.load_start[2]:.2f}, at the end "
         f"{res.load_end[0]:.2f} · whole run {res.duration_s:.0f} s · LiteLLM: "
         f"{res.litellm_status}.",

@@ -13,8 +13,8 @@ create, load and close the workflow. The server's persistence metrics show it
 Measured on a fresh in-memory dev server, 2026-12-03, alternating default and off:
 - one invocation at a time (600 calls, three pairs): the eager start's reply p50 3.5 / 3.5 /
   4.5 ms off against 5.2 / 3.9 / 5.0 by default, p75 7.3 / 6.4 / 8.0 against 10.3 / 9.1 / 10.3;
-- InvokeModel alone 16 at a time (`bench/invoke_ceiling.py`, four pairs): 9.0 dev server CPU
-  ms per invocation off against 9.6 by default.
+- InvokeModel alone 16 at a time (`bench/invoke_ceiling.py`, seven runs alternating): 9.0 dev
+  server CPU ms per invocation off against 9.6 by default (docs/benchmarks.md, sixteenth pass).
 """
 
 from __future__ import annotations
