@@ -6,15 +6,17 @@ benchmark's (bench/invoke_stack.py). One list, so that the three run the same se
 a custom search attribute can be used the moment it is created. A production server leaves it
 off and refreshes that cache once a minute. The product defines no custom search attribute, so
 here the switch only costs: every read of the search attributes becomes a database read. That
-is three reads per InvokeModel (two in the frontend, one in history), against the three that
-create, load and close the workflow. The server's persistence metrics show it
+is about four reads per InvokeModel (the cluster's metadata twice and the namespace once in the
+frontend, the metadata once in history), besides the three that create, load and close the
+workflow. The server's persistence metrics show it
 (`persistence_requests`, GetCurrentClusterMetadata and GetNamespace).
 
 Measured on a fresh in-memory dev server, 2026-12-03, alternating default and off:
 - one invocation at a time (600 calls, three pairs): the eager start's reply p50 3.5 / 3.5 /
   4.5 ms off against 5.2 / 3.9 / 5.0 by default, p75 7.3 / 6.4 / 8.0 against 10.3 / 9.1 / 10.3;
 - InvokeModel alone 16 at a time (`bench/invoke_ceiling.py`, seven runs alternating): 9.0 dev
-  server CPU ms per invocation off against 9.6 by default (docs/benchmarks.md, sixteenth pass).
+  server CPU ms per invocation off against 9.6 by default (docs/benchmarks.md, sixteenth pass);
+  on a file-backed server as `make dev` starts it, 14.8 and 13.8 against 16.7 and 15.0.
 """
 
 from __future__ import annotations
