@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 from temporalio.api.history.v1 import History
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecution
 
 from core import metrics
 from core.security import new_client_secret
@@ -370,10 +370,20 @@ async def _console_pages(api_url: str, sessions: Any, tenant: str) -> dict[str, 
     return pages
 
 
-async def _histories(client: Client, since: datetime) -> list[tuple[str, str, bytes]]:
-    found = []
+async def _histories(client: Client, since: datetime, calls: int) -> list[tuple[str, str, bytes]]:
+    """The histories of the workflows started since `since`, once visibility (eventually
+    consistent) lists every one this test started: an InvokeModel per call and per surface
+    call, and the evaluation."""
     query = f"StartTime >= '{since.isoformat().replace('+00:00', 'Z')}'"
-    async for wf in client.list_workflows(query):
+
+    async def listed() -> list[WorkflowExecution] | None:
+        runs = [wf async for wf in client.list_workflows(query)]
+        kinds = [wf.workflow_type for wf in runs]
+        enough = kinds.count("InvokeModel") >= calls + 3 and "EvaluateDeployment" in kinds
+        return runs if enough else None
+
+    found = []
+    for wf in await eventually(listed):
         history = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
         raw = History(events=history.events).SerializeToString()
         found.append((wf.workflow_type, json.dumps(history.to_json_dict()), raw))
@@ -428,9 +438,7 @@ async def test_the_marker_reaches_no_store_log_span_metric_or_history(
     # The agent-native surfaces were searched too (their requests are in the logs above).
     assert "POST /v1/messages" in caplog.text and "POST /v1/responses" in caplog.text
 
-    histories = await _histories(temporal_client, since)
-    kinds = [kind for kind, _, _ in histories]
-    assert kinds.count("InvokeModel") >= calls + 3 and "EvaluateDeployment" in kinds
+    histories = await _histories(temporal_client, since, calls)
     for kind, text, raw in histories:
         assert marker not in text, kind
         assert marker.encode() not in raw, kind

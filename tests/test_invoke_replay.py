@@ -7,7 +7,7 @@ import uuid
 
 import httpx
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecution
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
@@ -17,6 +17,7 @@ from core import tracing
 from providers.upstream import Fault, FaultKind, UpstreamServer
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import approved_profile
+from tests.helpers.deadline import eventually
 from workflows.invoke import InvokeModelWorkflow
 
 MODEL = "replay-sim"
@@ -65,13 +66,20 @@ async def test_invoke_histories_replay(
         headers={**auth, "Idempotency-Key": uuid.uuid4().hex},
     )
     assert refused.status_code == 400
+    # Visibility is eventually consistent: a workflow closed a moment ago may not be listed yet.
+    query = (
+        f"WorkflowType = 'InvokeModel' AND WorkflowId STARTS_WITH 'invoke/{tenant}/' "
+        "AND ExecutionStatus = 'Completed'"
+    )
+
+    async def closed() -> list[WorkflowExecution] | None:
+        found = [wf async for wf in temporal_client.list_workflows(query)]
+        return found if len(found) == 3 else None
+
     histories = [
         await temporal_client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
-        async for wf in temporal_client.list_workflows(
-            f"WorkflowType = 'InvokeModel' AND WorkflowId STARTS_WITH 'invoke/{tenant}/'"
-        )
+        for wf in await eventually(closed)
     ]
-    assert len(histories) == 3
     replayer = Replayer(
         workflows=[InvokeModelWorkflow],
         workflow_runner=runner,
