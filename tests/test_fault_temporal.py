@@ -46,6 +46,10 @@ class Stack:
     token: str
     bound: float
 
+    def sdk(self) -> openai.AsyncOpenAI:
+        """The official SDK on this gateway, without its own retries (the tests count calls)."""
+        return openai.AsyncOpenAI(base_url=f"{self.api.url}/v1", api_key=self.token, max_retries=0)
+
 
 def _settings(settings: Settings, dev: TemporalDevServer, bound: float, overlap: float) -> Settings:
     run = uuid.uuid4().hex[:8]
@@ -109,6 +113,11 @@ async def _completed(sessions: async_sessionmaker[AsyncSession], tenant: str, ke
     async with sessions() as session:
         row = await by_key(session, tenant, key)
     return row is not None and row.ended_at is not None and row.outcome == "Completed"
+
+
+async def _closed(sessions: async_sessionmaker[AsyncSession], tenant: str, key: str) -> None:
+    """The key's receipt is closed Completed, within a deadline."""
+    await eventually(lambda: _completed(sessions, tenant, key), timeout=30)
 
 
 async def _answered_then_paused(
@@ -184,7 +193,7 @@ def _chat(key: str) -> tuple[dict[str, object], dict[str, str]]:
 async def test_temporal_down_is_a_503_with_retry_after_then_at_once_until_it_answers(
     stack: Stack, tenant: str, sessions: async_sessionmaker[AsyncSession], upstream: UpstreamServer
 ) -> None:
-    sdk = openai.AsyncOpenAI(base_url=f"{stack.api.url}/v1", api_key=stack.token, max_retries=0)
+    sdk = stack.sdk()
     ok = await sdk.chat.completions.create(
         model=PROFILE, messages=[{"role": "user", "content": "before"}]
     )
@@ -256,7 +265,7 @@ async def test_temporal_down_is_a_503_with_retry_after_then_at_once_until_it_ans
 async def test_a_temporal_restart_shorter_than_the_bound_is_absorbed(
     stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str
 ) -> None:
-    sdk = openai.AsyncOpenAI(base_url=f"{stack.api.url}/v1", api_key=stack.token, max_retries=0)
+    sdk = stack.sdk()
     stack.dev.kill()
     key = f"tf-blip-{uuid.uuid4().hex[:8]}"
     call = asyncio.create_task(
@@ -270,7 +279,7 @@ async def test_a_temporal_restart_shorter_than_the_bound_is_absorbed(
     done = await asyncio.wait_for(call, timeout=stack.bound + 30)
     assert done.choices[0].message.content
 
-    await eventually(lambda: _completed(sessions, tenant, key), timeout=30)
+    await _closed(sessions, tenant, key)
     assert len(stack.api.app.state.runtime.invoke.hub) == 0
     await sdk.close()
 
@@ -281,13 +290,13 @@ async def test_a_temporal_restart_shorter_than_the_bound_is_absorbed(
 async def test_just_after_a_start_the_provider_call_runs_alongside_the_next_start(
     stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str, upstream: UpstreamServer
 ) -> None:
-    sdk = openai.AsyncOpenAI(base_url=f"{stack.api.url}/v1", api_key=stack.token, max_retries=0)
+    sdk = stack.sdk()
     key = f"tf-overlap-{uuid.uuid4().hex[:8]}"
     try:
         # The provider answers while the start is still unanswered ...
         call, before = await _sent_while_paused(stack, sdk, upstream, key)
         # ... its receipt closes as the call ends, but the answer waits for the start.
-        await eventually(lambda: _completed(sessions, tenant, key), timeout=30)
+        await _closed(sessions, tenant, key)
         assert not call.done()
     finally:
         stack.dev.resume()
@@ -295,7 +304,7 @@ async def test_just_after_a_start_the_provider_call_runs_alongside_the_next_star
     assert done.choices[0].message.content
     assert upstream.requests(MODEL) == before + 1
 
-    await eventually(lambda: _completed(sessions, tenant, key), timeout=30)
+    await _closed(sessions, tenant, key)
     assert len(stack.api.app.state.runtime.invoke.hub) == 0
     await sdk.close()
 
@@ -305,10 +314,10 @@ async def test_just_after_a_start_the_provider_call_runs_alongside_the_next_star
 async def test_a_start_that_fails_after_its_call_ended_keeps_the_receipt_and_answers(
     stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str, upstream: UpstreamServer
 ) -> None:
-    sdk = openai.AsyncOpenAI(base_url=f"{stack.api.url}/v1", api_key=stack.token, max_retries=0)
+    sdk = stack.sdk()
     key = f"tf-kept-{uuid.uuid4().hex[:8]}"
     call, before = await _sent_while_paused(stack, sdk, upstream, key)
-    await eventually(lambda: _completed(sessions, tenant, key), timeout=30)
+    await _closed(sessions, tenant, key)
     stack.dev.kill()  # the start is never answered: the bound runs out
     # The provider answered and the receipt records it: the caller gets that answer.
     done = await asyncio.wait_for(call, timeout=stack.bound + 30)
@@ -336,7 +345,7 @@ async def test_a_start_that_fails_after_its_call_ended_keeps_the_receipt_and_ans
 async def test_a_start_that_fails_while_its_call_runs_cancels_it_and_undoes_the_claim(
     stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str, upstream: UpstreamServer
 ) -> None:
-    sdk = openai.AsyncOpenAI(base_url=f"{stack.api.url}/v1", api_key=stack.token, max_retries=0)
+    sdk = stack.sdk()
     key = f"tf-lost-{uuid.uuid4().hex[:8]}"
     hang = Fault(kind=FaultKind.HANG, times=1)  # the upstream holds the call: it never ends
     call, before = await _sent_while_paused(stack, sdk, upstream, key, hang)
@@ -395,7 +404,7 @@ async def _stream_while_paused(
 async def test_a_stream_begun_alongside_its_start_sends_output_before_the_start_is_in(
     stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str, upstream: UpstreamServer
 ) -> None:
-    sdk = openai.AsyncOpenAI(base_url=f"{stack.api.url}/v1", api_key=stack.token, max_retries=0)
+    sdk = stack.sdk()
     key = f"tf-stream-{uuid.uuid4().hex[:8]}"
     try:
         stream, text, before = await _stream_while_paused(stack, sdk, upstream, key)
@@ -403,7 +412,7 @@ async def test_a_stream_begun_alongside_its_start_sends_output_before_the_start_
         # The caller has output and the receipt closes as the call ends; the stream's end
         # waits for the start.
         drained = asyncio.create_task(_drain(stream))
-        await eventually(lambda: _completed(sessions, tenant, key), timeout=30)
+        await _closed(sessions, tenant, key)
         assert not drained.done()
     finally:
         stack.dev.resume()
@@ -417,7 +426,7 @@ async def test_a_stream_begun_alongside_its_start_sends_output_before_the_start_
 async def test_a_start_that_fails_once_a_streams_output_began_ends_it_with_an_error_event(
     stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str, upstream: UpstreamServer
 ) -> None:
-    sdk = openai.AsyncOpenAI(base_url=f"{stack.api.url}/v1", api_key=stack.token, max_retries=0)
+    sdk = stack.sdk()
     key = f"tf-stream-lost-{uuid.uuid4().hex[:8]}"
     stall = Fault(kind=FaultKind.STREAM_STALL, after_chunks=3, times=1)  # output, then silence
     stream, _, before = await _stream_while_paused(stack, sdk, upstream, key, stall)
@@ -476,11 +485,11 @@ async def test_the_gateway_stream_ends_without_a_receipt_when_its_start_fails_un
 async def test_a_stream_that_ended_before_its_start_failed_ends_with_its_receipt(
     stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str, upstream: UpstreamServer
 ) -> None:
-    sdk = openai.AsyncOpenAI(base_url=f"{stack.api.url}/v1", api_key=stack.token, max_retries=0)
+    sdk = stack.sdk()
     key = f"tf-stream-kept-{uuid.uuid4().hex[:8]}"
     stream, text, before = await _stream_while_paused(stack, sdk, upstream, key)
     drained = asyncio.create_task(_drain(stream))
-    await eventually(lambda: _completed(sessions, tenant, key), timeout=30)
+    await _closed(sessions, tenant, key)
     stack.dev.kill()  # the start is never answered: the bound runs out
     # The whole answer was streamed and its receipt closed: the stream ends as it would have.
     await asyncio.wait_for(drained, timeout=stack.bound + 30)
