@@ -5,7 +5,11 @@ to the API while the load runs; prints on-CPU samples by module (self time) and 
 (inclusive), and keeps the collapsed stacks for a closer look.
 
 Run: .venv/bin/python bench/profile_invoke.py [--path ns16|ns1] [--calls 1600] [--rate 250]
-[--out DIR]
+[--out DIR] [--dev-server]
+
+`--dev-server` records the Temporal dev server instead, with `perf record -g` (Linux's perf,
+not installed by the project), and names its samples from the binary's own function table
+(bench/dev_server_profile.py, bench/go_symbols.py).
 
 py-spy is a dev tool, not a dependency, and `uv sync` (scripts/test.sh) removes what is not in
 the lock: install it apart, `uv pip install --target DIR py-spy`, and pass `--py-spy
@@ -28,11 +32,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.dev_server_profile import report as dev_server_report  # noqa: E402
+from bench.dev_server_profile import samples  # noqa: E402
+from bench.go_symbols import GoSymbols  # noqa: E402
 from bench.invoke_database import create_database  # noqa: E402
 from bench.invoke_load import load_client, run_load  # noqa: E402
 from bench.invoke_measure import make_paths  # noqa: E402
 from bench.invoke_seed import seed  # noqa: E402
-from bench.invoke_stack import Stack  # noqa: E402
+from bench.invoke_stack import VENV_BIN, Stack  # noqa: E402
 from core.settings import Settings  # noqa: E402
 from core.temporal import connect  # noqa: E402
 from store.db import create_engine, session_factory  # noqa: E402
@@ -127,15 +134,28 @@ def report(collapsed: Path, top: int) -> str:
     return "\n".join(out)
 
 
+def _sampler(stack: Stack, dev_server: bool, rate: int, py_spy: str) -> tuple[list[str], Path]:
+    """The sampler's command and where it writes: py-spy on the API, or perf on the dev server."""
+    if dev_server:
+        child = stack.child("temporal")
+        assert child is not None
+        out = stack.work / "dev-server.perf"
+        return ["perf", "record", "-g", "-F", str(rate), "-p", str(child.pid), "-o", str(out)], out
+    child = stack.child("api")
+    assert child is not None
+    out = stack.work / "api.collapsed"
+    command = [py_spy, "record", "--pid", str(child.pid), "--rate", str(rate)]
+    return [*command, "--format", "raw", "--output", str(out), "--threads"], out
+
+
 async def load(
     stack: Stack,
     settings: Settings,
     database_url: str,
     path: str,
     calls: int,
-    rate: int,
-    py_spy: str,
-) -> Path:
+    sampler: list[str],
+) -> None:
     engine = create_engine(database_url)
     sessions = session_factory(engine)
     temporal = await connect(settings)
@@ -144,44 +164,33 @@ async def load(
     clients = [load_client() for _ in range(2)]
     gateway = make_paths(stack, token, False, clients)[1]
     await run_load(gateway, path, 200, "warm", None)
-    api_child = stack.child("api")
-    assert api_child is not None
-    out = stack.work / "api.collapsed"
     spy = await asyncio.create_subprocess_exec(
-        py_spy,
-        "record",
-        "--pid",
-        str(api_child.pid),
-        "--rate",
-        str(rate),
-        "--format",
-        "raw",
-        "--output",
-        str(out),
-        "--threads",
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
+        *sampler, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
     )
-    await asyncio.sleep(1.0)  # py-spy attaches
+    await asyncio.sleep(1.0)  # the sampler attaches
     run = await run_load(gateway, path, calls, "profiled", None)
-    spy.send_signal(signal.SIGINT)  # py-spy writes what it has and exits
+    spy.send_signal(signal.SIGINT)  # the sampler writes what it has and exits
     await asyncio.wait_for(spy.wait(), 30)
     rate_s = len(run.samples) / run.wall
     print(f"{len(run.samples)} calls, {len(run.errors)} errors, {rate_s:.1f}/s")
     for c in clients:
         await c.aclose()
     await engine.dispose()
-    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--path", choices=("ns16", "ns1"), default="ns16")
     parser.add_argument("--calls", type=int, default=1600)
-    parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
+    parser.add_argument("--rate", type=int, default=250, help="samples per second")
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--py-spy", default=shutil.which("py-spy") or "py-spy")
-    parser.add_argument("--out", type=Path, default=None, help="copy the collapsed stacks here")
+    parser.add_argument("--out", type=Path, default=None, help="copy the samples here")
+    parser.add_argument(
+        "--dev-server",
+        action="store_true",
+        help="profile the Temporal dev server with perf instead of the API with py-spy",
+    )
     args = parser.parse_args()
     stack = Stack()
     try:
@@ -194,13 +203,16 @@ def main() -> None:
         stack.start_worker(env)
         stack.start_api(env)
         settings = stack.settings(database_url)
-        collapsed = asyncio.run(
-            load(stack, settings, database_url, args.path, args.calls, args.rate, args.py_spy)
-        )
-        print(report(collapsed, args.top))
+        sampler, written = _sampler(stack, args.dev_server, args.rate, args.py_spy)
+        asyncio.run(load(stack, settings, database_url, args.path, args.calls, sampler))
+        if args.dev_server:
+            binary = GoSymbols.from_binary(VENV_BIN / "temporal")
+            print(dev_server_report(samples(written, binary), args.top))
+        else:
+            print(report(written, args.top))
         if args.out is not None:
             args.out.mkdir(parents=True, exist_ok=True)
-            shutil.copy(collapsed, args.out / "api.collapsed")
+            shutil.copy(written, args.out / written.name)
     finally:
         stack.close(keep=False)
     sys.stdout.flush()
