@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bench.go_symbols import GoSymbols
 
-# (label, function-name prefixes or substrings: a sample is in the part when a frame has one)
+# (label, parts of function names: a sample is in the part when one of its frames has one)
 PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("history service", ("go.temporal.io/server/service/history.",)),
     ("frontend service", ("go.temporal.io/server/service/frontend.",)),
@@ -76,7 +76,7 @@ def samples(perf_data: Path, symbols: GoSymbols) -> list[Sample]:
 
 
 def _in(frame: str, marks: tuple[str, ...]) -> bool:
-    return any(frame.startswith(m) or m in frame for m in marks)
+    return any(m in frame for m in marks)
 
 
 def report(found: list[Sample], top: int = 25) -> str:

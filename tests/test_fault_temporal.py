@@ -50,6 +50,10 @@ class Stack:
         """The official SDK on this gateway, without its own retries (the tests count calls)."""
         return openai.AsyncOpenAI(base_url=f"{self.api.url}/v1", api_key=self.token, max_retries=0)
 
+    def held(self) -> int:
+        """Calls whose prompt the API's hub still holds."""
+        return len(self.api.app.state.runtime.invoke.hub)
+
 
 def _settings(settings: Settings, dev: TemporalDevServer, bound: float, overlap: float) -> Settings:
     run = uuid.uuid4().hex[:8]
@@ -198,7 +202,6 @@ async def test_temporal_down_is_a_503_with_retry_after_then_at_once_until_it_ans
         model=PROFILE, messages=[{"role": "user", "content": "before"}]
     )
     assert ok.choices[0].message.content
-    runtime = stack.api.app.state.runtime
     refused_before = metrics.refusals.value({"reason": "temporal-unreachable"})
     called_before = upstream.requests(MODEL)
 
@@ -239,7 +242,7 @@ async def test_temporal_down_is_a_503_with_retry_after_then_at_once_until_it_ans
     async with sessions() as session:
         for key in keys:
             assert await by_key(session, tenant, key) is None
-    assert len(runtime.invoke.hub) == 0
+    assert stack.held() == 0
     assert metrics.refusals.value({"reason": "temporal-unreachable"}) >= refused_before + 3
 
     await _ready(stack)
@@ -257,7 +260,7 @@ async def test_temporal_down_is_a_503_with_retry_after_then_at_once_until_it_ans
         return bool(done.choices[0].message.content)
 
     await eventually(answers_again, timeout=60, interval=0.5)
-    assert len(runtime.invoke.hub) == 0
+    assert stack.held() == 0
     await sdk.close()
 
 
@@ -280,7 +283,7 @@ async def test_a_temporal_restart_shorter_than_the_bound_is_absorbed(
     assert done.choices[0].message.content
 
     await _closed(sessions, tenant, key)
-    assert len(stack.api.app.state.runtime.invoke.hub) == 0
+    assert stack.held() == 0
     await sdk.close()
 
 
@@ -305,7 +308,7 @@ async def test_just_after_a_start_the_provider_call_runs_alongside_the_next_star
     assert upstream.requests(MODEL) == before + 1
 
     await _closed(sessions, tenant, key)
-    assert len(stack.api.app.state.runtime.invoke.hub) == 0
+    assert stack.held() == 0
     await sdk.close()
 
 
@@ -326,7 +329,7 @@ async def test_a_start_that_fails_after_its_call_ended_keeps_the_receipt_and_ans
         row = await by_key(session, tenant, key)
     assert row is not None and row.outcome == "Completed" and row.usage_status == "Reported"
     assert row.output_tokens
-    assert len(stack.api.app.state.runtime.invoke.hub) == 0
+    assert stack.held() == 0
     await _refused_with_nothing_called(sdk, upstream, before)
     # Once Temporal is back, a retry of the key replays the answer: one provider call per key,
     # though the key's workflow never started.
@@ -358,7 +361,7 @@ async def test_a_start_that_fails_while_its_call_runs_cancels_it_and_undoes_the_
     # The call was stopped before it ended and its claim undone: the key stays unused.
     async with sessions() as session:
         assert await by_key(session, tenant, key) is None
-    assert len(stack.api.app.state.runtime.invoke.hub) == 0
+    assert stack.held() == 0
     await _refused_with_nothing_called(sdk, upstream, before)
     await sdk.close()
 
@@ -418,7 +421,7 @@ async def test_a_stream_begun_alongside_its_start_sends_output_before_the_start_
         stack.dev.resume()
     await asyncio.wait_for(drained, timeout=stack.bound + 30)
     assert upstream.requests(MODEL) == before + 1
-    assert len(stack.api.app.state.runtime.invoke.hub) == 0
+    assert stack.held() == 0
     await sdk.close()
 
 
@@ -441,7 +444,7 @@ async def test_a_start_that_fails_once_a_streams_output_began_ends_it_with_an_er
     # key unused, nothing left in memory.
     async with sessions() as session:
         assert await by_key(session, tenant, key) is None
-    assert len(stack.api.app.state.runtime.invoke.hub) == 0
+    assert stack.held() == 0
     await _refused_with_nothing_called(sdk, upstream, before)
     await sdk.close()
 
@@ -476,7 +479,7 @@ async def test_the_gateway_stream_ends_without_a_receipt_when_its_start_fails_un
     assert error["receiptKept"] is False
     async with sessions() as session:
         assert await by_key(session, tenant, key) is None
-    assert len(stack.api.app.state.runtime.invoke.hub) == 0
+    assert stack.held() == 0
     assert upstream.requests(MODEL) == before + 1
 
 
@@ -495,5 +498,5 @@ async def test_a_stream_that_ended_before_its_start_failed_ends_with_its_receipt
     await asyncio.wait_for(drained, timeout=stack.bound + 30)
     assert text
     assert upstream.requests(MODEL) == before + 1
-    assert len(stack.api.app.state.runtime.invoke.hub) == 0
+    assert stack.held() == 0
     await sdk.close()
