@@ -16,6 +16,7 @@ import jwt
 
 from core.jwks import IssuerKeys, UnknownKey
 from core.settings import Settings
+from core.verified_tokens import Verified, VerifiedTokens
 from domain.enums import Role, Scope
 
 _SCRYPT = {"n": 2**14, "r": 8, "p": 1, "dklen": 32}
@@ -87,10 +88,19 @@ def mint_token(
 
 class TokenVerifier:
     """Verifies bearer tokens: HS256 with the local secret, RS256 with the external issuer's
-    keys (core/jwks.py: held, refreshed in the background, kept while the issuer is down)."""
+    keys (core/jwks.py: held, refreshed in the background, kept while the issuer is down). A
+    token that verified is held for its next check (core/verified_tokens.py) until its `exp`
+    by `wall`, the clock PyJWT checks it on."""
 
-    def __init__(self, settings: Settings, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
         self._settings = settings
+        self._wall = wall
+        self._verified: VerifiedTokens[Principal] = VerifiedTokens()
         self._jwks = (
             IssuerKeys(
                 settings.auth_jwks_url,
@@ -139,6 +149,15 @@ class TokenVerifier:
         return held if held is not None else await asyncio.to_thread(self.verify, token)
 
     def _decode(self, token: str, key: jwt.PyJWK | str) -> Principal:
+        held = self._verified.get(token, key, self._wall())
+        if held is not None:
+            return held
+        principal, expires = self._check(token, key)
+        self._verified.put(token, Verified(principal, key, expires))
+        return principal
+
+    def _check(self, token: str, key: jwt.PyJWK | str) -> tuple[Principal, float]:
+        """The token's principal and its `exp`, or TokenError."""
         s = self._settings
         try:
             claims = jwt.decode(
@@ -156,7 +175,10 @@ class TokenVerifier:
             raise TokenError("token has no tenant (tid) claim")
         roles = frozenset(Role(r) for r in claims.get("roles", []) if r in Role._value2member_map_)
         scopes = frozenset(str(claims.get("scope", "")).split())
-        return Principal(client_id=str(claims["sub"]), tenant_id=tenant, roles=roles, scopes=scopes)
+        principal = Principal(
+            client_id=str(claims["sub"]), tenant_id=tenant, roles=roles, scopes=scopes
+        )
+        return principal, float(claims["exp"])
 
 
 def _kid(token: str) -> str | None:

@@ -75,10 +75,11 @@ class _Issuer:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_port}/jwks.json"
 
-    def rotate(self) -> None:
-        """The issuer signs with a new key k2 from now on, and k1 leaves its key set."""
+    def rotate(self, kid: str = "k2") -> None:
+        """The issuer signs with a new key `kid` from now on, and k1 leaves its key set (or, with
+        `kid="k1"`, is replaced under the same name)."""
         self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        self.keys = [_jwk(self.key, "k2")]
+        self.keys = [_jwk(self.key, kid)]
 
     def token(self, kid: str = "k1", **claims: Any) -> str:
         now = int(time.time())
@@ -326,6 +327,28 @@ async def test_a_key_the_issuer_rotated_out_stops_verifying_once_the_set_is_refr
     new_principal = verifier.verify_held(new)
     assert new_principal is not None and new_principal.tenant_id == "t-ext"
     assert issuer.fetches == 2
+
+
+async def test_a_key_replaced_under_its_kid_stops_verifying_the_old_keys_tokens(
+    rs256: Settings, issuer: _Issuer, held: _Held
+) -> None:
+    # `held` verified its token once, so the verifier holds it (core/verified_tokens.py): that
+    # must not outlive the key that verified it.
+    clock, verifier, old = held.clock, held.verifier, held.token
+    assert verifier.verify_held(old) is held.principal
+    issuer.rotate(kid="k1")
+    clock.now += rs256.auth_jwks_refresh_seconds + 1
+
+    def refused() -> bool:
+        try:
+            verifier.verify_held(old)
+        except TokenError:
+            return True
+        return False
+
+    await eventually(refused)
+    new = verifier.verify_held(issuer.token(kid="k1"))
+    assert new is not None and new.tenant_id == "t-ext"
 
 
 async def test_a_key_rotated_in_is_fetched_for_the_first_token_naming_it(
