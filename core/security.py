@@ -90,7 +90,7 @@ class TokenVerifier:
     """Verifies bearer tokens: HS256 with the local secret, RS256 with the external issuer's
     keys (core/jwks.py: held, refreshed in the background, kept while the issuer is down). A
     token that verified is held for its next check (core/verified_tokens.py) until its `exp`
-    by `wall`, the clock PyJWT checks it on."""
+    on `wall` (by default `time.time`, the clock PyJWT checks `exp` on)."""
 
     def __init__(
         self,
