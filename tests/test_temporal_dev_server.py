@@ -5,15 +5,14 @@ against a server started without the switches."""
 
 from __future__ import annotations
 
-import asyncio
 import re
-import time
 import uuid
 from pathlib import Path
 
 import httpx
 from temporalio.client import Client
 
+from tests.helpers.deadline import eventually
 from tests.helpers.stack import TemporalDevServer
 
 STARTS = 10
@@ -35,10 +34,9 @@ async def _reported(
     server: TemporalDevServer, operation: str, service: str, at_least: float
 ) -> None:
     """The server reports its metrics on a timer, not as they happen: poll until it has."""
-    deadline = time.monotonic() + 30
-    while _counter(server, operation, service) < at_least:
-        assert time.monotonic() < deadline, f"{operation} never reached {at_least}"
-        await asyncio.sleep(0.2)
+    await eventually(
+        lambda: _counter(server, operation, service) >= at_least, timeout=30, interval=0.2
+    )
 
 
 async def _reads_for_starts(tmp_path: Path, *, switches: bool) -> float:
