@@ -38,6 +38,7 @@ from domain.invocation import (
 )
 from domain.pricing import Pricebook, estimate_cost_usd
 from store import pricebook
+from store.artifact_files import ArtifactFiles
 from store.artifacts import ArtifactStore, reference
 from store.receipt_statements import ReceiptStatements
 
@@ -76,7 +77,7 @@ class InvokeActivities:
         self._sessions = sessions
         self._hub = hub
         self._adapters = adapters
-        self._artifacts = artifacts
+        self._files = ArtifactFiles(artifacts)
         self._prices: dict[tuple[str, str], Pricebook | None] = {}
 
     @property
@@ -94,6 +95,11 @@ class InvokeActivities:
     @property
     def statements(self) -> ReceiptStatements:
         return self._statements
+
+    @property
+    def files(self) -> ArtifactFiles:
+        """The answers' files, written and read off the event loop (store/artifact_files.py)."""
+        return self._files
 
     def begin(self, data: InvocationInput, pending: PendingCall) -> None:
         """Start the provider call of a claimed invocation now, without waiting for the
@@ -186,34 +192,46 @@ class InvokeActivities:
         # that then fails leaves a closed receipt the key replays, not a billable call recorded
         # nowhere. Only the answer waits for the start, below.
         closing = asyncio.ensure_future(self._statements.finalize(data, summary))
+        filing: asyncio.Future[None] | None = None
         if output is not None and summary.output_artifact_ref is not None:
-            # The answer's file is written while the close's statement is at the database
-            # (one loop turn sends it): the write took 0.15-1.3 ms of a c=1 call's path on this
-            # machine's disk, the close's round trip about 0.5 (timeline of bench calls,
-            # 2026-12-01). The receipt names the file by its hash, known before it is written.
-            await asyncio.sleep(0)
-            self._store_output(data.tenant_id, summary.output_artifact_ref, output)
+            # The answer's file is written on a thread of the artifact pool, beside the close
+            # and the answer: the call's task returns (and so the workflow's result, which a
+            # replay of the key waits for, comes) only once it is written or given up. On the
+            # loop the write took 0.15-1.3 ms of a c=1 call's path on this machine's disk
+            # (timeline of bench calls, 2026-12-01), and a stalled volume held every call of the
+            # process; awaited before the answer, its thread's hand-over cost 0.5 ms at c=1
+            # (bench/invoke_pair.py, 600 pairs, twice). The receipt names the file by its hash,
+            # known before it is written.
+            filing = asyncio.ensure_future(
+                self._store_output(data.tenant_id, summary.output_artifact_ref, output)
+            )
         try:
-            await closing
-        except Exception as exc:
-            log.warning("receipt finalize failed, handed to the workflow: %s", type(exc).__name__)
-            return summary.model_copy(update={"disposition": Disposition.FINALIZE})
-        # The answer goes once Temporal has the start, accepted or refused: answers do not
-        # outrun the workflows behind them (Temporal's backpressure), and a refused start finds
-        # the receipt already closed, so the caller has the answer the receipt records.
-        await pending.start_resolved()
-        pending.answered = True
-        pending.events.put_nowait(ReceiptReady(summary))
-        record_metrics(data, _provider_of(data, summary.deployment_id), summary)
-        return summary
+            try:
+                await closing
+            except Exception as exc:
+                log.warning(
+                    "receipt finalize failed, handed to the workflow: %s", type(exc).__name__
+                )
+                return summary.model_copy(update={"disposition": Disposition.FINALIZE})
+            # The answer goes once Temporal has the start, accepted or refused: answers do not
+            # outrun the workflows behind them (Temporal's backpressure), and a refused start
+            # finds the receipt already closed, so the caller has the answer the receipt records.
+            await pending.start_resolved()
+            pending.answered = True
+            pending.events.put_nowait(ReceiptReady(summary))
+            record_metrics(data, _provider_of(data, summary.deployment_id), summary)
+            return summary
+        finally:
+            if filing is not None:
+                await asyncio.shield(filing)  # never raises: a failed write is logged
 
-    def _store_output(self, tenant_id: str, ref: str, output: bytes) -> None:
-        """The stored answer a replay of this key serves. A write that fails (a full or broken
-        artifact volume) does not fail the call the provider answered: the caller gets its
-        answer, the receipt keeps the reference, and a replay of the key finds no stored
+    async def _store_output(self, tenant_id: str, ref: str, output: bytes) -> None:
+        """The stored answer a replay of this key serves. A write that fails (a full, broken or
+        stalled artifact volume) does not fail the call the provider answered: the caller gets
+        its answer, the receipt keeps the reference, and a replay of the key finds no stored
         answer, as once the tenant's retention has removed it."""
         try:
-            self._artifacts.write(tenant_id, ref, output)
+            await self._files.write(tenant_id, ref, output)
         except Exception as exc:
             log.error("output artifact not written, replays get no answer: %s", type(exc).__name__)
 

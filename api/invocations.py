@@ -58,7 +58,7 @@ from domain.planner import PlanRequest
 from routing.refusals import PolicyDenied, Refusal
 from routing.routes import Route, Routes
 from store import receipts
-from store.artifacts import ArtifactStore
+from store.artifact_files import ArtifactFiles
 from store.receipt_statements import Claim
 from store.tables import InvocationReceiptRow
 
@@ -102,7 +102,7 @@ class Invocations:
         client: Client,
         config: InvokeConfig,
         hub: InvocationHub,
-        artifacts: ArtifactStore,
+        files: ArtifactFiles,
         sessions: async_sessionmaker[AsyncSession],
         routes: Routes,
         come_back: ComeBack,
@@ -117,7 +117,7 @@ class Invocations:
         self._client = client
         self._config = config
         self._hub = hub
-        self._artifacts = artifacts
+        self._files = files
         self._starts = WorkflowStarts(client, config, gate, activities, hub)
 
     async def start(self, principal: Principal, call: Call) -> Running:
@@ -313,13 +313,20 @@ class Invocations:
                 "This Idempotency-Key was used with a different request.",
                 field="header.Idempotency-Key",
             )
-        output = (
-            self._artifacts.get(tenant, receipt.output_artifact_ref)
-            if receipt.output_artifact_ref
-            else None
-        )
+        output = await self._stored(tenant, receipt.output_artifact_ref)
         yield Replayed(output, receipt.deployment_id)
         yield ReceiptReady(receipts.summary_of(receipt))
+
+    async def _stored(self, tenant: str, ref: str | None) -> bytes | None:
+        """The stored answer a replay serves; none when the artifact volume does not answer in
+        time (read off the event loop, store/artifact_files.py), as when retention removed it."""
+        if not ref:
+            return None
+        try:
+            return await self._files.get(tenant, ref)
+        except OSError as exc:
+            log.warning("stored answer not read, replayed without it: %s", type(exc).__name__)
+            return None
 
     async def _wait_closed(self, tenant: str, key: str) -> InvocationReceiptRow:
         handle = self._client.get_workflow_handle(

@@ -28,7 +28,6 @@ from api.runtime_types import InvokeConfig
 from api.temporal_gate import TemporalGate
 from core.settings import Settings
 from routing.routes import Routes
-from store.artifacts import ArtifactStore
 from store.receipt_statements import ReceiptStatements
 from workflows.invoke import InvokeModelWorkflow
 
@@ -48,7 +47,6 @@ class InvokeRuntime:
         self.activities, self._adapters = invoke_activities(
             settings, sessions, self.hub, statements
         )
-        self.artifacts = ArtifactStore(settings.artifact_root)
         self.config = InvokeConfig(
             workflow_queue=settings.temporal_invocation_task_queue,
             caller_queue=f"{settings.temporal_invocation_task_queue}-api-{uuid.uuid4().hex[:12]}",
@@ -111,7 +109,7 @@ class InvokeRuntime:
             client,
             self.config,
             self.hub,
-            self.artifacts,
+            self.activities.files,
             self._sessions,
             self._routes,
             self.come_back,
@@ -131,3 +129,4 @@ class InvokeRuntime:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await task
         await self._adapters.aclose()
+        self.activities.files.close()

@@ -1,7 +1,7 @@
 """Two checkouts of the API on one stack, their calls alternated: a paired comparison of an
 invoke-path change that host drift cannot swamp.
 
-Run: .venv/bin/python bench/invoke_pair.py OTHER_CHECKOUT [--pairs 300] [--blocks 3]
+Run: .venv/bin/python bench/invoke_pair.py OTHER_CHECKOUT [--pairs 300] [--run 1] [--blocks 3]
      [--scenarios ns16,st16] [--keep]
 
 `bench_invoke.py` compares the gateway with LiteLLM inside one run, but a change to the gateway is
@@ -12,12 +12,13 @@ versions run at once, on the same PostgreSQL database, Temporal dev server, upst
 worker: one API process started from this checkout ("this") and one from OTHER_CHECKOUT ("other",
 e.g. a `git worktree` with the change, sharing this virtualenv). c=1 non-stream calls alternate one
 by one (the order swapped every pair), so both see the same neighbours and the same dev server
-history; the paired difference's median is the change's effect at c=1. Then, per scenario, blocks
-at c=16 alternate ABBA, each with the API's and the dev server's CPU per call, its window closed
-once its workflows have (`invoke_drain.py`). Each side's calls carry their own Idempotency-Keys (a
-key the other side used would be a replay). Both API processes poll the same InvokeModel task
-queue, but eager starts run where they were started; each has its own caller queue. Nothing is
-written to docs/benchmarks.md: the tables go to stdout.
+history; the paired difference's median is the change's effect at c=1 (`--run N`: runs of N calls
+a side instead, for a change that moves work from behind one call's answer onto the next). Then,
+per scenario, blocks at c=16 alternate ABBA, each with the API's and the dev server's CPU per call,
+its window closed once its workflows have (`invoke_drain.py`). Each side's calls carry their own
+Idempotency-Keys (a key the other side used would be a replay). Both API processes poll the same
+InvokeModel task queue, but eager starts run where they were started; each has its own caller
+queue. Nothing is written to docs/benchmarks.md: the tables go to stdout.
 """
 
 from __future__ import annotations
@@ -57,17 +58,25 @@ class Side:
     port: int = 0
     pid: int = 0
     path: Path_ | None = None
-    c1: list[float] = field(default_factory=list)  # ms, request sent to last byte
+    c1: list[list[float]] = field(default_factory=list)  # ms, request sent to last byte, per run
     # per scenario, per block: calls/s, sustained calls/s, API and dev server CPU ms per call
     blocks: dict[str, list[tuple[float, float, float, float]]] = field(default_factory=dict)
 
 
-async def c1_pairs(sides: list[Side], pairs: int) -> None:
-    for i in range(pairs):
-        for side in sides if i % 2 == 0 else sides[::-1]:
+async def c1_pairs(sides: list[Side], pairs: int, run: int) -> None:
+    """`pairs` calls per side, in runs of `run` calls back to back, the sides taking turns (the
+    order swapped every turn). One call a turn pairs each call with its neighbour. Longer runs
+    keep what a call leaves behind its answer (its workflow's completion, the dev server's
+    bookkeeping) on its own side's next call: a change that moves that work is only seen so. A
+    run's first call follows the other side's last and is not counted."""
+    for i in range(0, pairs, run):
+        for side in sides if (i // run) % 2 == 0 else sides[::-1]:
             assert side.path is not None
-            sample = await side.path.call(f"pair-{side.name}-ns1", i, False)
-            side.c1.append(sample.total * 1000)
+            block = []
+            for j in range(i, min(i + run, pairs)):
+                sample = await side.path.call(f"pair-{side.name}-ns1", j, False)
+                block.append(sample.total * 1000)
+            side.c1.append(block[1:] if run > 1 else block)
 
 
 async def c16_blocks(
@@ -100,17 +109,22 @@ async def c16_blocks(
 
 def report(sides: list[Side], scenarios: list[str]) -> str:
     this, other = sides
-    diffs = [b - a for a, b in zip(this.c1, other.c1, strict=True)]
+    # Per turn: the other side's run against this side's (one call each, or the runs' medians).
+    diffs = [
+        statistics.median(b) - statistics.median(a)
+        for a, b in zip(this.c1, other.c1, strict=True)
+        if a and b
+    ]
     lines = [
         f"this = {this.checkout}, other = {other.checkout}",
         "",
         "| | this | other |",
         "|---|---:|---:|",
     ]
-    p = {s.name: sorted(s.c1) for s in sides}
+    p = {s.name: sorted(x for run in s.c1 for x in run) for s in sides}
     quart = {n: (v[len(v) // 4], statistics.median(v), v[3 * len(v) // 4]) for n, v in p.items()}
     lines.append(
-        f"| non-stream total p25 / p50 / p75, c=1, {len(this.c1)} calls each (ms) | "
+        f"| non-stream total p25 / p50 / p75, c=1, {len(p['this'])} calls each (ms) | "
         + " | ".join(" / ".join(f"{x:.2f}" for x in quart[s.name]) for s in sides)
         + " |"
     )
@@ -128,7 +142,8 @@ def report(sides: list[Side], scenarios: list[str]) -> str:
             + " | ".join(cells)
             + " |"
         )
-    lines += ["", f"c=1 paired difference other - this, median: {statistics.median(diffs):+.2f} ms"]
+    what = "paired difference" if len(diffs) == len(p["this"]) else f"{len(diffs)} runs' medians"
+    lines += ["", f"c=1 {what}, other - this, median: {statistics.median(diffs):+.2f} ms"]
     return "\n".join(lines)
 
 
@@ -150,8 +165,8 @@ async def measure(stack: Stack, sides: list[Side], args: argparse.Namespace) -> 
         side.path = gateway_path(f"gateway-{side.name}", side.port, token, load_client())
         await run_load(side.path, "ns16", WARM_CALLS, f"pair-{side.name}-warm16", None)
         await run_load(side.path, "ns1", WARM_CALLS // 2, f"pair-{side.name}-warm1", None)
-    print(f"c=1: {args.pairs} pairs…", flush=True)
-    await c1_pairs(sides, args.pairs)
+    print(f"c=1: {args.pairs} calls a side, in runs of {args.run}…", flush=True)
+    await c1_pairs(sides, args.pairs, args.run)
     for scenario in args.scenarios:
         await c16_blocks(sides, scenario, args.blocks, temporal.pid, client)
     for side in sides:
@@ -164,6 +179,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("other", type=Path, help="the other checkout (e.g. a git worktree)")
     parser.add_argument("--pairs", type=int, default=300, help="c=1 calls per side")
+    parser.add_argument(
+        "--run", type=int, default=1, help="c=1 calls a side takes back to back before the other"
+    )
     parser.add_argument("--blocks", type=int, default=3, help="c=16 blocks per side")
     parser.add_argument("--scenarios", default="ns16,st16", help="c=16 scenarios, comma-separated")
     parser.add_argument("--keep", action="store_true", help="keep the work dir (logs)")
