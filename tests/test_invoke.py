@@ -22,6 +22,7 @@ from providers.upstream import UpstreamServer
 from store.receipts import by_key
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import profile_event, publish, record_evidence, register
+from tests.helpers.deadline import eventually
 
 
 @pytest.fixture
@@ -97,8 +98,11 @@ async def test_non_streaming_chat_writes_a_receipt(
     assert row.input_tokens and row.output_tokens and row.ended_at is not None
     assert row.deployment_id == "sim/openai" and row.run_id == run
     assert row.request_hash.startswith("sha256:") and row.output_artifact_ref
-    stored = (settings.artifact_root / tenant).rglob(row.output_artifact_ref.split(":")[1])
-    assert json.loads(next(stored).read_bytes())["text"] == "Echo: hello router"
+    # The answer's file is written beside the answer, not ahead of it (activities/invoke.py):
+    # a replay waits for it through the workflow's result, a reader of the volume polls.
+    name = row.output_artifact_ref.split(":")[1]
+    stored = await eventually(lambda: next((settings.artifact_root / tenant).rglob(name), None))
+    assert json.loads(stored.read_bytes())["text"] == "Echo: hello router"
 
     listed = await http.get(f"/factory/runs/{run}/model-receipts", headers=catalog)
     [receipt] = listed.json()
