@@ -8,7 +8,6 @@ import logging
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import (
     LogForwardingConfig,
     LoggingConfig,
@@ -19,6 +18,7 @@ from temporalio.runtime import (
 from temporalio.service import TLSConfig
 
 from core import tracing
+from core.payload_converter import data_converter
 from core.settings import Settings
 
 
@@ -70,7 +70,7 @@ def client_options(settings: Settings) -> dict[str, Any]:
     options: dict[str, Any] = {
         "runtime": _runtime(),
         "namespace": settings.temporal_namespace,
-        "data_converter": pydantic_data_converter,
+        "data_converter": data_converter,
         "tls": tls_config(settings),
         # Carries the caller's trace into workflows and activities (ids only, never payloads).
         "interceptors": tracing.interceptors(),

@@ -8,12 +8,12 @@ import uuid
 import httpx
 import pytest
 from temporalio.client import Client, WorkflowExecution
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.invoke_setup import INVOKE_WORKFLOW_RUNNER
 from core import tracing
+from core.payload_converter import data_converter
 from providers.upstream import Fault, FaultKind, UpstreamServer
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import approved_profile
@@ -83,7 +83,7 @@ async def test_invoke_histories_replay(
     replayer = Replayer(
         workflows=[InvokeModelWorkflow],
         workflow_runner=runner,
-        data_converter=pydantic_data_converter,
+        data_converter=data_converter,
         interceptors=tracing.interceptors(),
     )
     for history in histories:

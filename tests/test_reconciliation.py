@@ -16,13 +16,13 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col, func, select
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.reconciliation import ReconciliationActivities
 from activities.reconciliation_types import ReconciliationReport
 from core import metrics
+from core.payload_converter import data_converter
 from core.settings import Settings
 from domain.enums import UsageStatus
 from domain.pricing import PriceEntry, estimate_cost_usd
@@ -276,7 +276,7 @@ async def test_a_failing_statement_source_is_retried_with_exponential_backoff(
             sessions, source_settings, default_broker(), statements_http
         )
         env = await WorkflowEnvironment.start_time_skipping(
-            data_converter=pydantic_data_converter,
+            data_converter=data_converter,
             test_server_existing_path=str(test_server),
             # The SDK's default of 5 s ran out on a loaded 2-core host (CI, 2026-12-02): the
             # Java test server's start-up is the machine's speed, not this test's subject.

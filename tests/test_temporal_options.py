@@ -13,9 +13,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import TLSConfig
 
+from core.payload_converter import data_converter
 from core.settings import Settings
 from core.temporal import client_options, tls_config
 
@@ -71,7 +71,7 @@ def test_plain_connection_has_no_tls_and_no_api_key() -> None:
     assert "api_key" not in options
     assert options["namespace"] == "default"
     # Workflows exchange pydantic models; the default converter would fail on them at runtime.
-    assert options["data_converter"] is pydantic_data_converter
+    assert options["data_converter"] is data_converter
 
 
 def test_namespace_is_passed_through() -> None:
