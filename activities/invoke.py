@@ -225,6 +225,31 @@ class InvokeActivities:
             if filing is not None:
                 await asyncio.shield(filing)  # never raises: a failed write is logged
 
+    async def close_late(self, data: InvocationInput, pending: PendingCall) -> bool:
+        """For a call begun alongside a start that then failed: whether it ended with its close
+        refused (FINALIZE), so that its claim must not be undone. The provider answered and was
+        paid; undone, the key's retry would call it again. No workflow exists to retry the
+        close, so it is tried once more here: written, the caller gets the answer the receipt
+        records (as when the close had gone through at once); refused again, the claim stays
+        open and the sweeper closes it once the invocation's budget has passed (Failed, usage
+        Unknown), the key answering no second call meanwhile."""
+        work = pending.work
+        if work is None or not work.done() or work.cancelled() or work.exception() is not None:
+            return False
+        owed: InvocationSummary = work.result()
+        if owed.disposition is not Disposition.FINALIZE:
+            return False
+        summary = owed.model_copy(update={"disposition": Disposition.DONE})
+        try:
+            await self._statements.finalize(data, summary)
+        except Exception as exc:
+            log.warning("late receipt close failed, left to the sweeper: %s", type(exc).__name__)
+            return True
+        pending.answered = True
+        pending.events.put_nowait(ReceiptReady(summary))
+        record_metrics(data, _provider_of(data, summary.deployment_id), summary)
+        return True
+
     async def _store_output(self, tenant_id: str, ref: str, output: bytes) -> None:
         """The stored answer a replay of this key serves. A write that fails (a full, broken or
         stalled artifact volume) does not fail the call the provider answered: the caller gets

@@ -10,7 +10,8 @@ reply, timed alone on the benchmark's machine, took 4.1-4.7 ms at p50 and 11-17 
 stays unused, and the hub's `NotStarted` tells the caller's side, which answers the gate's 503
 when nothing was sent yet and ends a stream under way with its failure event. A call that had
 already ended keeps its closed receipt, and its caller gets the answer (a retry of the key
-would replay it): the provider was paid for it.
+would replay it): the provider was paid for it. One whose close the store refused keeps its
+claim as well (`InvokeActivities.close_late`): closed late, or left open for the sweeper.
 """
 
 from __future__ import annotations
@@ -110,9 +111,10 @@ class WorkflowStarts:
             # The prompt must not outlive a call that never started (issue 19: 900 KB prompts
             # stayed for good during an outage).
             self._hub.close(token)
-            if not pending.answered:
+            if not pending.answered and not await self._activities.close_late(data, pending):
                 # A call stopped before it ended recorded nothing: its claim is undone and the
-                # key stays unused (`release` leaves a closed receipt alone).
+                # key stays unused (`release` leaves a closed receipt alone). One that ended
+                # with its close refused keeps its claim (`close_late`).
                 with contextlib.suppress(Exception):
                     await self._activities.statements.release(tenant, data.invocation_id)
             raise

@@ -6,7 +6,9 @@ the bound is absorbed. Just after Temporal answered, a call's provider call runs
 start: its receipt closes as the call ends, and its answer completes only once the start is in
 (a stream's output flows meanwhile). A start that then fails cancels a call still running and
 undoes its claim; a call that had ended keeps its receipt, its caller gets the answer, and a
-retry of its key replays it without calling the provider again."""
+retry of its key replays it without calling the provider again. A call that ended with its
+close refused by the store keeps its claim as well: closed late and answered, or left open, and
+its key is never called twice."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +35,7 @@ from store.receipts import by_key
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import approved_profile
 from tests.helpers.deadline import eventually
+from tests.helpers.refused_close import RefusedClose, refused_close
 from tests.helpers.stack import Served, TemporalDevServer, serve, workers
 
 PROFILE, MODEL = "temporal-fault", "temporal-fault-sim"
@@ -334,12 +337,82 @@ async def test_a_start_that_fails_after_its_call_ended_keeps_the_receipt_and_ans
     # Once Temporal is back, a retry of the key replays the answer: one provider call per key,
     # though the key's workflow never started.
     await _ready(stack)
-    replayed = await sdk.chat.completions.create(
+    replayed = await _retried(sdk, key)
+    assert replayed.choices[0].message.content == done.choices[0].message.content
+    assert upstream.requests(MODEL) == before + 1
+    await sdk.close()
+
+
+async def _ended_with_its_close_refused(
+    stack: Stack, sdk: openai.AsyncOpenAI, upstream: UpstreamServer, store: RefusedClose, key: str
+) -> tuple[asyncio.Task[ChatCompletion], int]:
+    """`_sent_while_paused`, returned once the call has ended and the store refused its close."""
+    call, before = await _sent_while_paused(stack, sdk, upstream, key)
+    await eventually(store.refused, timeout=30)
+    return call, before
+
+
+async def _outage_over(
+    stack: Stack, sdk: openai.AsyncOpenAI, upstream: UpstreamServer, before: int
+) -> None:
+    """No prompt held, the next call refused with nothing called; then Temporal back."""
+    assert stack.held() == 0
+    await _refused_with_nothing_called(sdk, upstream, before)
+    await _ready(stack)
+
+
+def _retried(sdk: openai.AsyncOpenAI, key: str) -> Awaitable[ChatCompletion]:
+    return sdk.chat.completions.create(
         model=PROFILE,
         messages=[{"role": "user", "content": "alongside"}],
         extra_headers={"Idempotency-Key": key},
     )
+
+
+@pytest.mark.parametrize("stack", [(5.0, 60.0)], indirect=True)
+async def test_a_call_whose_close_was_refused_keeps_its_claim_and_is_answered_once_closed_late(
+    stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str, upstream: UpstreamServer
+) -> None:
+    sdk = stack.sdk()
+    key = f"tf-late-{uuid.uuid4().hex[:8]}"
+    async with refused_close(sessions, key) as store:
+        call, before = await _ended_with_its_close_refused(stack, sdk, upstream, store, key)
+        await store.lift()  # the store answers again before the start fails
+        stack.dev.kill()  # the start is never answered: the bound runs out
+        done = await asyncio.wait_for(call, timeout=stack.bound + 30)
+    # Closed late: the caller gets the answer its receipt records.
+    assert done.choices[0].message.content
+    async with sessions() as session:
+        row = await by_key(session, tenant, key)
+    assert row is not None and row.outcome == "Completed" and row.usage_status == "Reported"
+    await _outage_over(stack, sdk, upstream, before)
+    replayed = await _retried(sdk, key)
     assert replayed.choices[0].message.content == done.choices[0].message.content
+    assert upstream.requests(MODEL) == before + 1
+    await sdk.close()
+
+
+@pytest.mark.parametrize("stack", [(5.0, 60.0)], indirect=True)
+async def test_a_call_whose_close_stays_refused_keeps_its_claim_and_is_never_called_again(
+    stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str, upstream: UpstreamServer
+) -> None:
+    sdk = stack.sdk()
+    key = f"tf-owed-{uuid.uuid4().hex[:8]}"
+    async with refused_close(sessions, key) as store:
+        call, before = await _ended_with_its_close_refused(stack, sdk, upstream, store, key)
+        stack.dev.kill()  # the start fails while the store still refuses the close
+        with pytest.raises(openai.APIStatusError) as refused:
+            await asyncio.wait_for(call, timeout=stack.bound + 30)
+        assert refused.value.status_code == 503
+        # The provider answered and was paid: the claim stays (open, for the sweeper) rather
+        # than being undone, which would let a retry of the key call the provider again.
+        async with sessions() as session:
+            row = await by_key(session, tenant, key)
+        assert row is not None and row.ended_at is None
+    await _outage_over(stack, sdk, upstream, before)
+    with pytest.raises(openai.APIStatusError) as again:
+        await _retried(sdk, key)
+    assert again.value.status_code == 503  # not finished: the sweeper has yet to close it
     assert upstream.requests(MODEL) == before + 1
     await sdk.close()
 
