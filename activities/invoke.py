@@ -22,10 +22,11 @@ from temporalio import activity
 
 from activities.adapter_pool import AdapterPool
 from activities.invoke_attempts import attempts_on
+from activities.invoke_close import ReceiptCloser
 from activities.invoke_hub import Attach, InvocationHub, PendingCall, ReceiptReady
 from activities.invoke_outcomes import Outcome as _Outcome
 from activities.invoke_outcomes import Route as _Route
-from activities.invoke_outcomes import not_claimed, not_here, record_metrics
+from activities.invoke_outcomes import not_claimed, not_here
 from activities.resilience import BreakerRegistry, Resilience
 from domain.enums import InvocationOutcome, UsageStatus
 from domain.fallback import Next, after_failure, may_answer
@@ -78,6 +79,7 @@ class InvokeActivities:
         self._hub = hub
         self._adapters = adapters
         self._files = ArtifactFiles(artifacts)
+        self._closer = ReceiptCloser(self._statements, self._files)
         self._prices: dict[tuple[str, str], Pricebook | None] = {}
 
     @property
@@ -100,6 +102,11 @@ class InvokeActivities:
     def files(self) -> ArtifactFiles:
         """The answers' files, written and read off the event loop (store/artifact_files.py)."""
         return self._files
+
+    @property
+    def closer(self) -> ReceiptCloser:
+        """Where a call's receipt is closed and its answer handed over (invoke_close.py)."""
+        return self._closer
 
     def begin(self, data: InvocationInput, pending: PendingCall) -> None:
         """Start the provider call of a claimed invocation now, without waiting for the
@@ -187,78 +194,7 @@ class InvokeActivities:
             pending.request = None  # the content is not kept a moment longer than the call
         if pending.stopped_by_failed_start(summary.outcome):  # its claim is undone by the API
             return not_here(data)
-        # The close does not wait for the workflow's start (a call begun alongside it): the
-        # call happened, so its receipt is written whatever becomes of the start, and a start
-        # that then fails leaves a closed receipt the key replays, not a billable call recorded
-        # nowhere. Only the answer waits for the start, below.
-        closing = asyncio.ensure_future(self._statements.finalize(data, summary))
-        filing: asyncio.Future[None] | None = None
-        if output is not None and summary.output_artifact_ref is not None:
-            # The answer's file is written on a thread of the artifact pool, beside the close
-            # and the answer: the call's task returns (and so the workflow's result, which a
-            # replay of the key waits for, comes) only once it is written or given up. On the
-            # loop the write took 0.15-1.3 ms of a c=1 call's path on this machine's disk
-            # (timeline of bench calls, 2026-12-01), and a stalled volume held every call of the
-            # process; awaited before the answer, its thread's hand-over cost 0.5 ms at c=1
-            # (bench/invoke_pair.py, 600 pairs, twice). The receipt names the file by its hash,
-            # known before it is written.
-            filing = asyncio.ensure_future(
-                self._store_output(data.tenant_id, summary.output_artifact_ref, output)
-            )
-        try:
-            try:
-                await closing
-            except Exception as exc:
-                log.warning(
-                    "receipt finalize failed, handed to the workflow: %s", type(exc).__name__
-                )
-                return summary.model_copy(update={"disposition": Disposition.FINALIZE})
-            # The answer goes once Temporal has the start, accepted or refused: answers do not
-            # outrun the workflows behind them (Temporal's backpressure), and a refused start
-            # finds the receipt already closed, so the caller has the answer the receipt records.
-            await pending.start_resolved()
-            pending.answered = True
-            pending.events.put_nowait(ReceiptReady(summary))
-            record_metrics(data, _provider_of(data, summary.deployment_id), summary)
-            return summary
-        finally:
-            if filing is not None:
-                await asyncio.shield(filing)  # never raises: a failed write is logged
-
-    async def close_late(self, data: InvocationInput, pending: PendingCall) -> bool:
-        """For a call begun alongside a start that then failed: whether it ended with its close
-        refused (FINALIZE), so that its claim must not be undone. The provider answered and was
-        paid; undone, the key's retry would call it again. No workflow exists to retry the
-        close, so it is tried once more here: written, the caller gets the answer the receipt
-        records (as when the close had gone through at once); refused again, the claim stays
-        open and the sweeper closes it once the invocation's budget has passed (Failed, usage
-        Unknown), the key answering no second call meanwhile."""
-        work = pending.work
-        if work is None or not work.done() or work.cancelled() or work.exception() is not None:
-            return False
-        owed: InvocationSummary = work.result()
-        if owed.disposition is not Disposition.FINALIZE:
-            return False
-        summary = owed.model_copy(update={"disposition": Disposition.DONE})
-        try:
-            await self._statements.finalize(data, summary)
-        except Exception as exc:
-            log.warning("late receipt close failed, left to the sweeper: %s", type(exc).__name__)
-            return True
-        pending.answered = True
-        pending.events.put_nowait(ReceiptReady(summary))
-        record_metrics(data, _provider_of(data, summary.deployment_id), summary)
-        return True
-
-    async def _store_output(self, tenant_id: str, ref: str, output: bytes) -> None:
-        """The stored answer a replay of this key serves. A write that fails (a full, broken or
-        stalled artifact volume) does not fail the call the provider answered: the caller gets
-        its answer, the receipt keeps the reference, and a replay of the key finds no stored
-        answer, as once the tenant's retention has removed it."""
-        try:
-            await self._files.write(tenant_id, ref, output)
-        except Exception as exc:
-            log.error("output artifact not written, replays get no answer: %s", type(exc).__name__)
+        return await self._closer.close(data, pending, summary, output)
 
     async def _answer(
         self, data: InvocationInput, pending: PendingCall, started: float
@@ -424,11 +360,6 @@ class InvokeActivities:
             summary.input_tokens = summary.output_tokens = 0
         await self._statements.finalize(data, summary)
         return summary
-
-
-def _provider_of(data: InvocationInput, deployment_id: str | None) -> str:
-    found = next((t for t in data.targets if t.deployment_id == deployment_id), data.targets[0])
-    return found.provider
 
 
 async def _heartbeat() -> None:

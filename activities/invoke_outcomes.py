@@ -160,6 +160,12 @@ async def rerank_once(
     )
 
 
+def provider_of(data: InvocationInput, deployment_id: str | None) -> str:
+    """The provider of the target that answered (the first target when none did)."""
+    found = next((t for t in data.targets if t.deployment_id == deployment_id), data.targets[0])
+    return found.provider
+
+
 def record_metrics(data: InvocationInput, provider: str, summary: InvocationSummary) -> None:
     """The spec's instruments, with ids and classes as dimensions (never content)."""
     outcome = summary.outcome.value if summary.outcome else "Unknown"

@@ -11,7 +11,7 @@ stays unused, and the hub's `NotStarted` tells the caller's side, which answers 
 when nothing was sent yet and ends a stream under way with its failure event. A call that had
 already ended keeps its closed receipt, and its caller gets the answer (a retry of the key
 would replay it): the provider was paid for it. One whose close the store refused keeps its
-claim as well (`InvokeActivities.close_late`): closed late, or left open for the sweeper.
+claim as well (`ReceiptCloser.close_late`): closed late, or left open for the sweeper.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ class WorkflowStarts:
             # The prompt must not outlive a call that never started (issue 19: 900 KB prompts
             # stayed for good during an outage).
             self._hub.close(token)
-            if not pending.answered and not await self._activities.close_late(data, pending):
+            if not pending.answered and not await self._activities.closer.close_late(data, pending):
                 # A call stopped before it ended recorded nothing: its claim is undone and the
                 # key stays unused (`release` leaves a closed receipt alone). One that ended
                 # with its close refused keeps its claim (`close_late`).

@@ -1,0 +1,112 @@
+"""A call's receipt closed as the call ends, and its answer handed to the caller.
+
+The call's own task (`InvokeActivities.begin`) closes the receipt here as soon as the call has
+ended, its answer's file written beside the close, and hands the answer over once Temporal has
+answered the workflow's start. A close the store refused goes back to the workflow (FINALIZE),
+which retries it until the store answers; when the start failed too, no workflow exists to do
+that, and `close_late` keeps the paid call's claim.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from activities.invoke_hub import PendingCall, ReceiptReady
+from activities.invoke_outcomes import provider_of, record_metrics
+from domain.invocation import Disposition, InvocationInput, InvocationSummary
+from store.artifact_files import ArtifactFiles
+from store.receipt_statements import ReceiptStatements
+
+log = logging.getLogger("model_router.invoke")
+
+
+class ReceiptCloser:
+    def __init__(self, statements: ReceiptStatements, files: ArtifactFiles) -> None:
+        self._statements = statements
+        self._files = files
+
+    async def close(
+        self,
+        data: InvocationInput,
+        pending: PendingCall,
+        summary: InvocationSummary,
+        output: bytes | None,
+    ) -> InvocationSummary:
+        """Close the receipt of a call that ended, store its answer, and hand the answer to
+        the caller: the summary, or FINALIZE when the store refused the close."""
+        # The close does not wait for the workflow's start (a call begun alongside it): the
+        # call happened, so its receipt is written whatever becomes of the start, and a start
+        # that then fails leaves a closed receipt the key replays, not a billable call recorded
+        # nowhere. Only the answer waits for the start, below.
+        closing = asyncio.ensure_future(self._statements.finalize(data, summary))
+        filing: asyncio.Future[None] | None = None
+        if output is not None and summary.output_artifact_ref is not None:
+            # The answer's file is written on a thread of the artifact pool, beside the close
+            # and the answer: the call's task returns (and so the workflow's result, which a
+            # replay of the key waits for, comes) only once it is written or given up. On the
+            # loop the write took 0.15-1.3 ms of a c=1 call's path on this machine's disk
+            # (timeline of bench calls, 2026-12-01), and a stalled volume held every call of the
+            # process; awaited before the answer, its thread's hand-over cost 0.5 ms at c=1
+            # (bench/invoke_pair.py, 600 pairs, twice). The receipt names the file by its hash,
+            # known before it is written.
+            filing = asyncio.ensure_future(
+                self._store_output(data.tenant_id, summary.output_artifact_ref, output)
+            )
+        try:
+            try:
+                await closing
+            except Exception as exc:
+                log.warning(
+                    "receipt finalize failed, handed to the workflow: %s", type(exc).__name__
+                )
+                return summary.model_copy(update={"disposition": Disposition.FINALIZE})
+            # The answer goes once Temporal has the start, accepted or refused: answers do not
+            # outrun the workflows behind them (Temporal's backpressure), and a refused start
+            # finds the receipt already closed, so the caller has the answer the receipt records.
+            await pending.start_resolved()
+            self._answer(data, pending, summary)
+            return summary
+        finally:
+            if filing is not None:
+                await asyncio.shield(filing)  # never raises: a failed write is logged
+
+    async def close_late(self, data: InvocationInput, pending: PendingCall) -> bool:
+        """For a call begun alongside a start that then failed: whether it ended with its close
+        refused (FINALIZE), so that its claim must not be undone. The provider answered and was
+        paid; undone, the key's retry would call it again. No workflow exists to retry the
+        close, so it is tried once more here: written, the caller gets the answer the receipt
+        records (as when the close had gone through at once); refused again, the claim stays
+        open and the sweeper closes it once the invocation's budget has passed (Failed, usage
+        Unknown), the key answering no second call meanwhile."""
+        work = pending.work
+        if work is None or not work.done() or work.cancelled() or work.exception() is not None:
+            return False
+        owed: InvocationSummary = work.result()
+        if owed.disposition is not Disposition.FINALIZE:
+            return False
+        summary = owed.model_copy(update={"disposition": Disposition.DONE})
+        try:
+            await self._statements.finalize(data, summary)
+        except Exception as exc:
+            log.warning("late receipt close failed, left to the sweeper: %s", type(exc).__name__)
+            return True
+        self._answer(data, pending, summary)
+        return True
+
+    @staticmethod
+    def _answer(data: InvocationInput, pending: PendingCall, summary: InvocationSummary) -> None:
+        """The receipt is durable: its caller's answer can end."""
+        pending.answered = True
+        pending.events.put_nowait(ReceiptReady(summary))
+        record_metrics(data, provider_of(data, summary.deployment_id), summary)
+
+    async def _store_output(self, tenant_id: str, ref: str, output: bytes) -> None:
+        """The stored answer a replay of this key serves. A write that fails (a full, broken or
+        stalled artifact volume) does not fail the call the provider answered: the caller gets
+        its answer, the receipt keeps the reference, and a replay of the key finds no stored
+        answer, as once the tenant's retention has removed it."""
+        try:
+            await self._files.write(tenant_id, ref, output)
+        except Exception as exc:
+            log.error("output artifact not written, replays get no answer: %s", type(exc).__name__)
