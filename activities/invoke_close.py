@@ -65,7 +65,7 @@ class ReceiptCloser:
             # outrun the workflows behind them (Temporal's backpressure), and a refused start
             # finds the receipt already closed, so the caller has the answer the receipt records.
             await pending.start_resolved()
-            self._answer(data, pending, summary)
+            self._hand_over(data, pending, summary)
             return summary
         finally:
             if filing is not None:
@@ -91,11 +91,11 @@ class ReceiptCloser:
         except Exception as exc:
             log.warning("late receipt close failed, left to the sweeper: %s", type(exc).__name__)
             return True
-        self._answer(data, pending, summary)
+        self._hand_over(data, pending, summary)
         return True
 
     @staticmethod
-    def _answer(data: InvocationInput, pending: PendingCall, summary: InvocationSummary) -> None:
+    def _hand_over(data: InvocationInput, pending: PendingCall, summary: InvocationSummary) -> None:
         """The receipt is durable: its caller's answer can end."""
         pending.answered = True
         pending.events.put_nowait(ReceiptReady(summary))

@@ -11,9 +11,9 @@ own (not the loop's default executor, which DNS lookups use), with two bounds:
 - once an operation has outlived that wait, the volume is taken as stalled and new operations
   are refused at once, holding neither a thread nor an answer's bytes, until it returns.
 
-The caller's answer does not wait for its write (activities/invoke.py); the call's task does, at
-most `wait`, so the workflow's result, which a replay of the key waits for, comes only once the
-file is written or given up: a replay right after the answer finds the file.
+The caller's answer does not wait for its write (activities/invoke_close.py); the call's task
+does, at most `wait`, so the workflow's result, which a replay of the key waits for, comes only
+once the file is written or given up: a replay right after the answer finds the file.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A broken artifact volume does not fail the calls the provider answered: the caller gets its
 answer and the receipt closes Completed with its reference (a replay of that key then finds no
 stored answer, as once retention removed it), and the failure is logged without content. The
-answer's file is written beside the receipt's close and the answer (activities/invoke.py), and
+answer's file is written beside the receipt's close and the answer (activities/invoke_close.py), and
 read for a replay, off the event loop and within a bound (store/artifact_files.py): a volume
 that does not answer holds neither the process nor the replay past the bound."""
 

@@ -98,7 +98,7 @@ async def test_non_streaming_chat_writes_a_receipt(
     assert row.input_tokens and row.output_tokens and row.ended_at is not None
     assert row.deployment_id == "sim/openai" and row.run_id == run
     assert row.request_hash.startswith("sha256:") and row.output_artifact_ref
-    # The answer's file is written beside the answer, not ahead of it (activities/invoke.py):
+    # The answer's file is written beside the answer, not ahead of it (activities/invoke_close.py):
     # a replay waits for it through the workflow's result, a reader of the volume polls.
     name = row.output_artifact_ref.split(":")[1]
     stored = await eventually(lambda: next((settings.artifact_root / tenant).rglob(name), None))
