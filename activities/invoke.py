@@ -21,7 +21,6 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.adapter_pool import AdapterPool
-from activities.answers_ahead import AnswersAhead
 from activities.invoke_attempts import attempts_on
 from activities.invoke_close import ReceiptCloser
 from activities.invoke_hub import Attach, InvocationHub, PendingCall, ReceiptReady
@@ -73,7 +72,6 @@ class InvokeActivities:
         artifacts: ArtifactStore,
         resilience: Resilience | None = None,
         statements: ReceiptStatements | None = None,
-        answers_ahead: int = 0,
     ) -> None:
         self._statements = statements or ReceiptStatements(sessions.kw["bind"])
         self._resilience = resilience or Resilience()
@@ -81,7 +79,7 @@ class InvokeActivities:
         self._hub = hub
         self._adapters = adapters
         self._files = ArtifactFiles(artifacts)
-        self._closer = ReceiptCloser(self._statements, self._files, AnswersAhead(answers_ahead))
+        self._closer = ReceiptCloser(self._statements, self._files)
         self._prices: dict[tuple[str, str], Pricebook | None] = {}
 
     @property

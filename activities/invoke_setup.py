@@ -149,5 +149,4 @@ def invoke_activities(
         ArtifactStore(settings.artifact_root),
         Resilience.from_settings(settings),
         statements,
-        settings.invoke_answers_ahead,
     ), adapters

@@ -4,12 +4,11 @@ bound, later calls at once while it is known unreachable, with no connection dro
 claimed or called and no prompt left in memory; `/readyz` says the same; a restart shorter than
 the bound is absorbed. Just after Temporal answered, a call's provider call runs alongside its
 start: its receipt closes as the call ends, and its answer completes only once the start is in
-(a stream's output flows meanwhile), unless the process's lead of answers over their starts
-has a place free: then the answer goes at once, and the workflow closes once Temporal is back.
-A start that then fails cancels a call still running and undoes its claim; a call that had
-ended keeps its receipt, its caller gets the answer, and a retry of its key replays it without
-calling the provider again. A call that ended with its close refused by the store keeps its
-claim as well: closed late and answered, or left open, and its key is never called twice."""
+(a stream's output flows meanwhile). A start that then fails cancels a call still running and
+undoes its claim; a call that had ended keeps its receipt, its caller gets the answer, and a
+retry of its key replays it without calling the provider again. A call that ended with its
+close refused by the store keeps its claim as well: closed late and answered, or left open, and
+its key is never called twice."""
 
 from __future__ import annotations
 
@@ -19,7 +18,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import httpx
@@ -28,11 +26,9 @@ import pytest
 from openai import AsyncStream
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from temporalio.client import Client, WorkflowExecutionStatus
 
 from core import metrics
 from core.settings import Settings
-from domain.invocation import invoke_workflow_id
 from providers.upstream import UpstreamServer
 from providers.upstream.faults import Fault, FaultKind
 from store.receipts import by_key
@@ -52,7 +48,6 @@ class Stack:
     auth: dict[str, str]
     token: str
     bound: float
-    client: Client
 
     def sdk(self) -> openai.AsyncOpenAI:
         """The official SDK on this gateway, without its own retries (the tests count calls)."""
@@ -63,9 +58,7 @@ class Stack:
         return len(self.api.app.state.runtime.invoke.hub)
 
 
-def _settings(
-    settings: Settings, dev: TemporalDevServer, bound: float, overlap: float, lead: int
-) -> Settings:
+def _settings(settings: Settings, dev: TemporalDevServer, bound: float, overlap: float) -> Settings:
     run = uuid.uuid4().hex[:8]
     return settings.model_copy(
         update={
@@ -74,7 +67,6 @@ def _settings(
             "temporal_invocation_task_queue": f"tfault-inv-{run}",
             "invoke_start_wait_seconds": bound,
             "invoke_start_overlap_seconds": overlap,
-            "invoke_answers_ahead": lead,
             # A call held by the upstream (a hang, a stall) outlasts the start's bound here.
             "invoke_first_byte_timeout_seconds": 60.0,
             "invoke_first_token_timeout_seconds": 60.0,
@@ -93,15 +85,14 @@ async def stack(
     tenant: str,
     upstream: UpstreamServer,
 ) -> AsyncIterator[Stack]:
-    """A gateway on a Temporal dev server of its own; the start's bound, the overlap window and
-    (third, 0 when left out) the lead of answers over their starts come from the test's param.
-    Most tests here watch an answer wait for its start, so they run with no lead."""
-    bound, overlap, *lead = request.param
+    """A gateway on a Temporal dev server of its own; the start's bound and the overlap window
+    come from the test's param."""
+    bound, overlap = request.param
     dev = TemporalDevServer(tmp_path)
     dev.start()
     try:
         await dev.wait_serving()
-        own = _settings(settings, dev, bound, overlap, lead[0] if lead else 0)
+        own = _settings(settings, dev, bound, overlap)
         async with workers(own, sessions) as client, serve(own) as api:
             token = await token_for(tenant)
             auth = {"Authorization": f"Bearer {token}"}
@@ -120,7 +111,7 @@ async def stack(
                         }
                     },
                 )
-            yield Stack(dev, api, auth, token, bound, client)
+            yield Stack(dev, api, auth, token, bound)
     finally:
         dev.kill()
 
@@ -445,86 +436,6 @@ async def test_a_start_that_fails_while_its_call_runs_cancels_it_and_undoes_the_
         assert await by_key(session, tenant, key) is None
     assert stack.held() == 0
     await _refused_with_nothing_called(sdk, upstream, before)
-    await sdk.close()
-
-
-async def _workflow_completed(
-    stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str, key: str
-) -> bool:
-    async with sessions() as session:
-        row = await by_key(session, tenant, key)
-    assert row is not None
-    handle = stack.client.get_workflow_handle(invoke_workflow_id(tenant, row.invocation_id))
-    return (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED
-
-
-def _keyed(sdk: openai.AsyncOpenAI, key: str) -> asyncio.Task[ChatCompletion]:
-    return asyncio.create_task(
-        sdk.chat.completions.create(
-            model=PROFILE,
-            messages=[{"role": "user", "content": "ahead"}],
-            extra_headers={"Idempotency-Key": key},
-        )
-    )
-
-
-# A lead of one answer over the process's unanswered starts.
-@pytest.mark.parametrize("stack", [(30.0, 60.0, 1)], indirect=True)
-async def test_within_the_lead_an_answer_goes_before_its_start_is_in_and_past_it_waits(
-    stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str, upstream: UpstreamServer
-) -> None:
-    sdk = stack.sdk()
-    first, second = (f"tf-ahead-{n}-{uuid.uuid4().hex[:8]}" for n in (1, 2))
-    try:
-        call, before = await _sent_while_paused(stack, sdk, upstream, first)
-        # A place in the lead: the answer comes while the server is still paused, its receipt
-        # closed before it.
-        done = await asyncio.wait_for(call, timeout=30)
-        assert done.choices[0].message.content
-        assert await _completed(sessions, tenant, first)
-        # That place is held until the first start is answered: the next answer waits for its
-        # own start, its receipt closed meanwhile.
-        later = _keyed(sdk, second)
-        await _closed(sessions, tenant, second)
-        finished, _ = await asyncio.wait({later}, timeout=1.0)  # a window for what must not come
-        assert not finished
-    finally:
-        stack.dev.resume()
-    assert (await asyncio.wait_for(later, timeout=stack.bound + 30)).choices[0].message.content
-    # With the server back, both workflows run and close: no invocation without its workflow.
-    for key in (first, second):
-        await eventually(partial(_workflow_completed, stack, sessions, tenant, key), timeout=30)
-    assert upstream.requests(MODEL) == before + 2
-    assert stack.held() == 0
-    await sdk.close()
-
-
-@pytest.mark.parametrize("stack", [(10.0, 60.0, 1)], indirect=True)
-async def test_a_start_that_fails_after_its_answer_went_ahead_leaves_the_receipt_closed(
-    stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str, upstream: UpstreamServer
-) -> None:
-    sdk = stack.sdk()
-    key = f"tf-ahead-lost-{uuid.uuid4().hex[:8]}"
-    call, before = await _sent_while_paused(stack, sdk, upstream, key)
-    # Answered ahead of its start, long before the start's bound runs out (without a lead the
-    # answer would come only after it, once the start had failed).
-    done = await asyncio.wait_for(call, timeout=stack.bound / 2)
-    stack.dev.kill()  # the start is never answered: the bound runs out
-
-    async def unready() -> bool:
-        async with httpx.AsyncClient(base_url=stack.api.url, timeout=30) as http:
-            return (await http.get("/readyz")).status_code == 503
-
-    await eventually(unready, timeout=stack.bound + 30, interval=0.2)
-    # The failed start changed nothing the caller was told: the receipt stays closed, as for a
-    # call that ended before its start failed, and the key replays it.
-    async with sessions() as session:
-        row = await by_key(session, tenant, key)
-    assert row is not None and row.outcome == "Completed" and row.usage_status == "Reported"
-    await _outage_over(stack, sdk, upstream, before)
-    replayed = await _retried(sdk, key)
-    assert replayed.choices[0].message.content == done.choices[0].message.content
-    assert upstream.requests(MODEL) == before + 1
     await sdk.close()
 
 
