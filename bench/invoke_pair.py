@@ -1,8 +1,8 @@
 """Two checkouts of the API on one stack, their calls alternated: a paired comparison of an
 invoke-path change that host drift cannot swamp.
 
-Run: .venv/bin/python bench/invoke_pair.py OTHER_CHECKOUT [--pairs 300] [--run 1] [--blocks 3]
-     [--scenarios ns16,st16] [--keep]
+Run: .venv/bin/python bench/invoke_pair.py OTHER_CHECKOUT [--pairs 300] [--run 1] [--pace 0]
+     [--blocks 3] [--scenarios ns16,st16] [--keep]
 
 `bench_invoke.py` compares the gateway with LiteLLM inside one run, but a change to the gateway is
 judged by comparing two runs, minutes apart, on a machine shared with others: in issue 14's passes
@@ -13,7 +13,12 @@ worker: one API process started from this checkout ("this") and one from OTHER_C
 e.g. a `git worktree` with the change, sharing this virtualenv). c=1 non-stream calls alternate one
 by one (the order swapped every pair), so both see the same neighbours and the same dev server
 history; the paired difference's median is the change's effect at c=1 (`--run N`: runs of N calls
-a side instead, for a change that moves work from behind one call's answer onto the next). Then,
+a side instead, for a change that moves work from behind one call's answer onto the next; `--pace
+MS`: each call sent that long after the previous ended, as a caller with think time between
+calls). One call a turn misjudges a change that answers ahead of work it leaves behind: that work
+lands on the other side's next call. Answers sent ahead of their starts' replies read -1.86 ms so
+(400 pairs), +0.24 in runs of 10 and +0.04 paced 100 ms apart (docs/benchmarks.md, twentieth
+pass). Then,
 per scenario, blocks at c=16 alternate ABBA, each with the API's and the dev server's CPU per call,
 its window closed once its workflows have (`invoke_drain.py`). Each side's calls carry their own
 Idempotency-Keys (a key the other side used would be a replay). Both API processes poll the same
@@ -63,17 +68,21 @@ class Side:
     blocks: dict[str, list[tuple[float, float, float, float]]] = field(default_factory=dict)
 
 
-async def c1_pairs(sides: list[Side], pairs: int, run: int) -> None:
+async def c1_pairs(sides: list[Side], pairs: int, run: int, pace: float) -> None:
     """`pairs` calls per side, in runs of `run` calls back to back, the sides taking turns (the
     order swapped every turn). One call a turn pairs each call with its neighbour. Longer runs
     keep what a call leaves behind its answer (its workflow's completion, the dev server's
     bookkeeping) on its own side's next call: a change that moves that work is only seen so. A
-    run's first call follows the other side's last and is not counted."""
+    run's first call follows the other side's last and is not counted. With `pace` (seconds)
+    every call is sent that long after the previous one ended, as a caller with think time
+    between calls would: what a call leaves behind is done before the next on either side."""
     for i in range(0, pairs, run):
         for side in sides if (i // run) % 2 == 0 else sides[::-1]:
             assert side.path is not None
             block = []
             for j in range(i, min(i + run, pairs)):
+                if pace:
+                    await asyncio.sleep(pace)  # the caller's think time, not a wait for work
                 sample = await side.path.call(f"pair-{side.name}-ns1", j, False)
                 block.append(sample.total * 1000)
             side.c1.append(block[1:] if run > 1 else block)
@@ -165,8 +174,9 @@ async def measure(stack: Stack, sides: list[Side], args: argparse.Namespace) -> 
         side.path = gateway_path(f"gateway-{side.name}", side.port, token, load_client())
         await run_load(side.path, "ns16", WARM_CALLS, f"pair-{side.name}-warm16", None)
         await run_load(side.path, "ns1", WARM_CALLS // 2, f"pair-{side.name}-warm1", None)
-    print(f"c=1: {args.pairs} calls a side, in runs of {args.run}…", flush=True)
-    await c1_pairs(sides, args.pairs, args.run)
+    paced = f", {args.pace:g} ms apart" if args.pace else ""
+    print(f"c=1: {args.pairs} calls a side, in runs of {args.run}{paced}…", flush=True)
+    await c1_pairs(sides, args.pairs, args.run, args.pace / 1000)
     for scenario in args.scenarios:
         await c16_blocks(sides, scenario, args.blocks, temporal.pid, client)
     for side in sides:
@@ -181,6 +191,9 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=300, help="c=1 calls per side")
     parser.add_argument(
         "--run", type=int, default=1, help="c=1 calls a side takes back to back before the other"
+    )
+    parser.add_argument(
+        "--pace", type=float, default=0.0, help="ms between one c=1 call's end and the next"
     )
     parser.add_argument("--blocks", type=int, default=3, help="c=16 blocks per side")
     parser.add_argument("--scenarios", default="ns16,st16", help="c=16 scenarios, comma-separated")
