@@ -1,6 +1,7 @@
 """Starting an invocation's workflow from the API process, with its provider call begun
-alongside when Temporal accepted a start moments ago (the gate's overlap window), else once the
-start returns.
+alongside when Temporal is answering now (a start accepted within the gate's overlap window,
+or else its health service answering before this call's start is in), else once the start
+returns.
 
 Alongside, the start runs behind the call: the call's output reaches a streaming caller as it
 arrives, and the receipt closes as the call ends; only the answer's end, the caller's last
@@ -52,14 +53,23 @@ class WorkflowStarts:
 
     async def start(self, data: InvocationInput, pending: PendingCall, token: str) -> Started:
         """The invocation's start, as a future: already done (and a failure raised here) unless
-        its call runs alongside, when it is still under way."""
-        if not self._gate.answered_recently():
-            done: Started = asyncio.get_running_loop().create_future()
-            done.set_result(await self._start(data, pending, token, alongside=False))
-            return done
+        its call runs alongside, when it is still under way. The start is sent at once either
+        way; the call begins with it when Temporal answered a start moments ago, as soon as its
+        health service answers otherwise, and after the start when the start is in first."""
+        recently = self._gate.answered_recently()
         task = asyncio.ensure_future(self._start_behind(data, pending, token))
         self._behind.add(task)
         task.add_done_callback(self._ended)
+        try:
+            alongside = recently or await self._gate.answers_before(task)
+        except asyncio.CancelledError:
+            task.cancel()  # the caller left before anything began: its start is undone too
+            raise
+        if alongside:
+            pending.started = asyncio.get_running_loop().create_future()
+            self._activities.begin(data, pending)
+        else:
+            await task  # the call began once the start was in; a failure is raised here
         return task
 
     def _ended(self, task: Started) -> None:
@@ -71,23 +81,23 @@ class WorkflowStarts:
         self, data: InvocationInput, pending: PendingCall, token: str
     ) -> WorkflowHandle[Any, Any]:
         try:
-            return await self._start(data, pending, token, alongside=True)
+            return await self._start(data, pending, token)
         except BaseException:
-            if not pending.answered:  # a call that had ended was answered from its receipt
+            # A call begun alongside hears of it through the hub; one that had ended was
+            # answered from its receipt. Otherwise nothing began: `start` raises the failure.
+            if pending.started is not None and not pending.answered:
                 pending.events.put_nowait(NotStarted(not_started(data)))
             raise
 
     async def _start(
-        self, data: InvocationInput, pending: PendingCall, token: str, *, alongside: bool
+        self, data: InvocationInput, pending: PendingCall, token: str
     ) -> WorkflowHandle[Any, Any]:
-        """Start the workflow, with the provider call begun first when `alongside`. The call
-        closes its receipt as it ends; its answer waits for the start (`PendingCall.started`).
-        A start that fails cancels a call still running and undoes its claim; a call that had
-        ended keeps its closed receipt, and its caller gets the answer that receipt records."""
+        """Start the workflow; the provider call may have begun alongside meanwhile
+        (`PendingCall.started` set by `start`), else it begins once the start is in. The call
+        closes its receipt as it ends; its answer waits for the start. A start that fails
+        cancels a call still running and undoes its claim; a call that had ended keeps its
+        closed receipt, and its caller gets the answer that receipt records."""
         tenant = data.tenant_id
-        if alongside:
-            pending.started = asyncio.get_running_loop().create_future()
-            self._activities.begin(data, pending)
         try:
             handle = await self._gate.start(
                 lambda: self._client.start_workflow(

@@ -1,0 +1,124 @@
+"""When the gate lets a call's provider call begin before its own start is in, on a real dev
+server: after a quiet spell, once the server's health service answers (an idle process no longer
+begins every call after its start's reply); never while a start has waited longer than the
+window (a frontend that answers while its store does not), never with no window, and never when
+the server refuses the check. A start here is `TemporalGate.start` running a start the test
+holds, as a real start waits for a server that has not answered yet."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from api.temporal_gate import TemporalGate
+from tests.helpers.deadline import eventually
+from tests.helpers.stack import TemporalDevServer
+
+WAIT = 30.0  # the start's bound: never reached here
+
+
+class HeldStart:
+    """A start that is in once the test lets it be."""
+
+    def __init__(self) -> None:
+        self.released = asyncio.Event()
+
+    async def __call__(self) -> str:
+        await self.released.wait()
+        return "handle"
+
+
+def under_way(gate: TemporalGate, begin: Callable[[], Awaitable[str]]) -> asyncio.Task[str]:
+    return asyncio.ensure_future(gate.start(begin))
+
+
+async def accepted() -> str:
+    return "handle"
+
+
+@pytest.fixture
+async def gate(temporal_client: Client) -> AsyncIterator[TemporalGate]:
+    gate = TemporalGate(temporal_client, WAIT, 0.25)
+    yield gate
+    await gate.aclose()
+
+
+async def test_after_a_quiet_spell_the_call_begins_once_the_health_service_answers(
+    gate: TemporalGate,
+) -> None:
+    assert not gate.answered_recently()  # no start accepted yet: the window is no help
+    held = HeldStart()
+    start = under_way(gate, held)
+    assert await gate.answers_before(start)
+    assert not start.done()  # the call begins while its start is still under way
+    held.released.set()
+    assert await start == "handle"
+    assert gate.answered_recently()  # the start just accepted opens the window
+
+
+async def test_a_start_in_first_means_the_call_begins_after_it(gate: TemporalGate) -> None:
+    start = under_way(gate, accepted)
+    await start
+    assert not await gate.answers_before(start)
+
+
+async def test_a_start_waiting_longer_than_the_window_keeps_calls_after_their_starts(
+    gate: TemporalGate,
+) -> None:
+    held = HeldStart()
+    stuck = under_way(gate, held)
+    other = under_way(gate, HeldStart())
+
+    async def not_taken() -> bool:
+        return not await gate.answers_before(other)
+
+    # The health service keeps answering (as a frontend does while its store does not); once
+    # one start has waited longer than the window, that is no longer taken for Temporal
+    # answering.
+    await eventually(not_taken, timeout=10)
+    assert await gate.healthy()
+    held.released.set()
+    await stuck
+    other.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await other
+    fresh = under_way(gate, HeldStart())
+    assert await gate.answers_before(fresh)  # those starts over, the check counts again
+    fresh.cancel()
+
+
+async def test_no_window_means_every_call_waits_for_its_start(temporal_client: Client) -> None:
+    gate = TemporalGate(temporal_client, WAIT, 0.0)
+    start = under_way(gate, HeldStart())
+    try:
+        assert not await gate.answers_before(start)
+    finally:
+        start.cancel()
+        await gate.aclose()
+
+
+async def test_a_server_that_refuses_the_check_leaves_the_call_waiting_for_its_start(
+    tmp_path: Path,
+) -> None:
+    dev = TemporalDevServer(tmp_path)
+    dev.start()
+    try:
+        await dev.wait_serving()
+        client = await Client.connect(dev.address)
+        gate = TemporalGate(client, WAIT, 0.25)
+        start = under_way(gate, HeldStart())
+        try:
+            assert await gate.answers_before(start)  # up: the health service answers
+            dev.kill()  # gone: its port refuses connections
+            assert not await gate.answers_before(start)
+            assert not start.done()  # refused before the start ended: the call waits for it
+        finally:
+            start.cancel()
+            await gate.aclose()
+    finally:
+        dev.kill()
