@@ -250,12 +250,15 @@ async def measure(
                 token,
             )
             # One call every 100 ms: each call's workflow has closed before the next starts,
-            # so what is left is the latency of one call on an otherwise idle gateway.
-            paced: list[float] = []
-            for i in range(PACED_CALLS if not quick else 20):
-                await asyncio.sleep(0.1)
-                paced.append((await gateway.call("paced", i, False)).total)
-            probes["gateway_paced"] = paced
+            # so what is left is the latency of one call on an otherwise idle gateway. Then one
+            # every 500 ms, past INVOKE_START_OVERLAP_SECONDS (0.25 s): a quiet process, whose
+            # call begins once Temporal's health service answers (api/temporal_gate.py).
+            for group, gap in (("paced", 0.1), ("idle", 0.5)):
+                paced: list[float] = []
+                for i in range(PACED_CALLS if not quick else 20):
+                    await asyncio.sleep(gap)  # the caller's think time, not a wait for work
+                    paced.append((await gateway.call(group, i, False)).total)
+                probes[f"gateway_{group}"] = paced
             await drained(temporal)  # the last workflows close before the receipts are counted
             check = await check_receipts(sessions, gateway, upstream)
             extra = await extra_rows(

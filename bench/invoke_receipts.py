@@ -64,7 +64,9 @@ async def check_receipts(
             continue
         if key.startswith("bench-gw-st1-") and row.time_to_first_token_ms is not None:
             ttft.append(float(row.time_to_first_token_ms))
-        group = next((g for g in ("ns1", "paced") if key.startswith(f"bench-gw-{g}-")), None)
+        group = next(
+            (g for g in ("ns1", "paced", "idle") if key.startswith(f"bench-gw-{g}-")), None
+        )
         if group is None:
             continue
         total, wall0, wall1 = sent

@@ -63,6 +63,13 @@ def analysis(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> list[str
             if p50("gateway_paced") < 0.85 * g1["p50"]
             else " (pacing changes little: the time is in the call itself)"
         )
+        + (
+            f"; {p50('gateway_idle'):.0f} ms 500 ms apart, past the overlap window, where "
+            "the call begins once Temporal's health service answers rather than after the "
+            "start's reply"
+            if res.probes.get("gateway_idle")
+            else ""
+        )
         + f". The upstream answers the same body directly in {d1['p50']:.1f} ms. "
         + _machine_at_c1(m),
         f"- **Throughput.** At c=16 a call costs {total:.1f} CPU ms in our processes ("
