@@ -1,6 +1,6 @@
 """The measured part of an invoke benchmark run, on a stack that is up: seed the catalog, check
 each path end to end, warm up, run the scenarios in rounds that interleave the paths, then the
-statement log, the pieces timed alone, paced gateway calls and the receipts."""
+statement log, the pieces timed alone, paced calls on every path and the receipts."""
 
 from __future__ import annotations
 
@@ -52,6 +52,24 @@ class Measured:
     pg_connections_per_call: dict[str, float]  # scenario -> new PostgreSQL sessions per call
     extra: list[str]  # the --workers 2 and 64-stream rows (bench/invoke_extra.py)
     ceiling: Ceiling  # InvokeModel alone at c=16 (bench/invoke_ceiling.py)
+
+
+async def paced_calls(paths: list[Path_], n: int) -> dict[str, list[float]]:
+    """c=1 calls with think time between them, on each path in turn (a block of `n` each, so
+    a path's own calls keep the gap): one every 100 ms, each call's workflow closed before the
+    next starts, so what is left is one call on an otherwise idle machine; then one every
+    500 ms, past INVOKE_START_OVERLAP_SECONDS (0.25 s), where the gateway's call begins once
+    Temporal's health service answers (api/temporal_gate.py). Seconds per call, keyed
+    `<path>_paced` and `<path>_idle`. Not CPU-bound as calls back to back are: every process
+    waits idle between calls, and wakes for the next."""
+    out: dict[str, list[float]] = {}
+    for group, gap in (("paced", 0.1), ("idle", 0.5)):
+        for p in paths:
+            times = out.setdefault(f"{p.name}_{group}", [])
+            for i in range(n):
+                await asyncio.sleep(gap)  # the caller's think time, not a wait for work
+                times.append((await p.call(group, i, False)).total)
+    return out
 
 
 def make_paths(
@@ -249,16 +267,7 @@ async def measure(
                 database_url,
                 token,
             )
-            # One call every 100 ms: each call's workflow has closed before the next starts,
-            # so what is left is the latency of one call on an otherwise idle gateway. Then one
-            # every 500 ms, past INVOKE_START_OVERLAP_SECONDS (0.25 s): a quiet process, whose
-            # call begins once Temporal's health service answers (api/temporal_gate.py).
-            for group, gap in (("paced", 0.1), ("idle", 0.5)):
-                paced: list[float] = []
-                for i in range(PACED_CALLS if not quick else 20):
-                    await asyncio.sleep(gap)  # the caller's think time, not a wait for work
-                    paced.append((await gateway.call(group, i, False)).total)
-                probes[f"gateway_{group}"] = paced
+            probes.update(await paced_calls(paths, PACED_CALLS if not quick else 20))
             await drained(temporal)  # the last workflows close before the receipts are counted
             check = await check_receipts(sessions, gateway, upstream)
             extra = await extra_rows(

@@ -18,7 +18,9 @@ MS`: each call sent that long after the previous ended, as a caller with think t
 calls). One call a turn misjudges a change that answers ahead of work it leaves behind: that work
 lands on the other side's next call. Answers sent ahead of their starts' replies read -1.86 ms so
 (400 pairs), +0.24 in runs of 10 and +0.04 paced 100 ms apart (docs/benchmarks.md, twentieth
-pass). Then,
+pass). Paced, a side's own calls are one or three of the other side's turns apart in turn (at
+100 ms, about 110 and 330 ms), astride the 0.25 s overlap window: until the health check of the
+twenty-first pass, every other call of each side began only after its start's reply. Then,
 per scenario, blocks at c=16 alternate ABBA, each with the API's and the dev server's CPU per call,
 its window closed once its workflows have (`invoke_drain.py`). Each side's calls carry their own
 Idempotency-Keys (a key the other side used would be a replay). Both API processes poll the same

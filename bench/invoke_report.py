@@ -12,7 +12,7 @@ from collections.abc import Callable
 from bench.invoke_config import DEFAULT_LITELLM, END, RUN_DEADLINE_S, SCENARIOS, START
 from bench.invoke_report_pieces import where_section
 from bench.invoke_report_reading import c1_floor
-from bench.invoke_results import Results, collect, f2
+from bench.invoke_results import Results, collect, f2, probe_p50
 from core.temporal_dev_server import DYNAMIC_CONFIG
 
 
@@ -48,6 +48,18 @@ def section(res: Results) -> str:
 
     def calls(p: str) -> str:
         return f"{sum(m[(p, s)]['n'] for s in SCENARIOS):,}"
+
+    def paced(group: str) -> Callable[[str], str]:
+        """p50 of the c=1 calls with think time between them (bench/invoke_measure.py), and
+        its overhead over the direct path's."""
+
+        def fn(p: str) -> str:
+            own = probe_p50(res.probes, f"{p}_{group}")
+            if p == "direct":
+                return f2(own)
+            return f"{f2(own)} (+{f2(own - probe_p50(res.probes, f'direct_{group}'))})"
+
+        return fn
 
     rc = res.receipts
 
@@ -144,6 +156,8 @@ def section(res: Results) -> str:
         rule,
         row("non-stream total p50 / p95 / p99, c=1", lat("ns1")),
         row("overhead at p50, c=1", over("ns1", "p50")),
+        row("non-stream total p50 (overhead), c=1, one every 100 ms", paced("paced")),
+        row("…one every 500 ms (past the gateway's 0.25 s overlap window)", paced("idle")),
         row("non-stream total p50 / p95 / p99, c=16", lat("ns16")),
         row("overhead at p50, c=16", over("ns16", "p50")),
         row("stream TTFT p50 / p95, c=1", ttft("st1")),

@@ -71,7 +71,8 @@ def analysis(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> list[str
             else ""
         )
         + f". The upstream answers the same body directly in {d1['p50']:.1f} ms. "
-        + _machine_at_c1(m),
+        + _machine_at_c1(m)
+        + _paced_at_c1(res),
         f"- **Throughput.** At c=16 a call costs {total:.1f} CPU ms in our processes ("
         + ", ".join(f"{k} {v:.1f}" for k, v in top)
         + f") plus {cpu.get('bench', 0):.1f} in the load generator. Two cores give 2,000 CPU ms "
@@ -185,6 +186,29 @@ def _machine_at_c1(m: dict[tuple[str, str], dict[str, Any]]) -> str:
     return text + (
         f"; LiteLLM's path spent {lite_cpu:.1f} CPU ms a call and took {lite['p50']:.1f} ms "
         "(its proxy is one process: one core's work at a time)."
+    )
+
+
+def _paced_at_c1(res: Results) -> str:
+    """With think time between calls the cores idle and the floor above does not bind; what
+    is left is each process waking for each call, and a gateway call crosses more of them."""
+    p50 = partial(probe_p50, res.probes)
+    if not res.probes.get("litellm_paced"):
+        return ""
+
+    def over(path: str, group: str) -> float:
+        return p50(f"{path}_{group}") - p50(f"direct_{group}")
+
+    return (
+        " With think time between calls the machine idles and that bound does not hold: 100 "
+        f"and 500 ms apart, the gateway added +{over('gateway', 'paced'):.1f} and "
+        f"+{over('gateway', 'idle'):.1f} ms to the upstream's own call, LiteLLM's proxy "
+        f"+{over('litellm', 'paced'):.1f} and +{over('litellm', 'idle'):.1f}. Then every "
+        "process sleeps between calls and wakes for the next, and a gateway call wakes more of "
+        "them in turn (the API, PostgreSQL for the claim and the finalize, the dev server, the "
+        "upstream) than LiteLLM's (the proxy, the upstream). On this machine an eager start's "
+        "reply takes about twice as long 100 ms apart as back to back, and a bare health check "
+        "about four times (`bench/start_after_idle.py`, docs/benchmarks.md, twenty-first pass)."
     )
 
 
