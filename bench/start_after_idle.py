@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -31,7 +29,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.temporal_dev_server import dynamic_config_args
+from bench.invoke_stack import Stack
 
 QUEUE = "start-after-idle"
 GAPS = (("back to back", 0.0), ("100 ms apart", 0.1), ("500 ms apart", 0.5))
@@ -49,13 +47,6 @@ class Echo:
         return await workflow.execute_local_activity(
             echo, x, start_to_close_timeout=timedelta(seconds=5)
         )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 async def connected(address: str) -> Client:
@@ -113,32 +104,6 @@ async def measure(client: Client, calls: int, rounds: int) -> None:
         print(f"| {label} | " + " | ".join(f"{c:.2f}" for c in cells) + " |")
 
 
-def serve(port: int) -> subprocess.Popen[bytes]:
-    """A fresh in-memory dev server with the project's switches."""
-    binary = str(Path(sys.executable).parent / "temporal")
-    return subprocess.Popen(
-        [
-            binary,
-            "server",
-            "start-dev",
-            "--headless",
-            "--ip",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--http-port",
-            str(free_port()),
-            "--metrics-port",
-            str(free_port()),
-            "--log-level",
-            "error",
-            *dynamic_config_args(),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-
 async def run(address: str, calls: int, rounds: int) -> None:
     client = await connected(address)
     async with Worker(
@@ -156,13 +121,12 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=30, help="calls per gap and round")
     parser.add_argument("--rounds", type=int, default=3, help="rounds over the three gaps")
     args = parser.parse_args()
-    port = free_port()
-    server = serve(port)
+    stack = Stack()  # only its dev server: the benchmark's, with the project's switches
     try:
-        asyncio.run(run(f"127.0.0.1:{port}", args.calls, args.rounds))
+        stack.start_temporal()
+        asyncio.run(run(f"127.0.0.1:{stack.temporal_port}", args.calls, args.rounds))
     finally:
-        server.kill()
-        server.wait(timeout=30)
+        stack.close()
 
 
 if __name__ == "__main__":
