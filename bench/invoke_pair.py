@@ -2,7 +2,7 @@
 invoke-path change that host drift cannot swamp.
 
 Run: .venv/bin/python bench/invoke_pair.py OTHER_CHECKOUT [--pairs 300] [--run 1] [--pace 0]
-     [--blocks 3] [--scenarios ns16,st16] [--keep]
+     [--stream] [--blocks 3] [--scenarios ns16,st16] [--keep]
 
 `bench_invoke.py` compares the gateway with LiteLLM inside one run, but a change to the gateway is
 judged by comparing two runs, minutes apart, on a machine shared with others: in issue 14's passes
@@ -70,14 +70,15 @@ class Side:
     blocks: dict[str, list[tuple[float, float, float, float]]] = field(default_factory=dict)
 
 
-async def c1_pairs(sides: list[Side], pairs: int, run: int, pace: float) -> None:
+async def c1_pairs(sides: list[Side], pairs: int, run: int, pace: float, stream: bool) -> None:
     """`pairs` calls per side, in runs of `run` calls back to back, the sides taking turns (the
     order swapped every turn). One call a turn pairs each call with its neighbour. Longer runs
     keep what a call leaves behind its answer (its workflow's completion, the dev server's
     bookkeeping) on its own side's next call: a change that moves that work is only seen so. A
     run's first call follows the other side's last and is not counted. With `pace` (seconds)
     every call is sent that long after the previous one ended, as a caller with think time
-    between calls would: what a call leaves behind is done before the next on either side."""
+    between calls would: what a call leaves behind is done before the next on either side.
+    With `stream`, the calls stream and what is paired is their time to the first token."""
     for i in range(0, pairs, run):
         for side in sides if (i // run) % 2 == 0 else sides[::-1]:
             assert side.path is not None
@@ -85,8 +86,11 @@ async def c1_pairs(sides: list[Side], pairs: int, run: int, pace: float) -> None
             for j in range(i, min(i + run, pairs)):
                 if pace:
                     await asyncio.sleep(pace)  # the caller's think time, not a wait for work
-                sample = await side.path.call(f"pair-{side.name}-ns1", j, False)
-                block.append(sample.total * 1000)
+                scenario = "st1" if stream else "ns1"
+                sample = await side.path.call(f"pair-{side.name}-{scenario}", j, stream)
+                took = sample.ttft if stream else sample.total
+                assert took is not None  # a stream that gave no token failed the call
+                block.append(took * 1000)
             side.c1.append(block[1:] if run > 1 else block)
 
 
@@ -118,7 +122,7 @@ async def c16_blocks(
             print(f"  {scenario} block {b} {side.name}: {rates[0]:.1f}/s", flush=True)
 
 
-def report(sides: list[Side], scenarios: list[str]) -> str:
+def report(sides: list[Side], scenarios: list[str], stream: bool) -> str:
     this, other = sides
     # Per turn: the other side's run against this side's (one call each, or the runs' medians).
     diffs = [
@@ -135,7 +139,8 @@ def report(sides: list[Side], scenarios: list[str]) -> str:
     p = {s.name: sorted(x for run in s.c1 for x in run) for s in sides}
     quart = {n: (v[len(v) // 4], statistics.median(v), v[3 * len(v) // 4]) for n, v in p.items()}
     lines.append(
-        f"| non-stream total p25 / p50 / p75, c=1, {len(p['this'])} calls each (ms) | "
+        f"| {'stream TTFT' if stream else 'non-stream total'} p25 / p50 / p75, c=1, "
+        f"{len(p['this'])} calls each (ms) | "
         + " | ".join(" / ".join(f"{x:.2f}" for x in quart[s.name]) for s in sides)
         + " |"
     )
@@ -178,13 +183,13 @@ async def measure(stack: Stack, sides: list[Side], args: argparse.Namespace) -> 
         await run_load(side.path, "ns1", WARM_CALLS // 2, f"pair-{side.name}-warm1", None)
     paced = f", {args.pace:g} ms apart" if args.pace else ""
     print(f"c=1: {args.pairs} calls a side, in runs of {args.run}{paced}…", flush=True)
-    await c1_pairs(sides, args.pairs, args.run, args.pace / 1000)
+    await c1_pairs(sides, args.pairs, args.run, args.pace / 1000, args.stream)
     for scenario in args.scenarios:
         await c16_blocks(sides, scenario, args.blocks, temporal.pid, client)
     for side in sides:
         assert side.path is not None
         await side.path.client.aclose()
-    return report(sides, args.scenarios)
+    return report(sides, args.scenarios, args.stream)
 
 
 def main() -> None:
@@ -196,6 +201,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--pace", type=float, default=0.0, help="ms between one c=1 call's end and the next"
+    )
+    parser.add_argument(
+        "--stream", action="store_true", help="c=1 calls stream; their time to first token"
     )
     parser.add_argument("--blocks", type=int, default=3, help="c=16 blocks per side")
     parser.add_argument("--scenarios", default="ns16,st16", help="c=16 scenarios, comma-separated")
