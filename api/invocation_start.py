@@ -28,7 +28,7 @@ from activities.invoke import InvokeActivities
 from activities.invoke_hub import InvocationHub, NotStarted, PendingCall
 from activities.invoke_outcomes import not_started
 from api.runtime_types import InvokeConfig
-from api.temporal_gate import TemporalGate
+from api.temporal_gate import Asked, TemporalGate
 from domain.invocation import InvocationInput, invoke_workflow_id
 from workflows.invoke import InvokeModelWorkflow
 
@@ -51,17 +51,20 @@ class WorkflowStarts:
         self._hub = hub
         self._behind: set[Started] = set()  # held: a caller that left drops its reference
 
-    async def start(self, data: InvocationInput, pending: PendingCall, token: str) -> Started:
+    async def start(
+        self, data: InvocationInput, pending: PendingCall, token: str, asked: Asked | None = None
+    ) -> Started:
         """The invocation's start, as a future: already done (and a failure raised here) unless
         its call runs alongside, when it is still under way. The start is sent at once either
         way; the call begins with it when Temporal answered a start moments ago, as soon as its
-        health service answers otherwise, and after the start when the start is in first."""
+        health service answers otherwise (the check `asked` as the call arrived, if any), and
+        after the start when the start is in first."""
         recently = self._gate.answered_recently()
         task = asyncio.ensure_future(self._start_behind(data, pending, token))
         self._behind.add(task)
         task.add_done_callback(self._ended)
         try:
-            alongside = recently or await self._gate.answers_before(task)
+            alongside = recently or await self._gate.answers_before(task, asked)
         except asyncio.CancelledError:
             task.cancel()  # the caller left before anything began: its start is undone too
             raise

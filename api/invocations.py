@@ -122,6 +122,9 @@ class Invocations:
 
     async def start(self, principal: Principal, call: Call) -> Running:
         tenant = principal.tenant_id
+        # After a quiet spell, the health check the start is raced with goes out now, beside
+        # the routing and the claim (TemporalGate.ask_ahead).
+        asked = self._gate.ask_ahead()
         key = call.idempotency_key or f"auto-{uuid.uuid4()}"
         hash_ = request_hash(
             {"op": call.operation.value, "profile": call.profile_id, **call.payload}
@@ -185,7 +188,7 @@ class Invocations:
             call.request, caller_claims=True, invocation_id=data.invocation_id
         )
         data.caller_token = token
-        started = await self._starts.start(data, pending, token)
+        started = await self._starts.start(data, pending, token, asked)
         timing.after_response(pending.delivered.set)
         return Running(
             data.invocation_id,

@@ -1,14 +1,16 @@
 """When the gate lets a call's provider call begin before its own start is in, on a real dev
 server: after a quiet spell, once the server's health service answers (an idle process no longer
-begins every call after its start's reply); never while a start has waited longer than the
-window (a frontend that answers while its store does not), never with no window, and never when
-the server refuses the check. A start here is `TemporalGate.start` running a start the test
-holds, as a real start waits for a server that has not answered yet."""
+begins every call after its start's reply), that check asked as the call arrived and taken while
+it is fresh; never while a start has waited longer than the window (a frontend that answers
+while its store does not), never with no window, and never when the server refuses the check.
+A start here is `TemporalGate.start` running a start the test holds, as a real start waits for
+a server that has not answered yet."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -122,3 +124,78 @@ async def test_a_server_that_refuses_the_check_leaves_the_call_waiting_for_its_s
             await gate.aclose()
     finally:
         dev.kill()
+
+
+@pytest.fixture
+async def own_server(tmp_path: Path) -> AsyncIterator[TemporalDevServer]:
+    """A dev server of this test's own, for a test that kills it."""
+    dev = TemporalDevServer(tmp_path)
+    dev.start()
+    try:
+        await dev.wait_serving()
+        yield dev
+    finally:
+        dev.kill()
+
+
+async def test_the_check_asked_as_the_call_arrived_is_the_one_its_start_is_raced_with(
+    own_server: TemporalDevServer,
+) -> None:
+    client = await Client.connect(own_server.address)
+    # A window far longer than this test, so that the check asked stays fresh however slow
+    # the machine is.
+    gate = TemporalGate(client, WAIT, 600.0)
+    try:
+        asked = gate.ask_ahead()
+        assert asked is not None
+        assert await asked.answer  # answered while the call is routed and claimed
+        own_server.kill()  # gone after the check answered: no new check would be answered
+        start = under_way(gate, HeldStart())
+        try:
+            assert await gate.answers_before(start, asked)  # taken as asked, nothing asked again
+            assert not await gate.answers_before(start)  # a check asked now is refused
+        finally:
+            start.cancel()
+    finally:
+        await gate.aclose()
+
+
+async def test_a_check_asked_longer_ago_than_the_window_is_asked_again(
+    own_server: TemporalDevServer,
+) -> None:
+    client = await Client.connect(own_server.address)
+    gate = TemporalGate(client, WAIT, 0.05)
+    try:
+        asked = gate.ask_ahead()
+        assert asked is not None
+        assert await asked.answer
+
+        async def stale() -> bool:
+            return time.monotonic() - asked.sent_at >= 0.05
+
+        await eventually(stale, timeout=10)
+        own_server.kill()
+        start = under_way(gate, HeldStart())
+        try:
+            assert not await gate.answers_before(start, asked)  # asked again, and refused
+        finally:
+            start.cancel()
+    finally:
+        await gate.aclose()
+
+
+async def test_nothing_is_asked_ahead_while_the_window_is_open_or_temporal_is_down(
+    temporal_client: Client,
+) -> None:
+    gate = TemporalGate(temporal_client, WAIT, 600.0)  # open for the whole test once a start is in
+    no_window = TemporalGate(temporal_client, WAIT, 0.0)
+    try:
+        assert no_window.ask_ahead() is None
+        await under_way(gate, accepted)
+        assert gate.answered_recently()
+        assert gate.ask_ahead() is None  # a start was just accepted: nothing to ask
+        gate.mark_down("test")
+        assert gate.ask_ahead() is None  # known unreachable: calls are refused, not checked
+    finally:
+        await gate.aclose()
+        await no_window.aclose()
