@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from api.temporal_gate import TemporalGate
+from api.temporal_gate import Asked, TemporalGate
 from tests.helpers.deadline import eventually
 from tests.helpers.stack import TemporalDevServer
 
@@ -104,28 +104,6 @@ async def test_no_window_means_every_call_waits_for_its_start(temporal_client: C
         await gate.aclose()
 
 
-async def test_a_server_that_refuses_the_check_leaves_the_call_waiting_for_its_start(
-    tmp_path: Path,
-) -> None:
-    dev = TemporalDevServer(tmp_path)
-    dev.start()
-    try:
-        await dev.wait_serving()
-        client = await Client.connect(dev.address)
-        gate = TemporalGate(client, WAIT, 0.25)
-        start = under_way(gate, HeldStart())
-        try:
-            assert await gate.answers_before(start)  # up: the health service answers
-            dev.kill()  # gone: its port refuses connections
-            assert not await gate.answers_before(start)
-            assert not start.done()  # refused before the start ended: the call waits for it
-        finally:
-            start.cancel()
-            await gate.aclose()
-    finally:
-        dev.kill()
-
-
 @pytest.fixture
 async def own_server(tmp_path: Path) -> AsyncIterator[TemporalDevServer]:
     """A dev server of this test's own, for a test that kills it."""
@@ -138,50 +116,72 @@ async def own_server(tmp_path: Path) -> AsyncIterator[TemporalDevServer]:
         dev.kill()
 
 
+@contextlib.asynccontextmanager
+async def held_on(
+    dev: TemporalDevServer, window: float
+) -> AsyncIterator[tuple[TemporalGate, Callable[[], asyncio.Task[str]]]]:
+    """A gate on `dev` with this window, and a way to put a held start under way on it; every
+    start put under way is cancelled and the gate closed afterwards."""
+    gate = TemporalGate(await Client.connect(dev.address), WAIT, window)
+    starts: list[asyncio.Task[str]] = []
+
+    def held() -> asyncio.Task[str]:
+        starts.append(under_way(gate, HeldStart()))
+        return starts[-1]
+
+    try:
+        yield gate, held
+    finally:
+        for start in starts:
+            start.cancel()
+        await gate.aclose()
+
+
+async def answered_ahead(gate: TemporalGate) -> Asked:
+    """The check asked as a call arrives, once it has answered (as it does while the call is
+    routed and claimed)."""
+    asked = gate.ask_ahead()
+    assert asked is not None
+    assert await asked.answer
+    return asked
+
+
+async def test_a_server_that_refuses_the_check_leaves_the_call_waiting_for_its_start(
+    own_server: TemporalDevServer,
+) -> None:
+    async with held_on(own_server, 0.25) as (gate, held):
+        start = held()
+        assert await gate.answers_before(start)  # up: the health service answers
+        own_server.kill()  # gone: its port refuses connections
+        assert not await gate.answers_before(start)
+        assert not start.done()  # refused before the start ended: the call waits for it
+
+
 async def test_the_check_asked_as_the_call_arrived_is_the_one_its_start_is_raced_with(
     own_server: TemporalDevServer,
 ) -> None:
-    client = await Client.connect(own_server.address)
     # A window far longer than this test, so that the check asked stays fresh however slow
     # the machine is.
-    gate = TemporalGate(client, WAIT, 600.0)
-    try:
-        asked = gate.ask_ahead()
-        assert asked is not None
-        assert await asked.answer  # answered while the call is routed and claimed
+    async with held_on(own_server, 600.0) as (gate, held):
+        asked = await answered_ahead(gate)
         own_server.kill()  # gone after the check answered: no new check would be answered
-        start = under_way(gate, HeldStart())
-        try:
-            assert await gate.answers_before(start, asked)  # taken as asked, nothing asked again
-            assert not await gate.answers_before(start)  # a check asked now is refused
-        finally:
-            start.cancel()
-    finally:
-        await gate.aclose()
+        start = held()
+        assert await gate.answers_before(start, asked)  # taken as asked, nothing asked again
+        assert not await gate.answers_before(start)  # a check asked now is refused
 
 
 async def test_a_check_asked_longer_ago_than_the_window_is_asked_again(
     own_server: TemporalDevServer,
 ) -> None:
-    client = await Client.connect(own_server.address)
-    gate = TemporalGate(client, WAIT, 0.05)
-    try:
-        asked = gate.ask_ahead()
-        assert asked is not None
-        assert await asked.answer
+    async with held_on(own_server, 0.05) as (gate, held):
+        asked = await answered_ahead(gate)
 
         async def stale() -> bool:
             return time.monotonic() - asked.sent_at >= 0.05
 
         await eventually(stale, timeout=10)
         own_server.kill()
-        start = under_way(gate, HeldStart())
-        try:
-            assert not await gate.answers_before(start, asked)  # asked again, and refused
-        finally:
-            start.cancel()
-    finally:
-        await gate.aclose()
+        assert not await gate.answers_before(held(), asked)  # asked again, and refused
 
 
 async def test_nothing_is_asked_ahead_while_the_window_is_open_or_temporal_is_down(
