@@ -154,10 +154,9 @@ class Settings(BaseSettings):
         "provider call to begin alongside its own start rather than after it; a call after a "
         "quieter spell begins once Temporal's health service (asked as the call arrives) "
         "answers, unless its start is in first or another start has waited longer than this "
-        "(0: always after). A call inside "
-        "this window after Temporal went away reaches its provider: one that ends before its "
-        "start fails is answered and keeps its receipt, one still running is cancelled and "
-        "refused.",
+        "(0: always after). A call inside this window after Temporal went away reaches its "
+        "provider: one that ends before its start fails is answered and keeps its receipt, one "
+        "still running is cancelled and refused.",
     )
     invoke_adapter_ttl_seconds: float = Field(
         default=300.0,
