@@ -13,6 +13,7 @@ from bench.invoke_config import DEFAULT_LITELLM, END, RUN_DEADLINE_S, SCENARIOS,
 from bench.invoke_report_pieces import where_section
 from bench.invoke_report_reading import c1_floor
 from bench.invoke_results import Results, collect, f2, probe_p50
+from bench.invoke_rounds import rounds_table
 from core.temporal_dev_server import DYNAMIC_CONFIG
 
 
@@ -247,6 +248,8 @@ def section(res: Results) -> str:
             f"{lt16['rps']:.0f} calls/s{miss(g_st16['rps'], lt16['rps'], 'calls/s', lower=False)}"
             "). LiteLLM here writes no durable record of the call at all.",
         ]
+        per_round = rounds_table(res.runs)
+        lines += ["", *per_round] if per_round else []
     else:
         lines.append(
             f"- the comparisons with LiteLLM's proxy: not measured in this run — "

@@ -1,0 +1,97 @@
+"""The LiteLLM targets of issue 14 round by round: the same five comparisons the run's verdicts
+make over both rounds, made again on each round's own calls.
+
+Why: on this shared two-core host the same code's verdicts on c=1 non-stream, c=16 non-stream and
+API CPU went both ways between full runs minutes apart (docs/benchmarks.md, twenty-second pass:
+c=16 non-stream 110-183 calls/s for the gateway and 132-181 for LiteLLM between 10:01 and 10:55).
+A run's two rounds interleave the paths, so each round saw the same host for both proxies; where
+their verdicts differ, the run's verdict is within the host's spread, and the table says so. The
+verdicts above it are still the run's, over every call of both rounds: nothing here replaces them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bench.invoke_load import Run
+from bench.invoke_results import pct
+
+OURS, THEIRS = "gateway", "litellm"
+
+
+@dataclass(frozen=True)
+class Target:
+    label: str
+    unit: str
+    measure: Callable[[Run], float]  # one path's run of one round -> its value
+    lower_wins: bool
+    over_direct: bool  # an overhead: the upstream's own value in the same round subtracted
+    digits: int
+
+
+def _p50(key: str) -> Callable[[Run], float]:
+    def value(run: Run) -> float:
+        got = [(s.total if key == "total" else s.ttft) for s in run.samples]
+        return pct([x * 1000 for x in got if x is not None], 0.5)
+
+    return value
+
+
+def _rate(run: Run) -> float:
+    return len(run.samples) / run.wall if run.wall else float("nan")
+
+
+def _own_cpu(run: Run) -> float:
+    process = "api" if run.path == OURS else "litellm"
+    return run.cpu.get(process, 0.0) * 1000 / max(1, len(run.samples))
+
+
+TARGETS: tuple[tuple[str, Target], ...] = (
+    ("ns1", Target("non-stream overhead p50, c=1", "ms", _p50("total"), True, True, 2)),
+    ("st1", Target("TTFT overhead p50, c=1", "ms", _p50("ttft"), True, True, 2)),
+    ("ns16", Target("API CPU per call, c=16 (LiteLLM's own)", "ms", _own_cpu, True, False, 1)),
+    ("ns16", Target("throughput c=16, non-stream", "calls/s", _rate, False, False, 0)),
+    ("st16", Target("throughput c=16, stream", "calls/s", _rate, False, False, 0)),
+)
+
+
+def _cell(target: Target, ours: Run, theirs: Run, direct: Run) -> str:
+    base = target.measure(direct) if target.over_direct else 0.0
+    a, b = target.measure(ours) - base, target.measure(theirs) - base
+    met = a <= b if target.lower_wins else a >= b
+    shown = f"{{:{'+' if target.over_direct else ''}.{target.digits}f}}"
+    return f"{shown.format(a)} / {shown.format(b)} {'met' if met else '**not met**'}"
+
+
+def by_round(runs: list[Run], path: str, scenario: str) -> list[Run]:
+    """A path's runs of one scenario in the order they ran: one per round."""
+    return [r for r in runs if r.path == path and r.scenario == scenario]
+
+
+def rounds_table(runs: list[Run]) -> list[str]:
+    """The docs lines: each target's value for the gateway and LiteLLM in each round, and
+    whether that round alone meets it. Empty when LiteLLM did not run or a run has one round."""
+    rounds = len(by_round(runs, OURS, "ns1"))
+    if rounds < 2 or not by_round(runs, THEIRS, "ns1"):
+        return []
+    head = "| target | " + " | ".join(f"round {i + 1}" for i in range(rounds)) + " |"
+    lines = [
+        "The same targets on each round's calls alone (model-router / LiteLLM; each round ran "
+        "both proxies, interleaved; `bench/invoke_rounds.py`):",
+        "",
+        head,
+        "|---|" + "---|" * rounds,
+    ]
+    for scenario, target in TARGETS:
+        cells = [
+            _cell(target, ours, theirs, direct)
+            for ours, theirs, direct in zip(
+                by_round(runs, OURS, scenario),
+                by_round(runs, THEIRS, scenario),
+                by_round(runs, "direct", scenario),
+                strict=True,
+            )
+        ]
+        lines.append(f"| {target.label} ({target.unit}) | " + " | ".join(cells) + " |")
+    return lines
