@@ -66,34 +66,38 @@ class Results:
     rounds: int
 
 
+def merged(runs: list[Run]) -> dict[str, Any]:
+    """The numbers of one path's runs of one scenario, their calls taken together: of every
+    round (`collect`), or of one round alone (bench/invoke_rounds.py)."""
+    samples = [x for r in runs for x in r.samples]
+    totals = [x.total * 1000 for x in samples]
+    ttfts = [x.ttft * 1000 for x in samples if x.ttft is not None]
+    wall = sum(r.wall for r in runs)
+    cpu: Counter[str] = Counter()
+    for r in runs:
+        cpu.update(r.cpu)
+    busy = [r.machine_busy for r in runs]
+    others = [r.others for r in runs]
+    return {
+        "n": len(samples),
+        "errors": sum(len(r.errors) for r in runs),
+        "error_sample": next((r.errors[0] for r in runs if r.errors), None),
+        "p50": pct(totals, 0.5),
+        "p95": pct(totals, 0.95),
+        "p99": pct(totals, 0.99),
+        "ttft50": pct(ttfts, 0.5),
+        "ttft95": pct(ttfts, 0.95),
+        "rps": len(samples) / wall if wall else float("nan"),
+        "cpu_ms": {k: v * 1000 / max(1, len(samples)) for k, v in cpu.items()},
+        "busy": statistics.fmean(busy) if busy else float("nan"),
+        "others": statistics.fmean(others) if others else float("nan"),
+    }
+
+
 def collect(res: Results) -> dict[tuple[str, str], dict[str, Any]]:
     """(path, scenario) -> merged numbers over rounds."""
-    out: dict[tuple[str, str], dict[str, Any]] = {}
-    for p in res.paths:
-        for s in SCENARIOS:
-            runs = [r for r in res.runs if r.path == p and r.scenario == s]
-            samples = [x for r in runs for x in r.samples]
-            totals = [x.total * 1000 for x in samples]
-            ttfts = [x.ttft * 1000 for x in samples if x.ttft is not None]
-            wall = sum(r.wall for r in runs)
-            cpu: Counter[str] = Counter()
-            for r in runs:
-                cpu.update(r.cpu)
-            busy = [r.machine_busy for r in runs]
-            others = [r.others for r in runs]
-            out[(p, s)] = {
-                "n": len(samples),
-                "errors": sum(len(r.errors) for r in runs),
-                "error_sample": next((r.errors[0] for r in runs if r.errors), None),
-                "p50": pct(totals, 0.5),
-                "p95": pct(totals, 0.95),
-                "p99": pct(totals, 0.99),
-                "ttft50": pct(ttfts, 0.5),
-                "ttft95": pct(ttfts, 0.95),
-                "rps": len(samples) / wall if wall else float("nan"),
-                "cpu_ms": {k: v * 1000 / max(1, len(samples)) for k, v in cpu.items()},
-                "busy": statistics.fmean(busy) if busy else float("nan"),
-                "others": statistics.fmean(others) if others else float("nan"),
-                "round_p50": [pct([x.total * 1000 for x in r.samples], 0.5) for r in runs],
-            }
-    return out
+    return {
+        (p, s): merged([r for r in res.runs if r.path == p and r.scenario == s])
+        for p in res.paths
+        for s in SCENARIOS
+    }

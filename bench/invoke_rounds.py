@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any
 
 from bench.invoke_load import Run
-from bench.invoke_results import pct
+from bench.invoke_results import merged
 
 OURS, THEIRS = "gateway", "litellm"
 
@@ -24,41 +26,29 @@ OURS, THEIRS = "gateway", "litellm"
 class Target:
     label: str
     unit: str
-    measure: Callable[[Run], float]  # one path's run of one round -> its value
+    value: Callable[[dict[str, Any]], float]  # from one round's numbers of a path (`merged`)
     lower_wins: bool
     over_direct: bool  # an overhead: the upstream's own value in the same round subtracted
     digits: int
 
 
-def _p50(key: str) -> Callable[[Run], float]:
-    def value(run: Run) -> float:
-        got = [(s.total if key == "total" else s.ttft) for s in run.samples]
-        return pct([x * 1000 for x in got if x is not None], 0.5)
-
-    return value
-
-
-def _rate(run: Run) -> float:
-    return len(run.samples) / run.wall if run.wall else float("nan")
-
-
-def _own_cpu(run: Run) -> float:
-    process = "api" if run.path == OURS else "litellm"
-    return run.cpu.get(process, 0.0) * 1000 / max(1, len(run.samples))
+def _own_cpu(numbers: dict[str, Any]) -> float:
+    cpu = numbers["cpu_ms"]
+    return float(cpu.get("api", cpu.get("litellm", 0.0)))
 
 
 TARGETS: tuple[tuple[str, Target], ...] = (
-    ("ns1", Target("non-stream overhead p50, c=1", "ms", _p50("total"), True, True, 2)),
-    ("st1", Target("TTFT overhead p50, c=1", "ms", _p50("ttft"), True, True, 2)),
+    ("ns1", Target("non-stream overhead p50, c=1", "ms", itemgetter("p50"), True, True, 2)),
+    ("st1", Target("TTFT overhead p50, c=1", "ms", itemgetter("ttft50"), True, True, 2)),
     ("ns16", Target("API CPU per call, c=16 (LiteLLM's own)", "ms", _own_cpu, True, False, 1)),
-    ("ns16", Target("throughput c=16, non-stream", "calls/s", _rate, False, False, 0)),
-    ("st16", Target("throughput c=16, stream", "calls/s", _rate, False, False, 0)),
+    ("ns16", Target("throughput c=16, non-stream", "calls/s", itemgetter("rps"), False, False, 0)),
+    ("st16", Target("throughput c=16, stream", "calls/s", itemgetter("rps"), False, False, 0)),
 )
 
 
 def _cell(target: Target, ours: Run, theirs: Run, direct: Run) -> str:
-    base = target.measure(direct) if target.over_direct else 0.0
-    a, b = target.measure(ours) - base, target.measure(theirs) - base
+    base = target.value(merged([direct])) if target.over_direct else 0.0
+    a, b = (target.value(merged([run])) - base for run in (ours, theirs))
     met = a <= b if target.lower_wins else a >= b
     shown = f"{{:{'+' if target.over_direct else ''}.{target.digits}f}}"
     return f"{shown.format(a)} / {shown.format(b)} {'met' if met else '**not met**'}"
