@@ -13,42 +13,50 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from operator import itemgetter
 from typing import Any
 
 from bench.invoke_load import Run
 from bench.invoke_results import merged
 
 OURS, THEIRS = "gateway", "litellm"
+# The process whose CPU is a path's own: the meter counts every process during every path's run
+# (an idle API beside LiteLLM's calls included), so the path says which one the target reads.
+OWN_PROCESS = {OURS: "api", THEIRS: "litellm"}
+
+# One round's numbers of a path (`merged`) and the path -> the target's value.
+Value = Callable[[dict[str, Any], str], float]
 
 
 @dataclass(frozen=True)
 class Target:
     label: str
     unit: str
-    value: Callable[[dict[str, Any]], float]  # from one round's numbers of a path (`merged`)
+    value: Value
     lower_wins: bool
     over_direct: bool  # an overhead: the upstream's own value in the same round subtracted
     digits: int
 
 
-def _own_cpu(numbers: dict[str, Any]) -> float:
-    cpu = numbers["cpu_ms"]
-    return float(cpu.get("api", cpu.get("litellm", 0.0)))
+def _number(key: str) -> Value:
+    return lambda numbers, _path: float(numbers[key])
+
+
+def _own_cpu(numbers: dict[str, Any], path: str) -> float:
+    return float(numbers["cpu_ms"].get(OWN_PROCESS[path], 0.0))
 
 
 TARGETS: tuple[tuple[str, Target], ...] = (
-    ("ns1", Target("non-stream overhead p50, c=1", "ms", itemgetter("p50"), True, True, 2)),
-    ("st1", Target("TTFT overhead p50, c=1", "ms", itemgetter("ttft50"), True, True, 2)),
+    ("ns1", Target("non-stream overhead p50, c=1", "ms", _number("p50"), True, True, 2)),
+    ("st1", Target("TTFT overhead p50, c=1", "ms", _number("ttft50"), True, True, 2)),
     ("ns16", Target("API CPU per call, c=16 (LiteLLM's own)", "ms", _own_cpu, True, False, 1)),
-    ("ns16", Target("throughput c=16, non-stream", "calls/s", itemgetter("rps"), False, False, 0)),
-    ("st16", Target("throughput c=16, stream", "calls/s", itemgetter("rps"), False, False, 0)),
+    ("ns16", Target("throughput c=16, non-stream", "calls/s", _number("rps"), False, False, 0)),
+    ("st16", Target("throughput c=16, stream", "calls/s", _number("rps"), False, False, 0)),
 )
 
 
 def _cell(target: Target, ours: Run, theirs: Run, direct: Run) -> str:
-    base = target.value(merged([direct])) if target.over_direct else 0.0
-    a, b = (target.value(merged([run])) - base for run in (ours, theirs))
+    base = target.value(merged([direct]), direct.path) if target.over_direct else 0.0
+    a, b = (target.value(merged([run]), run.path) - base for run in (ours, theirs))
     met = a <= b if target.lower_wins else a >= b
     shown = f"{{:{'+' if target.over_direct else ''}.{target.digits}f}}"
     return f"{shown.format(a)} / {shown.format(b)} {'met' if met else '**not met**'}"

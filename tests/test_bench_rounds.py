@@ -25,8 +25,10 @@ def _runs() -> list[Run]:
                 stream = scenario.startswith("st")
                 samples = [Sample(total=total, ttft=ttft if stream else None) for _ in range(n)]
                 own = {"gateway": "api", "litellm": "litellm"}.get(path, "upstream")
-                cpu_s = cpu * n / 100
-                runs.append(Run(path, scenario, samples, [], 1.0, {own: cpu_s}, 0.5))
+                # The meter counts every process in every path's run: the others idle here.
+                cpu_s = dict.fromkeys(("api", "litellm", "upstream", "temporal"), 0.0001)
+                cpu_s[own] = cpu * n / 100
+                runs.append(Run(path, scenario, samples, [], 1.0, cpu_s, 0.5))
     return runs
 
 
