@@ -66,6 +66,11 @@ class Results:
     rounds: int
 
 
+def by_round(runs: list[Run], path: str, scenario: str) -> list[Run]:
+    """A path's runs of one scenario in the order they ran: one per round."""
+    return [r for r in runs if r.path == path and r.scenario == scenario]
+
+
 def merged(runs: list[Run]) -> dict[str, Any]:
     """The numbers of one path's runs of one scenario, their calls taken together: of every
     round (`collect`), or of one round alone (bench/invoke_rounds.py)."""
@@ -96,8 +101,4 @@ def merged(runs: list[Run]) -> dict[str, Any]:
 
 def collect(res: Results) -> dict[tuple[str, str], dict[str, Any]]:
     """(path, scenario) -> merged numbers over rounds."""
-    return {
-        (p, s): merged([r for r in res.runs if r.path == p and r.scenario == s])
-        for p in res.paths
-        for s in SCENARIOS
-    }
+    return {(p, s): merged(by_round(res.runs, p, s)) for p in res.paths for s in SCENARIOS}

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.invoke_load import Run
-from bench.invoke_results import merged
+from bench.invoke_results import by_round, merged
 
 OURS, THEIRS = "gateway", "litellm"
 # The process whose CPU is a path's own: the meter counts every process during every path's run
@@ -60,11 +60,6 @@ def _cell(target: Target, ours: Run, theirs: Run, direct: Run) -> str:
     met = a <= b if target.lower_wins else a >= b
     shown = f"{{:{'+' if target.over_direct else ''}.{target.digits}f}}"
     return f"{shown.format(a)} / {shown.format(b)} {'met' if met else '**not met**'}"
-
-
-def by_round(runs: list[Run], path: str, scenario: str) -> list[Run]:
-    """A path's runs of one scenario in the order they ran: one per round."""
-    return [r for r in runs if r.path == path and r.scenario == scenario]
 
 
 def rounds_table(runs: list[Run]) -> list[str]:
