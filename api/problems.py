@@ -9,8 +9,10 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, ProgrammingError
+from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from store.outage import is_outage
 
 log = logging.getLogger("model_router.api")
 
@@ -151,9 +153,7 @@ async def _on_store_down(request: Request, exc: Exception) -> JSONResponse:
     here rather than by the catch-all, which lets the server drop the connection after it."""
     # Our statement or our data at fault is a bug, not an outage; everything else the driver
     # raises (refused, shutting down, starting up, connection lost) is the store being away.
-    if isinstance(exc, IntegrityError | ProgrammingError | DataError) and not (
-        isinstance(exc, DBAPIError) and exc.connection_invalidated
-    ):
+    if not is_outage(exc):
         return await _on_unexpected(request, exc)
     log.warning(
         "store unreachable (%s) on %s %s", type(exc).__name__, request.method, request.url.path

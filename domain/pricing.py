@@ -10,10 +10,25 @@ from __future__ import annotations
 from bisect import bisect_right
 from datetime import date
 from decimal import Decimal
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 TOKENS_PER_PRICE_UNIT = Decimal(1_000_000)
+
+# What a published revision may hold, so that it is stored exactly as published: a price is
+# NUMERIC(18, 8) in the store (up to 9,999,999,999.99999999 USD per million tokens, to a
+# hundred-millionth), and the names fit their columns. PostgreSQL refused a larger value
+# (the API answered 503) and rounded a ninth decimal, so a republished revision read back
+# different from itself (409).
+PRICE_MAX_DIGITS = 18
+PRICE_DECIMAL_PLACES = 8
+REVISION_MAX_LENGTH = 100
+PROVIDER_MAX_LENGTH = 64
+MODEL_MAX_LENGTH = 200
+Price = Annotated[
+    Decimal, Field(ge=0, max_digits=PRICE_MAX_DIGITS, decimal_places=PRICE_DECIMAL_PLACES)
+]
 
 
 class PriceEntry(BaseModel):
@@ -23,14 +38,12 @@ class PriceEntry(BaseModel):
         frozen=True, validate_by_name=True, validate_by_alias=True, extra="forbid"
     )
 
-    provider: str = Field(min_length=1)
-    model: str = Field(min_length=1)
-    input_usd_per_mtok: Decimal = Field(alias="inputUsdPerMtok", ge=0)
-    output_usd_per_mtok: Decimal = Field(alias="outputUsdPerMtok", ge=0)
+    provider: str = Field(min_length=1, max_length=PROVIDER_MAX_LENGTH)
+    model: str = Field(min_length=1, max_length=MODEL_MAX_LENGTH)
+    input_usd_per_mtok: Price = Field(alias="inputUsdPerMtok")
+    output_usd_per_mtok: Price = Field(alias="outputUsdPerMtok")
     # None: the provider has no cache discount, so cached input bills at the input price.
-    cached_input_usd_per_mtok: Decimal | None = Field(
-        default=None, alias="cachedInputUsdPerMtok", ge=0
-    )
+    cached_input_usd_per_mtok: Price | None = Field(default=None, alias="cachedInputUsdPerMtok")
     effective_from: date = Field(alias="effectiveFrom")
 
     @property
@@ -46,7 +59,7 @@ class Pricebook(BaseModel):
         frozen=True, validate_by_name=True, validate_by_alias=True, extra="forbid"
     )
 
-    revision: str = Field(min_length=1)
+    revision: str = Field(min_length=1, max_length=REVISION_MAX_LENGTH)
     entries: tuple[PriceEntry, ...] = ()
 
     _index: dict[tuple[str, str], tuple[list[int], list[PriceEntry]]] = PrivateAttr(

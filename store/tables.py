@@ -13,6 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Field, SQLModel
 
+from domain import pricing
 from domain.enums import (
     DeploymentState,
     InvocationOutcome,
@@ -252,13 +253,21 @@ class PricebookEntryRow(SQLModel, table=True):
 
     id: int | None = Field(default=None, primary_key=True)
     tenant_id: str = Field(max_length=100)
-    revision: str = Field(max_length=100)
+    revision: str = Field(max_length=pricing.REVISION_MAX_LENGTH)
     effective_from: datetime = Field(sa_column=_ts())
-    provider: str = Field(max_length=64)
-    model: str = Field(max_length=200)
-    input_usd_per_mtok: Decimal = Field(max_digits=18, decimal_places=8)
-    output_usd_per_mtok: Decimal = Field(max_digits=18, decimal_places=8)
-    cached_input_usd_per_mtok: Decimal | None = Field(default=None, max_digits=18, decimal_places=8)
+    provider: str = Field(max_length=pricing.PROVIDER_MAX_LENGTH)
+    model: str = Field(max_length=pricing.MODEL_MAX_LENGTH)
+    input_usd_per_mtok: Decimal = Field(
+        max_digits=pricing.PRICE_MAX_DIGITS, decimal_places=pricing.PRICE_DECIMAL_PLACES
+    )
+    output_usd_per_mtok: Decimal = Field(
+        max_digits=pricing.PRICE_MAX_DIGITS, decimal_places=pricing.PRICE_DECIMAL_PLACES
+    )
+    cached_input_usd_per_mtok: Decimal | None = Field(
+        default=None,
+        max_digits=pricing.PRICE_MAX_DIGITS,
+        decimal_places=pricing.PRICE_DECIMAL_PLACES,
+    )
     created_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
 
 

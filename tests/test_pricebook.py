@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import httpx
@@ -32,6 +33,11 @@ def revision(name: str, input_price: str = "2.5") -> dict[str, Any]:
             },
         ],
     }
+
+
+def _one(name: str, **prices: Any) -> dict[str, Any]:
+    """A revision of one price, its fields overridden by `prices`."""
+    return {"revision": name, "entries": [{**revision(name)["entries"][0], **prices}]}
 
 
 @pytest.fixture
@@ -88,6 +94,14 @@ async def test_publish_read_and_immutability(
         ({"revision": "r", "entries": [revision("r")["entries"][0]] * 2}, "body"),
         ({"revision": "r", "entries": []}, "body.entries"),
         ({"revision": "", "entries": revision("r")["entries"]}, "body.revision"),
+        # Beyond what the store holds exactly (NUMERIC(18, 8), the names' columns): these were
+        # a 503 "store unavailable" from PostgreSQL's refusal, or a ninth decimal rounded away.
+        ({"revision": "r" * 101, "entries": revision("r")["entries"]}, "body.revision"),
+        (_one("r", inputUsdPerMtok="10000000000"), "body.entries.0.inputUsdPerMtok"),
+        (_one("r", outputUsdPerMtok=1.7e308), "body.entries.0.outputUsdPerMtok"),
+        (_one("r", cachedInputUsdPerMtok="0.123456789"), "body.entries.0.cachedInputUsdPerMtok"),
+        (_one("r", provider="p" * 65), "body.entries.0.provider"),
+        (_one("r", model="m" * 201), "body.entries.0.model"),
     ],
 )
 async def test_bad_revisions_are_422_naming_the_field(
@@ -98,3 +112,20 @@ async def test_bad_revisions_are_422_naming_the_field(
     body_ = resp.json()
     fields = [e["field"] for e in body_.get("errors", [])] + [body_.get("field")]
     assert any(f and f.startswith(field) for f in fields), body_
+    # Nothing of it was kept.
+    assert (await http.get("/factory/pricebook-revisions", headers=auth)).json() == []
+
+
+async def test_a_price_at_the_stores_limits_reads_back_exactly_and_republishes_as_itself(
+    http: httpx.AsyncClient, auth: dict[str, str]
+) -> None:
+    body = _one("r" * 100, inputUsdPerMtok="9999999999.99999999", outputUsdPerMtok="0.00000001")
+    body["entries"][0].update(provider="p" * 64, model="m" * 200)
+    first = await http.post("/factory/pricebook-revisions", json=body, headers=auth)
+    assert first.status_code == 201, first.text
+    stored = (await http.get(f"/factory/pricebook-revisions/{'r' * 100}", headers=auth)).json()
+    (entry,) = stored["entries"]
+    assert Decimal(entry["inputUsdPerMtok"]) == Decimal("9999999999.99999999")
+    assert Decimal(entry["outputUsdPerMtok"]) == Decimal("0.00000001")
+    again = await http.post("/factory/pricebook-revisions", json=body, headers=auth)
+    assert again.status_code == 200, again.text

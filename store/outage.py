@@ -1,0 +1,29 @@
+"""Whether a database error means the store is away (an outage: the caller may come back) or
+that our statement, or the data it carried, is at fault (a bug, or input the API should have
+refused): the API answers the first with a 503 and `Retry-After`, the second with a 500.
+
+SQLAlchemy's asyncpg dialect raises only integrity and syntax errors as their own classes. A
+data exception (SQLSTATE class 22: a value beyond its column's length or precision) comes as a
+plain `DBAPIError`, like a refused or lost connection, and was answered as an outage: a 503
+that asks the caller to retry a request that can never succeed (a pricing revision name of 101
+characters did, 2026-12-04). So the SQLSTATE the driver reports decides.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, ProgrammingError
+
+# SQLSTATE classes that blame the statement or its data: data exception, integrity constraint
+# violation, syntax error or access rule violation.
+_AT_FAULT = ("22", "23", "42")
+
+
+def is_outage(exc: BaseException) -> bool:
+    if not isinstance(exc, DBAPIError):
+        return isinstance(exc, OSError)  # a refused connect
+    if exc.connection_invalidated:
+        return True
+    if isinstance(exc, IntegrityError | ProgrammingError | DataError):
+        return False
+    sqlstate = getattr(exc.orig, "sqlstate", None)
+    return not (isinstance(sqlstate, str) and sqlstate[:2] in _AT_FAULT)
