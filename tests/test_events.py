@@ -158,3 +158,19 @@ async def test_a_delivery_verifies_and_parses_with_the_standards_own_libraries(
     assert event.get_extension("tenantid") == tenant
     data = event.get_data()
     assert isinstance(data, dict) and data["toState"] == "Candidate"
+
+
+async def test_a_subscription_url_longer_than_its_column_once_normalised_is_a_422(
+    http: httpx.AsyncClient, auth: dict[str, str]
+) -> None:
+    # 719 characters as sent, 4,219 once its non-ASCII characters are percent-encoded: the URL
+    # as stored is what must fit VARCHAR(2000). It reached PostgreSQL before and was a 500.
+    for url in ("http://127.0.0.1:9/" + "é" * 700, "http://127.0.0.1:9/" + "a" * 1982):
+        refused = await http.post("/factory/webhook-subscriptions", json={"url": url}, headers=auth)
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["errors"][0]["field"] == "body.url", refused.text
+    assert (await http.get("/factory/webhook-subscriptions", headers=auth)).json() == []
+    longest = "http://127.0.0.1:9/" + "a" * 1981  # 2,000 characters
+    created = await http.post("/factory/webhook-subscriptions", json={"url": longest}, headers=auth)
+    assert created.status_code == 201, created.text
+    assert created.json()["url"] == longest

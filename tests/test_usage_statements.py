@@ -86,6 +86,39 @@ async def test_a_malformed_row_rejects_the_whole_file_naming_its_line_and_field(
     assert [i["importId"] for i in listed.json()] == [ok.json()["importId"]]
 
 
+@pytest.mark.parametrize(
+    ("row", "field"),
+    [
+        # Counts past the receipts' INTEGER token columns, and buckets no timestamp column
+        # holds: each reached the store, or overflowed on its way there, and was a 500.
+        ("vllm,2026-11-30T10:00:00Z,1h,m,k,99999999999999999999999,1", "inputTokens"),
+        ("vllm,2026-11-30T10:00:00Z,1h,m,k,1,2147483648", "outputTokens"),
+        ("vllm,9999-12-31T23:00:00Z,1h,m,k,1,1", "bucketStart"),
+        ("vllm,0001-01-01T00:00:00+14:00,1h,m,k,1,1", "bucketStart"),
+    ],
+)
+async def test_a_value_no_column_holds_is_a_422_naming_it(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    sessions: async_sessionmaker[AsyncSession],
+    row: str,
+    field: str,
+) -> None:
+    body = f"provider,bucketStart,bucketWidth,model,key,inputTokens,outputTokens\n{row}\n"
+    resp = await http.post("/factory/usage-statements", content=body, headers={**auth, **CSV})
+    assert resp.status_code == 422, resp.text
+    assert [(e["line"], e["field"]) for e in resp.json()["errors"]] == [(2, field)]
+    assert await _stored(sessions, tenant) == (0, 0)
+    largest = "vllm,2026-11-30T10:00:00Z,1h,m,k,2147483647,2147483647"
+    kept = await http.post(
+        "/factory/usage-statements",
+        content=body.replace(row, largest),
+        headers={**auth, **CSV},
+    )
+    assert kept.status_code == 201, kept.text
+
+
 async def test_imports_refuse_other_media_types_and_non_admins(
     http: httpx.AsyncClient, auth: dict[str, str], token_for: TokenFactory, tenant: str
 ) -> None:

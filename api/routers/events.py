@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query, Response
-from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator
 
 from activities.webhook_signing import new_secret
 from api.deps import RuntimeDep, SessionDep, TemporalDep, require
@@ -78,6 +78,12 @@ async def list_events(
     return EventPage(events=events, next_after=int(rows[-1].position or 0) if rows else after)
 
 
+# `webhook_subscriptions.url` is VARCHAR(2000). The bound is on the URL as stored, after
+# normalising, which can lengthen it (a 722-character URL with non-ASCII characters became
+# 4,231 percent-encoded ones): a longer one reached PostgreSQL and was a 500.
+URL_MAX_LENGTH = 2000
+
+
 class SubscriptionBody(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -90,6 +96,13 @@ class SubscriptionBody(BaseModel):
         le=MAX_POSITION,
         description="Deliver events after this position; default: only events from now on.",
     )
+
+    @field_validator("url")
+    @classmethod
+    def _fits_its_column(cls, url: AnyHttpUrl) -> AnyHttpUrl:
+        if len(str(url)) > URL_MAX_LENGTH:
+            raise ValueError(f"the URL is longer than {URL_MAX_LENGTH} characters")
+        return url
 
 
 class Subscription(BaseModel):

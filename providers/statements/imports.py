@@ -43,6 +43,14 @@ def format_of(content_type: str | None) -> str | None:
     return None
 
 
+# What a row may hold so that it is stored, and reconciled, as read. The reconciler writes a
+# line's counts into the receipt's INTEGER token columns, and a bucket's start and end must be
+# timestamps PostgreSQL and Python both hold: a count past 2^31 - 1, or a bucket in the year 1
+# or 9999, reached the store (or overflowed on its way there) and was a 500 (2026-12-04).
+TOKENS_MAX = 2**31 - 1
+BUCKET_YEARS = range(1970, 9999)
+
+
 class ImportRow(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
 
@@ -54,9 +62,9 @@ class ImportRow(BaseModel):
     bucket_width: BucketWidth | None = Field(default=None, alias="bucketWidth")
     model: str | None = Field(default=None, min_length=1, max_length=200)
     key: str | None = Field(default=None, min_length=1, max_length=400)
-    input_tokens: int = Field(alias="inputTokens", ge=0)
-    output_tokens: int = Field(alias="outputTokens", ge=0)
-    cached_input_tokens: int = Field(default=0, alias="cachedInputTokens", ge=0)
+    input_tokens: int = Field(alias="inputTokens", ge=0, le=TOKENS_MAX)
+    output_tokens: int = Field(alias="outputTokens", ge=0, le=TOKENS_MAX)
+    cached_input_tokens: int = Field(default=0, alias="cachedInputTokens", ge=0, le=TOKENS_MAX)
 
 
 class RowError(BaseModel):
@@ -112,6 +120,9 @@ def _cross_checks(row: ImportRow) -> list[tuple[str, str]]:
     if row.bucket_start is not None:
         if row.bucket_start.tzinfo is None:
             problems.append(("bucketStart", "needs a time zone (e.g. Z)"))
+        elif row.bucket_start.year not in BUCKET_YEARS:
+            years = f"{BUCKET_YEARS.start}-{BUCKET_YEARS.stop - 1}"
+            problems.append(("bucketStart", f"outside the years {years}"))
         elif row.bucket_width is not None:
             step = int(WIDTHS[row.bucket_width].total_seconds())
             if int(row.bucket_start.timestamp()) % step or row.bucket_start.microsecond:
