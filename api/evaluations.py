@@ -36,9 +36,22 @@ class EvaluationView(BaseModel):
     ended_at: datetime | None = Field(default=None, alias="endedAt")
 
 
+# `evaluations.evaluation_id` is VARCHAR(300). A tenant id (up to 100 characters) and a
+# deployment id (up to 200) make up to 335 with the rest: such an id reached PostgreSQL and was
+# a 500 (2026-12-04). The deployment id's digest stands in for it in an id that long.
+EVALUATION_ID_MAX_LENGTH = 300
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
 def evaluation_id(tenant_id: str, deployment_id: str, key: str) -> str:
-    digest = hashlib.sha256(key.encode()).hexdigest()[:24]
-    return f"evaluate/{tenant_id}/{deployment_id}/{digest}"
+    """One id per tenant, deployment and key, readable where it fits its column."""
+    eid = f"evaluate/{tenant_id}/{deployment_id}/{_digest(key)}"
+    if len(eid) <= EVALUATION_ID_MAX_LENGTH:
+        return eid
+    return f"evaluate/{tenant_id}/{_digest(deployment_id)}/{_digest(key)}"
 
 
 async def start(

@@ -218,3 +218,21 @@ async def test_a_reranker_goes_through_the_public_lifecycle_to_serving(
         assert len(indices) == 2 and indices[0] == 0
         assert ranked.json()["receipt"]["deploymentId"] == dep
         assert upstream.requests(model) == 4
+
+
+async def test_the_longest_tenant_and_deployment_ids_evaluate(
+    http: httpx.AsyncClient, token_for: TokenFactory
+) -> None:
+    # 100 + 200 characters: their evaluation's id once came to 335, past its VARCHAR(300), and
+    # starting the evaluation was a 500.
+    tenant = f"t-{uuid.uuid4().hex}".ljust(100, "t")
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    dep = "eval/" + "x" * 195
+    await register(http, auth, dep, endpointRef=f"upstream:127.0.0.1:{free_port()}")
+    started = await _evaluate(http, auth, dep, "longest")
+    assert len(started["evaluationId"]) <= 300
+    again = await _evaluate(http, auth, dep, "longest")  # the same key: the same evaluation
+    assert again["evaluationId"] == started["evaluationId"]
+    body = await _finished(http, auth, dep)
+    assert body["evaluation"]["evaluationId"] == started["evaluationId"]
+    assert body["evaluation"]["status"] == "Failed"  # nothing listens on its endpoint
