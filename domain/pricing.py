@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from datetime import date
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
@@ -22,6 +22,7 @@ TOKENS_PER_PRICE_UNIT = Decimal(1_000_000)
 # (the API answered 503) and rounded a ninth decimal, so a republished revision read back
 # different from itself (409).
 PRICE_MAX_DIGITS = 18
+COST_QUANTUM = Decimal("1e-8")  # a receipt's cost, NUMERIC(18, 8), holds eight decimals
 PRICE_DECIMAL_PLACES = 8
 REVISION_MAX_LENGTH = 100
 PROVIDER_MAX_LENGTH = 64
@@ -109,8 +110,9 @@ def estimate_cost_usd(
     output_tokens: int,
     cached_input_tokens: int = 0,
 ) -> Decimal:
-    """Cost of known usage. `cached_input_tokens` is the part of `input_tokens` served from the
-    provider's prompt cache (OpenAI reports it that way; adapters normalise to it)."""
+    """Cost of known usage, to the receipt's precision. `cached_input_tokens` is the part of
+    `input_tokens` served from the provider's prompt cache (OpenAI reports it that way; adapters
+    normalise to it)."""
     if min(input_tokens, output_tokens, cached_input_tokens) < 0:
         raise ValueError("token counts cannot be negative")
     if cached_input_tokens > input_tokens:
@@ -125,7 +127,10 @@ def estimate_cost_usd(
         + cached_input_tokens * cached_price
         + output_tokens * price.output_usd_per_mtok
     )
-    return total / TOKENS_PER_PRICE_UNIT
+    # Rounded here, as PostgreSQL's NUMERIC(18, 8) rounds it (half away from zero), so that the
+    # receipt, its ModelInvoked event and every answer carry the same cost: 33 tokens at 0.075
+    # USD per million are 0.000002475, stored as 0.00000248 while the event said 0.000002475.
+    return (total / TOKENS_PER_PRICE_UNIT).quantize(COST_QUANTUM, rounding=ROUND_HALF_UP)
 
 
 def worst_case_cost_usd(

@@ -17,6 +17,7 @@ from providers.upstream import UpstreamServer
 from store.receipts import by_key
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import profile_event, publish, record_evidence, register
+from tests.helpers.deadline import eventually
 
 
 @pytest.fixture
@@ -121,6 +122,50 @@ async def test_invoke_json_and_sse_end_with_the_receipt(
         {"tenant": tenant, "profile": "gw", "provider": "openai", "outcome": "Completed"}
     )
     assert after - before == 2
+
+
+async def test_a_cost_finer_than_the_receipt_holds_is_the_same_on_every_surface(
+    http: httpx.AsyncClient, auth: dict[str, str], tenant: str
+) -> None:
+    # Eight-decimal prices make costs of up to fourteen decimals; the receipt's NUMERIC(18, 8)
+    # rounded them, while the answer and the ModelInvoked event carried them unrounded.
+    prices = {
+        "revision": "gw-fine",
+        "entries": [
+            {
+                "provider": "openai",
+                "model": "gw-chat",
+                "inputUsdPerMtok": "0.12345678",
+                "outputUsdPerMtok": "0.87654321",
+                "effectiveFrom": "2026-01-01",
+            }
+        ],
+    }
+    assert (
+        await http.post("/factory/pricebook-revisions", json=prices, headers=auth)
+    ).status_code == 201
+    event = profile_event("gw-fine", ["gw/chat"], {}, priceBasis="gw-fine")
+    assert (await publish(http, auth, event)).status_code == 200
+    run = str(uuid.uuid4())
+    resp = await http.post(
+        "/gateway/invoke",
+        headers=auth,
+        json={"profileId": "gw-fine", "runId": run, "request": _chat()},
+    )
+    assert resp.status_code == 200, resp.text
+    answered = resp.json()["receipt"]
+    cost = Decimal(answered["estimatedCostUsd"])
+    assert cost > 0 and cost == cost.quantize(Decimal("1e-8"))
+    [stored] = (await http.get(f"/factory/runs/{run}/model-receipts", headers=auth)).json()
+    assert Decimal(stored["estimatedCostUsd"]) == cost
+
+    async def invoked() -> dict[str, object] | None:
+        page = (await http.get("/factory/events?limit=500", headers=auth)).json()["events"]
+        mine = [e for e in page if e["data"].get("invocationId") == answered["invocationId"]]
+        return mine[0]["data"] if mine else None
+
+    published = await eventually(invoked)
+    assert Decimal(str(published["estimatedCostUsd"])) == cost
 
 
 async def test_embed_and_rerank_with_receipts(
