@@ -95,6 +95,7 @@ async def test_a_malformed_row_rejects_the_whole_file_naming_its_line_and_field(
         ("vllm,2026-11-30T10:00:00Z,1h,m,k,1,2147483648", "outputTokens"),
         ("vllm,9999-12-31T23:00:00Z,1h,m,k,1,1", "bucketStart"),
         ("vllm,0001-01-01T00:00:00+14:00,1h,m,k,1,1", "bucketStart"),
+        ("vllm,2026-11-30T10:00:00Z,1h,m\x00x,k,1,1", None),  # NUL: no text column holds it
     ],
 )
 async def test_a_value_no_column_holds_is_a_422_naming_it(
@@ -103,12 +104,12 @@ async def test_a_value_no_column_holds_is_a_422_naming_it(
     tenant: str,
     sessions: async_sessionmaker[AsyncSession],
     row: str,
-    field: str,
+    field: str | None,
 ) -> None:
     body = f"provider,bucketStart,bucketWidth,model,key,inputTokens,outputTokens\n{row}\n"
     resp = await http.post("/factory/usage-statements", content=body, headers={**auth, **CSV})
     assert resp.status_code == 422, resp.text
-    assert [(e["line"], e["field"]) for e in resp.json()["errors"]] == [(2, field)]
+    assert [(e["line"], e.get("field")) for e in resp.json()["errors"]] == [(2, field)]
     assert await _stored(sessions, tenant) == (0, 0)
     largest = "vllm,2026-11-30T10:00:00Z,1h,m,k,2147483647,2147483647"
     kept = await http.post(

@@ -80,6 +80,10 @@ class StatementFileError(Exception):
 
 
 def _records(text: str, fmt: str) -> list[tuple[int, Any]]:
+    if "\x00" in text:
+        # No text column holds one (PostgreSQL refuses it): a CSV cell with a NUL was a 500.
+        line = text.count("\n", 0, text.index("\x00")) + 1
+        raise StatementFileError([RowError(line=line, message="a NUL character")])
     if fmt == CSV:
         reader = csv.DictReader(io.StringIO(text, newline=""))
         if not reader.fieldnames:
