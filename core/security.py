@@ -47,6 +47,12 @@ def new_client_secret() -> str:
     return secrets.token_urlsafe(32)
 
 
+# Every tenant_id column is VARCHAR(100). An external issuer's longer `tid` would verify, and
+# then each write for it would fail in the store: the tenant could read (nothing) but never
+# write, and learn why only from 500s.
+TENANT_ID_MAX_LENGTH = 100
+
+
 @dataclass(frozen=True)
 class Principal:
     client_id: str
@@ -173,6 +179,8 @@ class TokenVerifier:
         tenant = claims.get("tid")
         if not isinstance(tenant, str) or not tenant:
             raise TokenError("token has no tenant (tid) claim")
+        if len(tenant) > TENANT_ID_MAX_LENGTH:
+            raise TokenError(f"token's tenant (tid) is over {TENANT_ID_MAX_LENGTH} characters")
         roles = frozenset(Role(r) for r in claims.get("roles", []) if r in Role._value2member_map_)
         scopes = frozenset(str(claims.get("scope", "")).split())
         principal = Principal(

@@ -200,6 +200,11 @@ async def test_rs256_tokens_from_an_external_issuer_verify_against_jwks(
         await asyncio.to_thread(verifier.verify, bad)
     with pytest.raises(TokenError):
         await asyncio.to_thread(verifier.verify, issuer.token(tid=""))
+    # A tenant id no tenant_id column holds is refused here, not by the store on each write.
+    with pytest.raises(TokenError, match="tid"):
+        await asyncio.to_thread(verifier.verify, issuer.token(tid="t" * 101))
+    longest = await asyncio.to_thread(verifier.verify, issuer.token(tid="t" * 100))
+    assert longest.tenant_id == "t" * 100
 
 
 async def test_the_middleware_never_fetches_the_key_set_and_uses_the_one_a_route_fetched(
