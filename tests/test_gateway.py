@@ -20,6 +20,22 @@ from tests.helpers.catalog import profile_event, publish, record_evidence, regis
 from tests.helpers.deadline import eventually
 
 
+async def _price_chat(
+    http: httpx.AsyncClient, auth: dict[str, str], revision: str, input_: str, output: str
+) -> None:
+    """A pricing revision of one price: gw-chat's, in USD per million tokens."""
+    entry = {
+        "provider": "openai",
+        "model": "gw-chat",
+        "inputUsdPerMtok": input_,
+        "outputUsdPerMtok": output,
+        "effectiveFrom": "2026-01-01",
+    }
+    prices = {"revision": revision, "entries": [entry]}
+    published = await http.post("/factory/pricebook-revisions", json=prices, headers=auth)
+    assert published.status_code == 201, published.text
+
+
 @pytest.fixture
 async def auth(
     http: httpx.AsyncClient,
@@ -29,21 +45,7 @@ async def auth(
     upstream: UpstreamServer,
 ) -> dict[str, str]:
     auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
-    prices = {
-        "revision": "gw-1",
-        "entries": [
-            {
-                "provider": "openai",
-                "model": "gw-chat",
-                "inputUsdPerMtok": "1000",
-                "outputUsdPerMtok": "2000",
-                "effectiveFrom": "2026-01-01",
-            }
-        ],
-    }
-    assert (
-        await http.post("/factory/pricebook-revisions", json=prices, headers=auth)
-    ).status_code == 201
+    await _price_chat(http, auth, "gw-1", "1000", "2000")
     for dep, model, provider in (
         ("gw/chat", "gw-chat", "openai"),
         ("gw/embed", "gw-embed", "openai"),
@@ -129,21 +131,7 @@ async def test_a_cost_finer_than_the_receipt_holds_is_the_same_on_every_surface(
 ) -> None:
     # Eight-decimal prices make costs of up to fourteen decimals; the receipt's NUMERIC(18, 8)
     # rounded them, while the answer and the ModelInvoked event carried them unrounded.
-    prices = {
-        "revision": "gw-fine",
-        "entries": [
-            {
-                "provider": "openai",
-                "model": "gw-chat",
-                "inputUsdPerMtok": "0.12345678",
-                "outputUsdPerMtok": "0.87654321",
-                "effectiveFrom": "2026-01-01",
-            }
-        ],
-    }
-    assert (
-        await http.post("/factory/pricebook-revisions", json=prices, headers=auth)
-    ).status_code == 201
+    await _price_chat(http, auth, "gw-fine", "0.12345678", "0.87654321")
     event = profile_event("gw-fine", ["gw/chat"], {}, priceBasis="gw-fine")
     assert (await publish(http, auth, event)).status_code == 200
     run = str(uuid.uuid4())
