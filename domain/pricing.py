@@ -15,6 +15,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 TOKENS_PER_PRICE_UNIT = Decimal(1_000_000)
+COST_QUANTUM = Decimal("1e-8")  # a receipt's cost, NUMERIC(18, 8), holds eight decimals
 
 # What a published revision may hold, so that it is stored exactly as published: a price is
 # NUMERIC(18, 8) in the store (up to 9,999,999,999.99999999 USD per million tokens, to a
@@ -22,7 +23,6 @@ TOKENS_PER_PRICE_UNIT = Decimal(1_000_000)
 # (the API answered 503) and rounded a ninth decimal, so a republished revision read back
 # different from itself (409).
 PRICE_MAX_DIGITS = 18
-COST_QUANTUM = Decimal("1e-8")  # a receipt's cost, NUMERIC(18, 8), holds eight decimals
 PRICE_DECIMAL_PLACES = 8
 REVISION_MAX_LENGTH = 100
 PROVIDER_MAX_LENGTH = 64
