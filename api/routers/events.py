@@ -79,8 +79,8 @@ async def list_events(
 
 
 # `webhook_subscriptions.url` is VARCHAR(2000). The bound is on the URL as stored, after
-# normalising, which can lengthen it (a 722-character URL with non-ASCII characters became
-# 4,231 percent-encoded ones): a longer one reached PostgreSQL and was a 500.
+# normalising, which can lengthen it (a 719-character URL with non-ASCII characters became
+# 4,219 percent-encoded ones): a longer one reached PostgreSQL and was a 500.
 URL_MAX_LENGTH = 2000
 
 
