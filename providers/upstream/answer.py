@@ -91,12 +91,16 @@ def build_answer(
     cached = (
         reply.cached_input_tokens if reply.cached_input_tokens is not None else cached_input_tokens
     )
+    if reply.reported_input_tokens is not None:
+        input_tokens = reply.reported_input_tokens
+    if reply.reported_output_tokens is not None:
+        output = reply.reported_output_tokens
     usage = AnswerUsage(
         input_tokens=input_tokens,
         output_tokens=output,
-        cached_input_tokens=min(cached, input_tokens),
-        cache_write_input_tokens=min(
-            cache_write_input_tokens, input_tokens - min(cached, input_tokens)
+        cached_input_tokens=max(0, min(cached, input_tokens)),
+        cache_write_input_tokens=max(
+            0, min(cache_write_input_tokens, input_tokens - min(cached, input_tokens))
         ),
     )
     return Answer(

@@ -79,4 +79,8 @@ class Reply(BaseModel):
     tool_calls: list[ToolCallReply] = Field(default_factory=list)
     finish_reason: Literal["stop", "length", "tool_calls", "content_filter"] | None = None
     cached_input_tokens: int | None = None
+    # The usage to report instead of the counted one, as a provider with a broken meter would
+    # (negative, or past any real prompt): the figures are sent exactly as given.
+    reported_input_tokens: int | None = None
+    reported_output_tokens: int | None = None
     verbatim: bool = False
