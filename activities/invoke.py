@@ -37,7 +37,7 @@ from domain.invocation import (
     InvocationSummary,
     Target,
 )
-from domain.pricing import Pricebook, estimate_cost_usd
+from domain.pricing import Pricebook, receipt_cost_usd
 from store import pricebook
 from store.artifact_files import ArtifactFiles
 from store.artifacts import ArtifactStore, reference
@@ -255,7 +255,7 @@ class InvokeActivities:
         price = book.price_for(provider, model, datetime.now(UTC).date()) if book else None
         if price is None:
             return None
-        return estimate_cost_usd(
+        return receipt_cost_usd(
             price,
             input_tokens=result.input_tokens or 0,
             output_tokens=result.output_tokens or 0,

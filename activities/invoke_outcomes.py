@@ -4,6 +4,7 @@ receipt's summary (ids, counts and classes; the output itself only as artifact b
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 
 from activities.invoke_hub import PendingCall
@@ -11,9 +12,12 @@ from core import metrics, timing
 from domain.enums import InvocationOutcome, UsageStatus
 from domain.hashing import canonical_json
 from domain.invocation import Disposition, InvocationInput, InvocationSummary, Target
+from domain.usage import recordable
 from providers.base import ProviderAdapter
 from providers.errors import ErrorKind, ProviderError
 from providers.types import CallLimits, ChatRequest, Completion
+
+log = logging.getLogger("model_router.invoke")
 
 TRANSIENT = frozenset(k.value for k in ErrorKind if k.transient)
 # Failures after which the provider may still bill the attempt: it had the request and was
@@ -95,12 +99,24 @@ def failed(exc: ProviderError, outcome: InvocationOutcome = InvocationOutcome.FA
     )
 
 
+def reported(*counts: int | None) -> bool:
+    """Whether a provider's usage report can be recorded (domain/usage.py); one that cannot is
+    taken as no report, and said so in the log (counts only, never content)."""
+    if recordable(*counts):
+        return True
+    log.warning("provider usage report past what a receipt holds, our own count recorded")
+    return False
+
+
 def completed(request: ChatRequest, completion: Completion, ttft_ms: int | None) -> Outcome:
     body = completion.model_dump(mode="json", exclude={"usage"})
-    if completion.usage is not None:
+    report = completion.usage
+    if report is not None and reported(
+        report.input_tokens, report.output_tokens, report.cached_input_tokens
+    ):
         usage = UsageStatus.REPORTED
-        tokens_in, tokens_out = completion.usage.input_tokens, completion.usage.output_tokens
-        cached: int | None = completion.usage.cached_input_tokens
+        tokens_in, tokens_out = report.input_tokens, report.output_tokens
+        cached: int | None = report.cached_input_tokens
     else:
         usage = UsageStatus.ESTIMATED
         tokens_in = estimate_tokens(json.dumps(request.model_dump(mode="json")))
@@ -128,7 +144,7 @@ async def embed_once(adapter: ProviderAdapter, pending: PendingCall, limits: Cal
     except ProviderError as exc:
         return failed(exc)
     pending.events.put_nowait(result)
-    tokens = result.input_tokens
+    tokens = result.input_tokens if reported(result.input_tokens) else None
     return Outcome(
         outcome=InvocationOutcome.COMPLETED,
         usage=UsageStatus.REPORTED if tokens is not None else UsageStatus.ESTIMATED,
@@ -149,7 +165,7 @@ async def rerank_once(
     except ProviderError as exc:
         return failed(exc)
     pending.events.put_nowait(result)
-    tokens = result.input_tokens
+    tokens = result.input_tokens if reported(result.input_tokens) else None
     return Outcome(
         outcome=InvocationOutcome.COMPLETED,
         usage=UsageStatus.REPORTED if tokens is not None else UsageStatus.ESTIMATED,

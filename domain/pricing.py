@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from datetime import date
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 TOKENS_PER_PRICE_UNIT = Decimal(1_000_000)
 COST_QUANTUM = Decimal("1e-8")  # a receipt's cost, NUMERIC(18, 8), holds eight decimals
+COST_MAX = Decimal("9999999999.99999999")  # and ten digits before them
 
 # What a published revision may hold, so that it is stored exactly as published: a price is
 # NUMERIC(18, 8) in the store (up to 9,999,999,999.99999999 USD per million tokens, to a
@@ -103,16 +104,9 @@ class Pricebook(BaseModel):
         return tuple(found[1]) if found else ()
 
 
-def estimate_cost_usd(
-    price: PriceEntry,
-    *,
-    input_tokens: int,
-    output_tokens: int,
-    cached_input_tokens: int = 0,
+def _exact_cost_usd(
+    price: PriceEntry, *, input_tokens: int, output_tokens: int, cached_input_tokens: int
 ) -> Decimal:
-    """Cost of known usage, to the receipt's precision. `cached_input_tokens` is the part of
-    `input_tokens` served from the provider's prompt cache (OpenAI reports it that way; adapters
-    normalise to it)."""
     if min(input_tokens, output_tokens, cached_input_tokens) < 0:
         raise ValueError("token counts cannot be negative")
     if cached_input_tokens > input_tokens:
@@ -127,17 +121,61 @@ def estimate_cost_usd(
         + cached_input_tokens * cached_price
         + output_tokens * price.output_usd_per_mtok
     )
+    return total / TOKENS_PER_PRICE_UNIT
+
+
+def estimate_cost_usd(
+    price: PriceEntry,
+    *,
+    input_tokens: int,
+    output_tokens: int,
+    cached_input_tokens: int = 0,
+) -> Decimal:
+    """Cost of known usage, to the receipt's precision. `cached_input_tokens` is the part of
+    `input_tokens` served from the provider's prompt cache (OpenAI reports it that way; adapters
+    normalise to it)."""
+    exact = _exact_cost_usd(
+        price,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cached_input_tokens=cached_input_tokens,
+    )
     # Rounded here, as PostgreSQL's NUMERIC(18, 8) rounds it (half away from zero), so that the
     # receipt, its ModelInvoked event and every answer carry the same cost: 33 tokens at 0.075
     # USD per million are 0.000002475, stored as 0.00000248 while the event said 0.000002475.
-    return (total / TOKENS_PER_PRICE_UNIT).quantize(COST_QUANTUM, rounding=ROUND_HALF_UP)
+    return exact.quantize(COST_QUANTUM, rounding=ROUND_HALF_UP)
+
+
+def receipt_cost_usd(
+    price: PriceEntry,
+    *,
+    input_tokens: int,
+    output_tokens: int,
+    cached_input_tokens: int = 0,
+) -> Decimal | None:
+    """The cost a receipt records: `estimate_cost_usd`, or None (unknown) past what the
+    receipt's NUMERIC(18, 8) holds. Such a cost (1.5 million tokens at the largest price a
+    revision holds come to 1.5e10 USD) made the receipt's close, or the reconciler's
+    settlement, fail in the store on every retry, so the receipt stayed open (2026-12-04)."""
+    cost = estimate_cost_usd(
+        price,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cached_input_tokens=cached_input_tokens,
+    )
+    return cost if cost <= COST_MAX else None
 
 
 def worst_case_cost_usd(
     price: PriceEntry, *, input_tokens_estimate: int, max_output_tokens: int
 ) -> Decimal:
     """What a request may cost at most: its input estimate with no cache hits, plus the full
-    output allowance. Budget reservations use this, so they never under-reserve."""
-    return estimate_cost_usd(
-        price, input_tokens=input_tokens_estimate, output_tokens=max_output_tokens
+    output allowance. Budget reservations use this, so they never under-reserve: it is rounded
+    up to the receipt's precision, never down."""
+    exact = _exact_cost_usd(
+        price,
+        input_tokens=input_tokens_estimate,
+        output_tokens=max_output_tokens,
+        cached_input_tokens=0,
     )
+    return exact.quantize(COST_QUANTUM, rounding=ROUND_CEILING)

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col, select
 
 from domain.enums import UsageStatus
-from domain.pricing import Pricebook, estimate_cost_usd
+from domain.pricing import Pricebook, receipt_cost_usd
 from domain.reconciliation import Settlement
 from domain.statements import AWAITING, ReceiptUsage, usage_corrected_event
 from store import pricebook
@@ -107,7 +107,7 @@ class Pricing:
         )
         if price is None:
             return None
-        return estimate_cost_usd(
+        return receipt_cost_usd(
             price,
             input_tokens=settlement.input_tokens,
             output_tokens=settlement.output_tokens,

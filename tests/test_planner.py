@@ -25,7 +25,14 @@ from domain.enums import DeploymentState, LatencyClass, Modality, PrivacyClass, 
 from domain.exclusions import ExclusionCode
 from domain.planner import NO_POLICY_REVISION, PlanRequest, plan_route
 from domain.policy import DataClassification, TenantPolicy, baseline_policy
-from domain.pricing import Pricebook, PriceEntry, estimate_cost_usd, worst_case_cost_usd
+from domain.pricing import (
+    COST_MAX,
+    Pricebook,
+    PriceEntry,
+    estimate_cost_usd,
+    receipt_cost_usd,
+    worst_case_cost_usd,
+)
 from domain.profiles import ModelProfile
 from domain.route_plan import RoutePlanDecision, RoutePlanResult
 from domain.scoring import DEFAULT_WEIGHTS, NEUTRAL, Weights
@@ -794,6 +801,25 @@ def test_cost_estimates_are_exact_decimals() -> None:
     ) == Decimal(3)
     with pytest.raises(ValueError, match="cannot exceed"):
         estimate_cost_usd(p, input_tokens=1, output_tokens=0, cached_input_tokens=2)
+
+
+def test_a_worst_case_rounds_up_and_a_receipt_cost_half_away_from_zero() -> None:
+    # 1 token at 0.075 USD per million is 0.000000075: a receipt records 0.00000008 (as
+    # PostgreSQL rounds), and 1 token at 0.071 records 0.00000007; a budget's worst case is
+    # never below the exact cost, so both reserve 0.00000008.
+    for price, recorded in (("0.075", "0.00000008"), ("0.071", "0.00000007")):
+        p = _price(date(2026, 1, 1), inp=price)
+        assert estimate_cost_usd(p, input_tokens=1, output_tokens=0) == Decimal(recorded)
+        worst = worst_case_cost_usd(p, input_tokens_estimate=1, max_output_tokens=0)
+        assert worst == Decimal("0.00000008") >= Decimal(price) / 1_000_000
+
+
+def test_a_cost_past_what_a_receipt_holds_is_unknown() -> None:
+    top = _price(date(2026, 1, 1), inp="9999999999.99999999", out="0")
+    assert receipt_cost_usd(top, input_tokens=1_000_000, output_tokens=0) == COST_MAX
+    assert receipt_cost_usd(top, input_tokens=1_000_001, output_tokens=0) is None
+    # The budget's worst case is not bounded by the column: it is compared, never stored.
+    assert worst_case_cost_usd(top, input_tokens_estimate=2_000_000, max_output_tokens=0) > COST_MAX
 
 
 def test_a_price_change_in_the_pricebook_changes_the_plan_on_its_date() -> None:

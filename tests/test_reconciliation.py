@@ -324,3 +324,54 @@ async def test_a_failing_statement_source_is_retried_with_exponential_backoff(
         "openai-usage" in refused.failed_sources
         and "auth" in refused.failed_sources["openai-usage"]
     )
+
+
+async def test_a_settlement_whose_cost_a_receipt_cannot_hold_is_settled_with_the_cost_unknown(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    settings: Settings,
+    sessions: async_sessionmaker[AsyncSession],
+    temporal_client: Client,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 1.5 million tokens at the largest price a revision holds cost 1.5e10 USD, past the
+    # receipt's NUMERIC(18, 8): the settlement failed in the store on every pass, and so did
+    # every other settlement of that pass.
+    await register(http, auth, "oa/gpt-4o", model="gpt-4o", endpointRef="env:OPENAI_KEY_A")
+    top = GPT.model_copy(update={"input_usd_per_mtok": Decimal("9999999999.99999999")})
+    book = {"revision": "2026-11", "entries": [top.model_dump(mode="json", by_alias=True)]}
+    assert (await http.post("/factory/pricebook-revisions", json=book, headers=auth)).is_success
+    hour = AS_OF - timedelta(hours=3)
+    huge, small = [
+        await add_receipt(
+            sessions,
+            tenant=tenant,
+            deployment_id="oa/gpt-4o",
+            started_at=hour + timedelta(minutes=minute),
+            usage_status=UsageStatus.UNKNOWN,
+        )
+        for minute in (0, 60)
+    ]
+    async with StatementServer(admin_key=ADMIN_KEY, page_size=8) as server:
+        server.openai = [
+            Usage(hour, "gpt-4o-2024-08-06", "key_A", {"input_tokens": 1_500_000}),
+            Usage(hour + timedelta(hours=1), "gpt-4o-2024-08-06", "key_A", {"input_tokens": 10}),
+        ]
+        reconcile_settings = _sources(settings, server, monkeypatch)
+        async with build_worker(temporal_client, reconcile_settings, sessions):
+            report = await temporal_client.execute_workflow(
+                ReceiptReconcilerWorkflow.run,
+                ReconcilerInput(
+                    lookback_hours=4, settle_delay_minutes=0, tenant_ids=[tenant], as_of=AS_OF
+                ),
+                id=f"reconcile-test-{uuid.uuid4().hex[:8]}",
+                task_queue=reconcile_settings.temporal_task_queue,
+            )
+    assert report.failed_sources == {} and report.settled == 2
+    rows = await receipts(sessions, [huge, small])
+    assert rows[huge].usage_status is UsageStatus.RECONCILED
+    assert rows[huge].input_tokens == 1_500_000 and rows[huge].estimated_cost_usd is None
+    assert rows[small].estimated_cost_usd == estimate_cost_usd(
+        top, input_tokens=10, output_tokens=0
+    )

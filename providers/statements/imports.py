@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from domain.deployments import looks_like_credential
 from domain.statements import WIDTHS, BucketWidth, StatementLine
+from domain.usage import TOKEN_COUNT_MAX
 
 CSV = "csv"
 JSONL = "jsonl"
@@ -44,10 +45,10 @@ def format_of(content_type: str | None) -> str | None:
 
 
 # What a row may hold so that it is stored, and reconciled, as read. The reconciler writes a
-# line's counts into the receipt's INTEGER token columns, and a bucket's start and end must be
-# timestamps PostgreSQL and Python both hold: a count past 2^31 - 1, or a bucket in the year 1
-# or 9999, reached the store (or overflowed on its way there) and was a 500 (2026-12-04).
-TOKENS_MAX = 2**31 - 1
+# line's counts into the receipt's INTEGER token columns (domain/usage.TOKEN_COUNT_MAX), and a
+# bucket's start and end must be timestamps PostgreSQL and Python both hold: a count past
+# 2^31 - 1, or a bucket in the year 1 or 9999, reached the store (or overflowed on its way
+# there) and was a 500 (2026-12-04).
 BUCKET_YEARS = range(1970, 9999)
 
 
@@ -62,9 +63,9 @@ class ImportRow(BaseModel):
     bucket_width: BucketWidth | None = Field(default=None, alias="bucketWidth")
     model: str | None = Field(default=None, min_length=1, max_length=200)
     key: str | None = Field(default=None, min_length=1, max_length=400)
-    input_tokens: int = Field(alias="inputTokens", ge=0, le=TOKENS_MAX)
-    output_tokens: int = Field(alias="outputTokens", ge=0, le=TOKENS_MAX)
-    cached_input_tokens: int = Field(default=0, alias="cachedInputTokens", ge=0, le=TOKENS_MAX)
+    input_tokens: int = Field(alias="inputTokens", ge=0, le=TOKEN_COUNT_MAX)
+    output_tokens: int = Field(alias="outputTokens", ge=0, le=TOKEN_COUNT_MAX)
+    cached_input_tokens: int = Field(default=0, alias="cachedInputTokens", ge=0, le=TOKEN_COUNT_MAX)
 
 
 class RowError(BaseModel):

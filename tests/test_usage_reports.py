@@ -1,0 +1,161 @@
+"""A provider's usage report that cannot be true (a negative count, or one past what a receipt's
+INTEGER holds) is treated as no report: the call answers, its receipt closes Estimated with
+our own count, and the reconciler settles it from the provider's statement. A cost past what a
+receipt's NUMERIC(18, 8) holds is left unknown. Before, either one made the receipt's close fail
+in the store on every retry, so the receipt stayed open for good."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+import httpx
+import pytest
+from temporalio.client import Client
+
+from providers.upstream import UpstreamServer
+from providers.upstream.turn import ChatTurn, Reply
+from tests.conftest import TokenFactory
+from tests.helpers.catalog import profile_event, publish, record_evidence, register
+
+INT4_MAX = 2**31 - 1
+HUGE_PRICE = "9999999999.99999999"  # the largest price a revision holds, USD per million tokens
+
+
+@pytest.fixture
+async def auth(
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+) -> dict[str, str]:
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    entries = [
+        {
+            "provider": provider,
+            "model": f"ur-{provider}",
+            "inputUsdPerMtok": HUGE_PRICE,
+            "outputUsdPerMtok": "1",
+            "effectiveFrom": "2026-01-01",
+        }
+        for provider in ("openai", "anthropic")
+    ]
+    prices = {"revision": "ur-1", "entries": entries}
+    published = await http.post("/factory/pricebook-revisions", json=prices, headers=auth)
+    assert published.status_code == 201, published.text
+    for provider in ("openai", "anthropic"):
+        dep = f"ur/{provider}"
+        await register(
+            http,
+            auth,
+            dep,
+            model=f"ur-{provider}",
+            provider=provider,
+            endpointRef=upstream.endpoint_ref,
+        )
+        await record_evidence(temporal_client, tenant, dep, {"tool-calling": 0.9})
+        approved = await http.post(f"/factory/model-deployments/{dep}/approve", headers=auth)
+        assert approved.status_code == 200, approved.text
+        event = profile_event(f"ur-{provider}", [dep], {}, priceBasis="ur-1")
+        assert (await publish(http, auth, event)).status_code == 200
+    return auth
+
+
+def _reporting(**usage: int) -> Any:
+    def responder(turn: ChatTurn) -> Reply:
+        return Reply(text="a fine answer", **usage)
+
+    return responder
+
+
+async def _invoke(
+    http: httpx.AsyncClient, auth: dict[str, str], provider: str, stream: bool
+) -> dict[str, Any]:
+    """The call's receipt as the caller got it: in the answer, or as the stream's last event."""
+    body = {
+        "profileId": f"ur-{provider}",
+        "runId": str(uuid.uuid4()),
+        "request": {"messages": [{"role": "user", "content": "count me"}], "max_tokens": 50},
+        "stream": stream,
+    }
+    if not stream:
+        resp = await http.post("/gateway/invoke", headers=auth, json=body, timeout=30)
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["output"]["text"] == "a fine answer"
+        return dict(resp.json()["receipt"])
+    async with http.stream("POST", "/gateway/invoke", headers=auth, json=body, timeout=30) as sse:
+        assert sse.status_code == 200
+        lines = [line async for line in sse.aiter_lines()]
+    events = [line.removeprefix("event: ") for line in lines if line.startswith("event: ")]
+    assert events[-1] == "receipt", events
+    [*_, last] = [line for line in lines if line.startswith("data: ")]
+    return dict(json.loads(last.removeprefix("data: ")))
+
+
+async def _stored(http: httpx.AsyncClient, auth: dict[str, str], receipt: dict[str, Any]) -> Any:
+    """The receipt as the store holds it, listed under its run."""
+    resp = await http.get(f"/factory/runs/{receipt['runId']}/model-receipts", headers=auth)
+    assert resp.status_code == 200, resp.text
+    [stored] = resp.json()
+    assert stored["invocationId"] == receipt["invocationId"]
+    return stored
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+@pytest.mark.parametrize(
+    "usage",
+    [
+        {"reported_input_tokens": 2**40},
+        {"reported_output_tokens": INT4_MAX + 1},
+        {"reported_output_tokens": -3},
+    ],
+    ids=["input-past-int4", "output-past-int4", "negative-output"],
+)
+async def test_an_impossible_usage_report_closes_the_receipt_with_our_own_count(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    upstream: UpstreamServer,
+    provider: str,
+    stream: bool,
+    usage: dict[str, int],
+) -> None:
+    upstream.register(f"ur-{provider}", _reporting(**usage))
+    receipt = await _invoke(http, auth, provider, stream)
+    assert receipt["outcome"] == "Completed"
+    assert receipt["usageStatus"] == "Estimated"
+    stored = await _stored(http, auth, receipt)
+    assert stored["outcome"] == "Completed" and stored["usageStatus"] == "Estimated"
+    assert 0 < stored["inputTokens"] < 100 and 0 < stored["outputTokens"] < 100
+    assert Decimal(stored["estimatedCostUsd"]) == Decimal(receipt["estimatedCostUsd"])
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_a_cost_past_what_a_receipt_holds_is_left_unknown(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    upstream: UpstreamServer,
+    provider: str,
+    stream: bool,
+) -> None:
+    # A true report at the largest price a revision holds: 1.5 million tokens cost 1.5e10 USD,
+    # past NUMERIC(18, 8)'s 9,999,999,999.99999999.
+    upstream.register(f"ur-{provider}", _reporting(reported_input_tokens=1_500_000))
+    receipt = await _invoke(http, auth, provider, stream)
+    assert receipt["outcome"] == "Completed" and receipt["usageStatus"] == "Reported"
+    assert receipt.get("estimatedCostUsd") is None
+    stored = await _stored(http, auth, receipt)
+    assert stored["inputTokens"] == 1_500_000 and stored["estimatedCostUsd"] is None
+
+    # A cost that fits is still priced: the same price, 100 tokens (and the output at 1 USD per
+    # million), to the receipt's eight decimals.
+    upstream.register(f"ur-{provider}", _reporting(reported_input_tokens=100))
+    priced = await _invoke(http, auth, provider, stream)
+    exact = (Decimal(HUGE_PRICE) * 100 + priced["outputTokens"]) / 1_000_000
+    assert Decimal(priced["estimatedCostUsd"]) == exact.quantize(
+        Decimal("1e-8"), rounding=ROUND_HALF_UP
+    )
