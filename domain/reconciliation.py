@@ -48,10 +48,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from domain.enums import UsageStatus
 from domain.statements import AWAITING, ReceiptUsage, StatementLine
+from domain.usage import recordable
 
 HELD = "bucket allocation waits for the settle delay (the bucket ended after the cutoff)"
 ZERO_LINE = "the statement reports zero tokens"
 NOTHING_LEFT = "no unexplained tokens left in the statement's bucket"
+# A provider's hourly bucket for a key shared with traffic outside the gateway can hold more
+# unexplained tokens than a receipt's INTEGER columns: settled, its write failed the whole pass,
+# on every pass. The receipt waits for a statement it can hold (domain/usage.py).
+PAST_RECEIPT = "the statement's share is past what a receipt's token counts hold"
 
 
 class Rule(StrEnum):
@@ -176,6 +181,9 @@ class _Ledger:
         return self.status[r.invocation_id] in AWAITING
 
     def settle(self, r: ReceiptUsage, ref: str, rule: Rule, usage: tuple[int, int, int]) -> None:
+        if not recordable(*usage):
+            self.skip(r, ref, PAST_RECEIPT)
+            return
         self.status[r.invocation_id] = UsageStatus.RECONCILED
         self.usage[r.invocation_id] = usage
         self.settlements.append(

@@ -19,7 +19,14 @@ from domain.health import (
     probe_window,
     verdict,
 )
-from domain.reconciliation import Rule, Settlement, allocate, model_matches, plan
+from domain.reconciliation import (
+    PAST_RECEIPT,
+    Rule,
+    Settlement,
+    allocate,
+    model_matches,
+    plan,
+)
 from domain.statements import ReceiptUsage, StatementLine
 from providers.statements.imports import CSV, JSONL, StatementFileError, parse, statement_lines
 
@@ -161,6 +168,30 @@ def test_nothing_settles_to_zero_unless_asked() -> None:
     assert [s.invocation_id for s in result.skipped] == ["inv-02"]
     allowed = plan([fully_explained], receipts, settle_zero=True)
     assert tokens(allowed.settlements) == {"inv-02": (0, 0, 0)}
+
+
+def test_a_share_past_what_a_receipt_holds_is_skipped_and_the_rest_settle() -> None:
+    # A key shared with traffic outside the gateway: the hour's unexplained tokens all fall to
+    # the one receipt awaiting them, past its INTEGER columns.
+    later = H + timedelta(hours=2)  # outside the bucket
+    receipts = [receipt(1), receipt(2, provider_request_id="req_2", started_at=later)]
+    exact = bucket(
+        2**31,
+        1,
+        statement_ref="openai-usage/req_2",
+        provider_request_id="req_2",
+        bucket_start=None,
+        bucket_end=None,
+        model=None,
+    )
+    result = plan([bucket(3 * 10**9, 5), exact], receipts)
+    assert result.settlements == ()
+    assert {(s.invocation_id, s.reason) for s in result.skipped} == {
+        ("inv-01", PAST_RECEIPT),
+        ("inv-02", PAST_RECEIPT),
+    }
+    fits = plan([bucket(2**31 - 1, 5)], [receipt(1)])
+    assert tokens(fits.settlements) == {"inv-01": (2**31 - 1, 5, 0)}
 
 
 def test_cached_tokens_never_exceed_the_input_share() -> None:
