@@ -80,6 +80,16 @@ def _sources(settings: Settings, server: StatementServer, mp: pytest.MonkeyPatch
     )
 
 
+async def _reconcile(client: Client, settings: Settings, tenant: str) -> ReconciliationReport:
+    """One reconciler pass over the tenant's last four hours before AS_OF, no settle delay."""
+    return await client.execute_workflow(
+        ReceiptReconcilerWorkflow.run,
+        ReconcilerInput(lookback_hours=4, settle_delay_minutes=0, tenant_ids=[tenant], as_of=AS_OF),
+        id=f"reconcile-test-{uuid.uuid4().hex[:8]}",
+        task_queue=settings.temporal_task_queue,
+    )
+
+
 async def _counts(sessions: async_sessionmaker[AsyncSession], tenant: str) -> tuple[int, int]:
     async with sessions() as s:
         settled = await s.scalar(
@@ -190,14 +200,7 @@ async def test_provider_statements_settle_receipts_with_tokens_and_cost_once(
         worker = build_worker(temporal_client, reconcile_settings, sessions)
 
         async def run() -> ReconciliationReport:
-            return await temporal_client.execute_workflow(
-                ReceiptReconcilerWorkflow.run,
-                ReconcilerInput(
-                    lookback_hours=4, settle_delay_minutes=0, tenant_ids=[tenant], as_of=AS_OF
-                ),
-                id=f"reconcile-test-{uuid.uuid4().hex[:8]}",
-                task_queue=reconcile_settings.temporal_task_queue,
-            )
+            return await _reconcile(temporal_client, reconcile_settings, tenant)
 
         async with worker:
             first = await run()
@@ -360,14 +363,7 @@ async def test_a_settlement_whose_cost_a_receipt_cannot_hold_is_settled_with_the
         ]
         reconcile_settings = _sources(settings, server, monkeypatch)
         async with build_worker(temporal_client, reconcile_settings, sessions):
-            report = await temporal_client.execute_workflow(
-                ReceiptReconcilerWorkflow.run,
-                ReconcilerInput(
-                    lookback_hours=4, settle_delay_minutes=0, tenant_ids=[tenant], as_of=AS_OF
-                ),
-                id=f"reconcile-test-{uuid.uuid4().hex[:8]}",
-                task_queue=reconcile_settings.temporal_task_queue,
-            )
+            report = await _reconcile(temporal_client, reconcile_settings, tenant)
     assert report.failed_sources == {} and report.settled == 2
     rows = await receipts(sessions, [huge, small])
     assert rows[huge].usage_status is UsageStatus.RECONCILED
