@@ -17,6 +17,9 @@ class ModelSettings(BaseModel):
     embedding_dimensions: int = Field(default=32, ge=1, le=8192)
     context_window: int | None = Field(default=None, ge=1)
     chunk_delay: float = Field(default=0.0, ge=0)  # seconds between streamed chunks
+    # What the model's request ids start with: a provider, or a proxy in front of one, may send
+    # ids far longer than OpenAI's and Anthropic's.
+    request_id_prefix: str = Field(default="req_", min_length=1)
 
 
 @dataclass(frozen=True)
