@@ -38,6 +38,7 @@ from domain.invocation import (
     Target,
 )
 from domain.pricing import Pricebook, receipt_cost_usd
+from domain.provider_reports import recordable_request_id
 from store import pricebook
 from store.artifact_files import ArtifactFiles
 from store.artifacts import ArtifactStore, reference
@@ -207,6 +208,9 @@ class InvokeActivities:
         # Degraded): then even the first target answering is a fallback.
         primary = data.primary_deployment_id or data.targets[0].deployment_id
         fell_back = result.target is not None and target.deployment_id != primary
+        request_id = recordable_request_id(result.provider_request_id)
+        if request_id != result.provider_request_id:
+            log.warning("provider request id past what a receipt holds, left out")
         summary = InvocationSummary(
             invocation_id=data.invocation_id,
             outcome=result.outcome,
@@ -217,7 +221,7 @@ class InvokeActivities:
             cached_input_tokens=result.cached,
             latency_ms=int((time.monotonic() - started) * 1000),
             time_to_first_token_ms=result.ttft_ms,
-            provider_request_id=result.provider_request_id,
+            provider_request_id=request_id,
             error_kind=result.error_kind,
             error_reason=result.error_reason,
             fallback_used=fell_back,

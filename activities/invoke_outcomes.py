@@ -12,7 +12,7 @@ from core import metrics, timing
 from domain.enums import InvocationOutcome, UsageStatus
 from domain.hashing import canonical_json
 from domain.invocation import Disposition, InvocationInput, InvocationSummary, Target
-from domain.usage import recordable
+from domain.provider_reports import recordable
 from providers.base import ProviderAdapter
 from providers.errors import ErrorKind, ProviderError
 from providers.types import CallLimits, ChatRequest, Completion
@@ -100,8 +100,8 @@ def failed(exc: ProviderError, outcome: InvocationOutcome = InvocationOutcome.FA
 
 
 def reported(*counts: int | None) -> bool:
-    """Whether a provider's usage report can be recorded (domain/usage.py); one that cannot is
-    taken as no report, and said so in the log (counts only, never content)."""
+    """Whether a provider's usage report can be recorded (domain/provider_reports.py); one that
+    cannot is taken as no report, and said so in the log (counts only, never content)."""
     if recordable(*counts):
         return True
     log.warning("provider usage report past what a receipt holds, our own count recorded")

@@ -47,15 +47,15 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from domain.enums import UsageStatus
+from domain.provider_reports import recordable
 from domain.statements import AWAITING, ReceiptUsage, StatementLine
-from domain.usage import recordable
 
 HELD = "bucket allocation waits for the settle delay (the bucket ended after the cutoff)"
 ZERO_LINE = "the statement reports zero tokens"
 NOTHING_LEFT = "no unexplained tokens left in the statement's bucket"
 # A provider's hourly bucket for a key shared with traffic outside the gateway can hold more
 # unexplained tokens than a receipt's INTEGER columns: settled, its write failed the whole pass,
-# on every pass. The receipt waits for a statement it can hold (domain/usage.py).
+# on every pass. The receipt waits for a statement it can hold (domain/provider_reports.py).
 PAST_RECEIPT = "the statement's share is past what a receipt's token counts hold"
 
 

@@ -23,6 +23,7 @@ from domain.enums import (
     ProfileStatus,
     UsageStatus,
 )
+from domain.provider_reports import REQUEST_ID_MAX_LENGTH
 
 
 def utcnow() -> datetime:
@@ -211,7 +212,7 @@ class InvocationReceiptRow(SQLModel, table=True):
     started_at: datetime = Field(sa_column=_ts())
     ended_at: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
     # Beyond the spec's 22: what reconciliation matches on and what the latency metric needs.
-    provider_request_id: str | None = Field(default=None, max_length=200)
+    provider_request_id: str | None = Field(default=None, max_length=REQUEST_ID_MAX_LENGTH)
     cached_input_tokens: int | None = None
     time_to_first_token_ms: int | None = None
     statement_ref: str | None = Field(default=None, max_length=300)

@@ -159,3 +159,31 @@ async def test_a_cost_past_what_a_receipt_holds_is_left_unknown(
     assert Decimal(priced["estimatedCostUsd"]) == exact.quantize(
         Decimal("1e-8"), rounding=ROUND_HALF_UP
     )
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_a_provider_request_id_past_what_a_receipt_holds_is_left_out(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    upstream: UpstreamServer,
+    provider: str,
+    stream: bool,
+) -> None:
+    # A proxy in front of the provider chaining its own id onto the provider's: 300 characters
+    # and more, against the receipt's VARCHAR(200).
+    model = f"ur-{provider}"
+    upstream.register(model, _reporting())
+    upstream.state.configure(model, request_id_prefix="req_" + "x" * 300)
+    try:
+        receipt = await _invoke(http, auth, provider, stream)
+    finally:
+        upstream.state.configure(model, request_id_prefix="req_")
+    assert receipt["outcome"] == "Completed" and receipt["usageStatus"] == "Reported"
+    assert receipt.get("providerRequestId") is None
+    stored = await _stored(http, auth, receipt)
+    assert stored["providerRequestId"] is None and stored["outcome"] == "Completed"
+
+    # An id that fits is kept.
+    receipt = await _invoke(http, auth, provider, stream)
+    assert (await _stored(http, auth, receipt))["providerRequestId"].startswith("req_")

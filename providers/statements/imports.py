@@ -20,8 +20,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from domain.deployments import looks_like_credential
+from domain.provider_reports import TOKEN_COUNT_MAX
 from domain.statements import WIDTHS, BucketWidth, StatementLine
-from domain.usage import TOKEN_COUNT_MAX
 
 CSV = "csv"
 JSONL = "jsonl"
@@ -45,10 +45,10 @@ def format_of(content_type: str | None) -> str | None:
 
 
 # What a row may hold so that it is stored, and reconciled, as read. The reconciler writes a
-# line's counts into the receipt's INTEGER token columns (domain/usage.TOKEN_COUNT_MAX), and a
-# bucket's start and end must be timestamps PostgreSQL and Python both hold: a count past
-# 2^31 - 1, or a bucket in the year 1 or 9999, reached the store (or overflowed on its way
-# there) and was a 500 (2026-12-04).
+# line's counts into the receipt's INTEGER token columns (TOKEN_COUNT_MAX), and a bucket's start
+# and end must be timestamps PostgreSQL and Python both hold: a count past 2^31 - 1, or a bucket
+# in the year 1 or 9999, reached the store (or overflowed on its way there) and was a 500
+# (2026-12-04).
 BUCKET_YEARS = range(1970, 9999)
 
 
