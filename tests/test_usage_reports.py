@@ -1,8 +1,9 @@
 """A provider's usage report that cannot be true (a negative count, or one past what a receipt's
 INTEGER holds) is treated as no report: the call answers, its receipt closes Estimated with
 our own count, and the reconciler settles it from the provider's statement. A cost past what a
-receipt's NUMERIC(18, 8) holds is left unknown. Before, either one made the receipt's close fail
-in the store on every retry, so the receipt stayed open for good."""
+receipt's NUMERIC(18, 8) holds is left unknown, and a provider request id past its VARCHAR(200)
+is left out. Before, each one made the receipt's close fail in the store on every retry, so the
+receipt stayed open for good and the caller waited on it."""
 
 from __future__ import annotations
 
