@@ -65,6 +65,18 @@ async def auth(
     return auth
 
 
+@pytest.fixture(params=["openai", "anthropic"])
+def provider(request: pytest.FixtureRequest) -> str:
+    """Each case runs against both protocols' adapters."""
+    return str(request.param)
+
+
+@pytest.fixture(params=[False, True], ids=["json", "sse"])
+def stream(request: pytest.FixtureRequest) -> bool:
+    """…and through a JSON answer and a streamed one."""
+    return bool(request.param)
+
+
 def _reporting(**usage: int) -> Any:
     def responder(turn: ChatTurn) -> Reply:
         return Reply(text="a fine answer", **usage)
@@ -105,8 +117,6 @@ async def _stored(http: httpx.AsyncClient, auth: dict[str, str], receipt: dict[s
     return stored
 
 
-@pytest.mark.parametrize("provider", ["openai", "anthropic"])
-@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 @pytest.mark.parametrize(
     "usage",
     [
@@ -134,8 +144,6 @@ async def test_an_impossible_usage_report_closes_the_receipt_with_our_own_count(
     assert Decimal(stored["estimatedCostUsd"]) == Decimal(receipt["estimatedCostUsd"])
 
 
-@pytest.mark.parametrize("provider", ["openai", "anthropic"])
-@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 async def test_a_cost_past_what_a_receipt_holds_is_left_unknown(
     http: httpx.AsyncClient,
     auth: dict[str, str],
@@ -162,8 +170,6 @@ async def test_a_cost_past_what_a_receipt_holds_is_left_unknown(
     )
 
 
-@pytest.mark.parametrize("provider", ["openai", "anthropic"])
-@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 async def test_a_provider_request_id_past_what_a_receipt_holds_is_left_out(
     http: httpx.AsyncClient,
     auth: dict[str, str],

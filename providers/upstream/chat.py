@@ -71,9 +71,10 @@ def chat_endpoint(codec: Codec) -> Callable[[Request], Awaitable[Response]]:
         model = body.get("model")
         model = model if isinstance(model, str) else ""
         state.stats.record(model, codec.endpoint)
-        prefix = state.settings_for(model).request_id_prefix
-        if prefix != "req_":
-            request_id = headers[codec.request_id_header] = new_id(prefix)
+        # Now that the model is known, in its own id format (`request_id_prefix`).
+        request_id = headers[codec.request_id_header] = new_id(
+            state.settings_for(model).request_id_prefix
+        )
 
         def finish(response: Response, answer: Answer | None = None) -> Response:
             usage = answer.usage if answer else None
