@@ -8,6 +8,7 @@ content; raw bodies are not, because validation errors of some servers echo the 
 from __future__ import annotations
 
 import email.utils
+import math
 import re
 import time
 from collections.abc import Mapping
@@ -120,25 +121,33 @@ def clean_reason(reason: str | None) -> str | None:
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
-    """Retry-After-Ms (OpenAI), Retry-After in seconds, or Retry-After as an HTTP date."""
-    millis = headers.get("retry-after-ms")
-    if millis:
-        try:
-            return max(0.0, float(millis) / 1000)
-        except ValueError:
-            pass
+    """Retry-After-Ms (OpenAI), Retry-After in seconds, or Retry-After as an HTTP date. A value
+    that names no time ("inf", "1e400", "nan", a word) is no Retry-After: the router's own
+    backoff and cool-down apply. Taken as given, an infinite one made every later failure of
+    the deployment a 500 (its wait could not be said in whole seconds) until it answered again
+    (tests/test_failure_reporting.py)."""
+    millis = _finite(headers.get("retry-after-ms"))
+    if millis is not None:
+        return max(0.0, millis / 1000)
     value = headers.get("retry-after")
     if not value:
         return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
+    seconds = _finite(value)
+    if seconds is not None:
+        return max(0.0, seconds)
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
+
+
+def _finite(text: str | None) -> float | None:
+    try:
+        number = float(text) if text else None
+    except ValueError:
+        return None
+    return number if number is not None and math.isfinite(number) else None
 
 
 def error_field(body: object, *path: str) -> str | None:

@@ -577,6 +577,11 @@ def test_errors_pickle_and_scrub_credentials() -> None:
     assert retry_after_seconds({"retry-after": "7"}) == 7.0
     assert retry_after_seconds({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0
     assert retry_after_seconds({}) is None
+    # Values that name no time are no Retry-After; a Retry-After-Ms that names none leaves
+    # the Retry-After beside it to say.
+    for text in ("inf", "-inf", "1e400", "nan", "soon"):
+        assert retry_after_seconds({"retry-after": text}) is None
+        assert retry_after_seconds({"retry-after-ms": text, "retry-after": "2"}) == 2.0
 
 
 def test_errors_inside_streams_are_classified_by_their_type() -> None:

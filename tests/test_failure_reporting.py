@@ -151,6 +151,23 @@ async def test_a_503_says_when_a_candidate_may_be_tried_again(
         upstream.state.clear_faults(A)
 
 
+@pytest.mark.parametrize("text", ["inf", "1e400", "nan", "soon"])
+async def test_a_retry_after_that_names_no_time_is_not_passed_on(
+    http: httpx.AsyncClient, auth: dict[str, str], upstream: UpstreamServer, text: str
+) -> None:
+    # A provider (or a proxy before it) whose Retry-After is not a time: the caller still gets
+    # the transient 503 with a Retry-After of the router's own, never a 500; and so does the
+    # next caller, once the breaker has the provider's word on record.
+    upstream.inject(A, Fault(kind=FaultKind.RATE_LIMIT, retry_after_text=text))
+    try:
+        for told in ("rate_limit", "unavailable"):  # the second finds the breaker open
+            resp, _ = await _call(http, auth, "fr-solo")
+            assert resp.status_code == 503 and resp.json()["error"]["type"] == told
+            assert 1 <= int(resp.headers["Retry-After"]) <= 60
+    finally:
+        upstream.state.clear_faults(A)
+
+
 async def test_replaced_attempts_a_provider_may_bill_are_counted(
     http: httpx.AsyncClient,
     auth: dict[str, str],

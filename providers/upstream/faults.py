@@ -64,6 +64,9 @@ class Fault(BaseModel):
     times: int | None = Field(default=None, ge=1)
     endpoint: Endpoint | None = None
     retry_after: float | None = Field(default=None, ge=0)
+    # rate_limit only: the Retry-After header's text sent exactly as given, in place of
+    # `retry_after`, as a broken provider or proxy sends it ("inf", "1e400").
+    retry_after_text: str | None = None
     delay: float = Field(default=1.0, ge=0)
     after_chunks: int = Field(default=2, ge=0)
     # stream_cut only: end the body cleanly instead of dropping the connection, as a proxy

@@ -117,7 +117,9 @@ def fault_response(
         )
     status, o_type, o_code, o_message, a_type, a_message = _FAULTS[fault.kind]
     headers = dict(headers)
-    if fault.kind is FaultKind.RATE_LIMIT and fault.retry_after is not None:
+    if fault.kind is FaultKind.RATE_LIMIT and fault.retry_after_text is not None:
+        headers["retry-after"] = fault.retry_after_text
+    elif fault.kind is FaultKind.RATE_LIMIT and fault.retry_after is not None:
         headers["retry-after"] = f"{fault.retry_after:g}"
     if api == "anthropic":
         if fault.kind is FaultKind.OVERLOADED:
