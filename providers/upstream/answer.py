@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from providers.upstream.tokens import count_tokens, truncate_tokens
-from providers.upstream.turn import ChatTurn, Reply
+from providers.upstream.turn import ChatTurn, Figure, Reply
 
 Finish = Literal["stop", "length", "tool_calls", "content_filter"]
 
@@ -24,12 +24,29 @@ class AnswerToolCall:
 
 @dataclass(frozen=True)
 class AnswerUsage:
-    """`input_tokens` counts the whole prompt; the cache figures are parts of it."""
+    """`input_tokens` counts the whole prompt; the cache figures are parts of it. A reply's
+    reported figures replace the counts as given, whole numbers or not (`Reply`)."""
 
-    input_tokens: int
-    output_tokens: int
+    input_tokens: Figure
+    output_tokens: Figure
     cached_input_tokens: int = 0
     cache_write_input_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> Figure:
+        """Input and output together, as a meter adds them; a figure that is not a count is
+        passed on as given, the meter being broken anyway."""
+        if isinstance(self.input_tokens, int) and isinstance(self.output_tokens, int):
+            return self.input_tokens + self.output_tokens
+        return self.output_tokens
+
+    @property
+    def fresh_input_tokens(self) -> Figure:
+        """The prompt tokens neither read from nor written to the cache (Anthropic's
+        input_tokens)."""
+        if not isinstance(self.input_tokens, int):
+            return self.input_tokens
+        return self.input_tokens - self.cached_input_tokens - self.cache_write_input_tokens
 
 
 @dataclass(frozen=True)
@@ -91,13 +108,17 @@ def build_answer(
     cached = (
         reply.cached_input_tokens if reply.cached_input_tokens is not None else cached_input_tokens
     )
-    if reply.reported_input_tokens is not None:
-        input_tokens = reply.reported_input_tokens
+    sent_input: Figure = input_tokens
+    sent_output: Figure = output
     if reply.reported_output_tokens is not None:
-        output = reply.reported_output_tokens
+        sent_output = reply.reported_output_tokens
+    if reply.reported_input_tokens is not None:
+        sent_input = reply.reported_input_tokens
+        # The cache's parts of a prompt whose count is not a whole number: none.
+        input_tokens = sent_input if isinstance(sent_input, int) else 0
     usage = AnswerUsage(
-        input_tokens=input_tokens,
-        output_tokens=output,
+        input_tokens=sent_input,
+        output_tokens=sent_output,
         cached_input_tokens=max(0, min(cached, input_tokens)),
         cache_write_input_tokens=max(
             0, min(cache_write_input_tokens, input_tokens - min(cached, input_tokens))

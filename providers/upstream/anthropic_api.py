@@ -114,9 +114,8 @@ def parse(body: dict[str, Any]) -> ChatTurn:
 
 def _usage(usage: AnswerUsage) -> dict[str, Any]:
     # Anthropic's input_tokens excludes the tokens read from or written to the cache.
-    fresh = usage.input_tokens - usage.cached_input_tokens - usage.cache_write_input_tokens
     return {
-        "input_tokens": fresh,
+        "input_tokens": usage.fresh_input_tokens,
         "output_tokens": usage.output_tokens,
         "cache_creation_input_tokens": usage.cache_write_input_tokens,
         "cache_read_input_tokens": usage.cached_input_tokens,

@@ -17,7 +17,7 @@ from providers.upstream.problems import Api, context_length_error, fault_respons
 from providers.upstream.responders import respond
 from providers.upstream.state import RequestRecord, UpstreamState
 from providers.upstream.streaming import DelayedResponse, SimStream
-from providers.upstream.turn import ChatTurn
+from providers.upstream.turn import ChatTurn, Figure
 
 log = logging.getLogger("providers.upstream")
 
@@ -85,8 +85,8 @@ def chat_endpoint(codec: Codec) -> Callable[[Request], Awaitable[Response]]:
                     status=response.status_code,
                     request_id=request_id,
                     response_id=answer.response_id if answer else None,
-                    input_tokens=usage.input_tokens if usage else None,
-                    output_tokens=usage.output_tokens if usage else None,
+                    input_tokens=_count(usage.input_tokens) if usage else None,
+                    output_tokens=_count(usage.output_tokens) if usage else None,
                     cached_input_tokens=usage.cached_input_tokens if usage else None,
                 )
             )
@@ -220,3 +220,8 @@ def sse(data: object, event: str | None = None) -> bytes:
     payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
     prefix = f"event: {event}\n" if event else ""
     return f"{prefix}data: {payload}\n\n".encode()
+
+
+def _count(figure: Figure) -> int | None:
+    """A figure the ledger lists: a broken meter's fraction or string is no count."""
+    return figure if isinstance(figure, int) else None

@@ -129,7 +129,7 @@ def _usage(usage: AnswerUsage) -> dict[str, Any]:
     return {
         "prompt_tokens": usage.input_tokens,
         "completion_tokens": usage.output_tokens,
-        "total_tokens": usage.input_tokens + usage.output_tokens,
+        "total_tokens": usage.total_tokens,
         "prompt_tokens_details": {"cached_tokens": usage.cached_input_tokens, "audio_tokens": 0},
         "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0},
     }

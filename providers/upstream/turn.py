@@ -7,6 +7,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# A usage figure as a provider sends it: a count, or what a broken meter writes in its place
+# (12.5, "12").
+Figure = int | float | str
+
 
 class ToolSpec(BaseModel):
     name: str
@@ -80,7 +84,8 @@ class Reply(BaseModel):
     finish_reason: Literal["stop", "length", "tool_calls", "content_filter"] | None = None
     cached_input_tokens: int | None = None
     # The usage to report instead of the counted one, as a provider with a broken meter would
-    # (negative, or past any real prompt): the figures are sent exactly as given.
-    reported_input_tokens: int | None = None
-    reported_output_tokens: int | None = None
+    # (negative, past any real prompt, a fraction, a string): the figures are sent exactly as
+    # given.
+    reported_input_tokens: Figure | None = None
+    reported_output_tokens: Figure | None = None
     verbatim: bool = False
