@@ -5,12 +5,15 @@ A receipt's token columns are INTEGER, so a count is recordable when it is betwe
 subtracted past zero. Such a report counts as no report: the receipt records our own estimate
 (usage Estimated) and the reconciler settles it from the provider's statement.
 
+A figure that is not a whole JSON number (12.5, "12") is no count either, and its report no
+report (read at the adapter boundary, providers/usage_figures.py).
+
 A request id is recordable when it fits the receipt's VARCHAR(200). A longer one (a proxy in
 front of the provider chaining its own id onto the provider's) is left out rather than cut: a
 cut id would match no statement line, or the wrong one, and the reconciler falls back to the
 statement's buckets as for a provider that sends no id.
 
-Recorded as sent, either one made the receipt's close fail in the store on every retry. The
+Recorded as sent, a count or an id past the column made the receipt's close fail in the store on every retry. The
 caller waited on that close, and the receipt stayed open (2026-12-04,
 `tests/test_usage_reports.py`).
 """
@@ -19,6 +22,19 @@ from __future__ import annotations
 
 TOKEN_COUNT_MAX = 2**31 - 1
 REQUEST_ID_MAX_LENGTH = 200
+
+
+def token_count(figure: object) -> int | None:
+    """The count a usage figure states: a whole JSON number (12, or 12.0 as some servers write
+    it). Anything else (12.5, "12", true, an object) states none, and a report with such a
+    figure counts as no report, as one past what a receipt holds does."""
+    if isinstance(figure, bool):
+        return None
+    if isinstance(figure, int):
+        return figure
+    if isinstance(figure, float) and figure.is_integer():
+        return int(figure)
+    return None
 
 
 def recordable(*counts: int | None) -> bool:

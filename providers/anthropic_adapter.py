@@ -42,6 +42,7 @@ from providers.types import (
     UsageEvent,
     collect_events,
 )
+from providers.usage_figures import counts
 
 _FAILURES = (anthropic.AnthropicError, httpx2.HTTPError, aiohttp.ClientError, OSError)
 _STOP = {
@@ -142,10 +143,11 @@ class _Usage:
     tokens out of input_tokens; this adds them back so input_tokens counts the whole prompt."""
 
     def __init__(self) -> None:
-        self.fresh: int | None = None
-        self.output: int | None = None
-        self.read = 0
-        self.write = 0
+        # The figures as sent, read as counts only once the report is complete (`event`).
+        self.fresh: object = None
+        self.output: object = None
+        self.read: object = 0
+        self.write: object = 0
 
     def update(self, usage: Any) -> None:
         """From a stream event's usage dict or the SDK's Usage object (a whole message)."""
@@ -160,13 +162,19 @@ class _Usage:
         self.write = get("cache_creation_input_tokens") or self.write
 
     def event(self) -> UsageEvent | None:
+        """The report's usage event: none when it is incomplete, or when one of its figures
+        states no count (providers/usage_figures.py)."""
         if self.fresh is None or self.output is None:
             return None
+        found = counts(self.fresh, self.output, self.read, self.write)
+        if found is None:
+            return None
+        fresh, output, read, write = found
         return UsageEvent(
-            input_tokens=self.fresh + self.read + self.write,
-            output_tokens=self.output,
-            cached_input_tokens=self.read,
-            cache_write_input_tokens=self.write,
+            input_tokens=fresh + read + write,
+            output_tokens=output,
+            cached_input_tokens=read,
+            cache_write_input_tokens=write,
         )
 
 

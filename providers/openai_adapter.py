@@ -48,6 +48,7 @@ from providers.types import (
     UsageEvent,
     collect_events,
 )
+from providers.usage_figures import count, counts
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 # What the SDK and its transport raise; anything else is a bug of ours and must surface as one.
@@ -111,13 +112,28 @@ def usage_event(usage: CompletionUsage | None) -> UsageEvent | None:
     if usage is None or usage.prompt_tokens is None or usage.completion_tokens is None:
         return None
     details = usage.prompt_tokens_details
+    return _usage(
+        usage.prompt_tokens,
+        usage.completion_tokens,
+        getattr(details, "cached_tokens", None),
+        getattr(details, "cache_write_tokens", None),
+    )
+
+
+def _usage(
+    prompt: object, completion: object, cached: object, written: object
+) -> UsageEvent | None:
+    """The usage event of a report's figures (providers/usage_figures.py): none when one of
+    them states no count."""
+    found = counts(prompt, completion, cached or 0, written or 0)
+    if found is None:
+        return None
+    tokens_in, tokens_out, read, write = found
     return UsageEvent(
-        input_tokens=usage.prompt_tokens,
-        output_tokens=usage.completion_tokens,
-        cached_input_tokens=(details.cached_tokens or 0) if details else 0,
-        cache_write_input_tokens=(getattr(details, "cache_write_tokens", None) or 0)
-        if details
-        else 0,
+        input_tokens=tokens_in,
+        output_tokens=tokens_out,
+        cached_input_tokens=read,
+        cache_write_input_tokens=write,
     )
 
 
@@ -134,12 +150,13 @@ def usage_from(raw: dict[str, Any] | None) -> UsageEvent | None:
     """`usage_event` for a chunk read as a plain dict."""
     if not raw or raw.get("prompt_tokens") is None or raw.get("completion_tokens") is None:
         return None
-    details = raw.get("prompt_tokens_details") or {}
-    return UsageEvent(
-        input_tokens=raw["prompt_tokens"],
-        output_tokens=raw["completion_tokens"],
-        cached_input_tokens=details.get("cached_tokens") or 0,
-        cache_write_input_tokens=details.get("cache_write_tokens") or 0,
+    details = raw.get("prompt_tokens_details")
+    details = details if isinstance(details, dict) else {}  # as the SDK's getattr reads it
+    return _usage(
+        raw["prompt_tokens"],
+        raw["completion_tokens"],
+        details.get("cached_tokens"),
+        details.get("cache_write_tokens"),
     )
 
 
@@ -320,7 +337,7 @@ class OpenAIAdapter(ProviderAdapter):
         usage = getattr(result, "usage", None)
         return EmbeddingResult(
             vectors=tuple(vectors),
-            input_tokens=getattr(usage, "prompt_tokens", None),
+            input_tokens=count(getattr(usage, "prompt_tokens", None)),
             provider_request_id=raw.headers.get("x-request-id"),
         )
 

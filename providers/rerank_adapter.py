@@ -20,6 +20,7 @@ from providers.errors import (
 )
 from providers.secrets import Connection
 from providers.types import CallLimits, ProviderTimeouts, RerankItem, RerankResult
+from providers.usage_figures import count
 
 
 def _request_id(response: httpx.Response) -> str | None:
@@ -120,15 +121,11 @@ class RerankAdapter(ProviderAdapter):
             ) from None
         usage = payload.get("usage") if isinstance(payload, dict) else None
         meta = payload.get("meta") if isinstance(payload, dict) else None
-        units = (
-            (meta or {}).get("billed_units", {}).get("search_units")
-            if isinstance(meta, dict)
-            else None
-        )
+        billed = meta.get("billed_units") if isinstance(meta, dict) else None
         return RerankResult(
             results=tuple(items),
-            input_tokens=(usage or {}).get("total_tokens") if isinstance(usage, dict) else None,
-            search_units=units,
+            input_tokens=count(usage.get("total_tokens")) if isinstance(usage, dict) else None,
+            search_units=count(billed.get("search_units")) if isinstance(billed, dict) else None,
             provider_request_id=_request_id(response),
         )
 

@@ -1,9 +1,11 @@
-"""A provider's usage report that cannot be true (a negative count, or one past what a receipt's
-INTEGER holds) is treated as no report: the call answers, its receipt closes Estimated with
-our own count, and the reconciler settles it from the provider's statement. A cost past what a
-receipt's NUMERIC(18, 8) holds is left unknown, and a provider request id past its VARCHAR(200)
-is left out. Before, each one made the receipt's close fail in the store on every retry, so the
-receipt stayed open for good and the caller waited on it."""
+"""A provider's usage report that cannot be true (a negative count, one past what a receipt's
+INTEGER holds, or a figure that is no whole number) is treated as no report: the call answers
+once, its receipt closes Estimated with our own count, and the reconciler settles it from the
+provider's statement. A cost past what a receipt's NUMERIC(18, 8) holds is left unknown, and a
+provider request id past its VARCHAR(200) is left out. Before, a count, cost or id past its
+column made the receipt's close fail in the store on every retry, so the receipt stayed open
+for good and the caller waited on it; a fraction failed the call as a malformed stream, tried
+three times and paid each time."""
 
 from __future__ import annotations
 
@@ -16,8 +18,10 @@ import httpx
 import pytest
 from temporalio.client import Client
 
+from domain.provider_reports import token_count
 from providers.upstream import UpstreamServer
 from providers.upstream.turn import ChatTurn, Reply
+from providers.usage_figures import count, counts
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import profile_event, publish, record_evidence, register
 
@@ -77,7 +81,7 @@ def stream(request: pytest.FixtureRequest) -> bool:
     return bool(request.param)
 
 
-def _reporting(**usage: int) -> Any:
+def _reporting(**usage: object) -> Any:
     def responder(turn: ChatTurn) -> Reply:
         return Reply(text="a fine answer", **usage)
 
@@ -123,8 +127,10 @@ async def _stored(http: httpx.AsyncClient, auth: dict[str, str], receipt: dict[s
         {"reported_input_tokens": 2**40},
         {"reported_output_tokens": INT4_MAX + 1},
         {"reported_output_tokens": -3},
+        {"reported_input_tokens": 12.5},
+        {"reported_output_tokens": "12"},
     ],
-    ids=["input-past-int4", "output-past-int4", "negative-output"],
+    ids=["input-past-int4", "output-past-int4", "negative-output", "fraction", "string"],
 )
 async def test_an_impossible_usage_report_closes_the_receipt_with_our_own_count(
     http: httpx.AsyncClient,
@@ -132,16 +138,41 @@ async def test_an_impossible_usage_report_closes_the_receipt_with_our_own_count(
     upstream: UpstreamServer,
     provider: str,
     stream: bool,
-    usage: dict[str, int],
+    usage: dict[str, object],
 ) -> None:
     upstream.register(f"ur-{provider}", _reporting(**usage))
+    calls = upstream.state.stats.count(f"ur-{provider}")
     receipt = await _invoke(http, auth, provider, stream)
     assert receipt["outcome"] == "Completed"
     assert receipt["usageStatus"] == "Estimated"
+    assert upstream.state.stats.count(f"ur-{provider}") == calls + 1  # one call, paid once
     stored = await _stored(http, auth, receipt)
     assert stored["outcome"] == "Completed" and stored["usageStatus"] == "Estimated"
     assert 0 < stored["inputTokens"] < 100 and 0 < stored["outputTokens"] < 100
     assert Decimal(stored["estimatedCostUsd"]) == Decimal(receipt["estimatedCostUsd"])
+
+
+async def test_a_whole_number_written_as_a_decimal_is_a_count(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    upstream: UpstreamServer,
+    provider: str,
+    stream: bool,
+) -> None:
+    # Some servers write counts as 17.0: the count is 17, reported.
+    upstream.register(f"ur-{provider}", _reporting(reported_output_tokens=17.0))
+    receipt = await _invoke(http, auth, provider, stream)
+    assert receipt["usageStatus"] == "Reported" and receipt["outputTokens"] == 17
+
+
+def test_a_figure_is_a_count_only_as_a_whole_json_number() -> None:
+    assert [token_count(f) for f in (0, 12, 12.0, 2**40)] == [0, 12, 12, 2**40]
+    assert [token_count(f) for f in (12.5, "12", True, None, [12], {"n": 12}, float("inf"))] == [
+        None
+    ] * 7
+    # Read at the adapter boundary: one figure that states no count leaves the report out.
+    assert counts(3, 4.0) == (3, 4) and counts(3, "4") is None
+    assert count(None) is None and count(7) == 7 and count(7.5) is None
 
 
 async def test_a_cost_past_what_a_receipt_holds_is_left_unknown(
