@@ -13,8 +13,8 @@ front of the provider chaining its own id onto the provider's) is left out rathe
 cut id would match no statement line, or the wrong one, and the reconciler falls back to the
 statement's buckets as for a provider that sends no id.
 
-Recorded as sent, a count or an id past the column made the receipt's close fail in the store on every retry. The
-caller waited on that close, and the receipt stayed open (2026-12-04,
+Recorded as sent, a count or an id past its column made the receipt's close fail in the store
+on every retry. The caller waited on that close, and the receipt stayed open (2026-12-04,
 `tests/test_usage_reports.py`).
 """
 
