@@ -22,7 +22,7 @@ from temporalio import activity
 
 from activities.adapter_pool import AdapterPool
 from activities.invoke_attempts import attempts_on
-from activities.invoke_close import ReceiptCloser
+from activities.invoke_close import ReceiptCloser, write_close
 from activities.invoke_hub import Attach, InvocationHub, PendingCall, ReceiptReady
 from activities.invoke_outcomes import Outcome as _Outcome
 from activities.invoke_outcomes import Route as _Route
@@ -247,10 +247,14 @@ class InvokeActivities:
         return summary, result.artifact
 
     @activity.defn(name="finalize_receipt")
-    async def finalize_receipt(self, data: FinalizeInput) -> None:
+    async def finalize_receipt(self, data: FinalizeInput) -> InvocationSummary:
         """The close `call_provider` could not write: retried by the workflow until the store
-        answers. The first close wins, so a retry after a lost reply changes nothing."""
-        await self._statements.close(data.tenant_id, data.summary)
+        answers. The first close wins, so a retry after a lost reply changes nothing. Returns
+        the summary written (`write_close`: without the provider's figures when the store
+        refused them), which the workflow answers with."""
+        return await write_close(
+            lambda summary: self._statements.close(data.tenant_id, summary), data.summary
+        )
 
     async def _cost(
         self, data: InvocationInput, provider: str, model: str, result: _Outcome

@@ -4,21 +4,50 @@ The call's own task (`InvokeActivities.begin`) closes the receipt here as soon a
 ended, its answer's file written beside the close, and hands the answer over once Temporal has
 answered the workflow's start. A close the store refused goes back to the workflow (FINALIZE),
 which retries it until the store answers; when the start failed too, no workflow exists to do
-that, and `close_late` keeps the paid call's claim.
+that, and `close_late` keeps the paid call's claim. Every close is written by `write_close`:
+one the store refused for its values rather than for being away is written once more without
+what the provider reported.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 from activities.invoke_hub import PendingCall, ReceiptReady
 from activities.invoke_outcomes import provider_of, record_metrics
 from domain.invocation import Disposition, InvocationInput, InvocationSummary
+from domain.provider_reports import without_reports
 from store.artifact_files import ArtifactFiles
+from store.outage import is_outage
 from store.receipt_statements import ReceiptStatements
 
 log = logging.getLogger("model_router.invoke")
+
+
+async def write_close(
+    write: Callable[[InvocationSummary], Awaitable[object]], summary: InvocationSummary
+) -> InvocationSummary:
+    """Write a receipt's close and return the summary written: as given, or, when the store
+    refused it for its values rather than for being away (store/outage.py), without what the
+    provider reported (domain/provider_reports.without_reports). Refused as it was, the close
+    failed on every retry: the receipt stayed open and its caller waited on it, as a count or
+    an id past its column did until each got a rule of its own (tests/test_close_refused.py).
+    An outage, or a close refused even so, is raised: the workflow retries it."""
+    try:
+        await write(summary)
+        return summary
+    except Exception as exc:
+        if is_outage(exc):
+            raise
+        log.error(
+            "receipt close refused for its values (%s), written without the provider's figures",
+            type(exc).__name__,
+        )
+    bare = without_reports(summary)
+    await write(bare)
+    return bare
 
 
 class ReceiptCloser:
@@ -39,7 +68,7 @@ class ReceiptCloser:
         # call happened, so its receipt is written whatever becomes of the start, and a start
         # that then fails leaves a closed receipt the key replays, not a billable call recorded
         # nowhere. Only the answer waits for the start, below.
-        closing = asyncio.ensure_future(self._statements.finalize(data, summary))
+        closing = asyncio.ensure_future(write_close(self._finalize(data), summary))
         filing: asyncio.Future[None] | None = None
         if output is not None and summary.output_artifact_ref is not None:
             # The answer's file is written on a thread of the artifact pool, beside the close
@@ -55,7 +84,7 @@ class ReceiptCloser:
             )
         try:
             try:
-                await closing
+                summary = await closing
             except Exception as exc:
                 log.warning(
                     "receipt finalize failed, handed to the workflow: %s", type(exc).__name__
@@ -87,12 +116,15 @@ class ReceiptCloser:
             return False
         summary = owed.model_copy(update={"disposition": Disposition.DONE})
         try:
-            await self._statements.finalize(data, summary)
+            summary = await write_close(self._finalize(data), summary)
         except Exception as exc:
             log.warning("late receipt close failed, left to the sweeper: %s", type(exc).__name__)
             return True
         self._hand_over(data, pending, summary)
         return True
+
+    def _finalize(self, data: InvocationInput) -> Callable[[InvocationSummary], Awaitable[bool]]:
+        return lambda summary: self._statements.finalize(data, summary)
 
     @staticmethod
     def _hand_over(data: InvocationInput, pending: PendingCall, summary: InvocationSummary) -> None:

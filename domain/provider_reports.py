@@ -20,6 +20,9 @@ on every retry. The caller waited on that close, and the receipt stayed open (20
 
 from __future__ import annotations
 
+from domain.enums import UsageStatus
+from domain.invocation import InvocationSummary
+
 TOKEN_COUNT_MAX = 2**31 - 1
 REQUEST_ID_MAX_LENGTH = 200
 
@@ -47,3 +50,22 @@ def recordable_request_id(request_id: str | None) -> str | None:
     if request_id is None or len(request_id) <= REQUEST_ID_MAX_LENGTH:
         return request_id
     return None
+
+
+def without_reports(summary: InvocationSummary) -> InvocationSummary:
+    """The close of a call without what its provider reported: usage Unknown, and no counts,
+    cost or request id. What the gateway saw itself stays: the outcome, who answered, how long
+    it took, the answer's file. Written when the store refused the whole close for its values,
+    not for being away, from a cause the rules above do not yet know: refused as it was, it
+    would be refused on every retry, the receipt open for good. The reconciler settles its
+    usage from the provider's statement."""
+    return summary.model_copy(
+        update={
+            "usage_status": UsageStatus.UNKNOWN,
+            "input_tokens": None,
+            "output_tokens": None,
+            "cached_input_tokens": None,
+            "estimated_cost_usd": None,
+            "provider_request_id": None,
+        }
+    )

@@ -12,7 +12,8 @@ lives; whatever happens to that process, the workflow closes the receipt.
    the invocation was claimed by an earlier execution, the receipt is closed on the shared
    queue: Failed, usage Unknown. The provider is never called twice: the claim is a unique row.
 4. If the call ended but its receipt could not be written (the database was unreachable), the
-   workflow writes it from the summary, retried until the store answers. If the claim itself
+   workflow writes it from the summary, retried until the store answers, and answers with what
+   it wrote (without the provider's figures, if the store refused those). If the claim itself
    could not be written, nothing was claimed or called, and there is nothing to close.
 """
 
@@ -74,13 +75,17 @@ class InvokeModelWorkflow:
         if summary is not None and summary.disposition is Disposition.NOT_CLAIMED:
             return summary
         if summary is not None and summary.disposition is Disposition.FINALIZE:
-            await workflow.execute_activity(
+            written = await workflow.execute_activity(
                 "finalize_receipt",
                 FinalizeInput(tenant_id=data.tenant_id, summary=summary),
+                result_type=InvocationSummary,
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=UNTIL_STORED,
             )
-            return summary.model_copy(update={"disposition": Disposition.DONE})
+            # What the close wrote (without the provider's figures, if the store refused them);
+            # None in a history from before the activity returned it.
+            closed = written if written is not None else summary
+            return closed.model_copy(update={"disposition": Disposition.DONE})
         if summary is None or summary.disposition is not Disposition.DONE:
             summary = await workflow.execute_activity(
                 "close_abandoned_receipt",
