@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import math
 import re
 import struct
@@ -17,7 +18,7 @@ from starlette.responses import JSONResponse, Response
 
 from providers.upstream.answer import new_id
 from providers.upstream.chat import BadRequest, read_body
-from providers.upstream.faults import Endpoint, FaultKind
+from providers.upstream.faults import Endpoint, FaultKind, Flaw
 from providers.upstream.openai_api import api_key
 from providers.upstream.problems import context_length_error, fault_response, openai_error
 from providers.upstream.state import RequestRecord, UpstreamState
@@ -25,6 +26,8 @@ from providers.upstream.streaming import DelayedResponse
 from providers.upstream.tokens import count_tokens
 
 _WORDS = re.compile(r"\w+")
+# What a proxy in front of a provider sends when the provider behind it failed.
+_HTML_ERROR = "<html><body>502 Bad Gateway</body></html>"
 
 
 def embedding_vector(model: str, text: str, dimensions: int) -> list[float]:
@@ -64,6 +67,7 @@ class _Call:
     body: dict[str, Any]
     headers: dict[str, str]
     delay: float = 0.0
+    flaw: Flaw | None = None  # a malformed_answer fault's
 
     @classmethod
     async def admit(
@@ -95,7 +99,17 @@ class _Call:
                 )
             )
         call.delay = next((f.delay for f in shapes if f.kind is FaultKind.SLOW_FIRST_TOKEN), 0.0)
+        call.flaw = next((f.flaw for f in shapes if f.kind is FaultKind.MALFORMED_ANSWER), None)
         return call
+
+    def answer(self, payload: dict[str, Any], tokens: int) -> Response:
+        """The answer, or, under a malformed_answer fault, a body no client can take: NaN is
+        written as the bare token Python's json writes and JSON does not allow."""
+        if self.flaw is None:
+            return self.reply(JSONResponse(payload, headers=self.headers), tokens)
+        body = _HTML_ERROR if self.flaw == "unreadable" else json.dumps(payload)
+        response = Response(body, media_type="application/json", headers=self.headers)
+        return self.reply(response, tokens)
 
     def reply(self, response: Response, tokens: int | None = None) -> Response:
         self.state.record(
@@ -140,6 +154,8 @@ async def embeddings(request: Request) -> Response:
     data = []
     for index, text in enumerate(texts):
         vector = embedding_vector(call.model, text, dimensions)
+        if call.flaw == "not_finite" and index == 0:
+            vector[0] = math.nan
         encoded: object = (
             base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
             if as_base64
@@ -149,11 +165,11 @@ async def embeddings(request: Request) -> Response:
     total = sum(counts)
     payload = {
         "object": "list",
-        "data": data,
+        "data": data[:-1] if call.flaw == "missing" else data,
         "model": call.model,
         "usage": {"prompt_tokens": total, "total_tokens": total},
     }
-    return call.reply(JSONResponse(payload, headers=call.headers), total)
+    return call.answer(payload, total)
 
 
 async def rerank(request: Request) -> Response:
@@ -176,6 +192,10 @@ async def rerank(request: Request) -> Response:
         if call.body.get("return_documents"):
             item["document"] = {"text": texts[index]}
         results.append(item)
+    if results and call.flaw == "missing":
+        results[0]["index"] = len(texts)
+    if results and call.flaw == "not_finite":
+        results[0]["relevance_score"] = math.nan
     tokens = count_tokens(query) * len(texts) + sum(count_tokens(t) for t in texts)
     payload = {
         "id": call.headers["x-request-id"],
@@ -184,4 +204,4 @@ async def rerank(request: Request) -> Response:
         "usage": {"total_tokens": tokens},
         "meta": {"billed_units": {"search_units": 1}},
     }
-    return call.reply(JSONResponse(payload, headers=call.headers), tokens)
+    return call.answer(payload, tokens)
