@@ -220,6 +220,30 @@ def transport_error(exc: Exception, *, provider: str) -> ProviderError | None:
     return None
 
 
+class MalformedAnswer(ValueError):
+    """What is wrong with a provider's answer, in our own words (never the answer's content)."""
+
+
+# What reading a provider's answer raises when the answer is not what its protocol says.
+UNREADABLE = (ValueError, TypeError, KeyError, AttributeError)
+
+
+def malformed_answer(
+    provider: str, what: str, exc: BaseException, request_id: str | None
+) -> ProviderError:
+    """An answer the protocol does not allow (a vector missing or not finite, a body that is not
+    JSON): the provider's failure, transient as a server error is (retried, failed over), never
+    the gateway's own nor a wrong answer passed on. Only our own words say what is wrong: a
+    parser's or a validator's message may quote the answer."""
+    detail = str(exc) if isinstance(exc, MalformedAnswer) else "it could not be read"
+    return ProviderError(
+        ErrorKind.SERVER,
+        provider=provider,
+        reason=f"the {what} response is malformed: {detail}",
+        provider_request_id=request_id,
+    )
+
+
 def stream_incomplete(provider: str, request_id: str | None) -> ProviderError:
     return ProviderError(
         ErrorKind.STREAM_INCOMPLETE,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 from collections.abc import AsyncGenerator, Iterator, Sequence
 from typing import Any, Literal, cast
 from urllib.parse import urlsplit, urlunsplit
@@ -19,11 +20,14 @@ from openai.types.completion_usage import CompletionUsage
 from providers import log_guard
 from providers.base import ProviderAdapter
 from providers.errors import (
+    UNREADABLE,
     ErrorKind,
+    MalformedAnswer,
     ProviderError,
     aiohttp_failure,
     error_field,
     kind_from_status,
+    malformed_answer,
     mid_stream,
     retry_after_seconds,
     stream_incomplete,
@@ -158,6 +162,21 @@ def usage_from(raw: dict[str, Any] | None) -> UsageEvent | None:
         details.get("cached_tokens"),
         details.get("cache_write_tokens"),
     )
+
+
+def embedding_vectors(data: Sequence[Any], inputs: int) -> tuple[tuple[float, ...], ...]:
+    """One finite vector per input, in the inputs' order, from an embeddings answer's `data`;
+    MalformedAnswer when the answer does not give exactly that."""
+    by_index = {int(d.index): d.embedding for d in data}
+    if len(data) != inputs or sorted(by_index) != list(range(inputs)):
+        raise MalformedAnswer(f"{len(data)} vectors for {inputs} inputs")
+    vectors = tuple(tuple(float(x) for x in by_index[i]) for i in range(inputs))
+    # A NaN or an infinity makes the sum one too: one pass in C rather than a check per value
+    # (values near float's limit, whose sum overflows, are refused as well: no embedding holds
+    # such values).
+    if not all(v and math.isfinite(sum(v)) for v in vectors):
+        raise MalformedAnswer("a vector that is empty or holds a value that is not finite")
+    return vectors
 
 
 class OpenAIAdapter(ProviderAdapter):
@@ -328,17 +347,21 @@ class OpenAIAdapter(ProviderAdapter):
                 ),
                 limits,
             )
-            result = raw.parse()
         except _FAILURES as exc:
             raise map_error(exc, self.provider) from None
-        vectors = [
-            tuple(float(x) for x in d.embedding) for d in sorted(result.data, key=lambda d: d.index)
-        ]
+        request_id = raw.headers.get("x-request-id")
+        try:
+            result = raw.parse()
+            vectors = embedding_vectors(result.data, len(inputs))
+        except _FAILURES as exc:
+            raise map_error(exc, self.provider) from None
+        except UNREADABLE as exc:
+            raise malformed_answer(self.provider, "embeddings", exc, request_id) from None
         usage = getattr(result, "usage", None)
         return EmbeddingResult(
-            vectors=tuple(vectors),
+            vectors=vectors,
             input_tokens=count(getattr(usage, "prompt_tokens", None)),
-            provider_request_id=raw.headers.get("x-request-id"),
+            provider_request_id=request_id,
         )
 
     async def aclose(self) -> None:

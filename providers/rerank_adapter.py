@@ -4,6 +4,7 @@ covers these servers, so this is plain httpx."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,10 +12,13 @@ import httpx
 
 from providers.base import ProviderAdapter
 from providers.errors import (
+    UNREADABLE,
     ErrorKind,
+    MalformedAnswer,
     ProviderError,
     error_field,
     kind_from_status,
+    malformed_answer,
     retry_after_seconds,
     transport_error,
 )
@@ -50,14 +54,21 @@ def _status_error(response: httpx.Response, provider: str) -> ProviderError:
     )
 
 
-def _items(body: Any) -> list[RerankItem]:
+def _items(body: Any, documents: int) -> list[RerankItem]:
+    """The results of a rerank answer, most relevant first; MalformedAnswer (or what reading a
+    malformed body raises) when one names a document that was not sent or scores it with a
+    value that is not a finite number."""
     rows = body.get("results") if isinstance(body, dict) else body
     if not isinstance(rows, list):
-        raise ValueError("no results")
+        raise MalformedAnswer("no results")
     items = []
     for row in rows:
-        score = row.get("relevance_score", row.get("score"))
-        items.append(RerankItem(index=int(row["index"]), relevance_score=float(score)))
+        index, score = row["index"], float(row.get("relevance_score", row.get("score")))
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < documents:
+            raise MalformedAnswer(f"a result names document {index!r} of {documents}")
+        if not math.isfinite(score):
+            raise MalformedAnswer("a score that is not a finite number")
+        items.append(RerankItem(index=index, relevance_score=score))
     return sorted(items, key=lambda item: (-item.relevance_score, item.index))
 
 
@@ -111,14 +122,9 @@ class RerankAdapter(ProviderAdapter):
             raise _status_error(response, self.provider)
         try:
             payload = response.json()
-            items = _items(payload)
-        except (ValueError, KeyError, TypeError, AttributeError):
-            raise ProviderError(
-                ErrorKind.SERVER,
-                provider=self.provider,
-                reason="the rerank response has no readable results",
-                provider_request_id=_request_id(response),
-            ) from None
+            items = _items(payload, len(documents))
+        except UNREADABLE as exc:
+            raise malformed_answer(self.provider, "rerank", exc, _request_id(response)) from None
         usage = payload.get("usage") if isinstance(payload, dict) else None
         meta = payload.get("meta") if isinstance(payload, dict) else None
         billed = meta.get("billed_units") if isinstance(meta, dict) else None
