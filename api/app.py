@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from temporalio.client import Client
 
 from api import console, problems, refusals
@@ -29,6 +29,7 @@ from api.routers import (
 )
 from api.runtime import Runtime
 from api.server_timing import ServerTimingMiddleware
+from api.text_bodies import refuse_what_is_not_text
 from api.tracing import TracingMiddleware
 from core import gc_tuning, tracing
 from core import metrics as instruments
@@ -67,6 +68,7 @@ def create_app(settings: Settings | None = None, temporal_client: Client | None 
         version="0.1.0",
         summary="Model-access gateway: profiles resolved to evaluated deployments, with receipts.",
         lifespan=lifespan,
+        dependencies=[Depends(refuse_what_is_not_text)],
         # FastAPI's own telemetry records query strings, and exception messages as logs; either
         # can carry content. The request span is api/tracing.py's, which records neither.
         telemetry={

@@ -1,0 +1,41 @@
+"""What counts as text in a request: a string that can be encoded as UTF-8.
+
+JSON may escape half of a surrogate pair on its own ("\\ud800"): the document is valid JSON, but
+the string holds no text. It cannot be encoded, so it cannot be hashed for idempotency, sent to a
+provider or stored; every invoke surface answered such a request with a 500 (the request's hash
+failed, 2026-12-04, `tests/test_text_not_unicode.py`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Path = tuple[str | int, ...]
+
+
+def not_text(value: Any, path: Path = ()) -> Path | None:
+    """Where in a parsed JSON document the first string (or object key) that is not text is,
+    or None when every one is text."""
+    if isinstance(value, str):
+        return None if _encodes(value) else path
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not _encodes(key):
+                return path
+            found = not_text(item, (*path, key))
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found = not_text(item, (*path, index))
+            if found is not None:
+                return found
+    return None
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -1,0 +1,116 @@
+"""A JSON body may escape half of a surrogate pair on its own ("\\ud83d": a JavaScript agent that
+cut a string inside an emoji sends exactly that). The document is valid JSON, but the string
+holds no text: it cannot be hashed, sent or stored. Every surface refuses such a body as a
+validation error naming the field (in its own envelope where it has one), before anything is
+claimed or called; before, each invoke surface answered 500. The official SDKs cannot send such
+a string (they encode the body as UTF-8 first), so these requests are raw HTTP."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from providers.upstream import UpstreamServer
+from store.tables import InvocationReceiptRow
+from tests.conftest import TokenFactory
+from tests.helpers.surfaces import Catalog, build_catalog
+
+LONE = "\\ud83d"  # the escape as it appears in the JSON text: a high surrogate, no low one
+PAIR = "\\ud83d\\ude00"  # 😀, escaped as a pair: text
+
+
+@pytest.fixture
+async def catalog(
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+) -> Catalog:
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    return await build_catalog(http, auth, temporal_client, tenant, upstream)
+
+
+def _bodies(profile: str) -> list[tuple[str, dict[str, Any], str]]:
+    """(path, body with the marker "TEXT" where the escape goes, the field it is in)."""
+    chat = [{"role": "user", "content": "TEXT"}]
+    return [
+        ("/v1/chat/completions", {"model": profile, "messages": chat}, "body.messages.0.content"),
+        (
+            "/v1/messages",
+            {"model": profile, "max_tokens": 20, "messages": chat},
+            "body.messages.0.content",
+        ),
+        (
+            "/v1/messages/count_tokens",
+            {"model": profile, "messages": chat},
+            "body.messages.0.content",
+        ),
+        ("/v1/responses", {"model": profile, "input": "TEXT"}, "body.input"),
+        (
+            "/gateway/invoke",
+            {"profileId": profile, "request": {"messages": chat}},
+            "body.request.messages.0.content",
+        ),
+        ("/gateway/embed", {"profileId": profile, "inputs": ["fine", "TEXT"]}, "body.inputs.1"),
+        ("/v1/embeddings", {"model": profile, "input": ["TEXT"]}, "body.input.0"),
+        ("/factory/pricebook-revisions", {"revision": "TEXT", "entries": []}, "body.revision"),
+    ]
+
+
+async def _post(
+    http: httpx.AsyncClient, auth: dict[str, str], path: str, body: dict[str, Any], text: str
+) -> httpx.Response:
+    content = json.dumps(body).replace("TEXT", text).encode()
+    headers = {**auth, "content-type": "application/json", "anthropic-version": "2023-06-01"}
+    return await http.post(path, content=content, headers=headers, timeout=30)
+
+
+async def _receipts(sessions: async_sessionmaker[AsyncSession], tenant: str) -> int:
+    async with sessions() as session:
+        found = await session.scalar(
+            select(func.count())
+            .select_from(InvocationReceiptRow)
+            .where(InvocationReceiptRow.tenant_id == tenant)  # type: ignore[arg-type]
+        )
+    return int(found or 0)
+
+
+async def test_a_string_that_is_not_text_is_refused_naming_its_field(
+    http: httpx.AsyncClient,
+    catalog: Catalog,
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+    tenant: str,
+) -> None:
+    calls = upstream.state.stats.total
+    for path, body, field in _bodies(catalog.profile("openai")):
+        resp = await _post(http, catalog.auth, path, body, LONE)
+        assert resp.status_code == 422, (path, resp.status_code, resp.text)
+        found = resp.json()
+        if path.startswith("/v1/messages"):  # Anthropic's envelope, which its SDK reads
+            assert found["type"] == "error", found
+            assert field in found["error"]["message"], (path, found)
+        else:
+            assert [e["field"] for e in found["errors"]] == [field], (path, found)
+    assert await _receipts(sessions, tenant) == 0
+    assert upstream.state.stats.total == calls
+
+
+async def test_an_escaped_pair_is_text(
+    http: httpx.AsyncClient,
+    catalog: Catalog,
+    sessions: async_sessionmaker[AsyncSession],
+    tenant: str,
+) -> None:
+    path, body, _ = _bodies(catalog.profile("openai"))[0]
+    resp = await _post(http, catalog.auth, path, body, PAIR)
+    assert resp.status_code == 200, resp.text
+    assert "\U0001f600" in resp.json()["choices"][0]["message"]["content"]  # echoed back
+    assert await _receipts(sessions, tenant) == 1
