@@ -18,6 +18,7 @@ from core.settings import Settings
 from domain.breaker import Breaker, BreakerState
 from domain.invocation import AttemptTimeouts
 from domain.retry import RetryRules
+from domain.text import as_text
 from providers.base import ProviderAdapter
 from providers.errors import ErrorKind, ProviderError
 from providers.types import CallLimits, ChatRequest, StreamEvent, TextDelta, ToolCallDelta
@@ -160,6 +161,7 @@ async def timed_stream(
                     clock.leave()
             if isinstance(event, TextDelta | ToolCallDelta):
                 started = True
+                event = _as_text(event)
             yield event
     finally:
         watchdog.close()
@@ -167,6 +169,21 @@ async def timed_stream(
             await stream.aclose()
         except Exception:  # noqa: S110 - the attempt's outcome is already decided
             pass
+
+
+def _as_text(event: TextDelta | ToolCallDelta) -> TextDelta | ToolCallDelta:
+    """The delta with its strings as text (domain/text.as_text): a provider that escapes half a
+    surrogate pair on its own gets U+FFFD in its place, rather than an answer that can be
+    neither stored nor sent. A check per delta; a copy only for the rare one that needs it."""
+    if isinstance(event, TextDelta):
+        text = as_text(event.text)
+        return event if text is event.text else event.model_copy(update={"text": text})
+    fixed = {}
+    for name in ("id", "name", "arguments_delta"):
+        value = getattr(event, name)
+        if isinstance(value, str) and (text := as_text(value)) is not value:
+            fixed[name] = text
+    return event.model_copy(update=fixed) if fixed else event
 
 
 def call_limits(timeouts: AttemptTimeouts) -> CallLimits:

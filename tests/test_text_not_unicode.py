@@ -1,9 +1,15 @@
-"""A JSON body may escape half of a surrogate pair on its own ("\\ud83d": a JavaScript agent that
-cut a string inside an emoji sends exactly that). The document is valid JSON, but the string
-holds no text: it cannot be hashed, sent or stored. Every surface refuses such a body as a
-validation error naming the field (in its own envelope where it has one), before anything is
-claimed or called; before, each invoke surface answered 500. The official SDKs cannot send such
-a string (they encode the body as UTF-8 first), so these requests are raw HTTP."""
+"""A JSON string may escape half of a surrogate pair on its own ("\\ud83d": a JavaScript agent
+that cut a string inside an emoji sends exactly that). The document is valid JSON, but the string
+holds no text: it cannot be hashed, sent or stored.
+
+- In a request, every surface refuses it as a validation error naming the field (in its own
+  envelope where it has one), before anything is claimed or called; before, each invoke surface
+  answered 500. The official SDKs cannot send such a string (they encode the body as UTF-8
+  first), so these requests are raw HTTP.
+- In a provider's answer, it is passed on with U+FFFD in its place, as a UTF-8 decoder does with
+  bytes that are no text; before, the call closed as the gateway's own failure (a 409
+  `internal`), the answer paid for and lost.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from providers.upstream import UpstreamServer
+from providers.upstream.turn import ChatTurn, Reply, ToolCallReply
 from store.tables import InvocationReceiptRow
 from tests.conftest import TokenFactory
 from tests.helpers.surfaces import Catalog, build_catalog
@@ -114,3 +121,48 @@ async def test_an_escaped_pair_is_text(
     assert resp.status_code == 200, resp.text
     assert "\U0001f600" in resp.json()["choices"][0]["message"]["content"]  # echoed back
     assert await _receipts(sessions, tenant) == 1
+
+
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_a_providers_answer_that_is_not_text_is_passed_on_with_a_replacement(
+    http: httpx.AsyncClient,
+    catalog: Catalog,
+    upstream: UpstreamServer,
+    protocol: str,
+    stream: bool,
+) -> None:
+    # The provider's JSON escapes the first half of 😀 alone, in the text and in a tool call's
+    # arguments: the answer stands, with U+FFFD where the half was, and its receipt is Completed.
+    def cut(turn: ChatTurn) -> Reply:
+        return Reply(
+            text="cut \ud83d here",
+            tool_calls=[ToolCallReply(name="note", arguments={"text": "\ud83d"})],
+            verbatim=True,
+        )
+
+    upstream.register(catalog.model(protocol), cut)
+    body = {
+        "profileId": catalog.profile(protocol),
+        "request": {"messages": [{"role": "user", "content": "hi"}]},
+        "stream": stream,
+    }
+    if not stream:
+        resp = await http.post("/gateway/invoke", headers=catalog.auth, json=body, timeout=30)
+        assert resp.status_code == 200, resp.text
+        output, receipt = resp.json()["output"], resp.json()["receipt"]
+        text, arguments = output["text"], output["tool_calls"][0]["arguments"]
+    else:
+        async with http.stream(
+            "POST", "/gateway/invoke", headers=catalog.auth, json=body, timeout=30
+        ) as sse:
+            lines = [line async for line in sse.aiter_lines()]
+        events = [json.loads(line[6:]) for line in lines if line.startswith("data: ")]
+        text = "".join(e["text"] for e in events if e.get("type") == "text_delta")
+        arguments = "".join(
+            e.get("arguments_delta", "") for e in events if e.get("type") == "tool_call_delta"
+        )
+        receipt = events[-1]
+    assert text == "cut \ufffd here", text
+    assert json.loads(arguments) == {"text": "\ufffd"}, arguments
+    assert receipt["outcome"] == "Completed", receipt
