@@ -70,6 +70,9 @@ class Fault(BaseModel):
     # rate_limit only: the Retry-After header's text sent exactly as given, in place of
     # `retry_after`, as a broken provider or proxy sends it ("inf", "1e400").
     retry_after_text: str | None = None
+    # Error statuses: the error's message in place of the provider's usual words, sent with its
+    # non-ASCII characters escaped (half a surrogate pair included).
+    message: str | None = None
     delay: float = Field(default=1.0, ge=0)
     after_chunks: int = Field(default=2, ge=0)
     # stream_cut only: end the body cleanly instead of dropping the connection, as a proxy

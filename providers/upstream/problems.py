@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Literal
 
 from starlette.responses import JSONResponse, Response
@@ -66,6 +67,14 @@ _FAULTS: dict[FaultKind, tuple[int, str, str | None, str, str, str]] = {
 }
 
 
+class _EscapedJSON(JSONResponse):
+    """JSON with every non-ASCII character escaped, as many servers write it: so a message may
+    hold half a surrogate pair, sent as its escape (Starlette's own rendering cannot encode it)."""
+
+    def render(self, content: object) -> bytes:
+        return json.dumps(content, separators=(",", ":")).encode()
+
+
 def openai_error(
     status: int,
     message: str,
@@ -76,7 +85,7 @@ def openai_error(
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
     body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
-    return JSONResponse(body, status, headers=headers)
+    return _EscapedJSON(body, status, headers=headers)
 
 
 def anthropic_error(
@@ -88,7 +97,7 @@ def anthropic_error(
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
     body = {"type": "error", "error": {"type": type_, "message": message}, "request_id": request_id}
-    return JSONResponse(body, status, headers=headers)
+    return _EscapedJSON(body, status, headers=headers)
 
 
 def context_length_error(
@@ -116,6 +125,8 @@ def fault_response(
             api, used=200_001, window=200_000, headers=headers, request_id=request_id
         )
     status, o_type, o_code, o_message, a_type, a_message = _FAULTS[fault.kind]
+    if fault.message is not None:
+        o_message = a_message = fault.message
     headers = dict(headers)
     if fault.kind is FaultKind.RATE_LIMIT and fault.retry_after_text is not None:
         headers["retry-after"] = fault.retry_after_text
