@@ -19,6 +19,8 @@ import aiohttp
 import httpx
 import httpx2
 
+from domain.text import as_text
+
 
 class ErrorKind(StrEnum):
     # transient: the same request may succeed later
@@ -114,9 +116,12 @@ def _rebuild(state: dict[str, Any]) -> ProviderError:
 
 
 def clean_reason(reason: str | None) -> str | None:
+    """A provider's message as the receipt's story and the caller's error tell it: one line,
+    credentials redacted, bounded, and text (domain/text.as_text: half a surrogate pair made the
+    caller's error a 500 and failed the workflow's result)."""
     if not reason:
         return None
-    text = _CREDENTIALS.sub("[redacted]", " ".join(str(reason).split()))
+    text = _CREDENTIALS.sub("[redacted]", " ".join(as_text(str(reason)).split()))
     return text if len(text) <= _REASON_LIMIT else text[: _REASON_LIMIT - 1] + "…"
 
 

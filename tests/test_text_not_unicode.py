@@ -22,7 +22,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from providers.upstream import UpstreamServer
+from providers.upstream import Fault, FaultKind, UpstreamServer
 from providers.upstream.turn import ChatTurn, Reply, ToolCallReply
 from store.tables import InvocationReceiptRow
 from tests.conftest import TokenFactory
@@ -166,3 +166,21 @@ async def test_a_providers_answer_that_is_not_text_is_passed_on_with_a_replaceme
     assert text == "cut \ufffd here", text
     assert json.loads(arguments) == {"text": "\ufffd"}, arguments
     assert receipt["outcome"] == "Completed", receipt
+
+
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
+async def test_a_providers_error_message_that_is_not_text_is_passed_on_with_a_replacement(
+    http: httpx.AsyncClient, catalog: Catalog, upstream: UpstreamServer, protocol: str
+) -> None:
+    model = catalog.model(protocol)
+    upstream.inject(model, Fault(kind=FaultKind.SERVER_ERROR, message="down \ud83d for now"))
+    try:
+        body = {
+            "profileId": catalog.profile(protocol),
+            "request": {"messages": [{"role": "user", "content": "hi"}]},
+        }
+        resp = await http.post("/gateway/invoke", headers=catalog.auth, json=body, timeout=30)
+    finally:
+        upstream.state.clear_faults(model)
+    assert resp.status_code == 503, resp.text
+    assert "down \ufffd for now" in resp.json()["error"]["message"], resp.text
