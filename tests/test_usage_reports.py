@@ -9,8 +9,6 @@ three times and paid each time."""
 
 from __future__ import annotations
 
-import json
-import uuid
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
@@ -24,6 +22,8 @@ from providers.upstream.turn import ChatTurn, Reply
 from providers.usage_figures import count, counts
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import profile_event, publish, record_evidence, register
+from tests.helpers.gateway_calls import invoke
+from tests.helpers.gateway_calls import stored as stored_receipt
 
 INT4_MAX = 2**31 - 1
 HUGE_PRICE = "9999999999.99999999"  # the largest price a revision holds, USD per million tokens
@@ -91,34 +91,10 @@ def _reporting(**usage: object) -> Any:
 async def _invoke(
     http: httpx.AsyncClient, auth: dict[str, str], provider: str, stream: bool
 ) -> dict[str, Any]:
-    """The call's receipt as the caller got it: in the answer, or as the stream's last event."""
-    body = {
-        "profileId": f"ur-{provider}",
-        "runId": str(uuid.uuid4()),
-        "request": {"messages": [{"role": "user", "content": "count me"}], "max_tokens": 50},
-        "stream": stream,
-    }
-    if not stream:
-        resp = await http.post("/gateway/invoke", headers=auth, json=body, timeout=30)
-        assert resp.status_code == 200, resp.text
-        assert resp.json()["output"]["text"] == "a fine answer"
-        return dict(resp.json()["receipt"])
-    async with http.stream("POST", "/gateway/invoke", headers=auth, json=body, timeout=30) as sse:
-        assert sse.status_code == 200
-        lines = [line async for line in sse.aiter_lines()]
-    events = [line.removeprefix("event: ") for line in lines if line.startswith("event: ")]
-    assert events[-1] == "receipt", events
-    [*_, last] = [line for line in lines if line.startswith("data: ")]
-    return dict(json.loads(last.removeprefix("data: ")))
-
-
-async def _stored(http: httpx.AsyncClient, auth: dict[str, str], receipt: dict[str, Any]) -> Any:
-    """The receipt as the store holds it, listed under its run."""
-    resp = await http.get(f"/factory/runs/{receipt['runId']}/model-receipts", headers=auth)
-    assert resp.status_code == 200, resp.text
-    [stored] = resp.json()
-    assert stored["invocationId"] == receipt["invocationId"]
-    return stored
+    """The call's receipt as the caller got it, the answer whole."""
+    text, receipt = await invoke(http, auth, f"ur-{provider}", stream=stream)
+    assert text == "a fine answer"
+    return receipt
 
 
 @pytest.mark.parametrize(
@@ -146,7 +122,7 @@ async def test_an_impossible_usage_report_closes_the_receipt_with_our_own_count(
     assert receipt["outcome"] == "Completed"
     assert receipt["usageStatus"] == "Estimated"
     assert upstream.state.stats.count(f"ur-{provider}") == calls + 1  # one call, paid once
-    stored = await _stored(http, auth, receipt)
+    stored = await stored_receipt(http, auth, receipt)
     assert stored["outcome"] == "Completed" and stored["usageStatus"] == "Estimated"
     assert 0 < stored["inputTokens"] < 100 and 0 < stored["outputTokens"] < 100
     assert Decimal(stored["estimatedCostUsd"]) == Decimal(receipt["estimatedCostUsd"])
@@ -188,7 +164,7 @@ async def test_a_cost_past_what_a_receipt_holds_is_left_unknown(
     receipt = await _invoke(http, auth, provider, stream)
     assert receipt["outcome"] == "Completed" and receipt["usageStatus"] == "Reported"
     assert receipt.get("estimatedCostUsd") is None
-    stored = await _stored(http, auth, receipt)
+    stored = await stored_receipt(http, auth, receipt)
     assert stored["inputTokens"] == 1_500_000 and stored["estimatedCostUsd"] is None
 
     # A cost that fits is still priced: the same price, 100 tokens (and the output at 1 USD per
@@ -219,9 +195,9 @@ async def test_a_provider_request_id_past_what_a_receipt_holds_is_left_out(
         upstream.state.configure(model, request_id_prefix="req_")
     assert receipt["outcome"] == "Completed" and receipt["usageStatus"] == "Reported"
     assert receipt.get("providerRequestId") is None
-    stored = await _stored(http, auth, receipt)
+    stored = await stored_receipt(http, auth, receipt)
     assert stored["providerRequestId"] is None and stored["outcome"] == "Completed"
 
     # An id that fits is kept.
     receipt = await _invoke(http, auth, provider, stream)
-    assert (await _stored(http, auth, receipt))["providerRequestId"].startswith("req_")
+    assert (await stored_receipt(http, auth, receipt))["providerRequestId"].startswith("req_")
