@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from providers.upstream.answer import Answer, AnswerUsage, new_id, prompt_prefixes
 from providers.upstream.chat import BadRequest, Codec, StreamPlan, chat_endpoint, read_body, sse
-from providers.upstream.problems import anthropic_error
+from providers.upstream.faults import FaultKind
+from providers.upstream.problems import anthropic_error, fault_response, malformed
 from providers.upstream.tokens import fixed_chunks, text_chunks
 from providers.upstream.turn import ChatTurn, ToolCallReply, ToolSpec, TurnMessage
 
@@ -244,4 +246,15 @@ async def count_tokens(request: Request) -> Response:
         return error(400, str(exc), request_id, headers)
     except (KeyError, TypeError, ValueError, AttributeError):
         return error(400, "the request does not match the API's schema", request_id, headers)
-    return JSONResponse({"input_tokens": prompt_prefixes(turn)[-1][1]}, headers=headers)
+    gate, shapes = state.faults.take(turn.model, "count_tokens")
+    if gate is not None:
+        return fault_response(
+            gate, "anthropic", headers=headers, request_id=request_id, shutdown=state.shutdown
+        )
+    flaw = next((f.flaw for f in shapes if f.kind is FaultKind.MALFORMED_ANSWER), None)
+    counted: dict[str, Any] = {"input_tokens": prompt_prefixes(turn)[-1][1]}
+    if flaw == "missing":
+        counted = {}
+    elif flaw == "not_finite":
+        counted["input_tokens"] = math.nan
+    return malformed(counted, flaw, headers)

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Endpoint = Literal["chat.completions", "messages", "embeddings", "rerank"]
+Endpoint = Literal["chat.completions", "messages", "count_tokens", "embeddings", "rerank"]
 Flaw = Literal["missing", "not_finite", "unreadable"]
 ANY_MODEL = "*"
 
@@ -38,7 +38,8 @@ class FaultKind(StrEnum):
     STREAM_ERROR = "stream_error"
     MISSING_TERMINATOR = "missing_terminator"  # no [DONE] / message_stop
     NO_USAGE = "no_usage"  # usage omitted
-    # embeddings and rerank: a 200 whose body the protocol does not allow, as `flaw` says
+    # embeddings, rerank and count_tokens: a 200 whose body the protocol does not allow, as
+    # `flaw` says
     MALFORMED_ANSWER = "malformed_answer"
 
     @property
@@ -78,9 +79,9 @@ class Fault(BaseModel):
     # stream_cut only: end the body cleanly instead of dropping the connection, as a proxy
     # that gives up on a long stream does; the client sees a stream without its ending.
     graceful: bool = False
-    # malformed_answer only: `missing` leaves one input's vector out (embeddings) or names a
-    # document past the last (rerank); `not_finite` puts NaN in a vector or a score;
-    # `unreadable` sends an HTML page as the body.
+    # malformed_answer only: `missing` leaves one input's vector out (embeddings), names a
+    # document past the last (rerank) or leaves the count out (count_tokens); `not_finite` puts
+    # NaN in a vector, a score or the count; `unreadable` sends an HTML page as the body.
     flaw: Flaw = "unreadable"
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Literal
+from typing import Any, Literal
 
 from starlette.responses import JSONResponse, Response
 
-from providers.upstream.faults import Fault, FaultKind
+from providers.upstream.faults import Fault, FaultKind, Flaw
 from providers.upstream.streaming import HangResponse
 
 Api = Literal["openai", "anthropic"]
@@ -73,6 +73,20 @@ class _EscapedJSON(JSONResponse):
 
     def render(self, content: object) -> bytes:
         return json.dumps(content, separators=(",", ":")).encode()
+
+
+# What a proxy in front of a provider sends when the provider behind it failed.
+_HTML_ERROR = "<html><body>502 Bad Gateway</body></html>"
+
+
+def malformed(payload: dict[str, Any], flaw: Flaw | None, headers: dict[str, str]) -> Response:
+    """An answer's body, or under a malformed_answer fault one no client can take: an HTML page
+    (`unreadable`), or the payload (already flawed by the endpoint) with NaN written as the bare
+    token Python's json writes and JSON does not allow."""
+    if flaw is None:
+        return JSONResponse(payload, headers=headers)
+    body = _HTML_ERROR if flaw == "unreadable" else json.dumps(payload)
+    return Response(body, media_type="application/json", headers=headers)
 
 
 def openai_error(

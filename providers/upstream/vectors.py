@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import math
 import re
 import struct
@@ -14,20 +13,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from providers.upstream.answer import new_id
 from providers.upstream.chat import BadRequest, read_body
 from providers.upstream.faults import Endpoint, FaultKind, Flaw
 from providers.upstream.openai_api import api_key
-from providers.upstream.problems import context_length_error, fault_response, openai_error
+from providers.upstream.problems import (
+    context_length_error,
+    fault_response,
+    malformed,
+    openai_error,
+)
 from providers.upstream.state import RequestRecord, UpstreamState
 from providers.upstream.streaming import DelayedResponse
 from providers.upstream.tokens import count_tokens
 
 _WORDS = re.compile(r"\w+")
-# What a proxy in front of a provider sends when the provider behind it failed.
-_HTML_ERROR = "<html><body>502 Bad Gateway</body></html>"
 
 
 def embedding_vector(model: str, text: str, dimensions: int) -> list[float]:
@@ -103,13 +105,8 @@ class _Call:
         return call
 
     def answer(self, payload: dict[str, Any], tokens: int) -> Response:
-        """The answer, or, under a malformed_answer fault, a body no client can take: NaN is
-        written as the bare token Python's json writes and JSON does not allow."""
-        if self.flaw is None:
-            return self.reply(JSONResponse(payload, headers=self.headers), tokens)
-        body = _HTML_ERROR if self.flaw == "unreadable" else json.dumps(payload)
-        response = Response(body, media_type="application/json", headers=self.headers)
-        return self.reply(response, tokens)
+        """The answer, flawed as a malformed_answer fault says."""
+        return self.reply(malformed(payload, self.flaw, self.headers), tokens)
 
     def reply(self, response: Response, tokens: int | None = None) -> Response:
         self.state.record(
