@@ -12,14 +12,18 @@ import anthropic
 import httpx2
 from anthropic.types import Message as AnthropicMessage
 
+from domain.provider_reports import token_count
 from providers import log_guard
 from providers.anthropic_convert import convert
 from providers.base import ProviderAdapter
 from providers.errors import (
+    UNREADABLE,
     ErrorKind,
+    MalformedAnswer,
     ProviderError,
     aiohttp_failure,
     kind_from_status,
+    malformed_answer,
     mid_stream,
     retry_after_seconds,
     stream_incomplete,
@@ -312,9 +316,14 @@ class AnthropicAdapter(ProviderAdapter):
                 ),
                 limits,
             )
+            found = token_count(getattr(counted, "input_tokens", None))
+            if found is None or found < 0:
+                raise MalformedAnswer("no whole input_tokens")
         except _FAILURES as exc:
             raise map_error(exc, self.provider) from None
-        return int(counted.input_tokens)
+        except UNREADABLE as exc:  # the caller gets our estimate (api/token_count.py)
+            raise malformed_answer(self.provider, "token count", exc, None) from None
+        return found
 
     async def aclose(self) -> None:
         await self._client.close()

@@ -513,6 +513,26 @@ async def test_count_tokens_from_the_deployment_or_our_estimate(
         )
 
 
+@pytest.mark.parametrize("flaw", ["missing", "not_finite", "unreadable"])
+async def test_a_count_the_deployment_cannot_give_is_our_estimate(
+    client: AsyncAnthropic, catalog: Catalog, upstream: UpstreamServer, flaw: str
+) -> None:
+    # The deployment answers its count with no whole number, or with a page that is not JSON:
+    # the caller gets our estimate, as from a deployment that cannot count, never a 500.
+    model = catalog.model("anthropic")
+    upstream.inject(
+        model, Fault(kind=FaultKind.MALFORMED_ANSWER, flaw=flaw, endpoint="count_tokens")
+    )
+    try:
+        raw = await client.messages.with_raw_response.count_tokens(
+            model=catalog.profile("anthropic"), messages=[{"role": "user", "content": "count"}]
+        )
+    finally:
+        upstream.state.clear_faults(model)
+    assert raw.headers["x-model-router-token-count"] == "estimate"
+    assert (await raw.parse()).input_tokens > 0
+
+
 def test_requests_without_breakpoints_dump_and_hash_as_before() -> None:
     """cache_control is left out of a dump when unset: the canonical request, and so every
     existing Idempotency-Key's request hash, is what it was before the field existed."""
