@@ -198,6 +198,14 @@ def _deliver(
         # client parses it rather than skipping an unknown event.
         frames.insert(at, (b"event: content_block_delta\n" if named else b"") + GARBLED)
         content_start += at <= content_start
+    stall_after = stall.after_chunks if stall else None
+    endless = kinds.get(FaultKind.ENDLESS_LINE)
+    if endless is not None:
+        del frames[endless.after_chunks :]
+        pieces, rest = divmod(endless.size, _PIECE)
+        frames += [b"data: ", *[b"x" * _PIECE] * pieces, b"x" * rest]
+        stall_after = len(frames)
+        frames.append(b"")  # never sent: the stall comes first
     return SimStream(
         frames,
         headers=headers,
@@ -207,8 +215,12 @@ def _deliver(
         chunk_delay=state.settings_for(turn.model).chunk_delay,
         cut_after=cut.after_chunks if cut else None,
         cut_gracefully=bool(cut and cut.graceful),
-        stall_after=stall.after_chunks if stall else None,
+        stall_after=stall_after,
     )
+
+
+# An endless line is sent in pieces of this many bytes.
+_PIECE = 64 * 2**10
 
 
 def _json(body: dict[str, object], headers: dict[str, str]) -> Response:

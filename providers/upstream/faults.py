@@ -33,6 +33,9 @@ class FaultKind(StrEnum):
     STREAM_CUT = "stream_cut"  # connection dropped after `after_chunks` SSE events
     STREAM_STALL = "stream_stall"  # silence after `after_chunks` events, connection kept
     MALFORMED_CHUNK = "malformed_chunk"  # after `after_chunks` events, one that is not JSON
+    # after `after_chunks` events, `size` bytes of one event's data with no line end (a proxy
+    # relaying a file, say), then silence with the connection kept
+    ENDLESS_LINE = "endless_line"
     # after `after_chunks` events, the protocol's in-stream error event, and nothing after it
     # (Anthropic `event: error` overloaded_error; OpenAI a chunk carrying `error`)
     STREAM_ERROR = "stream_error"
@@ -83,6 +86,8 @@ class Fault(BaseModel):
     # document past the last (rerank) or leaves the count out (count_tokens); `not_finite` puts
     # NaN in a vector, a score or the count; `unreadable` sends an HTML page as the body.
     flaw: Flaw = "unreadable"
+    # endless_line only: how many bytes the line runs to.
+    size: int = Field(default=32 * 2**20, ge=1)
 
 
 class FaultSpec(Fault):
