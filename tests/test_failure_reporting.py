@@ -168,6 +168,28 @@ async def test_a_retry_after_that_names_no_time_is_not_passed_on(
         upstream.state.clear_faults(A)
 
 
+@pytest.mark.parametrize(("profile", "model"), [("fr-solo", A), ("fr-claude", C)])
+async def test_an_event_without_end_is_a_malformed_stream_not_a_process_filling_up(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    upstream: UpstreamServer,
+    profile: str,
+    model: str,
+) -> None:
+    # A provider (or a proxy relaying a file) sends one event's data as 32 MiB without a line
+    # end, then goes quiet: the attempt fails as soon as the event passes the reader's bound,
+    # as a malformed stream, rather than holding the whole line until the stream goes idle.
+    upstream.inject(model, Fault(kind=FaultKind.ENDLESS_LINE, after_chunks=1))
+    try:
+        resp, _ = await _call(http, auth, profile)
+    finally:
+        upstream.state.clear_faults(model)
+    assert resp.status_code == 503 and resp.json()["error"]["type"] == "stream_incomplete", (
+        resp.text
+    )
+    assert "EventTooLarge" in resp.json()["error"]["message"], resp.text
+
+
 async def test_replaced_attempts_a_provider_may_bill_are_counted(
     http: httpx.AsyncClient,
     auth: dict[str, str],
