@@ -12,13 +12,13 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 
+from activities.delta_text import DeltaText
 from activities.stream_watchdog import StreamWatchdog
 from core import timing
 from core.settings import Settings
 from domain.breaker import Breaker, BreakerState
 from domain.invocation import AttemptTimeouts
 from domain.retry import RetryRules
-from domain.text import as_text
 from providers.base import ProviderAdapter
 from providers.errors import ErrorKind, ProviderError
 from providers.types import CallLimits, ChatRequest, StreamEvent, TextDelta, ToolCallDelta
@@ -127,6 +127,7 @@ async def timed_stream(
     started = False
     stream = adapter.stream(request, limits=call_limits(timeouts))
     watchdog = StreamWatchdog()
+    text = DeltaText()
     clock = timing.current()
     try:
         while True:
@@ -141,6 +142,8 @@ async def timed_stream(
             try:
                 event = await anext(stream)
             except StopAsyncIteration:
+                if (held := text.pending(None)) is not None:
+                    yield held
                 return
             except asyncio.CancelledError:
                 if watchdog.expired():
@@ -159,9 +162,14 @@ async def timed_stream(
                 watchdog.idle()
                 if clock is not None:
                     clock.leave()
+            if (held := text.pending(event)) is not None:
+                yield held
             if isinstance(event, TextDelta | ToolCallDelta):
                 started = True
-                event = _as_text(event)
+                fixed = text.fix(event)
+                if fixed is None:
+                    continue  # all it held was half a pair, now waiting for the other half
+                event = fixed
             yield event
     finally:
         watchdog.close()
@@ -169,21 +177,6 @@ async def timed_stream(
             await stream.aclose()
         except Exception:  # noqa: S110 - the attempt's outcome is already decided
             pass
-
-
-def _as_text(event: TextDelta | ToolCallDelta) -> TextDelta | ToolCallDelta:
-    """The delta with its strings as text (domain/text.as_text): a provider that escapes half a
-    surrogate pair on its own gets U+FFFD in its place, rather than an answer that can be
-    neither stored nor sent. A check per delta; a copy only for the rare one that needs it."""
-    if isinstance(event, TextDelta):
-        text = as_text(event.text)
-        return event if text is event.text else event.model_copy(update={"text": text})
-    fixed = {}
-    for name in ("id", "name", "arguments_delta"):
-        value = getattr(event, name)
-        if isinstance(value, str) and (text := as_text(value)) is not value:
-            fixed[name] = text
-    return event.model_copy(update=fixed) if fixed else event
 
 
 def call_limits(timeouts: AttemptTimeouts) -> CallLimits:

@@ -7,14 +7,16 @@ answered it with a 500 (the request's hash failed). A provider's answer holding 
 with U+FFFD in its place (`as_text`), as a UTF-8 decoder replaces bytes that are no text: the
 call had closed as our own failure, the answer paid for and lost (2026-12-04,
 `tests/test_text_not_unicode.py`).
+
+A pair may also come cut in two, one half at the end of a delta and the other at the start of
+the next: a JavaScript proxy that re-chunks text by string index does that (its strings are
+UTF-16). `SplitPairs` holds the first half back until the next piece of the same text, so the
+character arrives whole instead of as two U+FFFD.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 Path = tuple[str | int, ...]
 
@@ -48,8 +50,38 @@ def _encodes(text: str) -> bool:
 
 
 def as_text(value: str) -> str:
-    """`value` with U+FFFD for each half of a surrogate pair that stands alone (in a decoded
-    string, every surrogate does). Plain ASCII, nearly every chunk of an answer, is one check."""
+    """`value` as text: two halves of a pair side by side are their character, and every half
+    that stands alone is U+FFFD. Plain ASCII, nearly every chunk of an answer, is one check."""
     if value.isascii() or _encodes(value):
         return value
-    return _SURROGATE.sub("\ufffd", value)
+    # Through UTF-16, where the halves are code units: a pair decodes to its character, and
+    # the decoder's "replace" gives U+FFFD for each unit it cannot pair.
+    return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def _high_half(char: str) -> bool:
+    return "\ud800" <= char <= "\udbff"
+
+
+class SplitPairs:
+    """Consecutive pieces of one text (a stream's deltas) as text, with a pair cut between two
+    pieces joined: a piece that ends in the first half of a pair gives it up to the next one.
+    `rest()` is what is still held when the text ends or moves on: U+FFFD, the half alone."""
+
+    __slots__ = ("held",)
+
+    def __init__(self) -> None:
+        self.held = ""
+
+    def piece(self, value: str) -> str:
+        if self.held:
+            value, self.held = self.held + value, ""
+        elif value.isascii():
+            return value
+        if value and _high_half(value[-1]):
+            value, self.held = value[:-1], value[-1]
+        return as_text(value)
+
+    def rest(self) -> str:
+        held, self.held = self.held, ""
+        return "\ufffd" if held else ""

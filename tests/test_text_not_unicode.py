@@ -123,6 +123,32 @@ async def test_an_escaped_pair_is_text(
     assert await _receipts(sessions, tenant) == 1
 
 
+async def _answer(
+    http: httpx.AsyncClient, catalog: Catalog, protocol: str, stream: bool
+) -> tuple[str, str, dict[str, Any]]:
+    """One gateway call: the answer's text, its first tool call's arguments, and its receipt."""
+    body = {
+        "profileId": catalog.profile(protocol),
+        "request": {"messages": [{"role": "user", "content": "hi"}]},
+        "stream": stream,
+    }
+    if not stream:
+        resp = await http.post("/gateway/invoke", headers=catalog.auth, json=body, timeout=30)
+        assert resp.status_code == 200, resp.text
+        output = resp.json()["output"]
+        return output["text"], output["tool_calls"][0]["arguments"], resp.json()["receipt"]
+    async with http.stream(
+        "POST", "/gateway/invoke", headers=catalog.auth, json=body, timeout=30
+    ) as sse:
+        lines = [line async for line in sse.aiter_lines()]
+    events = [json.loads(line[6:]) for line in lines if line.startswith("data: ")]
+    text = "".join(e["text"] for e in events if e.get("type") == "text_delta")
+    arguments = "".join(
+        e.get("arguments_delta", "") for e in events if e.get("type") == "tool_call_delta"
+    )
+    return text, arguments, events[-1]
+
+
 @pytest.mark.parametrize("protocol", ["openai", "anthropic"])
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 async def test_a_providers_answer_that_is_not_text_is_passed_on_with_a_replacement(
@@ -142,29 +168,45 @@ async def test_a_providers_answer_that_is_not_text_is_passed_on_with_a_replaceme
         )
 
     upstream.register(catalog.model(protocol), cut)
-    body = {
-        "profileId": catalog.profile(protocol),
-        "request": {"messages": [{"role": "user", "content": "hi"}]},
-        "stream": stream,
-    }
-    if not stream:
-        resp = await http.post("/gateway/invoke", headers=catalog.auth, json=body, timeout=30)
-        assert resp.status_code == 200, resp.text
-        output, receipt = resp.json()["output"], resp.json()["receipt"]
-        text, arguments = output["text"], output["tool_calls"][0]["arguments"]
-    else:
-        async with http.stream(
-            "POST", "/gateway/invoke", headers=catalog.auth, json=body, timeout=30
-        ) as sse:
-            lines = [line async for line in sse.aiter_lines()]
-        events = [json.loads(line[6:]) for line in lines if line.startswith("data: ")]
-        text = "".join(e["text"] for e in events if e.get("type") == "text_delta")
-        arguments = "".join(
-            e.get("arguments_delta", "") for e in events if e.get("type") == "tool_call_delta"
-        )
-        receipt = events[-1]
+    text, arguments, receipt = await _answer(http, catalog, protocol, stream)
     assert text == "cut \ufffd here", text
     assert json.loads(arguments) == {"text": "\ufffd"}, arguments
+    assert receipt["outcome"] == "Completed", receipt
+
+
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_a_pair_cut_between_two_deltas_arrives_whole(
+    http: httpx.AsyncClient,
+    catalog: Catalog,
+    upstream: UpstreamServer,
+    protocol: str,
+    stream: bool,
+) -> None:
+    # A proxy that re-chunks by UTF-16 index cuts 😀 between two deltas, each half escaped on
+    # its own: in the text ("ab\ud83d" then "\ude00cd"), and in the arguments, cut every 12
+    # characters ('{"t":"abcde\ud83d' then '\ude00"}'). Each half alone had become U+FFFD.
+    # The text's last piece ends in a half that nothing completes: the tool call follows, so it
+    # is given up as U+FFFD then; so is the half that a piece not starting with the other half
+    # follows, in the second call's arguments.
+    def cut(turn: ChatTurn) -> Reply:
+        return Reply(
+            text="ab\ud83d\ude00cd\ud83d",
+            text_piece=3,
+            tool_calls=[
+                ToolCallReply(name="note", arguments='{"t":"abcde\ud83d\ude00"}'),
+                ToolCallReply(name="note", arguments='{"t":"abcde\ud83d"}'),
+            ],
+            verbatim=True,
+        )
+
+    upstream.register(catalog.model(protocol), cut)
+    text, arguments, receipt = await _answer(http, catalog, protocol, stream)
+    assert text == "ab\U0001f600cd\ufffd", text
+    if not stream:
+        assert json.loads(arguments) == {"t": "abcde\U0001f600"}, arguments
+    else:  # both calls' fragments, one after the other
+        assert arguments == '{"t":"abcde\U0001f600"}{"t":"abcde\ufffd"}', arguments
     assert receipt["outcome"] == "Completed", receipt
 
 

@@ -56,6 +56,7 @@ class Answer:
     finish: Finish
     usage: AnswerUsage
     stop_sequence: str | None = None
+    text_piece: int | None = None
     response_id: str = field(default_factory=lambda: secrets.token_hex(12))
 
 
@@ -130,6 +131,7 @@ def build_answer(
         finish=finish,
         usage=usage,
         stop_sequence=stop_sequence if finish == "stop" else None,
+        text_piece=reply.text_piece,
     )
 
 

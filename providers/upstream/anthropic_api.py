@@ -165,7 +165,9 @@ def stream(answer: Answer, turn: ChatTurn, with_usage: bool) -> StreamPlan:
     frames = [sse({"type": "message_start", "message": start}, "message_start")]
     blocks: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
     if answer.text:
-        deltas = [{"type": "text_delta", "text": t} for t in text_chunks(answer.text)]
+        deltas = [
+            {"type": "text_delta", "text": t} for t in text_chunks(answer.text, answer.text_piece)
+        ]
         blocks.append(({"type": "text", "text": ""}, deltas))
     for call in answer.tool_calls:
         head = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}

@@ -176,7 +176,7 @@ def stream(answer: Answer, turn: ChatTurn, with_usage: bool) -> StreamPlan:
         return sse(body)
 
     frames = [chunk({"role": "assistant", "content": "", "refusal": None})]
-    frames += [chunk({"content": piece}) for piece in text_chunks(answer.text)]
+    frames += [chunk({"content": piece}) for piece in text_chunks(answer.text, answer.text_piece)]
     for index, call in enumerate(answer.tool_calls):
         head = {"index": index, "id": call.id, "type": "function"}
         frames.append(

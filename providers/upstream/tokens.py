@@ -21,8 +21,11 @@ def truncate_tokens(text: str, limit: int) -> tuple[str, bool]:
     return text, False
 
 
-def text_chunks(text: str) -> list[str]:
-    """Stream pieces, one word each with its leading whitespace; they join back to `text`."""
+def text_chunks(text: str, size: int | None = None) -> list[str]:
+    """Stream pieces, one word each with its leading whitespace (or `size` characters each);
+    they join back to `text`."""
+    if size is not None:
+        return [text[i : i + size] for i in range(0, len(text), size)]
     pieces = _WORD.findall(text)
     rest = text[sum(len(p) for p in pieces) :]
     if rest:

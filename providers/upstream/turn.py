@@ -88,4 +88,8 @@ class Reply(BaseModel):
     # given.
     reported_input_tokens: Figure | None = None
     reported_output_tokens: Figure | None = None
+    # Stream the text in pieces of this many characters instead of a word each, cut wherever
+    # they fall: a JavaScript proxy re-chunking by string index cuts between the two halves of
+    # a surrogate pair (give the text's pairs as their halves, "\ud83d\ude00").
+    text_piece: int | None = Field(default=None, ge=1)
     verbatim: bool = False
