@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 from bench.invoke_stack import Stack
 from bench.procfs import machine_cpu_ticks, proc_cpu_seconds, proc_rss_kib
@@ -11,13 +12,18 @@ from bench.procfs import machine_cpu_ticks, proc_cpu_seconds, proc_rss_kib
 
 class Meter:
     """CPU seconds of our processes and of the whole machine, sampled around each run; RSS of
-    the API, the worker and LiteLLM sampled every 250 ms in a thread."""
+    `watched` (the API, the worker and LiteLLM unless told) sampled every 250 ms in a thread,
+    each sample also kept with its `time.monotonic()` in `rss_timeline`."""
 
-    def __init__(self, stack: Stack) -> None:
+    def __init__(
+        self, stack: Stack, watched: tuple[str, ...] = ("api", "worker", "litellm")
+    ) -> None:
         self.stack = stack
+        self.watched = watched
         self.rss_peak: dict[str, int] = {}
         self.rss_first: dict[str, int] = {}
         self.rss_last: dict[str, int] = {}
+        self.rss_timeline: dict[str, list[tuple[float, int]]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample_rss, daemon=True)
 
@@ -43,11 +49,12 @@ class Meter:
 
     def _sample_rss(self) -> None:
         while not self._stop.is_set():
-            for name in ("api", "worker", "litellm"):
+            for name in self.watched:
                 child = self.stack.child(name)
                 if child is None or not child.alive():
                     continue
                 rss, _ = proc_rss_kib(child.pid)
+                self.rss_timeline.setdefault(name, []).append((time.monotonic(), rss))
                 self.rss_first.setdefault(name, rss)
                 self.rss_last[name] = rss
                 self.rss_peak[name] = max(self.rss_peak.get(name, 0), rss)
@@ -63,7 +70,7 @@ class Meter:
     def rss(self) -> dict[str, tuple[int, int, int, int]]:
         """name -> first, peak, last sampled RSS and the kernel's high-water mark (KiB)."""
         out: dict[str, tuple[int, int, int, int]] = {}
-        for name in ("api", "worker", "litellm"):
+        for name in self.watched:
             child = self.stack.child(name)
             if child is not None and name in self.rss_peak:
                 hwm = proc_rss_kib(child.pid)[1]

@@ -1,5 +1,6 @@
 """The soak benchmark's section of docs/benchmarks.md: errors, latency in the first and the last
-minute, memory at the start and the end, receipts closed against calls."""
+minute, memory at the start and the end, receipts closed against calls, and minute by minute
+the calls, their latency and each process's memory."""
 
 from __future__ import annotations
 
@@ -22,6 +23,30 @@ def _window(calls: list[Call], lo: float, hi: float, stream: bool) -> list[float
 
 def _p(values: list[float], q: float) -> str:
     return f"{pct(values, q):.1f}" if values else "—"
+
+
+def _rss_at(samples: list[tuple[float, int]], at: float) -> str:
+    """The last RSS sampled at or before `at` seconds into the soak, in MiB."""
+    before = [rss for t, rss in samples if t <= at]
+    return f"{before[-1] / 1024:.0f}" if before else "—"
+
+
+def _minutes(soak: Soak) -> list[str]:
+    """One row a minute: calls sent in it, their p50 latency, and RSS at its end."""
+    names = sorted(soak.rss_timeline)
+    lines = [
+        "| minute | calls | p50 ms | " + " | ".join(f"RSS {n} (MiB)" for n in names) + " |",
+        "|---:|---:|---:|" + "---:|" * len(names),
+    ]
+    for minute in range(math.ceil(soak.minutes)):
+        lo, hi = minute * 60.0, min((minute + 1) * 60.0, soak.minutes * 60)
+        sent = [c for c in soak.calls if lo <= c.at < hi]
+        totals = [c.total * 1000 for c in sent if c.total is not None]
+        rss = [_rss_at(soak.rss_timeline[n], hi) for n in names]
+        lines.append(
+            f"| {minute + 1} | {len(sent):,} | {_p(totals, 0.5)} | " + " | ".join(rss) + " |"
+        )
+    return lines
 
 
 def section(soak: Soak) -> str:
@@ -68,6 +93,8 @@ def section(soak: Soak) -> str:
             f"| {label} | {_p(early, 0.5)} / {_p(early, 0.99)} "
             f"| {_p(late, 0.5)} / {_p(late, 0.99)} |"
         )
+    if soak.rss_timeline:
+        lines += ["", *_minutes(soak)]
     if errors:
         lines += ["", "Errors (first five, with the second of the soak they were sent at):", ""]
         lines += [f"- +{c.at:.1f} s: {c.error}" for c in errors[:5]]

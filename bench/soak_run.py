@@ -2,7 +2,9 @@
 callers for `minutes` (alternating streamed and non-streamed calls, every call its own
 Idempotency-Key), then every receipt waited for and counted against the calls and the upstream's
 own count. The API's provider clients are refreshed every `adapter_ttl` seconds, so the soak
-crosses several refreshes (issue 19: one cut 14 streams at +300 s)."""
+crosses several refreshes (issue 19: one cut 14 streams at +300 s). RSS of the API, the worker
+and the Temporal dev server is kept over time, so memory that grows with the calls (a leak) can
+be told from memory that settles."""
 
 from __future__ import annotations
 
@@ -45,6 +47,9 @@ class Soak:
     started: datetime
     calls: list[Call] = field(default_factory=list)
     rss: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
+    # name -> (seconds since the soak began, RSS KiB), every sample of the run
+    rss_timeline: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    began: float = 0.0  # time.monotonic() when the first call was sent
     receipts: int = 0
     closed: int = 0
     upstream_calls: int = 0
@@ -53,6 +58,7 @@ class Soak:
 
 async def _load(path: Path_, soak: Soak) -> None:
     t0 = time.perf_counter()
+    soak.began = time.monotonic()
     end = t0 + soak.minutes * 60
     issued = 0
 
@@ -124,7 +130,7 @@ def run(minutes: float, concurrency: int, adapter_ttl: float) -> Soak:
     soak = Soak(minutes, concurrency, adapter_ttl, datetime.now(UTC))
     load_start = os.getloadavg()[0]
     stack = Stack()
-    meter = Meter(stack)
+    meter = Meter(stack, ("api", "worker", "temporal"))
     try:
         print(f"work dir {stack.work}", flush=True)
         database_url, _ = asyncio.run(create_database(stack.start_postgres()))
@@ -141,6 +147,10 @@ def run(minutes: float, concurrency: int, adapter_ttl: float) -> Soak:
         asyncio.run(_measure(stack, settings, database_url, soak))
         meter.stop()
         soak.rss = meter.rss()
+        soak.rss_timeline = {
+            name: [(at - soak.began, rss) for at, rss in samples]
+            for name, samples in meter.rss_timeline.items()
+        }
         soak.load = (load_start, os.getloadavg()[0])
         return soak
     finally:
