@@ -95,6 +95,15 @@ def section(soak: Soak) -> str:
         )
     if soak.rss_timeline:
         lines += ["", *_minutes(soak)]
+    if "temporal" in soak.rss and calls:
+        first, _peak, last, _hwm = soak.rss["temporal"]
+        lines += [
+            "",
+            "The benchmark's Temporal dev server keeps its store in memory (no `--db-filename`), "
+            "so it holds every workflow's history and its RSS grows with the calls: "
+            f"{(last - first) / len(calls):.0f} KiB per invocation in this run. "
+            "`make dev`'s server keeps it in a file.",
+        ]
     if errors:
         lines += ["", "Errors (first five, with the second of the soak they were sent at):", ""]
         lines += [f"- +{c.at:.1f} s: {c.error}" for c in errors[:5]]
