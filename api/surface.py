@@ -90,7 +90,9 @@ BufferedHeader = Annotated[bool | None, Header(alias="X-Model-Router-Buffered")]
 async def call_headers(
     run_id: Annotated[uuid.UUID | None, Header(alias="X-Run-Id")] = None,
     attempt_id: Annotated[uuid.UUID | None, Header(alias="X-Attempt-Id")] = None,
-    project_id: Annotated[str, Header(alias="X-Project-Id", max_length=200)] = "default",
+    project_id: Annotated[
+        str, Header(alias="X-Project-Id", min_length=1, max_length=200)
+    ] = "default",
     idempotency_key: Annotated[
         str | None,
         Header(alias="Idempotency-Key", max_length=200, pattern=r"^[A-Za-z0-9._:/-]+$"),

@@ -44,7 +44,7 @@ class _Scope(BaseModel):
     profile_id: str = Field(alias="profileId", min_length=1, max_length=200)
     run_id: uuid.UUID | None = Field(default=None, alias="runId")
     attempt_id: uuid.UUID | None = Field(default=None, alias="attemptId")
-    project_id: str = Field(default="default", alias="projectId", max_length=200)
+    project_id: str = Field(default="default", alias="projectId", min_length=1, max_length=200)
     idempotency_key: str | None = Field(
         default=None, alias="idempotencyKey", max_length=200, pattern=r"^[A-Za-z0-9._:/-]+$"
     )
