@@ -20,6 +20,7 @@ from temporalio.service import TLSConfig
 from core import tracing
 from core.payload_converter import data_converter
 from core.settings import Settings
+from core.temporal_logs import CORE_LOGGER, ExpectedCoreWarnings
 
 
 def tls_config(settings: Settings) -> TLSConfig | bool:
@@ -51,6 +52,15 @@ def tls_config(settings: Settings) -> TLSConfig | bool:
     )
 
 
+def core_logs() -> logging.Logger:
+    """The logger Core's lines are forwarded to, less the warnings this product expects
+    (`core/temporal_logs.py`)."""
+    logger = logging.getLogger(CORE_LOGGER)
+    if not any(isinstance(f, ExpectedCoreWarnings) for f in logger.filters):
+        logger.addFilter(ExpectedCoreWarnings())
+    return logger
+
+
 @functools.cache
 def _runtime() -> Runtime:
     """One SDK runtime per process whose Core (Rust) log lines go to Python logging (logger
@@ -60,7 +70,7 @@ def _runtime() -> Runtime:
         telemetry=TelemetryConfig(
             logging=LoggingConfig(
                 filter=TelemetryFilter(core_level="WARN", other_level="ERROR"),
-                forwarding=LogForwardingConfig(logger=logging.getLogger("temporalio.core")),
+                forwarding=LogForwardingConfig(logger=core_logs()),
             )
         )
     )

@@ -133,6 +133,10 @@ class FinalizeInput(BaseModel):
     summary: InvocationSummary
 
 
+# The workflow type every invocation starts (workflows/invoke.py).
+INVOKE_WORKFLOW = "InvokeModel"
+
+
 def invocation_id(tenant_id: str, idempotency_key: str) -> uuid.UUID:
     """Stable per (tenant, key): every retry of a keyed request names the same invocation."""
     return uuid.uuid5(_NAMESPACE, f"{tenant_id}\x00{idempotency_key}")

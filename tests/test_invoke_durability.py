@@ -1,5 +1,7 @@
 """What the invoke path promises beyond the happy path: a receipt that closes even when the API
-process dies mid-stream — with no second call. (No content anywhere: tests/test_canary.py.)"""
+process dies mid-stream — with no second call — and a stream that an API process told to stop
+(a rolling restart's SIGTERM) finishes before the process exits. (No content anywhere:
+tests/test_canary.py.)"""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from temporalio.client import Client
 from core.settings import Settings
 from providers.upstream import UpstreamServer
 from store.receipts import by_key
+from store.tables import InvocationReceiptRow
 from tests.conftest import TokenFactory, free_port
 from tests.helpers.catalog import profile_event, publish, record_evidence, register
 from tests.helpers.deadline import eventually
@@ -48,16 +51,8 @@ async def auth(
     return auth
 
 
-async def test_api_killed_mid_stream_closes_receipt_unknown_without_a_second_call(
-    auth: dict[str, str],
-    tenant: str,
-    settings: Settings,
-    upstream: UpstreamServer,
-    sessions: async_sessionmaker[AsyncSession],
-) -> None:
-    upstream.state.configure("slow-sim", chunk_delay=0.5)
-    before = upstream.requests("slow-sim")
-    port = free_port()
+def _api_process(settings: Settings, port: int) -> Proc:
+    """An API process of its own on `port`, on the tests' stack, started up."""
     env = {
         **os.environ,
         "MODEL_ROUTER_DATABASE_URL": settings.database_url,
@@ -82,6 +77,36 @@ async def test_api_killed_mid_stream_closes_receipt_unknown_without_a_second_cal
     api = Proc(argv, env=env)
     try:
         api.wait_for_line("Application startup complete", timeout=90)
+    except BaseException:
+        api.stop()
+        raise
+    return api
+
+
+async def _closed(
+    sessions: async_sessionmaker[AsyncSession], tenant: str, key: str
+) -> InvocationReceiptRow:
+    async def closed() -> InvocationReceiptRow | None:
+        async with sessions() as s:
+            row = await by_key(s, tenant, key)
+        return row if row is not None and row.ended_at is not None else None
+
+    found: InvocationReceiptRow = await eventually(closed, timeout=60, interval=0.25)
+    return found
+
+
+async def test_api_killed_mid_stream_closes_receipt_unknown_without_a_second_call(
+    auth: dict[str, str],
+    tenant: str,
+    settings: Settings,
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    upstream.state.configure("slow-sim", chunk_delay=0.5)
+    before = upstream.requests("slow-sim")
+    port = free_port()
+    api = _api_process(settings, port)
+    try:
         run = uuid.uuid4()
         body = {
             "model": "slow",
@@ -101,21 +126,15 @@ async def test_api_killed_mid_stream_closes_receipt_unknown_without_a_second_cal
         api.stop()
         upstream.state.configure("slow-sim", chunk_delay=0.0)
 
-    async def closed() -> object:
-        async with sessions() as s:
-            row = await by_key(s, tenant, "killed")
-        return row if row is not None and row.ended_at is not None else None
-
-    row = await eventually(closed, timeout=60, interval=0.25)
+    row = await _closed(sessions, tenant, "killed")
     assert (row.outcome, row.usage_status) == ("Failed", "Unknown")
     assert row.input_tokens is None and row.output_tokens is None  # Unknown is never zero
     assert row.close_reason == "caller-lost"
     assert upstream.requests("slow-sim") - before == 1
 
     # After a restart the API serves the closed receipt; a retry with the key replays it.
-    again = Proc(argv, env=env)
+    again = _api_process(settings, port)
     try:
-        again.wait_for_line("Application startup complete", timeout=90)
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
             listed = (await c.get(f"/factory/runs/{run}/model-receipts", headers=auth)).json()
             assert [(r["outcome"], r["usageStatus"]) for r in listed] == [("Failed", "Unknown")]
@@ -142,6 +161,55 @@ async def test_api_killed_mid_stream_closes_receipt_unknown_without_a_second_cal
     finally:
         again.stop()
     assert upstream.requests("slow-sim") - before == 1
+
+
+async def test_a_stream_under_way_when_the_api_is_told_to_stop_finishes_first(
+    auth: dict[str, str],
+    tenant: str,
+    settings: Settings,
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    # A rolling restart sends SIGTERM: uvicorn stops accepting connections and waits for the
+    # requests under way. The stream goes on to its end, its receipt closes Completed, and then
+    # the process exits. The stream lasts over 5 s, as an agent's often do: Temporal Core's
+    # long-task warning, which InvokeModel's first task meets by design, stays out of the log
+    # (core/temporal_logs.py).
+    upstream.state.configure("slow-sim", chunk_delay=0.3)
+    before = upstream.requests("slow-sim")
+    port = free_port()
+    api = _api_process(settings, port)
+    body = {
+        "model": "slow",
+        "stream": True,
+        "messages": [{"role": "user", "content": "a long answer please " * 5}],
+    }
+    headers = {**auth, "Idempotency-Key": "told-to-stop"}
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
+            async with c.stream("POST", "/v1/chat/completions", json=body, headers=headers) as resp:
+                assert resp.status_code == 200
+                lines = []
+                async for line in resp.aiter_lines():
+                    lines.append(line)
+                    if len(lines) == 4:
+                        api.proc.send_signal(signal.SIGTERM)
+        api.wait(timeout=60)
+    finally:
+        api.stop()
+        upstream.state.configure("slow-sim", chunk_delay=0.0)
+    assert lines[-2:] == ["data: [DONE]", ""], lines[-4:]
+    text = "".join(
+        (json.loads(line[6:])["choices"] or [{}])[0].get("delta", {}).get("content") or ""
+        for line in lines
+        if line.startswith("data: {")
+    )
+    assert text.startswith("Echo: a long answer please"), text
+    row = await _closed(sessions, tenant, "told-to-stop")
+    assert (row.outcome, row.usage_status) == ("Completed", "Reported")
+    assert upstream.requests("slow-sim") - before == 1
+    assert "Application shutdown complete" in api.output
+    assert "TMPRL1104" not in api.output, api.output
 
 
 async def test_client_disconnect_cancels_the_call_and_records_cancelled(

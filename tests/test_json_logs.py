@@ -8,11 +8,14 @@ import logging
 import os
 import signal
 import sys
+from dataclasses import dataclass
 
 import httpx
 
 from core.logging import configure_logging
 from core.settings import Settings
+from core.temporal import core_logs
+from core.temporal_logs import ExpectedCoreWarnings
 from tests.conftest import free_port
 from tests.helpers.deadline import eventually
 from tests.helpers.process import Proc
@@ -83,3 +86,38 @@ def test_the_http_clients_line_per_provider_call_is_dropped_unless_debugging() -
         root.setLevel(saved[0])
         for logger, level in zip(chatty, levels, strict=True):
             logger.setLevel(level)
+
+
+def test_cores_long_task_warning_is_dropped_for_invocations_only() -> None:
+    # As temporalio forwards a Core line (runtime.LogForwardingConfig): the Core entry rides on
+    # the record. InvokeModel's first task is open for as long as its call runs, so the warning
+    # is expected there; from any other workflow it means a task that held on, and stays.
+    @dataclass
+    class Entry:
+        fields: dict[str, object]
+
+    def record(workflow_type: str, message: str = "Workflow task duration exceeded") -> bool:
+        line = logging.getLogger("temporalio.core").makeRecord(
+            "temporalio.core-sdk_core::managed_run",
+            logging.WARNING,
+            "(sdk-core)",
+            0,
+            f"[TMPRL1104] {message} {{'workflow_type': '{workflow_type}'}}",
+            (),
+            None,
+            extra={"temporal_log": Entry({"workflow_type": workflow_type})},
+        )
+        return ExpectedCoreWarnings().filter(line)
+
+    root = logging.getLogger()
+    saved = root.level
+    try:
+        root.setLevel(logging.INFO)
+        assert record("InvokeModel") is False
+        assert record("DeploymentLifecycle") is True
+        root.setLevel(logging.DEBUG)
+        assert record("InvokeModel") is True
+    finally:
+        root.setLevel(saved)
+    # And the logger Core's lines are forwarded to carries the filter.
+    assert any(isinstance(f, ExpectedCoreWarnings) for f in core_logs().filters)

@@ -26,7 +26,13 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from domain.invocation import Disposition, FinalizeInput, InvocationInput, InvocationSummary
+    from domain.invocation import (
+        INVOKE_WORKFLOW,
+        Disposition,
+        FinalizeInput,
+        InvocationInput,
+        InvocationSummary,
+    )
 
 ONCE = RetryPolicy(maximum_attempts=1)
 # Closing a receipt is retried until the store answers: an outage of any length ends with the
@@ -41,7 +47,7 @@ UNTIL_STORED = RetryPolicy(
 _FAILED = (ActivityError, ApplicationError)
 
 
-@workflow.defn(name="InvokeModel")
+@workflow.defn(name=INVOKE_WORKFLOW)
 class InvokeModelWorkflow:
     @workflow.run
     async def run(self, data: InvocationInput) -> InvocationSummary:
