@@ -49,7 +49,9 @@ class Runtime:
         # Its per-call statements (the claim, the finalise, the catalog version when read)
         # straight on asyncpg, off SQLAlchemy's asyncio layer (on PostgreSQL;
         # store/asyncpg_path.py): the other statements stay on hot_engine.
-        self.statements = ReceiptStatements(self.hot_engine, direct=True)
+        self.statements = ReceiptStatements(
+            self.hot_engine, direct=True, wait=settings.invoke_store_wait_seconds
+        )
         # Shared with the limits middleware: a key set fetched here serves its checks too.
         self.verifier = verifier or TokenVerifier(settings)
         self.snapshots = SnapshotCache(self.sessions, self.statements)

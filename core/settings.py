@@ -146,6 +146,15 @@ class Settings(BaseSettings):
         "shorter than this is absorbed. Past it the call is a 503 with Retry-After, and later "
         "calls are refused at once until Temporal answers again.",
     )
+    invoke_store_wait_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=60,
+        description="Longest wait for PostgreSQL on an invocation's own statements (the claim, "
+        "the receipt's close, the catalog version) and for a connection to run them on. Past "
+        "it the connection is dropped: an unclaimed call is a 503 with Retry-After, a close "
+        "goes to the invocation's workflow, which retries it.",
+    )
     invoke_start_overlap_seconds: float = Field(
         default=0.25,
         ge=0,

@@ -15,7 +15,13 @@ switch per call, the cursor emulation, the result objects), not asyncpg.
   checkout: `SELECT pg_advisory_unlock_all(); CLOSE ALL; …`). Autocommit: each statement is
   atomic by itself, nothing is left open on a connection.
 - A statement whose connection dropped (a database restart) is tried once more on a fresh
-  connection; then the error surfaces. asyncpg's errors are raised as SQLAlchemy's (a
+  connection; then the error surfaces.
+- Every wait is bounded (`wait`: a connection from the pool, then the statement's answer).
+  A database that stops answering without closing its connections (a failover that leaves
+  them to a host that is gone, a partition) held every call on them until TCP gave up, about
+  15 minutes (tests/test_store_silent.py). A statement past the bound drops its connection,
+  whose answer may still come, and surfaces as the store being away; it is not tried again,
+  its wait spent. asyncpg's errors are raised as SQLAlchemy's (a
   `DBAPIError` subclass, `connection_invalidated` on a dropped connection), so every caller and
   the API's 503 handler see what they saw before; a refused connect stays an `OSError`.
 """
@@ -70,7 +76,7 @@ class AsyncpgPath:
     """The pool and the one way to run a compiled statement on it (a value back, or None when
     it returned no row)."""
 
-    def __init__(self, engine: AsyncEngine, max_size: int) -> None:
+    def __init__(self, engine: AsyncEngine, max_size: int, wait: float | None = None) -> None:
         args, kwargs = engine.dialect.create_connect_args(engine.url)
         # Options of SQLAlchemy's adaptor, not of asyncpg.connect.
         for key in (
@@ -86,6 +92,7 @@ class AsyncpgPath:
         }
         self._connect: tuple[list[Any], dict[str, Any]] = (list(args), dict(kwargs))
         self._max_size = max_size
+        self._wait = wait
         self._pool: asyncpg.Pool | None = None
         self._lock = asyncio.Lock()
 
@@ -111,11 +118,16 @@ class AsyncpgPath:
         for attempt in (1, 2):
             pool = await self._ready()
             try:
-                conn = await pool.acquire()
+                conn = await pool.acquire(timeout=self._wait)
+            except TimeoutError as exc:  # no connection free, or a new one not answering
+                raise _unanswered(exc, stmt.sql) from exc
             except asyncpg.PostgresError as exc:  # e.g. "the database system is starting up"
                 raise _translate(exc, stmt.sql, lost=False) from exc
             try:
-                return await conn.fetchval(stmt.sql, *values)
+                return await conn.fetchval(stmt.sql, *values, timeout=self._wait)
+            except TimeoutError as exc:
+                conn.terminate()  # its answer may still come: never hand it out again
+                raise _unanswered(exc, stmt.sql) from exc
             except (*_DROPPED, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 lost = _dropped(conn, exc)
                 if attempt == 1 and lost:
@@ -168,6 +180,11 @@ _KINDS: tuple[tuple[type[BaseException], type[sa_exc.DBAPIError]], ...] = (
     (asyncpg.SyntaxOrAccessError, sa_exc.ProgrammingError),
     (asyncpg.InterfaceError, sa_exc.InterfaceError),
 )
+
+
+def _unanswered(exc: TimeoutError, sql: str) -> sa_exc.OperationalError:
+    """A wait past its bound, as the store being away (store/outage.is_outage)."""
+    return sa_exc.OperationalError(sql, None, exc, connection_invalidated=True)
 
 
 def _translate(exc: BaseException, sql: str, *, lost: bool) -> BaseException:

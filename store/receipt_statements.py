@@ -126,16 +126,19 @@ class Claim(enum.Enum):
 
 
 class ReceiptStatements:
-    def __init__(self, engine: AsyncEngine, *, direct: bool = False) -> None:
+    def __init__(
+        self, engine: AsyncEngine, *, direct: bool = False, wait: float | None = None
+    ) -> None:
         """`direct`: on PostgreSQL, the catalog version, the claim and the finalise run straight
         on asyncpg (`store/asyncpg_path.py`) on a pool of their own, as large as `engine`'s
-        (closed by `aclose`). The API's invoke path sets it; off that path (the standalone
-        worker, the sweeper) and on SQLite every statement stays on SQLAlchemy Core."""
+        (closed by `aclose`), each wait there bounded by `wait` seconds. The API's invoke path
+        sets it; off that path (the standalone worker, the sweeper) and on SQLite every
+        statement stays on SQLAlchemy Core."""
         self._postgres = engine.dialect.name == "postgresql"
         self._direct: AsyncpgPath | None = None
         if self._postgres and direct:
             size = engine.pool.size() if isinstance(engine.pool, QueuePool) else 10
-            self._direct = AsyncpgPath(engine, max_size=size)
+            self._direct = AsyncpgPath(engine, max_size=size, wait=wait)
         self._dialect_engine = engine
         self._compiled: dict[tuple[Any, ...], Compiled] = {}
         # Every step on PostgreSQL is one statement, atomic by itself: autocommit spares the

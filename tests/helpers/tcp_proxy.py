@@ -1,0 +1,74 @@
+"""A TCP proxy in front of a server (PostgreSQL, in the tests) whose connections can go silent
+without closing, as a database failover leaves them: `sever()` stops every connection open now
+from passing another byte either way, while they stay open (no reset, no close: their peer is
+a host that is gone, and TCP would keep trying for about 15 minutes). Connections made after it
+pass as before, to the server that took over."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from tests.conftest import free_port
+
+
+class SeverableProxy:
+    def __init__(self, host: str, port: int) -> None:
+        self._target = (host, port)
+        self.port = free_port()
+        self._server: asyncio.Server | None = None
+        self._pumps: set[asyncio.Task[None]] = set()
+        # One per connection: set while it passes bytes.
+        self._open: list[asyncio.Event] = []
+        self._writers: list[asyncio.StreamWriter] = []
+
+    async def __aenter__(self) -> SeverableProxy:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        if self._server is not None:
+            self._server.close()
+        for pump in list(self._pumps):
+            pump.cancel()
+        for pump in list(self._pumps):
+            with contextlib.suppress(BaseException):
+                await pump
+        for writer in self._writers:  # the severed ones too: their server side ends now
+            writer.close()
+
+    def sever(self) -> int:
+        """Silence every connection open now; how many there were."""
+        for passing in self._open:
+            passing.clear()
+        severed, self._open = len(self._open), []
+        return severed
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self._target)
+        except OSError:
+            writer.close()
+            return
+        passing = asyncio.Event()
+        passing.set()
+        self._open.append(passing)
+        self._writers += [writer, up_writer]
+        for source, sink in ((reader, up_writer), (up_reader, writer)):
+            pump = asyncio.create_task(self._pump(source, sink, passing))
+            self._pumps.add(pump)
+            pump.add_done_callback(self._pumps.discard)
+
+    async def _pump(
+        self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, passing: asyncio.Event
+    ) -> None:
+        try:
+            while chunk := await source.read(65536):
+                await passing.wait()  # a severed connection waits here for good
+                sink.write(chunk)
+                await sink.drain()
+        except (OSError, asyncio.CancelledError):
+            pass
+        finally:
+            if passing.is_set():  # a severed one never tells its peer it ended
+                sink.close()

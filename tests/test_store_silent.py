@@ -1,0 +1,146 @@
+"""PostgreSQL fails over and leaves the API's connections silent: open, but to a host that is
+gone (no reset, no close). Every statement sent on one used to wait for TCP to give up, about
+15 minutes: a call claimed on one hung, and a call whose close went to one never ended. Now
+each wait on the invocation's own statements is bounded (`invoke_store_wait_seconds`): the
+connection is dropped, a call that could not be claimed is a prompt 503 with Retry-After and
+nothing called, a close goes to the invocation's workflow, and the calls after them run on
+fresh connections to the server that took over."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import httpx
+import openai
+from sqlalchemy import func, select
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlmodel import col
+from temporalio.client import Client
+
+from core.settings import Settings
+from providers.upstream import UpstreamServer
+from store.receipts import by_key
+from store.tables import InvocationReceiptRow
+from tests.conftest import TokenFactory
+from tests.helpers.catalog import approved_profile
+from tests.helpers.deadline import eventually
+from tests.helpers.stack import serve, workers
+from tests.helpers.tcp_proxy import SeverableProxy
+
+PROFILE, MODEL = "store-silent", "store-silent-sim"
+WAIT = 1.0  # invoke_store_wait_seconds in this test
+HI: Any = [{"role": "user", "content": "a longer answer, please"}]
+
+
+async def test_a_failover_that_leaves_connections_silent_costs_a_prompt_503_not_a_hang(
+    http: httpx.AsyncClient,
+    settings: Settings,
+    token_for: TokenFactory,
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    token = await token_for(tenant)
+    auth = {"Authorization": f"Bearer {token}"}
+    endpoint = {"provider": "openai", "model": MODEL, "endpointRef": upstream.endpoint_ref}
+    await approved_profile(http, auth, temporal_client, tenant, PROFILE, {"sv/sim": endpoint})
+    url = make_url(settings.database_url)
+    assert url.host is not None and url.port is not None
+    proxy = SeverableProxy(url.host, url.port)
+    run = uuid.uuid4().hex[:8]
+    # Queues of the test's own: its API runs the in-process workers of its invocation queue.
+    own = settings.model_copy(
+        update={
+            "temporal_task_queue": f"silent-{run}",
+            "temporal_invocation_task_queue": f"silent-inv-{run}",
+        }
+    )
+    # The API reaches PostgreSQL through the proxy; the standalone workers do not.
+    through_proxy = own.model_copy(
+        update={
+            "database_url": url.set(port=proxy.port).render_as_string(hide_password=False),
+            "invoke_store_wait_seconds": WAIT,
+        }
+    )
+    before = upstream.requests(MODEL)
+    answered: list[str] = []
+    async with workers(own, sessions) as client, serve(through_proxy, client) as api:
+        sdk = openai.AsyncOpenAI(base_url=f"{api.url}/v1", api_key=token, max_retries=0, timeout=30)
+        async with proxy:
+            await sdk.chat.completions.create(
+                model=PROFILE, messages=HI, extra_headers={"Idempotency-Key": "warm"}
+            )
+            answered.append("warm")
+
+            # A stream under way when the failover comes: claimed, its close still to come.
+            # The close meets a silent connection (the pool hands out the one it used last,
+            # the claim's), is given up after the bound, and goes to the invocation's workflow,
+            # whose close runs on a fresh connection. The stream ends with its answer.
+            upstream.state.configure(MODEL, chunk_delay=0.1)
+            stream = await sdk.chat.completions.create(
+                model=PROFILE, messages=HI, stream=True, extra_headers={"Idempotency-Key": "mid"}
+            )
+            first = await anext(aiter(stream))
+            assert first.id
+            assert proxy.sever() > 0
+            rest = [chunk async for chunk in stream]
+            assert any(c.choices and c.choices[0].finish_reason == "stop" for c in rest), rest
+            answered.append("mid")
+            upstream.state.configure(MODEL, chunk_delay=0.0)
+            await sdk.chat.completions.create(
+                model=PROFILE, messages=HI, extra_headers={"Idempotency-Key": "between"}
+            )
+            answered.append("between")
+
+            # A second failover. The next call is claimed on a silent connection: refused
+            # within the bound, nothing claimed, nothing called.
+            assert proxy.sever() > 0
+            started = time.monotonic()
+            try:
+                await sdk.chat.completions.create(
+                    model=PROFILE, messages=HI, extra_headers={"Idempotency-Key": "after-0"}
+                )
+                raise AssertionError("a claim on a silent connection was answered")
+            except openai.APIStatusError as refused:
+                assert refused.status_code == 503, refused.response.text
+                assert int(refused.response.headers["retry-after"]) >= 1
+            assert time.monotonic() - started < 30  # the SDK's own timeout: it did not hang
+
+            # Calls go on, each on a connection that answers or refused as that one was.
+            for n in range(1, 12):
+                key = f"after-{n}"
+                try:
+                    await sdk.chat.completions.create(
+                        model=PROFILE, messages=HI, extra_headers={"Idempotency-Key": key}
+                    )
+                except openai.APIStatusError as refused:
+                    assert refused.status_code == 503, refused.response.text
+                    continue
+                answered.append(key)
+                break
+            assert answered[-1].startswith("after-"), "no call was answered after the failover"
+        await sdk.close()
+
+    async def closed() -> bool:
+        async with sessions() as session:
+            open_ = await session.scalar(
+                select(func.count())
+                .select_from(InvocationReceiptRow)
+                .where(col(InvocationReceiptRow.tenant_id) == tenant)
+                .where(col(InvocationReceiptRow.ended_at).is_(None))
+            )
+        return open_ == 0
+
+    await eventually(closed, timeout=60, interval=0.25)
+    async with sessions() as session:
+        for key in answered:
+            row = await by_key(session, tenant, key)
+            assert row is not None and row.outcome == "Completed", (key, row)
+        unclaimed = await by_key(session, tenant, "after-0")
+    assert unclaimed is None  # nothing was claimed for it
+    # One provider call per answered call; none for the refused ones.
+    assert upstream.requests(MODEL) - before == len(answered)
