@@ -15,15 +15,15 @@ switch per call, the cursor emulation, the result objects), not asyncpg.
   checkout: `SELECT pg_advisory_unlock_all(); CLOSE ALL; …`). Autocommit: each statement is
   atomic by itself, nothing is left open on a connection.
 - A statement whose connection dropped (a database restart) is tried once more on a fresh
-  connection; then the error surfaces.
+  connection; then the error surfaces. asyncpg's errors are raised as SQLAlchemy's (a
+  `DBAPIError` subclass, `connection_invalidated` on a dropped connection), so every caller and
+  the API's 503 handler see what they saw before; a refused connect stays an `OSError`.
 - Every wait is bounded (`wait`: a connection from the pool, then the statement's answer).
   A database that stops answering without closing its connections (a failover that leaves
   them to a host that is gone, a partition) held every call on them until TCP gave up, about
   15 minutes (tests/test_store_silent.py). A statement past the bound drops its connection,
-  whose answer may still come, and surfaces as the store being away; it is not tried again,
-  its wait spent. asyncpg's errors are raised as SQLAlchemy's (a
-  `DBAPIError` subclass, `connection_invalidated` on a dropped connection), so every caller and
-  the API's 503 handler see what they saw before; a refused connect stays an `OSError`.
+  whose answer may still come, and surfaces as the store being away, not tried again: its
+  wait is spent.
 """
 
 from __future__ import annotations
