@@ -147,7 +147,11 @@ def build_invocation_worker(
 
 
 async def run(settings: Settings) -> None:
-    engine = create_engine(settings.database_url, pool_size=settings.database_pool_size)
+    engine = create_engine(
+        settings.database_url,
+        pool_size=settings.database_pool_size,
+        statement_timeout=settings.database_statement_timeout_seconds,
+    )
     client = await connect(settings)
     if settings.schedules_enabled:
         for schedule, outcome in (await ensure_schedules(client, settings)).items():

@@ -33,6 +33,7 @@ class Runtime:
             settings.database_url,
             pool_size=settings.database_pool_size,
             echo=settings.database_echo,
+            statement_timeout=settings.database_statement_timeout_seconds,
         )
         self.sessions: async_sessionmaker[AsyncSession] = session_factory(self.engine)
         # The invoke path's own pool: no pre-ping (a round trip per checkout), a statement on a
@@ -45,6 +46,7 @@ class Runtime:
             pool_size=2 * settings.database_pool_size,
             echo=settings.database_echo,
             pre_ping=False,
+            statement_timeout=settings.invoke_store_wait_seconds,
         )
         # Its per-call statements (the claim, the finalise, the catalog version when read)
         # straight on asyncpg, off SQLAlchemy's asyncio layer (on PostgreSQL;

@@ -30,6 +30,15 @@ class Settings(BaseSettings):
     )
     database_pool_size: int = Field(default=10, ge=1)
     database_echo: bool = False
+    database_statement_timeout_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        le=3600,
+        description="Longest wait for any one PostgreSQL statement of the API and the worker "
+        "besides the invoke path's own (those: invoke_store_wait_seconds); a connection left "
+        "silent by a failover fails after it, and is replaced, instead of holding its caller "
+        "until TCP gives up. Migrations are not bounded.",
+    )
 
     # Temporal
     temporal_address: str = "localhost:7233"

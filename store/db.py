@@ -18,10 +18,21 @@ from sqlalchemy.ext.asyncio import (
 
 
 def create_engine(
-    url: str, *, pool_size: int = 10, echo: bool = False, pre_ping: bool = True
+    url: str,
+    *,
+    pool_size: int = 10,
+    echo: bool = False,
+    pre_ping: bool = True,
+    statement_timeout: float | None = None,
 ) -> AsyncEngine:
     """`pre_ping=False` is for the invoke path's own pool (store.receipt_statements), which
-    retries a statement on a dropped connection instead of pinging before every checkout."""
+    retries a statement on a dropped connection instead of pinging before every checkout.
+
+    `statement_timeout` (PostgreSQL): the longest wait for the answer to any one statement, the
+    pre-ping included (asyncpg's `command_timeout`). Past it the statement fails as the store
+    being away (a `TimeoutError`, store/outage.is_outage) and its connection is not used again.
+    A failover can leave connections open to a host that is gone: unbounded, a statement on one
+    waited until TCP gave up, about 15 minutes (tests/test_store_silent.py)."""
     parsed = make_url(url)
     kwargs: dict[str, Any] = {"echo": echo, "pool_pre_ping": pre_ping}
     if parsed.get_backend_name() == "sqlite":
@@ -31,6 +42,8 @@ def create_engine(
     else:
         kwargs["pool_size"] = pool_size
         kwargs["max_overflow"] = pool_size
+        if statement_timeout is not None:
+            kwargs["connect_args"] = {"command_timeout": statement_timeout}
     engine = create_async_engine(url, **kwargs)
     if parsed.get_backend_name() == "sqlite":
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)

@@ -4,12 +4,16 @@ gone (no reset, no close). Every statement sent on one used to wait for TCP to g
 each wait on the invocation's own statements is bounded (`invoke_store_wait_seconds`): the
 connection is dropped, a call that could not be claimed is a prompt 503 with Retry-After and
 nothing called, a close goes to the invocation's workflow, and the calls after them run on
-fresh connections to the server that took over."""
+fresh connections to the server that took over. Every other statement of the API (an
+operator's read, a key's lookup) is bounded by `database_statement_timeout_seconds` the same
+way: a 503, then the next request is served on a fresh connection."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -27,12 +31,42 @@ from store.tables import InvocationReceiptRow
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import approved_profile
 from tests.helpers.deadline import eventually
-from tests.helpers.stack import serve, workers
+from tests.helpers.stack import Served, serve, workers
 from tests.helpers.tcp_proxy import SeverableProxy
 
 PROFILE, MODEL = "store-silent", "store-silent-sim"
-WAIT = 1.0  # invoke_store_wait_seconds in this test
+WAIT = 1.0  # invoke_store_wait_seconds and database_statement_timeout_seconds in these tests
 HI: Any = [{"role": "user", "content": "a longer answer, please"}]
+
+
+@contextlib.asynccontextmanager
+async def _through_proxy(
+    settings: Settings, sessions: async_sessionmaker[AsyncSession]
+) -> AsyncIterator[tuple[Served, SeverableProxy]]:
+    """An API of the test's own that reaches PostgreSQL through a severable proxy (its standalone
+    workers do not), on queues of its own: it runs the in-process workers of its invocation
+    queue. The proxy closes first, so that the API's shutdown finds its severed connections
+    closed rather than waits on them."""
+    url = make_url(settings.database_url)
+    assert url.host is not None and url.port is not None
+    proxy = SeverableProxy(url.host, url.port)
+    run = uuid.uuid4().hex[:8]
+    own = settings.model_copy(
+        update={
+            "temporal_task_queue": f"silent-{run}",
+            "temporal_invocation_task_queue": f"silent-inv-{run}",
+        }
+    )
+    through_proxy = own.model_copy(
+        update={
+            "database_url": url.set(port=proxy.port).render_as_string(hide_password=False),
+            "invoke_store_wait_seconds": WAIT,
+            "database_statement_timeout_seconds": WAIT,
+        }
+    )
+    async with workers(own, sessions) as client, serve(through_proxy, client) as api:
+        async with proxy:
+            yield api, proxy
 
 
 async def test_a_failover_that_leaves_connections_silent_costs_a_prompt_503_not_a_hang(
@@ -48,81 +82,62 @@ async def test_a_failover_that_leaves_connections_silent_costs_a_prompt_503_not_
     auth = {"Authorization": f"Bearer {token}"}
     endpoint = {"provider": "openai", "model": MODEL, "endpointRef": upstream.endpoint_ref}
     await approved_profile(http, auth, temporal_client, tenant, PROFILE, {"sv/sim": endpoint})
-    url = make_url(settings.database_url)
-    assert url.host is not None and url.port is not None
-    proxy = SeverableProxy(url.host, url.port)
-    run = uuid.uuid4().hex[:8]
-    # Queues of the test's own: its API runs the in-process workers of its invocation queue.
-    own = settings.model_copy(
-        update={
-            "temporal_task_queue": f"silent-{run}",
-            "temporal_invocation_task_queue": f"silent-inv-{run}",
-        }
-    )
-    # The API reaches PostgreSQL through the proxy; the standalone workers do not.
-    through_proxy = own.model_copy(
-        update={
-            "database_url": url.set(port=proxy.port).render_as_string(hide_password=False),
-            "invoke_store_wait_seconds": WAIT,
-        }
-    )
     before = upstream.requests(MODEL)
     answered: list[str] = []
-    async with workers(own, sessions) as client, serve(through_proxy, client) as api:
+    async with _through_proxy(settings, sessions) as (api, proxy):
         sdk = openai.AsyncOpenAI(base_url=f"{api.url}/v1", api_key=token, max_retries=0, timeout=30)
-        async with proxy:
-            await sdk.chat.completions.create(
-                model=PROFILE, messages=HI, extra_headers={"Idempotency-Key": "warm"}
-            )
-            answered.append("warm")
+        await sdk.chat.completions.create(
+            model=PROFILE, messages=HI, extra_headers={"Idempotency-Key": "warm"}
+        )
+        answered.append("warm")
 
-            # A stream under way when the failover comes: claimed, its close still to come.
-            # The close meets a silent connection (the pool hands out the one it used last,
-            # the claim's), is given up after the bound, and goes to the invocation's workflow,
-            # whose close runs on a fresh connection. The stream ends with its answer.
-            upstream.state.configure(MODEL, chunk_delay=0.1)
-            stream = await sdk.chat.completions.create(
-                model=PROFILE, messages=HI, stream=True, extra_headers={"Idempotency-Key": "mid"}
-            )
-            first = await anext(aiter(stream))
-            assert first.id
-            assert proxy.sever() > 0
-            rest = [chunk async for chunk in stream]
-            assert any(c.choices and c.choices[0].finish_reason == "stop" for c in rest), rest
-            answered.append("mid")
-            upstream.state.configure(MODEL, chunk_delay=0.0)
-            await sdk.chat.completions.create(
-                model=PROFILE, messages=HI, extra_headers={"Idempotency-Key": "between"}
-            )
-            answered.append("between")
+        # A stream under way when the failover comes: claimed, its close still to come.
+        # The close meets a silent connection (the pool hands out the one it used last,
+        # the claim's), is given up after the bound, and goes to the invocation's workflow,
+        # whose close runs on a fresh connection. The stream ends with its answer.
+        upstream.state.configure(MODEL, chunk_delay=0.1)
+        stream = await sdk.chat.completions.create(
+            model=PROFILE, messages=HI, stream=True, extra_headers={"Idempotency-Key": "mid"}
+        )
+        first = await anext(aiter(stream))
+        assert first.id
+        assert proxy.sever() > 0
+        rest = [chunk async for chunk in stream]
+        assert any(c.choices and c.choices[0].finish_reason == "stop" for c in rest), rest
+        answered.append("mid")
+        upstream.state.configure(MODEL, chunk_delay=0.0)
+        await sdk.chat.completions.create(
+            model=PROFILE, messages=HI, extra_headers={"Idempotency-Key": "between"}
+        )
+        answered.append("between")
 
-            # A second failover. The next call is claimed on a silent connection: refused
-            # within the bound, nothing claimed, nothing called.
-            assert proxy.sever() > 0
-            started = time.monotonic()
+        # A second failover. The next call is claimed on a silent connection: refused
+        # within the bound, nothing claimed, nothing called.
+        assert proxy.sever() > 0
+        started = time.monotonic()
+        try:
+            await sdk.chat.completions.create(
+                model=PROFILE, messages=HI, extra_headers={"Idempotency-Key": "after-0"}
+            )
+            raise AssertionError("a claim on a silent connection was answered")
+        except openai.APIStatusError as refused:
+            assert refused.status_code == 503, refused.response.text
+            assert int(refused.response.headers["retry-after"]) >= 1
+        assert time.monotonic() - started < 30  # the SDK's own timeout: it did not hang
+
+        # Calls go on, each on a connection that answers or refused as that one was.
+        for n in range(1, 12):
+            key = f"after-{n}"
             try:
                 await sdk.chat.completions.create(
-                    model=PROFILE, messages=HI, extra_headers={"Idempotency-Key": "after-0"}
+                    model=PROFILE, messages=HI, extra_headers={"Idempotency-Key": key}
                 )
-                raise AssertionError("a claim on a silent connection was answered")
             except openai.APIStatusError as refused:
                 assert refused.status_code == 503, refused.response.text
-                assert int(refused.response.headers["retry-after"]) >= 1
-            assert time.monotonic() - started < 30  # the SDK's own timeout: it did not hang
-
-            # Calls go on, each on a connection that answers or refused as that one was.
-            for n in range(1, 12):
-                key = f"after-{n}"
-                try:
-                    await sdk.chat.completions.create(
-                        model=PROFILE, messages=HI, extra_headers={"Idempotency-Key": key}
-                    )
-                except openai.APIStatusError as refused:
-                    assert refused.status_code == 503, refused.response.text
-                    continue
-                answered.append(key)
-                break
-            assert answered[-1].startswith("after-"), "no call was answered after the failover"
+                continue
+            answered.append(key)
+            break
+        assert answered[-1].startswith("after-"), "no call was answered after the failover"
         await sdk.close()
 
     async def closed() -> bool:
@@ -144,3 +159,33 @@ async def test_a_failover_that_leaves_connections_silent_costs_a_prompt_503_not_
     assert unclaimed is None  # nothing was claimed for it
     # One provider call per answered call; none for the refused ones.
     assert upstream.requests(MODEL) - before == len(answered)
+
+
+async def test_an_operators_read_on_a_silent_connection_is_a_503_and_the_next_is_served(
+    settings: Settings,
+    token_for: TokenFactory,
+    tenant: str,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    async with (
+        _through_proxy(settings, sessions) as (api, proxy),
+        httpx.AsyncClient(base_url=api.url, timeout=30) as client,
+    ):
+        assert (await client.get("/factory/model-deployments", headers=auth)).status_code == 200
+        # The request's session gives its connection back after the response: once it has,
+        # the pool holds a connection for the next request, and the failover comes.
+        pool = api.app.state.runtime.engine.pool
+
+        async def given_back() -> bool:
+            return bool(pool.checkedin() >= 1)
+
+        await eventually(given_back, timeout=10, interval=0.02)
+        assert proxy.sever() > 0
+        # The pooled connection is pinged before use, and the ping meets the silence.
+        resp = await client.get("/factory/model-deployments", headers=auth)
+        assert resp.status_code == 503, resp.text
+        assert resp.json()["type"].endswith("/store-unavailable"), resp.text
+        assert int(resp.headers["retry-after"]) >= 1
+        again = await client.get("/factory/model-deployments", headers=auth)
+        assert again.status_code == 200, again.text
