@@ -29,6 +29,7 @@ from store.clients import upsert_client
 from store.db import create_engine, session_factory
 from store.migrate import upgrade
 from tests.helpers import spans as span_helpers
+from tests.helpers.surfaces import Catalog, build_catalog
 from worker import build_invocation_worker, build_worker, evaluation_adapters
 
 # pytest-xdist hands its test processes COLUMNS=80, and rich fixes a console's width from it when
@@ -279,3 +280,19 @@ async def upstream() -> AsyncIterator[UpstreamServer]:
     """The project's local upstream simulator, one per test module (tests script its models)."""
     async with UpstreamServer() as server:
         yield server
+
+
+@pytest.fixture
+async def catalog(
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+) -> Catalog:
+    """One profile on an OpenAI-protocol and one on an Anthropic-protocol deployment of the
+    local upstream, for the agent-native surfaces' tests (tests/helpers/surfaces.py). A module
+    with a catalog of its own (test_invoke, test_routing, …) defines a `catalog` fixture of its
+    own, which pytest uses there instead."""
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    return await build_catalog(http, auth, temporal_client, tenant, upstream)

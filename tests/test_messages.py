@@ -21,7 +21,7 @@ from temporalio.client import Client
 from providers.upstream import ChatTurn, Fault, FaultKind, Reply, UpstreamServer, default_responder
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import approved_deployment, profile_event, publish
-from tests.helpers.surfaces import PROTOCOLS, Catalog, build_catalog, receipt
+from tests.helpers.surfaces import PROTOCOLS, Catalog, receipt
 
 WEATHER: Any = {
     "name": "get_weather",
@@ -32,18 +32,6 @@ WEATHER: Any = {
         "required": ["city"],
     },
 }
-
-
-@pytest.fixture
-async def catalog(
-    http: httpx.AsyncClient,
-    token_for: TokenFactory,
-    tenant: str,
-    temporal_client: Client,
-    upstream: UpstreamServer,
-) -> Catalog:
-    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
-    return await build_catalog(http, auth, temporal_client, tenant, upstream)
 
 
 @pytest.fixture

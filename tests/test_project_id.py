@@ -17,27 +17,14 @@ from anthropic import AsyncAnthropic
 from openai import AsyncOpenAI
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col, select
-from temporalio.client import Client
 
 from providers.upstream import UpstreamServer
 from store.tables import InvocationReceiptRow
 from tests.conftest import TokenFactory
-from tests.helpers.surfaces import Catalog, build_catalog
+from tests.helpers.surfaces import Catalog
 
 EMPTY = {"X-Project-Id": ""}
 HI: Any = [{"role": "user", "content": "hi"}]
-
-
-@pytest.fixture
-async def catalog(
-    http: httpx.AsyncClient,
-    token_for: TokenFactory,
-    tenant: str,
-    temporal_client: Client,
-    upstream: UpstreamServer,
-) -> Catalog:
-    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
-    return await build_catalog(http, auth, temporal_client, tenant, upstream)
 
 
 async def _receipts(sessions: async_sessionmaker[AsyncSession], tenant: str) -> list[str]:

@@ -10,7 +10,6 @@ from decimal import Decimal
 from typing import Any
 
 import httpx
-import pytest
 from pydantic.alias_generators import to_camel
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col, select
@@ -21,12 +20,10 @@ from domain import receipt_fields
 from domain.enums import InvocationOutcome, UsageStatus
 from domain.invocation import InvocationInput, InvocationSummary, Target
 from domain.receipt_fields import FIELDS, Written
-from providers.upstream import UpstreamServer
 from store.receipt_statements import ReceiptStatements
 from store.receipts import by_key, summary_of
 from store.tables import InvocationReceiptRow, OutboxEventRow
-from tests.conftest import TokenFactory
-from tests.helpers.surfaces import Catalog, build_catalog
+from tests.helpers.surfaces import Catalog
 from workflows.invoke import InvokeModelWorkflow
 
 # The spec's InvocationReceipt (model-router-service, "InvocationReceipt" entity): its 22 fields.
@@ -64,18 +61,6 @@ def test_every_column_is_declared_once_and_every_declaration_has_its_source() ->
     assert [key for _, key in receipt_fields.EVENT] == SPEC_EVENT
     assert set(Receipt.model_fields) == set(receipt_fields.SHOWN)
     assert {n for n, f in FIELDS.items() if f.written is Written.SETTLED} == {"statement_ref"}
-
-
-@pytest.fixture
-async def catalog(
-    http: httpx.AsyncClient,
-    token_for: TokenFactory,
-    tenant: str,
-    temporal_client: Client,
-    upstream: UpstreamServer,
-) -> Catalog:
-    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
-    return await build_catalog(http, auth, temporal_client, tenant, upstream)
 
 
 async def test_each_surface_carries_the_declared_fields_of_the_stored_receipt(

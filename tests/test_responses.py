@@ -22,7 +22,7 @@ from providers.upstream import Fault, FaultKind, Reply, UpstreamServer, default_
 from store.tables import InvocationReceiptRow
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import approved_deployment, profile_event, publish
-from tests.helpers.surfaces import PROTOCOLS, Catalog, build_catalog, receipt
+from tests.helpers.surfaces import PROTOCOLS, Catalog, receipt
 
 WEATHER: Any = {
     "type": "function",
@@ -41,18 +41,6 @@ WEATHER: Any = {
 class Apples(BaseModel):
     answer: int
     unit: str
-
-
-@pytest.fixture
-async def catalog(
-    http: httpx.AsyncClient,
-    token_for: TokenFactory,
-    tenant: str,
-    temporal_client: Client,
-    upstream: UpstreamServer,
-) -> Catalog:
-    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
-    return await build_catalog(http, auth, temporal_client, tenant, upstream)
 
 
 @pytest.fixture

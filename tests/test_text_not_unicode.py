@@ -20,28 +20,14 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from temporalio.client import Client
 
 from providers.upstream import Fault, FaultKind, UpstreamServer
 from providers.upstream.turn import ChatTurn, Reply, ToolCallReply
 from store.tables import InvocationReceiptRow
-from tests.conftest import TokenFactory
-from tests.helpers.surfaces import Catalog, build_catalog
+from tests.helpers.surfaces import Catalog
 
 LONE = "\\ud83d"  # the escape as it appears in the JSON text: a high surrogate, no low one
 PAIR = "\\ud83d\\ude00"  # 😀, escaped as a pair: text
-
-
-@pytest.fixture
-async def catalog(
-    http: httpx.AsyncClient,
-    token_for: TokenFactory,
-    tenant: str,
-    temporal_client: Client,
-    upstream: UpstreamServer,
-) -> Catalog:
-    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
-    return await build_catalog(http, auth, temporal_client, tenant, upstream)
 
 
 def _bodies(profile: str) -> list[tuple[str, dict[str, Any], str]]:
