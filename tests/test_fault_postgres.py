@@ -10,6 +10,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 
 import asyncpg
@@ -30,6 +31,7 @@ from store.tables import InvocationReceiptRow
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import approved_profile
 from tests.helpers.deadline import eventually
+from tests.helpers.receipts import all_closed
 from tests.helpers.stack import serve, workers
 
 PROFILE, MODEL = "pg-fault", "pg-fault-sim"
@@ -136,18 +138,8 @@ async def test_postgres_stopped_under_load_closes_every_receipt_without_a_second
             stop.set()
             await asyncio.gather(*load)
 
-            async def all_closed() -> bool:
-                async with sessions() as session:
-                    open_ = await session.scalar(
-                        select(func.count())
-                        .select_from(InvocationReceiptRow)
-                        .where(col(InvocationReceiptRow.tenant_id) == tenant)
-                        .where(col(InvocationReceiptRow.ended_at).is_(None))
-                    )
-                return open_ == 0
-
             # The workflows retry their closes at most 10 s apart.
-            await eventually(all_closed, timeout=90, interval=0.5)
+            await eventually(partial(all_closed, sessions, tenant), timeout=90, interval=0.5)
             async with sessions() as session:
                 receipts = (
                     await session.scalars(

@@ -14,23 +14,22 @@ import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 import httpx
 import openai
-from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from sqlmodel import col
 from temporalio.client import Client
 
 from core.settings import Settings
 from providers.upstream import UpstreamServer
 from store.receipts import by_key
-from store.tables import InvocationReceiptRow
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import approved_profile
 from tests.helpers.deadline import eventually
+from tests.helpers.receipts import all_closed
 from tests.helpers.stack import Served, serve, workers
 from tests.helpers.tcp_proxy import SeverableProxy
 
@@ -140,17 +139,7 @@ async def test_a_failover_that_leaves_connections_silent_costs_a_prompt_503_not_
         assert answered[-1].startswith("after-"), "no call was answered after the failover"
         await sdk.close()
 
-    async def closed() -> bool:
-        async with sessions() as session:
-            open_ = await session.scalar(
-                select(func.count())
-                .select_from(InvocationReceiptRow)
-                .where(col(InvocationReceiptRow.tenant_id) == tenant)
-                .where(col(InvocationReceiptRow.ended_at).is_(None))
-            )
-        return open_ == 0
-
-    await eventually(closed, timeout=60, interval=0.25)
+    await eventually(partial(all_closed, sessions, tenant), timeout=60, interval=0.25)
     async with sessions() as session:
         for key in answered:
             row = await by_key(session, tenant, key)

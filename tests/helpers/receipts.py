@@ -8,6 +8,7 @@ import uuid
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from sqlalchemy import func
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col, select
 
@@ -83,3 +84,15 @@ async def invoked_events(
             .order_by(col(OutboxEventRow.position))
         )
         return list((await session.scalars(stmt)).all())
+
+
+async def all_closed(sessions: async_sessionmaker[AsyncSession], tenant: str) -> bool:
+    """Whether every receipt of the tenant is closed (for `eventually`)."""
+    async with sessions() as session:
+        open_ = await session.scalar(
+            select(func.count())
+            .select_from(InvocationReceiptRow)
+            .where(col(InvocationReceiptRow.tenant_id) == tenant)
+            .where(col(InvocationReceiptRow.ended_at).is_(None))
+        )
+    return open_ == 0
