@@ -25,7 +25,7 @@ def text_chunks(text: str, size: int | None = None) -> list[str]:
     """Stream pieces, one word each with its leading whitespace (or `size` characters each);
     they join back to `text`."""
     if size is not None:
-        return [text[i : i + size] for i in range(0, len(text), size)]
+        return fixed_chunks(text, size) if text else []
     pieces = _WORD.findall(text)
     rest = text[sum(len(p) for p in pieces) :]
     if rest:
