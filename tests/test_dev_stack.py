@@ -12,6 +12,7 @@ import sqlite3
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,21 @@ def _journal_mode(db: Path) -> str:
         return str(conn.execute("PRAGMA journal_mode").fetchone()[0])
 
 
+@contextlib.contextmanager
+def _explained(dev: Proc, data_dir: Path) -> Iterator[None]:
+    """A failure inside says what `make dev` printed and the tail of each process's log: a
+    failure on CI is seen once, on a machine that is gone by the time anyone reads it."""
+    try:
+        yield
+    except Exception as exc:
+        logs = "".join(
+            f"\n--- {log.name} (last 40 lines)\n"
+            + "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+            for log in sorted(data_dir.glob("*.log"))
+        )
+        raise AssertionError(f"{exc!r}\n--- make dev printed:\n{dev.output}{logs}") from exc
+
+
 def _value(proc: Proc, label: str) -> str:
     return proc.wait_for_line(label, 5).split()[-1]
 
@@ -75,40 +91,41 @@ def test_dev_is_ready_within_60s_and_stops_everything_on_ctrl_c(
     started = time.monotonic()
     dev = _start(tmp_path, ports)
     try:
-        dev.wait_for_line("model-router is up", timeout=60)
-        ready_after = time.monotonic() - started
-        assert ready_after < 60
-        api = f"http://127.0.0.1:{ports['api']}"
-        assert api in dev.wait_for_line("  API ", 5)
-        assert f"http://127.0.0.1:{ports['ui']}" in dev.output
-        assert f"{api}/console" in dev.wait_for_line("  console ", 5)
-        assert httpx.get(f"{api}/console/sign-in").status_code == 200
-        client_id, secret = _value(dev, "client_id"), _value(dev, "client_secret")
+        with _explained(dev, tmp_path):
+            dev.wait_for_line("model-router is up", timeout=60)
+            ready_after = time.monotonic() - started
+            assert ready_after < 60
+            api = f"http://127.0.0.1:{ports['api']}"
+            assert api in dev.wait_for_line("  API ", 5)
+            assert f"http://127.0.0.1:{ports['ui']}" in dev.output
+            assert f"{api}/console" in dev.wait_for_line("  console ", 5)
+            assert httpx.get(f"{api}/console/sign-in").status_code == 200
+            client_id, secret = _value(dev, "client_id"), _value(dev, "client_secret")
 
-        assert httpx.get(f"{api}/readyz").status_code == 200
-        token = httpx.post(
-            f"{api}/oauth/token",
-            data={"grant_type": "client_credentials"},
-            auth=(client_id, secret),
-        ).json()["access_token"]
-        profiles = httpx.get(
-            f"{api}/factory/model-profiles", headers={"Authorization": f"Bearer {token}"}
-        )
-        assert profiles.status_code == 200
-        # The demo catalog (on the local upstream simulator) lets a newcomer invoke at once.
-        dev.wait_for_line("demo catalog ready", timeout=120)
-        answer = httpx.post(
-            f"{api}/v1/chat/completions",
-            json={"model": "code-agent", "messages": [{"role": "user", "content": "hi"}]},
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=30,
-        )
-        assert answer.status_code == 200, answer.text
-        assert answer.json()["choices"][0]["message"]["content"] == "Echo: hi"
-        # The embedded default really is SQLite and a Temporal SQLite file under the data dir.
-        assert (tmp_path / "model-router.db").exists() and (tmp_path / "temporal.db").exists()
-        # Temporal's file runs in WAL mode, as the service database does (cli/dev.py).
-        assert _journal_mode(tmp_path / "temporal.db") == "wal"
+            assert httpx.get(f"{api}/readyz").status_code == 200
+            token = httpx.post(
+                f"{api}/oauth/token",
+                data={"grant_type": "client_credentials"},
+                auth=(client_id, secret),
+            ).json()["access_token"]
+            profiles = httpx.get(
+                f"{api}/factory/model-profiles", headers={"Authorization": f"Bearer {token}"}
+            )
+            assert profiles.status_code == 200
+            # The demo catalog (on the local upstream simulator) lets a newcomer invoke at once.
+            dev.wait_for_line("demo catalog ready", timeout=120)
+            answer = httpx.post(
+                f"{api}/v1/chat/completions",
+                json={"model": "code-agent", "messages": [{"role": "user", "content": "hi"}]},
+                headers={"Authorization": f"Bearer {token}"},
+                timeout=30,
+            )
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["choices"][0]["message"]["content"] == "Echo: hi"
+            # The embedded default really is SQLite and a Temporal SQLite file under the data dir.
+            assert (tmp_path / "model-router.db").exists() and (tmp_path / "temporal.db").exists()
+            # Temporal's file runs in WAL mode, as the service database does (cli/dev.py).
+            assert _journal_mode(tmp_path / "temporal.db") == "wal"
     finally:
         dev.proc.send_signal(signal.SIGINT)
         code = dev.wait(timeout=40)
