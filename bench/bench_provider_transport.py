@@ -33,8 +33,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from activities.resilience import call_limits, timed_stream  # noqa: E402
-from bench.child_process import free_port, port_open  # noqa: E402
+from bench.child_process import port_open  # noqa: E402
 from bench.invoke_config import PROMPT  # noqa: E402
+from core.local_ports import free_port  # noqa: E402
 from core.settings import Settings  # noqa: E402
 from domain.invocation import AttemptTimeouts  # noqa: E402
 from providers.anthropic_adapter import AnthropicAdapter  # noqa: E402

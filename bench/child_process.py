@@ -1,5 +1,5 @@
-"""A process the benchmark starts, with its log, and the checks that a service is up: a free
-port to give it, its port accepting connections, an HTTP endpoint answering 200."""
+"""A process the benchmark starts, with its log, and the checks that a service is up: its port
+accepting connections, an HTTP endpoint answering 200 (free ports: core/local_ports.py)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,6 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def port_open(port: int) -> bool:

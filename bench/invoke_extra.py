@@ -23,7 +23,7 @@ import httpx
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col, func, select
 
-from bench.child_process import free_port, http_ok
+from bench.child_process import http_ok
 from bench.invoke_config import (
     LITELLM_KEY,
     MODEL_DIRECT,
@@ -43,6 +43,7 @@ from bench.invoke_load import (
 from bench.invoke_results import pct
 from bench.invoke_stack import Stack
 from bench.procfs import children_of, proc_cpu_seconds, proc_rss_kib
+from core.local_ports import free_port
 from store.tables import InvocationReceiptRow
 
 STREAMS = 64

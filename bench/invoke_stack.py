@@ -19,8 +19,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.child_process import Child, free_port, http_ok, port_open
+from bench.child_process import Child, http_ok, port_open
 from bench.local_postgres import LocalPostgres
+from core.local_ports import free_port
 from core.settings import Settings
 from core.temporal_dev_server import dynamic_config_args
 

@@ -12,8 +12,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.child_process import free_port
 from bench.procfs import children_of
+from core.local_ports import free_port
 
 
 def find_pg_bin() -> Path | None:

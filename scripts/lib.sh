@@ -29,8 +29,8 @@ sync_env() {
   "$VENV_BIN/python" -m compileall -q -j 0 "${packages[@]%/__init__.py}" >/dev/null
 }
 
-free_port() {
-  "$VENV_BIN/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+free_ports() { # how many: distinct free ports below the ephemeral range (core/local_ports.py)
+  "$VENV_BIN/python" -c "from core.local_ports import free_port; print(*(free_port() for _ in range(${1:-1})))"
 }
 
 wait_for_port() { # port, what, deadline-seconds

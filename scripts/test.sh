@@ -66,7 +66,7 @@ start_postgres() {
   fi
   PGDATA="$WORK/pg/data"
   local port
-  port=$(free_port)
+  port=$(free_ports 1)
   "${PG_RUN[@]}" "$PG_BIN/initdb" -D "$PGDATA" -U postgres --auth=trust -E UTF8 --no-sync >/dev/null
   "${PG_RUN[@]}" "$PG_BIN/pg_ctl" -D "$PGDATA" -l "$WORK/pg/postgres.log" -w -t 60 start \
     -o "-p $port -k $WORK/pgsock -c listen_addresses=127.0.0.1 -c fsync=off \
@@ -92,7 +92,7 @@ ensure_chromium() {
 
 start_temporal() {
   local port http_port metrics_port
-  port=$(free_port); http_port=$(free_port); metrics_port=$(free_port)
+  read -r port http_port metrics_port < <(free_ports 3)
   # The switches every dev server of the project runs with (core/temporal_dev_server.py).
   local switches
   mapfile -t switches < <("$VENV_BIN/python" -m core.temporal_dev_server)

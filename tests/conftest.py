@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-import socket
 import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -20,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from api.app import create_app
+from core.local_ports import free_port
 from core.security import new_client_secret
 from core.settings import Settings
 from core.temporal import connect
@@ -85,12 +85,6 @@ async def drop_database(url: str) -> None:
         await conn.execute(f'DROP DATABASE IF EXISTS "{parsed.database}" WITH (FORCE)')
     finally:
         await conn.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
+from core.local_ports import free_port
 from providers.anthropic_adapter import AnthropicAdapter
 from providers.base import ProviderAdapter
 from providers.errors import ErrorKind, ProviderError
@@ -118,9 +119,7 @@ async def misbehaving() -> AsyncIterator[Callable[[str], Awaitable[str]]]:
 
 
 def _closed_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    return f"http://127.0.0.1:{free_port()}/v1"
 
 
 @pytest.mark.parametrize("streamed", [True, False], ids=["stream", "complete"])

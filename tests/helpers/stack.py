@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,16 +20,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from api.app import create_app
+from core.local_ports import free_port
 from core.settings import Settings
 from core.temporal import connect
 from core.temporal_dev_server import dynamic_config_args
 from worker import build_invocation_worker, build_worker, evaluation_adapters
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -47,7 +41,7 @@ async def serve(settings: Settings, client: Client | None = None) -> AsyncIterat
     config = uvicorn.Config(
         app,
         host="127.0.0.1",
-        port=_free_port(),
+        port=free_port(),
         log_level="warning",
         access_log=False,
         lifespan="on",
@@ -88,8 +82,8 @@ class TemporalDevServer:
     the project's switches (core/temporal_dev_server.py) unless `switches` is False."""
 
     def __init__(self, work: Path, *, switches: bool = True) -> None:
-        self.port = _free_port()
-        self.metrics_port = _free_port()
+        self.port = free_port()
+        self.metrics_port = free_port()
         self._work = work
         self._switches = dynamic_config_args() if switches else []
         self._proc: subprocess.Popen[bytes] | None = None
@@ -112,7 +106,7 @@ class TemporalDevServer:
                 "--port",
                 str(self.port),
                 "--http-port",
-                str(_free_port()),
+                str(free_port()),
                 "--metrics-port",
                 str(self.metrics_port),
                 "--log-level",
