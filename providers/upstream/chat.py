@@ -16,7 +16,7 @@ from providers.upstream.faults import Endpoint, Fault, FaultKind
 from providers.upstream.problems import Api, context_length_error, fault_response
 from providers.upstream.responders import respond
 from providers.upstream.state import RequestRecord, UpstreamState
-from providers.upstream.streaming import DelayedResponse, SimStream
+from providers.upstream.streaming import DelayedResponse, KeepAlivePause, SimStream
 from providers.upstream.turn import ChatTurn, Figure
 
 log = logging.getLogger("providers.upstream")
@@ -199,6 +199,7 @@ def _deliver(
         frames.insert(at, (b"event: content_block_delta\n" if named else b"") + GARBLED)
         content_start += at <= content_start
     stall_after = stall.after_chunks if stall else None
+    alive = kinds.get(FaultKind.KEEP_ALIVE)
     endless = kinds.get(FaultKind.ENDLESS_LINE)
     if endless is not None:
         del frames[endless.after_chunks :]
@@ -216,6 +217,16 @@ def _deliver(
         cut_after=cut.after_chunks if cut else None,
         cut_gracefully=bool(cut and cut.graceful),
         stall_after=stall_after,
+        keep_alive=(
+            KeepAlivePause(
+                after=alive.after_chunks,
+                seconds=alive.delay,
+                every=alive.interval,
+                frame=sse({"type": "ping"}, "ping") if named else b": keep-alive\n\n",
+            )
+            if alive
+            else None
+        ),
     )
 
 

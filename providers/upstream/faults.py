@@ -32,6 +32,10 @@ class FaultKind(StrEnum):
     SLOW_FIRST_TOKEN = "slow_first_token"  # noqa: S105 - `delay` seconds before the first content
     STREAM_CUT = "stream_cut"  # connection dropped after `after_chunks` SSE events
     STREAM_STALL = "stream_stall"  # silence after `after_chunks` events, connection kept
+    # after `after_chunks` events (or all of them), `delay` seconds with nothing but a
+    # keep-alive every `interval` (Anthropic a `ping` event, OpenAI an SSE comment), then the
+    # rest of the stream
+    KEEP_ALIVE = "keep_alive"
     MALFORMED_CHUNK = "malformed_chunk"  # after `after_chunks` events, one that is not JSON
     # after `after_chunks` events, `size` bytes of one event's data with no line end (a proxy
     # relaying a file, say), then silence with the connection kept
@@ -79,6 +83,8 @@ class Fault(BaseModel):
     message: str | None = None
     delay: float = Field(default=1.0, ge=0)
     after_chunks: int = Field(default=2, ge=0)
+    # keep_alive only: seconds between two keep-alives.
+    interval: float = Field(default=0.25, gt=0)
     # stream_cut only: end the body cleanly instead of dropping the connection, as a proxy
     # that gives up on a long stream does; the client sees a stream without its ending.
     graceful: bool = False

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass
 
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
@@ -61,13 +62,25 @@ class DelayedResponse(Response):
             await self._inner(scope, receive, send)
 
 
+@dataclass(frozen=True)
+class KeepAlivePause:
+    """Before frame `after` (past the last frame: before the body ends): `seconds` of nothing
+    but `frame` (the protocol's keep-alive), sent every `every` seconds."""
+
+    after: int
+    seconds: float
+    every: float
+    frame: bytes
+
+
 class SimStream(Response):
     """Server-sent events with optional faults.
 
     `frames` are complete SSE events, the terminator included when one should be sent.
     `content_start` is the frame before which a slow first token waits. `cut_after` closes the
     connection abruptly (no final chunk) after that many frames; `stall_after` goes silent
-    after that many frames but keeps the connection open.
+    after that many frames but keeps the connection open; `keep_alive` pauses the stream with
+    keep-alives only.
     """
 
     media_type = "text/event-stream"
@@ -84,6 +97,7 @@ class SimStream(Response):
         cut_after: int | None = None,
         cut_gracefully: bool = False,
         stall_after: int | None = None,
+        keep_alive: KeepAlivePause | None = None,
     ) -> None:
         super().__init__(headers={**headers, "cache-control": "no-cache"})
         self._frames = list(frames)
@@ -94,6 +108,7 @@ class SimStream(Response):
         self._cut_after = cut_after
         self._cut_gracefully = cut_gracefully
         self._stall_after = stall_after
+        self._keep_alive = keep_alive
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
@@ -111,9 +126,21 @@ class SimStream(Response):
                 return
             if self._stall_after is not None and i >= self._stall_after:
                 await asyncio.Event().wait()
+            if self._keep_alive is not None and i == self._keep_alive.after:
+                await self._pause(send, self._keep_alive)
             if i == self._content_start and self._first_delay:
                 await asyncio.sleep(self._first_delay)
             elif i > self._content_start and self._chunk_delay:
                 await asyncio.sleep(self._chunk_delay)
             await send({"type": "http.response.body", "body": frame, "more_body": True})
+        if self._keep_alive is not None and self._keep_alive.after >= len(self._frames):
+            await self._pause(send, self._keep_alive)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    @staticmethod
+    async def _pause(send: Send, pause: KeepAlivePause) -> None:
+        loop = asyncio.get_running_loop()
+        ends = loop.time() + pause.seconds
+        while (left := ends - loop.time()) > 0:
+            await asyncio.sleep(min(pause.every, left))
+            await send({"type": "http.response.body", "body": pause.frame, "more_body": True})
