@@ -21,7 +21,14 @@ from domain.invocation import AttemptTimeouts
 from domain.retry import RetryRules
 from providers.base import ProviderAdapter
 from providers.errors import ErrorKind, ProviderError
-from providers.types import CallLimits, ChatRequest, StreamEvent, TextDelta, ToolCallDelta
+from providers.types import (
+    AnswerEvent,
+    CallLimits,
+    ChatRequest,
+    KeepAlive,
+    TextDelta,
+    ToolCallDelta,
+)
 
 
 class BreakerRegistry:
@@ -119,9 +126,14 @@ class Resilience:
 
 async def timed_stream(
     adapter: ProviderAdapter, request: ChatRequest, timeouts: AttemptTimeouts, budget: float
-) -> AsyncIterator[StreamEvent]:
+) -> AsyncIterator[AnswerEvent]:
     """The adapter's stream, bounded: the first token, every later silence, and the attempt as
-    a whole. A provider that accepts and never answers fails as a timeout, never holds on."""
+    a whole. A provider that accepts and never answers fails as a timeout, never holds on.
+
+    A keep-alive (providers/types.KeepAlive) is a stream event like any other for the idle
+    bound: a provider that says it is still there between two pieces of a long tool call is
+    not silent. It does not hold off the first token's bound, which waits for output, and
+    the attempt's bound caps a stream that only ever keeps alive."""
     loop = asyncio.get_running_loop()
     end = loop.time() + min(budget, timeouts.attempt)
     started = False
@@ -129,12 +141,19 @@ async def timed_stream(
     watchdog = StreamWatchdog()
     text = DeltaText()
     clock = timing.current()
+    quiet_since = 0.0  # since when the bound in force counts
+    restart = True  # the last event restarts it
     try:
         while True:
             phase = "stream idle" if started else "first token"
-            limit = min(timeouts.idle if started else timeouts.first_token, end - loop.time())
+            now = loop.time()
+            if restart:
+                quiet_since = now
+            bound = timeouts.idle if started else timeouts.first_token
+            limit = min(quiet_since + bound, end) - now
             if limit <= 0:
-                raise _timeout(adapter, "attempt budget")
+                # Keep-alives took the first token's bound up to its end, or the attempt's ran out.
+                raise _timeout(adapter, phase if quiet_since + bound <= end else "attempt budget")
             # One watchdog for the stream, not a timeout scope per chunk (stream_watchdog.py).
             watchdog.waiting(limit)
             if clock is not None:
@@ -162,6 +181,10 @@ async def timed_stream(
                 watchdog.idle()
                 if clock is not None:
                     clock.leave()
+            if isinstance(event, KeepAlive):
+                restart = started
+                continue
+            restart = True
             if (held := text.pending(event)) is not None:
                 yield held
             if isinstance(event, TextDelta | ToolCallDelta):

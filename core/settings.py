@@ -115,7 +115,9 @@ class Settings(BaseSettings):
         default=30.0, gt=0, description="An attempt's longest wait for its first token."
     )
     invoke_stream_idle_timeout_seconds: float = Field(
-        default=30.0, gt=0, description="Longest silence between stream events once streaming."
+        default=30.0,
+        gt=0,
+        description="Longest silence between stream events once streaming (keep-alives count).",
     )
     invoke_attempt_timeout_seconds: float = Field(
         default=120.0, gt=0, description="One attempt's budget (the overall budget still caps it)."

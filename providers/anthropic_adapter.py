@@ -33,6 +33,7 @@ from providers.secrets import Connection
 from providers.sse import sse_data
 from providers.transport import DEFAULT_TRANSPORT, HttpTransport
 from providers.types import (
+    KEEP_ALIVE,
     Accepted,
     CallLimits,
     ChatRequest,
@@ -234,6 +235,9 @@ class AnthropicAdapter(ProviderAdapter):
         try:
             yield Accepted(provider_request_id=request_id)
             async for data in sse_data(http.aiter_bytes()):
+                if data is None:
+                    yield KEEP_ALIVE
+                    continue
                 event = json.loads(data)
                 kind = event.get("type")
                 if kind == "content_block_delta":
@@ -269,6 +273,8 @@ class AnthropicAdapter(ProviderAdapter):
                         # The answer and its usage are complete: a provider that never
                         # sends message_stop (or never closes) must not hold the call.
                         break
+                elif kind == "ping":
+                    yield KEEP_ALIVE
                 elif kind == "error":
                     raise _stream_error(event, http.headers, self.provider, request_id)
         except _FAILURES as exc:

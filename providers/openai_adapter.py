@@ -38,6 +38,7 @@ from providers.secrets import Connection
 from providers.sse import sse_data
 from providers.transport import DEFAULT_TRANSPORT, HttpTransport
 from providers.types import (
+    KEEP_ALIVE,
     Accepted,
     CallLimits,
     ChatRequest,
@@ -248,6 +249,10 @@ class OpenAIAdapter(ProviderAdapter):
         finish: str | None = None
         indices: dict[str, int] = {}
         saw_tools = False
+        # Once the finish reason is in, only the usage chunk is still due: a server that never
+        # sends it, or never closes after [DONE] (or only keeps alive), must not hold a
+        # complete answer past this.
+        grace_ends: float | None = None
         try:
             yield Accepted(provider_request_id=request_id)
             events = sse_data(http.aiter_bytes())
@@ -256,13 +261,16 @@ class OpenAIAdapter(ProviderAdapter):
                     if finish is None:
                         data = await anext(events)
                     else:
-                        # Once the finish reason is in, only the usage chunk is still due: a
-                        # server that never sends it, or never closes after [DONE], must not
-                        # hold a complete answer.
-                        async with asyncio.timeout(FINISH_GRACE_SECONDS):
+                        if grace_ends is None:
+                            grace_ends = asyncio.get_running_loop().time() + FINISH_GRACE_SECONDS
+                        async with asyncio.timeout_at(grace_ends):
                             data = await anext(events)
                 except (StopAsyncIteration, TimeoutError):
                     break
+                if data is None:
+                    if finish is None:
+                        yield KEEP_ALIVE
+                    continue
                 if data.startswith(b"[DONE]"):
                     break
                 chunk = json.loads(data)

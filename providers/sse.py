@@ -21,10 +21,11 @@ class EventTooLarge(ValueError):
     """A server-sent event past MAX_EVENT_BYTES."""
 
 
-async def sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+async def sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes | None]:
     """The `data` of each server-sent event in a byte stream (several data lines of one event
-    joined by newlines; comments, ids and event names dropped): all a chat stream needs, as
-    both protocols repeat the event's name inside its data."""
+    joined by newlines; ids and event names dropped): all a chat stream needs, as both
+    protocols repeat the event's name inside its data. An event that is only a comment is
+    None: a keep-alive, which says the server is still there (providers/types.KeepAlive)."""
     buffer = b""
     # Pieces of a line still without its end, joined once it ends: `buffer += chunk` per piece
     # copied the line again for every piece of it.
@@ -32,6 +33,7 @@ async def sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     held = 0  # bytes of the event so far: its data lines and the line under way
     data: list[bytes] = []
     data_held = 0
+    commented = False  # the event so far has a comment line
     async for chunk in chunks:
         held += len(chunk)
         if held > MAX_EVENT_BYTES:
@@ -50,10 +52,15 @@ async def sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
                 if data:
                     yield b"\n".join(data)
                     data, data_held = [], 0
+                elif commented:
+                    yield None
+                commented = False
             elif line.startswith(b"data:"):
                 value = line[5:]
                 data.append(value[1:] if value.startswith(b" ") else value)
                 data_held += len(value)
+            elif line.startswith(b":"):
+                commented = True
         held = len(buffer) + data_held
     buffer += b"".join(partial)
     if buffer.startswith(b"data:"):

@@ -151,9 +151,25 @@ class Finish(_Model):
     response_model: str | None = None
 
 
+class KeepAlive(_Model):
+    """The provider says it is still there and has nothing to add yet: an Anthropic `ping`
+    event, or a server-sent event that is only a comment (`: keep-alive`, as OpenAI-compatible
+    relays send while a model thinks). It holds a stream's idle bound open, never its first
+    token's (activities/resilience.timed_stream), and goes no further than that."""
+
+    type: Literal["keep_alive"] = "keep_alive"
+
+
+# One instance serves every keep-alive: it carries nothing.
+KEEP_ALIVE = KeepAlive()
+
+
 StreamEvent = Annotated[
-    Accepted | TextDelta | ToolCallDelta | UsageEvent | Finish, Field(discriminator="type")
+    Accepted | TextDelta | ToolCallDelta | UsageEvent | Finish | KeepAlive,
+    Field(discriminator="type"),
 ]
+# What a stream carries on past its bounds: everything but the keep-alives.
+AnswerEvent = Accepted | TextDelta | ToolCallDelta | UsageEvent | Finish
 
 
 class Usage(_Model):
@@ -184,9 +200,9 @@ class CompletionBuilder:
         self._usage: Usage | None = None
         self._finish: Finish | None = None
 
-    def add(self, event: Accepted | TextDelta | ToolCallDelta | UsageEvent | Finish) -> None:
-        if isinstance(event, Accepted):
-            return  # Finish repeats its request id
+    def add(self, event: StreamEvent) -> None:
+        if isinstance(event, Accepted | KeepAlive):
+            return  # Finish repeats its request id; a keep-alive adds nothing
         if isinstance(event, TextDelta):
             self._text.append(event.text)
         elif isinstance(event, ToolCallDelta):
@@ -226,18 +242,14 @@ class CompletionBuilder:
         )
 
 
-def collect_events(
-    events: Iterable[Accepted | TextDelta | ToolCallDelta | UsageEvent | Finish],
-) -> Completion:
+def collect_events(events: Iterable[StreamEvent]) -> Completion:
     builder = CompletionBuilder()
     for event in events:
         builder.add(event)
     return builder.build()
 
 
-async def collect_stream(
-    events: AsyncIterable[Accepted | TextDelta | ToolCallDelta | UsageEvent | Finish],
-) -> Completion:
+async def collect_stream(events: AsyncIterable[StreamEvent]) -> Completion:
     builder = CompletionBuilder()
     async for event in events:
         builder.add(event)

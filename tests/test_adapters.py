@@ -3,6 +3,7 @@ events, usage (cached tokens included), request ids, and every fault classified 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import pickle
@@ -31,6 +32,7 @@ from providers.types import (
     ChatRequest,
     Finish,
     FinishReason,
+    KeepAlive,
     Message,
     ProviderTimeouts,
     ResponseFormat,
@@ -110,10 +112,23 @@ async def drain(adapter: ProviderAdapter, request: ChatRequest = HELLO) -> list[
     return [event async for event in adapter.stream(request)]
 
 
+async def next_answer_event(stream: AsyncIterator[StreamEvent]) -> StreamEvent:
+    """The stream's next event past its keep-alives (the simulator's Anthropic stream pings
+    once after the first block starts, as Anthropic's does)."""
+    while isinstance(event := await anext(stream), KeepAlive):
+        pass
+    return event
+
+
 async def test_stream_yields_deltas_then_usage_then_finish(
     adapter: ProviderAdapter, upstream: UpstreamServer
 ) -> None:
-    events = await drain(adapter)
+    everything = await drain(adapter)
+    # Anthropic's ping is a keep-alive (activities/resilience.timed_stream holds the idle bound
+    # open on it); the OpenAI-protocol stream has none.
+    keep_alives = [e for e in everything if isinstance(e, KeepAlive)]
+    assert len(keep_alives) == (1 if adapter.provider == "anthropic" else 0)
+    events = [e for e in everything if not isinstance(e, KeepAlive)]
     accepted, *deltas = events[:-2]
     assert isinstance(accepted, Accepted) and all(isinstance(e, TextDelta) for e in deltas)
     usage, finish = events[-2:]
@@ -332,14 +347,15 @@ async def _faulted_after_output(
     adapter: ProviderAdapter, upstream: UpstreamServer, kind: FaultKind, raises: type[E]
 ) -> tuple[list[StreamEvent], pytest.ExceptionInfo[E]]:
     """The events the adapter gave before `kind` struck, just after the first output (OpenAI:
-    role chunk, "Echo:"; Anthropic: message_start, block start, ping, "Echo:"), and what it
-    raised."""
+    role chunk, "Echo:"; Anthropic: message_start, block start, ping, "Echo:"), keep-alives
+    left out, and what it raised."""
     after = 2 if adapter.provider != "anthropic" else 4
     upstream.inject(MODEL, Fault(kind=kind, after_chunks=after))
     received: list[StreamEvent] = []
     with pytest.raises(raises) as caught:
         async for event in adapter.stream(HELLO):
-            received.append(event)
+            if not isinstance(event, KeepAlive):
+                received.append(event)
     return received, caught
 
 
@@ -460,7 +476,7 @@ async def test_slow_first_token_within_the_read_timeout(
     started = time.monotonic()
     stream = adapter.stream(HELLO)
     assert isinstance(await anext(stream), Accepted)  # the headers come at once
-    first = await anext(stream)
+    first = await next_answer_event(stream)
     first_token = time.monotonic() - started
     rest = [event async for event in stream]
     assert isinstance(first, TextDelta) and isinstance(rest[-1], Finish)
@@ -489,12 +505,28 @@ async def test_no_usage_means_no_usage_event(
     assert completion.usage is None and completion.text == "Echo: hello world"
 
 
+async def test_keep_alives_after_the_finish_do_not_hold_the_answer(
+    adapter: ProviderAdapter, upstream: UpstreamServer
+) -> None:
+    # The finish is in; then no usage, no terminator, and a minute of keep-alives. The OpenAI
+    # adapter waits FINISH_GRACE_SECONDS for the usage chunk, counted from the finish: were it
+    # counted from each keep-alive, the answer would be held the whole minute.
+    for kind in (FaultKind.NO_USAGE, FaultKind.MISSING_TERMINATOR):
+        upstream.inject(MODEL, Fault(kind=kind, times=1))
+    upstream.inject(
+        MODEL, Fault(kind=FaultKind.KEEP_ALIVE, after_chunks=100, delay=60, interval=0.2, times=1)
+    )
+    events = await asyncio.wait_for(drain(adapter), timeout=20)
+    assert isinstance(events[-1], Finish)
+    assert collect_events(events).text == "Echo: hello world"
+
+
 async def test_closing_a_stream_early_releases_it(
     adapter: ProviderAdapter, upstream: UpstreamServer
 ) -> None:
     stream = adapter.stream(HELLO)
     assert isinstance(await anext(stream), Accepted)
-    assert isinstance(await anext(stream), TextDelta)
+    assert isinstance(await next_answer_event(stream), TextDelta)
     await stream.aclose()
     assert (await adapter.complete(HELLO)).text == "Echo: hello world"
     assert upstream.requests(MODEL) == 2

@@ -40,4 +40,7 @@ async def test_the_sse_reader_splits_events_across_any_chunking(size: int) -> No
         b"data: [DONE]"
     )
     got = [d async for d in sse_data(_pieces(raw, size))]
-    assert got == [b'{"a":1}', b"first\nsecond", b"tight", b"[DONE]"]
+    # The comment-only event is a keep-alive (None); a comment beside data adds nothing.
+    assert got == [None, b'{"a":1}', b"first\nsecond", b"tight", b"[DONE]"]
+    with_comment = b': still here\ndata: {"b":2}\n\n\n\n'
+    assert [d async for d in sse_data(_pieces(with_comment, size))] == [b'{"b":2}']

@@ -1,0 +1,87 @@
+"""A provider's keep-alives (Anthropic `ping` events; the SSE comments OpenAI-compatible relays
+send while a model works) hold a stream's idle bound open, never its first token's, through
+both upstream protocols (activities/resilience.timed_stream). The session's bounds are 2 s
+each (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import uuid
+
+import openai
+import pytest
+from openai import AsyncOpenAI
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from providers.upstream import Fault, FaultKind, UpstreamServer
+from tests.helpers.surfaces import PROTOCOLS, Catalog
+from tests.helpers.surfaces import receipt as _receipt
+
+LONG = " ".join(f"word{i}" for i in range(40))
+
+
+def _sdk(api_url: str, catalog: Catalog) -> AsyncOpenAI:
+    token = catalog.auth["Authorization"].removeprefix("Bearer ")
+    return AsyncOpenAI(base_url=f"{api_url}/v1", api_key=token, max_retries=0, timeout=30)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_keep_alives_hold_a_stream_open_past_the_idle_bound(
+    protocol: str,
+    api_url: str,
+    catalog: Catalog,
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    model = catalog.model(protocol)
+    # Midway through the answer, 3.5 s with a keep-alive every 0.5 s: longer than the 2 s
+    # idle bound, with no silence as long as it.
+    upstream.inject(
+        model,
+        Fault(kind=FaultKind.KEEP_ALIVE, after_chunks=8, delay=3.5, interval=0.5, times=1),
+    )
+    calls = upstream.requests(model)
+    key = f"ka-{uuid.uuid4().hex}"
+    async with _sdk(api_url, catalog) as sdk:
+        stream = await sdk.chat.completions.create(
+            model=catalog.profile(protocol),
+            messages=[{"role": "user", "content": LONG}],
+            stream=True,
+            extra_headers={"Idempotency-Key": key},
+        )
+        pieces = [c.choices[0].delta.content or "" async for c in stream if c.choices]
+    assert "".join(pieces) == f"Echo: {LONG}"
+    assert upstream.requests(model) - calls == 1
+    row = await _receipt(sessions, catalog.tenant, key)
+    assert (row.outcome, row.usage_status) == ("Completed", "Reported")
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_keep_alives_before_the_first_token_do_not_hold_its_bound(
+    protocol: str,
+    api_url: str,
+    catalog: Catalog,
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    model = catalog.model(protocol)
+    # Nothing but keep-alives for a minute from the headers on: the first token's 2 s bound
+    # ends the attempt (were it restarted by each keep-alive, the SDK's 30 s would end first).
+    upstream.inject(
+        model,
+        Fault(kind=FaultKind.KEEP_ALIVE, after_chunks=0, delay=60, interval=0.5, times=1),
+    )
+    calls = upstream.requests(model)
+    key = f"ka-{uuid.uuid4().hex}"
+    async with _sdk(api_url, catalog) as sdk:
+        with pytest.raises(openai.APIStatusError) as failed:
+            await sdk.chat.completions.create(
+                model=catalog.profile(protocol),
+                messages=[{"role": "user", "content": LONG}],
+                extra_headers={"Idempotency-Key": key},
+            )
+    assert failed.value.status_code == 503
+    body = failed.value.response.json()["error"]
+    assert body["type"] == "timeout" and "first token" in body["message"], body
+    assert upstream.requests(model) - calls == 1
+    row = await _receipt(sessions, catalog.tenant, key)
+    assert (row.outcome, row.usage_status) == ("Failed", "Unknown")
