@@ -114,14 +114,7 @@ def test_dev_is_ready_within_60s_and_stops_everything_on_ctrl_c(
             assert profiles.status_code == 200
             # The demo catalog (on the local upstream simulator) lets a newcomer invoke at once.
             dev.wait_for_line("demo catalog ready", timeout=120)
-            answer = httpx.post(
-                f"{api}/v1/chat/completions",
-                json={"model": "code-agent", "messages": [{"role": "user", "content": "hi"}]},
-                headers={"Authorization": f"Bearer {token}"},
-                timeout=30,
-            )
-            assert answer.status_code == 200, answer.text
-            assert answer.json()["choices"][0]["message"]["content"] == "Echo: hi"
+            assert _say_hi(api, token) == "Echo: hi"
             # The embedded default really is SQLite and a Temporal SQLite file under the data dir.
             assert (tmp_path / "model-router.db").exists() and (tmp_path / "temporal.db").exists()
             # Temporal's file runs in WAL mode, as the service database does (cli/dev.py).
@@ -146,6 +139,18 @@ def test_dev_is_ready_within_60s_and_stops_everything_on_ctrl_c(
     finally:
         again.proc.send_signal(signal.SIGINT)
         assert again.wait(timeout=40) == 0, again.output
+
+
+def _say_hi(api: str, token: str) -> str:
+    """The demo profile's answer to "hi"."""
+    answer = httpx.post(
+        f"{api}/v1/chat/completions",
+        json={"model": "code-agent", "messages": [{"role": "user", "content": "hi"}]},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
+    return str(answer.json()["choices"][0]["message"]["content"])
 
 
 def _token(api: str, client_id: str, secret: str) -> str:
@@ -239,13 +244,7 @@ def test_dev_papercuts_timestamps_and_json_logs_on_the_embedded_default(
         moved.wait_for_line("model-router is up", timeout=120)
         moved.wait_for_line("demo catalog ready", 5)
         token = _token(api, _value(moved, "client_id"), _value(moved, "client_secret"))
-        resp = httpx.post(
-            f"{api}/v1/chat/completions",
-            json={"model": "code-agent", "messages": [{"role": "user", "content": "hi"}]},
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=30,
-        )
-        assert resp.status_code == 200, resp.text
+        assert _say_hi(api, token) == "Echo: hi"
         assert f"127.0.0.1:{ports['upstream']}" in moved.output
     finally:
         moved.proc.send_signal(signal.SIGINT)

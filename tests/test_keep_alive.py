@@ -19,6 +19,16 @@ from tests.helpers.surfaces import receipt as _receipt
 LONG = " ".join(f"word{i}" for i in range(40))
 
 
+def _keep_alive(upstream: UpstreamServer, model: str, after_chunks: int, seconds: float) -> int:
+    """The next call to `model` pauses after `after_chunks` events for `seconds` of nothing but
+    a keep-alive every 0.5 s; returns the upstream's count of calls to it so far."""
+    fault = Fault(
+        kind=FaultKind.KEEP_ALIVE, after_chunks=after_chunks, delay=seconds, interval=0.5, times=1
+    )
+    upstream.inject(model, fault)
+    return upstream.requests(model)
+
+
 def _sdk(api_url: str, catalog: Catalog) -> AsyncOpenAI:
     token = catalog.auth["Authorization"].removeprefix("Bearer ")
     return AsyncOpenAI(base_url=f"{api_url}/v1", api_key=token, max_retries=0, timeout=30)
@@ -33,13 +43,9 @@ async def test_keep_alives_hold_a_stream_open_past_the_idle_bound(
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
     model = catalog.model(protocol)
-    # Midway through the answer, 3.5 s with a keep-alive every 0.5 s: longer than the 2 s
-    # idle bound, with no silence as long as it.
-    upstream.inject(
-        model,
-        Fault(kind=FaultKind.KEEP_ALIVE, after_chunks=8, delay=3.5, interval=0.5, times=1),
-    )
-    calls = upstream.requests(model)
+    # Midway through the answer, 3.5 s of keep-alives: longer than the 2 s idle bound, with no
+    # silence as long as it.
+    calls = _keep_alive(upstream, model, after_chunks=8, seconds=3.5)
     key = f"ka-{uuid.uuid4().hex}"
     async with _sdk(api_url, catalog) as sdk:
         stream = await sdk.chat.completions.create(
@@ -66,11 +72,7 @@ async def test_keep_alives_before_the_first_token_do_not_hold_its_bound(
     model = catalog.model(protocol)
     # Nothing but keep-alives for a minute from the headers on: the first token's 2 s bound
     # ends the attempt (were it restarted by each keep-alive, the SDK's 30 s would end first).
-    upstream.inject(
-        model,
-        Fault(kind=FaultKind.KEEP_ALIVE, after_chunks=0, delay=60, interval=0.5, times=1),
-    )
-    calls = upstream.requests(model)
+    calls = _keep_alive(upstream, model, after_chunks=0, seconds=60)
     key = f"ka-{uuid.uuid4().hex}"
     async with _sdk(api_url, catalog) as sdk:
         with pytest.raises(openai.APIStatusError) as failed:
