@@ -128,14 +128,15 @@ def test_dev_is_ready_within_60s_and_stops_everything_on_ctrl_c(
     # Running it again reuses the data: the same credentials still work.
     again = _start(tmp_path, ports)
     try:
-        again.wait_for_line("model-router is up", timeout=60)
-        assert _value(again, "client_secret") == secret
-        resp = httpx.post(
-            f"http://127.0.0.1:{ports['api']}/oauth/token",
-            data={"grant_type": "client_credentials"},
-            auth=(client_id, secret),
-        )
-        assert resp.status_code == 200
+        with _explained(again, tmp_path):
+            again.wait_for_line("model-router is up", timeout=60)
+            assert _value(again, "client_secret") == secret
+            resp = httpx.post(
+                f"http://127.0.0.1:{ports['api']}/oauth/token",
+                data={"grant_type": "client_credentials"},
+                auth=(client_id, secret),
+            )
+            assert resp.status_code == 200
     finally:
         again.proc.send_signal(signal.SIGINT)
         assert again.wait(timeout=40) == 0, again.output
@@ -184,45 +185,48 @@ def test_dev_papercuts_timestamps_and_json_logs_on_the_embedded_default(
     dev = _start(tmp_path, ports)
     api = f"http://127.0.0.1:{ports['api']}"
     try:
-        dev.wait_for_line("model-router is up", timeout=180)
-        dev.wait_for_line("demo catalog ready", 5)
-        client_id, secret = _value(dev, "client_id"), _value(dev, "client_secret")
-        token = _token(api, client_id, secret)
-        auth = {"Authorization": f"Bearer {token}"}
-        sdk = OpenAI(base_url=f"{api}/v1", api_key=token, max_retries=0)
-        run_id = str(uuid.uuid4())
-        # Usable at once: no waiting for a catalog after "up".
-        tools: Any = [
-            {"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
-            for n in ("get_weather", "get_time")
-        ]
-        answer = sdk.chat.completions.create(
-            model="code-agent",
-            messages=[{"role": "user", "content": "weather and time in Paris?"}],
-            tools=tools,
-            extra_headers={"X-Run-Id": run_id},
-        )
-        calls = answer.choices[0].message.tool_calls or []
-        assert sorted(c.function.name for c in calls if c.type == "function") == [
-            "get_time",
-            "get_weather",
-        ]
+        with _explained(dev, tmp_path):
+            dev.wait_for_line("model-router is up", timeout=180)
+            dev.wait_for_line("demo catalog ready", 5)
+            client_id, secret = _value(dev, "client_id"), _value(dev, "client_secret")
+            token = _token(api, client_id, secret)
+            auth = {"Authorization": f"Bearer {token}"}
+            sdk = OpenAI(base_url=f"{api}/v1", api_key=token, max_retries=0)
+            run_id = str(uuid.uuid4())
+            # Usable at once: no waiting for a catalog after "up".
+            tools: Any = [
+                {"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+                for n in ("get_weather", "get_time")
+            ]
+            answer = sdk.chat.completions.create(
+                model="code-agent",
+                messages=[{"role": "user", "content": "weather and time in Paris?"}],
+                tools=tools,
+                extra_headers={"X-Run-Id": run_id},
+            )
+            calls = answer.choices[0].message.tool_calls or []
+            assert sorted(c.function.name for c in calls if c.type == "function") == [
+                "get_time",
+                "get_weather",
+            ]
 
-        [receipt] = httpx.get(f"{api}/factory/runs/{run_id}/model-receipts", headers=auth).json()
-        assert _zoned(receipt["startedAt"]) and _zoned(receipt["endedAt"]), receipt
-        events = httpx.get(f"{api}/factory/events?limit=50", headers=auth).json()
-        items = events["events"]
-        assert items and all(_zoned(e["time"]) for e in items), items[:2]
-        line = (
-            '{"provider":"local-upstream","providerRequestId":"x-1",'
-            '"inputTokens":1,"outputTokens":1}\n'
-        )
-        jsonl = {**auth, "Content-Type": "application/x-ndjson"}
-        first = httpx.post(f"{api}/factory/usage-statements", content=line, headers=jsonl)
-        again = httpx.post(f"{api}/factory/usage-statements", content=line, headers=jsonl)
-        assert (first.status_code, again.status_code) == (201, 200)
-        assert first.json()["importedAt"] == again.json()["importedAt"]
-        assert _zoned(again.json()["importedAt"])
+            [receipt] = httpx.get(
+                f"{api}/factory/runs/{run_id}/model-receipts", headers=auth
+            ).json()
+            assert _zoned(receipt["startedAt"]) and _zoned(receipt["endedAt"]), receipt
+            events = httpx.get(f"{api}/factory/events?limit=50", headers=auth).json()
+            items = events["events"]
+            assert items and all(_zoned(e["time"]) for e in items), items[:2]
+            line = (
+                '{"provider":"local-upstream","providerRequestId":"x-1",'
+                '"inputTokens":1,"outputTokens":1}\n'
+            )
+            jsonl = {**auth, "Content-Type": "application/x-ndjson"}
+            first = httpx.post(f"{api}/factory/usage-statements", content=line, headers=jsonl)
+            again = httpx.post(f"{api}/factory/usage-statements", content=line, headers=jsonl)
+            assert (first.status_code, again.status_code) == (201, 200)
+            assert first.json()["importedAt"] == again.json()["importedAt"]
+            assert _zoned(again.json()["importedAt"])
     finally:
         dev.proc.send_signal(signal.SIGINT)
         assert dev.wait(timeout=40) == 0, dev.output
@@ -241,11 +245,12 @@ def test_dev_papercuts_timestamps_and_json_logs_on_the_embedded_default(
     ports["upstream"] = free_port()
     moved = _start(tmp_path, ports)
     try:
-        moved.wait_for_line("model-router is up", timeout=120)
-        moved.wait_for_line("demo catalog ready", 5)
-        token = _token(api, _value(moved, "client_id"), _value(moved, "client_secret"))
-        assert _say_hi(api, token) == "Echo: hi"
-        assert f"127.0.0.1:{ports['upstream']}" in moved.output
+        with _explained(moved, tmp_path):
+            moved.wait_for_line("model-router is up", timeout=120)
+            moved.wait_for_line("demo catalog ready", 5)
+            token = _token(api, _value(moved, "client_id"), _value(moved, "client_secret"))
+            assert _say_hi(api, token) == "Echo: hi"
+            assert f"127.0.0.1:{ports['upstream']}" in moved.output
     finally:
         moved.proc.send_signal(signal.SIGINT)
         assert moved.wait(timeout=40) == 0, moved.output
