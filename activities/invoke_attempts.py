@@ -42,6 +42,7 @@ from providers.types import (
     Accepted,
     ChatRequest,
     CompletionBuilder,
+    KeepAlive,
     TextDelta,
     ToolCallDelta,
 )
@@ -136,6 +137,12 @@ async def attempt_once(
             if isinstance(event, Accepted):
                 route.provider_request_id = event.provider_request_id
                 continue  # ours, not the caller's
+            if isinstance(event, KeepAlive):
+                # Only once output has started (timed_stream): the caller's stream keeps alive
+                # too. A held answer sends nothing until it is whole.
+                if held is None:
+                    pending.events.put_nowait(event)
+                continue
             builder.add(event)
             if held is not None:
                 held.append(event)

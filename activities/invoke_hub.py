@@ -17,6 +17,7 @@ from domain.invocation import InvocationSummary
 from providers.types import (
     EmbeddingResult,
     Finish,
+    KeepAlive,
     RerankResult,
     TextDelta,
     ToolCallDelta,
@@ -187,8 +188,9 @@ class Attach:
     """This call's execution found the invocation claimed elsewhere: wait for that one."""
 
 
-# A chat answer's output as the adapter streams it (its `Accepted` stays with the call).
-Output = TextDelta | ToolCallDelta | UsageEvent | Finish
+# A chat answer's output as the adapter streams it (its `Accepted` stays with the call), and
+# the provider's keep-alives once output has started.
+Output = TextDelta | ToolCallDelta | UsageEvent | Finish | KeepAlive
 # Everything a call puts on its queue: the chat output, an embed's or rerank's one result,
 # then the receipt — or, when another execution owns the key, `Attach`, or `NotStarted`.
 HubEvent = Output | EmbeddingResult | RerankResult | ReceiptReady | Attach | NotStarted

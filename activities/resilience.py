@@ -126,14 +126,16 @@ class Resilience:
 
 async def timed_stream(
     adapter: ProviderAdapter, request: ChatRequest, timeouts: AttemptTimeouts, budget: float
-) -> AsyncIterator[AnswerEvent]:
+) -> AsyncIterator[AnswerEvent | KeepAlive]:
     """The adapter's stream, bounded: the first token, every later silence, and the attempt as
     a whole. A provider that accepts and never answers fails as a timeout, never holds on.
 
     A keep-alive (providers/types.KeepAlive) is a stream event like any other for the idle
     bound: a provider that says it is still there between two pieces of a long tool call is
     not silent. It does not hold off the first token's bound, which waits for output, and
-    the attempt's bound caps a stream that only ever keeps alive."""
+    the attempt's bound caps a stream that only ever keeps alive. Once output has started it
+    is passed on, for the caller's stream to keep alive too (api/wire.relay); before, there is
+    no stream to the caller yet, and it goes no further."""
     loop = asyncio.get_running_loop()
     end = loop.time() + min(budget, timeouts.attempt)
     started = False
@@ -183,6 +185,8 @@ async def timed_stream(
                     clock.leave()
             if isinstance(event, KeepAlive):
                 restart = started
+                if started:
+                    yield event
                 continue
             restart = True
             if (held := text.pending(event)) is not None:

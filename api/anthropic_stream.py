@@ -29,6 +29,9 @@ def sse(event: str, data: dict[str, Any]) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
+PING = sse("ping", {"type": "ping"})
+
+
 class MessageEvents:
     """One stream's blocks. A text block closes when a tool call begins; tool blocks stay open
     until the end, since an OpenAI deployment may interleave fragments of parallel calls (the
@@ -105,6 +108,9 @@ class MessageEvents:
                 delta = {"type": "input_json_delta", "partial_json": event.arguments_delta}
                 out += self._delta(block, delta)
         return out
+
+    def keep_alive(self) -> bytes:
+        return PING  # as the Messages API sends it; the anthropic SDK skips it
 
     async def end(self, summary: InvocationSummary) -> bytes:
         out = b"".join(self._stop(i) for i in sorted(self._open))

@@ -34,6 +34,9 @@ class ChatChunks:
         delta, finish = delta_of(event)
         return sse.line(chunk(self._id, self._profile, delta, finish))
 
+    def keep_alive(self) -> bytes:
+        return sse.KEEP_ALIVE_COMMENT
+
     async def end(self, summary: InvocationSummary) -> bytes:
         out = b""
         if self._include_usage:

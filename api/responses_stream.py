@@ -25,6 +25,7 @@ from api.responses_shapes import (
     text_item,
     text_part,
 )
+from api.sse import KEEP_ALIVE_COMMENT
 from domain.failures import error_class
 from domain.invocation import InvocationSummary
 from providers.types import Finish, FinishReason, TextDelta, ToolCall, ToolCallDelta
@@ -165,6 +166,11 @@ class ResponseEvents:
             if not call.done:
                 out += self._close_call(index, call)
         return out
+
+    def keep_alive(self) -> bytes:
+        # The Responses stream has no keep-alive event of its own: a comment, which the
+        # openai SDK's reader skips (and which takes no sequence number).
+        return KEEP_ALIVE_COMMENT
 
     async def end(self, summary: InvocationSummary) -> bytes:
         out = self._close_all()

@@ -14,6 +14,11 @@ from typing import Any
 _COMPACT = (",", ":")
 
 
+# A comment-only event: every SSE reader skips it (the openai SDK's among them), and every
+# proxy on the way sees bytes. Relayed for a provider's keep-alive (api/wire.relay).
+KEEP_ALIVE_COMMENT = b": keep-alive\n\n"
+
+
 def line(data: Any) -> bytes:
     return b"data: " + json.dumps(data, separators=_COMPACT).encode() + b"\n\n"
 

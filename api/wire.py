@@ -36,6 +36,7 @@ from providers.types import (
     CompletionBuilder,
     EmbeddingResult,
     Finish,
+    KeepAlive,
     RerankResult,
     TextDelta,
     ToolCallDelta,
@@ -149,12 +150,15 @@ def replay_events(item: Replayed) -> list[TextDelta | ToolCallDelta | Finish]:
 class StreamEvents(Protocol):
     """A surface's wire events for one streamed invocation: `text` runs for nearly every chunk
     (a text delta's text: the token path, kept lean by each surface), `add` for any output
-    event (a tool call's fragment, the finish, a replay's events); `end` and `fail` run once,
-    with the receipt."""
+    event (a tool call's fragment, the finish, a replay's events), `keep_alive` for the
+    provider's keep-alives once output has started (the surface's own: a long pause between
+    two pieces of an answer is not silence to a proxy on the caller's side either); `end` and
+    `fail` run once, with the receipt."""
 
     def start(self) -> bytes: ...
     def text(self, text: str) -> bytes: ...
     def add(self, event: TextDelta | ToolCallDelta | Finish) -> bytes: ...
+    def keep_alive(self) -> bytes: ...
     async def end(self, summary: InvocationSummary) -> bytes: ...
     async def fail(self, summary: InvocationSummary) -> bytes: ...
 
@@ -185,6 +189,8 @@ async def relay(
             else:
                 yield await events.fail(item.summary)
             return
+        elif type(item) is KeepAlive:
+            yield events.keep_alive()
         if sent is not None:  # once: the token path checks a local from then on
             sent.set()
             sent = None

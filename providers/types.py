@@ -155,7 +155,8 @@ class KeepAlive(_Model):
     """The provider says it is still there and has nothing to add yet: an Anthropic `ping`
     event, or a server-sent event that is only a comment (`: keep-alive`, as OpenAI-compatible
     relays send while a model thinks). It holds a stream's idle bound open, never its first
-    token's (activities/resilience.timed_stream), and goes no further than that."""
+    token's (activities/resilience.timed_stream); once output has started the caller's stream
+    carries it on as its surface's own keep-alive (api/wire.relay)."""
 
     type: Literal["keep_alive"] = "keep_alive"
 

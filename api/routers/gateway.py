@@ -17,6 +17,7 @@ from api.deps import RuntimeDep, require
 from api.invocations import Running
 from api.receipt_views import call_receipt
 from api.runtime import Runtime
+from api.sse import KEEP_ALIVE_COMMENT
 from api.surface import BufferedHeader, Service
 from api.wire import (
     answer_chat,
@@ -155,6 +156,9 @@ class _Events:
 
     def add(self, event: TextDelta | ToolCallDelta | Finish) -> bytes:
         return _sse(event.type, event.model_dump(mode="json"))
+
+    def keep_alive(self) -> bytes:
+        return KEEP_ALIVE_COMMENT  # a comment: no event name beyond the spec's
 
     async def end(self, summary: InvocationSummary) -> bytes:
         return _sse("receipt", await _receipt(self._runtime, self._tenant_id, summary))
