@@ -1,4 +1,13 @@
-"""Polling with a deadline, the only way tests wait for something to happen."""
+"""Polling with a deadline, the only way tests wait for something to happen; and how far a
+test may bound the time something took.
+
+Elapsed time is asserted as a lower bound (a call cannot beat its own bound on any machine), or
+as an upper bound at the own bound of the next slower mechanism that would also have ended the
+wait: that one cannot end it any sooner, so the assertion tells the two apart on any machine. A
+loaded machine adds tenths of a second to a call, sometimes seconds, so an upper bound a few
+tenths past the bound under test measures the machine rather than the code; where a reason, a
+count or a state shows which bound ended a call, the test asserts that instead.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +18,11 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+# Seconds past which a wait that the code under test bounds far more tightly (at most a few
+# seconds) counts as unbounded: an SDK's own default (600 s) or a hang (ended at 300 s by
+# pytest-timeout, pyproject.toml) is the slower mechanism such a test rules out.
+UNBOUNDED = 30.0
 
 
 async def eventually(
