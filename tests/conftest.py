@@ -37,6 +37,10 @@ from worker import build_invocation_worker, build_worker, evaluation_adapters
 # width a test's CliRunner environment asks for.
 os.environ.pop("COLUMNS", None)
 
+# `MODEL_ROUTER_TEST_SHUFFLE_SEED=N` runs the tests in a shuffled order (no test may depend on
+# another's order).
+pytest_plugins = ["tests.helpers.shuffled_order"]
+
 # Worker processes the tests spawn would otherwise create the real schedules on the shared
 # Temporal server, pointed at a task queue nobody polls once the test ends.
 os.environ.setdefault("MODEL_ROUTER_SCHEDULES_ENABLED", "false")
