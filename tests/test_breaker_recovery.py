@@ -80,7 +80,7 @@ async def recoveries() -> AsyncIterator[list[BreakerRecovery]]:
 async def _sustained_failure(breakers: BreakerRegistry, tenant: str) -> None:
     breaker = breakers.get(tenant, DEPLOYMENT)
     breaker.failure()  # threshold 1: open
-    await eventually(breaker.allow, timeout=2)  # the cool-down passed: one trial let through
+    await eventually(breaker.allow)  # the cool-down passed: one trial let through
     breaker.failure()  # the trial failed: reported to the lifecycle
 
 
@@ -114,7 +114,7 @@ async def test_trials_stop_after_their_window_and_leave_the_deployment_to_the_pr
         tried = upstream.requests(MODEL) > before
         return tried and recovery.next_trial_in(tenant, [DEPLOYMENT]) is None
 
-    await eventually(gave_up, timeout=5)
+    await eventually(gave_up)
     trials = upstream.requests(MODEL) - before
     assert 1 <= trials <= 1.0 / COOLDOWN  # one per cool-down within the window, no more
     assert await _state(http, auth) == "Degraded"  # left as it was, for the health probe
