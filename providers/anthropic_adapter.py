@@ -31,7 +31,7 @@ from providers.errors import (
 )
 from providers.secrets import Connection
 from providers.sse import sse_data
-from providers.transport import DEFAULT_TRANSPORT, HttpTransport
+from providers.transport import DEFAULT_TRANSPORT, HttpTransport, resending
 from providers.types import (
     KEEP_ALIVE,
     Accepted,
@@ -207,7 +207,9 @@ class AnthropicAdapter(ProviderAdapter):
             max_retries=0,
             open_telemetry=_TELEMETRY,
             http_client=(
-                anthropic.DefaultAioHttpClient(timeout=timeout) if transport == "aiohttp" else None
+                resending(anthropic.DefaultAioHttpClient(timeout=timeout))
+                if transport == "aiohttp"
+                else None
             ),
         )
 

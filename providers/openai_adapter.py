@@ -38,7 +38,7 @@ from providers.openai_answer import (
 from providers.openai_request import chat_body
 from providers.secrets import Connection
 from providers.sse import sse_data
-from providers.transport import DEFAULT_TRANSPORT, HttpTransport
+from providers.transport import DEFAULT_TRANSPORT, HttpTransport, resending
 from providers.types import (
     KEEP_ALIVE,
     Accepted,
@@ -136,7 +136,9 @@ class OpenAIAdapter(ProviderAdapter):
             timeout=timeout,
             max_retries=0,
             http_client=(
-                openai.DefaultAioHttpClient(timeout=timeout) if transport == "aiohttp" else None
+                resending(openai.DefaultAioHttpClient(timeout=timeout))
+                if transport == "aiohttp"
+                else None
             ),
         )
 

@@ -12,11 +12,85 @@ Both clients are built with the SDK's own defaults: at most 1000 connections, id
 5 s. aiohttp has no separate cap on idle connections (httpx2 keeps 100) and no write timeout
 (requests are small; the connect, pool and read bounds apply as before). Its session is
 opened on the first request and closed with the SDK client (`ProviderAdapter.aclose`).
+
+A connection kept alive is the provider's to close once it has sat idle for its own timeout
+(5 s for uvicorn, and so for vLLM and this project's simulator; 5 s for Node). A request sent
+on one at that moment finds it closed, before any byte of an answer. Reproduced against the
+simulator (2026-12-05): bursts of 16 concurrent streams, 4.99 s apart, each lost 13 and 16 of
+16 calls so, as connection errors. Behind the gateway such a burst trips the deployment's
+breaker (three transient failures) and its callers get 503s from a healthy provider; a paired
+benchmark met one (docs/benchmarks.md, thirtieth pass). aiohttp sends such a request again by
+itself only for idempotent methods, and every model call is a POST. So `ResendOnHangUp` sends
+a request once more, at once, when the provider hung up before its status line: the way a
+browser treats a connection that closed under it. Only the resent request's outcome is the
+call's; a provider that hangs up on every request is asked twice per attempt, then fails as a
+connection error as before. A refused connection is not sent again here (the attempt's retry
+rules decide), nor is anything that failed after the status line (that answer may have
+started).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Literal
+
+import aiohttp
+import httpx2
 
 HttpTransport = Literal["aiohttp", "httpx2"]
 DEFAULT_TRANSPORT: HttpTransport = "aiohttp"
+
+log = logging.getLogger(__name__)
+
+
+def hung_up_before_answering(exc: BaseException) -> bool:
+    """Whether the provider closed the connection (or reset it) before the answer's status line
+    came: aiohttp's own words, under the SDK's mapping of them (`exc.__cause__`). A connection
+    that could not be opened at all (`ClientConnectorError`) is not a hang-up."""
+    cause = exc.__cause__
+    if isinstance(cause, aiohttp.ServerDisconnectedError):
+        return True
+    return isinstance(cause, aiohttp.ClientOSError) and not isinstance(
+        cause, aiohttp.ClientConnectorError
+    )
+
+
+class ResendOnHangUp(httpx2.AsyncBaseTransport):
+    """The SDK's transport, with a request the provider hung up on before answering sent once
+    more (module docstring)."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
+        self._inner = inner
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        try:
+            return await self._inner.handle_async_request(request)
+        except httpx2.TransportError as exc:
+            if not hung_up_before_answering(exc) or not _replayable(request):
+                raise
+        log.info("%s hung up before answering: the request is sent once more", request.url.host)
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def _replayable(request: httpx2.Request) -> bool:
+    """A body already in memory (the SDKs send JSON bytes) can be sent again; a stream cannot."""
+    try:
+        request.content  # noqa: B018 - raises on a body that is a stream not yet read
+    except httpx2.RequestNotRead:
+        return False
+    return True
+
+
+def resending(client: httpx2.AsyncClient) -> httpx2.AsyncClient:
+    """The SDK's aiohttp client (`openai.DefaultAioHttpClient`, `anthropic.DefaultAioHttpClient`)
+    with each of its transports wrapped in `ResendOnHangUp`: httpx keeps the direct one in
+    `_transport` and one per proxy from the environment in `_mounts`."""
+    client._transport = ResendOnHangUp(client._transport)
+    client._mounts = {
+        pattern: None if mounted is None else ResendOnHangUp(mounted)
+        for pattern, mounted in client._mounts.items()
+    }
+    return client
