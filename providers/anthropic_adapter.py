@@ -206,10 +206,10 @@ class AnthropicAdapter(ProviderAdapter):
             timeout=timeout,
             max_retries=0,
             open_telemetry=_TELEMETRY,
-            http_client=(
-                resending(anthropic.DefaultAioHttpClient(timeout=timeout))
+            http_client=resending(
+                anthropic.DefaultAioHttpClient(timeout=timeout)
                 if transport == "aiohttp"
-                else None
+                else anthropic.DefaultAsyncHttpxClient(timeout=timeout)
             ),
         )
 

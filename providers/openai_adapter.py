@@ -135,10 +135,10 @@ class OpenAIAdapter(ProviderAdapter):
             base_url=api_base_url(connection.base_url),
             timeout=timeout,
             max_retries=0,
-            http_client=(
-                resending(openai.DefaultAioHttpClient(timeout=timeout))
+            http_client=resending(
+                openai.DefaultAioHttpClient(timeout=timeout)
                 if transport == "aiohttp"
-                else None
+                else openai.DefaultAsyncHttpxClient(timeout=timeout)
             ),
         )
 

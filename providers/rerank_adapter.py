@@ -1,6 +1,7 @@
 """Rerank over HTTP, in the Cohere/Jina request shape that self-hosted rerankers (vLLM, the
 TEI-compatible servers, the local upstream) accept at `{base_url}/rerank`. No official SDK
-covers these servers, so this is plain httpx."""
+covers these servers, so this is plain httpx, with a request on a kept connection the server
+closed under it sent once more (providers/transport.resending)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from providers.errors import (
     transport_error,
 )
 from providers.secrets import Connection
+from providers.transport import resending
 from providers.types import CallLimits, ProviderTimeouts, RerankItem, RerankResult
 from providers.usage_figures import count
 
@@ -91,10 +93,12 @@ class RerankAdapter(ProviderAdapter):
         self.model = model
         self._url = connection.base_url.rstrip("/") + "/rerank"
         self.timeouts, self.timeout_type = timeouts, httpx.Timeout
-        self._client = httpx.AsyncClient(
-            timeout=timeouts.as_timeout(httpx.Timeout),
-            headers={"authorization": f"Bearer {connection.api_key.get_secret_value()}"},
-            follow_redirects=False,
+        self._client = resending(
+            httpx.AsyncClient(
+                timeout=timeouts.as_timeout(httpx.Timeout),
+                headers={"authorization": f"Bearer {connection.api_key.get_secret_value()}"},
+                follow_redirects=False,
+            )
         )
 
     async def rerank(

@@ -27,14 +27,24 @@ call's; a provider that hangs up on every request is asked twice per attempt, th
 connection error as before. A refused connection is not sent again here (the attempt's retry
 rules decide), nor is anything that failed after the status line (that answer may have
 started).
+
+httpx's pool (the rerank adapter's own client, and httpx2 under the SDKs when chosen) has the
+same race: it drops an idle connection whose close has already arrived, not one whose close is
+on its way. Against `tests/helpers/hang_up_proxy.py` a rerank request on such a connection
+failed as `connection: ReadError` (reset) or "Server disconnected without sending a response"
+(FIN), so `ResendOnHangUpHttpx` and the httpx2 client are wrapped too. httpx raises only before
+the status line from `handle_async_request` (the body is read later), so a reset, a broken
+pipe or that disconnect there is a hang-up; an answer the server garbled is not one, as with
+aiohttp.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 import aiohttp
+import httpx
 import httpx2
 
 HttpTransport = Literal["aiohttp", "httpx2"]
@@ -43,16 +53,43 @@ DEFAULT_TRANSPORT: HttpTransport = "aiohttp"
 log = logging.getLogger(__name__)
 
 
+# What httpx and httpx2 raise for a connection reset or closed under a request they are sending.
+_HTTPX_RESETS = (httpx.ReadError, httpx.WriteError, httpx2.ReadError, httpx2.WriteError)
+_HTTPX_PROTOCOL = (httpx.RemoteProtocolError, httpx2.RemoteProtocolError)
+# httpcore's words (and httpcore2's) for a connection closed before a byte of the answer came.
+_DISCONNECTED = "Server disconnected without sending a response"
+
+
 def hung_up_before_answering(exc: BaseException) -> bool:
     """Whether the provider closed the connection (or reset it) before the answer's status line
-    came: aiohttp's own words, under the SDK's mapping of them (`exc.__cause__`). A connection
-    that could not be opened at all (`ClientConnectorError`) is not a hang-up."""
+    came. Under the SDK's aiohttp transport these are aiohttp's own words, under the SDK's
+    mapping of them (`exc.__cause__`), and a connection that could not be opened at all
+    (`ClientConnectorError`) is not a hang-up. Under httpx or httpx2, raised while sending
+    (never after the status line: see the module docstring)."""
     cause = exc.__cause__
-    if isinstance(cause, aiohttp.ServerDisconnectedError):
-        return True
-    return isinstance(cause, aiohttp.ClientOSError) and not isinstance(
-        cause, aiohttp.ClientConnectorError
-    )
+    if isinstance(cause, aiohttp.ClientError):
+        if isinstance(cause, aiohttp.ServerDisconnectedError):
+            return True
+        return isinstance(cause, aiohttp.ClientOSError) and not isinstance(
+            cause, aiohttp.ClientConnectorError
+        )
+    if isinstance(exc, _HTTPX_PROTOCOL):
+        return str(exc).startswith(_DISCONNECTED)
+    return isinstance(exc, _HTTPX_RESETS)
+
+
+def _send_again(exc: BaseException, request: httpx.Request | httpx2.Request) -> bool:
+    """Whether a request that failed so is sent once more: the provider hung up before answering
+    it, and its body is already in memory (the SDKs send JSON bytes), not a stream. The
+    transports below call this only on a failure: a call that succeeds pays one `try`."""
+    if not hung_up_before_answering(exc):
+        return False
+    try:
+        request.content  # noqa: B018 - raises on a body that is a stream not yet read
+    except (httpx.RequestNotRead, httpx2.RequestNotRead):
+        return False
+    log.info("%s hung up before answering: the request is sent once more", request.url.host)
+    return True
 
 
 class ResendOnHangUp(httpx2.AsyncBaseTransport):
@@ -66,31 +103,45 @@ class ResendOnHangUp(httpx2.AsyncBaseTransport):
         try:
             return await self._inner.handle_async_request(request)
         except httpx2.TransportError as exc:
-            if not hung_up_before_answering(exc) or not _replayable(request):
+            if not _send_again(exc, request):
                 raise
-        log.info("%s hung up before answering: the request is sent once more", request.url.host)
         return await self._inner.handle_async_request(request)
 
     async def aclose(self) -> None:
         await self._inner.aclose()
 
 
-def _replayable(request: httpx2.Request) -> bool:
-    """A body already in memory (the SDKs send JSON bytes) can be sent again; a stream cannot."""
-    try:
-        request.content  # noqa: B018 - raises on a body that is a stream not yet read
-    except httpx2.RequestNotRead:
-        return False
-    return True
+class ResendOnHangUpHttpx(httpx.AsyncBaseTransport):
+    """`ResendOnHangUp` for a plain httpx client (the rerank adapter's)."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self._inner = inner
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            return await self._inner.handle_async_request(request)
+        except httpx.TransportError as exc:
+            if not _send_again(exc, request):
+                raise
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
-def resending(client: httpx2.AsyncClient) -> httpx2.AsyncClient:
-    """The SDK's aiohttp client (`openai.DefaultAioHttpClient`, `anthropic.DefaultAioHttpClient`)
-    with each of its transports wrapped in `ResendOnHangUp`: httpx keeps the direct one in
-    `_transport` and one per proxy from the environment in `_mounts`."""
-    client._transport = ResendOnHangUp(client._transport)
+Client = TypeVar("Client", httpx.AsyncClient, httpx2.AsyncClient)
+
+
+def resending(client: Client) -> Client:
+    """The client with each of its transports wrapped in `ResendOnHangUp` (httpx2: the SDKs'
+    `DefaultAioHttpClient` or `DefaultAsyncHttpxClient`) or `ResendOnHangUpHttpx` (httpx).
+    Both keep the direct transport in `_transport` and one per proxy from the environment in
+    `_mounts`; wrapping them after the client is built keeps those proxies, which a transport
+    passed to the constructor would turn off."""
+    wrap: Any = ResendOnHangUpHttpx if isinstance(client, httpx.AsyncClient) else ResendOnHangUp
+    client._transport = wrap(client._transport)
     client._mounts = {
-        pattern: None if mounted is None else ResendOnHangUp(mounted)
+        pattern: None if mounted is None else wrap(mounted)
         for pattern, mounted in client._mounts.items()
     }
     return client

@@ -1,7 +1,8 @@
 """A provider that closes a kept-alive connection just as a request goes out on it (its idle
 timeout running out at that moment) costs the call nothing: the request is sent once more at
-once (providers/transport.ResendOnHangUp). Only a hang-up before the answer's status line is
-sent again, and only once."""
+once (providers/transport.resending): through the SDKs on either transport, and through the
+rerank adapter's httpx client. Only a hang-up before the answer's status line is sent again, and
+only once."""
 
 from __future__ import annotations
 
@@ -19,11 +20,14 @@ from sqlmodel import col, select
 from temporalio.client import Client
 
 from domain.enums import InvocationOutcome
+from providers.anthropic_adapter import AnthropicAdapter
 from providers.base import ProviderAdapter
 from providers.errors import ErrorKind, ProviderError
+from providers.openai_adapter import OpenAIAdapter
 from providers.registry import build_adapter
+from providers.rerank_adapter import RerankAdapter
 from providers.secrets import UpstreamSecretBroker
-from providers.transport import ResendOnHangUp, resending
+from providers.transport import ResendOnHangUp, ResendOnHangUpHttpx, resending
 from providers.types import ChatRequest, Message, ProviderTimeouts, collect_stream
 from providers.upstream import UpstreamServer
 from store.tables import InvocationReceiptRow
@@ -43,13 +47,25 @@ async def proxy(
         yield proxy
 
 
-@pytest.fixture(params=["openai", "anthropic"])
+@pytest.fixture(
+    params=[
+        (OpenAIAdapter, "aiohttp"),
+        (AnthropicAdapter, "aiohttp"),
+        (OpenAIAdapter, "httpx2"),
+        (AnthropicAdapter, "httpx2"),
+    ],
+    ids=["openai", "anthropic", "openai-httpx2", "anthropic-httpx2"],
+)
 async def adapter(
     request: pytest.FixtureRequest, proxy: HangUpProxy
 ) -> AsyncIterator[ProviderAdapter]:
+    # The SDKs' aiohttp transport (the default), and their httpx2 one, kept selectable for the
+    # transport benchmark (providers/transport.py).
+    kind, transport = request.param
     connection = await UpstreamSecretBroker().resolve(f"upstream:127.0.0.1:{proxy.port}")
     model = f"stale-{uuid.uuid4().hex[:8]}"
-    async with build_adapter(request.param, model, connection, timeouts=TIMEOUTS) as built:
+    built = kind(model=model, connection=connection, timeouts=TIMEOUTS, transport=transport)
+    async with built:
         yield built
 
 
@@ -62,7 +78,10 @@ async def _answer(adapter: ProviderAdapter, streamed: bool) -> str:
 async def test_a_request_on_a_connection_closed_under_it_is_sent_once_more(
     adapter: ProviderAdapter, proxy: HangUpProxy, upstream: UpstreamServer, streamed: bool
 ) -> None:
-    assert await _answer(adapter, streamed) == "Echo: hello there"
+    # A complete answer leaves its connection in the pool with either transport. (A stream
+    # leaves it only with aiohttp: httpx2 closes a connection whose response is closed before
+    # its end, and the adapter closes it at the usage chunk, without waiting for [DONE].)
+    assert await _answer(adapter, streamed=False) == "Echo: hello there"
     before = upstream.requests(adapter.model)
     assert proxy.hang_up_open() == 1  # the connection the first call left in the pool
     assert await _answer(adapter, streamed) == "Echo: hello there"
@@ -134,12 +153,44 @@ async def test_a_burst_on_connections_closed_under_it_is_answered_in_full(
     assert len(rows) == 32 and {r.outcome for r in rows} == {InvocationOutcome.COMPLETED}
 
 
-@pytest.mark.parametrize("sdk", [openai, anthropic], ids=["openai", "anthropic"])
+@pytest.mark.parametrize(
+    ("build", "wrapped"),
+    [
+        (openai.DefaultAioHttpClient, ResendOnHangUp),
+        (anthropic.DefaultAioHttpClient, ResendOnHangUp),
+        (openai.DefaultAsyncHttpxClient, ResendOnHangUp),
+        (httpx.AsyncClient, ResendOnHangUpHttpx),  # the rerank adapter's
+    ],
+    ids=["openai", "anthropic", "httpx2", "httpx"],
+)
 def test_a_proxy_from_the_environment_is_resent_through_too(
-    sdk: Any, monkeypatch: pytest.MonkeyPatch
+    build: Any, wrapped: type, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
-    client = resending(sdk.DefaultAioHttpClient())
+    client = resending(build())
     mounted = [t for t in client._mounts.values() if t is not None]
-    assert mounted and all(isinstance(t, ResendOnHangUp) for t in mounted)
-    assert isinstance(client._transport, ResendOnHangUp)
+    assert mounted and all(isinstance(t, wrapped) for t in mounted)
+    assert isinstance(client._transport, wrapped)
+
+
+async def test_a_rerank_request_on_a_connection_closed_under_it_is_sent_once_more(
+    proxy: HangUpProxy, upstream: UpstreamServer
+) -> None:
+    # The rerank adapter's own httpx client keeps connections alive the same way.
+    connection = await UpstreamSecretBroker().resolve(f"upstream:127.0.0.1:{proxy.port}")
+    model = f"stale-{uuid.uuid4().hex[:8]}"
+    documents = ["quarterly revenue", "router retries and timeouts"]
+    async with build_adapter("tei", model, connection, timeouts=TIMEOUTS) as reranker:
+        assert isinstance(reranker, RerankAdapter)
+        await reranker.rerank("router timeouts", documents)
+        assert proxy.hang_up_open() == 1
+        result = await reranker.rerank("router timeouts", documents)
+        assert [r.index for r in result.results] == [1, 0]
+        assert proxy.hung_up == 1 and proxy.connections == 2
+        assert upstream.requests(model, "rerank") == 2
+        # And only once: a server that hangs up on every request fails the call as before.
+        proxy.hang_up_always()
+        with pytest.raises(ProviderError) as caught:
+            await reranker.rerank("router timeouts", documents)
+    assert caught.value.kind is ErrorKind.CONNECTION and caught.value.transient
+    assert proxy.hung_up == 3 and upstream.requests(model, "rerank") == 2
