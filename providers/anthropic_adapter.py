@@ -31,6 +31,7 @@ from providers.errors import (
 )
 from providers.secrets import Connection
 from providers.sse import sse_data
+from providers.stream_tail import read_tail_then_close
 from providers.transport import DEFAULT_TRANSPORT, HttpTransport, resending
 from providers.types import (
     KEEP_ALIVE,
@@ -234,9 +235,11 @@ class AnthropicAdapter(ProviderAdapter):
         usage = _Usage()
         stop_reason: str | None = None
         tool_index: dict[int, int] = {}
+        events = sse_data(http.aiter_bytes())
+        answered = False  # the answer is whole: the stream's tail is read off its path
         try:
             yield Accepted(provider_request_id=request_id)
-            async for data in sse_data(http.aiter_bytes()):
+            async for data in events:
                 if data is None:
                     yield KEEP_ALIVE
                     continue
@@ -279,11 +282,15 @@ class AnthropicAdapter(ProviderAdapter):
                     yield KEEP_ALIVE
                 elif kind == "error":
                     raise _stream_error(event, http.headers, self.provider, request_id)
+            answered = stop_reason is not None
         except _FAILURES as exc:
             raise mid_stream(map_error(exc, self.provider), request_id) from None
         finally:
-            with contextlib.suppress(Exception):
-                await manager.__aexit__(None, None, None)
+            if answered:
+                read_tail_then_close(events, lambda: manager.__aexit__(None, None, None))
+            else:
+                with contextlib.suppress(Exception):
+                    await manager.__aexit__(None, None, None)
         # The stop reason ends the answer; a missing message_stop after it loses nothing.
         if stop_reason is None:
             raise stream_incomplete(self.provider, request_id)

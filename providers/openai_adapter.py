@@ -38,6 +38,7 @@ from providers.openai_answer import (
 from providers.openai_request import chat_body
 from providers.secrets import Connection
 from providers.sse import sse_data
+from providers.stream_tail import read_tail_then_close
 from providers.transport import DEFAULT_TRANSPORT, HttpTransport, resending
 from providers.types import (
     KEEP_ALIVE,
@@ -185,9 +186,10 @@ class OpenAIAdapter(ProviderAdapter):
         # sends it, or never closes after [DONE] (or only keeps alive), must not hold a
         # complete answer past this.
         grace_ends: float | None = None
+        events = sse_data(http.aiter_bytes())
+        answered = False  # the answer is whole: the stream's tail is read off its path
         try:
             yield Accepted(provider_request_id=request_id)
-            events = sse_data(http.aiter_bytes())
             while True:
                 try:
                     if finish is None:
@@ -241,11 +243,15 @@ class OpenAIAdapter(ProviderAdapter):
                     finish = choice.get("finish_reason") or finish
                 if finish is not None and usage is not None:
                     break
+            answered = finish is not None
         except _FAILURES as exc:
             raise mid_stream(map_error(exc, self.provider), request_id) from None
         finally:
-            with contextlib.suppress(Exception):
-                await http.aclose()
+            if answered:
+                read_tail_then_close(events, http.aclose)
+            else:
+                with contextlib.suppress(Exception):
+                    await http.aclose()
         if finish is None:
             raise stream_incomplete(self.provider, request_id)
         if usage is not None:

@@ -22,6 +22,7 @@ from providers.base import ProviderAdapter
 from providers.errors import ErrorKind, ProviderError
 from providers.openai_adapter import OpenAIAdapter
 from providers.secrets import Connection
+from providers.stream_tail import tails_being_read
 from providers.transport import HttpTransport
 from providers.types import (
     Accepted,
@@ -33,6 +34,7 @@ from providers.types import (
     TextDelta,
 )
 from providers.upstream import Fault, FaultKind, UpstreamServer
+from tests.helpers.deadline import eventually
 
 MODEL = "transport-sim"
 HELLO = ChatRequest(messages=(Message(role="user", content="hello world"),))
@@ -185,6 +187,9 @@ async def _leaked_sessions(make: Callable[[], ProviderAdapter], close: bool) -> 
     dropped (closed first or not). Only this frame holds the adapter."""
     adapter = make()
     await _drain(adapter)
+    # The stream's tail is read by a task of its own (providers/stream_tail.py), which holds
+    # the response, and through it the session, until the body's end.
+    await eventually(lambda: tails_being_read() == 0)
     if close:
         await adapter.aclose()
     with warnings.catch_warnings(record=True) as caught:
