@@ -6,8 +6,8 @@ aiohttp, the SDKs' own optional transport (`openai.DefaultAioHttpClient`,
 less CPU per streamed ~35-token answer than the default httpx2 client at concurrency 1 and
 about 50% less at 16, and 21-28% less per embedding call (bench/bench_provider_transport.py,
 2026-12-01, the streams measured again on 2026-12-05 once httpx2's reused their connections,
-providers/stream_tail.py; docs/benchmarks.md). httpx2 stays selectable per adapter, for that benchmark and the tests
-that hold both transports to the same error kinds.
+providers/stream_tail.py; docs/benchmarks.md). httpx2 stays selectable per adapter, for that
+benchmark and the tests that hold both transports to the same error kinds.
 
 Both clients are built with the SDK's own defaults: at most 1000 connections, idle ones kept
 5 s. aiohttp has no separate cap on idle connections (httpx2 keeps 100) and no write timeout
