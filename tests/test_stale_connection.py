@@ -20,10 +20,8 @@ from sqlmodel import col, select
 from temporalio.client import Client
 
 from domain.enums import InvocationOutcome
-from providers.anthropic_adapter import AnthropicAdapter
 from providers.base import ProviderAdapter
 from providers.errors import ErrorKind, ProviderError
-from providers.openai_adapter import OpenAIAdapter
 from providers.registry import build_adapter
 from providers.rerank_adapter import RerankAdapter
 from providers.secrets import UpstreamSecretBroker
@@ -34,6 +32,7 @@ from store.tables import InvocationReceiptRow
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import approved_deployment, profile_event, publish
 from tests.helpers.hang_up_proxy import HangUpProxy
+from tests.helpers.sdk_adapters import SDK_TRANSPORTS, sdk_adapter
 
 HELLO = ChatRequest(messages=(Message(role="user", content="hello there"),))
 TIMEOUTS = ProviderTimeouts(connect=2, read=10)
@@ -47,25 +46,11 @@ async def proxy(
         yield proxy
 
 
-@pytest.fixture(
-    params=[
-        (OpenAIAdapter, "aiohttp"),
-        (AnthropicAdapter, "aiohttp"),
-        (OpenAIAdapter, "httpx2"),
-        (AnthropicAdapter, "httpx2"),
-    ],
-    ids=["openai", "anthropic", "openai-httpx2", "anthropic-httpx2"],
-)
+@pytest.fixture(params=SDK_TRANSPORTS)
 async def adapter(
     request: pytest.FixtureRequest, proxy: HangUpProxy
 ) -> AsyncIterator[ProviderAdapter]:
-    # The SDKs' aiohttp transport (the default), and their httpx2 one, kept selectable for the
-    # transport benchmark (providers/transport.py).
-    kind, transport = request.param
-    connection = await UpstreamSecretBroker().resolve(f"upstream:127.0.0.1:{proxy.port}")
-    model = f"stale-{uuid.uuid4().hex[:8]}"
-    built = kind(model=model, connection=connection, timeouts=TIMEOUTS, transport=transport)
-    async with built:
+    async with sdk_adapter(request.param, proxy.port, "stale") as built:
         yield built
 
 

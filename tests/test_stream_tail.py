@@ -12,18 +12,16 @@ import httpx
 import pytest
 from temporalio.client import Client
 
-from providers.anthropic_adapter import AnthropicAdapter
 from providers.base import ProviderAdapter
-from providers.openai_adapter import OpenAIAdapter
-from providers.secrets import UpstreamSecretBroker
 from providers.stream_tail import TAIL_SECONDS, tails_being_read
-from providers.types import ChatRequest, Finish, Message, ProviderTimeouts, collect_stream
+from providers.types import ChatRequest, Finish, Message, collect_stream
 from providers.upstream import UpstreamServer
 from providers.upstream.faults import Fault, FaultKind
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import approved_deployment, profile_event, publish
 from tests.helpers.deadline import eventually
 from tests.helpers.hang_up_proxy import HangUpProxy
+from tests.helpers.sdk_adapters import SDK_TRANSPORTS, sdk_adapter
 
 HELLO = ChatRequest(messages=(Message(role="user", content="hello there"),))
 # A provider that paces its stream: its tail comes this long after the answer's last event.
@@ -37,29 +35,12 @@ async def proxy(upstream: UpstreamServer) -> AsyncIterator[HangUpProxy]:
         yield proxy
 
 
-@pytest.fixture(
-    params=[
-        (OpenAIAdapter, "aiohttp"),
-        (AnthropicAdapter, "aiohttp"),
-        (OpenAIAdapter, "httpx2"),
-        (AnthropicAdapter, "httpx2"),
-    ],
-    ids=["openai", "anthropic", "openai-httpx2", "anthropic-httpx2"],
-)
+@pytest.fixture(params=SDK_TRANSPORTS)
 async def adapter(
     request: pytest.FixtureRequest, proxy: HangUpProxy, upstream: UpstreamServer
 ) -> AsyncIterator[ProviderAdapter]:
-    kind, transport = request.param
-    connection = await UpstreamSecretBroker().resolve(f"upstream:127.0.0.1:{proxy.port}")
-    model = f"tail-{uuid.uuid4().hex[:8]}"
-    upstream.state.configure(model, chunk_delay=PACE)
-    built = kind(
-        model=model,
-        connection=connection,
-        timeouts=ProviderTimeouts(connect=2, read=10),
-        transport=transport,
-    )
-    async with built:
+    async with sdk_adapter(request.param, proxy.port, "tail") as built:
+        upstream.state.configure(built.model, chunk_delay=PACE)
         yield built
 
 
