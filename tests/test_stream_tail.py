@@ -70,8 +70,9 @@ async def test_a_tail_that_never_ends_costs_its_connection_not_the_answer(
     events = [event async for event in stream]
     answered = time.monotonic()
     assert isinstance(events[-1], Finish)
-    assert tails_being_read() >= 1  # the tail is still being read, off the answer's path
-    await eventually(lambda: tails_being_read() == 0)
+    # The tail is still being read, off the answer's path, on the answer's connection.
+    assert tails_being_read() >= 1 and proxy.open_connections() == 1
+    await eventually(lambda: proxy.open_connections() == 0)
     # It was read until its bound, not to its end a minute away; then its connection closed.
     assert time.monotonic() - answered >= TAIL_SECONDS - 0.1
     assert (await adapter.complete(HELLO)).text == "Echo: hello there"
@@ -116,3 +117,21 @@ async def test_gateway_calls_to_a_paced_provider_share_one_connection(
         # The gateway's three calls, streamed or not (it streams from the provider either
         # way), went on one connection of its own.
         assert proxy.connections - before == 1
+
+
+async def test_closing_the_adapter_ends_the_tails_it_is_reading(
+    adapter: ProviderAdapter, proxy: HangUpProxy, upstream: UpstreamServer
+) -> None:
+    # The API closes a pooled adapter when it refreshes its clients (or stops): a tail still
+    # being read then ends with it, not at its own bound.
+    upstream.inject(adapter.model, Fault(kind=FaultKind.MISSING_TERMINATOR, times=1))
+    upstream.inject(
+        adapter.model,
+        Fault(kind=FaultKind.KEEP_ALIVE, after_chunks=100, delay=60, interval=0.2, times=1),
+    )
+    events = [event async for event in adapter.stream(HELLO)]
+    assert isinstance(events[-1], Finish) and proxy.open_connections() == 1
+    closed = time.monotonic()
+    await adapter.aclose()
+    await eventually(lambda: proxy.open_connections() == 0)
+    assert time.monotonic() - closed < TAIL_SECONDS

@@ -58,6 +58,10 @@ class HangUpProxy:
         self._all_held.clear()
         return len(live)
 
+    def open_connections(self) -> int:
+        """Connections from clients still open: a client's close ends its connection here."""
+        return sum(not c.client.is_closing() for c in self._open)
+
     def hang_up_always(self) -> None:
         """Every request from now on, on any connection, new ones included, is hung up on."""
         self._always = True
