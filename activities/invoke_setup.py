@@ -127,6 +127,7 @@ def provider_timeouts(settings: Settings) -> ProviderTimeouts:
     return ProviderTimeouts(
         connect=settings.provider_connect_timeout_seconds,
         read=settings.provider_read_timeout_seconds,
+        keepalive=settings.provider_keepalive_seconds,
     )
 
 

@@ -32,7 +32,7 @@ from providers.errors import (
 from providers.secrets import Connection
 from providers.sse import sse_data
 from providers.stream_tail import read_tail_then_close
-from providers.transport import DEFAULT_TRANSPORT, HttpTransport, resending
+from providers.transport import DEFAULT_TRANSPORT, HttpTransport, keeping_idle, resending
 from providers.types import (
     KEEP_ALIVE,
     Accepted,
@@ -201,6 +201,7 @@ class AnthropicAdapter(ProviderAdapter):
         self._prompt_caching = prompt_caching
         self.timeouts, self.timeout_type = timeouts, anthropic.Timeout
         timeout = timeouts.as_timeout(anthropic.Timeout)
+        limits = keeping_idle(anthropic.DEFAULT_CONNECTION_LIMITS, timeouts.keepalive)
         self._client = anthropic.AsyncAnthropic(
             api_key=connection.api_key.get_secret_value(),
             base_url=connection.base_url or "https://api.anthropic.com",
@@ -208,9 +209,9 @@ class AnthropicAdapter(ProviderAdapter):
             max_retries=0,
             open_telemetry=_TELEMETRY,
             http_client=resending(
-                anthropic.DefaultAioHttpClient(timeout=timeout)
+                anthropic.DefaultAioHttpClient(timeout=timeout, limits=limits)
                 if transport == "aiohttp"
-                else anthropic.DefaultAsyncHttpxClient(timeout=timeout)
+                else anthropic.DefaultAsyncHttpxClient(timeout=timeout, limits=limits)
             ),
         )
 

@@ -39,7 +39,7 @@ from providers.openai_request import chat_body
 from providers.secrets import Connection
 from providers.sse import sse_data
 from providers.stream_tail import read_tail_then_close
-from providers.transport import DEFAULT_TRANSPORT, HttpTransport, resending
+from providers.transport import DEFAULT_TRANSPORT, HttpTransport, keeping_idle, resending
 from providers.types import (
     KEEP_ALIVE,
     Accepted,
@@ -131,15 +131,16 @@ class OpenAIAdapter(ProviderAdapter):
         )
         self.timeouts, self.timeout_type = timeouts, openai.Timeout
         timeout = timeouts.as_timeout(openai.Timeout)
+        limits = keeping_idle(openai.DEFAULT_CONNECTION_LIMITS, timeouts.keepalive)
         self._client = openai.AsyncOpenAI(
             api_key=connection.api_key.get_secret_value(),
             base_url=api_base_url(connection.base_url),
             timeout=timeout,
             max_retries=0,
             http_client=resending(
-                openai.DefaultAioHttpClient(timeout=timeout)
+                openai.DefaultAioHttpClient(timeout=timeout, limits=limits)
                 if transport == "aiohttp"
-                else openai.DefaultAsyncHttpxClient(timeout=timeout)
+                else openai.DefaultAsyncHttpxClient(timeout=timeout, limits=limits)
             ),
         )
 

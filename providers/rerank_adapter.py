@@ -96,6 +96,12 @@ class RerankAdapter(ProviderAdapter):
         self._client = resending(
             httpx.AsyncClient(
                 timeout=timeouts.as_timeout(httpx.Timeout),
+                # httpx's own limits, with idle connections kept as the SDK adapters keep theirs.
+                limits=httpx.Limits(
+                    max_connections=100,
+                    max_keepalive_connections=20,
+                    keepalive_expiry=timeouts.keepalive,
+                ),
                 headers={"authorization": f"Bearer {connection.api_key.get_secret_value()}"},
                 follow_redirects=False,
             )

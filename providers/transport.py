@@ -9,10 +9,12 @@ about 50% less at 16, and 21-28% less per embedding call (bench/bench_provider_t
 providers/stream_tail.py; docs/benchmarks.md). httpx2 stays selectable per adapter, for that
 benchmark and the tests that hold both transports to the same error kinds.
 
-Both clients are built with the SDK's own defaults: at most 1000 connections, idle ones kept
-5 s. aiohttp has no separate cap on idle connections (httpx2 keeps 100) and no write timeout
-(requests are small; the connect, pool and read bounds apply as before). Its session is
-opened on the first request and closed with the SDK client (`ProviderAdapter.aclose`).
+Both clients are built with the SDK's own defaults, at most 1000 connections, but for how long
+an idle one is kept: `provider_keepalive_seconds` (120 s) instead of 5 s (`keeping_idle`;
+core/settings.py says why). aiohttp has no separate cap on idle connections (httpx2 keeps
+100) and no write timeout (requests are small; the connect, pool and read bounds apply as
+before). Its session is opened on the first request and closed with the SDK client
+(`ProviderAdapter.aclose`).
 
 A connection kept alive is the provider's to close once it has sat idle for its own timeout
 (5 s for uvicorn, and so for vLLM and this project's simulator; 5 s for Node). A request sent
@@ -128,6 +130,17 @@ class ResendOnHangUpHttpx(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+def keeping_idle(limits: httpx2.Limits, seconds: float) -> httpx2.Limits:
+    """The SDK's `limits` with idle connections kept `seconds` instead of their 5 s
+    (core/settings.py: `provider_keepalive_seconds`). Under aiohttp this is the connector's
+    `keepalive_timeout`."""
+    return httpx2.Limits(
+        max_connections=limits.max_connections,
+        max_keepalive_connections=limits.max_keepalive_connections,
+        keepalive_expiry=seconds,
+    )
 
 
 Client = TypeVar("Client", httpx.AsyncClient, httpx2.AsyncClient)

@@ -288,12 +288,15 @@ class CallLimits(_Model):
 
 class ProviderTimeouts(_Model):
     """Per-phase HTTP timeouts in seconds. `read` bounds every wait for bytes, so it is also
-    the longest silence tolerated mid-stream (first token included)."""
+    the longest silence tolerated mid-stream (first token included). `keepalive`: how long a
+    connection left idle is kept for the next call (`Settings.provider_keepalive_seconds`,
+    whose default this is, and the reason for it)."""
 
     connect: float = Field(gt=0)
     read: float = Field(gt=0)
     write: float = Field(default=10.0, gt=0)
     pool: float = Field(default=5.0, gt=0)
+    keepalive: float = Field(default=120.0, gt=0)
 
     def as_timeout(self, build: Callable[..., T]) -> T:
         """These as an httpx-style Timeout of the given class (each SDK brings its own)."""

@@ -28,12 +28,14 @@ TIMEOUTS = ProviderTimeouts(connect=2, read=10)
 
 
 @asynccontextmanager
-async def sdk_adapter(param: Any, port: int, model_prefix: str) -> AsyncIterator[ProviderAdapter]:
+async def sdk_adapter(
+    param: Any, port: int, model_prefix: str, timeouts: ProviderTimeouts = TIMEOUTS
+) -> AsyncIterator[ProviderAdapter]:
     """The adapter a `SDK_TRANSPORTS` parameter names, to the simulator (or a proxy in front of
     it) on 127.0.0.1:`port`, for a model of its own."""
     kind, transport = param
     connection = await UpstreamSecretBroker().resolve(f"upstream:127.0.0.1:{port}")
     model = f"{model_prefix}-{uuid.uuid4().hex[:8]}"
-    built = kind(model=model, connection=connection, timeouts=TIMEOUTS, transport=transport)
+    built = kind(model=model, connection=connection, timeouts=timeouts, transport=transport)
     async with built:
         yield built
