@@ -44,6 +44,14 @@ async def adapter(
         yield built
 
 
+def _a_tail_that_never_ends(upstream: UpstreamServer, model: str) -> None:
+    """The next answer is whole, then nothing but keep-alives for a minute, the stream open."""
+    upstream.inject(model, Fault(kind=FaultKind.MISSING_TERMINATOR, times=1))
+    upstream.inject(
+        model, Fault(kind=FaultKind.KEEP_ALIVE, after_chunks=100, delay=60, interval=0.2, times=1)
+    )
+
+
 async def test_a_paced_stream_leaves_its_connection_in_the_pool(
     adapter: ProviderAdapter, proxy: HangUpProxy, upstream: UpstreamServer
 ) -> None:
@@ -60,12 +68,7 @@ async def test_a_paced_stream_leaves_its_connection_in_the_pool(
 async def test_a_tail_that_never_ends_costs_its_connection_not_the_answer(
     adapter: ProviderAdapter, proxy: HangUpProxy, upstream: UpstreamServer
 ) -> None:
-    # The answer is whole, then nothing but keep-alives for a minute, the stream kept open.
-    upstream.inject(adapter.model, Fault(kind=FaultKind.MISSING_TERMINATOR, times=1))
-    upstream.inject(
-        adapter.model,
-        Fault(kind=FaultKind.KEEP_ALIVE, after_chunks=100, delay=60, interval=0.2, times=1),
-    )
+    _a_tail_that_never_ends(upstream, adapter.model)
     stream = adapter.stream(HELLO)
     events = [event async for event in stream]
     answered = time.monotonic()
@@ -124,11 +127,7 @@ async def test_closing_the_adapter_ends_the_tails_it_is_reading(
 ) -> None:
     # The API closes a pooled adapter when it refreshes its clients (or stops): a tail still
     # being read then ends with it, not at its own bound.
-    upstream.inject(adapter.model, Fault(kind=FaultKind.MISSING_TERMINATOR, times=1))
-    upstream.inject(
-        adapter.model,
-        Fault(kind=FaultKind.KEEP_ALIVE, after_chunks=100, delay=60, interval=0.2, times=1),
-    )
+    _a_tail_that_never_ends(upstream, adapter.model)
     events = [event async for event in adapter.stream(HELLO)]
     assert isinstance(events[-1], Finish) and proxy.open_connections() == 1
     closed = time.monotonic()
