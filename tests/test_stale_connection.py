@@ -30,7 +30,7 @@ from providers.types import ChatRequest, Message, ProviderTimeouts, collect_stre
 from providers.upstream import UpstreamServer
 from store.tables import InvocationReceiptRow
 from tests.conftest import TokenFactory
-from tests.helpers.catalog import approved_deployment, profile_event, publish
+from tests.helpers.catalog import approved_profile
 from tests.helpers.hang_up_proxy import HangUpProxy
 from tests.helpers.sdk_adapters import SDK_TRANSPORTS, sdk_adapter
 
@@ -101,16 +101,11 @@ async def test_a_burst_on_connections_closed_under_it_is_answered_in_full(
     # from a healthy provider.
     auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
     async with HangUpProxy(upstream.host, upstream.port) as proxy:
-        await approved_deployment(
-            http,
-            auth,
-            temporal_client,
-            tenant,
-            "sc/a",
-            model=f"stale-{uuid.uuid4().hex[:8]}",
-            endpointRef=f"upstream:127.0.0.1:{proxy.port}",
-        )
-        assert (await publish(http, auth, profile_event("sc-solo", ["sc/a"]))).status_code == 200
+        behind = {
+            "model": f"stale-{uuid.uuid4().hex[:8]}",
+            "endpointRef": f"upstream:127.0.0.1:{proxy.port}",
+        }
+        await approved_profile(http, auth, temporal_client, tenant, "sc-solo", {"sc/a": behind})
 
         async def burst() -> list[httpx.Response]:
             return await asyncio.gather(

@@ -18,7 +18,7 @@ from providers.types import ChatRequest, Finish, Message, collect_stream
 from providers.upstream import UpstreamServer
 from providers.upstream.faults import Fault, FaultKind
 from tests.conftest import TokenFactory
-from tests.helpers.catalog import approved_deployment, profile_event, publish
+from tests.helpers.catalog import approved_profile
 from tests.helpers.deadline import eventually
 from tests.helpers.hang_up_proxy import HangUpProxy
 from tests.helpers.sdk_adapters import SDK_TRANSPORTS, sdk_adapter
@@ -93,16 +93,8 @@ async def test_gateway_calls_to_a_paced_provider_share_one_connection(
     model = f"tail-{uuid.uuid4().hex[:8]}"
     upstream.state.configure(model, chunk_delay=PACE)
     async with HangUpProxy(upstream.host, upstream.port) as proxy:
-        await approved_deployment(
-            http,
-            auth,
-            temporal_client,
-            tenant,
-            "st/a",
-            model=model,
-            endpointRef=f"upstream:127.0.0.1:{proxy.port}",
-        )
-        assert (await publish(http, auth, profile_event("st-solo", ["st/a"]))).status_code == 200
+        behind = {"model": model, "endpointRef": f"upstream:127.0.0.1:{proxy.port}"}
+        await approved_profile(http, auth, temporal_client, tenant, "st-solo", {"st/a": behind})
         # Approving may have asked the provider (the evaluation, on the worker's own clients).
         before = proxy.connections
         for stream in (True, False, True):
