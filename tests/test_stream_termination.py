@@ -67,7 +67,8 @@ async def test_held_open_stream_after_the_answer_finishes_promptly(
         started = time.monotonic()
         events = [e async for e in adapter.stream(HELLO)]
         elapsed = time.monotonic() - started
-    assert elapsed < 5, f"held for {elapsed:.1f}s"
+    # Ended at the answer's last event, never by the read timeout: the next slower bound.
+    assert elapsed < timeouts.read, f"held for {elapsed:.1f}s"
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "Echo: hello there"
     assert any(isinstance(e, UsageEvent) for e in events)
     assert isinstance(events[-1], Finish)
