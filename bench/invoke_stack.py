@@ -95,9 +95,15 @@ class Stack:
         return self.postgres.start()
 
     # -- Temporal, upstream, worker, API, LiteLLM -----------------------------------------
-    def start_temporal(self) -> Child:
-        self.temporal_port, self.temporal_metrics_port = free_port(), free_port()
-        return self._dev_server("temporal", self.temporal_port, self.temporal_metrics_port)
+    def start_temporal(self, db_file: Path | None = None) -> Child:
+        """The stack's dev server: its store in memory, or in `db_file` so that it outlives a
+        restart (as `make dev`'s and a real cluster's does). Started again after `retire`, it
+        listens on the same ports."""
+        if not self.temporal_port:
+            self.temporal_port, self.temporal_metrics_port = free_port(), free_port()
+        return self._dev_server(
+            "temporal", self.temporal_port, self.temporal_metrics_port, db_file=db_file
+        )
 
     def start_spare_temporal(self) -> tuple[Child, int]:
         """A second, fresh dev server (`temporal-spare`), for a measurement that must neither
@@ -105,7 +111,10 @@ class Stack:
         port = free_port()
         return self._dev_server("temporal-spare", port, free_port()), port
 
-    def _dev_server(self, name: str, port: int, metrics_port: int) -> Child:
+    def _dev_server(
+        self, name: str, port: int, metrics_port: int, db_file: Path | None = None
+    ) -> Child:
+        store = ["--db-filename", str(db_file)] if db_file is not None else []
         child = self.spawn(
             name,
             [
@@ -123,6 +132,7 @@ class Stack:
                 str(metrics_port),
                 "--log-level",
                 "error",
+                *store,
                 *dynamic_config_args(),
             ],
         )
@@ -180,9 +190,12 @@ class Stack:
         child, self.api_port = self.spawn_api("api", env)
         return child
 
-    def spawn_api(self, name: str, env: dict[str, str], cwd: Path = ROOT) -> tuple[Child, int]:
-        """One API process from the checkout at `cwd`, ready (/readyz); it and its port."""
-        port = free_port()
+    def spawn_api(
+        self, name: str, env: dict[str, str], cwd: Path = ROOT, port: int = 0
+    ) -> tuple[Child, int]:
+        """One API process from the checkout at `cwd`, ready (/readyz); it and its port (`port`,
+        or a free one)."""
+        port = port or free_port()
         argv = [sys.executable, "-m", "uvicorn", "--factory", "api.app:create_app"]
         argv += ["--host", "127.0.0.1", "--port", str(port), "--no-access-log"]
         child = self.spawn(name, [*argv, "--log-level", "warning"], env, cwd=cwd)
@@ -244,6 +257,22 @@ class Stack:
         url = f"http://127.0.0.1:{self.litellm_port}/health/liveliness"
         self.wait_until(lambda: http_ok(url), "LiteLLM proxy", child, 120)
         return child
+
+    def retire(self, name: str, kill: bool = False) -> None:
+        """Stop `name` (SIGKILL when `kill`: a crash, no shutdown of its own) and take it off
+        the stack, its log kept as `<name>.<n>.log`, so that the same name can be started
+        again (a restart) and its readiness read from a fresh log."""
+        child = self.child(name)
+        assert child is not None, name
+        if kill:
+            with contextlib.suppress(ProcessLookupError):
+                child.proc.kill()
+            child.proc.wait(timeout=10)
+        else:
+            self.stop_child(child)
+        self.children.remove(child)
+        n = len(list(self.work.glob(f"{name}.*.log"))) + 1
+        child.log.rename(self.work / f"{name}.{n}.log")
 
     def child(self, name: str) -> Child | None:
         return next((c for c in self.children if c.name == name), None)
