@@ -1,8 +1,10 @@
-"""The receipt sweeper's activity: close receipts still open past the invocation budget whose
-InvokeModel workflow is no longer running (it failed, was terminated, or never started because
-the claim's reply was lost). Failed, usage Unknown, close reason `swept`, counted in
-`receipts_swept`. A receipt whose workflow still runs is left to it: the workflow retries its
-close until the store answers, and its summary is what the caller was told."""
+"""The receipt sweeper's activity: close receipts still open whose InvokeModel workflow is not
+running — past the invocation budget when it ran and ended (it failed, was terminated), and
+sooner, past the start's bound (`domain.sweep`), when it was never started because its API
+process died between the claim and Temporal's acceptance of the start. Failed, usage Unknown,
+close reason `swept`, counted in `receipts_swept`. A receipt whose workflow still runs is left
+to it: the workflow retries its close until the store answers, and its summary is what the
+caller was told."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from core import metrics
 from domain.invocation import invoke_workflow_id
-from domain.sweep import SweepInput, SweepReport
+from domain.sweep import SweepInput, SweepReport, Workflow, to_sweep
 from store import receipts
 from store.receipt_statements import ReceiptStatements
 
@@ -27,26 +29,32 @@ class SweeperActivities:
 
     @activity.defn(name="sweep_open_receipts")
     async def sweep(self, data: SweepInput) -> SweepReport:
-        cutoff = datetime.now(UTC) - timedelta(seconds=data.open_longer_than_seconds)
+        now = datetime.now(UTC)
+        cutoff = now - timedelta(seconds=data.shortest)
         async with self._sessions() as session:
             found = await receipts.open_before(session, cutoff, data.batch)
         report = SweepReport(found=len(found))
-        for tenant_id, invocation_id in found:
+        for tenant_id, invocation_id, started_at in found:
             activity.heartbeat()
-            if await self._running(tenant_id, str(invocation_id)):
+            workflow = await self._workflow(tenant_id, str(invocation_id))
+            if workflow is Workflow.RUNNING:
                 report.left_to_workflow += 1
+                continue
+            if not to_sweep(workflow, (now - started_at).total_seconds(), data):
                 continue
             if await self._statements.sweep(tenant_id, invocation_id):
                 report.closed += 1
                 metrics.receipts_swept.add(1, {"tenant": tenant_id})
         return report
 
-    async def _running(self, tenant_id: str, invocation_id: str) -> bool:
+    async def _workflow(self, tenant_id: str, invocation_id: str) -> Workflow:
         handle = self._client.get_workflow_handle(invoke_workflow_id(tenant_id, invocation_id))
         try:
             described = await handle.describe()
         except RPCError as exc:
             if exc.status is RPCStatusCode.NOT_FOUND:
-                return False
+                return Workflow.NEVER_STARTED
             raise
-        return described.status is WorkflowExecutionStatus.RUNNING
+        if described.status is WorkflowExecutionStatus.RUNNING:
+            return Workflow.RUNNING
+        return Workflow.ENDED

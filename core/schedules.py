@@ -46,7 +46,7 @@ from temporalio.client import (
 from core.settings import Settings
 from domain.health import HealthProbeInput
 from domain.statements import ReconcilerInput
-from domain.sweep import SweepInput
+from domain.sweep import UNSTARTED_MARGIN_SECONDS, SweepInput
 
 HEALTH_PROBE = "deployment-health-probe"
 RECONCILER = "receipt-reconciler"
@@ -102,7 +102,10 @@ def reconciler_input(settings: Settings) -> ReconcilerInput:
 def sweep_input(settings: Settings) -> SweepInput:
     # The invocation's budget plus the workflow's own margin over it (workflows/invoke.py).
     budget = settings.default_timeout_seconds + 10
-    return SweepInput(open_longer_than_seconds=budget + settings.receipt_sweeper_grace_seconds)
+    return SweepInput(
+        open_longer_than_seconds=budget + settings.receipt_sweeper_grace_seconds,
+        unstarted_longer_than_seconds=settings.invoke_start_wait_seconds + UNSTARTED_MARGIN_SECONDS,
+    )
 
 
 def _desired(

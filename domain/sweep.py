@@ -2,14 +2,53 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from pydantic import BaseModel, Field
+
+# Past the start's own bound (`invoke_start_wait_seconds`), how much longer a receipt whose
+# workflow does not exist is left before it counts as abandoned. It covers the one late close a
+# call begun alongside a failed start still tries (activities/invoke_close.py), an event loop
+# stalled under load, and the clock of the API host that stamped the claim against the worker's.
+UNSTARTED_MARGIN_SECONDS = 25.0
 
 
 class SweepInput(BaseModel):
     # A receipt open this long is past every budget its invocation had (the call's own budget,
     # the workflow's margin, a close retried through a short outage).
     open_longer_than_seconds: float = Field(gt=0)
+    # A receipt open this long whose InvokeModel workflow was never started: its API process
+    # died between the claim and Temporal's acceptance of the start (the provider call begins
+    # alongside the start). Nothing else will ever close it, so it need not wait out the
+    # budget. None: the same as `open_longer_than_seconds` (inputs of schedules made before).
+    unstarted_longer_than_seconds: float | None = Field(default=None, gt=0)
     batch: int = Field(default=500, ge=1, le=10_000)
+
+    @property
+    def shortest(self) -> float:
+        """The youngest a receipt may be and still be swept."""
+        unstarted = self.unstarted_longer_than_seconds or self.open_longer_than_seconds
+        return min(self.open_longer_than_seconds, unstarted)
+
+
+class Workflow(StrEnum):
+    """What Temporal says of a receipt's InvokeModel workflow."""
+
+    RUNNING = "running"  # it will close the receipt itself
+    ENDED = "ended"  # it failed, timed out or was terminated without closing it
+    NEVER_STARTED = "never started"
+
+
+def to_sweep(workflow: Workflow, open_for_seconds: float, data: SweepInput) -> bool:
+    """Whether the sweeper closes a receipt open this long: never while its workflow runs; one
+    whose workflow was never started once past `unstarted_longer_than_seconds`; any other past
+    the whole budget."""
+    if workflow is Workflow.RUNNING:
+        return False
+    limit = data.open_longer_than_seconds
+    if workflow is Workflow.NEVER_STARTED and data.unstarted_longer_than_seconds is not None:
+        limit = min(limit, data.unstarted_longer_than_seconds)
+    return open_for_seconds >= limit
 
 
 class SweepReport(BaseModel):

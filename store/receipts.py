@@ -22,16 +22,21 @@ def summary_of(row: InvocationReceiptRow) -> InvocationSummary:
 
 async def open_before(
     session: AsyncSession, started_before: datetime, limit: int
-) -> list[tuple[str, uuid.UUID]]:
-    """(tenant, invocation) of receipts still open that started before `started_before`."""
+) -> list[tuple[str, uuid.UUID, datetime]]:
+    """(tenant, invocation, started at) of receipts still open that started before
+    `started_before`, the oldest first."""
     stmt = (
-        select(InvocationReceiptRow.tenant_id, InvocationReceiptRow.invocation_id)
+        select(
+            InvocationReceiptRow.tenant_id,
+            InvocationReceiptRow.invocation_id,
+            InvocationReceiptRow.started_at,
+        )
         .where(col(InvocationReceiptRow.ended_at).is_(None))
         .where(col(InvocationReceiptRow.started_at) < started_before)
         .order_by(col(InvocationReceiptRow.started_at))
         .limit(limit)
     )
-    return [(t, i) for t, i in (await session.execute(stmt)).all()]
+    return [(t, i, at) for t, i, at in (await session.execute(stmt)).all()]
 
 
 async def by_key(

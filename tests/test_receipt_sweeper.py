@@ -1,7 +1,9 @@
 """The receipt sweeper on the real worker and store: a receipt left open past the invocation
 budget with no workflow to close it is closed Failed, usage Unknown, reason `swept`, counted in
 `receipts_swept`; a receipt still within its budget, or one
-whose InvokeModel workflow still runs, is left alone. Its schedule is created with the others."""
+whose InvokeModel workflow still runs, is left alone. One whose workflow was never started (its
+API process died between the claim and the start) is closed sooner, past the start's bound.
+Its schedule is created with the others."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from core import metrics
 from core.schedules import SWEEPER, desired_schedules, schedule_id, sweep_input
 from core.settings import Settings
 from domain.invocation import InvocationInput, Target
-from domain.sweep import SweepInput
+from domain.sweep import UNSTARTED_MARGIN_SECONDS, SweepInput, Workflow, to_sweep
 from store import receipts
 from store.db import transaction
 from store.receipt_statements import ReceiptStatements
@@ -106,3 +108,56 @@ def test_the_sweeper_is_scheduled_every_minute_past_the_invocation_budget(
     assert sweeper.schedule.spec.cron_expressions == ["* * * * *"]
     budget = settings.default_timeout_seconds + 10 + settings.receipt_sweeper_grace_seconds
     assert sweep_input(settings).open_longer_than_seconds == budget
+
+
+async def test_a_receipt_whose_workflow_never_started_is_swept_without_waiting_out_the_budget(
+    settings: Settings,
+    temporal_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    tenant: str,
+    worker: None,
+) -> None:
+    # Ages between the two bounds (hours, so that no other test's receipt is this old): past
+    # the never-started bound, within the budget's.
+    never = await _open_receipt(sessions, tenant, "never", timedelta(hours=1))
+    young = await _open_receipt(sessions, tenant, "young", timedelta(minutes=10))
+    ended = await _open_receipt(sessions, tenant, "ended", timedelta(hours=1))
+    # `ended`'s workflow ran and was terminated: something may yet close its receipt (the
+    # call it owned), so it waits out the whole budget.
+    handle = await temporal_client.start_workflow(
+        "InvokeModel",
+        ended,
+        id=f"invoke/{tenant}/{ended.invocation_id}",
+        task_queue=f"unpolled-{uuid.uuid4().hex[:8]}",
+    )
+    await handle.terminate()
+    await temporal_client.execute_workflow(
+        ReceiptSweeperWorkflow.run,
+        SweepInput(open_longer_than_seconds=7200, unstarted_longer_than_seconds=1800),
+        id=f"sweep-test-{uuid.uuid4().hex[:8]}",
+        task_queue=settings.temporal_task_queue,
+    )
+    swept = await _row(sessions, tenant, "never")
+    assert swept.invocation_id == never.invocation_id
+    assert (swept.outcome, swept.close_reason) == ("Failed", "swept")
+    assert (await _row(sessions, tenant, "young")).ended_at is None, young
+    assert (await _row(sessions, tenant, "ended")).ended_at is None
+
+
+def test_the_sweeper_rule_by_what_became_of_the_workflow() -> None:
+    data = SweepInput(open_longer_than_seconds=250, unstarted_longer_than_seconds=30)
+    assert data.shortest == 30
+    assert not to_sweep(Workflow.RUNNING, 10_000, data)
+    assert not to_sweep(Workflow.NEVER_STARTED, 29, data)
+    assert to_sweep(Workflow.NEVER_STARTED, 30, data)
+    assert not to_sweep(Workflow.ENDED, 249, data)
+    assert to_sweep(Workflow.ENDED, 250, data)
+    # A schedule made before the never-started bound existed keeps the budget for every case.
+    before = SweepInput(open_longer_than_seconds=250)
+    assert before.shortest == 250 and not to_sweep(Workflow.NEVER_STARTED, 249, before)
+
+
+def test_the_never_started_bound_is_the_start_wait_and_its_margin(settings: Settings) -> None:
+    bound = settings.invoke_start_wait_seconds + UNSTARTED_MARGIN_SECONDS
+    assert sweep_input(settings).unstarted_longer_than_seconds == bound
+    assert bound < sweep_input(settings).open_longer_than_seconds
