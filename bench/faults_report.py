@@ -142,9 +142,10 @@ def section(run: FaultRun) -> str:
         "key is new to the retry. A call cut by the API's death keeps its receipt: closed by "
         "its InvokeModel workflow on the worker when Temporal had accepted its start, or, when "
         "the process died between the claim and that acceptance (the provider call begins "
-        "alongside the start), by the receipt sweeper once the receipt is open past the "
-        "invocation budget and the sweeper's grace (production settings here: 120 s and 120 s, "
-        "a sweep every minute): Failed, usage Unknown, close reason `swept`. A retry of such a "
+        "alongside the start), by the receipt sweeper: no workflow will ever close it, so it "
+        "is swept once open past the start's bound and a margin (production settings here: "
+        "5 s + 25 s, a sweep every minute; `domain/sweep.py`): Failed, usage Unknown, close "
+        "reason `swept`. A retry of such a "
         "key replays that close (a 409 `swept`, or its error event in a stream): the provider "
         f"may have billed it. Swept here: {run.after_retries.by_reason.get('swept', 0)}.",
         "",

@@ -47,7 +47,8 @@ CHUNK_DELAY = 0.005
 # the store refused at most 10 s apart, and a call on the killed API is closed by its workflow
 # on the worker. A call claimed on the killed API whose start Temporal had not yet accepted has
 # no workflow: the receipt sweeper closes it, on its production settings (every minute, open
-# past the 120 s budget and 120 s of grace), so at most about 300 s after its claim.
+# past the start's 5 s bound and a 25 s margin), so about 30-90 s after its claim; any other
+# receipt a workflow left open waits out the budget and the grace (250 s), hence this bound.
 CLOSE_WAIT_SECONDS = 360.0
 
 
