@@ -59,14 +59,16 @@ def _fault_rows(run: FaultRun) -> list[str]:
 
 
 def _receipt_rows(label: str, r: Receipts) -> list[str]:
-    closed = "not within the bound" if r.closed_after is None else f"{r.closed_after:.1f} s"
+    closed = "over the bound" if r.closed_after is None else f"{r.closed_after:.1f} s"
     outcomes = ", ".join(f"{k} {n:,}" for k, n in sorted(r.by_outcome.items()))
     reasons = ", ".join(f"{k} {n:,}" for k, n in sorted(r.by_reason.items()))
+    longest = ", ".join(f"{k} {s:.1f}" for k, s in sorted(r.longest_open.items()))
     return [
         f"| receipts {label}: total / closed / open | {r.total:,} / {r.closed:,} / "
-        f"{r.total - r.closed:,} (all closed after {closed}) |",
+        f"{r.total - r.closed:,} (the last closed {closed} after the load) |",
         f"| …by outcome | {outcomes} |",
         f"| …by close reason | {reasons} |",
+        f"| …the longest one stayed open, claim to close, by close reason (s) | {longest} |",
     ]
 
 

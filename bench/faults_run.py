@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
-from sqlalchemy import func, select
+from sqlalchemy import extract, func, select
 from sqlmodel import col
 from temporalio.client import Client
 from temporalio.service import RPCError
@@ -67,6 +67,8 @@ class Receipts:
     by_outcome: dict[str, int] = field(default_factory=dict)  # "Completed / Reported" -> n
     by_reason: dict[str, int] = field(default_factory=dict)  # close reason -> n
     closed_after: float | None = None  # seconds after the load until the last one closed
+    # close reason -> the longest any receipt closed so stayed open, claim to close (s)
+    longest_open: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -195,6 +197,18 @@ async def _receipts(database_url: str, into: Receipts) -> None:
             if time.monotonic() - waited > CLOSE_WAIT_SECONDS:
                 break
             await asyncio.sleep(0.5)  # a poll interval while the last workflows close
+        async with sessions() as session:
+            spans = (
+                await session.execute(
+                    select(
+                        col(receipt.close_reason),
+                        func.max(extract("epoch", col(receipt.ended_at) - col(receipt.started_at))),
+                    )
+                    .where(mine & ended)
+                    .group_by(col(receipt.close_reason))
+                )
+            ).all()
+        into.longest_open = {reason or "—": float(span) for reason, span in spans}
     finally:
         await engine.dispose()
     into.by_outcome, into.by_reason = {}, {}
