@@ -71,6 +71,9 @@ log = logging.getLogger("model_router.api")
 QUIET_SECONDS = 2.0
 # How long a call begun here stays in the hub for its activity after the caller left.
 ADOPT_GRACE_SECONDS = 30.0
+# When a retry of a key whose receipt is still open is told to come back: it already waited
+# for the workflow and 5 s for the receipt, so a short delay, as for a store outage.
+NOT_FINISHED_RETRY_AFTER_SECONDS = 2
 
 
 @dataclass
@@ -345,7 +348,15 @@ class Invocations:
             if row is not None and row.ended_at is not None:
                 return row
             await asyncio.sleep(0.05)
-        raise Problem(503, "The invocation with this key has not finished; retry shortly.")
+        # Still open: its call under way elsewhere, or its process gone and the receipt left to
+        # the sweeper (docs/runbook.md). Either way it will close; the caller is told when to
+        # ask again rather than held.
+        raise Problem(
+            503,
+            "The invocation with this key has not finished; retry after the indicated delay.",
+            type_="https://model-router.dev/problems/invocation-in-progress",
+            headers={"Retry-After": str(NOT_FINISHED_RETRY_AFTER_SECONDS)},
+        )
 
 
 async def _refused(summary: InvocationSummary) -> AsyncIterator[InvocationEvent]:

@@ -412,7 +412,10 @@ async def test_a_call_whose_close_stays_refused_keeps_its_claim_and_is_never_cal
     await _outage_over(stack, sdk, upstream, before)
     with pytest.raises(openai.APIStatusError) as again:
         await _retried(sdk, key)
-    assert again.value.status_code == 503  # not finished: the sweeper has yet to close it
+    # Not finished: the sweeper has yet to close it. The caller is told when to ask again.
+    assert again.value.status_code == 503
+    assert again.value.response.headers["retry-after"] == "2"
+    assert again.value.response.json()["type"].endswith("/invocation-in-progress")
     assert upstream.requests(MODEL) == before + 1
     await sdk.close()
 
