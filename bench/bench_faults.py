@@ -1,6 +1,7 @@
 """Faults under load: the invoke path at c=16 while PostgreSQL and Temporal are stopped and
-started again, the API and the worker are killed and started again, and the provider clients
-are refreshed — what each caller got, every receipt closed, no key called twice.
+started again, then frozen, the API and the worker are killed and started again, and the
+provider clients are refreshed — what each caller got, every receipt closed, no key called
+twice.
 
 Run: .venv/bin/python bench/bench_faults.py [--seconds 240] [--concurrency 16]
      [--adapter-ttl 50] [--quick]

@@ -1,7 +1,8 @@
 """One fault run: the whole stack up (PostgreSQL, a Temporal dev server whose store is a file,
 the upstream, the worker, the API), `concurrency` callers for `seconds`, and on a fixed timeline
-the ordinary faults of a deployment: PostgreSQL stopped and started again, the Temporal server
-stopped and started again, the API process killed and started again (as its supervisor would),
+the ordinary faults of a deployment: PostgreSQL stopped and started again, then frozen (its
+processes stopped with SIGSTOP: connections open, nothing answered), the Temporal server the
+same two ways, the API process killed and started again (as its supervisor would),
 the standalone worker killed and started again, and the API's provider clients refreshed every
 `adapter_ttl` seconds throughout. Every call is kept with its outcome (`bench/fault_calls.py`).
 
@@ -12,7 +13,9 @@ upstream's own count of calls: no receipt left open, no key called twice."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -86,21 +89,52 @@ class FaultRun:
     load: tuple[float, float] = (0.0, 0.0)
 
 
+FAULTS = (
+    "PostgreSQL stopped",
+    "PostgreSQL frozen",
+    "Temporal stopped",
+    "Temporal frozen",
+    "API killed",
+    "worker killed",
+)
+
+
 def timeline(seconds: float) -> list[Fault]:
-    """The four faults spread evenly over the load, the first a fifth of the way in."""
-    names = ("PostgreSQL stopped", "Temporal stopped", "API killed", "worker killed")
-    step = seconds / (len(names) + 1)
-    return [Fault(name, step * (n + 0.6)) for n, name in enumerate(names)]
+    """The faults spread evenly over the load, each `seconds / (n + 1)` after the last."""
+    step = seconds / (len(FAULTS) + 1)
+    return [Fault(name, step * (n + 0.6)) for n, name in enumerate(FAULTS)]
+
+
+def _frozen(pids: Callable[[], list[int]]) -> None:
+    """Stop the processes (SIGSTOP) for the outage, then let them go on: a server that holds
+    its connections open and answers nothing — a VM paused, a network partition, a long GC —
+    which only the gateway's own bounds can end, no refused connection telling it so."""
+    stopped = pids()
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(OUTAGE_SECONDS)
+    finally:
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
 
 def _actions(stack: Stack, env: dict[str, str], temporal_db: Path) -> dict[str, Callable[[], None]]:
-    def postgres() -> None:
-        assert stack.postgres is not None
-        stack.postgres.stop("fast")  # every session cut, as a restart or a failover does
-        time.sleep(OUTAGE_SECONDS)  # the outage's length, in a thread of its own
-        stack.postgres.restart()
+    assert stack.postgres is not None
+    postgres = stack.postgres
 
-    def temporal() -> None:
+    def postgres_stopped() -> None:
+        postgres.stop("fast")  # every session cut, as a restart or a failover does
+        time.sleep(OUTAGE_SECONDS)  # the outage's length, in a thread of its own
+        postgres.restart()
+
+    def temporal_pids() -> list[int]:
+        child = stack.child("temporal")
+        assert child is not None
+        return [child.pid]
+
+    def temporal_stopped() -> None:
         stack.retire("temporal")
         time.sleep(OUTAGE_SECONDS)
         stack.start_temporal(temporal_db)
@@ -113,12 +147,16 @@ def _actions(stack: Stack, env: dict[str, str], temporal_db: Path) -> dict[str, 
         stack.retire("worker", kill=True)
         stack.start_worker(env)
 
-    return {
-        "PostgreSQL stopped": postgres,
-        "Temporal stopped": temporal,
+    actions = {
+        "PostgreSQL stopped": postgres_stopped,
+        "PostgreSQL frozen": lambda: _frozen(postgres.pids),
+        "Temporal stopped": temporal_stopped,
+        "Temporal frozen": lambda: _frozen(temporal_pids),
         "API killed": api,
         "worker killed": worker,
     }
+    assert tuple(actions) == FAULTS
+    return actions
 
 
 async def _inject(run: FaultRun, actions: dict[str, Callable[[], None]], t0: float) -> None:
