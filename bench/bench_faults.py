@@ -8,7 +8,7 @@ Run: .venv/bin/python bench/bench_faults.py [--seconds 240] [--concurrency 16]
 
 It brings up its own stack as bench/bench_invoke.py does (throwaway PostgreSQL, a Temporal dev
 server whose store is a file, upstream simulator, worker, API) and writes its own section of
-docs/benchmarks.md (`--quick`: 100 s, no doc update). Exit status 1 when a target is missed.
+docs/benchmarks.md (`--quick`: 150 s, no doc update). Exit status 1 when a target is missed.
 Work: bench/faults_run.py (the run), bench/fault_calls.py (one call and its outcome) and
 bench/faults_report.py (the section).
 """
@@ -37,9 +37,9 @@ def main() -> None:
         default=50.0,
         help="seconds between provider-client refreshes in the API (its default is 300)",
     )
-    parser.add_argument("--quick", action="store_true", help="100 s, no doc update")
+    parser.add_argument("--quick", action="store_true", help="150 s, no doc update")
     args = parser.parse_args()
-    seconds = 100.0 if args.quick else args.seconds
+    seconds = 150.0 if args.quick else args.seconds
     ttl = 20.0 if args.quick else args.adapter_ttl
     result = run(seconds, args.concurrency, ttl)
     text = section(result)

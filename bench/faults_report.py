@@ -7,13 +7,20 @@ from __future__ import annotations
 from collections import Counter
 
 from bench.fault_calls import DROPPED, ERROR_EVENT, OK, REFUSED, SPENT, UNREACHABLE, Call
-from bench.faults_run import CHUNK_DELAY, OUTAGE_SECONDS, Fault, FaultRun, Receipts
+from bench.faults_run import (
+    CHUNK_DELAY,
+    FREEZE_SECONDS,
+    OUTAGE_SECONDS,
+    Fault,
+    FaultRun,
+    Receipts,
+)
 from bench.invoke_results import pct
 
 START, END = "<!-- bench:faults:start -->", "<!-- bench:faults:end -->"
 # A fault's window runs from the part going away to this long after it was back: the calls
 # the fault could touch, and the time the stack takes to answer again.
-AFTER_SECONDS = 10.0
+AFTER_SECONDS = 5.0
 SHOWN = (OK, REFUSED, ERROR_EVENT, DROPPED, UNREACHABLE)
 
 
@@ -113,7 +120,7 @@ def section(run: FaultRun) -> str:
         "(about 0.2 s a call), so every fault finds calls before their claim, under way and "
         "closing. The Temporal dev server keeps its store in a file, as `make dev`'s does. "
         f"PostgreSQL and Temporal are each stopped for {OUTAGE_SECONDS:.0f} s (connections "
-        f"refused) and later frozen for {OUTAGE_SECONDS:.0f} s (SIGSTOP: connections held open, "
+        f"refused) and later frozen for {FREEZE_SECONDS:.0f} s (SIGSTOP: connections held open, "
         "nothing answered, which only the gateway's own bounds end); the API and the worker "
         "are killed with SIGKILL and started again at once, as a supervisor would; the API's "
         f"provider clients are refreshed every {run.adapter_ttl:.0f} s throughout. A caller "

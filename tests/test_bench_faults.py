@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import httpx
 
 from bench.fault_calls import DROPPED, OK, REFUSED, SPENT, Call, error_type, status_outcome
-from bench.faults_report import around, first_answer_after, section, targets
+from bench.faults_report import AFTER_SECONDS, around, first_answer_after, section, targets
 from bench.faults_run import Fault, FaultRun, Receipts
 
 
@@ -45,18 +45,18 @@ def test_the_error_type_comes_from_either_envelope_and_never_fails() -> None:
     assert error_type(b"[1]") == "not an object"
 
 
-def test_a_fault_touches_the_calls_in_flight_from_its_start_to_ten_seconds_after() -> None:
+def test_a_fault_touches_the_calls_in_flight_from_its_start_to_a_while_after() -> None:
     fault = Fault("PostgreSQL stopped", 10, 10, 15)
     before, inside, across, after, late = (
         _call(0, 5),
         _call(1, 12, REFUSED),
         _call(2, 9.9, DROPPED, took=0.5),
-        _call(3, 24.5),
-        _call(4, 25.5),
+        _call(3, 15 + AFTER_SECONDS - 0.5),
+        _call(4, 15 + AFTER_SECONDS + 0.5),
     )
     calls = [before, inside, across, after, late]
     assert around(calls, fault) == [inside, across, after]
-    assert first_answer_after(calls, fault) == 9.5
+    assert first_answer_after(calls, fault) == AFTER_SECONDS - 0.5
 
 
 def test_a_clean_run_meets_every_target() -> None:
