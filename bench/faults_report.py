@@ -30,6 +30,12 @@ def around(calls: list[Call], fault: Fault) -> list[Call]:
     return [c for c in calls if c.at <= hi and c.at + c.took >= fault.began]
 
 
+def _claimed_around(at: float, fault: Fault) -> bool:
+    """A claim made in the fault's window, or in the second before it: a call in flight when
+    the fault came was claimed a moment earlier."""
+    return fault.began - 1.0 <= at <= fault.back + AFTER_SECONDS
+
+
 def first_answer_after(calls: list[Call], fault: Fault) -> float | None:
     """Seconds from the part being back to the first call sent after it that was answered."""
     sent = [c.at for c in calls if c.outcome == OK and c.at >= fault.back]
@@ -50,17 +56,20 @@ def _fault_rows(run: FaultRun) -> list[str]:
     lines = [
         "| fault | went / back (s into the load) | calls around it | answered | refused "
         "(429/503 + Retry-After) | error event | dropped | unreachable | other | refused "
-        "p50 / max ms | first answer after back (s) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+        "p50 / max ms | first answer after back (s) | receipts swept, claimed from 1 s before "
+        "it |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
     ]
     for fault in run.faults:
         calls = around(run.calls, fault)
         refused = [c.took * 1000 for c in calls if c.outcome == REFUSED]
         waits = f"{pct(refused, 0.5):.0f} / {max(refused):.0f}" if refused else "—"
         first = first_answer_after(run.calls, fault)
+        swept = sum(1 for at in run.swept_claims if _claimed_around(at, fault))
         lines.append(
             f"| {fault.name} | {fault.began:.1f} / {fault.back:.1f} | {len(calls):,} | "
-            f"{_count_cells(calls)} | {waits} | {'—' if first is None else f'{first:.2f}'} |"
+            f"{_count_cells(calls)} | {waits} | {'—' if first is None else f'{first:.2f}'} | "
+            f"{swept} |"
         )
     return lines
 

@@ -77,6 +77,7 @@ class Receipts:
     closed_after: float | None = None  # seconds after the load until the last one closed
     # close reason -> the longest any receipt closed so stayed open, claim to close (s)
     longest_open: dict[str, float] = field(default_factory=dict)
+    swept_at: list[datetime] = field(default_factory=list)  # the swept receipts' claims
 
 
 @dataclass
@@ -92,6 +93,8 @@ class FaultRun:
     after_retries: Receipts = field(default_factory=Receipts)
     upstream_calls: int = 0
     load: tuple[float, float] = (0.0, 0.0)
+    began_wall: float = 0.0  # time.time() when the load began: receipts' clock to the load's
+    swept_claims: list[float] = field(default_factory=list)  # s into the load, each swept claim
 
 
 FAULTS = (
@@ -181,6 +184,7 @@ async def _load(
     actions: dict[str, Callable[[], None]],
 ) -> None:
     t0 = time.perf_counter()
+    run.began_wall = time.time()
     end = t0 + run.seconds
     issued = 0
 
@@ -252,6 +256,16 @@ async def _receipts(database_url: str, into: Receipts) -> None:
                 )
             ).all()
         into.longest_open = {reason or "—": float(span) for reason, span in spans}
+        async with sessions() as session:
+            into.swept_at = list(
+                (
+                    await session.scalars(
+                        select(col(receipt.started_at)).where(
+                            mine & (col(receipt.close_reason) == "swept")
+                        )
+                    )
+                ).all()
+            )
     finally:
         await engine.dispose()
     into.by_outcome, into.by_reason = {}, {}
@@ -319,6 +333,7 @@ async def _measure(
         print(f"receipts after the load: {run.after_load}", flush=True)
         await _retry(run, client, url, token)
     await _receipts(database_url, run.after_retries)
+    run.swept_claims = [at.timestamp() - run.began_wall for at in run.after_retries.swept_at]
     run.upstream_calls = await _upstream_calls(stack.upstream_port) - before
 
 
