@@ -18,6 +18,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
@@ -38,6 +39,7 @@ from activities.stream_watchdog import StreamWatchdog
 from api.budget import admit
 from api.calls import Call, invocation_input
 from api.come_back import ComeBack
+from api.given_up_claims import GivenUpClaims
 from api.invocation_events import InvocationEvent, Replayed
 from api.invocation_start import Started, WorkflowStarts
 from api.problems import Problem
@@ -59,6 +61,7 @@ from routing.refusals import PolicyDenied, Refusal
 from routing.routes import Route, Routes
 from store import receipts
 from store.artifact_files import ArtifactFiles
+from store.outage import StatementUnanswered
 from store.receipt_statements import Claim
 from store.tables import InvocationReceiptRow
 
@@ -111,8 +114,10 @@ class Invocations:
         come_back: ComeBack,
         gate: TemporalGate,
         activities: InvokeActivities,
+        given_up: GivenUpClaims,
     ) -> None:
         self._activities = activities
+        self._given_up = given_up
         self._sessions = sessions
         self._routes = routes
         self._gate = gate
@@ -206,9 +211,15 @@ class Invocations:
         route planned on the snapshot, whether the catalog moved since (claim_at)."""
         statements = self._activities.statements
         first = data.targets[0].deployment_id
-        if not route.checked:
-            return await statements.claim_at(data, first, route.catalog_version)
-        return Claim.CLAIMED if await statements.claim(data, first) else Claim.USED
+        at = datetime.now(UTC)
+        try:
+            if not route.checked:
+                return await statements.claim_at(data, first, route.catalog_version, at)
+            return Claim.CLAIMED if await statements.claim(data, first, at) else Claim.USED
+        except StatementUnanswered:
+            # The caller hears nothing was claimed; if the claim lands after all, it is undone.
+            self._given_up.add(data.invocation_id, at)
+            raise
 
     async def _seen(self, tenant: str, key: str) -> InvocationReceiptRow | None:
         async with self._sessions() as session:

@@ -23,10 +23,12 @@ from activities.invoke_setup import (
 )
 from activities.secret_policy import endpoint_broker
 from api.come_back import ComeBack
+from api.given_up_claims import GivenUpClaims
 from api.invocations import Invocations
 from api.runtime_types import InvokeConfig
 from api.temporal_gate import TemporalGate
 from core.settings import Settings
+from domain.sweep import UNSTARTED_MARGIN_SECONDS
 from routing.routes import Routes
 from store.receipt_statements import ReceiptStatements
 from workflows.invoke import InvokeModelWorkflow
@@ -58,6 +60,7 @@ class InvokeRuntime:
         self.recovery: BreakerRecovery | None = None
         self.come_back: ComeBack | None = None
         self.gate: TemporalGate | None = None
+        self.given_up: GivenUpClaims | None = None
 
     @property
     def adapters(self) -> AdapterPool:
@@ -105,6 +108,12 @@ class InvokeRuntime:
             self.settings.invoke_start_wait_seconds,
             self.settings.invoke_start_overlap_seconds,
         )
+        # Claims given up on with their statement on its way, undone if they land: while one
+        # could, and no longer than the sweeper leaves a claim with no workflow.
+        self.given_up = GivenUpClaims(
+            self.activities.statements.release_given_up,
+            self.settings.invoke_start_wait_seconds + UNSTARTED_MARGIN_SECONDS,
+        )
         self.service = Invocations(
             client,
             self.config,
@@ -115,11 +124,14 @@ class InvokeRuntime:
             self.come_back,
             self.gate,
             self.activities,
+            self.given_up,
         )
 
     async def stop(self) -> None:
         if self.gate is not None:
             await self.gate.aclose()
+        if self.given_up is not None:
+            await self.given_up.aclose()
         if self.recovery is not None:
             await self.recovery.aclose()
         for worker in self._workers:

@@ -23,7 +23,8 @@ switch per call, the cursor emulation, the result objects), not asyncpg.
   them to a host that is gone, a partition) held every call on them until TCP gave up, about
   15 minutes (tests/test_store_silent.py). A statement past the bound drops its connection,
   whose answer may still come, and surfaces as the store being away, not tried again: its
-  wait is spent.
+  wait is spent. It is raised as `StatementUnanswered`, since the statement may still be
+  applied once the way to the server is back (api/given_up_claims.py undoes such a claim).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from typing import Any
 import asyncpg
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine
+
+from store.outage import StatementUnanswered
 
 APPLICATION_NAME = "model-router-invoke"
 
@@ -127,7 +130,7 @@ class AsyncpgPath:
                 return await conn.fetchval(stmt.sql, *values, timeout=self._wait)
             except TimeoutError as exc:
                 conn.terminate()  # its answer may still come: never hand it out again
-                raise _unanswered(exc, stmt.sql) from exc
+                raise StatementUnanswered(stmt.sql, None, exc, connection_invalidated=True) from exc
             except (*_DROPPED, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 lost = _dropped(conn, exc)
                 if attempt == 1 and lost:
@@ -183,7 +186,8 @@ _KINDS: tuple[tuple[type[BaseException], type[sa_exc.DBAPIError]], ...] = (
 
 
 def _unanswered(exc: TimeoutError, sql: str) -> sa_exc.OperationalError:
-    """A wait past its bound, as the store being away (store/outage.is_outage)."""
+    """A wait for a connection past its bound, as the store being away (store/outage.is_outage).
+    Nothing was sent; a statement sent and unanswered is `StatementUnanswered`."""
     return sa_exc.OperationalError(sql, None, exc, connection_invalidated=True)
 
 

@@ -11,7 +11,14 @@ characters did, 2026-12-04). So the SQLSTATE the driver reports decides.
 
 from __future__ import annotations
 
-from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, ProgrammingError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, OperationalError, ProgrammingError
+
+
+class StatementUnanswered(OperationalError):
+    """A statement that was sent and whose answer did not come within its bound: an outage like
+    any other to the caller, but the statement may still be applied when the way to the server
+    comes back (a write that lands after the caller was told it had not)."""
+
 
 # SQLSTATE classes that blame the statement or its data: data exception, integrity constraint
 # violation, syntax error or access rule violation.

@@ -27,7 +27,7 @@ from __future__ import annotations
 import enum
 import functools
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -195,10 +195,12 @@ class ReceiptStatements:
 
         return await self._run(step)
 
-    async def claim(self, data: InvocationInput, deployment_id: str) -> bool:
-        """Insert the in-flight receipt (Failed, usage Unknown until finalised); False when this
-        invocation, or this key, was claimed before."""
-        params = claim_values(data, deployment_id, datetime.now(UTC))
+    async def claim(
+        self, data: InvocationInput, deployment_id: str, at: datetime | None = None
+    ) -> bool:
+        """Insert the in-flight receipt (Failed, usage Unknown until finalised), started `at`
+        (now); False when this invocation, or this key, was claimed before."""
+        params = claim_values(data, deployment_id, at or datetime.now(UTC))
         if self._direct is not None:
             columns = tuple(params)
             stmt = self._for_asyncpg(("claim", columns), self._claim, columns)
@@ -209,7 +211,9 @@ class ReceiptStatements:
 
         return await self._run(step)
 
-    async def claim_at(self, data: InvocationInput, deployment_id: str, version: int) -> Claim:
+    async def claim_at(
+        self, data: InvocationInput, deployment_id: str, version: int, at: datetime | None = None
+    ) -> Claim:
         """The claim of a route planned on the catalog at `version` (the snapshot this process
         had, its version not read for this call): written only if that is still the current
         version, so the call sees every committed catalog write, as if it had read the version
@@ -218,8 +222,8 @@ class ReceiptStatements:
         if self._direct is None:
             if await self.catalog_version() != version:
                 return Claim.STALE
-            return Claim.CLAIMED if await self.claim(data, deployment_id) else Claim.USED
-        params = claim_values(data, deployment_id, datetime.now(UTC))
+            return Claim.CLAIMED if await self.claim(data, deployment_id, at) else Claim.USED
+        params = claim_values(data, deployment_id, at or datetime.now(UTC))
         columns = tuple(params)
         stmt = self._for_asyncpg(("claim_at", columns), _claim_at_version(columns))
         args = {f"c_{k}": v for k, v in params.items()}
@@ -234,6 +238,26 @@ class ReceiptStatements:
             await conn.execute(self._release, keys)
 
         await self._run(step)
+
+    async def release_given_up(
+        self, claims: Sequence[tuple[uuid.UUID, datetime]]
+    ) -> set[uuid.UUID]:
+        """Undo claims this process gave up on (their statement unanswered, the caller told
+        nothing was claimed) that have landed since: each only if still open and still the one
+        made then (its start time), never a later claim of the same key. Those undone."""
+        if not claims:
+            return set()
+        stmt = (
+            sa.delete(RECEIPTS)
+            .where(sa.tuple_(RECEIPTS.c.invocation_id, RECEIPTS.c.started_at).in_(list(claims)))
+            .where(RECEIPTS.c.ended_at.is_(None))
+            .returning(RECEIPTS.c.invocation_id)
+        )
+
+        async def step(conn: AsyncConnection) -> set[uuid.UUID]:
+            return {row[0] for row in await conn.execute(stmt)}
+
+        return await self._run(step)
 
     async def finalize(self, data: InvocationInput, summary: InvocationSummary) -> bool:
         """Close the in-flight receipt with what the call produced, with its ModelInvoked (and

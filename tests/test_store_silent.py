@@ -11,6 +11,7 @@ way: a 503, then the next request is served on a fresh connection."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -19,6 +20,7 @@ from typing import Any
 
 import httpx
 import openai
+import pytest
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
@@ -178,3 +180,57 @@ async def test_an_operators_read_on_a_silent_connection_is_a_503_and_the_next_is
         assert int(resp.headers["retry-after"]) >= 1
         again = await client.get("/factory/model-deployments", headers=auth)
         assert again.status_code == 200, again.text
+
+
+async def test_a_claim_that_lands_after_it_was_given_up_is_undone_and_its_key_answers_again(
+    http: httpx.AsyncClient,
+    settings: Settings,
+    token_for: TokenFactory,
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    token = await token_for(tenant)
+    auth = {"Authorization": f"Bearer {token}"}
+    endpoint = {"provider": "openai", "model": MODEL, "endpointRef": upstream.endpoint_ref}
+    await approved_profile(http, auth, temporal_client, tenant, PROFILE, {"sl/sim": endpoint})
+    before = upstream.requests(MODEL)
+    async with _through_proxy(settings, sessions) as (api, proxy):
+        sdk = openai.AsyncOpenAI(base_url=f"{api.url}/v1", api_key=token, max_retries=0, timeout=30)
+        ask: Any = {"model": PROFILE, "messages": HI, "extra_headers": {"Idempotency-Key": "late"}}
+        # Warm: the invoke path's statements prepared on its connection, the claim included
+        # (the first call after a publish reads the catalog version and claims plainly; the
+        # next ones claim with the version check), so a claim sends its execution at once.
+        for n in range(3):
+            await sdk.chat.completions.create(
+                model=PROFILE, messages=HI, extra_headers={"Idempotency-Key": f"warm-{n}"}
+            )
+        # The path goes silent holding what is sent into it: the claim is on its way when the
+        # API gives up on it and tells the caller nothing was claimed.
+        assert proxy.sever(hold=True) > 0
+        with pytest.raises(openai.APIStatusError) as refused:
+            await sdk.chat.completions.create(**ask)
+        assert refused.value.status_code == 503
+        # The path heals and delivers the claim: it lands, after the caller was told it had
+        # not. The API undoes it, so the key is as the 503 said: unused.
+        with caplog.at_level(logging.WARNING, logger="model_router.api"):
+            assert proxy.restore() > 0
+
+            async def answered() -> bool:
+                try:
+                    done = await sdk.chat.completions.create(**ask)
+                except openai.APIStatusError as exc:
+                    # Until it is undone, the landed claim is a call in progress to a retry.
+                    assert exc.status_code == 503, exc.response.text
+                    return False
+                return bool(done.choices[0].message.content)
+
+            await eventually(answered, timeout=60, interval=0.5)
+        assert any("landed after they were given up" in r.getMessage() for r in caplog.records)
+        await sdk.close()
+    async with sessions() as session:
+        row = await by_key(session, tenant, "late")
+    assert row is not None and row.outcome == "Completed"
+    assert upstream.requests(MODEL) - before == 4  # three warm calls and "late", once each

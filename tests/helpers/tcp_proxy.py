@@ -2,7 +2,9 @@
 without closing, as a database failover leaves them: `sever()` stops every connection open now
 from passing another byte either way, while they stay open (no reset, no close: their peer is
 a host that is gone, and TCP would keep trying for about 15 minutes). Connections made after it
-pass as before, to the server that took over."""
+pass as before, to the server that took over. `sever(hold=True)` silences them the same way but
+keeps them, and `restore()` lets them pass again with what they held: a partition that heals,
+delivering a statement sent into it after its sender gave up on it."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ class SeverableProxy:
         self._pumps: set[asyncio.Task[None]] = set()
         # One per connection: set while it passes bytes.
         self._open: list[asyncio.Event] = []
+        self._held: list[asyncio.Event] = []
         self._writers: list[asyncio.StreamWriter] = []
 
     async def __aenter__(self) -> SeverableProxy:
@@ -37,12 +40,22 @@ class SeverableProxy:
         for writer in self._writers:  # the severed ones too: their server side ends now
             writer.close()
 
-    def sever(self) -> int:
-        """Silence every connection open now; how many there were."""
+    def sever(self, hold: bool = False) -> int:
+        """Silence every connection open now; how many there were. Held (`hold`), they can be
+        restored."""
         for passing in self._open:
             passing.clear()
+        if hold:
+            self._held += self._open
         severed, self._open = len(self._open), []
         return severed
+
+    def restore(self) -> int:
+        """Let the held connections pass again, their bytes held meanwhile delivered now."""
+        for passing in self._held:
+            passing.set()
+        restored, self._held = len(self._held), []
+        return restored
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

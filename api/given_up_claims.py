@@ -1,0 +1,84 @@
+"""Claims this API process gave up on whose statement may still land: undone if they do.
+
+A claim sent on a connection that then went silent (a database frozen, a failover, a partition)
+is given up after `INVOKE_STORE_WAIT_SECONDS`: the caller gets a 503 saying nothing was claimed
+and the key may be sent again. But the statement was on its way, and when the path comes back
+the server may still apply it: a receipt nobody will call the provider for or close, which made
+the key's retry a 503 `invocation-in-progress` and then, once swept, a 409 `invocation-closed`
+(10 keys of 637 retried in `bench/bench_faults.py`'s run at 05:35, 2026-12-05, with PostgreSQL
+frozen 10 s). So such a claim is kept here, and once a second, while it could still land, every
+claim kept is undone in one statement: only if it is still open and still the claim made then
+(its start time), never a later claim of the same key by the caller's retry. What lands after
+the window is the receipt sweeper's (`domain/sweep.py`: a claim with no workflow, swept past the
+same bound): the key is then spent, as before.
+
+Nothing here is on a call's path: only a claim that timed out adds an entry, and one loop serves
+all of them, so an outage costs one statement a second, not one per refused call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+
+log = logging.getLogger("model_router.api")
+
+# How often the claims kept are undone while they could still land.
+RELEASE_INTERVAL_SECONDS = 1.0
+# Past this many kept, a further one is left to the sweeper: the loop's one statement stays
+# small however long the outage and however many calls it refused.
+MAX_KEPT = 5_000
+
+Release = Callable[[Sequence[tuple[uuid.UUID, datetime]]], Awaitable[set[uuid.UUID]]]
+
+
+class GivenUpClaims:
+    def __init__(
+        self,
+        release: Release,
+        window: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._release = release
+        self._window = window
+        self._clock = clock
+        # invocation id -> (the claim's start time, when to stop undoing it: clock)
+        self._kept: dict[uuid.UUID, tuple[datetime, float]] = {}
+        self._loop: asyncio.Task[None] | None = None
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def add(self, invocation_id: uuid.UUID, claimed_at: datetime) -> None:
+        if len(self._kept) >= MAX_KEPT:
+            return
+        self._kept[invocation_id] = (claimed_at, self._clock() + self._window)
+        if self._loop is None or self._loop.done():
+            self._loop = asyncio.create_task(self._undo_while_kept())
+
+    async def _undo_while_kept(self) -> None:
+        while self._kept:
+            await asyncio.sleep(RELEASE_INTERVAL_SECONDS)  # a retry interval, not a wait-for
+            now = self._clock()
+            self._kept = {i: kept for i, kept in self._kept.items() if kept[1] > now}
+            claims = [(i, at) for i, (at, _) in self._kept.items()]
+            try:
+                undone = await self._release(claims)
+            except Exception as exc:  # the store still away: the next round tries again
+                log.info("given-up claims not undone yet: %s", type(exc).__name__)
+                continue
+            if undone:
+                log.warning("undid %d claims that landed after they were given up", len(undone))
+            for invocation_id in undone:  # landed and undone: it cannot land again
+                self._kept.pop(invocation_id, None)
+
+    async def aclose(self) -> None:
+        if self._loop is not None:
+            self._loop.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._loop
