@@ -107,7 +107,8 @@ async def collect(
             return completion, item.summary
         if isinstance(item, Replayed):
             replayed = Completion.model_validate_json(item.output) if item.output else None
-            return replayed, await _receipt(running)
+            summary = await _receipt(running)
+            return replayed, summary if replayed is not None else without_output(summary)
         if isinstance(item, TextDelta | ToolCallDelta | Finish):
             builder.add(item)
         item = await anext(running.events)
@@ -131,6 +132,22 @@ async def _receipt(running: Running) -> InvocationSummary:
     if not isinstance(item, ReceiptReady):
         raise RuntimeError("a replayed answer was not followed by its receipt")
     return item.summary
+
+
+# A replay of a call that completed whose stored answer cannot be read: its tenant's retention
+# removed it, the volume did not answer, or the process died between the receipt's close and
+# the answer's file (written beside the answer, activities/invoke_close.py). Answered as a
+# failure of that kind, never as an empty answer that looks whole: a streamed replay ended
+# cleanly with no content, twice in bench/bench_faults.py's run at 05:41, 2026-12-05 (the API
+# killed under load).
+OUTPUT_UNAVAILABLE = "output_unavailable"
+
+
+def without_output(summary: InvocationSummary) -> InvocationSummary:
+    """A replay's receipt when its stored answer could not be read."""
+    if summary.outcome is not InvocationOutcome.COMPLETED:
+        return summary  # a failure replays as itself
+    return summary.model_copy(update={"error_kind": OUTPUT_UNAVAILABLE})
 
 
 def replay_events(item: Replayed) -> list[TextDelta | ToolCallDelta | Finish]:
@@ -174,6 +191,7 @@ async def relay(
     text, add = events.text, events.add
     # Once the first item's chunk is sent, the call's task goes on relaying (PendingCall.hand_over).
     sent = running.pending.first_sent if running.pending is not None else None
+    whole = True  # False for a replay whose stored answer could not be read
     item = first
     while True:
         if type(item) is TextDelta:
@@ -181,13 +199,16 @@ async def relay(
         elif isinstance(item, ToolCallDelta | Finish):
             yield add(item)
         elif isinstance(item, Replayed):
-            for event in replay_events(item):
+            replayed = replay_events(item)
+            whole = bool(replayed)
+            for event in replayed:
                 yield add(event)
         elif isinstance(item, ReceiptReady):
-            if item.summary.outcome is InvocationOutcome.COMPLETED:
-                yield await events.end(item.summary)
+            summary = item.summary if whole else without_output(item.summary)
+            if summary.outcome is InvocationOutcome.COMPLETED and whole:
+                yield await events.end(summary)
             else:
-                yield await events.fail(item.summary)
+                yield await events.fail(summary)
             return
         elif type(item) is KeepAlive:
             yield events.keep_alive()

@@ -12,6 +12,7 @@ import logging
 import os
 import threading
 import uuid
+from typing import Any
 
 import httpx
 import openai
@@ -77,6 +78,46 @@ async def test_an_answer_whose_file_cannot_be_written_still_reaches_the_caller(
             lambda: any("output artifact not written" in r.getMessage() for r in caplog.records)
         )
     assert SECRET not in caplog.text
+
+
+async def test_a_replay_without_its_stored_answer_is_a_failure_on_both_wires_never_empty(
+    api_url: str,
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+    settings: Settings,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    at = {"provider": "openai", "model": "av-sim", "endpointRef": upstream.endpoint_ref}
+    await approved_profile(http, auth, temporal_client, tenant, "unfiled", {"av/u": at})
+    # No answer's file can be written (as when the API dies between the receipt's close and
+    # the file): the receipt says Completed, and a replay finds nothing to give back.
+    settings.artifact_root.mkdir(parents=True, exist_ok=True)
+    (settings.artifact_root / tenant).write_bytes(b"not a folder")
+    sdk = openai.AsyncOpenAI(base_url=f"{api_url}/v1", api_key="unused", max_retries=0)
+    key = f"av-{uuid.uuid4().hex}"
+    ask: Any = {
+        "model": "unfiled",
+        "messages": [{"role": "user", "content": SECRET}],
+        "stream": True,
+        "extra_headers": {**auth, "Idempotency-Key": key},
+    }
+    first = [c async for c in await sdk.chat.completions.create(**ask)]
+    assert "".join(c.choices[0].delta.content or "" for c in first if c.choices)
+    assert (await receipt(sessions, tenant, key)).outcome is InvocationOutcome.COMPLETED
+    # Streamed, the replay ends with the failure's error event, not a clean end with no text.
+    with pytest.raises(openai.APIError) as streamed:
+        [c async for c in await sdk.chat.completions.create(**ask)]
+    assert getattr(streamed.value, "type", None) == "output_unavailable", streamed.value
+    # Whole, it is the same failure as a status.
+    with pytest.raises(openai.APIStatusError) as whole:
+        await sdk.chat.completions.create(**{**ask, "stream": False})
+    assert whole.value.status_code == 502
+    assert whole.value.response.json()["error"]["type"] == "output_unavailable"
+    assert whole.value.response.json()["closeReason"] == "completed"
 
 
 async def test_a_replay_whose_stored_answer_the_volume_does_not_give_back_is_not_held(
