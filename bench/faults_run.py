@@ -77,7 +77,8 @@ class Receipts:
     closed_after: float | None = None  # seconds after the load until the last one closed
     # close reason -> the longest any receipt closed so stayed open, claim to close (s)
     longest_open: dict[str, float] = field(default_factory=dict)
-    swept_at: list[datetime] = field(default_factory=list)  # the swept receipts' claims
+    # the swept receipts' claims (not in the progress line: one timestamp each)
+    swept_at: list[datetime] = field(default_factory=list, repr=False)
 
 
 @dataclass
