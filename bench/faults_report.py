@@ -157,6 +157,8 @@ def section(run: FaultRun) -> str:
         + " |",
         *_receipt_rows("after those retries", run.after_retries),
         f"| upstream calls | {run.upstream_calls:,} |",
+        "| claims that landed after the API gave up on them, undone (the API's log) | "
+        f"{run.undone_late_claims} |",
         "",
         "Reading: a call refused during an outage claimed nothing and called nothing, so its "
         "key is new to the retry. A call cut by the API's death keeps its receipt: closed by "

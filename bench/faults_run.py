@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import time
 from collections.abc import Callable
@@ -93,6 +94,7 @@ class FaultRun:
     after_load: Receipts = field(default_factory=Receipts)
     after_retries: Receipts = field(default_factory=Receipts)
     upstream_calls: int = 0
+    undone_late_claims: int = 0  # claims that landed after the API gave up on them, undone
     load: tuple[float, float] = (0.0, 0.0)
     began_wall: float = 0.0  # time.time() when the load began: receipts' clock to the load's
     swept_claims: list[float] = field(default_factory=list)  # s into the load, each swept claim
@@ -166,6 +168,16 @@ def _actions(stack: Stack, env: dict[str, str], temporal_db: Path) -> dict[str, 
     }
     assert tuple(actions) == FAULTS
     return actions
+
+
+def undone_late_claims(work: Path) -> int:
+    """How many claims the API processes undid after they landed late (api/given_up_claims.py),
+    from their logs (the killed one's included)."""
+    return sum(
+        int(found)
+        for log in work.glob("api*.log")
+        for found in re.findall(r"undid (\d+) claims that landed", log.read_text(errors="replace"))
+    )
 
 
 async def _inject(run: FaultRun, actions: dict[str, Callable[[], None]], t0: float) -> None:
@@ -355,6 +367,7 @@ def run(seconds: float, concurrency: int, adapter_ttl: float) -> FaultRun:
         stack.start_worker(env)
         stack.start_api(env)
         asyncio.run(_measure(stack, database_url, env, result, temporal_db))
+        result.undone_late_claims = undone_late_claims(stack.work)
         result.load = (load_start, os.getloadavg()[0])
         return result
     finally:
