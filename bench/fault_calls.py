@@ -15,14 +15,18 @@ import httpx
 
 from bench.invoke_config import PROFILE, PROMPT
 
-OK, REFUSED, ERROR_EVENT, DROPPED, UNREACHABLE, SPENT = (
+OK, REFUSED, ERROR_EVENT, DROPPED, UNREACHABLE, SPENT, LOST = (
     "ok",
     "refused",
     "error event",
     "dropped",
     "unreachable",
     "spent key",
+    "answer lost",
 )
+# The failure a replay names when its call completed but its stored answer cannot be read: here,
+# the API was killed between the receipt's close and the answer's file (api/wire.py).
+OUTPUT_UNAVAILABLE = "output_unavailable"
 
 
 @dataclass
@@ -81,13 +85,12 @@ async def call(
     try:
         async with client.stream("POST", url, json=body, headers=headers) as resp:
             if resp.status_code != 200:
-                raw = await resp.aread()
+                kind = error_type(await resp.aread())
                 wait = resp.headers.get("retry-after")
-                return done(
-                    status_outcome(resp.status_code, resp.headers),
-                    error_type(raw),
-                    float(wait) if wait and wait.isdigit() else None,
-                )
+                outcome = status_outcome(resp.status_code, resp.headers)
+                if kind == OUTPUT_UNAVAILABLE:
+                    outcome = LOST
+                return done(outcome, kind, float(wait) if wait and wait.isdigit() else None)
             if not stream:
                 answer = json.loads(await resp.aread())
                 text = answer["choices"][0]["message"]["content"]
@@ -100,7 +103,8 @@ async def call(
                     return done(OK) if "".join(parts) == expected else done("wrong answer")
                 event = json.loads(line[6:])
                 if "error" in event:
-                    return done(ERROR_EVENT, str(event["error"].get("type", "")))
+                    kind = str(event["error"].get("type", ""))
+                    return done(LOST if kind == OUTPUT_UNAVAILABLE else ERROR_EVENT, kind)
                 for choice in event.get("choices") or []:
                     parts.append((choice.get("delta") or {}).get("content") or "")
             return done(DROPPED, "stream ended without [DONE] or an error event")

@@ -6,7 +6,16 @@ from __future__ import annotations
 
 from collections import Counter
 
-from bench.fault_calls import DROPPED, ERROR_EVENT, OK, REFUSED, SPENT, UNREACHABLE, Call
+from bench.fault_calls import (
+    DROPPED,
+    ERROR_EVENT,
+    LOST,
+    OK,
+    REFUSED,
+    SPENT,
+    UNREACHABLE,
+    Call,
+)
 from bench.faults_run import (
     CHUNK_DELAY,
     FREEZE_SECONDS,
@@ -96,8 +105,12 @@ def targets(run: FaultRun) -> list[str]:
     kill = next((f for f in run.faults if f.name == "API killed"), None)
     dropped = [c for c in run.calls if c.outcome == DROPPED]
     off_kill = [c for c in dropped if kill is None or c not in around(run.calls, kill)]
-    # A retry may find its key spent (a 409); a first call, whose key is new, never may.
-    bad = others(run.calls) + others([c for c in run.retries if c.outcome != SPENT])
+    # A retry may find its key spent (a 409), or the answer its call completed lost with the
+    # process that was to store it; a first call, whose key is new, never may.
+    bad = others(run.calls) + others([c for c in run.retries if c.outcome not in (SPENT, LOST)])
+    killed = {c.key for c in dropped if c not in off_kill}
+    lost = [c for c in run.retries if c.outcome == LOST]
+    lost_elsewhere = [c for c in lost if c.key not in killed]
     final = run.after_retries
     keys = len({c.key for c in run.calls})
     return [
@@ -110,8 +123,10 @@ def targets(run: FaultRun) -> list[str]:
         f"- no status but 200, a refusal with Retry-After or an error event (and, to a retry, "
         f"a spent key's 409): "
         f"{_verdict(not bad)} ({', '.join(f'{k} {n}' for k, n in bad.items()) or 'none'}).",
-        f"- calls dropped only where the process holding them was killed: "
-        f"{_verdict(not off_kill)} ({len(dropped)} dropped, {len(off_kill)} outside the kill).",
+        f"- calls dropped, and answers lost, only where the process holding them was killed: "
+        f"{_verdict(not off_kill and not lost_elsewhere)} ({len(dropped)} dropped, "
+        f"{len(off_kill)} outside the kill; {len(lost)} answers lost, {len(lost_elsewhere)} "
+        "of calls not cut by the kill).",
     ]
 
 
@@ -169,7 +184,10 @@ def section(run: FaultRun) -> str:
         "5 s + 25 s, a sweep every minute; `domain/sweep.py`): Failed, usage Unknown, close "
         "reason `swept`. A retry of such a "
         "key replays that close (a 409 `swept`, or its error event in a stream): the provider "
-        f"may have billed it. Swept here: {run.after_retries.by_reason.get('swept', 0)}.",
+        f"may have billed it. Swept here: {run.after_retries.by_reason.get('swept', 0)}. A "
+        "call the killed API had completed, its receipt closed, but whose answer's file it had "
+        "not yet written (the file goes beside the answer, off its path) replays as the named "
+        "failure `output_unavailable` (answer lost): the answer died with the process.",
         "",
         "Targets (the robustness the brief asks for under ordinary infrastructure faults):",
         "",

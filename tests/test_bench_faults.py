@@ -8,7 +8,16 @@ from datetime import UTC, datetime
 
 import httpx
 
-from bench.fault_calls import DROPPED, OK, REFUSED, SPENT, Call, error_type, status_outcome
+from bench.fault_calls import (
+    DROPPED,
+    LOST,
+    OK,
+    REFUSED,
+    SPENT,
+    Call,
+    error_type,
+    status_outcome,
+)
 from bench.faults_report import AFTER_SECONDS, around, first_answer_after, section, targets
 from bench.faults_run import Fault, FaultRun, Receipts
 
@@ -61,10 +70,17 @@ def test_a_fault_touches_the_calls_in_flight_from_its_start_to_a_while_after() -
 
 def test_a_clean_run_meets_every_target() -> None:
     run = _run([_call(0, 1), _call(1, 12, REFUSED), _call(2, 40, DROPPED)])
-    run.retries = [_call(2, 0, SPENT)]  # the dropped call's key, spent by a sweep
+    # The dropped call's key, spent by a sweep, or its answer lost with the killed process.
+    run.retries = [_call(2, 0, SPENT), _call(2, 0, LOST)]
     assert not any("NOT met" in line for line in targets(run))
     text = section(run)
     assert text.startswith("<!-- bench:faults:start -->") and "NOT met" not in text
+
+
+def _lost_away_from_the_kill(calls: list[Call]) -> list[str]:
+    run = _run(calls)
+    run.retries = [_call(1, 0, LOST)]  # call 1 was answered at 2 s, nowhere near the kill
+    return targets(run)
 
 
 def test_each_robustness_failure_shows_as_a_missed_target() -> None:
@@ -74,6 +90,7 @@ def test_each_robustness_failure_shows_as_a_missed_target() -> None:
         "twice": targets(_run(calls, upstream=3)),
         "500": targets(_run([*calls, _call(2, 3, "HTTP 500")])),
         "409 to a new key": targets(_run([*calls, _call(2, 3, SPENT)])),
+        "an answer lost away from the kill": _lost_away_from_the_kill(calls),
         "dropped away from the kill": targets(_run([*calls, _call(2, 25, DROPPED)])),
     }
     for what, lines in missed.items():
