@@ -9,7 +9,8 @@ Run: .venv/bin/python bench/bench_faults.py [--seconds 240] [--concurrency 16]
 It brings up its own stack as bench/bench_invoke.py does (throwaway PostgreSQL, a Temporal dev
 server whose store is a file, upstream simulator, worker, API) and writes its own section of
 docs/benchmarks.md (`--quick`: 150 s, no doc update). Exit status 1 when a target is missed.
-Work: bench/faults_run.py (the run), bench/fault_calls.py (one call and its outcome) and
+Work: bench/faults_run.py (the run), bench/fault_injection.py (the faults), bench/fault_calls.py
+(one call and its outcome), bench/fault_receipts.py (the receipts counted) and
 bench/faults_report.py (the section).
 """
 

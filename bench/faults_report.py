@@ -16,14 +16,9 @@ from bench.fault_calls import (
     UNREACHABLE,
     Call,
 )
-from bench.faults_run import (
-    CHUNK_DELAY,
-    FREEZE_SECONDS,
-    OUTAGE_SECONDS,
-    Fault,
-    FaultRun,
-    Receipts,
-)
+from bench.fault_injection import FREEZE_SECONDS, OUTAGE_SECONDS, Fault
+from bench.fault_receipts import Receipts
+from bench.faults_run import CHUNK_DELAY, FaultRun
 from bench.invoke_results import pct
 
 START, END = "<!-- bench:faults:start -->", "<!-- bench:faults:end -->"

@@ -18,8 +18,10 @@ from bench.fault_calls import (
     error_type,
     status_outcome,
 )
+from bench.fault_injection import Fault
+from bench.fault_receipts import Receipts
 from bench.faults_report import AFTER_SECONDS, around, first_answer_after, section, targets
-from bench.faults_run import Fault, FaultRun, Receipts
+from bench.faults_run import FaultRun
 
 
 def _call(n: int, at: float, outcome: str = OK, took: float = 0.2) -> Call:
