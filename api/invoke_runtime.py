@@ -28,7 +28,7 @@ from api.invocations import Invocations
 from api.runtime_types import InvokeConfig
 from api.temporal_gate import TemporalGate
 from core.settings import Settings
-from domain.sweep import UNSTARTED_MARGIN_SECONDS
+from domain.sweep import unstarted_bound
 from routing.routes import Routes
 from store.receipt_statements import ReceiptStatements
 from workflows.invoke import InvokeModelWorkflow
@@ -112,7 +112,7 @@ class InvokeRuntime:
         # could, and no longer than the sweeper leaves a claim with no workflow.
         self.given_up = GivenUpClaims(
             self.activities.statements.release_given_up,
-            self.settings.invoke_start_wait_seconds + UNSTARTED_MARGIN_SECONDS,
+            unstarted_bound(self.settings.invoke_start_wait_seconds),
         )
         self.service = Invocations(
             client,

@@ -46,7 +46,7 @@ from temporalio.client import (
 from core.settings import Settings
 from domain.health import HealthProbeInput
 from domain.statements import ReconcilerInput
-from domain.sweep import UNSTARTED_MARGIN_SECONDS, SweepInput
+from domain.sweep import SweepInput, unstarted_bound
 
 HEALTH_PROBE = "deployment-health-probe"
 RECONCILER = "receipt-reconciler"
@@ -104,7 +104,7 @@ def sweep_input(settings: Settings) -> SweepInput:
     budget = settings.default_timeout_seconds + 10
     return SweepInput(
         open_longer_than_seconds=budget + settings.receipt_sweeper_grace_seconds,
-        unstarted_longer_than_seconds=settings.invoke_start_wait_seconds + UNSTARTED_MARGIN_SECONDS,
+        unstarted_longer_than_seconds=unstarted_bound(settings.invoke_start_wait_seconds),
     )
 
 

@@ -13,6 +13,13 @@ from pydantic import BaseModel, Field
 UNSTARTED_MARGIN_SECONDS = 25.0
 
 
+def unstarted_bound(start_wait_seconds: float) -> float:
+    """How long a claim may stay with no workflow before it counts as abandoned: the start's own
+    bound and the margin. The sweeper closes such a claim past it; the API undoes a claim it
+    gave up on that lands before it (api/given_up_claims.py)."""
+    return start_wait_seconds + UNSTARTED_MARGIN_SECONDS
+
+
 class SweepInput(BaseModel):
     # A receipt open this long is past every budget its invocation had (the call's own budget,
     # the workflow's margin, a close retried through a short outage).

@@ -19,7 +19,7 @@ from core import metrics
 from core.schedules import SWEEPER, desired_schedules, schedule_id, sweep_input
 from core.settings import Settings
 from domain.invocation import InvocationInput, Target
-from domain.sweep import UNSTARTED_MARGIN_SECONDS, SweepInput, Workflow, to_sweep
+from domain.sweep import UNSTARTED_MARGIN_SECONDS, SweepInput, Workflow, to_sweep, unstarted_bound
 from store import receipts
 from store.db import transaction
 from store.receipt_statements import ReceiptStatements
@@ -158,6 +158,7 @@ def test_the_sweeper_rule_by_what_became_of_the_workflow() -> None:
 
 
 def test_the_never_started_bound_is_the_start_wait_and_its_margin(settings: Settings) -> None:
-    bound = settings.invoke_start_wait_seconds + UNSTARTED_MARGIN_SECONDS
+    bound = unstarted_bound(settings.invoke_start_wait_seconds)
+    assert bound == settings.invoke_start_wait_seconds + UNSTARTED_MARGIN_SECONDS
     assert sweep_input(settings).unstarted_longer_than_seconds == bound
     assert bound < sweep_input(settings).open_longer_than_seconds
