@@ -42,6 +42,12 @@ from tests.helpers.surfaces import receipt
 SECRET = "the-words-of-this-prompt"
 
 
+def _no_answer_files(settings: Settings, tenant: str) -> None:
+    """The tenant's artifact folder cannot be made: a file stands where it would be."""
+    settings.artifact_root.mkdir(parents=True, exist_ok=True)
+    (settings.artifact_root / tenant).write_bytes(b"not a folder")
+
+
 async def test_an_answer_whose_file_cannot_be_written_still_reaches_the_caller(
     api_url: str,
     http: httpx.AsyncClient,
@@ -56,9 +62,7 @@ async def test_an_answer_whose_file_cannot_be_written_still_reaches_the_caller(
     auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
     at = {"provider": "openai", "model": "av-sim", "endpointRef": upstream.endpoint_ref}
     await approved_profile(http, auth, temporal_client, tenant, "filed", {"av/a": at})
-    # The tenant's artifact folder cannot be made: a file stands where it would be.
-    settings.artifact_root.mkdir(parents=True, exist_ok=True)
-    (settings.artifact_root / tenant).write_bytes(b"not a folder")
+    _no_answer_files(settings, tenant)
     sdk = openai.AsyncOpenAI(base_url=f"{api_url}/v1", api_key="unused", max_retries=0)
     key = f"av-{uuid.uuid4().hex}"
     with caplog.at_level(logging.ERROR, logger="model_router.invoke"):
@@ -95,8 +99,7 @@ async def test_a_replay_without_its_stored_answer_is_a_failure_on_both_wires_nev
     await approved_profile(http, auth, temporal_client, tenant, "unfiled", {"av/u": at})
     # No answer's file can be written (as when the API dies between the receipt's close and
     # the file): the receipt says Completed, and a replay finds nothing to give back.
-    settings.artifact_root.mkdir(parents=True, exist_ok=True)
-    (settings.artifact_root / tenant).write_bytes(b"not a folder")
+    _no_answer_files(settings, tenant)
     sdk = openai.AsyncOpenAI(base_url=f"{api_url}/v1", api_key="unused", max_retries=0)
     key = f"av-{uuid.uuid4().hex}"
     ask: Any = {

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 
 from core import metrics
 from core.schedules import SWEEPER, desired_schedules, schedule_id, sweep_input
@@ -47,6 +48,16 @@ async def _open_receipt(
     return data
 
 
+async def _its_workflow_unpolled(client: Client, data: InvocationInput) -> WorkflowHandle[Any, Any]:
+    """The receipt's InvokeModel started on a queue nobody polls: it runs, and never closes it."""
+    return await client.start_workflow(
+        "InvokeModel",
+        data,
+        id=f"invoke/{data.tenant_id}/{data.invocation_id}",
+        task_queue=f"unpolled-{uuid.uuid4().hex[:8]}",
+    )
+
+
 async def _row(
     sessions: async_sessionmaker[AsyncSession], tenant: str, key: str
 ) -> InvocationReceiptRow:
@@ -68,12 +79,7 @@ async def test_the_sweeper_closes_a_receipt_left_open_and_leaves_live_ones(
     owned = await _open_receipt(sessions, tenant, "owned", timedelta(hours=1))
     # An InvokeModel still running for `owned` (on a queue nobody polls): its workflow will
     # close it, so the sweeper must not.
-    running = await temporal_client.start_workflow(
-        "InvokeModel",
-        owned,
-        id=f"invoke/{tenant}/{owned.invocation_id}",
-        task_queue=f"unpolled-{uuid.uuid4().hex[:8]}",
-    )
+    running = await _its_workflow_unpolled(temporal_client, owned)
     swept_before = metrics.receipts_swept.value({"tenant": tenant})
     try:
         report = await temporal_client.execute_workflow(
@@ -124,13 +130,7 @@ async def test_a_receipt_whose_workflow_never_started_is_swept_without_waiting_o
     ended = await _open_receipt(sessions, tenant, "ended", timedelta(hours=1))
     # `ended`'s workflow ran and was terminated: something may yet close its receipt (the
     # call it owned), so it waits out the whole budget.
-    handle = await temporal_client.start_workflow(
-        "InvokeModel",
-        ended,
-        id=f"invoke/{tenant}/{ended.invocation_id}",
-        task_queue=f"unpolled-{uuid.uuid4().hex[:8]}",
-    )
-    await handle.terminate()
+    await (await _its_workflow_unpolled(temporal_client, ended)).terminate()
     await temporal_client.execute_workflow(
         ReceiptSweeperWorkflow.run,
         SweepInput(open_longer_than_seconds=7200, unstarted_longer_than_seconds=1800),
