@@ -70,6 +70,20 @@ async def _through_proxy(
             yield api, proxy
 
 
+async def _published(
+    http: httpx.AsyncClient,
+    token: str,
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+    deployment: str,
+) -> None:
+    """The test's profile, published on one approved deployment of the local upstream."""
+    auth = {"Authorization": f"Bearer {token}"}
+    endpoint = {"provider": "openai", "model": MODEL, "endpointRef": upstream.endpoint_ref}
+    await approved_profile(http, auth, temporal_client, tenant, PROFILE, {deployment: endpoint})
+
+
 async def test_a_failover_that_leaves_connections_silent_costs_a_prompt_503_not_a_hang(
     http: httpx.AsyncClient,
     settings: Settings,
@@ -80,9 +94,7 @@ async def test_a_failover_that_leaves_connections_silent_costs_a_prompt_503_not_
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
     token = await token_for(tenant)
-    auth = {"Authorization": f"Bearer {token}"}
-    endpoint = {"provider": "openai", "model": MODEL, "endpointRef": upstream.endpoint_ref}
-    await approved_profile(http, auth, temporal_client, tenant, PROFILE, {"sv/sim": endpoint})
+    await _published(http, token, tenant, temporal_client, upstream, "sv/sim")
     before = upstream.requests(MODEL)
     answered: list[str] = []
     async with _through_proxy(settings, sessions) as (api, proxy):
@@ -193,9 +205,7 @@ async def test_a_claim_that_lands_after_it_was_given_up_is_undone_and_its_key_an
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     token = await token_for(tenant)
-    auth = {"Authorization": f"Bearer {token}"}
-    endpoint = {"provider": "openai", "model": MODEL, "endpointRef": upstream.endpoint_ref}
-    await approved_profile(http, auth, temporal_client, tenant, PROFILE, {"sl/sim": endpoint})
+    await _published(http, token, tenant, temporal_client, upstream, "sl/sim")
     before = upstream.requests(MODEL)
     async with _through_proxy(settings, sessions) as (api, proxy):
         sdk = openai.AsyncOpenAI(base_url=f"{api.url}/v1", api_key=token, max_retries=0, timeout=30)
