@@ -13,7 +13,6 @@ is waited for. The route comes from routing.routes; a refusal is mapped to its p
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator
@@ -44,6 +43,7 @@ from api.invocation_events import InvocationEvent, Replayed
 from api.invocation_start import Started, WorkflowStarts
 from api.problems import Problem
 from api.refusals import problem_of
+from api.replays import Replays
 from api.runtime_types import InvokeConfig
 from api.temporal_gate import TemporalGate
 from core import metrics, timing
@@ -53,13 +53,10 @@ from domain.invocation import (
     Disposition,
     InvocationInput,
     InvocationSummary,
-    invocation_id,
-    invoke_workflow_id,
 )
 from domain.planner import PlanRequest
 from routing.refusals import PolicyDenied, Refusal
 from routing.routes import Route, Routes
-from store import receipts
 from store.artifact_files import ArtifactFiles
 from store.outage import StatementUnanswered
 from store.receipt_statements import Claim
@@ -74,9 +71,6 @@ log = logging.getLogger("model_router.api")
 QUIET_SECONDS = 2.0
 # How long a call begun here stays in the hub for its activity after the caller left.
 ADOPT_GRACE_SECONDS = 30.0
-# When a retry of a key whose receipt is still open is told to come back: it already waited
-# for the workflow and 5 s for the receipt, so a short delay, as for a store outage.
-NOT_FINISHED_RETRY_AFTER_SECONDS = 2
 
 
 @dataclass
@@ -122,11 +116,10 @@ class Invocations:
         self._routes = routes
         self._gate = gate
         self._come_back = come_back
-        self._client = client
         self._config = config
         self._hub = hub
-        self._files = files
         self._starts = WorkflowStarts(client, config, gate, activities, hub)
+        self._replays = Replays(client, sessions, files)
 
     async def start(self, principal: Principal, call: Call) -> Running:
         tenant = principal.tenant_id
@@ -139,7 +132,7 @@ class Invocations:
         )
         if call.budget_usd is not None:
             # A denial writes its receipt before any claim of ours: a used key replays first.
-            seen = await self._seen(tenant, key)
+            seen = await self._replays.seen(tenant, key)
             if seen is not None:
                 return self._replay_or_wait(tenant, key, hash_, seen)
         needs = PlanRequest(
@@ -162,7 +155,7 @@ class Invocations:
                 if isinstance(refused, PolicyDenied):
                     metrics.denials.add(1, {"tenant": tenant, "reason": refused.reason})
                 # A key used before replays its receipt, whatever the catalog says now.
-                seen = await self._seen(tenant, key)
+                seen = await self._replays.seen(tenant, key)
                 if seen is not None:
                     return self._replay_or_wait(tenant, key, hash_, seen)
                 wait = partial(self._come_back.none_routable, tenant)
@@ -178,7 +171,13 @@ class Invocations:
                     call.budget_usd,
                     call.max_output_tokens,
                 )
-            self._gate.check()  # known unreachable: refused before anything is held or claimed
+            if not self._gate.reachable:
+                # Known unreachable: refused before anything is held or claimed, unless the
+                # key was answered before, whose replay needs no workflow.
+                answered = await self._replays.answered_before(tenant, call.idempotency_key)
+                if answered is None:
+                    raise self._gate.refuse()
+                return self._replay_or_wait(tenant, key, hash_, answered)
             try:
                 claimed = await self._claim(data, route)
             except Exception as exc:  # the store is unreachable: nothing claimed, nothing called
@@ -188,7 +187,7 @@ class Invocations:
                 break
             cached = False  # the catalog moved since the snapshot: nothing was written
         if claimed is Claim.USED:
-            seen = await self._seen(tenant, key)
+            seen = await self._replays.seen(tenant, key)
             if seen is None:  # closed and gone between the two statements: cannot be
                 raise Problem(503, "The invocation with this key is changing; retry shortly.")
             return self._replay_or_wait(tenant, key, hash_, seen)
@@ -220,10 +219,6 @@ class Invocations:
             # The caller hears nothing was claimed; if the claim lands after all, it is undone.
             self._given_up.add(data.invocation_id, at)
             raise
-
-    async def _seen(self, tenant: str, key: str) -> InvocationReceiptRow | None:
-        async with self._sessions() as session:
-            return await receipts.by_key(session, tenant, key)
 
     def retry_after(self, principal: Principal, running: Running) -> int:
         """Seconds a caller told its call failed transiently should wait before trying again."""
@@ -291,7 +286,7 @@ class Invocations:
                     finished = True
                     return
             # Another execution of this key answered (or is answering): wait, then replay.
-            async for told in self._replay(tenant, key, hash_):
+            async for told in self._replays.events(tenant, key, hash_):
                 yield told
             finished = True
         finally:
@@ -320,53 +315,8 @@ class Invocations:
                 field="header.Idempotency-Key",
                 type_="https://model-router.dev/problems/idempotency-key-reused",
             )
-        return Running(seen.invocation_id, seen.deployment_id, self._replay(tenant, key, hash_))
-
-    async def _replay(self, tenant: str, key: str, hash_: str) -> AsyncIterator[InvocationEvent]:
-        receipt = await self._wait_closed(tenant, key)
-        if receipt.request_hash != hash_:
-            raise Problem(
-                409,
-                "This Idempotency-Key was used with a different request.",
-                field="header.Idempotency-Key",
-            )
-        output = await self._stored(tenant, receipt.output_artifact_ref)
-        yield Replayed(output, receipt.deployment_id)
-        yield ReceiptReady(receipts.summary_of(receipt))
-
-    async def _stored(self, tenant: str, ref: str | None) -> bytes | None:
-        """The stored answer a replay serves; none when the artifact volume does not answer in
-        time (read off the event loop, store/artifact_files.py), as when retention removed it."""
-        if not ref:
-            return None
-        try:
-            return await self._files.get(tenant, ref)
-        except OSError as exc:
-            log.warning("stored answer not read, replayed without it: %s", type(exc).__name__)
-            return None
-
-    async def _wait_closed(self, tenant: str, key: str) -> InvocationReceiptRow:
-        handle = self._client.get_workflow_handle(
-            invoke_workflow_id(tenant, invocation_id(tenant, key))
-        )
-        # The receipt, not the workflow's result, is the answer; a failed workflow still
-        # closed it (or the loop below says it has not).
-        with contextlib.suppress(Exception):
-            await handle.result()
-        for _ in range(100):
-            async with self._sessions() as session:
-                row = await receipts.by_key(session, tenant, key)
-            if row is not None and row.ended_at is not None:
-                return row
-            await asyncio.sleep(0.05)
-        # Still open: its call under way elsewhere, or its process gone and the receipt left to
-        # the sweeper (docs/runbook.md). Either way it will close; the caller is told when to
-        # ask again rather than held.
-        raise Problem(
-            503,
-            "The invocation with this key has not finished; retry after the indicated delay.",
-            type_="https://model-router.dev/problems/invocation-in-progress",
-            headers={"Retry-After": str(NOT_FINISHED_RETRY_AFTER_SECONDS)},
+        return Running(
+            seen.invocation_id, seen.deployment_id, self._replays.events(tenant, key, hash_, seen)
         )
 
 

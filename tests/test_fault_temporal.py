@@ -1,8 +1,9 @@
 """Temporal taken away from a gateway (its own dev server, killed and started again on the same
 port, or paused): a call is refused with a 503 problem and `Retry-After` within the configured
 bound, later calls at once while it is known unreachable, with no connection dropped, nothing
-claimed or called and no prompt left in memory; `/readyz` says the same; a restart shorter than
-the bound is absorbed. Just after Temporal answered, a call's provider call runs alongside its
+claimed or called and no prompt left in memory; `/readyz` says the same; a retry of a key
+answered before is replayed from the store meanwhile; a restart shorter than the bound is
+absorbed. Just after Temporal answered, a call's provider call runs alongside its
 start: its receipt closes as the call ends, and its answer completes only once the start is in
 (a stream's output flows meanwhile). A start that then fails cancels a call still running and
 undoes its claim; a call that had ended keeps its receipt, its caller gets the answer, and a
@@ -19,14 +20,17 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
 import pytest
 from openai import AsyncStream
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from sqlalchemy import Engine, event
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from api.replays import OPEN_RECEIPT_PAUSES
 from core import metrics
 from core.settings import Settings
 from providers.upstream import UpstreamServer
@@ -267,6 +271,44 @@ async def test_temporal_down_is_a_503_with_retry_after_then_at_once_until_it_ans
     await sdk.close()
 
 
+@pytest.mark.parametrize("stack", [(2.0, 0.0)], indirect=True)
+async def test_a_retry_of_an_answered_key_is_replayed_while_temporal_is_down(
+    stack: Stack, upstream: UpstreamServer
+) -> None:
+    sdk = stack.sdk()
+    key = f"tf-replay-{uuid.uuid4().hex[:8]}"
+    done = await _retried(sdk, key)
+    streamed_key = f"tf-replay-st-{uuid.uuid4().hex[:8]}"
+    streamed = await _streamed_text(sdk, streamed_key)
+    called = upstream.requests(MODEL)
+
+    stack.dev.kill()
+    # Before the gateway knows, and once it does (a new key refused): the answered keys replay
+    # from the store, with no workflow and no provider call.
+    assert (await _retried(sdk, key)).choices[0].message.content == done.choices[0].message.content
+    with pytest.raises(openai.APIStatusError) as refused:
+        await _retried(sdk, f"tf-new-{uuid.uuid4().hex[:8]}")
+    assert refused.value.status_code == 503
+    assert refused.value.response.headers["retry-after"]
+    again = await _retried(sdk, key)
+    assert again.choices[0].message.content == done.choices[0].message.content
+    assert await _streamed_text(sdk, streamed_key) == streamed
+    assert upstream.requests(MODEL) == called
+    await sdk.close()
+
+
+async def _streamed_text(sdk: openai.AsyncOpenAI, key: str) -> str:
+    stream = await sdk.chat.completions.create(
+        model=PROFILE,
+        messages=[{"role": "user", "content": "streamed"}],
+        stream=True,
+        extra_headers={"Idempotency-Key": key},
+    )
+    text = [c.choices[0].delta.content or "" async for c in stream if c.choices]
+    assert "".join(text)
+    return "".join(text)
+
+
 @pytest.mark.parametrize("stack", [(30.0, 0.25)], indirect=True)
 async def test_a_temporal_restart_shorter_than_the_bound_is_absorbed(
     stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str
@@ -392,6 +434,18 @@ async def test_a_call_whose_close_was_refused_keeps_its_claim_and_is_answered_on
     await sdk.close()
 
 
+class _ReceiptReads:
+    """Counts the statements that read the receipts table for one key, on any engine."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.seen = 0
+
+    def __call__(self, conn: Any, cursor: Any, statement: str, params: Any, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and self.key in repr(params):
+            self.seen += 1
+
+
 @pytest.mark.parametrize("stack", [(5.0, 60.0)], indirect=True)
 async def test_a_call_whose_close_stays_refused_keeps_its_claim_and_is_never_called_again(
     stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str, upstream: UpstreamServer
@@ -410,9 +464,16 @@ async def test_a_call_whose_close_stays_refused_keeps_its_claim_and_is_never_cal
             row = await by_key(session, tenant, key)
         assert row is not None and row.ended_at is None
     await _outage_over(stack, sdk, upstream, before)
-    with pytest.raises(openai.APIStatusError) as again:
-        await _retried(sdk, key)
-    # Not finished: the sweeper has yet to close it. The caller is told when to ask again.
+    reads = _ReceiptReads(key)
+    event.listen(Engine, "before_cursor_execute", reads)
+    try:
+        with pytest.raises(openai.APIStatusError) as again:
+            await _retried(sdk, key)
+    finally:
+        event.remove(Engine, "before_cursor_execute", reads)
+    # Not finished: the sweeper has yet to close it. The caller is told when to ask again,
+    # after a few reads of the receipt spaced out (api/replays.py), not 20 a second.
+    assert 1 <= reads.seen <= len(OPEN_RECEIPT_PAUSES) + 1
     assert again.value.status_code == 503
     assert again.value.response.headers["retry-after"] == "2"
     assert again.value.response.json()["type"].endswith("/invocation-in-progress")

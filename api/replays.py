@@ -1,0 +1,127 @@
+"""A keyed request seen before: its receipt and stored answer, replayed.
+
+A receipt already closed is replayed from the store alone, with no Temporal round trip, so a
+retry is answered while Temporal is unreachable too (api.invocations asks `answered_before`
+then, instead of refusing at once). A receipt still open is waited for: its workflow's result,
+then a few reads of the receipt spaced out, then a 503 telling the caller when to come back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from activities.invoke_hub import ReceiptReady
+from api.invocation_events import InvocationEvent, Replayed
+from api.problems import Problem
+from domain.invocation import invocation_id, invoke_workflow_id
+from store import receipts
+from store.artifact_files import ArtifactFiles
+from store.tables import InvocationReceiptRow
+
+log = logging.getLogger("model_router.api")
+
+# When a retry of a key whose receipt is still open is told to come back: it already waited
+# for the workflow and 5 s for the receipt, so a short delay, as for a store outage.
+NOT_FINISHED_RETRY_AFTER_SECONDS = 2
+# The pauses before a retry's reads of a receipt still open once its workflow has ended (or
+# cannot be found): its last read 5 s on, as the last of the 100 reads 50 ms apart these
+# replaced, in 10 reads. A receipt left to the sweeper stays open for tens of seconds, and
+# every retry of its key read it 20 times a second meanwhile (bench/bench_faults.py: up to 16
+# such keys after an API kill at c=16).
+OPEN_RECEIPT_PAUSES = (0.0, 0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0, 0.45)
+# How long a replay whose receipt closed without its file on disk yet waits for the workflow
+# that writes it: a write is given up after store.artifact_files.WAIT_SECONDS.
+FILED_WAIT_SECONDS = 5.0
+
+
+class Replays:
+    def __init__(
+        self, client: Client, sessions: async_sessionmaker[AsyncSession], files: ArtifactFiles
+    ) -> None:
+        self._client = client
+        self._sessions = sessions
+        self._files = files
+
+    async def seen(self, tenant: str, key: str) -> InvocationReceiptRow | None:
+        async with self._sessions() as session:
+            return await receipts.by_key(session, tenant, key)
+
+    async def answered_before(self, tenant: str, key: str | None) -> InvocationReceiptRow | None:
+        """While Temporal is known unreachable: the closed receipt of a caller's key, which a
+        retry replays from the store alone (a client that timed out and retries during the
+        outage gets the answer it paid for, not a 503). None for a new or still open key, or
+        when the store does not answer either: the caller then gets the gate's 503."""
+        if key is None:
+            return None
+        try:
+            seen = await self.seen(tenant, key)
+        except Exception as exc:
+            log.warning("receipt read failed while Temporal is unreachable: %s", type(exc).__name__)
+            return None
+        return seen if seen is not None and seen.ended_at is not None else None
+
+    async def events(
+        self, tenant: str, key: str, hash_: str, seen: InvocationReceiptRow | None = None
+    ) -> AsyncIterator[InvocationEvent]:
+        """The key's stored answer, then its receipt: `seen` when it is closed already, else
+        the receipt once it closes."""
+        closed = seen is not None and seen.ended_at is not None
+        receipt = seen if seen is not None and closed else await self._wait_closed(tenant, key)
+        if receipt.request_hash != hash_:
+            raise Problem(
+                409,
+                "This Idempotency-Key was used with a different request.",
+                field="header.Idempotency-Key",
+            )
+        output = await self._stored(tenant, receipt.output_artifact_ref)
+        if output is None and receipt.output_artifact_ref and closed:
+            # Closed moments ago, its file may still be on its way: the call's task (and so
+            # the workflow's result) ends only once the file is written or given up.
+            await self._workflow_ended(tenant, key, FILED_WAIT_SECONDS)
+            output = await self._stored(tenant, receipt.output_artifact_ref)
+        yield Replayed(output, receipt.deployment_id)
+        yield ReceiptReady(receipts.summary_of(receipt))
+
+    async def _workflow_ended(self, tenant: str, key: str, bound: float | None = None) -> None:
+        """Until the key's workflow has ended, at most `bound` seconds; at once when it cannot
+        be found or Temporal does not answer. The receipt, not the workflow's result, is what a
+        replay serves: a failed workflow still closed it."""
+        handle = self._client.get_workflow_handle(
+            invoke_workflow_id(tenant, invocation_id(tenant, key))
+        )
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(handle.result(), bound)
+
+    async def _stored(self, tenant: str, ref: str | None) -> bytes | None:
+        """The stored answer a replay serves; none when the artifact volume does not answer in
+        time (read off the event loop, store/artifact_files.py), as when retention removed it."""
+        if not ref:
+            return None
+        try:
+            return await self._files.get(tenant, ref)
+        except OSError as exc:
+            log.warning("stored answer not read, replayed without it: %s", type(exc).__name__)
+            return None
+
+    async def _wait_closed(self, tenant: str, key: str) -> InvocationReceiptRow:
+        await self._workflow_ended(tenant, key)
+        for pause in OPEN_RECEIPT_PAUSES:
+            await asyncio.sleep(pause)
+            row = await self.seen(tenant, key)
+            if row is not None and row.ended_at is not None:
+                return row
+        # Still open: its call under way elsewhere, or its process gone and the receipt left to
+        # the sweeper (docs/runbook.md). Either way it will close; the caller is told when to
+        # ask again rather than held.
+        raise Problem(
+            503,
+            "The invocation with this key has not finished; retry after the indicated delay.",
+            type_="https://model-router.dev/problems/invocation-in-progress",
+            headers={"Retry-After": str(NOT_FINISHED_RETRY_AFTER_SECONDS)},
+        )
