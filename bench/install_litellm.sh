@@ -10,5 +10,8 @@ if [ -x "$venv/bin/litellm" ]; then
 fi
 python3 -m venv "$venv"
 "$venv/bin/pip" install --quiet 'litellm[proxy]'
+# What the registry served, kept beside it: LiteLLM's speed moves with its dependencies' releases
+# as well as the host's, and a run is judged against others only with both known.
+"$venv/bin/pip" freeze > "$venv/freeze.txt"
 "$venv/bin/litellm" --version || true
 echo "installed litellm into $venv"
