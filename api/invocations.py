@@ -57,7 +57,6 @@ from domain.invocation import (
 from domain.planner import PlanRequest
 from routing.refusals import PolicyDenied, Refusal
 from routing.routes import Route, Routes
-from store.artifact_files import ArtifactFiles
 from store.outage import StatementUnanswered
 from store.receipt_statements import Claim
 from store.tables import InvocationReceiptRow
@@ -102,7 +101,7 @@ class Invocations:
         client: Client,
         config: InvokeConfig,
         hub: InvocationHub,
-        files: ArtifactFiles,
+        replays: Replays,
         sessions: async_sessionmaker[AsyncSession],
         routes: Routes,
         come_back: ComeBack,
@@ -119,7 +118,7 @@ class Invocations:
         self._config = config
         self._hub = hub
         self._starts = WorkflowStarts(client, config, gate, activities, hub)
-        self._replays = Replays(client, sessions, files)
+        self._replays = replays
 
     async def start(self, principal: Principal, call: Call) -> Running:
         tenant = principal.tenant_id

@@ -25,6 +25,7 @@ from activities.secret_policy import endpoint_broker
 from api.come_back import ComeBack
 from api.given_up_claims import GivenUpClaims
 from api.invocations import Invocations
+from api.replays import Replays
 from api.runtime_types import InvokeConfig
 from api.temporal_gate import TemporalGate
 from core.settings import Settings
@@ -118,7 +119,12 @@ class InvokeRuntime:
             client,
             self.config,
             self.hub,
-            self.activities.files,
+            Replays(
+                client,
+                self._sessions,
+                self.activities.files,
+                self.settings.invoke_start_wait_seconds,
+            ),
             self._sessions,
             self._routes,
             self.come_back,

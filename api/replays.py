@@ -4,22 +4,27 @@ A receipt already closed is replayed from the store alone, with no Temporal roun
 retry is answered while Temporal is unreachable too (api.invocations asks `answered_before`
 then, instead of refusing at once). A receipt still open is waited for: its workflow's result,
 then a few reads of the receipt spaced out, then a 503 telling the caller when to come back.
+A receipt open with no workflow at all, past the start's bound, is the sweeper's: the retry is
+told at once to come back when the sweeper may have closed it (`domain.sweep.unstarted_wait`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+import math
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.invoke_hub import ReceiptReady
 from api.invocation_events import InvocationEvent, Replayed
 from api.problems import Problem
 from domain.invocation import invocation_id, invoke_workflow_id
+from domain.sweep import unstarted_wait
 from store import receipts
 from store.artifact_files import ArtifactFiles
 from store.tables import InvocationReceiptRow
@@ -42,11 +47,16 @@ FILED_WAIT_SECONDS = 5.0
 
 class Replays:
     def __init__(
-        self, client: Client, sessions: async_sessionmaker[AsyncSession], files: ArtifactFiles
+        self,
+        client: Client,
+        sessions: async_sessionmaker[AsyncSession],
+        files: ArtifactFiles,
+        start_wait_seconds: float,
     ) -> None:
         self._client = client
         self._sessions = sessions
         self._files = files
+        self._start_wait = start_wait_seconds
 
     async def seen(self, tenant: str, key: str) -> InvocationReceiptRow | None:
         async with self._sessions() as session:
@@ -88,15 +98,20 @@ class Replays:
         yield Replayed(output, receipt.deployment_id)
         yield ReceiptReady(receipts.summary_of(receipt))
 
-    async def _workflow_ended(self, tenant: str, key: str, bound: float | None = None) -> None:
-        """Until the key's workflow has ended, at most `bound` seconds; at once when it cannot
-        be found or Temporal does not answer. The receipt, not the workflow's result, is what a
-        replay serves: a failed workflow still closed it."""
+    async def _workflow_ended(self, tenant: str, key: str, bound: float | None = None) -> bool:
+        """Until the key's workflow has ended, at most `bound` seconds, or Temporal gave up
+        answering; False at once when it does not exist. The receipt, not the workflow's
+        result, is what a replay serves: a failed workflow still closed it."""
         handle = self._client.get_workflow_handle(
             invoke_workflow_id(tenant, invocation_id(tenant, key))
         )
-        with contextlib.suppress(Exception):
+        try:
             await asyncio.wait_for(handle.result(), bound)
+        except RPCError as err:
+            return err.status is not RPCStatusCode.NOT_FOUND
+        except Exception as exc:  # failed, timed out, terminated, or Temporal did not answer
+            log.debug("replay's wait for the workflow ended: %s", type(exc).__name__)
+        return True
 
     async def _stored(self, tenant: str, ref: str | None) -> bytes | None:
         """The stored answer a replay serves; none when the artifact volume does not answer in
@@ -110,7 +125,15 @@ class Replays:
             return None
 
     async def _wait_closed(self, tenant: str, key: str) -> InvocationReceiptRow:
-        await self._workflow_ended(tenant, key)
+        if not await self._workflow_ended(tenant, key):
+            row = await self.seen(tenant, key)
+            if row is not None and row.ended_at is not None:
+                return row
+            if row is not None:
+                open_for = (datetime.now(UTC) - row.started_at).total_seconds()
+                wait = unstarted_wait(open_for, self._start_wait)
+                if wait is not None:  # the sweeper's: no read below would find it closed
+                    raise _not_finished(max(NOT_FINISHED_RETRY_AFTER_SECONDS, math.ceil(wait)))
         for pause in OPEN_RECEIPT_PAUSES:
             await asyncio.sleep(pause)
             row = await self.seen(tenant, key)
@@ -119,9 +142,13 @@ class Replays:
         # Still open: its call under way elsewhere, or its process gone and the receipt left to
         # the sweeper (docs/runbook.md). Either way it will close; the caller is told when to
         # ask again rather than held.
-        raise Problem(
-            503,
-            "The invocation with this key has not finished; retry after the indicated delay.",
-            type_="https://model-router.dev/problems/invocation-in-progress",
-            headers={"Retry-After": str(NOT_FINISHED_RETRY_AFTER_SECONDS)},
-        )
+        raise _not_finished(NOT_FINISHED_RETRY_AFTER_SECONDS)
+
+
+def _not_finished(retry_after: int) -> Problem:
+    return Problem(
+        503,
+        "The invocation with this key has not finished; retry after the indicated delay.",
+        type_="https://model-router.dev/problems/invocation-in-progress",
+        headers={"Retry-After": str(retry_after)},
+    )

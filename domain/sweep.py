@@ -20,6 +20,16 @@ def unstarted_bound(start_wait_seconds: float) -> float:
     return start_wait_seconds + UNSTARTED_MARGIN_SECONDS
 
 
+def unstarted_wait(open_for_seconds: float, start_wait_seconds: float) -> float | None:
+    """For an open receipt whose InvokeModel workflow does not exist, open this long: None while
+    its start may still be under way (within the start's own bound); else the seconds left until
+    it counts as abandoned and the sweeper may close it (0 once it does). A retry of its key is
+    told to come back then (api/replays.py): nothing else will close it."""
+    if open_for_seconds < start_wait_seconds:
+        return None
+    return max(0.0, unstarted_bound(start_wait_seconds) - open_for_seconds)
+
+
 class SweepInput(BaseModel):
     # A receipt open this long is past every budget its invocation had (the call's own budget,
     # the workflow's margin, a close retried through a short outage).

@@ -20,7 +20,14 @@ from core import metrics
 from core.schedules import SWEEPER, desired_schedules, schedule_id, sweep_input
 from core.settings import Settings
 from domain.invocation import InvocationInput, Target
-from domain.sweep import UNSTARTED_MARGIN_SECONDS, SweepInput, Workflow, to_sweep, unstarted_bound
+from domain.sweep import (
+    UNSTARTED_MARGIN_SECONDS,
+    SweepInput,
+    Workflow,
+    to_sweep,
+    unstarted_bound,
+    unstarted_wait,
+)
 from store import receipts
 from store.db import transaction
 from store.receipt_statements import ReceiptStatements
@@ -162,3 +169,12 @@ def test_the_never_started_bound_is_the_start_wait_and_its_margin(settings: Sett
     assert bound == settings.invoke_start_wait_seconds + UNSTARTED_MARGIN_SECONDS
     assert sweep_input(settings).unstarted_longer_than_seconds == bound
     assert bound < sweep_input(settings).open_longer_than_seconds
+
+
+def test_a_retry_of_a_claim_with_no_workflow_is_told_when_the_sweeper_may_close_it() -> None:
+    # Within the start's bound its start may still be under way: nothing to tell yet.
+    assert unstarted_wait(4.9, 5.0) is None
+    # Past it, the time left to the never-started bound (5 + the margin), then none.
+    assert unstarted_wait(5.0, 5.0) == UNSTARTED_MARGIN_SECONDS
+    assert unstarted_wait(20.0, 5.0) == unstarted_bound(5.0) - 20.0
+    assert unstarted_wait(unstarted_bound(5.0) + 60, 5.0) == 0.0
