@@ -35,10 +35,10 @@ log = logging.getLogger("model_router.api")
 # for the workflow and 5 s for the receipt, so a short delay, as for a store outage.
 NOT_FINISHED_RETRY_AFTER_SECONDS = 2
 # The pauses before a retry's reads of a receipt still open once its workflow has ended (or
-# cannot be found): its last read 5 s on, as the last of the 100 reads 50 ms apart these
-# replaced, in 10 reads. A receipt left to the sweeper stays open for tens of seconds, and
-# every retry of its key read it 20 times a second meanwhile (bench/bench_faults.py: up to 16
-# such keys after an API kill at c=16).
+# Temporal did not answer, or the start may still be under way): its last read 5 s on, as the
+# last of the 100 reads 50 ms apart these replaced, in 10 reads. A receipt left to the sweeper
+# stays open for tens of seconds, and every retry of its key read it 20 times a second
+# meanwhile (bench/bench_faults.py: up to 16 such keys after an API kill at c=16).
 OPEN_RECEIPT_PAUSES = (0.0, 0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0, 0.45)
 # How long a replay whose receipt closed without its file on disk yet waits for the workflow
 # that writes it: a write is given up after store.artifact_files.WAIT_SECONDS.
@@ -81,8 +81,10 @@ class Replays:
     ) -> AsyncIterator[InvocationEvent]:
         """The key's stored answer, then its receipt: `seen` when it is closed already, else
         the receipt once it closes."""
-        closed = seen is not None and seen.ended_at is not None
-        receipt = seen if seen is not None and closed else await self._wait_closed(tenant, key)
+        if seen is not None and seen.ended_at is not None:
+            receipt, closed = seen, True
+        else:
+            receipt, closed = await self._wait_closed(tenant, key), False
         if receipt.request_hash != hash_:
             raise Problem(
                 409,
