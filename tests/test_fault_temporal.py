@@ -22,14 +22,12 @@ from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import httpx
 import openai
 import pytest
 from openai import AsyncStream
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
-from sqlalchemy import Engine, event
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core import metrics
@@ -41,6 +39,7 @@ from store.receipts import by_key
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import approved_profile
 from tests.helpers.deadline import eventually
+from tests.helpers.receipt_reads import receipt_reads
 from tests.helpers.refused_close import RefusedClose, refused_close
 from tests.helpers.stack import Served, TemporalDevServer, serve, workers
 
@@ -440,18 +439,6 @@ def _open_for(started_at: datetime) -> float:
     return (datetime.now(UTC) - started_at).total_seconds()
 
 
-class _ReceiptReads:
-    """Counts the statements that read the receipts table for one key, on any engine."""
-
-    def __init__(self, key: str) -> None:
-        self.key = key
-        self.seen = 0
-
-    def __call__(self, conn: Any, cursor: Any, statement: str, params: Any, *_: Any) -> None:
-        if statement.lstrip().upper().startswith("SELECT") and self.key in repr(params):
-            self.seen += 1
-
-
 @pytest.mark.parametrize("stack", [(5.0, 60.0)], indirect=True)
 async def test_a_call_whose_close_stays_refused_keeps_its_claim_and_is_never_called_again(
     stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str, upstream: UpstreamServer
@@ -470,14 +457,9 @@ async def test_a_call_whose_close_stays_refused_keeps_its_claim_and_is_never_cal
             row = await by_key(session, tenant, key)
         assert row is not None and row.ended_at is None
     await _outage_over(stack, sdk, upstream, before)
-    reads = _ReceiptReads(key)
-    event.listen(Engine, "before_cursor_execute", reads)
     open_before = _open_for(row.started_at)
-    try:
-        with pytest.raises(openai.APIStatusError) as again:
-            await _retried(sdk, key)
-    finally:
-        event.remove(Engine, "before_cursor_execute", reads)
+    with receipt_reads(key) as reads, pytest.raises(openai.APIStatusError) as again:
+        await _retried(sdk, key)
     open_after = _open_for(row.started_at)
     # Not finished, and nothing but the sweeper will close it (no workflow, past the start's
     # bound): the caller is told at once, with no reads spent waiting, to come back when the
