@@ -253,9 +253,8 @@ def levers(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
             "before and closed after every call and a workflow that closes it if the API dies"
         )
     return [
-        "- **Where the rest goes** (what the targets above still miss is here): "
-        + "; ".join(out)
-        + "."
+        "- **Where the rest goes** (the gateway's time beyond LiteLLM's, and so what any target "
+        "above missed): " + "; ".join(out) + "."
     ]
 
 
