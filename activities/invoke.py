@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.adapter_pool import AdapterPool
+from activities.answers_ahead import AnswersAhead
 from activities.invoke_attempts import attempts_on
 from activities.invoke_close import ReceiptCloser, write_close
 from activities.invoke_hub import Attach, InvocationHub, PendingCall, ReceiptReady
@@ -73,6 +74,7 @@ class InvokeActivities:
         artifacts: ArtifactStore,
         resilience: Resilience | None = None,
         statements: ReceiptStatements | None = None,
+        answers_ahead: int = 0,
     ) -> None:
         self._statements = statements or ReceiptStatements(sessions.kw["bind"])
         self._resilience = resilience or Resilience()
@@ -80,7 +82,7 @@ class InvokeActivities:
         self._hub = hub
         self._adapters = adapters
         self._files = ArtifactFiles(artifacts)
-        self._closer = ReceiptCloser(self._statements, self._files)
+        self._closer = ReceiptCloser(self._statements, self._files, AnswersAhead(answers_ahead))
         self._prices: dict[tuple[str, str], Pricebook | None] = {}
 
     @property

@@ -2,11 +2,12 @@
 
 The call's own task (`InvokeActivities.begin`) closes the receipt here as soon as the call has
 ended, its answer's file written beside the close, and hands the answer over once Temporal has
-answered the workflow's start. A close the store refused goes back to the workflow (FINALIZE),
-which retries it until the store answers; when the start failed too, no workflow exists to do
-that, and `close_late` keeps the paid call's claim. Every close is written by `write_close`:
-one the store refused for its values rather than for being away is written once more without
-what the provider reported.
+answered the workflow's start, or at once while this process's answers ahead of their starts are
+fewer than the lead allows (answers_ahead.py). A close the store refused goes back to the
+workflow (FINALIZE), which retries it until the store answers; when the start failed too, no
+workflow exists to do that, and `close_late` keeps the paid call's claim. Every close is written
+by `write_close`: one the store refused for its values rather than for being away is written
+once more without what the provider reported.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from activities.answers_ahead import AnswersAhead
 from activities.invoke_hub import PendingCall, ReceiptReady
 from activities.invoke_outcomes import provider_of, record_metrics
 from domain.invocation import Disposition, InvocationInput, InvocationSummary
@@ -51,9 +53,12 @@ async def write_close(
 
 
 class ReceiptCloser:
-    def __init__(self, statements: ReceiptStatements, files: ArtifactFiles) -> None:
+    def __init__(
+        self, statements: ReceiptStatements, files: ArtifactFiles, ahead: AnswersAhead
+    ) -> None:
         self._statements = statements
         self._files = files
+        self._ahead = ahead
 
     async def close(
         self,
@@ -90,10 +95,12 @@ class ReceiptCloser:
                     "receipt finalize failed, handed to the workflow: %s", type(exc).__name__
                 )
                 return summary.model_copy(update={"disposition": Disposition.FINALIZE})
-            # The answer goes once Temporal has the start, accepted or refused: answers do not
-            # outrun the workflows behind them (Temporal's backpressure), and a refused start
-            # finds the receipt already closed, so the caller has the answer the receipt records.
-            await pending.start_resolved()
+            # A start refused now finds the receipt closed, and the caller has the answer the
+            # receipt records either way: the wait for the start decides nothing but the pace.
+            # The answer goes at once within the process's lead over its starts, else once
+            # Temporal has answered this one (its backpressure, answers_ahead.py).
+            if not self._ahead.take(pending.started):
+                await pending.start_resolved()
             self._hand_over(data, pending, summary)
             return summary
         finally:

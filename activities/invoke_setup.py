@@ -150,4 +150,5 @@ def invoke_activities(
         ArtifactStore(settings.artifact_root),
         Resilience.from_settings(settings),
         statements,
+        settings.invoke_answers_ahead,
     ), adapters

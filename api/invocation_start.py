@@ -5,7 +5,8 @@ returns.
 
 Alongside, the start runs behind the call: the call's output reaches a streaming caller as it
 arrives, and the receipt closes as the call ends; only the answer's end, the caller's last
-byte, waits for the start. Every streamed first token used to wait for it: an eager start's
+byte, waits for the start, once the process's answers ahead of their starts fill the lead
+(activities/answers_ahead.py). Every streamed first token used to wait for it: an eager start's
 reply, timed alone on the benchmark's machine, took 4.1-4.7 ms at p50 and 11-17 at p95
 (2026-12-02). A start that fails cancels a call still running and undoes its claim: the key
 stays unused, and the hub's `NotStarted` tells the caller's side, which answers the gate's 503

@@ -190,6 +190,15 @@ class Settings(BaseSettings):
         "provider: one that ends before its start fails is answered and keeps its receipt, one "
         "still running is cancelled and refused.",
     )
+    invoke_answers_ahead: int = Field(
+        default=2,
+        ge=0,
+        le=64,
+        description="How many answers an API process may send before Temporal has answered "
+        "their workflows' starts (0: every answer waits for its start). Each answer's receipt "
+        "is closed first; past this lead, answers wait for their starts again, so a burst "
+        "never runs further ahead of Temporal than this.",
+    )
     invoke_adapter_ttl_seconds: float = Field(
         default=300.0,
         gt=0,

@@ -3,13 +3,15 @@ port, or paused): a call is refused with a 503 problem and `Retry-After` within 
 bound, later calls at once while it is known unreachable, with no connection dropped, nothing
 claimed or called and no prompt left in memory; `/readyz` says the same; a retry of a key
 answered before is replayed from the store meanwhile; a restart shorter than the bound is
-absorbed. Just after Temporal answered, a call's provider call runs alongside its
-start: its receipt closes as the call ends, and its answer completes only once the start is in
-(a stream's output flows meanwhile). A start that then fails cancels a call still running and
-undoes its claim; a call that had ended keeps its receipt, its caller gets the answer, and a
-retry of its key replays it without calling the provider again. A call that ended with its
-close refused by the store keeps its claim as well: closed late and answered, or left open, and
-its key is never called twice."""
+absorbed. Just after Temporal answered, a call's provider call runs alongside its start: its
+receipt closes as the call ends, and its answer completes only once the start is in (a stream's
+output flows meanwhile), unless the process's lead of answers over their starts has a place
+free: then the answer goes at once, and its workflow runs once Temporal is back, or, if its
+start fails, the receipt stays closed and the key replays it. A start that then fails cancels a
+call still running and undoes its claim; a call that had ended keeps its receipt, its caller
+gets the answer, and a retry of its key replays it without calling the provider again. A call
+that ended with its close refused by the store keeps its claim as well: closed late and
+answered, or left open, and its key is never called twice."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -29,16 +32,18 @@ import pytest
 from openai import AsyncStream
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client, WorkflowExecutionStatus
 
 from core import metrics
 from core.settings import Settings
+from domain.invocation import invoke_workflow_id
 from domain.sweep import unstarted_bound
 from providers.upstream import UpstreamServer
 from providers.upstream.faults import Fault, FaultKind
 from store.receipts import by_key
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import approved_profile
-from tests.helpers.deadline import eventually
+from tests.helpers.deadline import UNBOUNDED, eventually
 from tests.helpers.receipt_reads import receipt_reads
 from tests.helpers.refused_close import RefusedClose, refused_close
 from tests.helpers.stack import Served, TemporalDevServer, serve, workers
@@ -53,6 +58,7 @@ class Stack:
     auth: dict[str, str]
     token: str
     bound: float
+    client: Client
 
     def sdk(self) -> openai.AsyncOpenAI:
         """The official SDK on this gateway, without its own retries (the tests count calls)."""
@@ -63,7 +69,9 @@ class Stack:
         return len(self.api.app.state.runtime.invoke.hub)
 
 
-def _settings(settings: Settings, dev: TemporalDevServer, bound: float, overlap: float) -> Settings:
+def _settings(
+    settings: Settings, dev: TemporalDevServer, bound: float, overlap: float, lead: int
+) -> Settings:
     run = uuid.uuid4().hex[:8]
     return settings.model_copy(
         update={
@@ -72,6 +80,7 @@ def _settings(settings: Settings, dev: TemporalDevServer, bound: float, overlap:
             "temporal_invocation_task_queue": f"tfault-inv-{run}",
             "invoke_start_wait_seconds": bound,
             "invoke_start_overlap_seconds": overlap,
+            "invoke_answers_ahead": lead,
             # A call held by the upstream (a hang, a stall) outlasts the start's bound here.
             "invoke_first_byte_timeout_seconds": 60.0,
             "invoke_first_token_timeout_seconds": 60.0,
@@ -90,14 +99,15 @@ async def stack(
     tenant: str,
     upstream: UpstreamServer,
 ) -> AsyncIterator[Stack]:
-    """A gateway on a Temporal dev server of its own; the start's bound and the overlap window
-    come from the test's param."""
-    bound, overlap = request.param
+    """A gateway on a Temporal dev server of its own; the start's bound, the overlap window and
+    (third, 0 when left out) the lead of answers over their starts come from the test's param.
+    Most tests here watch an answer wait for its start, so they run with no lead."""
+    bound, overlap, *lead = request.param
     dev = TemporalDevServer(tmp_path)
     dev.start()
     try:
         await dev.wait_serving()
-        own = _settings(settings, dev, bound, overlap)
+        own = _settings(settings, dev, bound, overlap, lead[0] if lead else 0)
         async with workers(own, sessions) as client, serve(own) as api:
             token = await token_for(tenant)
             auth = {"Authorization": f"Bearer {token}"}
@@ -116,7 +126,7 @@ async def stack(
                         }
                     },
                 )
-            yield Stack(dev, api, auth, token, bound)
+            yield Stack(dev, api, auth, token, bound, client)
     finally:
         dev.kill()
 
@@ -493,6 +503,77 @@ async def test_a_start_that_fails_while_its_call_runs_cancels_it_and_undoes_the_
         assert await by_key(session, tenant, key) is None
     assert stack.held() == 0
     await _refused_with_nothing_called(sdk, upstream, before)
+    await sdk.close()
+
+
+async def _workflow_completed(
+    stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str, key: str
+) -> bool:
+    async with sessions() as session:
+        row = await by_key(session, tenant, key)
+    assert row is not None
+    handle = stack.client.get_workflow_handle(invoke_workflow_id(tenant, row.invocation_id))
+    return (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED
+
+
+# A lead of one answer over the process's unanswered starts.
+@pytest.mark.parametrize("stack", [(30.0, 60.0, 1)], indirect=True)
+async def test_within_the_lead_an_answer_goes_before_its_start_is_in_and_past_it_waits(
+    stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str, upstream: UpstreamServer
+) -> None:
+    sdk = stack.sdk()
+    first, second = (f"tf-ahead-{n}-{uuid.uuid4().hex[:8]}" for n in (1, 2))
+    try:
+        call, before = await _sent_while_paused(stack, sdk, upstream, first)
+        # A place in the lead: the answer comes while the server is still paused, well before
+        # its start's 30 s bound (without the lead it would come only then), its receipt
+        # closed before it.
+        done = await asyncio.wait_for(call, timeout=stack.bound - 10)
+        assert done.choices[0].message.content
+        assert await _completed(sessions, tenant, first)
+        # That place is held until the first start is answered: the next answer waits for its
+        # own start, its receipt closed meanwhile.
+        later = asyncio.ensure_future(_retried(sdk, second))
+        await _closed(sessions, tenant, second)
+        finished, _ = await asyncio.wait({later}, timeout=1.0)  # a window for what must not come
+        assert not finished
+    finally:
+        stack.dev.resume()
+    assert (await asyncio.wait_for(later, timeout=UNBOUNDED)).choices[0].message.content
+    # With the server back, both workflows run and complete: no invocation without its workflow.
+    for key in (first, second):
+        await eventually(partial(_workflow_completed, stack, sessions, tenant, key), timeout=30)
+    assert upstream.requests(MODEL) == before + 2
+    await eventually(lambda: stack.held() == 0, timeout=30)
+    await sdk.close()
+
+
+@pytest.mark.parametrize("stack", [(10.0, 60.0, 1)], indirect=True)
+async def test_a_start_that_fails_after_its_answer_went_ahead_leaves_the_receipt_closed(
+    stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str, upstream: UpstreamServer
+) -> None:
+    sdk = stack.sdk()
+    key = f"tf-ahead-lost-{uuid.uuid4().hex[:8]}"
+    call, before = await _sent_while_paused(stack, sdk, upstream, key)
+    # Answered ahead of its start, while the server is paused: without the lead the answer
+    # would come only once the start had failed, its bound (sent moments ago) run out.
+    done = await asyncio.wait_for(call, timeout=stack.bound - 2)
+    stack.dev.kill()  # the start is never answered: the bound runs out
+
+    async def unready() -> bool:
+        async with httpx.AsyncClient(base_url=stack.api.url, timeout=30) as http:
+            return (await http.get("/readyz")).status_code == 503
+
+    await eventually(unready, timeout=stack.bound + 30, interval=0.2)
+    # The failed start changed nothing the caller was told: the receipt stays closed, as for a
+    # call that ended before its start failed, and the key replays it.
+    async with sessions() as session:
+        row = await by_key(session, tenant, key)
+    assert row is not None and row.outcome == "Completed" and row.usage_status == "Reported"
+    await _outage_over(stack, sdk, upstream, before)
+    replayed = await _retried(sdk, key)
+    assert replayed.choices[0].message.content == done.choices[0].message.content
+    assert upstream.requests(MODEL) == before + 1
     await sdk.close()
 
 
