@@ -122,8 +122,9 @@ def where_section(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> lis
         "workflow eagerly and begins the provider call alongside (Temporal accepted a start "
         "moments before, `INVOKE_START_OVERLAP_SECONDS`, or, after a quieter spell, its health "
         "service answered while the start was under way); the call's task writes the finalize "
-        "as soon as it has ended, and once the start is in the "
-        "receipt travels through the in-memory hub to the response. The workflow's local "
+        "as soon as it has ended, and the receipt travels through the in-memory hub to the "
+        "response at once while fewer than `INVOKE_ANSWERS_AHEAD` answers are ahead of their "
+        "starts' replies, else once the start is in. The workflow's local "
         "activity adopts the call meanwhile, off the response path."
     )
     if res.receipts.receipt_ttft_ms:

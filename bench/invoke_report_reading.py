@@ -119,8 +119,9 @@ def analysis(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> list[str
         f"{p50('temporal_start_returned_unsandboxed'):.1f} ms: that reply is the one piece of "
         "Temporal left on the response path. The provider call runs alongside it (a start was "
         "accepted moments before, `INVOKE_START_OVERLAP_SECONDS`) and closes its receipt as it "
-        "ends, but the answer waits for the reply, so that answers do not outrun Temporal's "
-        "acceptance of their workflows. The local activity starts "
+        "ends; the answer goes at once within the process's lead over its starts "
+        "(`INVOKE_ANSWERS_AHEAD`, 2), else it waits for the reply, so that answers never run "
+        "further ahead of Temporal's acceptance of their workflows. The local activity starts "
         f"{p50('temporal_start_to_activity_unsandboxed'):.1f} ms after the start and the "
         f"workflow closes {p50('temporal_start_to_result_unsandboxed'):.1f} ms after it (the "
         "product's InvokeModel workers run without the sandbox, `activities/invoke_setup.py`), "
@@ -226,10 +227,10 @@ def levers(res: Results, m: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
     out = [
         f"at c=1, the work itself: back to back, {c1_floor(m)[0]:.1f} CPU ms of it per call on "
         "two cores (Concurrency 1 above); the eager start's reply "
-        f"({p50('temporal_start_returned_unsandboxed'):.1f} ms alone), which the answer waits "
-        "for, is not what bounds a call: answers sent ahead of their starts' replies measured "
-        "no faster back to back, where the start's work only moved onto the next call "
-        "(twentieth pass)",
+        f"({p50('temporal_start_returned_unsandboxed'):.1f} ms alone, longer under load) no "
+        "longer holds an answer within the lead of `INVOKE_ANSWERS_AHEAD`, which took it, and "
+        "its slow tail, off the answer's path (thirty-fourth pass); its work still runs on "
+        "the same two cores",
         f"the API's own CPU ({cpu.get('api', 0):.1f} ms a call at c=16), which includes the "
         "Temporal SDK's work for the workflow task, the local activity and the completion in "
         "the same process (the dev server adds "
