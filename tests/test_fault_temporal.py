@@ -422,6 +422,27 @@ def _retried(sdk: openai.AsyncOpenAI, key: str) -> Awaitable[ChatCompletion]:
     )
 
 
+async def _kept_then_replayed(
+    stack: Stack,
+    sdk: openai.AsyncOpenAI,
+    sessions: async_sessionmaker[AsyncSession],
+    tenant: str,
+    upstream: UpstreamServer,
+    key: str,
+    done: ChatCompletion,
+    before: int,
+) -> None:
+    """The key's receipt is closed Completed, usage Reported; once the outage is over, a retry
+    of the key replays the answer its caller got, with no second provider call."""
+    async with sessions() as session:
+        row = await by_key(session, tenant, key)
+    assert row is not None and row.outcome == "Completed" and row.usage_status == "Reported"
+    await _outage_over(stack, sdk, upstream, before)
+    replayed = await _retried(sdk, key)
+    assert replayed.choices[0].message.content == done.choices[0].message.content
+    assert upstream.requests(MODEL) == before + 1
+
+
 @pytest.mark.parametrize("stack", [(5.0, 60.0)], indirect=True)
 async def test_a_call_whose_close_was_refused_keeps_its_claim_and_is_answered_once_closed_late(
     stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str, upstream: UpstreamServer
@@ -435,13 +456,7 @@ async def test_a_call_whose_close_was_refused_keeps_its_claim_and_is_answered_on
         done = await asyncio.wait_for(call, timeout=stack.bound + 30)
     # Closed late: the caller gets the answer its receipt records.
     assert done.choices[0].message.content
-    async with sessions() as session:
-        row = await by_key(session, tenant, key)
-    assert row is not None and row.outcome == "Completed" and row.usage_status == "Reported"
-    await _outage_over(stack, sdk, upstream, before)
-    replayed = await _retried(sdk, key)
-    assert replayed.choices[0].message.content == done.choices[0].message.content
-    assert upstream.requests(MODEL) == before + 1
+    await _kept_then_replayed(stack, sdk, sessions, tenant, upstream, key, done, before)
     await sdk.close()
 
 
@@ -567,13 +582,7 @@ async def test_a_start_that_fails_after_its_answer_went_ahead_leaves_the_receipt
     await eventually(unready, timeout=stack.bound + 30, interval=0.2)
     # The failed start changed nothing the caller was told: the receipt stays closed, as for a
     # call that ended before its start failed, and the key replays it.
-    async with sessions() as session:
-        row = await by_key(session, tenant, key)
-    assert row is not None and row.outcome == "Completed" and row.usage_status == "Reported"
-    await _outage_over(stack, sdk, upstream, before)
-    replayed = await _retried(sdk, key)
-    assert replayed.choices[0].message.content == done.choices[0].message.content
-    assert upstream.requests(MODEL) == before + 1
+    await _kept_then_replayed(stack, sdk, sessions, tenant, upstream, key, done, before)
     await sdk.close()
 
 
