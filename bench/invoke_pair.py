@@ -139,14 +139,14 @@ def report(sides: list[Side], scenarios: list[str], stream: bool) -> str:
     p = {s.name: sorted(x for run in s.c1 for x in run) for s in sides}
     # The tail as well as the middle: a change can move where the slow calls wait (the start's
     # reply, thirty-fourth pass) more than the median.
-    quart = {
-        n: (*(v[int(q * (len(v) - 1))] for q in (0.25, 0.5, 0.75, 0.9, 0.95)),)
+    cuts = {
+        n: tuple(v[int(q * (len(v) - 1))] for q in (0.25, 0.5, 0.75, 0.9, 0.95))
         for n, v in p.items()
     }
     lines.append(
         f"| {'stream TTFT' if stream else 'non-stream total'} p25 / p50 / p75 / p90 / p95, c=1, "
         f"{len(p['this'])} calls each (ms) | "
-        + " | ".join(" / ".join(f"{x:.2f}" for x in quart[s.name]) for s in sides)
+        + " | ".join(" / ".join(f"{x:.2f}" for x in cuts[s.name]) for s in sides)
         + " |"
     )
     for scenario in scenarios:
