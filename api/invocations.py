@@ -48,6 +48,7 @@ from api.runtime_types import InvokeConfig
 from api.temporal_gate import TemporalGate
 from core import metrics, timing
 from core.security import Principal
+from domain.failures import STORE_RETRY_AFTER_SECONDS
 from domain.hashing import request_hash
 from domain.invocation import (
     Disposition,
@@ -219,8 +220,16 @@ class Invocations:
             self._given_up.add(data.invocation_id, at)
             raise
 
-    def retry_after(self, principal: Principal, running: Running) -> int:
-        """Seconds a caller told its call failed transiently should wait before trying again."""
+    def retry_after(
+        self, principal: Principal, running: Running, summary: InvocationSummary
+    ) -> int:
+        """Seconds a caller told its call failed transiently should wait before trying again.
+        A call whose claim the receipt store did not take waits as long as the store's other
+        503s say: no provider was asked, so the providers' cool-downs say nothing about it. Any
+        other failure waits until a candidate may next be tried. (Temporal gone before any
+        output is the gate's own 503.)"""
+        if summary.error_kind == "store_unavailable":
+            return STORE_RETRY_AFTER_SECONDS
         return self._come_back.after_failure(principal.tenant_id, running.candidates)
 
     async def _follow(

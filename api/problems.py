@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from domain.failures import STORE_RETRY_AFTER_SECONDS
 from store.outage import is_outage
 
 log = logging.getLogger("model_router.api")
@@ -163,7 +164,7 @@ async def _on_store_down(request: Request, exc: Exception) -> JSONResponse:
         503,
         "A store the gateway depends on is not reachable; retry after the indicated delay.",
         type_="https://model-router.dev/problems/store-unavailable",
-        headers={"Retry-After": "2"},
+        headers={"Retry-After": str(STORE_RETRY_AFTER_SECONDS)},
     )
 
 

@@ -234,7 +234,7 @@ async def answer_chat(
     first = await first_event(running)
     early = failed_early(first)
     if early is not None:
-        return failure_response(request, early, service.retry_after(principal, running))
+        return failure_response(request, early, service.retry_after(principal, running, early))
     if stream is not None:
         return StreamingResponse(
             relay(running, first, stream(running)),
@@ -245,7 +245,7 @@ async def answer_chat(
         )
     completion, summary = await collect(running, first)
     if summary.outcome is not InvocationOutcome.COMPLETED or completion is None:
-        return failure_response(request, summary, service.retry_after(principal, running))
+        return failure_response(request, summary, service.retry_after(principal, running, summary))
     return await whole(running, completion, summary)
 
 

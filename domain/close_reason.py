@@ -19,8 +19,9 @@ class CloseReason(StrEnum):
     TIMEOUT = "timeout"  # the invocation's budget, or an attempt's, ran out
     CANCELLED = "cancelled"  # the caller went away and the call was stopped
     CALLER_LOST = "caller-lost"  # the process that held the call is gone
-    # Refused for now: every candidate before any provider was called, or Temporal gone while a
-    # call begun alongside its workflow's start ran (the call stopped, its claim undone).
+    # Refused for now: every candidate before any provider was called, the receipt store out of
+    # reach at the claim (nothing claimed or called), or Temporal gone while a call begun
+    # alongside its workflow's start ran (the call stopped, its claim undone).
     UNAVAILABLE = "unavailable"
     SWEPT = "swept"  # still open past the invocation budget: closed by the sweeper
     INTERNAL = "internal"  # the gateway itself failed the call after claiming it
@@ -32,6 +33,7 @@ _OURS = {
     "cancelled": CloseReason.CANCELLED,
     "caller-lost": CloseReason.CALLER_LOST,
     "unavailable": CloseReason.UNAVAILABLE,
+    "store_unavailable": CloseReason.UNAVAILABLE,
     "temporal_unavailable": CloseReason.UNAVAILABLE,
     "swept": CloseReason.SWEPT,
     "internal": CloseReason.INTERNAL,

@@ -37,6 +37,13 @@ TRANSIENT = frozenset(
 )
 
 
+# How soon a caller refused because the receipt store was out of reach may come back, on every
+# path that refuses so (a claim that failed, any other statement of a request): a PostgreSQL
+# restart or failover takes seconds, and the next request runs on a fresh connection
+# (tests/test_fault_postgres.py). Not the providers' cool-down: no provider was asked.
+STORE_RETRY_AFTER_SECONDS = 2
+
+
 def classify(kind: str | None) -> FailureClass:
     if kind in CALLER_FAULT:
         return FailureClass.CALLER

@@ -13,6 +13,8 @@ import httpx
 import pytest
 from temporalio.client import Client
 
+from domain.close_reason import CloseReason, close_reason
+from domain.enums import InvocationOutcome
 from domain.failures import TRANSIENT, FailureClass, classify
 from providers.errors import ErrorKind
 from providers.upstream import Fault, FaultKind, UpstreamServer
@@ -70,11 +72,18 @@ async def auth(
         upstream.state.clear_faults(name)
 
 
+ROUTERS_OWN = {"unavailable", "store_unavailable", "temporal_unavailable"}
+
+
 def test_the_transient_kinds_are_the_providers_and_the_routers_own() -> None:
-    routers_own = {"unavailable", "store_unavailable", "temporal_unavailable"}
-    assert {k.value for k in ErrorKind if k.transient} | routers_own == TRANSIENT
+    assert {k.value for k in ErrorKind if k.transient} | ROUTERS_OWN == TRANSIENT
     assert classify("auth") is FailureClass.PERMANENT
     assert classify("content_policy") is FailureClass.CALLER
+
+
+def test_the_routers_own_refusals_never_blame_the_provider() -> None:
+    for kind in sorted(ROUTERS_OWN):
+        assert close_reason(InvocationOutcome.FAILED, kind) is CloseReason.UNAVAILABLE, kind
 
 
 async def _chat(

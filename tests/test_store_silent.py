@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from core.settings import Settings
+from domain.failures import STORE_RETRY_AFTER_SECONDS
 from providers.upstream import UpstreamServer
 from store.receipts import by_key
 from tests.conftest import TokenFactory
@@ -135,7 +136,12 @@ async def test_a_failover_that_leaves_connections_silent_costs_a_prompt_503_not_
             raise AssertionError("a claim on a silent connection was answered")
         except openai.APIStatusError as refused:
             assert refused.status_code == 503, refused.response.text
-            assert int(refused.response.headers["retry-after"]) >= 1
+            # Come back as soon as any refusal of the store says, not after a provider's
+            # cool-down (no provider was asked), and the provider is not blamed.
+            assert int(refused.response.headers["retry-after"]) == STORE_RETRY_AFTER_SECONDS
+            problem = refused.response.json()
+            assert (problem["closeReason"], problem["errorClass"]) == ("unavailable", "transient")
+            assert problem["error"]["type"] == "store_unavailable"
         assert time.monotonic() - started < 30  # the SDK's own timeout: it did not hang
 
         # Calls go on, each on a connection that answers or refused as that one was.

@@ -188,7 +188,7 @@ async def embed(
     )
     found, summary = await result(running)
     if summary.outcome is not InvocationOutcome.COMPLETED:
-        return failure_response(request, summary, service.retry_after(principal, running))
+        return failure_response(request, summary, service.retry_after(principal, running, summary))
     receipt = await _receipt(runtime, principal.tenant_id, summary)
     return JSONResponse(
         {"vectors": found["vectors"], "receipt": receipt}, headers=receipt_headers(summary)
@@ -206,7 +206,7 @@ async def rerank(
     )
     found, summary = await result(running)
     if summary.outcome is not InvocationOutcome.COMPLETED:
-        return failure_response(request, summary, service.retry_after(principal, running))
+        return failure_response(request, summary, service.retry_after(principal, running, summary))
     results = RerankResult.model_validate(found).results if found else ()
     return JSONResponse(
         {
