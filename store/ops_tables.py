@@ -11,7 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Field, SQLModel
 
-from store.tables import UtcDateTime, utcnow
+from store.tables import BIGID, UtcDateTime, utcnow
 
 
 def as_utc(value: datetime) -> datetime:
@@ -35,7 +35,7 @@ class ProbeSampleRow(SQLModel, table=True):
         sa.Index("ix_probe_samples_probed_at", "probed_at"),
     )
 
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True, sa_type=BIGID)
     tenant_id: str = Field(max_length=100)
     deployment_id: str = Field(max_length=200)
     window_start: datetime = Field(sa_column=_ts())
@@ -73,7 +73,7 @@ class UsageStatementLineRow(SQLModel, table=True):
         sa.Index("ix_usage_statement_lines_request", "provider", "provider_request_id"),
     )
 
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True, sa_type=BIGID)
     statement_ref: str = Field(max_length=300)
     source: str = Field(max_length=64)
     import_id: uuid.UUID | None = None
@@ -102,7 +102,7 @@ class ReceiptReconciliationRow(SQLModel, table=True):
         sa.Index("ix_receipt_reconciliations_tenant", "tenant_id", "reconciled_at"),
     )
 
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True, sa_type=BIGID)
     tenant_id: str = Field(max_length=100)
     invocation_id: uuid.UUID
     statement_ref: str = Field(max_length=300)

@@ -50,6 +50,14 @@ class UtcDateTime(sa.types.TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+# The migrations give every surrogate key a BIGINT (a BIGSERIAL on PostgreSQL; SQLite's
+# INTEGER PRIMARY KEY is already 64-bit and is its rowid only when spelled INTEGER). Declaring
+# them as plain Integer here made SQLAlchemy's asyncpg dialect bind them as `$1::INTEGER`, so
+# the event feed and webhook delivery would have failed once the outbox passed 2**31 - 1
+# events: about four months at 100 calls/s. tests/test_schema_drift.py keeps this in step.
+BIGID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
 def _ts(nullable: bool = False) -> Any:
     return sa.Column(UtcDateTime(), nullable=nullable)
 
@@ -97,7 +105,7 @@ class ModelProfileRow(SQLModel, table=True):
         sa.UniqueConstraint("tenant_id", "profile_id", "version", name="uq_model_profiles_version"),
     )
 
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True, sa_type=BIGID)
     profile_id: str = Field(max_length=200)
     version: str = Field(max_length=50)
     release_id: str = Field(max_length=200)
@@ -141,8 +149,11 @@ class ModelDeploymentRow(SQLModel, table=True):
 
 class CapabilityScoreRow(SQLModel, table=True):
     __tablename__ = "capability_scores"
+    __table_args__ = (
+        sa.Index("ix_capability_scores_deployment", "tenant_id", "deployment_id", "evidence_ref"),
+    )
 
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True, sa_type=BIGID)
     tenant_id: str = Field(max_length=100)
     deployment_id: str = Field(max_length=200)
     capability: str = Field(max_length=64)
@@ -230,7 +241,7 @@ class OutboxEventRow(SQLModel, table=True):
     __tablename__ = "outbox_events"
     __table_args__ = (sa.Index("ix_outbox_tenant_position", "tenant_id", "position"),)
 
-    position: int | None = Field(default=None, primary_key=True)
+    position: int | None = Field(default=None, primary_key=True, sa_type=BIGID)
     event_id: uuid.UUID = Field(default_factory=uuid.uuid4, unique=True)
     tenant_id: str = Field(max_length=100)
     event_type: str = Field(max_length=100)
@@ -252,7 +263,7 @@ class PricebookEntryRow(SQLModel, table=True):
         ),
     )
 
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True, sa_type=BIGID)
     tenant_id: str = Field(max_length=100)
     revision: str = Field(max_length=pricing.REVISION_MAX_LENGTH)
     effective_from: datetime = Field(sa_column=_ts())
@@ -281,7 +292,7 @@ class IdempotencyRecordRow(SQLModel, table=True):
         sa.UniqueConstraint("tenant_id", "operation", "key", name="uq_idempotency_key"),
     )
 
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True, sa_type=BIGID)
     tenant_id: str = Field(max_length=100)
     operation: str = Field(max_length=100)
     key: str = Field(max_length=200)
@@ -324,6 +335,9 @@ class CatalogStateRow(SQLModel, table=True):
 
 class EvaluationRow(SQLModel, table=True):
     __tablename__ = "evaluations"
+    __table_args__ = (
+        sa.Index("ix_evaluations_deployment", "tenant_id", "deployment_id", "started_at"),
+    )
 
     evaluation_id: str = Field(primary_key=True, max_length=300)
     tenant_id: str = Field(max_length=100)

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col, select
 
@@ -100,6 +101,53 @@ async def test_webhook_receiver_down_then_back_gets_every_event_in_order(
     positions = [int(e["sequence"]) for e in receiver.received]
     assert positions == sorted(positions)
     await receiver.stop()
+
+
+async def test_the_feed_and_webhooks_go_on_past_32_bit_positions(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    # The outbox's BIGSERIAL passes 2**31 - 1 after about four months at 100 calls/s. Its keys
+    # were declared Integer, so asyncpg bound the cursor as `::INTEGER` and both the feed's
+    # next page and the webhook's next delivery failed there. (Each xdist worker has its own
+    # database, so the jump reaches no other worker's events.)
+    past = 2**31 + 10
+    seq = "pg_get_serial_sequence('outbox_events', 'position')"
+    async with sessions() as s:
+        await s.execute(sa.text(f"SELECT setval({seq}, GREATEST(nextval({seq}), {past}))"))
+        await s.commit()
+
+    receiver = Receiver(port=free_port())
+    await receiver.start()
+    created = await http.post(
+        "/factory/webhook-subscriptions", json={"url": receiver.url}, headers=auth
+    )
+    assert created.status_code == 201, created.text
+    receiver.secret = created.json()["signingSecret"]
+    await register(http, auth, "wide/a")
+    await eventually(lambda: len(receiver.received) >= 1)
+    await register(http, auth, "wide/b")
+    await eventually(lambda: len({e["id"] for e in receiver.received}) == 2, timeout=30)
+    await receiver.stop()
+    delivered = sorted({int(e["sequence"]) for e in receiver.received})
+    assert delivered[0] > 2**31
+
+    page = (await http.get("/factory/events", headers=auth)).json()
+    assert [e["subject"] for e in page["events"]] == ["wide/a", "wide/b"]
+    assert [int(e["sequence"]) for e in page["events"]] == delivered
+    after_first = await http.get(f"/factory/events?after={delivered[0]}", headers=auth)
+    assert after_first.status_code == 200, after_first.text
+    assert [e["subject"] for e in after_first.json()["events"]] == ["wide/b"]
+    done = (await http.get(f"/factory/events?after={page['nextAfter']}", headers=auth)).json()
+    assert done == {"events": [], "nextAfter": page["nextAfter"]}
+    later = await http.post(
+        "/factory/webhook-subscriptions",
+        json={"url": receiver.url, "startAfter": delivered[-1]},
+        headers=auth,
+    )
+    assert later.status_code == 201, later.text
+    assert later.json()["deliveredPosition"] == delivered[-1]
 
 
 async def test_deleting_a_subscription_stops_delivery_and_is_tenant_scoped(

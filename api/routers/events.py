@@ -37,9 +37,9 @@ EventName = Literal[
 ]
 assert set(EventName.__args__) == set(TOPICS)  # type: ignore[attr-defined]
 
-# outbox_events.position is a PostgreSQL integer: a larger cursor cannot name an event, and
-# asyncpg refuses to bind it (a 500 before this bound).
-MAX_POSITION = 2**31 - 1
+# outbox_events.position is a BIGINT (BIGSERIAL on PostgreSQL, SQLite's 64-bit rowid): a larger
+# cursor cannot name an event, and asyncpg refuses to bind it (a 500 before this bound).
+MAX_POSITION = 2**63 - 1
 
 
 class EventPage(BaseModel):
