@@ -95,6 +95,13 @@ def _line(row: UsageStatementLineRow) -> StatementLine:
     )
 
 
+# A statement's IN list binds one parameter per request id, and asyncpg refuses a statement with
+# more than 32,767 (SQLite 32,766). A day with more pending receipts that carry a request id (an
+# hour of 429s at 10 calls/s is 36,000) made the reconciler's window fail on every attempt, and
+# the days after it waited behind it. Request ids are therefore asked in chunks of this many.
+REQUEST_ID_CHUNK = 5_000
+
+
 async def lines_for(
     session: AsyncSession,
     *,
@@ -105,15 +112,14 @@ async def lines_for(
     request_ids: Iterable[str],
 ) -> list[StatementLine]:
     """Bucket lines inside [start, end) and request-id lines among `request_ids`, of the given
-    providers, provider-wide or belonging to one of `tenants`."""
+    providers, provider-wide or belonging to one of `tenants`, in statement_ref order."""
     ids = sorted(set(request_ids))
     in_window = (
         col(UsageStatementLineRow.bucket_start).is_not(None)
         & (col(UsageStatementLineRow.bucket_start) >= start)
         & (col(UsageStatementLineRow.bucket_end) <= end)
     )
-    by_request = col(UsageStatementLineRow.provider_request_id).in_(ids) if ids else false()
-    stmt = (
+    scope = (
         select(UsageStatementLineRow)
         .where(col(UsageStatementLineRow.provider).in_(sorted({p.lower() for p in providers})))
         .where(
@@ -122,7 +128,13 @@ async def lines_for(
                 col(UsageStatementLineRow.tenant_id).in_(sorted(set(tenants))),
             )
         )
-        .where(or_(in_window, by_request))
-        .order_by(col(UsageStatementLineRow.statement_ref))
     )
-    return [_line(row) for row in (await session.scalars(stmt)).all()]
+    found: dict[str, UsageStatementLineRow] = {}
+    chunks = [ids[i : i + REQUEST_ID_CHUNK] for i in range(0, len(ids), REQUEST_ID_CHUNK)]
+    for i, chunk in enumerate(chunks or [[]]):
+        by_request = col(UsageStatementLineRow.provider_request_id).in_(chunk) if chunk else false()
+        # The window's bucket lines come with the first chunk; later chunks add request-id lines.
+        where = or_(in_window, by_request) if i == 0 else by_request
+        for row in (await session.scalars(scope.where(where))).all():
+            found[row.statement_ref] = row
+    return [_line(found[ref]) for ref in sorted(found)]

@@ -26,8 +26,10 @@ from core.payload_converter import data_converter
 from core.settings import Settings
 from domain.enums import UsageStatus
 from domain.pricing import PriceEntry, estimate_cost_usd
-from domain.statements import ReconcilerInput
+from domain.statements import ReconcilerInput, StatementLine
 from providers.secrets import default_broker
+from store import statements
+from store.db import transaction
 from store.ops_tables import ReceiptReconciliationRow
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import register
@@ -371,3 +373,51 @@ async def test_a_settlement_whose_cost_a_receipt_cannot_hold_is_settled_with_the
     assert rows[small].estimated_cost_usd == estimate_cost_usd(
         top, input_tokens=10, output_tokens=0
     )
+
+
+async def test_a_day_with_more_request_ids_than_one_statement_binds_still_finds_its_lines(
+    sessions: async_sessionmaker[AsyncSession], tenant: str
+) -> None:
+    # asyncpg binds at most 32,767 parameters a statement: one IN list of a day's pending
+    # request ids (an hour of 429s at 10 calls/s is 36,000) failed the window on every attempt.
+    day = datetime(2026, 11, 21, tzinfo=UTC)
+    ids = [f"{tenant}-req-{i:05d}" for i in range(40_000)]
+    by_request = {"first": ids[0], "middle": ids[20_000], "last": ids[-1]}
+    lines = [
+        StatementLine(
+            statement_ref=f"{tenant}/{name}",
+            source="test",
+            tenant_id=tenant,
+            provider="openai",
+            provider_request_id=request_id,
+            input_tokens=3,
+            output_tokens=4,
+        )
+        for name, request_id in by_request.items()
+    ]
+    lines.append(
+        StatementLine(
+            statement_ref=f"{tenant}/bucket",
+            source="test",
+            tenant_id=tenant,
+            provider="openai",
+            model="gpt-4o",
+            bucket_start=day + timedelta(hours=3),
+            bucket_end=day + timedelta(hours=4),
+            input_tokens=30,
+            output_tokens=40,
+        )
+    )
+    async with transaction(sessions) as session:
+        await statements.upsert_lines(session, lines)
+    async with sessions() as session:
+        found = await statements.lines_for(
+            session,
+            providers={"OpenAI"},
+            tenants={tenant},
+            start=day,
+            end=day + timedelta(days=1),
+            request_ids=reversed(ids),
+        )
+    assert [line.statement_ref for line in found] == sorted(line.statement_ref for line in lines)
+    assert {line.provider_request_id for line in found} == {*by_request.values(), None}
