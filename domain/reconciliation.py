@@ -29,6 +29,13 @@ is exact and settles at once, whatever the delay.
 Nothing settles to zero unless asked for: a share of zero input and zero output tokens leaves
 the receipt as it was (a statement that explains nothing is no proof that nothing was used).
 
+A receipt that records that no provider saw the request — Estimated at our own count of zero
+tokens: a denial, every candidate refused, credentials missing, a claim its process never called
+with — takes no share of a bucket. Its tokens are known: none. (Before this rule, a bucket whose
+only unsettled receipts were such zeros shared its unexplained tokens equally among them, so a
+denied call could be billed for a health probe's or another client's tokens on the same key.)
+It is skipped with `NOTHING_SENT`, or settled at zero when zeros are asked for.
+
 Attempts that no receipt carries — one abandoned after a timeout or a cut and replaced by a
 retry or a fallback (counted in the `attempts_abandoned` metric) — are not known here: a line
 with such an attempt's request id matches no receipt and settles nothing, and in a bucket their
@@ -53,6 +60,7 @@ from domain.statements import AWAITING, ReceiptUsage, StatementLine
 HELD = "bucket allocation waits for the settle delay (the bucket ended after the cutoff)"
 ZERO_LINE = "the statement reports zero tokens"
 NOTHING_LEFT = "no unexplained tokens left in the statement's bucket"
+NOTHING_SENT = "the receipt records that no provider was called (our own count of zero)"
 # A provider's hourly bucket for a key shared with traffic outside the gateway can hold more
 # unexplained tokens than a receipt's INTEGER columns: settled, its write failed the whole pass,
 # on every pass. The receipt waits for a statement it can hold (domain/provider_reports.py).
@@ -159,6 +167,18 @@ def _belongs(key: _GroupKey, r: ReceiptUsage) -> bool:
     )
 
 
+def sent_nothing(r: ReceiptUsage) -> bool:
+    """Our own count of zero: every path that closes a receipt without calling a provider
+    writes Estimated with 0 input and 0 output tokens, and any call that was sent counts at
+    least one input token (activities/invoke_outcomes.estimate_tokens)."""
+    return (
+        r.usage_status is UsageStatus.ESTIMATED
+        and not r.input_tokens
+        and not r.output_tokens
+        and not r.cached_input_tokens
+    )
+
+
 def group_ref(lines: Iterable[StatementLine]) -> str:
     refs = sorted(line.statement_ref for line in lines)
     return refs[0] if len(refs) == 1 else f"{refs[0]}+{len(refs) - 1}"
@@ -259,6 +279,16 @@ def _allocate_group(
     if not todo:
         return
     ref = group_ref(lines)
+    for r in todo:
+        if not sent_nothing(r):
+            continue
+        if settle_zero:
+            ledger.settle(r, ref, Rule.BUCKET, (0, 0, 0))
+        else:
+            ledger.skip(r, ref, NOTHING_SENT)
+    todo = [r for r in todo if not sent_nothing(r)]
+    if not todo:
+        return
     known = [ledger.usage[r.invocation_id] for r in members if not ledger.awaiting(r)]
     unexplained = [
         max(0, sum(getattr(line, f) for line in lines) - sum(u[i] for u in known))

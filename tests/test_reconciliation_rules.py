@@ -20,6 +20,7 @@ from domain.health import (
     verdict,
 )
 from domain.reconciliation import (
+    NOTHING_SENT,
     PAST_RECEIPT,
     Rule,
     Settlement,
@@ -168,6 +169,25 @@ def test_nothing_settles_to_zero_unless_asked() -> None:
     assert [s.invocation_id for s in result.skipped] == ["inv-02"]
     allowed = plan([fully_explained], receipts, settle_zero=True)
     assert tokens(allowed.settlements) == {"inv-02": (0, 0, 0)}
+
+
+def test_a_receipt_that_called_no_provider_takes_no_share_of_a_bucket() -> None:
+    # Denials, refusals and missing credentials close Estimated at our count of zero. A bucket
+    # whose unexplained tokens (a health probe, another client on the key) met only such
+    # receipts shared them out equally, billing calls that never reached the provider.
+    denied = [receipt(n, UsageStatus.ESTIMATED, input_tokens=0, output_tokens=0) for n in (1, 2)]
+    alone = plan([bucket(500, 50)], denied)
+    assert alone.settlements == ()
+    assert {(s.invocation_id, s.reason) for s in alone.skipped} == {
+        ("inv-01", NOTHING_SENT),
+        ("inv-02", NOTHING_SENT),
+    }
+    zeros = plan([bucket(500, 50)], denied, settle_zero=True)
+    assert tokens(zeros.settlements) == {"inv-01": (0, 0, 0), "inv-02": (0, 0, 0)}
+
+    beside = plan([bucket(500, 50)], [*denied, receipt(3)])
+    assert tokens(beside.settlements) == {"inv-03": (500, 50, 0)}
+    assert [s.invocation_id for s in beside.skipped] == ["inv-01", "inv-02"]
 
 
 def test_a_share_past_what_a_receipt_holds_is_skipped_and_the_rest_settle() -> None:
