@@ -55,7 +55,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from domain.enums import UsageStatus
 from domain.provider_reports import recordable
-from domain.statements import AWAITING, ReceiptUsage, StatementLine
+from domain.statements import AWAITING, ReceiptUsage, StatementLine, sent_nothing
 
 HELD = "bucket allocation waits for the settle delay (the bucket ended after the cutoff)"
 ZERO_LINE = "the statement reports zero tokens"
@@ -167,16 +167,8 @@ def _belongs(key: _GroupKey, r: ReceiptUsage) -> bool:
     )
 
 
-def sent_nothing(r: ReceiptUsage) -> bool:
-    """Our own count of zero: every path that closes a receipt without calling a provider
-    writes Estimated with 0 input and 0 output tokens, and any call that was sent counts at
-    least one input token (activities/invoke_outcomes.estimate_tokens)."""
-    return (
-        r.usage_status is UsageStatus.ESTIMATED
-        and not r.input_tokens
-        and not r.output_tokens
-        and not r.cached_input_tokens
-    )
+def _sent_nothing(r: ReceiptUsage) -> bool:
+    return sent_nothing(r.usage_status, r.input_tokens, r.output_tokens, r.cached_input_tokens)
 
 
 def group_ref(lines: Iterable[StatementLine]) -> str:
@@ -280,13 +272,13 @@ def _allocate_group(
         return
     ref = group_ref(lines)
     for r in todo:
-        if not sent_nothing(r):
+        if not _sent_nothing(r):
             continue
         if settle_zero:
             ledger.settle(r, ref, Rule.BUCKET, (0, 0, 0))
         else:
             ledger.skip(r, ref, NOTHING_SENT)
-    todo = [r for r in todo if not sent_nothing(r)]
+    todo = [r for r in todo if not _sent_nothing(r)]
     if not todo:
         return
     known = [ledger.usage[r.invocation_id] for r in members if not ledger.awaiting(r)]

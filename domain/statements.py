@@ -16,6 +16,27 @@ from domain.receipt_fields import model_invoked
 
 AWAITING = frozenset({UsageStatus.UNKNOWN, UsageStatus.ESTIMATED})
 
+
+def sent_nothing(
+    usage_status: UsageStatus,
+    input_tokens: int | None,
+    output_tokens: int | None,
+    cached_input_tokens: int | None,
+) -> bool:
+    """A receipt that records that no provider saw the request: every path that closes one
+    without calling a provider (a denial, every candidate refused, credentials missing, a claim
+    its process never called with) writes Estimated at exactly zero tokens, and a call that was
+    sent counts at least one input token (activities/invoke_outcomes.estimate_tokens). Its
+    usage is known, so it awaits no statement: it takes no share of a bucket and is not counted
+    in the usage_unknown gauge (store/reconciliation.awaiting_by_provider says this in SQL)."""
+    return (
+        usage_status is UsageStatus.ESTIMATED
+        and input_tokens == 0
+        and output_tokens == 0
+        and not cached_input_tokens
+    )
+
+
 BucketWidth = Literal["1m", "1h", "1d"]
 WIDTHS: dict[str, timedelta] = {
     "1m": timedelta(minutes=1),

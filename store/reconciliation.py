@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
-from sqlalchemy import func, update
+from sqlalchemy import and_, func, not_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col, select
 
@@ -171,7 +171,17 @@ async def settle(
 
 
 async def awaiting_by_provider(session: AsyncSession) -> dict[str, int]:
-    """Receipts whose usage is Unknown or Estimated, per provider: the usage_unknown gauge."""
+    """Receipts whose usage is Unknown or Estimated, per provider: the usage_unknown gauge.
+    A receipt of a call that reached no provider awaits nothing (domain.statements.sent_nothing,
+    here in SQL): counted, denials alone made the gauge grow for ever."""
+    r = InvocationReceiptRow
+    nothing_sent = and_(
+        col(r.usage_status) == UsageStatus.ESTIMATED,
+        # NULL is not zero (an unknown count awaits), and NOT over NULL would drop the row.
+        func.coalesce(col(r.input_tokens), -1) == 0,
+        func.coalesce(col(r.output_tokens), -1) == 0,
+        func.coalesce(col(r.cached_input_tokens), 0) == 0,
+    )
     stmt = (
         select(ModelDeploymentRow.provider, func.count())
         .select_from(InvocationReceiptRow)
@@ -181,6 +191,7 @@ async def awaiting_by_provider(session: AsyncSession) -> dict[str, int]:
             & (col(ModelDeploymentRow.deployment_id) == col(InvocationReceiptRow.deployment_id)),
         )
         .where(col(InvocationReceiptRow.usage_status).in_(sorted(AWAITING)))
+        .where(not_(nothing_sent))
         .group_by(ModelDeploymentRow.provider)
     )
     counts: dict[str, int] = defaultdict(int)

@@ -14,7 +14,7 @@ from temporalio.client import Client
 from activities.lifecycle_types import LifecycleInput, RegisterRequest
 from core.settings import Settings
 from domain.deployments import DeploymentRegistration
-from domain.enums import UsageStatus
+from domain.enums import InvocationOutcome, UsageStatus
 from domain.statements import ReconcilerInput
 from store.repositories import ModelDeploymentRepository
 from tests.conftest import TokenFactory, free_port
@@ -117,6 +117,17 @@ async def test_worker_serves_metrics_on_its_own_port_with_the_stores_usage_unkno
         )
     ]
     assert len(ids) == 5
+    # A denial reached no provider: Estimated at zero tokens, it awaits no statement.
+    await add_receipt(
+        sessions,
+        tenant=tenant,
+        deployment_id="gauge/dep",
+        started_at=at,
+        usage_status=UsageStatus.ESTIMATED,
+        outcome=InvocationOutcome.DENIED,
+        input_tokens=0,
+        output_tokens=0,
+    )
     api_text = (await http.get("/metrics")).text
     assert _gauge(api_text, provider) == 4  # 3 Unknown + 1 Estimated, as the database says
 
