@@ -100,7 +100,7 @@ class ReconciliationActivities:
             )
             if not pending:
                 return WindowResult()
-            receipts = await reconciliation.receipts_in_window(
+            known = await reconciliation.known_usage_in_window(
                 session, start=data.start, end=data.end, tenant_ids=data.tenant_ids
             )
             lines = await statements.lines_for(
@@ -115,11 +115,11 @@ class ReconciliationActivities:
             )
         outcome = plan(
             lines,
-            [r.usage for r in receipts],
+            [*(r.usage for r in pending), *known],
             settle_zero=data.settle_zero_usage,
             bucket_cutoff=data.bucket_cutoff,
         )
-        by_id = {r.usage.invocation_id: r for r in receipts}
+        by_id = {r.usage.invocation_id: r for r in pending}
         by_statement = defaultdict(list)
         for settlement in outcome.settlements:
             by_statement[settlement.statement_ref].append(settlement)

@@ -223,8 +223,10 @@ def plan(
     settle_zero: bool = False,
     bucket_cutoff: datetime | None = None,
 ) -> Plan:
-    """What the statements settle. `receipts` must hold every receipt (any status) that a
-    bucket of `lines` covers, or the unexplained tokens are miscounted. Buckets ending after
+    """What the statements settle. `receipts` must hold every awaiting receipt that a bucket of
+    `lines` covers, and the known usage of the others, one by one or summed (a sum of one
+    deployment's minute is one known receipt at the minute's start), or the unexplained tokens
+    are miscounted. Buckets ending after
     `bucket_cutoff` are held back (their receipts skipped with HELD); None holds none."""
     ledger = _Ledger(receipts)
     by_request: dict[tuple[str, str], list[StatementLine]] = defaultdict(list)
