@@ -1,8 +1,9 @@
 """Micro-benchmark of the invoke path's three statements on a real PostgreSQL: the catalog
 version, the claim and the finalise (`store/receipt_statements.py`), through SQLAlchemy Core's
 asyncio layer (`direct=False`) against straight on asyncpg (`store/asyncpg_path.py`, the
-default on PostgreSQL). Per invocation: client CPU (`time.process_time`) and wall time, one
-invocation at a time and 16 at once, in alternating rounds (the host's speed drifts).
+default on PostgreSQL). Per invocation: client CPU (`time.process_time`), wall time and, on
+its own server, the server's CPU (every PostgreSQL process, from /proc), one invocation at a
+time and 16 at once, in alternating rounds (the host's speed drifts).
 
     /work/wt/benchslot .venv/bin/python -m bench.bench_receipt_statements [--calls 400] [--rounds 3]
 
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from bench.invoke_database import create_database, drop_database
 from bench.local_postgres import LocalPostgres
+from bench.procfs import children_of, proc_cpu_seconds
 from domain.enums import InvocationOutcome, UsageStatus
 from domain.invocation import InvocationInput, InvocationSummary, Target, invocation_id
 from store.db import create_engine
@@ -31,6 +33,17 @@ from store.migrate import upgrade
 from store.receipt_statements import ReceiptStatements
 
 ARMS = ("sqlalchemy", "asyncpg")
+Measured = tuple[float, float, float]  # client CPU, wall and server CPU ms per invocation
+
+
+def _server_cpu(postmaster: int | None) -> float:
+    """CPU seconds of the PostgreSQL server so far: the postmaster, its live backends and
+    auxiliaries, and the children it reaped. 0 for a server this benchmark did not start."""
+    if postmaster is None:
+        return 0.0
+    return proc_cpu_seconds(postmaster, reaped_children=True) + sum(
+        proc_cpu_seconds(pid) for pid in children_of(postmaster)
+    )
 
 
 def _input(tenant: str) -> InvocationInput:
@@ -72,9 +85,9 @@ async def _one(statements: ReceiptStatements, tenant: str) -> None:
 
 
 async def _measure(
-    statements: ReceiptStatements, calls: int, concurrency: int
-) -> tuple[float, float]:
-    """(client CPU ms, wall ms) per invocation over `calls` invocations."""
+    statements: ReceiptStatements, calls: int, concurrency: int, postmaster: int | None = None
+) -> Measured:
+    """(client CPU ms, wall ms, server CPU ms) per invocation over `calls` invocations."""
     tenant = f"t-{uuid.uuid4().hex[:8]}"
     left = calls
 
@@ -84,18 +97,20 @@ async def _measure(
             left -= 1
             await _one(statements, tenant)
 
+    server = _server_cpu(postmaster)
     cpu, wall = time.process_time(), time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    return cpu * 1000 / calls, wall * 1000 / calls
+    server = _server_cpu(postmaster) - server
+    return cpu * 1000 / calls, wall * 1000 / calls, server * 1000 / calls
 
 
 async def _run(
-    url: str, calls: int, rounds: int
-) -> dict[tuple[str, int], list[tuple[float, float]]]:
+    url: str, calls: int, rounds: int, postmaster: int | None
+) -> dict[tuple[str, int], list[Measured]]:
     engines = {arm: create_engine(url, pool_size=20, pre_ping=False) for arm in ARMS}
     arms = {arm: ReceiptStatements(engines[arm], direct=arm == "asyncpg") for arm in ARMS}
-    results: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    results: dict[tuple[str, int], list[Measured]] = {}
     try:
         for arm in ARMS:  # warm-up: connections opened, statements prepared
             await _measure(arms[arm], 100, 16)
@@ -103,11 +118,12 @@ async def _run(
             order = ARMS if r % 2 == 0 else ARMS[::-1]
             for concurrency in (1, 16):
                 for arm in order:
-                    got = await _measure(arms[arm], calls, concurrency)
+                    got = await _measure(arms[arm], calls, concurrency, postmaster)
                     results.setdefault((arm, concurrency), []).append(got)
                     print(
                         f"round {r + 1} c={concurrency:<2} {arm:<10} "
-                        f"cpu {got[0]:.3f} ms  wall {got[1]:.3f} ms per invocation",
+                        f"cpu {got[0]:.3f} ms  wall {got[1]:.3f} ms  server cpu {got[2]:.3f} ms "
+                        "per invocation",
                         flush=True,
                     )
     finally:
@@ -132,20 +148,29 @@ def main() -> None:
         try:
             upgrade(url)
             print(f"PostgreSQL {version}, {args.calls} invocations a round", flush=True)
-            results = asyncio.run(_run(url, args.calls, args.rounds))
+            postmaster = pg.postmaster if pg is not None else None
+            results = asyncio.run(_run(url, args.calls, args.rounds, postmaster))
         finally:
             asyncio.run(drop_database(server_url, url))
     finally:
         if pg is not None:
             pg.stop("immediate")
         shutil.rmtree(work, ignore_errors=True)
-    print("\n| path | c | client CPU ms / invocation (rounds) | wall ms / invocation (rounds) |")
-    print("|---|---:|---|---|")
+    print(
+        "\n| path | c | client CPU ms / invocation (rounds) | wall ms / invocation (rounds) "
+        "| server CPU ms / invocation (rounds) |"
+    )
+    print("|---|---:|---|---|---|")
     for (arm, concurrency), got in sorted(results.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        cpu = ", ".join(f"{c:.3f}" for c, _ in got)
-        wall = ", ".join(f"{w:.3f}" for _, w in got)
-        med = statistics.median(c for c, _ in got)
-        print(f"| {arm} | {concurrency} | {cpu} (median {med:.3f}) | {wall} |")
+        cpu = ", ".join(f"{c:.3f}" for c, _, _ in got)
+        wall = ", ".join(f"{w:.3f}" for _, w, _ in got)
+        server = ", ".join(f"{v:.3f}" for _, _, v in got)
+        med = statistics.median(c for c, _, _ in got)
+        server_med = statistics.median(v for _, _, v in got)
+        print(
+            f"| {arm} | {concurrency} | {cpu} (median {med:.3f}) | {wall} "
+            f"| {server} (median {server_med:.3f}) |"
+        )
 
 
 if __name__ == "__main__":
