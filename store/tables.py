@@ -192,6 +192,15 @@ class InvocationReceiptRow(SQLModel, table=True):
         sa.UniqueConstraint("tenant_id", "idempotency_key", name="uq_receipts_idempotency"),
         sa.Index("ix_receipts_tenant_run", "tenant_id", "run_id"),
         sa.Index("ix_receipts_usage_status", "usage_status", "started_at"),
+        # The console's closed receipts, newest first; partial so the invoke path, which looks
+        # receipts up among the open ones, never picks it (migration 0008 says what it did).
+        sa.Index(
+            "ix_receipts_tenant_closed",
+            "tenant_id",
+            "started_at",
+            postgresql_where=sa.text("ended_at IS NOT NULL"),
+            sqlite_where=sa.text("ended_at IS NOT NULL"),
+        ),
         sa.Index(
             "ix_receipts_open",
             "started_at",
@@ -239,7 +248,18 @@ class OutboxEventRow(SQLModel, table=True):
     """Integration events written in the same transaction as the state change they describe."""
 
     __tablename__ = "outbox_events"
-    __table_args__ = (sa.Index("ix_outbox_tenant_position", "tenant_id", "position"),)
+    __table_args__ = (
+        sa.Index("ix_outbox_tenant_position", "tenant_id", "position"),
+        # A deployment's history (store/console_reads.deployment_history names the type inline).
+        sa.Index(
+            "ix_outbox_deployment_events",
+            "tenant_id",
+            "aggregate_id",
+            "position",
+            postgresql_where=sa.text("aggregate_type = 'ModelDeployment'"),
+            sqlite_where=sa.text("aggregate_type = 'ModelDeployment'"),
+        ),
+    )
 
     position: int | None = Field(default=None, primary_key=True, sa_type=BIGID)
     event_id: uuid.UUID = Field(default_factory=uuid.uuid4, unique=True)

@@ -1,0 +1,78 @@
+"""The console's reads of a tenant's history are served by an index, not a scan of everything
+the tenant ever did: each read's own statements, as the console runs them, explained by
+PostgreSQL with sequential scans priced out (so the plan names the index it would use at
+scale rather than what suits the test database's few rows)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from core.settings import Settings
+from store import console_reads
+from store.db import create_engine, session_factory
+
+Read = Callable[[AsyncSession], Awaitable[object]]
+
+
+async def _plans(url: str, read: Read) -> list[str]:
+    engine = create_engine(url)
+    seen: list[tuple[str, Any]] = []
+
+    def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        seen.append((statement, parameters))
+
+    try:
+        event.listen(engine.sync_engine, "before_cursor_execute", capture)
+        async with session_factory(engine)() as session:
+            await read(session)
+        event.remove(engine.sync_engine, "before_cursor_execute", capture)
+        plans = []
+        async with engine.connect() as conn:
+            await conn.exec_driver_sql("SET enable_seqscan = off")
+            for statement, parameters in seen:
+                if statement.lstrip().upper().startswith("SELECT"):
+                    rows = (await conn.exec_driver_sql("EXPLAIN " + statement, parameters)).all()
+                    plans.append("\n".join(str(r[0]) for r in rows))
+        return plans
+    finally:
+        await engine.dispose()
+
+
+TENANT = f"tenant-{uuid.uuid4().hex[:8]}"
+SINCE = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("read", "indexes"),
+    [
+        (
+            lambda s: console_reads.receipts(s, TENANT, console_reads.ReceiptFilter()),
+            ["ix_receipts_tenant_closed", "ix_receipts_open"],
+        ),
+        (
+            lambda s: console_reads.overview_rows(s, TENANT, SINCE - timedelta(days=7)),
+            ["ix_receipts_tenant_closed", "ix_receipts_open"],
+        ),
+        (
+            lambda s: console_reads.deployment_history(s, TENANT, "openai/gpt"),
+            ["ix_outbox_deployment_events"],
+        ),
+    ],
+    ids=["receipts-list", "overview", "deployment-history"],
+)
+async def test_console_reads_use_an_index_of_the_tenants_history(
+    settings: Settings, read: Read, indexes: list[str]
+) -> None:
+    # One statement per index: a read of receipts asks the closed ones, then the open ones.
+    plans = await _plans(settings.database_url, read)
+    assert len(plans) == len(indexes), plans
+    for plan, index in zip(plans, indexes, strict=True):
+        assert index in plan, plan
+        assert "Seq Scan" not in plan, plan
