@@ -18,7 +18,12 @@ from sqlmodel import col, select
 
 from domain.enums import InvocationOutcome, UsageStatus
 from store.ops_tables import ProbeSampleRow, ReceiptReconciliationRow
-from store.tables import InvocationReceiptRow, ModelProfileRow, OutboxEventRow
+from store.tables import (
+    InvocationReceiptRow,
+    ModelDeploymentRow,
+    ModelProfileRow,
+    OutboxEventRow,
+)
 
 S = TypeVar("S", bound=Any)  # a select of receipts, ORM or Core
 
@@ -134,12 +139,17 @@ async def reconciliations(
 
 
 async def distinct_values(session: AsyncSession, tenant_id: str) -> tuple[list[str], list[str]]:
-    """The deployments and profiles receipts name, for the filter lists."""
-    base = select(InvocationReceiptRow.deployment_id, InvocationReceiptRow.profile_id).where(
-        col(InvocationReceiptRow.tenant_id) == tenant_id
+    """The tenant's deployments and profiles, for the receipts page's filter lists: from the
+    catalog (every receipt names one of each), not a DISTINCT over every receipt the tenant
+    ever had, which the page ran on each view."""
+    deployments = select(ModelDeploymentRow.deployment_id).where(
+        col(ModelDeploymentRow.tenant_id) == tenant_id
     )
-    rows = (await session.execute(base.distinct())).all()
-    return sorted({r[0] for r in rows}), sorted({r[1] for r in rows})
+    profiles = select(ModelProfileRow.profile_id).where(col(ModelProfileRow.tenant_id) == tenant_id)
+    return (
+        sorted(set((await session.scalars(deployments)).all())),
+        sorted(set((await session.scalars(profiles.distinct())).all())),
+    )
 
 
 @dataclass(frozen=True)

@@ -64,13 +64,19 @@ SINCE = datetime(2026, 12, 1, tzinfo=UTC)
             lambda s: console_reads.deployment_history(s, TENANT, "openai/gpt"),
             ["ix_outbox_deployment_events"],
         ),
+        (
+            lambda s: console_reads.distinct_values(s, TENANT),
+            # The catalog, by any of its tenant's indexes.
+            ["on model_deployments", "on model_profiles"],
+        ),
     ],
-    ids=["receipts-list", "overview", "deployment-history"],
+    ids=["receipts-list", "overview", "deployment-history", "filter-lists"],
 )
 async def test_console_reads_use_an_index_of_the_tenants_history(
     settings: Settings, read: Read, indexes: list[str]
 ) -> None:
-    # One statement per index: a read of receipts asks the closed ones, then the open ones.
+    # One statement per expected index (or table, read by an index since no plan may scan):
+    # a read of receipts asks the closed ones, then the open ones.
     plans = await _plans(settings.database_url, read)
     assert len(plans) == len(indexes), plans
     for plan, index in zip(plans, indexes, strict=True):
