@@ -315,11 +315,18 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
-    def _content_logging_is_not_for_production(self) -> Settings:
-        if self.log_content and self.environment not in ("development", "test"):
-            raise ValueError(
-                "log_content may only be turned on when environment is development or test"
-            )
+    def _unsafe_switches_are_not_for_production(self) -> Settings:
+        # allow_upstream_endpoints lets an operator point a deployment at any host and port
+        # and read its reply as model output: a server-side request to the internal network.
+        unsafe = {
+            "log_content": self.log_content,
+            "allow_upstream_endpoints": self.allow_upstream_endpoints,
+        }
+        for name, on in unsafe.items():
+            if on and self.environment not in ("development", "test"):
+                raise ValueError(
+                    f"{name} may only be turned on when environment is development or test"
+                )
         return self
 
     @property

@@ -60,6 +60,7 @@ def _api_process(settings: Settings, port: int) -> Proc:
         "MODEL_ROUTER_TEMPORAL_TASK_QUEUE": settings.temporal_task_queue,
         "MODEL_ROUTER_TEMPORAL_INVOCATION_TASK_QUEUE": settings.temporal_invocation_task_queue,
         "MODEL_ROUTER_AUTH_JWT_SECRET": settings.auth_jwt_secret.get_secret_value(),  # type: ignore[union-attr]
+        "MODEL_ROUTER_ENVIRONMENT": "test",  # upstream endpoints are refused in production
         "MODEL_ROUTER_ALLOW_UPSTREAM_ENDPOINTS": "true",
         "MODEL_ROUTER_ARTIFACT_ROOT": str(settings.artifact_root),
     }

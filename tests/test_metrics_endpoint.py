@@ -148,6 +148,15 @@ def test_log_content_refuses_to_turn_on_in_production() -> None:
     assert Settings(_env_file=None).log_content is False
 
 
+def test_upstream_endpoints_refuse_to_turn_on_in_production() -> None:
+    # `upstream:HOST:PORT` points a deployment anywhere: a tenant's operator could read
+    # internal services as model output.
+    with pytest.raises(ValidationError, match="allow_upstream_endpoints"):
+        Settings(environment="production", allow_upstream_endpoints=True, _env_file=None)
+    assert Settings(environment="development", allow_upstream_endpoints=True, _env_file=None)
+    assert Settings(_env_file=None).allow_upstream_endpoints is False
+
+
 def test_otlp_export_pushes_metrics_when_configured() -> None:
     # Its own process: a process has one MeterProvider, and this one's has no OTLP endpoint.
     with collector() as (base, bodies):
