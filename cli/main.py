@@ -90,6 +90,10 @@ def clients_create(
 ) -> None:
     """Create (or re-key) an OAuth client; prints its secret once."""
     from core.security import new_client_secret
+    from domain.tenants import TENANT_ID_RULE, is_tenant_id
+
+    if not is_tenant_id(tenant):
+        raise typer.BadParameter(f"not a tenant id: {TENANT_ID_RULE}", param_hint="--tenant")
     from store.clients import upsert_client
     from store.db import create_engine, session_factory
 

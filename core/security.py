@@ -18,6 +18,7 @@ from core.jwks import IssuerKeys, UnknownKey
 from core.settings import Settings
 from core.verified_tokens import Verified, VerifiedTokens
 from domain.enums import Role, Scope
+from domain.tenants import TENANT_ID_RULE, is_tenant_id
 
 _SCRYPT = {"n": 2**14, "r": 8, "p": 1, "dklen": 32}
 
@@ -45,12 +46,6 @@ def verify_secret(secret: str, stored: str) -> bool:
 
 def new_client_secret() -> str:
     return secrets.token_urlsafe(32)
-
-
-# Every tenant_id column is VARCHAR(100). An external issuer's longer `tid` would verify, and
-# then each write for it would fail in the store: the tenant could read (nothing) but never
-# write, and learn why only from 500s.
-TENANT_ID_MAX_LENGTH = 100
 
 
 @dataclass(frozen=True)
@@ -179,8 +174,11 @@ class TokenVerifier:
         tenant = claims.get("tid")
         if not isinstance(tenant, str) or not tenant:
             raise TokenError("token has no tenant (tid) claim")
-        if len(tenant) > TENANT_ID_MAX_LENGTH:
-            raise TokenError(f"token's tenant (tid) is over {TENANT_ID_MAX_LENGTH} characters")
+        # Refused here, not by the store on each write (a tid longer than every tenant_id
+        # column verified, and then every write failed) nor as a workflow id that can name
+        # another tenant's (domain/tenants.py).
+        if not is_tenant_id(tenant):
+            raise TokenError(f"token's tenant (tid) is not a tenant id: {TENANT_ID_RULE}")
         roles = frozenset(Role(r) for r in claims.get("roles", []) if r in Role._value2member_map_)
         scopes = frozenset(str(claims.get("scope", "")).split())
         principal = Principal(

@@ -16,7 +16,8 @@ import re
 import time
 from pathlib import Path
 
-_TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+from domain.tenants import is_tenant_id
+
 _REF = re.compile(r"^sha256:([0-9a-f]{64})$")
 
 
@@ -40,7 +41,7 @@ class ArtifactStore:
         self._dirs: set[str] = set()
 
     def _path(self, tenant_id: str, digest: str) -> Path:
-        if not _TENANT.match(tenant_id):
+        if not is_tenant_id(tenant_id):
             raise ValueError("tenant id is not usable as a directory name")
         return self.root / tenant_id / digest[:2] / digest
 
@@ -56,7 +57,7 @@ class ArtifactStore:
         if match is None:
             raise ValueError("not an artifact reference")
         digest = match.group(1)
-        if not _TENANT.match(tenant_id):
+        if not is_tenant_id(tenant_id):
             raise ValueError("tenant id is not usable as a directory name")
         folder = f"{self._base}/{tenant_id}/{digest[:2]}"
         path = f"{folder}/{digest}"

@@ -93,6 +93,14 @@ async def test_cli_without_credentials_or_with_bad_input_exits_non_zero(
     result = await run(wrong, "profiles", "list")
     assert result.exit_code == 1 and "401" in result.stderr
 
+    # A tenant id with a `/` could name another tenant's workflows (domain/tenants.py).
+    result = await run(
+        cli_env,
+        *("clients", "create", "--tenant", "acme/prod", "--client-id", "c"),
+        *("--role", "Operator", "--scope", "factory.models.read"),
+    )
+    assert result.exit_code == 2 and "--tenant" in result.stderr
+
 
 async def test_route_preview_prints_kept_and_excluded_with_reasons(
     cli_env: dict[str, str], tmp_path: Path, tenant: str, temporal_client: Client, http: Any

@@ -205,6 +205,11 @@ async def test_rs256_tokens_from_an_external_issuer_verify_against_jwks(
         await asyncio.to_thread(verifier.verify, issuer.token(tid="t" * 101))
     longest = await asyncio.to_thread(verifier.verify, issuer.token(tid="t" * 100))
     assert longest.tenant_id == "t" * 100
+    # A `/` would make `deployment/{tenant}/{deploymentId}` name another tenant's workflow
+    # (`acme/prod` + `x` is `acme` + `prod/x`); nor may a tenant id name another directory.
+    for tid in ("acme/prod", "..", "-x", "a b", "t\u00e9", "t\n"):
+        with pytest.raises(TokenError, match="tid"):
+            await asyncio.to_thread(verifier.verify, issuer.token(tid=tid))
 
 
 async def test_the_middleware_never_fetches_the_key_set_and_uses_the_one_a_route_fetched(
