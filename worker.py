@@ -69,7 +69,11 @@ def build_worker(
 ) -> Worker:
     lifecycle = LifecycleActivities(sessions)
     # Webhook receivers are third parties: never follow their redirects.
-    webhooks = WebhookActivities(sessions, http or httpx.AsyncClient(follow_redirects=False))
+    webhooks = WebhookActivities(
+        sessions,
+        http or httpx.AsyncClient(follow_redirects=False),
+        settings.webhook_allowed_private_networks,
+    )
     # Statement admin keys are the operator's settings; deployments' endpointRefs are bounded
     # by the allow-list (activities/secret_policy.py).
     broker = default_broker(allow_upstream=settings.allow_upstream_endpoints)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Sequence
 
 import httpx
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -13,17 +14,25 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.webhook_signing import sign
+from activities.webhook_targets import TargetRefused, pinned
 from activities.webhook_types import CursorInput, DeliverInput, Pending, PendingInput
 from domain.cloudevents import OutboxEvent, to_cloudevent
+from domain.webhook_targets import Network
 from store.db import transaction
 from store.repositories import OutboxRepository, WebhookSubscriptionRepository
 from store.tables import OutboxEventRow, WebhookSubscriptionRow
 
 
 class WebhookActivities:
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], http: httpx.AsyncClient) -> None:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        http: httpx.AsyncClient,
+        allowed_private_networks: Sequence[Network] = (),
+    ) -> None:
         self._sessions = sessions
         self._http = http
+        self._allowed = list(allowed_private_networks)
 
     async def _subscription(
         self, session: AsyncSession, tenant: str, sub_id: str
@@ -62,8 +71,17 @@ class WebhookActivities:
             "webhook-signature": sign(sub.signing_secret, data.event.event_id, timestamp, body),
         }
         try:
+            # Resolved and checked again now, and sent to the address checked (DNS rebinding).
+            target = await pinned(sub.url, self._allowed)
+        except TargetRefused as exc:
+            raise ApplicationError(f"receiver refused: {exc}") from None
+        try:
             resp = await self._http.post(
-                sub.url, content=body, headers=headers, timeout=data.timeout_seconds
+                target.url,
+                content=body,
+                headers={**headers, **target.headers},
+                extensions=target.extensions,
+                timeout=data.timeout_seconds,
             )
         except httpx.HTTPError as exc:
             raise ApplicationError(f"receiver unreachable: {type(exc).__name__}") from None

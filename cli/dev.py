@@ -78,6 +78,8 @@ class DevStack:
                 # provider prefix the secret allow-list admits): the address is this run's, so
                 # the seeded deployments follow --upstream-port from one run to the next.
                 "MODEL_ROUTER_ALLOW_UPSTREAM_ENDPOINTS": "true",
+                # A webhook receiver tried out next to `make dev` runs on this machine.
+                "MODEL_ROUTER_WEBHOOK_ALLOWED_PRIVATE_NETWORKS": '["127.0.0.0/8", "::1/128"]',
                 SIMULATOR_KEY: "dev-simulator-key",
                 f"{SIMULATOR_KEY}_BASE_URL": f"http://127.0.0.1:{self.upstream_port}",
                 "MODEL_ROUTER_WORKER_METRICS_PORT": str(self.worker_metrics_port),

@@ -6,7 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, IPvAnyNetwork, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -88,6 +88,11 @@ class Settings(BaseSettings):
         default=60.0, gt=0, description="Backoff cap while a receiver is failing."
     )
     webhook_timeout_seconds: float = Field(default=10.0, gt=0, description="Per-delivery timeout.")
+    webhook_allowed_private_networks: list[IPvAnyNetwork] = Field(
+        default_factory=list,
+        description="Private networks (CIDR) webhook receivers may be on; every other receiver "
+        "must resolve to public addresses only (domain/webhook_targets.py).",
+    )
 
     # The operator CLI talks to a running API with client credentials.
     api_url: str = Field(default="http://127.0.0.1:8000", description="API the CLI talks to.")

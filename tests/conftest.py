@@ -114,6 +114,8 @@ def settings(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Set
         artifact_root=tmp_path_factory.mktemp("artifacts"),
         auth_jwt_secret=secrets.token_urlsafe(32),
         webhook_poll_interval_seconds=0.2,
+        # The tests' receivers listen on loopback.
+        webhook_allowed_private_networks=["127.0.0.0/8"],
         webhook_retry_max_interval_seconds=1.0,
         # Resilience in test time: the upstream's faults are measured against these bounds.
         invoke_first_token_timeout_seconds=2.0,

@@ -150,6 +150,26 @@ async def test_the_feed_and_webhooks_go_on_past_32_bit_positions(
     assert later.json()["deliveredPosition"] == delivered[-1]
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://169.254.169.254/latest/meta-data/",  # the cloud's metadata service
+        "http://10.1.2.3:7233/",  # a private network the operator did not allow
+        "http://[::1]:5432/",  # loopback over IPv6 (the tests allow 127.0.0.0/8 only)
+        "http://0.0.0.0:8000/",
+        "http://[::ffff:169.254.169.254]/",  # the same, IPv4-mapped
+    ],
+)
+async def test_a_webhook_to_a_private_address_is_refused_and_nothing_is_stored(
+    http: httpx.AsyncClient, auth: dict[str, str], url: str
+) -> None:
+    resp = await http.post("/factory/webhook-subscriptions", json={"url": url}, headers=auth)
+    assert resp.status_code == 422, resp.text
+    assert resp.json()["errors"][0]["field"] == "body.url"
+    assert "not a public address" in resp.json()["errors"][0]["message"]
+    assert (await http.get("/factory/webhook-subscriptions", headers=auth)).json() == []
+
+
 async def test_deleting_a_subscription_stops_delivery_and_is_tenant_scoped(
     http: httpx.AsyncClient, auth: dict[str, str], token_for: TokenFactory, tenant: str
 ) -> None:

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, Query, Response
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator
 
 from activities.webhook_signing import new_secret
+from activities.webhook_targets import TargetRefused, pinned
 from api.deps import RuntimeDep, SessionDep, TemporalDep, require
 from api.problems import Problem
 from core.security import Principal
@@ -143,6 +144,15 @@ async def create_subscription(
     body: SubscriptionBody, principal: Admin, runtime: RuntimeDep, temporal: TemporalDep
 ) -> CreatedSubscription:
     settings = runtime.settings
+    try:
+        await pinned(str(body.url), settings.webhook_allowed_private_networks)
+    except TargetRefused as exc:
+        raise Problem(
+            422,
+            f"url is not allowed: {exc}.",
+            type_="https://model-router.dev/problems/validation",
+            errors=[{"field": "body.url", "message": str(exc)}],
+        ) from None
     async with transaction(runtime.sessions) as session:
         start = body.start_after
         if start is None:

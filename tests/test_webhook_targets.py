@@ -1,0 +1,119 @@
+"""Webhook receivers: which addresses may receive (domain/webhook_targets.py), and a receiver
+named by host resolved, checked and reached at the address checked, with its own Host header
+(activities/webhook_targets.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import uuid
+from datetime import UTC, datetime
+
+import httpx
+import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.exceptions import ApplicationError
+
+from activities.webhook_targets import TargetRefused, pinned
+from activities.webhook_types import DeliverInput
+from activities.webhooks import WebhookActivities
+from domain.cloudevents import OutboxEvent
+from domain.webhook_targets import refusal
+from store.db import transaction
+from store.repositories import WebhookSubscriptionRepository
+from tests.conftest import free_port
+
+LOOPBACK = [ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128")]
+
+
+def _ips(*values: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    return [ipaddress.ip_address(v) for v in values]
+
+
+def test_only_public_addresses_receive_unless_their_network_is_allowed() -> None:
+    assert refusal(_ips("93.184.215.14", "2606:2800:21f:cb07:6820:80da:af6b:8b2c"), []) is None
+    for private in ("169.254.169.254", "10.0.0.1", "100.64.0.1", "127.0.0.1", "::1", "fd00::1",
+                    "0.0.0.0", "224.0.0.1", "::ffff:10.0.0.1"):  # fmt: skip
+        assert refusal(_ips(private), []), private
+    # Every address must pass: one public and one private is refused.
+    assert refusal(_ips("93.184.215.14", "10.0.0.1"), [])
+    assert refusal(_ips("10.0.0.1"), [ipaddress.ip_network("10.0.0.0/8")]) is None
+    assert refusal(_ips("::ffff:10.0.0.1"), [ipaddress.ip_network("10.0.0.0/8")]) is None
+    assert refusal([], []) == "the host has no address"
+
+
+async def test_a_named_receiver_is_reached_at_the_address_checked_with_its_host_header() -> None:
+    port = free_port()
+    target = await pinned(f"http://localhost:{port}/hook", LOOPBACK)
+    # IPv4 first, whatever the host prefers: the pin is the same everywhere.
+    assert target.url == f"http://127.0.0.1:{port}/hook"
+    assert target.headers == {"Host": f"localhost:{port}"}
+    seen: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", port)
+    try:
+        async with httpx.AsyncClient() as client:
+            resp = await client.post(target.url, content=b"{}", headers=target.headers)
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert resp.status_code == 204
+    assert f"host: localhost:{port}".encode() in seen[0].lower()
+
+    with pytest.raises(TargetRefused, match="not a public address"):
+        await pinned(f"http://localhost:{port}/hook", [])
+    literal = await pinned("https://127.0.0.1:8443/x", LOOPBACK)
+    assert (literal.url, literal.headers, literal.extensions) == (
+        "https://127.0.0.1:8443/x",
+        {},
+        {},
+    )
+    named_tls = await pinned(f"https://localhost:{port}/x", LOOPBACK)
+    assert named_tls.extensions == {"sni_hostname": "localhost"}
+
+
+async def test_delivery_checks_the_receiver_again_and_refuses_a_private_one(
+    sessions: async_sessionmaker[AsyncSession], tenant: str
+) -> None:
+    # A subscription whose name later resolves to a private address (DNS rebinding) is what
+    # this stands for: the row holds one the API would have refused.
+    async with transaction(sessions) as session:
+        row = WebhookSubscriptionRepository(session, tenant).add(
+            url="http://10.9.9.9:9/hook",
+            signing_secret="whsec_" + "A" * 32,
+            event_types=[],
+            delivered_position=0,
+        )
+    event = OutboxEvent(
+        position=1,
+        event_id=str(uuid.uuid4()),
+        tenant_id=tenant,
+        event_type="DeploymentStateChanged",
+        topic="model-access.deployments.v1.deployment-state-changed",
+        aggregate_type="ModelDeployment",
+        aggregate_id="a/b",
+        payload={},
+        occurred_at=datetime.now(UTC),
+    )
+    async with httpx.AsyncClient() as client:
+        activities = WebhookActivities(sessions, client, LOOPBACK)
+        # Refused before any connection: unchecked, the POST would wait out its 30 s timeout
+        # on an address that does not answer.
+        with pytest.raises(ApplicationError, match=r"receiver refused: 10\.9\.9\.9"):
+            await asyncio.wait_for(
+                activities.deliver(
+                    DeliverInput(
+                        tenant_id=tenant,
+                        subscription_id=str(row.subscription_id),
+                        event=event,
+                        timeout_seconds=30,
+                    )
+                ),
+                timeout=10,
+            )
