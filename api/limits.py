@@ -204,11 +204,16 @@ class LimitsMiddleware:
             body.decode("utf-8")
         except UnicodeDecodeError:
             return "The body is not valid UTF-8."
-        if b"\x00" in body or b"\\u0000" in body:
+        if b"\x00" in body or (b"\\u0000" in body and _NUL_ESCAPE.search(body)):
             return "The body contains a NUL character."
         if json_depth_exceeds(body, self.settings.max_json_depth):
             return f"The body nests deeper than {self.settings.max_json_depth} levels."
         return None
+
+
+# An escaped NUL, `\u0000`, whose backslash is not itself escaped: `\\u0000` in the bytes is the
+# six characters `\u0000` of a source file or a regex, which agents send all the time, and no NUL.
+_NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
 
 
 async def _too_large(scope: Scope, send: Send, limit: int) -> None:

@@ -93,6 +93,10 @@ async def test_depth_at_the_limit_goes_through_and_strings_do_not_count(
     [
         (b'{"deploymentId": "a\xff\xfe"}', 400),  # not UTF-8
         (b'{"deploymentId": "a\\u0000b"}', 400),  # NUL: PostgreSQL text cannot hold it
+        (b'{"deploymentId": "a\\\\\\u0000b"}', 400),  # an escaped backslash, then a NUL
+        # The six characters `\u0000` (a source file's, a regex's) hold no NUL: they reach the
+        # route, whose schema refuses a backslash in an id.
+        (b'{"deploymentId": "a\\\\u0000b"}', 422),
         (b'{"deploymentId": "a\x00b"}', 400),
         (b'{"deploymentId": "a\x01\x1fb"}', 400),  # raw control characters: invalid JSON
         (b'{"deploymentId": "\\ud800"}', 422),  # lone surrogate: a string the schema refuses

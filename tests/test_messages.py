@@ -91,6 +91,22 @@ async def test_non_stream_answer_with_the_receipts_usage(
     _usage_matches(message.usage, row)
 
 
+async def test_source_text_that_spells_an_escaped_nul_is_sent_on(
+    client: AsyncAnthropic, catalog: Catalog
+) -> None:
+    # A coding agent's tool result quotes source such as `const NUL = "\u0000";`: six
+    # characters, no NUL. It was refused as one (400), and stayed in the history, so every
+    # later turn of the session was refused too.
+    source = 'const NUL = "\\u0000"; // and a regex: /[\\u0000-\\u001f]/'
+    assert "\x00" not in source
+    message = await client.messages.create(
+        model=catalog.profile("anthropic"),
+        max_tokens=200,
+        messages=[{"role": "user", "content": source}],
+    )
+    assert _text(message) == f"Echo: {source}"
+
+
 async def test_the_token_is_accepted_as_x_api_key(
     api_url: str, token_for: TokenFactory, tenant: str, catalog: Catalog
 ) -> None:
