@@ -102,8 +102,16 @@ class LimitsMiddleware:
         one whose key this process does not hold yet (RS256, the key set expired or rotated):
         this runs on the event loop and never fetches, and the route verifies it off the loop
         (api/deps.py), which fetches the key set for the requests after it."""
-        scheme, _, raw = headers.get(b"authorization", b"").partition(b" ")
-        if scheme.lower() != b"bearer" or not raw.strip():
+        if b"authorization" in headers:
+            scheme, _, raw = headers[b"authorization"].partition(b" ")
+            if scheme.lower() != b"bearer":
+                return None
+        else:
+            # The same token as `x-api-key`, as api/deps.py takes it on the Messages surface
+            # (what the anthropic SDKs send): counted per client too, not per address, where a
+            # NAT or a sidecar would have one bucket for every client behind it.
+            raw = headers.get(b"x-api-key", b"")
+        if not raw.strip():
             return None
         try:
             token = raw.strip().decode("ascii")

@@ -156,6 +156,10 @@ async def test_rate_limit_per_client_then_429_with_retry_after(settings: Setting
         assert (await c.get("/nope", headers=b)).status_code == 404  # another client's bucket
         # Without a token the bucket is the peer address's.
         assert [(await c.get("/nope")).status_code for _ in range(3)] == [404, 404, 429]
+        # A token sent as `x-api-key` (the anthropic SDKs' way) is its client's bucket, not the
+        # address's, which is spent.
+        d = {"x-api-key": _token(settings, "ta", "c3")}
+        assert [(await c.get("/nope", headers=d)).status_code for _ in range(3)] == [404, 404, 429]
         # Probes are never limited.
         assert (await c.get("/healthz", headers=a)).status_code == 200
 
