@@ -86,7 +86,18 @@ def problem_response(
     if render is not None:
         body, more = render(status, body)
         return JSONResponse(body, status_code=status, headers={**(headers or {}), **more})
+    # Chat Completions has no envelope of its own, and its SDK retries too.
+    headers = {**(headers or {}), **no_retry(status, body)}
     return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+def no_retry(status: int, problem: dict[str, Any]) -> dict[str, str]:
+    """Both SDKs retry 409 (as a lock timeout) and every 5xx unless told otherwise: a reused
+    Idempotency-Key or a permanent failure will not change on a retry, and each retry without a
+    key would be a new invocation with its own provider call."""
+    if status == 409 or problem.get("errorClass") == "permanent":
+        return {"x-should-retry": "false"}
+    return {}
 
 
 def envelope_for(app: Any, path: str) -> Envelope | None:

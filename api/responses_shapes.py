@@ -22,7 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.openai_shapes import field_errors
-from api.surface import no_retry
+from api.problems import no_retry
 from api.wire import receipt_view
 from domain.invocation import InvocationSummary
 from providers.types import (

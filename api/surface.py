@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from decimal import Decimal
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import Depends, Header
 
@@ -109,11 +109,3 @@ async def call_headers(
 
 
 CallHeaders = Annotated[Headers, Depends(call_headers)]
-
-
-def no_retry(status: int, problem: dict[str, Any]) -> dict[str, str]:
-    """Both SDKs retry 409 (as a lock timeout) and every 5xx unless told otherwise: a reused
-    Idempotency-Key or a permanent failure will not change on a retry."""
-    if status == 409 or problem.get("errorClass") == "permanent":
-        return {"x-should-retry": "false"}
-    return {}
