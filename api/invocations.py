@@ -56,7 +56,7 @@ from domain.invocation import (
     InvocationSummary,
 )
 from domain.planner import PlanRequest
-from routing.refusals import PolicyDenied, Refusal
+from routing.refusals import PolicyDenied, Refusal, RunPlannedForOtherData
 from routing.routes import Route, Routes
 from store.outage import StatementUnanswered
 from store.receipt_statements import Claim
@@ -152,7 +152,7 @@ class Invocations:
                     needs, call.profile_id, call.run_id, call.operation, cached=cached
                 )
             except Refusal as refused:
-                if isinstance(refused, PolicyDenied):
+                if isinstance(refused, PolicyDenied | RunPlannedForOtherData):
                     metrics.denials.add(1, {"tenant": tenant, "reason": refused.reason})
                 # A key used before replays its receipt, whatever the catalog says now.
                 seen = await self._replays.seen(tenant, key)

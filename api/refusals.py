@@ -9,7 +9,14 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from api.problems import Problem, problem_response
-from routing.refusals import NoneAvailable, PolicyDenied, Refusal, UnknownProfile, WrongModality
+from routing.refusals import (
+    NoneAvailable,
+    PolicyDenied,
+    Refusal,
+    RunPlannedForOtherData,
+    UnknownProfile,
+    WrongModality,
+)
 
 
 def problem_of(
@@ -26,6 +33,17 @@ def problem_of(
         return _wrong_modality(refused, profile_field)
     if isinstance(refused, PolicyDenied):
         return _policy_denied(refused)
+    if isinstance(refused, RunPlannedForOtherData):
+        return Problem(
+            403,
+            f"Denied by tenant policy: run {refused.run_id} was planned for {refused.planned} "
+            f"data, and none of its deployments may take {refused.call} data. Send this call "
+            "on a run of its own.",
+            type_="https://model-router.dev/problems/policy-denied",
+            field="dataClassification",
+            reason=refused.reason,
+            errorClass="permanent",
+        )
     if isinstance(refused, NoneAvailable):
         return Problem(
             503,

@@ -7,7 +7,7 @@ from typing import Any
 
 from domain.cohort import Cohort
 from domain.enums import Capability
-from domain.policy import CompiledPolicy, DataClassification
+from domain.policy import CompiledPolicy, DataClassification, PolicyVerdict
 from domain.route_plan import PlanConstraints
 from domain.snapshot import CatalogSnapshot
 
@@ -95,3 +95,26 @@ def satisfies_constraints(
         if ev is None or not ev.passed or ev.measured < threshold:
             return False
     return True
+
+
+def serves_data_of(
+    snapshot: CatalogSnapshot,
+    tenant_id: str,
+    deployment_id: str,
+    planned: DataClassification,
+    call: DataClassification,
+) -> bool:
+    """May a run's pinned candidate, planned for `planned` data, take a call carrying `call`
+    data? Yes when the call's data is no more sensitive than the plan's (the plan's policy
+    check covers it); otherwise only if the tenant's policy lets that deployment see `call`
+    data now. Without this, a run planned for Internal data sent a later Restricted call to the
+    External deployment it had pinned, which the same call without a run is refused."""
+    order = list(DataClassification)
+    if order.index(call) <= order.index(planned):
+        return True
+    d = snapshot.deployment(tenant_id, deployment_id)
+    policy = snapshot.policy(tenant_id)
+    if d is None or policy is None:
+        return False
+    verdict = policy.verdict(call, d.privacy_class, d.provider, d.region)
+    return verdict is PolicyVerdict.ALLOW

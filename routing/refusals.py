@@ -33,6 +33,22 @@ class WrongModality(Refusal):
         self.needed = needed
 
 
+class RunPlannedForOtherData(Refusal):
+    """A run's pinned plan was made for less sensitive data than this call carries, and the
+    tenant's policy lets none of its candidates see this call's: a run of its own is needed."""
+
+    def __init__(self, profile_id: str, run_id: object, planned: str, call: str) -> None:
+        super().__init__(f"run {run_id} of profile {profile_id} was planned for {planned} data")
+        self.profile_id = profile_id
+        self.run_id = run_id
+        self.planned = planned
+        self.call = call
+
+    @property
+    def reason(self) -> str:
+        return "run-planned-for-other-data"
+
+
 class PolicyDenied(Refusal):
     """The tenant policy is what left the plan without a candidate. Retrying cannot help until
     the caller changes the data classification or an operator the policy."""

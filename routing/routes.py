@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from domain import modality
+from domain.constraints import serves_data_of
 from domain.enums import LatencyClass
 from domain.invocation import Operation, Target
 from domain.planner import PlanRequest
@@ -22,6 +23,7 @@ from routing.refusals import (
     NoneAvailable,
     PolicyDenied,
     Refusal,
+    RunPlannedForOtherData,
     WrongModality,
     policy_denial,
     unhealthy_ids,
@@ -153,6 +155,15 @@ class Routes:
             version, plan_id, candidates = row.profile_version, row.route_plan_id, row.candidates
             constraints = PlanConstraints.model_validate(row.constraints)
             decision_id = row.policy_decision_id or uuid.uuid4()
+            # A call carrying more sensitive data than the run was planned for keeps only the
+            # candidates the tenant's policy lets see it; none left is the policy's refusal.
+            planned, call = constraints.data_classification, needs.data_classification
+            kept = [
+                d for d in candidates if serves_data_of(view.snapshot, tenant, d, planned, call)
+            ]
+            if candidates and not kept:
+                raise RunPlannedForOtherData(profile_id, run_id, planned.value, call.value)
+            candidates = kept
         else:
             plan = decided[0] if decided else await decide_now()
             version, plan_id, candidates = plan.profile_version, None, plan.candidate_ids

@@ -341,6 +341,51 @@ async def test_every_candidate_refused_by_tenant_policy_is_a_denial(ctx: Ctx) ->
     assert await ctx.receipt(key) is None
 
 
+async def test_a_run_planned_for_less_sensitive_data_takes_no_call_its_policy_refuses(
+    ctx: Ctx,
+) -> None:
+    # The run is planned for Internal data on a Regional deployment. A later Restricted call on
+    # it (policy: Local only) went there too, where the same call without a run is refused.
+    await ctx.deployment("cls/reg", "reg", privacyClass="Regional")
+    await ctx.deployment("cls/local", "a", privacyClass="Local")
+    await ctx.profile("classes", ["cls/reg"], privacyClass="Regional")
+    await ctx.policy("cls-1", INTERNAL_NOT_EXTERNAL)
+    run = uuid.uuid4()
+    first, _ = await ctx.chat("classes", run, data_class="Internal")
+    assert first.status_code == 200, first.text
+    calls = ctx.requests("reg")
+    reason = {"tenant": ctx.tenant, "reason": "run-planned-for-other-data"}
+    denials = metrics.denials.value(reason)
+
+    restricted, key = await ctx.chat("classes", run, data_class="Restricted")
+    assert restricted.status_code == 403, restricted.text
+    problem = _problem(restricted)
+    assert problem["type"] == "https://model-router.dev/problems/policy-denied"
+    assert (problem["reason"], problem["field"]) == (
+        "run-planned-for-other-data",
+        "dataClassification",
+    )
+    assert problem["errorClass"] == "permanent"
+    assert metrics.denials.value(reason) == denials + 1
+    alone, _ = await ctx.chat("classes", data_class="Restricted")
+    assert alone.status_code == 403, alone.text  # the same call without a run
+    assert ctx.requests("reg") == calls and await ctx.receipt(key) is None
+
+    # Less or equally sensitive data keeps the run's plan.
+    for data_class in ("Public", "Internal"):
+        served, key = await ctx.chat("classes", run, data_class=data_class)
+        assert served.status_code == 200, served.text
+        assert (await ctx.receipt(key)).deployment_id == "cls/reg"  # type: ignore[union-attr]
+    # A Confidential call on a run planned on a Local deployment is served: the policy lets
+    # Local deployments see it.
+    await ctx.profile("local", ["cls/local"], privacyClass="Local")
+    local_run = uuid.uuid4()
+    assert (await ctx.chat("local", local_run, data_class="Public"))[0].status_code == 200
+    confidential, key = await ctx.chat("local", local_run, data_class="Confidential")
+    assert confidential.status_code == 200, confidential.text
+    assert (await ctx.receipt(key)).deployment_id == "cls/local"  # type: ignore[union-attr]
+
+
 async def test_a_run_that_starts_while_its_deployments_are_down_is_served_once_they_heal(
     ctx: Ctx,
 ) -> None:
