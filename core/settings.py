@@ -89,7 +89,7 @@ class Settings(BaseSettings):
     )
     webhook_timeout_seconds: float = Field(default=10.0, gt=0, description="Per-delivery timeout.")
     webhook_allowed_private_networks: list[IPvAnyNetwork] = Field(
-        default_factory=list,
+        default=[],
         description="Private networks (CIDR) webhook receivers may be on; every other receiver "
         "must resolve to public addresses only (domain/webhook_targets.py).",
     )
