@@ -386,6 +386,11 @@ def error_envelope(status: int, problem: dict[str, Any]) -> tuple[dict[str, Any]
         message = f"{message} ({details})"
     elif problem.get("field"):
         message = f"{message} (field {problem['field']})"
+    error = problem.get("error")
+    if isinstance(error, dict) and error.get("code") == "context_length_exceeded":
+        # Anthropic's own words for it, which Claude Code-style clients look for to compact
+        # the conversation and go on; the provider's reason follows.
+        message = f"prompt is too long: {problem.get('reason') or message}"
     kind = ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
     extra = {k: v for k, v in problem.items() if k not in ("type", "error")}
     body = {"type": "error", "error": {"type": kind, "message": message}, **extra}

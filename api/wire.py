@@ -255,6 +255,10 @@ async def answer_chat(
 # and when to come back; a permanent one on the provider's side (auth, quota, a model gone) is a
 # 502 without Retry-After.
 _STATUS = {FailureClass.CALLER: 400, FailureClass.TRANSIENT: 503, FailureClass.PERMANENT: 502}
+# OpenAI's own names for a failure agents act on: a context overflow is what makes Codex and the
+# Agents SDK compact the conversation and go on (they look for `context_length_exceeded`);
+# under the gateway's name they stopped the session. Other kinds keep the gateway's name.
+_OPENAI_NAMES = {"context_length": ("invalid_request_error", "context_length_exceeded")}
 # Our side closed the call without an answer (the process holding it died, the sweeper found it
 # open past its budget, the gateway failed after the claim): the key is spent and the provider
 # may have billed, so the same key can only replay this. Never reported as a provider error.
@@ -276,12 +280,13 @@ def failure_response(
     message = f"model call failed: {kind}"
     if summary.error_reason:
         message = f"{message}: {summary.error_reason}"
+    error_type, code = _OPENAI_NAMES.get(kind, (kind, kind))
     return problem_response(
         request,
         status,
         f"The model call failed ({kind}).",
         headers=headers,
-        error={"message": message, "type": kind, "code": kind},
+        error={"message": message, "type": error_type, "code": code},
         receiptId=str(summary.invocation_id),
         reason=summary.error_reason,
         closeReason=summary.close_reason or close_reason(summary.outcome, summary.error_kind),

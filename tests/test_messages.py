@@ -584,3 +584,23 @@ async def test_provider_failures_keep_the_sdks_retry_logic_right(
     assert error.response.headers["x-model-router-receipt-id"]
     if status == 503:
         assert int(error.response.headers["retry-after"]) >= 1
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_context_overflow_says_the_prompt_is_too_long(
+    client: AsyncAnthropic, catalog: Catalog, upstream: UpstreamServer, protocol: str
+) -> None:
+    # Anthropic's words for it, which Claude Code-style clients look for to compact and go on.
+    upstream.inject(catalog.model(protocol), Fault(kind=FaultKind.CONTEXT_LENGTH))
+    try:
+        with pytest.raises(anthropic.BadRequestError) as failed:
+            await client.messages.create(
+                model=catalog.profile(protocol),
+                max_tokens=50,
+                messages=[{"role": "user", "content": "too long"}],
+            )
+    finally:
+        upstream.state.clear_faults(catalog.model(protocol))
+    body: Any = failed.value.body
+    assert body["error"]["type"] == "invalid_request_error"
+    assert body["error"]["message"].startswith("prompt is too long: ")

@@ -404,3 +404,23 @@ async def test_provider_failures_keep_the_sdks_retry_logic_right(
     assert error.response.headers["x-model-router-receipt-id"]
     if status == 503:
         assert int(error.response.headers["retry-after"]) >= 1
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_context_overflow_is_named_as_openai_names_it(
+    client: AsyncOpenAI, catalog: Catalog, upstream: UpstreamServer, protocol: str
+) -> None:
+    # Codex and the Agents SDK compact the conversation on `context_length_exceeded`; under
+    # the gateway's own name (`context_length`) they stopped.
+    upstream.inject(catalog.model(protocol), Fault(kind=FaultKind.CONTEXT_LENGTH))
+    try:
+        with pytest.raises(openai.BadRequestError) as failed:
+            await client.responses.create(model=catalog.profile(protocol), input="too long")
+        with pytest.raises(openai.BadRequestError) as chat:
+            await client.chat.completions.create(
+                model=catalog.profile(protocol), messages=[{"role": "user", "content": "long"}]
+            )
+    finally:
+        upstream.state.clear_faults(catalog.model(protocol))
+    for error in (failed.value, chat.value):
+        assert (error.code, error.type) == ("context_length_exceeded", "invalid_request_error")
