@@ -32,18 +32,25 @@ def sse(event: str, data: dict[str, Any]) -> bytes:
 PING = sse("ping", {"type": "ping"})
 
 
+_Key = tuple[str, int]  # ("text", n) for the n-th text block, ("tool", i) for tool call i
+
+
 class MessageEvents:
-    """One stream's blocks. A text block closes when a tool call begins; tool blocks stay open
-    until the end, since an OpenAI deployment may interleave fragments of parallel calls (the
-    SDK places every delta by its block index)."""
+    """One stream's blocks, strictly one after another, as the Messages API sends them: each
+    block stops before the next starts (the TypeScript SDK's `contentBlock` event reports the
+    last block of the snapshot at each stop, so blocks left open together were reported as the
+    wrong one). One block streams live. Text is done once a tool call begins. A tool call that
+    begins while another streams is held, with its fragments, and sent whole after it: an
+    OpenAI deployment may interleave fragments of parallel calls, and only the end of the
+    message says a call is complete (the client runs tools once the message has ended)."""
 
     def __init__(self, invocation_id: uuid.UUID, profile: str) -> None:
         self._id = invocation_id
         self._profile = profile
         self._blocks = 0
-        self._text: int | None = None
-        self._tools: dict[int, int] = {}
-        self._open: list[int] = []
+        self._texts = 0  # text blocks closed so far: the next text is a new block
+        self._live: tuple[_Key, int] | None = None  # the block streaming, and its index
+        self._held: dict[_Key, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
         self._finish: FinishReason = FinishReason.STOP
 
     def start(self) -> bytes:
@@ -62,58 +69,74 @@ class MessageEvents:
             "ping", {"type": "ping"}
         )
 
-    def _begin(self, block: dict[str, Any]) -> tuple[int, bytes]:
+    def _begin(self, key: _Key, block: dict[str, Any]) -> bytes:
         index = self._blocks
         self._blocks += 1
-        self._open.append(index)
+        self._live = (key, index)
         start = {"type": "content_block_start", "index": index, "content_block": block}
-        return index, sse("content_block_start", start)
+        return sse("content_block_start", start)
 
-    def _stop(self, index: int) -> bytes:
-        self._open.remove(index)
+    def _stop(self) -> bytes:
+        if self._live is None:
+            return b""
+        (kind, _), index = self._live
+        self._live = None
+        if kind == "text":
+            self._texts += 1
         return sse("content_block_stop", {"type": "content_block_stop", "index": index})
 
-    def _delta(self, index: int, delta: dict[str, Any]) -> bytes:
-        body = {"type": "content_block_delta", "index": index, "delta": delta}
+    def _delta(self, delta: dict[str, Any]) -> bytes:
+        assert self._live is not None
+        body = {"type": "content_block_delta", "index": self._live[1], "delta": delta}
         return sse("content_block_delta", body)
 
-    def text(self, text: str) -> bytes:
+    def _put(self, key: _Key, block: dict[str, Any], delta: dict[str, Any] | None) -> bytes:
+        """Send `delta` of block `key` live, or hold it (and the block) behind the live one."""
+        deltas = [delta] if delta is not None else []
+        if self._live is not None and self._live[0] == key:
+            return b"".join(self._delta(d) for d in deltas)
+        if key in self._held:
+            self._held[key][1].extend(deltas)
+            return b""
         out = b""
-        if self._text is None:
-            self._text, out = self._begin({"type": "text", "text": ""})
-        return out + self._delta(self._text, {"type": "text_delta", "text": text})
+        if self._live is not None and self._live[0][0] == "text" and key[0] == "tool":
+            out += self._stop()  # text is done once a tool call begins
+        if self._live is not None:
+            self._held[key] = (block, deltas)
+            return out
+        out += self._begin(key, block)
+        return out + b"".join(self._delta(d) for d in deltas)
+
+    def text(self, text: str) -> bytes:
+        block = {"type": "text", "text": ""}
+        return self._put(("text", self._texts), block, {"type": "text_delta", "text": text})
 
     def add(self, event: TextDelta | ToolCallDelta | Finish) -> bytes:
-        out = b""
         if isinstance(event, Finish):
             self._finish = event.reason
-        elif isinstance(event, TextDelta):
-            out += self.text(event.text)
-        else:
-            block = self._tools.get(event.index)
-            if block is None:
-                if self._text is not None:
-                    out += self._stop(self._text)
-                    self._text = None
-                tool = {
-                    "type": "tool_use",
-                    "id": event.id or f"toolu_{self._id.hex[:16]}_{event.index}",
-                    "name": event.name or "",
-                    "input": {},
-                }
-                block, started = self._begin(tool)
-                self._tools[event.index] = block
-                out += started
-            if event.arguments_delta:
-                delta = {"type": "input_json_delta", "partial_json": event.arguments_delta}
-                out += self._delta(block, delta)
-        return out
+            return b""
+        if isinstance(event, TextDelta):
+            return self.text(event.text)
+        tool = {
+            "type": "tool_use",
+            "id": event.id or f"toolu_{self._id.hex[:16]}_{event.index}",
+            "name": event.name or "",
+            "input": {},
+        }
+        delta = None
+        if event.arguments_delta:
+            delta = {"type": "input_json_delta", "partial_json": event.arguments_delta}
+        return self._put(("tool", event.index), tool, delta)
 
     def keep_alive(self) -> bytes:
         return PING  # as the Messages API sends it; the anthropic SDK skips it
 
     async def end(self, summary: InvocationSummary) -> bytes:
-        out = b"".join(self._stop(i) for i in sorted(self._open))
+        out = self._stop()
+        for key, (block, deltas) in self._held.items():
+            out += self._begin(key, block) + b"".join(self._delta(d) for d in deltas)
+            out += self._stop()
+        self._held.clear()
         delta = {
             "type": "message_delta",
             "delta": {"stop_reason": stop_reason(self._finish), "stop_sequence": None},
