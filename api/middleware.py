@@ -16,6 +16,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from core.logging import bind, request_context
 
 HEADER = b"x-request-id"
+# The header the anthropic SDKs read a request's id from (`_request_id`, `stream.request_id`).
+ANTHROPIC_HEADER = b"request-id"
 RECEIPT_HEADER = b"x-model-router-receipt-id"
 _SAFE = re.compile(rb"^[A-Za-z0-9._:-]{1,128}$")
 
@@ -37,6 +39,7 @@ class RequestIdMiddleware:
         scope.setdefault("state", {})["request_id"] = request_id
         started = time.perf_counter()
         status = 500
+        anthropic = str(scope.get("path", "")).startswith("/v1/messages")
 
         async def send_with_id(message: Message) -> None:
             nonlocal status
@@ -44,6 +47,8 @@ class RequestIdMiddleware:
                 status = int(message["status"])
                 headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != HEADER]
                 headers.append((HEADER, request_id.encode()))
+                if anthropic:
+                    headers.append((ANTHROPIC_HEADER, request_id.encode()))
                 message["headers"] = headers
                 receipt = dict(headers).get(RECEIPT_HEADER)
                 if receipt:

@@ -73,6 +73,7 @@ async def test_non_stream_answer_with_the_receipts_usage(
         extra_headers={"Idempotency-Key": key},
     )
     message = await raw.parse()
+    assert message._request_id == raw.headers["x-request-id"]  # read from `request-id`
     assert message.type == "message" and message.role == "assistant"
     assert message.model == catalog.profile(protocol)
     assert [b.type for b in message.content] == ["text"]
