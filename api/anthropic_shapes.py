@@ -2,9 +2,10 @@
 answer (a Message, or its stream of typed events) built from normalised events and the receipt.
 
 What the normalised request cannot carry is refused with a 422 naming the field, never dropped:
-images, documents, thinking blocks and settings, server tools, `top_p`, `top_k`, a tool result
-flagged `is_error`, MCP servers, containers. `cache_control` is carried to the turn (or tool)
-it marks; `metadata` and `service_tier` describe the call, not the answer, and are accepted.
+images, documents, thinking blocks and settings, server tools, `top_p`, `top_k`, MCP servers,
+containers. `cache_control` is carried to the turn (or tool) it marks, and a tool result's
+`is_error` to the tool message (providers/openai_request.py says how an OpenAI deployment reads
+it); `metadata` and `service_tier` describe the call, not the answer, and are accepted.
 """
 
 from __future__ import annotations
@@ -130,8 +131,6 @@ def _cache(block: ContentBlock | SystemBlock | ToolParam) -> dict[str, Any] | No
 
 def _tool_result_text(block: ContentBlock, loc: tuple[str | int, ...]) -> str:
     extra = block.model_extra or {}
-    if extra.get("is_error"):
-        raise _refuse((*loc, "is_error"), "tool results flagged is_error cannot be mapped")
     content = extra.get("content", "")
     if isinstance(content, str):
         return content
@@ -163,8 +162,17 @@ def _user(index: int, blocks: list[ContentBlock]) -> list[Message]:
             if not isinstance(call_id, str) or not call_id:
                 raise _refuse((*loc, "tool_use_id"), "a tool result needs its tool_use_id")
             text, cache = _tool_result_text(block, loc), _cache(block)
+            failed = (block.model_extra or {}).get("is_error", False)
+            if not isinstance(failed, bool):
+                raise _refuse((*loc, "is_error"), "must be a boolean")
             results.append(
-                Message(role="tool", content=text, tool_call_id=call_id, cache_control=cache)
+                Message(
+                    role="tool",
+                    content=text,
+                    tool_call_id=call_id,
+                    cache_control=cache,
+                    is_error=failed,
+                )
             )
         elif block.type == "text":
             text, cache = _text(block, loc), _cache(block)

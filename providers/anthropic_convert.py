@@ -25,6 +25,8 @@ def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
     blocks: list[dict[str, Any]]
     if message.role == "tool":
         block: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id}
+        if message.is_error:
+            block["is_error"] = True
         blocks = [{**block, "content": message.content or ""}]
     else:
         blocks = []

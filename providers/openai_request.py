@@ -7,14 +7,17 @@ from typing import Any
 
 from providers.types import ChatRequest, Message
 
+TOOL_ERROR_PREFIX = "Error: "
+
 
 def _message(message: Message) -> dict[str, Any]:
     if message.role == "tool":
-        return {
-            "role": "tool",
-            "tool_call_id": message.tool_call_id,
-            "content": message.content or "",
-        }
+        content = message.content or ""
+        if message.is_error:
+            # Chat Completions has no flag for a failed tool: the model is told in the result's
+            # own words, as the one place it reads (docs: README, "Messages").
+            content = f"{TOOL_ERROR_PREFIX}{content}"
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": content}
     out: dict[str, Any] = {"role": message.role, "content": message.content}
     if message.tool_calls:
         out["tool_calls"] = [

@@ -39,11 +39,16 @@ class Message(_Model):
     # breakpoints, and not needed by those that cache prefixes by themselves (OpenAI). Left
     # out of dumps when unset, so request hashes (idempotency) stay what they were without it.
     cache_control: dict[str, Any] | None = Field(default=None, exclude_if=lambda v: v is None)
+    # A tool result that reports the tool's failure (Anthropic's `is_error`, which coding agents
+    # set on every failed command). Left out of dumps when unset, as cache_control is.
+    is_error: bool = Field(default=False, exclude_if=lambda v: not v)
 
     @model_validator(mode="after")
     def _shape(self) -> Message:
         if self.role == "tool" and not self.tool_call_id:
             raise ValueError("a tool message needs tool_call_id")
+        if self.is_error and self.role != "tool":
+            raise ValueError("only tool messages report a tool's failure")
         if self.tool_calls and self.role != "assistant":
             raise ValueError("only assistant messages carry tool_calls")
         return self

@@ -206,6 +206,18 @@ async def test_tool_round_trip(client: AsyncAnthropic, catalog: Catalog, protoco
         final = await stream.get_final_message()
     assert _text(final) == "Tool result received: sunny, 21C"
 
+    # A failed tool, as coding agents report every failed command: it was refused (422), and
+    # the session with it. Anthropic takes the flag; OpenAI has none and reads it in the text.
+    follow[-1]["content"][0] |= {"content": "city not found", "is_error": True}
+    failed = await client.messages.create(
+        model=catalog.profile(protocol), max_tokens=200, messages=follow, tools=[WEATHER]
+    )
+    said = {
+        "anthropic": "Tool error received: city not found",
+        "openai": "Tool result received: Error: city not found",
+    }
+    assert _text(failed) == said[protocol]
+
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_json_through_a_forced_tool(
@@ -389,7 +401,7 @@ async def test_errors_in_anthropics_envelope(
                 "messages": [
                     {
                         "role": "user",
-                        "content": [{"type": "tool_result", "tool_use_id": "t", "is_error": True}],
+                        "content": [{"type": "tool_result", "tool_use_id": "t", "is_error": "y"}],
                     }
                 ],
             },

@@ -68,6 +68,7 @@ def _messages(raw: object) -> list[TurnMessage]:
                         role="tool",
                         text=_blocks_text(block.get("content")),
                         tool_call_id=block.get("tool_use_id"),
+                        is_error=block.get("is_error") is True,
                     )
                 )
         text = _blocks_text(blocks)

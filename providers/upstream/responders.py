@@ -55,7 +55,8 @@ def default_responder(turn: ChatTurn) -> Reply:
     if turn.response_format == "json_object":
         return Reply(text=json.dumps({"echo": turn.last_user_text}))
     if turn.last.role == "tool":
-        return Reply(text=f"Tool result received: {turn.last.text}")
+        said = "Tool error received" if turn.last.is_error else "Tool result received"
+        return Reply(text=f"{said}: {turn.last.text}")
     text = turn.last_user_text
     return Reply(text=f"Echo: {text}" if text else "Hello from the upstream simulator.")
 

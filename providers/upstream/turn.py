@@ -32,6 +32,7 @@ class TurnMessage(BaseModel):
     text: str = ""
     tool_calls: list[ToolCallReply] = Field(default_factory=list)
     tool_call_id: str | None = None
+    is_error: bool = False  # a tool result flagged as the tool's failure (Anthropic's wire)
 
 
 class ChatTurn(BaseModel):
