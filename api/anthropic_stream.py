@@ -44,9 +44,10 @@ class MessageEvents:
     OpenAI deployment may interleave fragments of parallel calls, and only the end of the
     message says a call is complete (the client runs tools once the message has ended)."""
 
-    def __init__(self, invocation_id: uuid.UUID, profile: str) -> None:
+    def __init__(self, invocation_id: uuid.UUID, profile: str, input_estimate: int = 0) -> None:
         self._id = invocation_id
         self._profile = profile
+        self._input_estimate = input_estimate
         self._blocks = 0
         self._texts = 0  # text blocks closed so far: the next text is a new block
         self._live: tuple[_Key, int] | None = None  # the block streaming, and its index
@@ -62,8 +63,10 @@ class MessageEvents:
             "content": [],
             "stop_reason": None,
             "stop_sequence": None,
-            # The receipt's figures come with message_delta, which the SDK lets overwrite these.
-            "usage": {"input_tokens": 0, "output_tokens": 0},
+            # Our estimate of the input, where the Messages API reports it (clients that read
+            # input tokens here saw 0); the receipt's figures come with message_delta, which the
+            # SDK lets overwrite these.
+            "usage": {"input_tokens": self._input_estimate, "output_tokens": 0},
         }
         return sse("message_start", {"type": "message_start", "message": message}) + sse(
             "ping", {"type": "ping"}

@@ -174,6 +174,9 @@ async def test_receipt_event_in_the_raw_stream(
         stream=True,
     )
     events = [event async for event in stream]
+    # Our estimate of the input where the Messages API reports it; message_delta corrects it.
+    start: Any = next(e for e in events if e.type == "message_start")
+    assert start.message.usage.input_tokens > 0
     extra: Any = next(e for e in events if e.type == "model_router")
     assert extra.deploymentId == catalog.deployment(protocol)
     assert extra.outcome == "Completed" and extra.receiptId

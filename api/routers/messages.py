@@ -58,7 +58,9 @@ async def create_message(
     call = headers.chat_call(body.model, chat, buffered=not body.stream)
 
     def events(running: Running) -> MessageEvents:
-        return MessageEvents(running.invocation_id, body.model)
+        # The estimate an Estimated receipt would carry (the canonical request's length).
+        estimate = estimate_tokens(json.dumps(call.payload))
+        return MessageEvents(running.invocation_id, body.model, estimate)
 
     async def whole(running: Running, done: Completion, summary: InvocationSummary) -> Response:
         answer = message_body(running.invocation_id, body.model, done, summary)
