@@ -30,6 +30,11 @@ from store.repositories import OutboxRepository
 from store.tables import InvocationReceiptRow, ModelDeploymentRow, utcnow
 from store.upsert import upsert
 
+# A receipt joined with its deployment: the provider, model and key statements are kept by.
+_ITS_DEPLOYMENT = (col(ModelDeploymentRow.tenant_id) == col(InvocationReceiptRow.tenant_id)) & (
+    col(ModelDeploymentRow.deployment_id) == col(InvocationReceiptRow.deployment_id)
+)
+
 
 @dataclass(frozen=True)
 class ReceiptInWindow:
@@ -53,11 +58,7 @@ async def receipts_in_window(
             ModelDeploymentRow.model,
             ModelDeploymentRow.endpoint_ref,
         )
-        .join(
-            ModelDeploymentRow,
-            (col(ModelDeploymentRow.tenant_id) == col(InvocationReceiptRow.tenant_id))
-            & (col(ModelDeploymentRow.deployment_id) == col(InvocationReceiptRow.deployment_id)),
-        )
+        .join(ModelDeploymentRow, _ITS_DEPLOYMENT)
         .where(col(InvocationReceiptRow.started_at) >= start)
         .where(col(InvocationReceiptRow.started_at) < end)
     )
@@ -119,34 +120,26 @@ async def known_usage_in_window(
     r = InvocationReceiptRow
     dialect = session.get_bind().dialect.name
     minute = _epoch_minute(col(r.started_at), dialect)
+    keys = (
+        col(r.tenant_id),
+        col(r.deployment_id),
+        col(ModelDeploymentRow.provider),
+        col(ModelDeploymentRow.model),
+        col(ModelDeploymentRow.endpoint_ref),
+        minute,
+    )
     stmt = (
         sa.select(
-            col(r.tenant_id),
-            col(r.deployment_id),
-            col(ModelDeploymentRow.provider),
-            col(ModelDeploymentRow.model),
-            col(ModelDeploymentRow.endpoint_ref),
-            minute,
+            *keys,
             func.sum(func.coalesce(col(r.input_tokens), 0)),
             func.sum(func.coalesce(col(r.output_tokens), 0)),
             func.sum(func.coalesce(col(r.cached_input_tokens), 0)),
         )
-        .join(
-            ModelDeploymentRow,
-            (col(ModelDeploymentRow.tenant_id) == col(r.tenant_id))
-            & (col(ModelDeploymentRow.deployment_id) == col(r.deployment_id)),
-        )
+        .join(ModelDeploymentRow, _ITS_DEPLOYMENT)
         .where(col(r.usage_status).in_(_KNOWN))
         .where(col(r.started_at) >= start)
         .where(col(r.started_at) < end)
-        .group_by(
-            col(r.tenant_id),
-            col(r.deployment_id),
-            col(ModelDeploymentRow.provider),
-            col(ModelDeploymentRow.model),
-            col(ModelDeploymentRow.endpoint_ref),
-            minute,
-        )
+        .group_by(*keys)
     )
     if tenant_ids is not None:
         stmt = stmt.where(col(r.tenant_id).in_(list(tenant_ids)))
@@ -271,11 +264,7 @@ async def awaiting_by_provider(session: AsyncSession) -> dict[str, int]:
     stmt = (
         select(ModelDeploymentRow.provider, func.count())
         .select_from(InvocationReceiptRow)
-        .join(
-            ModelDeploymentRow,
-            (col(ModelDeploymentRow.tenant_id) == col(InvocationReceiptRow.tenant_id))
-            & (col(ModelDeploymentRow.deployment_id) == col(InvocationReceiptRow.deployment_id)),
-        )
+        .join(ModelDeploymentRow, _ITS_DEPLOYMENT)
         .where(col(InvocationReceiptRow.usage_status).in_(sorted(AWAITING)))
         .where(not_(nothing_sent))
         .group_by(ModelDeploymentRow.provider)
