@@ -15,21 +15,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import shutil
 import statistics
-import tempfile
 import time
 import uuid
-from pathlib import Path
 
-from bench.invoke_database import create_database, drop_database
-from bench.local_postgres import LocalPostgres
+from bench.own_database import own_database
 from bench.procfs import children_of, proc_cpu_seconds
 from domain.enums import InvocationOutcome, UsageStatus
 from domain.invocation import InvocationInput, InvocationSummary, Target, invocation_id
 from store.db import create_engine
-from store.migrate import upgrade
 from store.receipt_statements import ReceiptStatements
 
 ARMS = ("sqlalchemy", "asyncpg")
@@ -138,24 +132,9 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    server = os.environ.get("MODEL_ROUTER_BENCH_DATABASE_URL")
-    work = Path(tempfile.mkdtemp(prefix="mr-bench-statements."))
-    work.chmod(0o755)  # PostgreSQL runs as another user and needs to reach its directory
-    pg = None if server else LocalPostgres(work)
-    try:
-        server_url = server or pg.start()  # type: ignore[union-attr]
-        url, version = asyncio.run(create_database(server_url))
-        try:
-            upgrade(url)
-            print(f"PostgreSQL {version}, {args.calls} invocations a round", flush=True)
-            postmaster = pg.postmaster if pg is not None else None
-            results = asyncio.run(_run(url, args.calls, args.rounds, postmaster))
-        finally:
-            asyncio.run(drop_database(server_url, url))
-    finally:
-        if pg is not None:
-            pg.stop("immediate")
-        shutil.rmtree(work, ignore_errors=True)
+    with own_database("mr-bench-statements.") as db:
+        print(f"PostgreSQL {db.version}, {args.calls} invocations a round", flush=True)
+        results = asyncio.run(_run(db.url, args.calls, args.rounds, db.postmaster))
     print(
         "\n| path | c | client CPU ms / invocation (rounds) | wall ms / invocation (rounds) "
         "| server CPU ms / invocation (rounds) |"

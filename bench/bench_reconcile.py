@@ -19,24 +19,21 @@ import asyncio
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from bench.doc_section import write_section
-from bench.invoke_database import create_database, drop_database, pg_connect
-from bench.local_postgres import LocalPostgres
+from bench.invoke_database import pg_connect
+from bench.own_database import own_database
 from bench.procfs import proc_rss_kib
 from domain.reconciliation import plan
 from domain.statements import StatementLine
 from store import reconciliation, statements
 from store.db import create_engine, session_factory, transaction
-from store.migrate import upgrade
 
 DAY = datetime(2026, 11, 20, tzinfo=UTC)
 TENANT = "bench"
@@ -235,28 +232,15 @@ def main() -> None:
     if args.child:
         print(json.dumps(asyncio.run(_arm(args.url, args.child))))
         return
-    server = os.environ.get("MODEL_ROUTER_BENCH_DATABASE_URL")
-    work = Path(tempfile.mkdtemp(prefix="mr-bench-reconcile."))
-    work.chmod(0o755)  # PostgreSQL runs as another user and needs to reach its directory
-    pg = None if server else LocalPostgres(work)
-    try:
-        server_url = server or pg.start()  # type: ignore[union-attr]
-        url, version = asyncio.run(create_database(server_url))
-        try:
-            upgrade(url)
-            asyncio.run(_seed(url, args.receipts, args.pending))
-            print(f"PostgreSQL {version}: seeded {args.receipts:,} + {args.pending:,}", flush=True)
-            results = []
-            for arm in ARMS:
-                got = _child(url, arm)
-                print(json.dumps(got), flush=True)
-                results.append(got)
-        finally:
-            asyncio.run(drop_database(server_url, url))
-    finally:
-        if pg is not None:
-            pg.stop("immediate")
-        shutil.rmtree(work, ignore_errors=True)
+    with own_database("mr-bench-reconcile.") as db:
+        asyncio.run(_seed(db.url, args.receipts, args.pending))
+        print(f"PostgreSQL {db.version}: seeded {args.receipts:,} + {args.pending:,}", flush=True)
+        results = []
+        for arm in ARMS:
+            got = _child(db.url, arm)
+            print(json.dumps(got), flush=True)
+            results.append(got)
+        version = db.version
     text = _report(results, args.receipts, args.pending, version)
     print(text)
     write_section(text, START, END)
