@@ -1,9 +1,13 @@
-"""A webhook receiver's address, resolved and checked (domain/webhook_targets.py), and the
-request pinned to the address that was checked: the URL names the IP, while the Host header
-and the TLS server name keep the host's name (so the certificate is still checked against it).
-Checked when a subscription is created and again before every delivery, so a name that later
-resolves to a private address (DNS rebinding) is refused, and nothing is resolved again between
-the check and the connection."""
+"""A webhook receiver's addresses, resolved and checked (domain/webhook_targets.py) before each
+delivery, and the request made so that what is reached is what was checked.
+
+- Plain HTTP is pinned: the URL names each checked address in turn (the next one if it does not
+  answer), the Host header keeps the host's name. A name that resolves to a private address
+  later (DNS rebinding) is never connected to by name.
+- HTTPS keeps the host's name in the URL, so connections pool per host, proxies and NO_PROXY
+  work, and the certificate is checked against that name: a rebound name then fails the TLS
+  handshake before any request is sent, since no private service holds a certificate for it.
+Resolution uses the host as the URL encodes it (IDNA), not a re-encoding of its Unicode form."""
 
 from __future__ import annotations
 
@@ -24,41 +28,55 @@ class TargetRefused(Exception):
 
 @dataclass(frozen=True)
 class Pinned:
-    url: str
+    """The URLs to try in turn (one, or one per checked address) and the headers they need."""
+
+    urls: list[str]
     headers: dict[str, str] = field(default_factory=dict)
-    extensions: dict[str, str] = field(default_factory=dict)
 
 
 async def pinned(url: str, allowed: Sequence[Network]) -> Pinned:
-    """The request to make for `url`, or TargetRefused."""
+    """The request(s) to make for `url`, or TargetRefused."""
     target = httpx.URL(url)
-    host = target.host
+    host = target.raw_host.decode("ascii")
     try:
-        literal: Address | None = ipaddress.ip_address(host)
+        literal: Address | None = ipaddress.ip_address(host.strip("[]"))
     except ValueError:
         literal = None
-    addresses = [literal] if literal is not None else await _resolve(target)
+    addresses = [literal] if literal is not None else await _resolve(target, host)
     reason = refusal(addresses, allowed)
     if reason is not None:
         raise TargetRefused(reason)
-    if literal is not None:
-        return Pinned(url=url)
+    if literal is not None or target.scheme == "https":
+        return Pinned(urls=[url])
     return Pinned(
-        url=str(target.copy_with(host=str(addresses[0]))),
+        urls=[str(target.copy_with(host=str(a))) for a in addresses],
         headers={"Host": target.netloc.decode("ascii")},
-        extensions={"sni_hostname": host} if target.scheme == "https" else {},
     )
 
 
-async def _resolve(target: httpx.URL) -> list[Address]:
+async def post(
+    client: httpx.AsyncClient,
+    target: Pinned,
+    *,
+    content: bytes,
+    headers: dict[str, str],
+    seconds: float,
+) -> httpx.Response:
+    """POST to the first of the target's addresses that answers, each given `seconds`."""
+    headers = {**headers, **target.headers}
+    for url in target.urls[:-1]:
+        try:
+            return await client.post(url, content=content, headers=headers, timeout=seconds)
+        except httpx.ConnectError:
+            continue
+    return await client.post(target.urls[-1], content=content, headers=headers, timeout=seconds)
+
+
+async def _resolve(target: httpx.URL, host: str) -> list[Address]:
     port = target.port or (443 if target.scheme == "https" else 80)
     try:
-        infos = await asyncio.get_running_loop().getaddrinfo(
-            target.host, port, type=socket.SOCK_STREAM
-        )
-    except OSError as exc:
-        raise TargetRefused(f"{target.host} does not resolve ({exc.strerror or exc})") from None
-    # getaddrinfo may name an address once per protocol: each is kept once. IPv4 ones first, so
-    # the pinned address is the same on every host whether or not it prefers IPv6.
-    found = dict.fromkeys(ipaddress.ip_address(info[4][0]) for info in infos)
-    return sorted(found, key=lambda address: address.version)
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        raise TargetRefused(f"{host} does not resolve") from None
+    # getaddrinfo may name an address once per protocol: each is kept once, in its order.
+    return list(dict.fromkeys(ipaddress.ip_address(info[4][0]) for info in infos))

@@ -14,7 +14,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.webhook_signing import sign
-from activities.webhook_targets import TargetRefused, pinned
+from activities.webhook_targets import TargetRefused, pinned, post
 from activities.webhook_types import CursorInput, DeliverInput, Pending, PendingInput
 from domain.cloudevents import OutboxEvent, to_cloudevent
 from domain.webhook_targets import Network
@@ -71,17 +71,14 @@ class WebhookActivities:
             "webhook-signature": sign(sub.signing_secret, data.event.event_id, timestamp, body),
         }
         try:
-            # Resolved and checked again now, and sent to the address checked (DNS rebinding).
+            # Resolved and checked again now (DNS rebinding); activities/webhook_targets.py says
+            # how what is reached is what was checked.
             target = await pinned(sub.url, self._allowed)
         except TargetRefused as exc:
             raise ApplicationError(f"receiver refused: {exc}") from None
         try:
-            resp = await self._http.post(
-                target.url,
-                content=body,
-                headers={**headers, **target.headers},
-                extensions=target.extensions,
-                timeout=data.timeout_seconds,
+            resp = await post(
+                self._http, target, content=body, headers=headers, seconds=data.timeout_seconds
             )
         except httpx.HTTPError as exc:
             raise ApplicationError(f"receiver unreachable: {type(exc).__name__}") from None

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.exceptions import ApplicationError
 
-from activities.webhook_targets import TargetRefused, pinned
+from activities.webhook_targets import TargetRefused, pinned, post
 from activities.webhook_types import DeliverInput
 from activities.webhooks import WebhookActivities
 from domain.cloudevents import OutboxEvent
@@ -33,8 +33,13 @@ def _ips(*values: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
 def test_only_public_addresses_receive_unless_their_network_is_allowed() -> None:
     assert refusal(_ips("93.184.215.14", "2606:2800:21f:cb07:6820:80da:af6b:8b2c"), []) is None
     for private in ("169.254.169.254", "10.0.0.1", "100.64.0.1", "127.0.0.1", "::1", "fd00::1",
-                    "0.0.0.0", "224.0.0.1", "::ffff:10.0.0.1"):  # fmt: skip
+                    "0.0.0.0", "224.0.0.1", "::ffff:10.0.0.1",
+                    # IPv6 forms that deliver to a private IPv4 address: NAT64, 6to4, Teredo,
+                    # the old IPv4-compatible form.
+                    "64:ff9b::a9fe:a9fe", "64:ff9b:1::a00:5", "2002:a9fe:a9fe::1",
+                    "2001:0:4136:e378:8000:63bf:f5ff:fffe", "::a9fe:a9fe"):  # fmt: skip
         assert refusal(_ips(private), []), private
+    assert refusal(_ips("64:ff9b::5db8:d70e"), []) is None  # NAT64 to a public address
     # Every address must pass: one public and one private is refused.
     assert refusal(_ips("93.184.215.14", "10.0.0.1"), [])
     assert refusal(_ips("10.0.0.1"), [ipaddress.ip_network("10.0.0.0/8")]) is None
@@ -42,11 +47,11 @@ def test_only_public_addresses_receive_unless_their_network_is_allowed() -> None
     assert refusal([], []) == "the host has no address"
 
 
-async def test_a_named_receiver_is_reached_at_the_address_checked_with_its_host_header() -> None:
+async def test_a_named_receiver_is_reached_at_an_address_checked_with_its_host_header() -> None:
     port = free_port()
     target = await pinned(f"http://localhost:{port}/hook", LOOPBACK)
-    # IPv4 first, whatever the host prefers: the pin is the same everywhere.
-    assert target.url == f"http://127.0.0.1:{port}/hook"
+    # Plain HTTP names the checked addresses themselves, in the resolver's order.
+    assert f"http://127.0.0.1:{port}/hook" in target.urls
     assert target.headers == {"Host": f"localhost:{port}"}
     seen: list[bytes] = []
 
@@ -56,26 +61,24 @@ async def test_a_named_receiver_is_reached_at_the_address_checked_with_its_host_
         await writer.drain()
         writer.close()
 
+    # Listening on IPv4 only: an address before it that does not answer (::1) is passed over.
     server = await asyncio.start_server(serve, "127.0.0.1", port)
     try:
         async with httpx.AsyncClient() as client:
-            resp = await client.post(target.url, content=b"{}", headers=target.headers)
+            resp = await post(client, target, content=b"{}", headers={}, seconds=5)
     finally:
         server.close()
         await server.wait_closed()
     assert resp.status_code == 204
     assert f"host: localhost:{port}".encode() in seen[0].lower()
 
-    with pytest.raises(TargetRefused, match="not a public address"):
+    with pytest.raises(TargetRefused, match="not public"):
         await pinned(f"http://localhost:{port}/hook", [])
-    literal = await pinned("https://127.0.0.1:8443/x", LOOPBACK)
-    assert (literal.url, literal.headers, literal.extensions) == (
-        "https://127.0.0.1:8443/x",
-        {},
-        {},
-    )
+    literal = await pinned("http://127.0.0.1:8443/x", LOOPBACK)
+    assert (literal.urls, literal.headers) == (["http://127.0.0.1:8443/x"], {})
+    # HTTPS keeps the name: the certificate is checked against it, connections pool per host.
     named_tls = await pinned(f"https://localhost:{port}/x", LOOPBACK)
-    assert named_tls.extensions == {"sni_hostname": "localhost"}
+    assert (named_tls.urls, named_tls.headers) == ([f"https://localhost:{port}/x"], {})
 
 
 async def test_delivery_checks_the_receiver_again_and_refuses_a_private_one(
@@ -105,7 +108,7 @@ async def test_delivery_checks_the_receiver_again_and_refuses_a_private_one(
         activities = WebhookActivities(sessions, client, LOOPBACK)
         # Refused before any connection: unchecked, the POST would wait out its 30 s timeout
         # on an address that does not answer.
-        with pytest.raises(ApplicationError, match=r"receiver refused: 10\.9\.9\.9"):
+        with pytest.raises(ApplicationError, match="receiver refused: the host resolves to an"):
             await asyncio.wait_for(
                 activities.deliver(
                     DeliverInput(
