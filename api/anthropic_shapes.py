@@ -161,7 +161,7 @@ def _user(index: int, blocks: list[ContentBlock]) -> list[Message]:
             if not isinstance(call_id, str) or not call_id:
                 raise _refuse((*loc, "tool_use_id"), "a tool result needs its tool_use_id")
             text, cache = _tool_result_text(block, loc), _cache(block)
-            failed = (block.model_extra or {}).get("is_error", False)
+            failed = (block.model_extra or {}).get("is_error") or False  # null: not flagged
             if not isinstance(failed, bool):
                 raise _refuse((*loc, "is_error"), "must be a boolean")
             results.append(

@@ -104,19 +104,21 @@ async def receipts(
         stmt = stmt.where(col(InvocationReceiptRow.profile_id) == where.profile_id)
     if where.run_id is not None:
         stmt = stmt.where(col(InvocationReceiptRow.run_id) == where.run_id)
-    found: list[InvocationReceiptRow] = []
-    for part in _closed_and_open(stmt):
+    found: dict[uuid.UUID, InvocationReceiptRow] = {}
+    for part in _open_and_closed(stmt):
         part = part.order_by(col(InvocationReceiptRow.started_at).desc()).limit(where.limit)
-        found.extend((await session.scalars(part)).all())
-    return sorted(found, key=lambda row: row.started_at, reverse=True)[: where.limit]
+        found.update((row.invocation_id, row) for row in (await session.scalars(part)).all())
+    return sorted(found.values(), key=lambda row: row.started_at, reverse=True)[: where.limit]
 
 
-def _closed_and_open(stmt: S) -> tuple[S, S]:
-    """A read of a tenant's newest receipts as two: the closed ones, through the partial index
-    ix_receipts_tenant_closed, and the open ones, few, through ix_receipts_open. As one read,
-    PostgreSQL walked every receipt the tenant ever had (migration 0008)."""
+def _open_and_closed(stmt: S) -> tuple[S, S]:
+    """A read of a tenant's newest receipts as two: the open ones, few, through
+    ix_receipts_open, then the closed ones, through the partial index ix_receipts_tenant_closed.
+    As one read, PostgreSQL walked every receipt the tenant ever had (migration 0008). Open
+    first: each statement sees its own moment, and a receipt that closes between them is then
+    in both (kept once), where in the other order it would be in neither."""
     ended = col(InvocationReceiptRow.ended_at)
-    return stmt.where(ended.is_not(None)), stmt.where(ended.is_(None))
+    return stmt.where(ended.is_(None)), stmt.where(ended.is_not(None))
 
 
 async def receipt(
@@ -184,15 +186,16 @@ async def overview_rows(session: AsyncSession, tenant_id: str, since: datetime) 
             col(r.latency_ms),
             col(r.time_to_first_token_ms),
             col(r.estimated_cost_usd),
+            col(r.invocation_id),  # last: what the two reads are merged by
         )
         .where(col(r.tenant_id) == tenant_id)
         .where(col(r.started_at) >= since)
     )
-    rows: list[Any] = []
-    for part in _closed_and_open(stmt):
+    found: dict[uuid.UUID, Any] = {}
+    for part in _open_and_closed(stmt):
         part = part.order_by(col(r.started_at).desc()).limit(OVERVIEW_ROW_CAP + 1)
-        rows.extend((await session.execute(part)).all())
-    rows.sort(key=lambda row: row[0], reverse=True)
+        found.update((row[-1], row) for row in (await session.execute(part)).all())
+    rows = sorted(found.values(), key=lambda row: row[0], reverse=True)
     points = [
         ReceiptPoint(
             started_at=row[0],

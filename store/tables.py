@@ -54,7 +54,7 @@ class UtcDateTime(sa.types.TypeDecorator[datetime]):
 # INTEGER PRIMARY KEY is already 64-bit and is its rowid only when spelled INTEGER). Declaring
 # them as plain Integer here made SQLAlchemy's asyncpg dialect bind them as `$1::INTEGER`, so
 # the event feed and webhook delivery would have failed once the outbox passed 2**31 - 1
-# events: about four months at 100 calls/s. tests/test_schema_drift.py keeps this in step.
+# events: about four months at 100 calls/s. tests/test_migrations.py (_drift) keeps this in step.
 BIGID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 

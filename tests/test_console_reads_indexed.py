@@ -54,11 +54,11 @@ SINCE = datetime(2026, 12, 1, tzinfo=UTC)
     [
         (
             lambda s: console_reads.receipts(s, TENANT, console_reads.ReceiptFilter()),
-            ["ix_receipts_tenant_closed", "ix_receipts_open"],
+            ["ix_receipts_open", "ix_receipts_tenant_closed"],
         ),
         (
             lambda s: console_reads.overview_rows(s, TENANT, SINCE - timedelta(days=7)),
-            ["ix_receipts_tenant_closed", "ix_receipts_open"],
+            ["ix_receipts_open", "ix_receipts_tenant_closed"],
         ),
         (
             lambda s: console_reads.deployment_history(s, TENANT, "openai/gpt"),
@@ -76,7 +76,7 @@ async def test_console_reads_use_an_index_of_the_tenants_history(
     settings: Settings, read: Read, indexes: list[str]
 ) -> None:
     # One statement per expected index (or table, read by an index since no plan may scan):
-    # a read of receipts asks the closed ones, then the open ones.
+    # a read of receipts asks the open ones, then the closed ones.
     plans = await _plans(settings.database_url, read)
     assert len(plans) == len(indexes), plans
     for plan, index in zip(plans, indexes, strict=True):

@@ -30,22 +30,34 @@ _CLOSED = sa.text("ended_at IS NOT NULL")
 
 
 def upgrade() -> None:
-    op.create_index(
-        "ix_receipts_tenant_closed",
-        "invocation_receipts",
-        ["tenant_id", "started_at"],
-        postgresql_where=_CLOSED,
-        sqlite_where=_CLOSED,
-    )
-    op.create_index(
-        "ix_outbox_deployment_events",
-        "outbox_events",
-        ["tenant_id", "aggregate_id", "position"],
-        postgresql_where=_DEPLOYMENT_EVENTS,
-        sqlite_where=_DEPLOYMENT_EVENTS,
-    )
+    # Built concurrently on PostgreSQL, outside the migration's transaction: a plain CREATE
+    # INDEX on the receipts table would hold every claim and close until it is built.
+    with op.get_context().autocommit_block():
+        op.create_index(
+            "ix_receipts_tenant_closed",
+            "invocation_receipts",
+            ["tenant_id", "started_at"],
+            postgresql_where=_CLOSED,
+            sqlite_where=_CLOSED,
+            postgresql_concurrently=True,
+        )
+        op.create_index(
+            "ix_outbox_deployment_events",
+            "outbox_events",
+            ["tenant_id", "aggregate_id", "position"],
+            postgresql_where=_DEPLOYMENT_EVENTS,
+            sqlite_where=_DEPLOYMENT_EVENTS,
+            postgresql_concurrently=True,
+        )
 
 
 def downgrade() -> None:
-    op.drop_index("ix_outbox_deployment_events", table_name="outbox_events")
-    op.drop_index("ix_receipts_tenant_closed", table_name="invocation_receipts")
+    with op.get_context().autocommit_block():
+        op.drop_index(
+            "ix_outbox_deployment_events", table_name="outbox_events", postgresql_concurrently=True
+        )
+        op.drop_index(
+            "ix_receipts_tenant_closed",
+            table_name="invocation_receipts",
+            postgresql_concurrently=True,
+        )
