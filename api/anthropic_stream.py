@@ -93,14 +93,21 @@ class MessageEvents:
         body = {"type": "content_block_delta", "index": self._live[1], "delta": delta}
         return sse("content_block_delta", body)
 
-    def _put(self, key: _Key, block: dict[str, Any], delta: dict[str, Any] | None) -> bytes:
-        """Send `delta` of block `key` live, or hold it (and the block) behind the live one."""
-        deltas = [delta] if delta is not None else []
+    def _more(self, key: _Key, delta: dict[str, Any] | None) -> bytes | None:
+        """Send `delta` of block `key` live, or hold it behind the live one; None when `key` is
+        a block not seen yet (`_put` then starts or holds it)."""
         if self._live is not None and self._live[0] == key:
-            return b"".join(self._delta(d) for d in deltas)
-        if key in self._held:
-            self._held[key][1].extend(deltas)
-            return b""
+            return self._delta(delta) if delta is not None else b""
+        held = self._held.get(key)
+        if held is None:
+            return None
+        if delta is not None:
+            held[1].append(delta)
+        return b""
+
+    def _put(self, key: _Key, block: dict[str, Any], delta: dict[str, Any] | None) -> bytes:
+        """Start block `key` live with `delta`, or hold both behind the live block."""
+        deltas = [delta] if delta is not None else []
         out = b""
         if self._live is not None and self._live[0][0] == "text" and key[0] == "tool":
             out += self._stop()  # text is done once a tool call begins
@@ -111,8 +118,9 @@ class MessageEvents:
         return out + b"".join(self._delta(d) for d in deltas)
 
     def text(self, text: str) -> bytes:
-        block = {"type": "text", "text": ""}
-        return self._put(("text", self._texts), block, {"type": "text_delta", "text": text})
+        key, delta = ("text", self._texts), {"type": "text_delta", "text": text}
+        sent = self._more(key, delta)  # a block seen before: no new block to build
+        return sent if sent is not None else self._put(key, {"type": "text", "text": ""}, delta)
 
     def add(self, event: TextDelta | ToolCallDelta | Finish) -> bytes:
         if isinstance(event, Finish):
@@ -120,16 +128,20 @@ class MessageEvents:
             return b""
         if isinstance(event, TextDelta):
             return self.text(event.text)
+        key: _Key = ("tool", event.index)
+        delta = None
+        if event.arguments_delta:
+            delta = {"type": "input_json_delta", "partial_json": event.arguments_delta}
+        sent = self._more(key, delta)
+        if sent is not None:
+            return sent
         tool = {
             "type": "tool_use",
             "id": event.id or f"toolu_{self._id.hex[:16]}_{event.index}",
             "name": event.name or "",
             "input": {},
         }
-        delta = None
-        if event.arguments_delta:
-            delta = {"type": "input_json_delta", "partial_json": event.arguments_delta}
-        return self._put(("tool", event.index), tool, delta)
+        return self._put(key, tool, delta)
 
     def keep_alive(self) -> bytes:
         return PING  # as the Messages API sends it; the anthropic SDK skips it

@@ -109,8 +109,7 @@ def serves_data_of(
     check covers it); otherwise only if the tenant's policy lets that deployment see `call`
     data now. Without this, a run planned for Internal data sent a later Restricted call to the
     External deployment it had pinned, which the same call without a run is refused."""
-    order = list(DataClassification)
-    if order.index(call) <= order.index(planned):
+    if not call.more_sensitive_than(planned):
         return True
     d = snapshot.deployment(tenant_id, deployment_id)
     policy = snapshot.policy(tenant_id)

@@ -29,6 +29,12 @@ class DataClassification(StrEnum):
     def is_confidential(self) -> bool:
         return self in (DataClassification.CONFIDENTIAL, DataClassification.RESTRICTED)
 
+    def more_sensitive_than(self, other: DataClassification) -> bool:
+        return _LEVEL[self] > _LEVEL[other]
+
+
+_LEVEL = {dc: level for level, dc in enumerate(DataClassification)}
+
 
 class TenantPolicy(BaseModel):
     """What a tenant lets the router do with its data.

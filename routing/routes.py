@@ -158,12 +158,13 @@ class Routes:
             # A call carrying more sensitive data than the run was planned for keeps only the
             # candidates the tenant's policy lets see it; none left is the policy's refusal.
             planned, call = constraints.data_classification, needs.data_classification
-            kept = [
-                d for d in candidates if serves_data_of(view.snapshot, tenant, d, planned, call)
-            ]
-            if candidates and not kept:
-                raise RunPlannedForOtherData(profile_id, run_id, planned.value, call.value)
-            candidates = kept
+            if call.more_sensitive_than(planned):
+                kept = [
+                    d for d in candidates if serves_data_of(view.snapshot, tenant, d, planned, call)
+                ]
+                if candidates and not kept:
+                    raise RunPlannedForOtherData(profile_id, run_id, planned.value, call.value)
+                candidates = kept
         else:
             plan = decided[0] if decided else await decide_now()
             version, plan_id, candidates = plan.profile_version, None, plan.candidate_ids
