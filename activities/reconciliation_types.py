@@ -51,6 +51,9 @@ class ReconciliationReport(BaseModel):
     until: datetime | None = None
     sources: dict[str, int] = Field(default_factory=dict)
     failed_sources: dict[str, str] = Field(default_factory=dict)
+    # UTC days (ISO date) whose window failed every attempt, with the last error; the next run
+    # tries them again.
+    failed_windows: dict[str, str] = Field(default_factory=dict)
     pending: int = 0
     settled: int = 0
     by_request_id: int = 0

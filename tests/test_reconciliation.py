@@ -15,12 +15,13 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col, func, select
+from temporalio import activity
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.reconciliation import ReconciliationActivities
-from activities.reconciliation_types import ReconciliationReport
+from activities.reconciliation_types import ReconciliationReport, WindowInput, WindowResult
 from core import metrics
 from core.payload_converter import data_converter
 from core.settings import Settings
@@ -421,3 +422,65 @@ async def test_a_day_with_more_request_ids_than_one_statement_binds_still_finds_
         )
     assert [line.statement_ref for line in found] == sorted(line.statement_ref for line in lines)
     assert {line.provider_request_id for line in found} == {*by_request.values(), None}
+
+
+async def test_a_day_that_keeps_failing_is_reported_and_the_days_after_it_are_still_reconciled(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    settings: Settings,
+    sessions: async_sessionmaker[AsyncSession],
+    tenant: str,
+) -> None:
+    """Time-skipping: the failing day's ten attempts back off in workflow time. Retried for
+    ever, the run never reached the next day, and the schedule's runs all stopped at it."""
+    await register(http, auth, "oa/gpt-4o", model="gpt-4o", endpointRef="env:OPENAI_KEY_A")
+    await add_receipt(
+        sessions,
+        tenant=tenant,
+        deployment_id="oa/gpt-4o",
+        started_at=AS_OF - timedelta(hours=2),
+        usage_status=UsageStatus.UNKNOWN,
+    )
+    poison_day = (AS_OF - timedelta(days=1)).date()
+    statements_http = httpx.AsyncClient(timeout=5)
+    acts = ReconciliationActivities(sessions, settings, default_broker(), statements_http)
+    tried: list[str] = []
+
+    @activity.defn(name="reconcile_window")
+    async def window(data: WindowInput) -> WindowResult:
+        tried.append(data.start.date().isoformat())
+        if data.start.date() == poison_day:
+            raise RuntimeError("the store refused this day\nSQL: [parameters: ...]")
+        return await acts.window(data)
+
+    test_server = Path(sys.executable).parent / "temporal-test-server"
+    env = await WorkflowEnvironment.start_time_skipping(
+        data_converter=data_converter,
+        test_server_existing_path=str(test_server),
+        test_server_startup_timeout=timedelta(seconds=60),
+    )
+    async with env, statements_http:
+        async with Worker(
+            env.client,
+            task_queue="reconcile-poison-day",
+            workflows=[ReceiptReconcilerWorkflow],
+            activities=[acts.sources, acts.fetch, window, acts.gauge],
+        ):
+            report = await env.client.execute_workflow(
+                ReceiptReconcilerWorkflow.run,
+                ReconcilerInput(
+                    lookback_hours=30, settle_delay_minutes=0, tenant_ids=[tenant], as_of=AS_OF
+                ),
+                id="reconcile-poison-day",
+                task_queue="reconcile-poison-day",
+                # Without the bound the run retries the day until this ends it.
+                execution_timeout=timedelta(hours=6),
+            )
+
+    assert report.failed_windows == {
+        poison_day.isoformat(): "RuntimeError: the store refused this day"
+    }
+    assert tried.count(poison_day.isoformat()) == 10
+    assert tried[-1] == AS_OF.date().isoformat()
+    # The day after was reconciled: its waiting receipt was looked at.
+    assert report.pending == 1 and report.unmatched == 1

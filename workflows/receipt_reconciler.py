@@ -5,10 +5,11 @@ First every configured statement source is read into the store (each retried wit
 backoff while it fails; a source that stays down is reported and the run goes on with the
 statements already stored), then the lookback is reconciled one UTC day at a time. A day holds
 whole statement buckets (1m, 1h or 1d, aligned), so a bucket's receipts are always shared out
-together. The settle delay holds back only bucket allocation (buckets ending after now less the
-delay); a statement line naming a receipt's provider request id settles it at once. The report
-says what was skipped and why. Everything is idempotent per receipt and statement: a second run
-settles nothing new.
+together, and a day that keeps failing is reported in `failed_windows` while the days after it
+are still reconciled. The settle delay holds back only bucket allocation (buckets ending after
+now less the delay); a statement line naming a receipt's provider request id settles it at
+once. The report says what was skipped and why. Everything is idempotent per receipt and
+statement: a second run settles nothing new.
 """
 
 from __future__ import annotations
@@ -32,6 +33,17 @@ with workflow.unsafe.imports_passed_through():
     from domain.statements import WIDTHS, ReconcilerInput
 
 _STORE = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
+# A day that keeps failing must not hold back the days after it: retried for about two and a
+# half minutes (1+2+4+8+16+30+30+30+30 s between ten attempts), which outlasts a database
+# restart, then reported in `failed_windows` and left to the next run. Retried for ever, one
+# poison day stopped the whole run and, through the schedule's overlap policy, every later run
+# at that day, until it left the lookback (seen when one day's request ids passed what one
+# statement binds).
+_WINDOW = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=10,
+)
 _DAY = timedelta(days=1)
 
 
@@ -88,19 +100,28 @@ class ReceiptReconcilerWorkflow:
         day = start
         while day < now:
             end = min(day + _DAY, now)
-            got: WindowResult = await workflow.execute_activity(
-                "reconcile_window",
-                WindowInput(
-                    start=day,
-                    end=end,
-                    bucket_cutoff=cutoff,
-                    settle_zero_usage=data.settle_zero_usage,
-                    tenant_ids=data.tenant_ids,
-                ),
-                result_type=WindowResult,
-                start_to_close_timeout=timedelta(minutes=10),
-                retry_policy=_STORE,
-            )
+            try:
+                got: WindowResult = await workflow.execute_activity(
+                    "reconcile_window",
+                    WindowInput(
+                        start=day,
+                        end=end,
+                        bucket_cutoff=cutoff,
+                        settle_zero_usage=data.settle_zero_usage,
+                        tenant_ids=data.tenant_ids,
+                    ),
+                    result_type=WindowResult,
+                    start_to_close_timeout=timedelta(minutes=10),
+                    retry_policy=_WINDOW,
+                )
+            except ActivityError as exc:
+                # The first line only: a database error goes on with the statement and its
+                # parameters, tens of thousands of request ids on a large day.
+                reason = next(iter(str(exc.cause or exc).splitlines()), "")[:300]
+                report.failed_windows[day.date().isoformat()] = reason
+                workflow.logger.warning("reconcile window %s failed: %s", day.date(), reason)
+                day += _DAY
+                continue
             report.pending += got.pending
             report.settled += got.settled
             report.by_request_id += got.by_request_id
