@@ -56,5 +56,6 @@ class ApproveBody(BaseModel):
     intended_use: list[IntendedUse] = Field(
         default_factory=lambda: [IntendedUse.COMMERCIAL_USE],
         alias="intendedUse",
-        description="License terms the approval must be permitted by (default: commercialUse).",
+        description="License terms the approval must be permitted by, besides commercialUse, "
+        "which is always checked.",
     )

@@ -167,7 +167,10 @@ def deployments_license(
 def deployments_approve(
     deployment_id: str,
     intended_use: Annotated[
-        list[str] | None, typer.Option(help="License term the use needs (repeatable)")
+        list[str] | None,
+        typer.Option(
+            help="License term the use needs besides commercialUse, always checked (repeatable)"
+        ),
     ] = None,
 ) -> None:
     """Approve an Evaluated deployment (license and evidence gates)."""

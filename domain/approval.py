@@ -18,7 +18,8 @@ class IntendedUse(StrEnum):
     CUSTOMER_DEPLOYMENT = "customerDeployment"
 
 
-# Serving a model to the platform's tenants is commercial use; anything more is asked for.
+# Serving a model to the platform's tenants is commercial use, always checked; anything more is
+# asked for.
 DEFAULT_INTENDED_USE: frozenset[IntendedUse] = frozenset({IntendedUse.COMMERCIAL_USE})
 
 
@@ -40,6 +41,10 @@ def license_refusals(
     if license_ is None:
         return [Refusal(code="license-missing", message="no license metadata is recorded")]
     terms = license_.model_dump(by_alias=True)
+    # Asking for more terms never asks for less: serving is commercial use whatever else the
+    # operator names, so a list without it (or an empty one) cannot approve a model whose
+    # license forbids commercial use.
+    intended = {*intended, *DEFAULT_INTENDED_USE}
     return [
         Refusal(
             code="license-forbids",

@@ -258,8 +258,13 @@ async def test_license_forbidding_use_is_never_approved_even_with_perfect_eviden
 ) -> None:
     await register(http, auth, "d/nc", licenseMetadata={"commercialUse": False})
     await record_evidence(temporal_client, tenant, "d/nc", {"tool-calling": 1.0})
-    resp = await http.post("/factory/model-deployments/d/nc/approve", headers=auth)
-    assert resp.status_code == 409 and resp.json()["refusals"][0]["licenseTerm"] == "commercialUse"
+    # Naming other terms, or none, still checks commercial use: serving is commercial use.
+    for body in (None, {"intendedUse": []}, {"intendedUse": ["redistribution"]}):
+        resp = await http.post("/factory/model-deployments/d/nc/approve", json=body, headers=auth)
+        assert resp.status_code == 409, (body, resp.text)
+        assert "commercialUse" in {r.get("licenseTerm") for r in resp.json()["refusals"]}
+    state = (await http.get("/factory/model-deployments/d/nc", headers=auth)).json()["state"]
+    assert state == "Evaluated"
 
 
 async def test_unknown_and_foreign_deployments_are_404(
