@@ -259,7 +259,12 @@ async def test_license_forbidding_use_is_never_approved_even_with_perfect_eviden
     await register(http, auth, "d/nc", licenseMetadata={"commercialUse": False})
     await record_evidence(temporal_client, tenant, "d/nc", {"tool-calling": 1.0})
     # Naming other terms, or none, still checks commercial use: serving is commercial use.
-    for body in (None, {"intendedUse": []}, {"intendedUse": ["redistribution"]}):
+    bodies: list[dict[str, list[str]] | None] = [
+        None,
+        {"intendedUse": []},
+        {"intendedUse": ["redistribution"]},
+    ]
+    for body in bodies:
         resp = await http.post("/factory/model-deployments/d/nc/approve", json=body, headers=auth)
         assert resp.status_code == 409, (body, resp.text)
         assert "commercialUse" in {r.get("licenseTerm") for r in resp.json()["refusals"]}
