@@ -29,8 +29,9 @@ def create_engine(
     retries a statement on a dropped connection instead of pinging before every checkout.
 
     `statement_timeout` (PostgreSQL): the longest wait for the answer to any one statement, the
-    pre-ping included (asyncpg's `command_timeout`). Past it the statement fails as the store
-    being away (a `TimeoutError`, store/outage.is_outage) and its connection is not used again.
+    pre-ping included (asyncpg's `command_timeout`), and for a new connection. Past it the
+    statement fails as the store being away (a `TimeoutError`, store/outage.is_outage) and its
+    connection is not used again.
     A failover can leave connections open to a host that is gone: unbounded, a statement on one
     waited until TCP gave up, about 15 minutes (tests/test_store_silent.py)."""
     parsed = make_url(url)
@@ -43,7 +44,14 @@ def create_engine(
         kwargs["pool_size"] = pool_size
         kwargs["max_overflow"] = pool_size
         if statement_timeout is not None:
-            kwargs["connect_args"] = {"command_timeout": statement_timeout}
+            # Connecting is bounded the same: asyncpg's own default is 60 s, and a new
+            # connection to a host that is unreachable (a partition, not a restart, which
+            # refuses at once) held a refused call's claim release, and its 503, for 62 s
+            # (tests/test_fault_temporal_late_start.py).
+            kwargs["connect_args"] = {
+                "command_timeout": statement_timeout,
+                "timeout": statement_timeout,
+            }
     engine = create_async_engine(url, **kwargs)
     if parsed.get_backend_name() == "sqlite":
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
