@@ -357,7 +357,14 @@ class InvokeActivities:
     async def close_abandoned(self, data: InvocationInput) -> InvocationSummary:
         """The process that held the call is gone (or never ran it). A claimed receipt is closed
         Failed with usage Unknown: the provider may have done billable work. An unclaimed one
-        means the provider was never called; its receipt says so with an estimate of zero."""
+        means the provider was never called; its receipt says so with an estimate of zero.
+
+        A claim the API made before starting this workflow (`claimed_at`) is closed only if it
+        is still that claim, and nothing is claimed here. The API undoes its claim when it gives
+        up on a start that Temporal then took after all (its reply late past the bound): this
+        workflow runs on, finds no call anywhere, and claiming here spent a key its caller had
+        been told was unused (the retry was a 409), or closed the retry's own claim Failed
+        beside the answer the retry got (tests/test_fault_temporal_late_start.py)."""
         summary = InvocationSummary(
             invocation_id=data.invocation_id,
             outcome=InvocationOutcome.FAILED,
@@ -365,6 +372,11 @@ class InvokeActivities:
             deployment_id=data.targets[0].deployment_id,
             error_kind="caller-lost",
         )
+        if data.claimed_at is not None:
+            if await self._statements.close_claim(data.tenant_id, data.claimed_at, summary):
+                return summary
+            # Nothing of this execution's is open: closed by its call, or undone by the API.
+            return summary.model_copy(update={"disposition": Disposition.NOT_CLAIMED})
         if await self._statements.claim(data, data.targets[0].deployment_id):
             summary.usage_status = UsageStatus.ESTIMATED
             summary.input_tokens = summary.output_tokens = 0

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
@@ -28,12 +29,14 @@ from temporalio.common import WorkflowIDConflictPolicy
 from activities.invoke import InvokeActivities
 from activities.invoke_hub import InvocationHub, NotStarted, PendingCall
 from activities.invoke_outcomes import not_started
+from api.given_up_claims import GivenUpClaims
 from api.runtime_types import InvokeConfig
 from api.temporal_gate import Asked, TemporalGate
 from domain.invocation import InvocationInput, invoke_workflow_id
 from workflows.invoke import InvokeModelWorkflow
 
 Started = asyncio.Future[WorkflowHandle[Any, Any]]
+log = logging.getLogger("model_router.api")
 
 
 class WorkflowStarts:
@@ -44,8 +47,10 @@ class WorkflowStarts:
         gate: TemporalGate,
         activities: InvokeActivities,
         hub: InvocationHub,
+        given_up: GivenUpClaims,
     ) -> None:
         self._client = client
+        self._given_up = given_up
         self._config = config
         self._gate = gate
         self._activities = activities
@@ -109,7 +114,13 @@ class WorkflowStarts:
                     data,
                     id=invoke_workflow_id(tenant, data.invocation_id),
                     task_queue=self._config.workflow_queue,
-                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                    # The claim just made is unique, so a run still going under this id
+                    # belongs to no live claim: one whose start this process gave up on (its
+                    # reply late past the bound, the claim undone) or its own earlier try
+                    # (`TemporalGate` retries a start Temporal dropped). Adopted, it looked for
+                    # its call in vain and closed this call's claim Failed or cancelled it
+                    # (tests/test_fault_temporal_late_start.py); replaced, this call is its own.
+                    id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
                     request_eager_start=True,
                 )
             )
@@ -129,8 +140,15 @@ class WorkflowStarts:
                 # A call stopped before it ended recorded nothing: its claim is undone and the
                 # key stays unused (`release` leaves a closed receipt alone). One that ended
                 # with its close refused keeps its claim (`close_late`).
-                with contextlib.suppress(Exception):
+                try:
                     await self._activities.statements.release(tenant, data.invocation_id)
+                except Exception as exc:
+                    # The store is away too (a partition of this host): undone once it
+                    # answers, as a claim whose statement went unanswered is, or the caller's
+                    # retry found the key in progress and then spent.
+                    log.warning("claim release failed, retried: %s", type(exc).__name__)
+                    if data.claimed_at is not None:
+                        self._given_up.add(data.invocation_id, data.claimed_at)
             raise
         if pending.started is not None:
             pending.started.set_result(True)

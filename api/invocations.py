@@ -118,7 +118,7 @@ class Invocations:
         self._come_back = come_back
         self._config = config
         self._hub = hub
-        self._starts = WorkflowStarts(client, config, gate, activities, hub)
+        self._starts = WorkflowStarts(client, config, gate, activities, hub, given_up)
         self._replays = replays
 
     async def start(self, principal: Principal, call: Call) -> Running:
@@ -211,6 +211,7 @@ class Invocations:
         statements = self._activities.statements
         first = data.targets[0].deployment_id
         at = datetime.now(UTC)
+        data.claimed_at = at  # the workflow's closer closes this claim only
         try:
             if not route.checked:
                 return await statements.claim_at(data, first, route.catalog_version, at)

@@ -184,7 +184,8 @@ class TemporalGate:
                     except RPCError as exc:
                         # The SDK's own retries give up on a server that is restarting sooner
                         # than the bound: keep trying until it answers or the bound is spent.
-                        # A start is idempotent (same workflow id, USE_EXISTING).
+                        # A start may be sent again: one that landed after all is replaced
+                        # (same workflow id, TERMINATE_EXISTING), its workflow task unclaimed.
                         if exc.status not in _DOWN:
                             raise
                     await asyncio.sleep(RESTART_POLL_SECONDS)  # a retry interval, not a wait-for

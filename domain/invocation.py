@@ -4,6 +4,7 @@ prompt or the output, which stay in the API process's memory and the artifact st
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
 
@@ -67,6 +68,12 @@ class InvocationInput(BaseModel):
     # task queue only that process polls.
     caller_token: str
     caller_queue: str
+    # When the API process claimed the receipt, before it started this workflow (the receipt's
+    # `started_at`): the workflow's closer closes that claim only and claims nothing itself. A
+    # claim that is gone was undone by the API when it gave up on the start (the caller was
+    # told nothing was claimed, and the key is theirs to send again), and a claim made since is
+    # the caller's retry. None: claimed by the activity (or a history from before the field).
+    claimed_at: datetime | None = None
     timeout_seconds: float = Field(gt=0)
     fallback_enabled: bool = False
     data_classification: str = "Internal"

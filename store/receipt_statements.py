@@ -309,6 +309,17 @@ class ReceiptStatements:
         }
         return await self._close_locked(tenant_id, invocation_id, values, None)
 
+    async def close_claim(
+        self, tenant_id: str, started_at: datetime, summary: InvocationSummary
+    ) -> bool:
+        """Close the one claim made at `started_at` (the claim the API made before starting the
+        workflow that closes it), never a later claim of the same key; False if that claim was
+        closed already or undone."""
+        values = close_values(summary, datetime.now(UTC))
+        return await self._close_locked(
+            tenant_id, summary.invocation_id, values, summary, started_at=started_at
+        )
+
     async def deny(self, data: InvocationInput, reason: str) -> InvocationSummary:
         """A denied invocation gets a receipt too; nothing reached the provider, so its usage is
         our own count: zero."""
@@ -331,12 +342,15 @@ class ReceiptStatements:
         invocation_id: uuid.UUID,
         values: dict[str, Any],
         summary: InvocationSummary | None,
+        started_at: datetime | None = None,
     ) -> bool:
-        in_flight = (
+        in_flight = [
             RECEIPTS.c.tenant_id == tenant_id,
             RECEIPTS.c.invocation_id == invocation_id,
             RECEIPTS.c.ended_at.is_(None),
-        )
+        ]
+        if started_at is not None:
+            in_flight.append(RECEIPTS.c.started_at == started_at)
 
         async def step(conn: AsyncConnection) -> bool:
             read = sa.select(RECEIPTS).where(*in_flight).with_for_update()
