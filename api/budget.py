@@ -12,11 +12,13 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api.problems import Problem
 from core import metrics
+from domain.enums import InvocationOutcome
 from domain.hashing import canonical_json
 from domain.invocation import InvocationInput
 from domain.pricing import worst_case_cost_usd
-from store import pricebook
+from store import pricebook, receipts
 from store.receipt_statements import ReceiptStatements
+from store.tables import InvocationReceiptRow
 
 
 async def admit(
@@ -46,12 +48,28 @@ async def admit(
             return
         reason, detail = "over-budget", f"worst case {worst:.6f} USD exceeds {budget_usd} USD"
     summary = await statements.deny(data, reason)
+    if summary is None:
+        # The key was claimed before. Its own denial, sent again, is denied again; anything
+        # else goes on to find the key used: its replay, or with another body its reuse (409),
+        # as without a budget.
+        async with sessions() as session:
+            seen = await receipts.by_key(session, data.tenant_id, data.idempotency_key)
+        if not _denied(seen, data.request_hash):
+            return
     metrics.denials.add(1, {"tenant": data.tenant_id, "reason": reason})
     raise Problem(
         402,
         f"Denied: {detail}.",
         type_="https://model-router.dev/problems/budget",
         reason=reason,
-        receiptId=str(summary.invocation_id),
-        headers={"X-Model-Router-Receipt-Id": str(summary.invocation_id)},
+        receiptId=str(data.invocation_id),
+        headers={"X-Model-Router-Receipt-Id": str(data.invocation_id)},
+    )
+
+
+def _denied(seen: InvocationReceiptRow | None, request_hash: str) -> bool:
+    return (
+        seen is not None
+        and seen.outcome == InvocationOutcome.DENIED
+        and seen.request_hash == request_hash
     )

@@ -320,21 +320,38 @@ class ReceiptStatements:
             tenant_id, summary.invocation_id, values, summary, started_at=started_at
         )
 
-    async def deny(self, data: InvocationInput, reason: str) -> InvocationSummary:
+    async def deny(self, data: InvocationInput, reason: str) -> InvocationSummary | None:
         """A denied invocation gets a receipt too; nothing reached the provider, so its usage is
-        our own count: zero."""
+        our own count: zero. Its claim and close are one transaction: as two statements, a
+        store lost between them left the denial open for the sweeper to close Failed. None
+        when the key was claimed before (a call in flight, or answered): that is the key's
+        replay or reuse, not a denial, and its receipt is left as it is. Claimed or not, the
+        close used to follow, closing a call in flight Denied."""
+        deployment = data.targets[0].deployment_id
         summary = InvocationSummary(
             invocation_id=data.invocation_id,
             outcome=InvocationOutcome.DENIED,
             usage_status=UsageStatus.ESTIMATED,
-            deployment_id=data.targets[0].deployment_id,
+            deployment_id=deployment,
             input_tokens=0,
             output_tokens=0,
             error_kind=reason,
         )
-        await self.claim(data, data.targets[0].deployment_id)
-        await self.finalize(data, summary)
-        return summary
+        now = datetime.now(UTC)
+        claim = claim_values(data, deployment, now)
+        values = close_values(summary, now)
+        events = [_row(data.tenant_id, e, now) for e in _events({**claim, **values}, summary)]
+        close = {f"set_{k}": v for k, v in values.items()}
+        close.update(w_tenant_id=data.tenant_id, w_invocation_id=data.invocation_id)
+
+        async def step(conn: AsyncConnection) -> bool:
+            if (await conn.execute(self._claim, claim)).first() is None:
+                return False
+            await conn.execute(_close_update(tuple(values)), close)
+            await conn.execute(sa.insert(OUTBOX), events)
+            return True
+
+        return summary if await self._run(step, self._transactions) else None
 
     async def _close_locked(
         self,

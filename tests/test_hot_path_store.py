@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import asyncpg
@@ -18,6 +18,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlmodel import col
 
 from api.runtime import Runtime
@@ -219,6 +220,69 @@ async def test_on_sqlite_the_same_steps_run_on_sqlalchemy(tmp_path: Path) -> Non
         assert row is not None and row.outcome is InvocationOutcome.COMPLETED
         assert row.ended_at is not None and row.output_tokens == 4
         assert [e.event_type for e in events] == ["ModelInvoked"]
+    finally:
+        await statements.aclose()
+        await engine.dispose()
+
+
+async def _only_their_own_claim(engine: AsyncEngine, statements: ReceiptStatements) -> None:
+    """A denial claims and closes in one transaction, and never closes a key claimed before;
+    a workflow's close of the claim made at `claimed_at` never closes another claim."""
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    fresh, busy, late = (invocation_input(tenant) for _ in range(3))
+    denied = await statements.deny(fresh, "over-budget")
+    assert denied is not None and denied.outcome is InvocationOutcome.DENIED
+    at = datetime.now(UTC)
+    assert await statements.claim(busy, "sim/a", at)
+    # The same key again, over budget: the call in flight keeps its open receipt.
+    assert await statements.deny(busy, "over-budget") is None
+    # A claim made at `at` is closed by the close of that claim only.
+    assert await statements.claim(late, "sim/a", at)
+    earlier = at - timedelta(seconds=1)
+    assert not await statements.close_claim(tenant, earlier, completed(late))
+    assert await statements.close_claim(tenant, at, completed(late))
+    async with session_factory(engine)() as session:
+        rows = {
+            r.invocation_id: r
+            for r in await session.scalars(
+                select(InvocationReceiptRow).where(col(InvocationReceiptRow.tenant_id) == tenant)
+            )
+        }
+        events = (
+            await session.scalars(
+                select(OutboxEventRow).where(col(OutboxEventRow.tenant_id) == tenant)
+            )
+        ).all()
+    assert rows[fresh.invocation_id].outcome is InvocationOutcome.DENIED
+    assert rows[busy.invocation_id].ended_at is None
+    assert rows[late.invocation_id].outcome is InvocationOutcome.COMPLETED
+    assert sorted(str(e.aggregate_id) for e in events) == sorted(
+        str(i) for i in (fresh.invocation_id, late.invocation_id)
+    )
+
+
+async def test_a_denial_or_a_workflows_close_touches_only_its_own_claim_on_postgres(
+    own_postgres: tuple[LocalPostgres, str],
+) -> None:
+    _, url = own_postgres
+    engine = create_engine(url, pool_size=2, pre_ping=False)
+    statements = ReceiptStatements(engine, direct=True)
+    try:
+        await _only_their_own_claim(engine, statements)
+    finally:
+        await statements.aclose()
+        await engine.dispose()
+
+
+async def test_a_denial_or_a_workflows_close_touches_only_its_own_claim_on_sqlite(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path}/own.db"
+    await asyncio.to_thread(upgrade, url)
+    engine = create_engine(url, pre_ping=False)
+    statements = ReceiptStatements(engine, direct=True)
+    try:
+        await _only_their_own_claim(engine, statements)
     finally:
         await statements.aclose()
         await engine.dispose()
