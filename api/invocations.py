@@ -190,7 +190,11 @@ class Invocations:
             seen = await self._replays.seen(tenant, key)
             if seen is None:  # closed and gone between the two statements: cannot be
                 raise Problem(503, "The invocation with this key is changing; retry shortly.")
-            return self._replay_or_wait(tenant, key, hash_, seen)
+            if not _own_claim(seen, data):
+                return self._replay_or_wait(tenant, key, hash_, seen)
+            # The claim is this call's own: it landed, its answer was lost with the connection,
+            # and the statement sent again found it (store/asyncpg_path.py). Waited on as
+            # another call's, it was never called and was swept Failed, the key spent.
         token, pending = self._hub.open(
             call.request, caller_claims=True, invocation_id=data.invocation_id
         )
@@ -331,6 +335,13 @@ class Invocations:
 
 async def _refused(summary: InvocationSummary) -> AsyncIterator[InvocationEvent]:
     yield ReceiptReady(summary)
+
+
+def _own_claim(seen: InvocationReceiptRow, data: InvocationInput) -> bool:
+    """Whether the key's open receipt is the claim this call made (its start time)."""
+    return (
+        seen.ended_at is None and data.claimed_at is not None and seen.started_at == data.claimed_at
+    )
 
 
 def _own_result(result: asyncio.Future[Any] | None) -> InvocationSummary | None:

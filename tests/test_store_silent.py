@@ -250,3 +250,39 @@ async def test_a_claim_that_lands_after_it_was_given_up_is_undone_and_its_key_an
         row = await by_key(session, tenant, "late")
     assert row is not None and row.outcome == "Completed"
     assert upstream.requests(MODEL) - before == 4  # three warm calls and "late", once each
+
+
+async def test_a_claim_whose_answer_was_lost_after_it_landed_is_the_calls_own(
+    http: httpx.AsyncClient,
+    settings: Settings,
+    token_for: TokenFactory,
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """The claim reaches PostgreSQL and commits, then its connection is reset before the answer
+    (a proxy or a failover): the claim is sent again on a fresh connection and finds the key
+    taken, by itself. It used to wait on its own claim as on another call's: a 503 in progress,
+    then the sweeper closed it Failed and the key was spent, the provider never called."""
+    token = await token_for(tenant)
+    await _published(http, token, tenant, temporal_client, upstream, "sl/own")
+    before = upstream.requests(MODEL)
+    key = f"own-{uuid.uuid4().hex[:8]}"
+    async with _through_proxy(settings, sessions) as (api, proxy):
+        sdk = openai.AsyncOpenAI(base_url=f"{api.url}/v1", api_key=token, max_retries=0, timeout=30)
+        for n in range(3):  # warm: the claim's statement prepared, so its execution is one send
+            await sdk.chat.completions.create(
+                model=PROFILE, messages=HI, extra_headers={"Idempotency-Key": f"{key}-warm-{n}"}
+            )
+        proxy.cut_request_with(key.encode())
+        done = await sdk.chat.completions.create(
+            model=PROFILE, messages=HI, extra_headers={"Idempotency-Key": key}
+        )
+        assert done.choices[0].message.content
+        assert proxy.cut_pending() is False  # the claim was the request cut
+        await sdk.close()
+    async with sessions() as session:
+        row = await by_key(session, tenant, key)
+    assert row is not None and row.outcome == "Completed"
+    assert upstream.requests(MODEL) - before == 4  # three warm calls and this one, once each

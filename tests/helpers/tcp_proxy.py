@@ -6,12 +6,15 @@ pass as before, to the server that took over. `sever(hold=True)` silences them t
 keeps them, and `restore()` lets them pass again with what they held: a partition that heals,
 delivering a statement sent into it after its sender gave up on it. `hold_replies()` holds
 only what the server sends, on every connection, until `restore_replies()`: requests land and
-are acted on, their answers late (a server slow to answer, a congested path back)."""
+are acted on, their answers late (a server slow to answer, a congested path back).
+`cut_request_with(marker)` lets the next request carrying `marker` reach the server and then
+resets its client's connection before any answer: a reply lost after the server acted on it."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 from tests.conftest import free_port
 
@@ -28,6 +31,8 @@ class SeverableProxy:
         self._writers: list[asyncio.StreamWriter] = []
         # sever(partition=True): new connections are held too, until restore().
         self._partitioned = False
+        # cut_request_with: the bytes a request to cut carries, until one has been cut.
+        self._cut: bytes | None = None
         # Set while what the server sends passes (hold_replies).
         self._replies = asyncio.Event()
         self._replies.set()
@@ -76,6 +81,15 @@ class SeverableProxy:
         """What the server sent meanwhile is delivered now, and what it sends later passes."""
         self._replies.set()
 
+    def cut_request_with(self, marker: bytes) -> None:
+        """The next request carrying `marker` (a bound parameter's bytes) reaches the server, and
+        its client's connection is reset before any answer comes back."""
+        self._cut = marker
+
+    def cut_pending(self) -> bool:
+        """Whether the request to cut has not come yet."""
+        return self._cut is not None
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             up_reader, up_writer = await asyncio.open_connection(*self._target)
@@ -89,11 +103,23 @@ class SeverableProxy:
             passing.set()
             self._open.append(passing)
         self._writers += [writer, up_writer]
+        # This connection's own replies: stopped for good when a request on it is cut.
+        own = asyncio.Event()
+        own.set()
+
+        def forwarded(chunk: bytes) -> None:
+            if self._cut is not None and self._cut in chunk:
+                self._cut = None
+                own.clear()
+                writer.transport.abort()  # an RST: the client never hears the answer
+
         for source, sink, replies in (
-            (reader, up_writer, None),
-            (up_reader, writer, self._replies),
+            (reader, up_writer, [passing]),
+            (up_reader, writer, [passing, self._replies, own]),
         ):
-            pump = asyncio.create_task(self._pump(source, sink, passing, replies))
+            pump = asyncio.create_task(
+                self._pump(source, sink, replies, forwarded if sink is up_writer else None)
+            )
             self._pumps.add(pump)
             pump.add_done_callback(self._pumps.discard)
 
@@ -101,18 +127,21 @@ class SeverableProxy:
         self,
         source: asyncio.StreamReader,
         sink: asyncio.StreamWriter,
-        passing: asyncio.Event,
-        replies: asyncio.Event | None,
+        gates: list[asyncio.Event],
+        forwarded: Callable[[bytes], None] | None,
     ) -> None:
+        """Relay `source` to `sink` while every gate is open; the first gate is the
+        connection's own (sever), the others hold replies."""
         try:
             while chunk := await source.read(65536):
-                await passing.wait()  # a severed connection waits here for good
-                if replies is not None:
-                    await replies.wait()
+                for gate in gates:
+                    await gate.wait()  # a severed connection waits here for good
                 sink.write(chunk)
                 await sink.drain()
+                if forwarded is not None:
+                    forwarded(chunk)
         except (OSError, asyncio.CancelledError):
             pass
         finally:
-            if passing.is_set():  # a severed one never tells its peer it ended
+            if gates[0].is_set():  # a severed one never tells its peer it ended
                 sink.close()
