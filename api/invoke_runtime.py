@@ -4,8 +4,6 @@ the lifecycle with their recovery trials."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import uuid
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -24,6 +22,7 @@ from activities.invoke_setup import (
 from activities.secret_policy import endpoint_broker
 from api.come_back import ComeBack
 from api.given_up_claims import GivenUpClaims
+from api.invocation_workers import InvocationWorkers
 from api.invocations import Invocations
 from api.replays import Replays
 from api.runtime_types import InvokeConfig
@@ -56,8 +55,7 @@ class InvokeRuntime:
             timeout_seconds=settings.default_timeout_seconds,
         )
         self.service: Invocations | None = None
-        self._workers: list[Worker] = []
-        self._tasks: list[asyncio.Task[None]] = []
+        self.workers: InvocationWorkers | None = None
         self.recovery: BreakerRecovery | None = None
         self.come_back: ComeBack | None = None
         self.gate: TemporalGate | None = None
@@ -68,26 +66,17 @@ class InvokeRuntime:
         return self._adapters
 
     def start(self, client: Client) -> None:
+        self.gate = gate = TemporalGate(
+            client,
+            self.settings.invoke_start_wait_seconds,
+            self.settings.invoke_start_overlap_seconds,
+        )
+        # Kept running: a worker that stops is rebuilt, the gate refusing calls meanwhile.
+        self.workers = InvocationWorkers(
+            lambda: self._build_workers(client), gate.hold, gate.release
+        )
+        self.workers.start()
         acts = self.activities
-        # Eager start needs a worker on the workflow's queue built on the very client that
-        # starts workflows; the caller queue is this process's alone.
-        self._workers = [
-            Worker(
-                client,
-                task_queue=self.config.workflow_queue,
-                workflows=[InvokeModelWorkflow],
-                workflow_runner=INVOKE_WORKFLOW_RUNNER,
-                workflow_task_executor=InlineWorkflowTasks(first_activation_hold(self.hub)),
-                activities=[acts.call_provider, acts.close_abandoned, acts.finalize_receipt],
-                # Each call holds a slot from its eager start until its workflow completes, now
-                # after the response: under load those tails pile up, and a start that finds
-                # no free slot is not eager (its task goes round the standalone worker and the
-                # caller queue: 1.03 RespondWorkflowTaskCompleted per call at 64).
-                max_concurrent_workflow_tasks=256,
-            ),
-            Worker(client, task_queue=self.config.caller_queue, activities=[acts.call_provider]),
-        ]
-        self._tasks = [asyncio.create_task(w.run()) for w in self._workers]
         # Sustained failure seen by this process's breakers goes to the deployment's lifecycle
         # (Degraded), and this process trials it back (Approved) within a cool-down of healing.
         self.recovery = BreakerRecovery(
@@ -103,11 +92,6 @@ class InvokeRuntime:
             acts.breakers,
             self.recovery,
             self.settings.invoke_unavailable_retry_after_max_seconds,
-        )
-        self.gate = TemporalGate(
-            client,
-            self.settings.invoke_start_wait_seconds,
-            self.settings.invoke_start_overlap_seconds,
         )
         # Claims given up on with their statement on its way, undone if they land: while one
         # could, and no longer than the sweeper leaves a claim with no workflow.
@@ -128,10 +112,31 @@ class InvokeRuntime:
             self._sessions,
             self._routes,
             self.come_back,
-            self.gate,
+            gate,
             self.activities,
             self.given_up,
         )
+
+    def _build_workers(self, client: Client) -> list[Worker]:
+        acts = self.activities
+        # Eager start needs a worker on the workflow's queue built on the very client that
+        # starts workflows; the caller queue is this process's alone.
+        return [
+            Worker(
+                client,
+                task_queue=self.config.workflow_queue,
+                workflows=[InvokeModelWorkflow],
+                workflow_runner=INVOKE_WORKFLOW_RUNNER,
+                workflow_task_executor=InlineWorkflowTasks(first_activation_hold(self.hub)),
+                activities=[acts.call_provider, acts.close_abandoned, acts.finalize_receipt],
+                # Each call holds a slot from its eager start until its workflow completes, now
+                # after the response: under load those tails pile up, and a start that finds
+                # no free slot is not eager (its task goes round the standalone worker and the
+                # caller queue: 1.03 RespondWorkflowTaskCompleted per call at 64).
+                max_concurrent_workflow_tasks=256,
+            ),
+            Worker(client, task_queue=self.config.caller_queue, activities=[acts.call_provider]),
+        ]
 
     async def stop(self) -> None:
         if self.gate is not None:
@@ -140,11 +145,7 @@ class InvokeRuntime:
             await self.given_up.aclose()
         if self.recovery is not None:
             await self.recovery.aclose()
-        for worker in self._workers:
-            with contextlib.suppress(Exception):
-                await worker.shutdown()
-        for task in self._tasks:
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await task
+        if self.workers is not None:
+            await self.workers.stop()
         await self._adapters.aclose()
         self.activities.files.close()

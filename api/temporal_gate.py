@@ -85,6 +85,7 @@ class TemporalGate:
         self._overlap = overlap_seconds
         self._accepted_at = -math.inf  # when the server last accepted a start
         self._down_since: float | None = None
+        self._held: str | None = None  # hold(): why this process refuses calls
         self._probe: asyncio.Task[None] | None = None
         # Starts under way, each with when it was sent; the first is the oldest.
         self._waiting: dict[object, float] = {}
@@ -93,7 +94,19 @@ class TemporalGate:
 
     @property
     def reachable(self) -> bool:
-        return self._down_since is None
+        return self._down_since is None and self._held is None
+
+    def hold(self, why: str) -> None:
+        """Refuse invocations for a reason of this process's own (its in-process workers
+        stopped: api/invocation_workers.py) until `release`, whatever Temporal answers."""
+        if self._held is None:
+            log.warning("refusing invocations: %s", why)
+        self._held = why
+
+    def release(self) -> None:
+        if self._held is not None:
+            log.info("invocations accepted again")
+        self._held = None
 
     @property
     def retry_after(self) -> int:
