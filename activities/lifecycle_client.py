@@ -15,7 +15,7 @@ from typing import Any
 
 from temporalio.client import Client, WithStartWorkflowOperation, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.lifecycle_types import (
@@ -96,6 +96,10 @@ class LifecycleClient:
                     result_type=RegisterCandidateResult,
                 )
             )
+        except WorkflowAlreadyStartedError:
+            # What the SDK makes of ALREADY_EXISTS for an update-with-start: the id's workflow
+            # closed (retired) and may not be reused. Uncaught, the caller got a 500.
+            raise LifecycleClosed(registration.deployment_id) from None
         except RPCError as exc:
             if exc.status is RPCStatusCode.ALREADY_EXISTS:
                 raise LifecycleClosed(registration.deployment_id) from None

@@ -3,6 +3,8 @@ illegal transition, the approval gate's refusals, and their events."""
 
 from __future__ import annotations
 
+import uuid
+
 import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -14,7 +16,13 @@ from core.settings import Settings
 from domain.approval import IntendedUse
 from store.tables import OutboxEventRow
 from tests.conftest import TokenFactory
-from tests.helpers.catalog import profile_event, publish, record_evidence, register
+from tests.helpers.catalog import (
+    deployment_body,
+    profile_event,
+    publish,
+    record_evidence,
+    register,
+)
 from tests.helpers.deadline import eventually
 from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow
 
@@ -105,6 +113,21 @@ async def test_retire_from_every_non_final_state(
         await _probe(temporal_client, tenant, "d/r", "probe_failed")
     resp = await http.post("/factory/model-deployments/d/r/retire", headers=auth)
     assert resp.status_code == 200 and resp.json()["state"] == "Retired"
+
+
+async def test_a_retired_id_registered_again_is_a_409_naming_it(
+    http: httpx.AsyncClient, auth: dict[str, str]
+) -> None:
+    await register(http, auth, "d/gone")
+    retired = await http.post("/factory/model-deployments/d/gone/retire", headers=auth)
+    assert retired.status_code == 200
+    again = await http.post(
+        "/factory/model-deployments",
+        json=deployment_body("d/gone"),
+        headers={**auth, "Idempotency-Key": uuid.uuid4().hex},
+    )
+    assert again.status_code == 409, again.text
+    assert again.json()["state"] == "Retired" and "new id" in again.json()["detail"]
 
 
 ILLEGAL = [
