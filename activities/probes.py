@@ -29,7 +29,7 @@ from domain.enums import Modality
 from domain.health import ProbeOutcome, ProbeResult, ProbeTarget
 from providers.base import ProviderAdapter
 from providers.errors import ErrorKind, ProviderError
-from providers.registry import resolve_adapter
+from providers.registry import adapter_kind, resolve_adapter
 from providers.secrets import SecretBroker, SecretResolutionError
 from providers.types import ChatRequest, Message, ProviderTimeouts
 from store import probes
@@ -58,16 +58,21 @@ async def send_probe(
     error: str | None = None
     transient, message = False, "ok"
     try:
+        # A reranker can only rerank: one no active profile lists got the chat request other
+        # unlisted deployments get, failed it as unsupported and went Degraded.
+        modality = target.modality
+        if adapter_kind(target.provider, modality) == "rerank":
+            modality = Modality.RERANK
         adapter = await resolve_adapter(
             broker,
             provider=target.provider,
             model=target.model,
             endpoint_ref=target.endpoint_ref,
             timeouts=ProviderTimeouts(connect=seconds, read=seconds),
-            modality=target.modality,
+            modality=modality,
         )
         try:
-            await asyncio.wait_for(_ping(adapter, target.modality), seconds)
+            await asyncio.wait_for(_ping(adapter, modality), seconds)
         finally:
             await adapter.aclose()
     except ProviderError as exc:

@@ -144,3 +144,37 @@ async def test_a_failing_upstream_degrades_the_deployment_and_recovery_restores_
     attrs = {"provider": "local-upstream", "deployment": "sim/probe"}
     assert metrics.probe_outcomes.value({**attrs, "outcome": "failed"}) >= 2
     assert len(metrics.probe_latency.values(attrs)) >= 2
+
+
+async def test_a_reranker_no_profile_lists_yet_is_probed_with_a_rerank(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    settings: Settings,
+    temporal_client: Client,
+) -> None:
+    """A deployment no active profile lists is probed by what its adapter can answer: a chat
+    request to a reranker failed as unsupported, and it went Degraded at the first probe."""
+    async with UpstreamServer() as upstream:
+        await register(
+            http, auth, "sim/reranker", provider="rerank", model="probe-rerank",
+            endpointRef=upstream.endpoint_ref,
+        )  # fmt: skip
+        await record_evidence(temporal_client, tenant, "sim/reranker", {"tool-calling": 0.95})
+        approved = await http.post("/factory/model-deployments/sim/reranker/approve", headers=auth)
+        assert approved.status_code == 200, approved.text
+        report: HealthProbeReport = await temporal_client.execute_workflow(
+            HealthProbeWorkflow.run,
+            HealthProbeInput(
+                tenant_ids=[tenant],
+                window_start=datetime.fromtimestamp(int(time.time()) // 60 * 60, UTC),
+                timeout_seconds=5,
+                attempts=1,
+            ),
+            id=f"probe-rerank-{uuid.uuid4().hex[:8]}",
+            task_queue=settings.temporal_task_queue,
+        )
+        assert (report.probed, report.ok, report.degraded) == (1, 1, []), report
+        assert upstream.requests("probe-rerank") == 1
+    got = (await http.get("/factory/model-deployments/sim/reranker", headers=auth)).json()
+    assert got["state"] == "Approved"
