@@ -15,9 +15,13 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from activities.evaluation_types import EvaluationInput, Progress
+from api.lifecycle import ILLEGAL_TRANSITION
+from api.problems import Problem
+from domain.lifecycle import can_evaluate
 from domain.suite import SUITE_VERSION
 from store import evaluations
 from store.db import transaction
+from store.repositories import ModelDeploymentRepository
 from store.tables import EvaluationRow
 from workflows.evaluate import EvaluateDeploymentWorkflow
 
@@ -63,7 +67,21 @@ async def start(
     deployment_id: str,
     key: str,
 ) -> EvaluationView:
-    """One evaluation per key: the same key again answers with the evaluation it started."""
+    """One evaluation per key: the same key again answers with the evaluation it started. A
+    deployment that does not exist is a 404, one that cannot be evaluated now (Retired) a 409,
+    for every surface that starts one (the console's form used to start it all the same)."""
+    async with sessions() as session:
+        row = await ModelDeploymentRepository(session, tenant_id).get(deployment_id)
+    if row is None:
+        raise Problem(404, f"No deployment {deployment_id!r}.", field="deploymentId")
+    if not can_evaluate(row.state):
+        raise Problem(
+            409,
+            f"Deployment {deployment_id!r} is {row.state.value}; it cannot be evaluated.",
+            field="deploymentId",
+            state=row.state.value,
+            type_=ILLEGAL_TRANSITION,
+        )
     eid = evaluation_id(tenant_id, deployment_id, key)
     try:
         async with transaction(sessions) as session:

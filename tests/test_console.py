@@ -600,10 +600,15 @@ async def test_a_post_without_its_csrf_token_is_refused(
             "/console/deployment/retire", {"id": target, "csrf_token": session.csrf}
         )
         assert done.status_code == 303, done.text
+        # Evaluating it now is refused as the API refuses it, before any evaluation exists.
+        evaluate = {"id": target, "csrf_token": session.csrf, "idempotency_key": "k-retired"}
+        refused = await session.post("/console/deployment/evaluate", evaluate)
+        assert refused.status_code == 409, refused.text
+        assert "is Retired; it cannot be evaluated" in refused.text
     finally:
         await session.close()
     body = (await http.get(f"/factory/model-deployments/{target}", headers=demo.auth)).json()
-    assert body["state"] == "Retired"
+    assert body["state"] == "Retired" and body["evaluation"] is None
 
 
 async def test_the_session_cookie_and_the_sign_in_guards(

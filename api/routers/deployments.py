@@ -20,7 +20,7 @@ from core.security import Principal
 from domain.access import Action
 from domain.deployments import DeploymentRecord, DeploymentRegistration, LicenseMetadata
 from domain.enums import Scope
-from domain.lifecycle import Transition, can_evaluate
+from domain.lifecycle import Transition
 from store.repositories import ModelDeploymentRepository
 
 router = APIRouter(prefix="/factory/model-deployments", tags=["deployments"])
@@ -111,18 +111,6 @@ async def evaluate_deployment(
     runtime: RuntimeDep,
 ) -> EvaluationView:
     """Run the capability suite against the deployment through its real adapter."""
-    async with runtime.sessions() as session:
-        row = await ModelDeploymentRepository(session, principal.tenant_id).get(deploymentId)
-    if row is None:
-        raise Problem(404, f"No deployment {deploymentId!r}.", field="deploymentId")
-    if not can_evaluate(row.state):
-        raise Problem(
-            409,
-            f"Deployment {deploymentId!r} is {row.state.value}; it cannot be evaluated.",
-            field="deploymentId",
-            state=row.state.value,
-            type_=lifecycle.ILLEGAL_TRANSITION,
-        )
     return await evaluations.start(
         temporal,
         runtime.sessions,
