@@ -34,8 +34,14 @@ class Api:
         return resp.json() if resp.content else None
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """The response itself (headers included), once it is known not to be a problem."""
-        resp = self._http.request(method, path, **kwargs)
+        """The response itself (headers included), once it is known not to be a problem. A
+        transport failure (the API restarting under `evaluate --wait`, a read timeout) exits 2
+        with what failed, as when the API cannot be reached at all."""
+        try:
+            resp = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            err.print(f"[red]The API did not answer {method} {path}: {type(exc).__name__}[/red]")
+            raise typer.Exit(2) from None
         _raise_for_problem(resp)
         return resp
 
@@ -61,6 +67,8 @@ def _raise_for_problem(resp: httpx.Response) -> None:
     try:
         problem = resp.json()
     except ValueError:
+        problem = None
+    if not isinstance(problem, dict):  # not a problem+json body (a proxy's page, a list, …)
         problem = {"detail": resp.text or resp.reason_phrase}
     err.print(
         f"[red]{resp.status_code} {problem.get('title', '')}: {problem.get('detail', '')}[/red]"

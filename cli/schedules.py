@@ -10,7 +10,13 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 from rich.table import Table
-from temporalio.client import Client, ScheduleCalendarSpec, ScheduleHandle, ScheduleRange
+from temporalio.client import (
+    Client,
+    ScheduleCalendarSpec,
+    ScheduleHandle,
+    ScheduleRange,
+    WorkflowFailureError,
+)
 from temporalio.service import RPCError, RPCStatusCode
 
 from core.schedules import NAMES, schedule_id
@@ -64,7 +70,12 @@ def _run(action: Callable[[Client], Awaitable[T]]) -> T:
             if exc.status is RPCStatusCode.NOT_FOUND:
                 err.print(f"[red]No such schedule ({exc.message}).[/red]")
                 raise typer.Exit(1) from None
-            raise
+            err.print(f"[red]Temporal refused: {exc.status.name} ({exc.message})[/red]")
+            raise typer.Exit(1) from None
+        except WorkflowFailureError as exc:  # trigger --wait: the run itself failed
+            cause = exc.cause
+            err.print(f"[red]The run failed: {cause if cause is not None else exc}[/red]")
+            raise typer.Exit(1) from None
 
     return asyncio.run(go())
 

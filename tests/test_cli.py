@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import http.server
+import json
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
 
 import httpx
+import jwt
 import yaml
 from openai import AsyncOpenAI
 from temporalio.client import Client
@@ -191,3 +195,50 @@ async def test_the_cli_records_a_license_and_lists_a_runs_receipts(
     assert empty.exit_code == 0 and "no receipts" in empty.stdout
     bad = await run(cli_env, "receipts", "list", "--run", "not-a-uuid")
     assert bad.exit_code == 1 and "runId" in bad.stderr
+
+
+class _Broken(http.server.BaseHTTPRequestHandler):
+    """An API answering its token and then as a broken proxy in front of it would: a 502 whose
+    JSON body is not a problem, or the connection closed before any answer."""
+
+    def do_POST(self) -> None:  # the token
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        token = jwt.encode({"tid": "t-broken"}, "k", algorithm="HS256")
+        self._send(200, {"access_token": token, "token_type": "Bearer"})
+
+    def do_GET(self) -> None:
+        if self.path.startswith("/factory/model-profiles"):
+            self._send(502, ["upstream", "went", "away"])
+        else:
+            self.close_connection = True  # no answer at all
+
+    def _send(self, status: int, body: object) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+async def test_a_broken_answer_or_none_after_the_token_is_an_exit_with_the_reason(
+    cli_env: dict[str, str],
+) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Broken)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        env = {**cli_env, "MODEL_ROUTER_API_URL": f"http://127.0.0.1:{server.server_port}"}
+        result = await run(env, "profiles", "list")
+        assert result.exit_code == 1, result.output
+        assert "502" in result.stderr and "Traceback" not in result.output
+        result = await run(env, "deployments", "list")
+        assert result.exit_code == 2, result.output
+        assert "did not answer GET /factory/model-deployments" in result.stderr
+    finally:
+        server.shutdown()
+        thread.join()
