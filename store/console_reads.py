@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col, select
 
 from domain.enums import InvocationOutcome, UsageStatus
+from domain.statements import sent_nothing
 from store.ops_tables import ProbeSampleRow, ReceiptReconciliationRow
 from store.tables import (
     InvocationReceiptRow,
@@ -166,6 +167,9 @@ class ReceiptPoint:
     latency_ms: int | None
     time_to_first_token_ms: int | None
     cost: Decimal | None
+    # No provider saw the request (domain.statements.sent_nothing): its usage is known, so it
+    # awaits no statement, as the reconciler and its gauge count it.
+    sent_nothing: bool = False
 
 
 @dataclass
@@ -186,6 +190,9 @@ async def overview_rows(session: AsyncSession, tenant_id: str, since: datetime) 
             col(r.latency_ms),
             col(r.time_to_first_token_ms),
             col(r.estimated_cost_usd),
+            col(r.input_tokens),
+            col(r.output_tokens),
+            col(r.cached_input_tokens),
             col(r.invocation_id),  # last: what the two reads are merged by
         )
         .where(col(r.tenant_id) == tenant_id)
@@ -194,7 +201,7 @@ async def overview_rows(session: AsyncSession, tenant_id: str, since: datetime) 
     found: dict[uuid.UUID, Any] = {}
     for part in _open_and_closed(stmt):
         part = part.order_by(col(r.started_at).desc()).limit(OVERVIEW_ROW_CAP + 1)
-        found.update((row[-1], row) for row in (await session.execute(part)).all())
+        found.update((row.invocation_id, row) for row in (await session.execute(part)).all())
     rows = sorted(found.values(), key=lambda row: row[0], reverse=True)
     points = [
         ReceiptPoint(
@@ -206,6 +213,7 @@ async def overview_rows(session: AsyncSession, tenant_id: str, since: datetime) 
             latency_ms=row[5],
             time_to_first_token_ms=row[6],
             cost=row[7],
+            sent_nothing=sent_nothing(UsageStatus(row[2]), row[8], row[9], row[10]),
         )
         for row in rows[:OVERVIEW_ROW_CAP]
     ]

@@ -7,8 +7,13 @@ import re
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
 from api.console import charts, overview_data
+from domain.enums import InvocationOutcome, UsageStatus
+from store import console_reads
 from store.console_reads import ReceiptPoint
+from tests.helpers.receipts import add_receipt
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
@@ -53,6 +58,8 @@ def test_spend_per_profile_per_day_and_receipts_awaiting_reconciliation() -> Non
         _point(60 * 13, cost=Decimal("0.25")),  # yesterday (UTC)
         _point(10, profile_id="embedding", cost=None, usage_status="Unknown"),
         _point(20, usage_status="Estimated"),
+        # A denial: Estimated at zero, no provider saw it; it awaits no statement.
+        _point(30, usage_status="Estimated", outcome="Denied", sent_nothing=True, cost=None),
     ]
     spend = overview_data.spend_per_profile_per_day(points, NOW, "24h")
     assert spend.days == ["2026-11-30", "2026-12-01"]
@@ -81,3 +88,30 @@ def test_small_values_get_an_axis_of_their_own_size() -> None:
     height = float(re.search(r'<rect [^>]*height="([0-9.]+)"', svg).group(1))  # type: ignore[union-attr]
     assert height > 0.5 * (charts.HEIGHT - charts.TOP - charts.BOTTOM)
     assert ">0.00001<" in svg and ">0.0000025<" in svg
+
+
+async def test_a_receipt_no_provider_saw_is_not_awaiting_reconciliation(
+    sessions: async_sessionmaker[AsyncSession], tenant: str
+) -> None:
+    """Read from the store as the overview reads it: a denial (Estimated at zero tokens) is
+    known usage, as the reconciler and its gauge count it; an Unknown receipt awaits."""
+    now = datetime.now(UTC)
+    for status, outcome, tokens in (
+        (UsageStatus.ESTIMATED, InvocationOutcome.DENIED, 0),
+        (UsageStatus.UNKNOWN, InvocationOutcome.FAILED, None),
+        (UsageStatus.ESTIMATED, InvocationOutcome.COMPLETED, 12),
+    ):
+        await add_receipt(
+            sessions,
+            tenant=tenant,
+            deployment_id="local/sim-chat",
+            started_at=now - timedelta(minutes=5),
+            usage_status=status,
+            outcome=outcome,
+            input_tokens=tokens,
+            output_tokens=tokens,
+        )
+    async with sessions() as session:
+        rows = await console_reads.overview_rows(session, tenant, now - timedelta(hours=1))
+    awaiting = overview_data.awaiting_per_day(rows.points, now, "24h")
+    assert {s.name: sum(s.values) for s in awaiting.series} == {"Unknown": 1, "Estimated": 1}

@@ -123,6 +123,6 @@ def awaiting_per_day(points: Sequence[ReceiptPoint], now: datetime, window: str)
     counts = {s: [0.0] * len(days) for s in AWAITING}
     for p in points:
         day = _utc(p.started_at).date().isoformat()
-        if p.usage_status in counts and day in index:
+        if p.usage_status in counts and day in index and not p.sent_nothing:
             counts[p.usage_status][index[day]] += 1
     return PerDay(days, [Series(s, counts[s]) for s in AWAITING])
