@@ -50,6 +50,9 @@ def api(
         # One process runs on one core (one event loop, one GIL): N processes use N. Each builds
         # its own runtime from the factory, so its caller queue and hub are its own.
         workers=workers or settings.api_workers,
+        # Behind an ingress the peer is the proxy, never 127.0.0.1: without this the console
+        # cookie went out without Secure and anonymous callers shared the proxy's rate bucket.
+        forwarded_allow_ips=settings.forwarded_allow_ips,
         log_level="info",
         access_log=False,
     )

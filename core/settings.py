@@ -79,6 +79,9 @@ class Settings(BaseSettings):
     api_port: int = Field(default=8000, ge=0, le=65535)
     # `model-router api` processes (uvicorn workers); `make dev` runs one.
     api_workers: int = Field(default=1, ge=1)
+    # Peers whose X-Forwarded-Proto / -For the API believes (uvicorn's forwarded_allow_ips:
+    # comma-separated addresses or CIDRs, `*` for any): the TLS-terminating proxy in front.
+    forwarded_allow_ips: str = "127.0.0.1"
 
     # Outbox delivery to webhook subscribers
     webhook_poll_interval_seconds: float = Field(
