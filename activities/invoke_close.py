@@ -73,7 +73,13 @@ class ReceiptCloser:
         # call happened, so its receipt is written whatever becomes of the start, and a start
         # that then fails leaves a closed receipt the key replays, not a billable call recorded
         # nowhere. Only the answer waits for the start, below.
-        closing = asyncio.ensure_future(write_close(self._finalize(data), summary))
+        won: list[bool] = []  # what the close found: False, a receipt closed by another
+
+        async def finalize(written: InvocationSummary) -> bool:
+            won.append(await self._statements.finalize(data, written))
+            return won[-1]
+
+        closing = asyncio.ensure_future(write_close(finalize, summary))
         filing: asyncio.Future[None] | None = None
         if output is not None and summary.output_artifact_ref is not None:
             # The answer's file is written on a thread of the artifact pool, beside the close
@@ -95,6 +101,8 @@ class ReceiptCloser:
                     "receipt finalize failed, handed to the workflow: %s", type(exc).__name__
                 )
                 return summary.model_copy(update={"disposition": Disposition.FINALIZE})
+            if won and not won[-1]:
+                summary = await self._as_stored(data, summary)
             # A start refused now finds the receipt closed, and the caller has the answer the
             # receipt records either way: the wait for the start decides nothing but the pace.
             # The answer goes at once within the process's lead over its starts, else once
@@ -129,6 +137,24 @@ class ReceiptCloser:
             return True
         self._hand_over(data, pending, summary)
         return True
+
+    async def _as_stored(
+        self, data: InvocationInput, summary: InvocationSummary
+    ) -> InvocationSummary:
+        """The receipt as stored, when the call's own close found it closed by another: the
+        workflow's close of a call it took for lost (its caller queue unpolled, its heartbeat
+        missed) or the sweeper's. The caller is told what the receipt says, never the answer
+        beside a receipt that says Failed; a stream's output already sent ends with that
+        failure. The stored close is final: the first close wins."""
+        try:
+            stored = await self._statements.closed_as(data.tenant_id, data.invocation_id)
+        except Exception as exc:
+            log.warning("closed receipt unreadable, caller told its close: %s", type(exc).__name__)
+            return summary
+        if stored is None:
+            return summary
+        log.warning("receipt closed by another before its call ended: %s", stored.close_reason)
+        return stored
 
     def _finalize(self, data: InvocationInput) -> Callable[[InvocationSummary], Awaitable[bool]]:
         return lambda summary: self._statements.finalize(data, summary)

@@ -40,7 +40,13 @@ from sqlalchemy.pool import QueuePool
 from domain.close_reason import CloseReason
 from domain.enums import InvocationOutcome, UsageStatus
 from domain.invocation import InvocationInput, InvocationSummary
-from domain.receipt_fields import claim_values, close_values, fallback_used, model_invoked
+from domain.receipt_fields import (
+    claim_values,
+    close_values,
+    fallback_used,
+    model_invoked,
+    summary_of,
+)
 from store.asyncpg_path import AsyncpgPath, Compiled
 from store.tables import CatalogStateRow, InvocationReceiptRow, OutboxEventRow
 
@@ -290,6 +296,20 @@ class ReceiptStatements:
             return True
 
         return await self._run(two)
+
+    async def closed_as(self, tenant_id: str, invocation_id: uuid.UUID) -> InvocationSummary | None:
+        """A closed receipt as a replay tells it (domain/receipt_fields.summary_of); None while
+        it is open or when there is none. Off the hot path: read only by a call whose own close
+        found the receipt closed by another."""
+        stmt = sa.select(RECEIPTS).where(
+            RECEIPTS.c.tenant_id == tenant_id, RECEIPTS.c.invocation_id == invocation_id
+        )
+
+        async def step(conn: AsyncConnection) -> InvocationSummary | None:
+            found = (await conn.execute(stmt)).mappings().first()
+            return None if found is None or found["ended_at"] is None else summary_of(dict(found))
+
+        return await self._run(step, self._transactions)
 
     async def close(self, tenant_id: str, summary: InvocationSummary) -> bool:
         """`finalize` for a caller that has only the summary (the workflow's `finalize_receipt`,

@@ -3,6 +3,7 @@ before any provider sees the call, and the invocation metrics."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from decimal import Decimal
@@ -13,7 +14,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from core import metrics
+from domain.invocation import invocation_id
 from providers.upstream import UpstreamServer
+from providers.upstream.faults import Fault, FaultKind
+from store.receipt_statements import ReceiptStatements
 from store.receipts import by_key
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import profile_event, publish, record_evidence, register
@@ -224,3 +228,48 @@ async def test_budget_denies_before_the_provider_and_leaves_a_receipt(
         json={"profileId": "gw-embed", "inputs": ["x"], "budgetUsd": "100"},
     )
     assert unpriced.status_code == 503 and "No candidate" in unpriced.json()["detail"]
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_a_call_whose_receipt_another_closed_is_told_what_it_says(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+    streamed: bool,
+) -> None:
+    """The receipt of a call still running is closed by another (the sweeper, or a workflow
+    that took the call for lost): the call's own close finds it closed, and its caller is told
+    what the receipt says, not the answer beside a receipt that says Failed."""
+    key = f"swept-{uuid.uuid4().hex[:8]}"
+    # A stream's output begins, then pauses; a whole answer is held until it is complete.
+    fault = (
+        Fault(kind=FaultKind.KEEP_ALIVE, after_chunks=2, delay=2, interval=0.5, times=1)
+        if streamed
+        else Fault(kind=FaultKind.SLOW_FIRST_TOKEN, delay=1.2, times=1)
+    )
+    upstream.inject("gw-chat", fault)
+    body = {"profileId": "gw", "idempotencyKey": key, "request": _chat(), "stream": streamed}
+    call = asyncio.create_task(http.post("/gateway/invoke", headers=auth, json=body))
+
+    async def in_flight() -> bool:
+        async with sessions() as s:
+            row = await by_key(s, tenant, key)
+        return row is not None and row.ended_at is None
+
+    await eventually(in_flight, timeout=10, interval=0.02)
+    statements = ReceiptStatements(sessions.kw["bind"])
+    assert await statements.sweep(tenant, invocation_id(tenant, key))
+    answered = await call
+    async with sessions() as s:
+        row = await by_key(s, tenant, key)
+    assert row is not None and (row.outcome, row.close_reason) == ("Failed", "swept")
+    if streamed:
+        assert answered.status_code == 200  # the stream had begun: it ends with the failure
+        events = [line for line in answered.text.splitlines() if line.startswith("event: ")]
+        assert events[-1] == "event: error", events  # not the receipt of an answer
+        assert "swept" in answered.text.rsplit("event: error", 1)[1]
+    else:
+        assert answered.status_code == 409, answered.text
+        assert answered.json()["closeReason"] == "swept"
