@@ -186,19 +186,22 @@ class InvokeActivities:
         except asyncio.CancelledError:
             # The activity that adopted the call was cancelled: its run evicted (Temporal lost
             # it, a restart of an in-memory dev server) or this process's workers stopping. The
-            # call stops, as cancelling the activity must; its receipt is closed Cancelled,
-            # usage Unknown, and the caller hears it. It used to stay open for the sweeper
-            # while the caller's connection was dropped mid-answer (tests/test_fault_temporal).
+            # call stops, as cancelling the activity must; our side ended it, so its receipt
+            # closes Failed, usage Unknown, close reason `internal` (the caller told the key is
+            # spent, never a provider's failure), and the caller hears it. It used to stay open
+            # for the sweeper while the caller's connection was dropped mid-answer
+            # (tests/test_fault_temporal.py).
             pending.request = None
-            cancelled = InvocationSummary(
+            stopped = InvocationSummary(
                 invocation_id=data.invocation_id,
-                outcome=InvocationOutcome.CANCELLED,
+                outcome=InvocationOutcome.FAILED,
                 usage_status=UsageStatus.UNKNOWN,
                 deployment_id=pending.answering or data.targets[0].deployment_id,
                 latency_ms=int((time.monotonic() - started) * 1000),
-                error_kind="cancelled",
+                error_kind="internal",
+                error_reason="the call's run was lost",
             )
-            await self._closer.close(data, pending, cancelled, None)
+            await self._closer.close(data, pending, stopped, None)
             raise
         except Exception as exc:  # our own failure after the claim, never the provider's
             log.error("invocation failed after its claim: %s", type(exc).__name__)

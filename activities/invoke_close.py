@@ -74,12 +74,7 @@ class ReceiptCloser:
         # that then fails leaves a closed receipt the key replays, not a billable call recorded
         # nowhere. Only the answer waits for the start, below.
         won: list[bool] = []  # what the close found: False, a receipt closed by another
-
-        async def finalize(written: InvocationSummary) -> bool:
-            won.append(await self._statements.finalize(data, written))
-            return won[-1]
-
-        closing = asyncio.ensure_future(write_close(finalize, summary))
+        closing = asyncio.ensure_future(write_close(self._finalize(data, won), summary))
         filing: asyncio.Future[None] | None = None
         if output is not None and summary.output_artifact_ref is not None:
             # The answer's file is written on a thread of the artifact pool, beside the close
@@ -156,8 +151,18 @@ class ReceiptCloser:
         log.warning("receipt closed by another before its call ended: %s", stored.close_reason)
         return stored
 
-    def _finalize(self, data: InvocationInput) -> Callable[[InvocationSummary], Awaitable[bool]]:
-        return lambda summary: self._statements.finalize(data, summary)
+    def _finalize(
+        self, data: InvocationInput, won: list[bool] | None = None
+    ) -> Callable[[InvocationSummary], Awaitable[bool]]:
+        """The receipt's close, each result (False: closed by another first) kept in `won`."""
+
+        async def finalize(summary: InvocationSummary) -> bool:
+            closed = await self._statements.finalize(data, summary)
+            if won is not None:
+                won.append(closed)
+            return closed
+
+        return finalize
 
     @staticmethod
     def _hand_over(data: InvocationInput, pending: PendingCall, summary: InvocationSummary) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
@@ -107,23 +108,34 @@ class WorkflowStarts:
         cancels a call still running and undoes its claim; a call that had ended keeps its
         closed receipt, and its caller gets the answer that receipt records."""
         tenant = data.tenant_id
-        try:
-            handle = await self._gate.start(
-                lambda: self._client.start_workflow(
-                    InvokeModelWorkflow.run,
-                    data,
-                    id=invoke_workflow_id(tenant, data.invocation_id),
-                    task_queue=self._config.workflow_queue,
-                    # The claim just made is unique, so a run still going under this id
-                    # belongs to no live claim: one whose start this process gave up on (its
-                    # reply late past the bound, the claim undone) or its own earlier try
-                    # (`TemporalGate` retries a start Temporal dropped). Adopted, it looked for
-                    # its call in vain and closed this call's claim Failed or cancelled it
-                    # (tests/test_fault_temporal_late_start.py); replaced, this call is its own.
-                    id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
-                    request_eager_start=True,
-                )
+        sends: list[WorkflowIDConflictPolicy] = []
+
+        def send() -> Awaitable[WorkflowHandle[Any, Any]]:
+            # The claim just made is unique, so a run going under this id when the first send
+            # arrives belongs to no live claim: one whose start some process gave up on (its
+            # reply late past the bound, its claim undone). Adopted, it looked for its call in
+            # vain and closed this call's claim Failed or cancelled it
+            # (tests/test_fault_temporal_late_start.py); replaced, this call is its own. A
+            # send again (`TemporalGate` retries a start the server dropped) may find this
+            # call's own first send landed, its run perhaps adopting the call already: it
+            # attaches to it.
+            policy = (
+                WorkflowIDConflictPolicy.USE_EXISTING
+                if sends
+                else WorkflowIDConflictPolicy.TERMINATE_EXISTING
             )
+            sends.append(policy)
+            return self._client.start_workflow(
+                InvokeModelWorkflow.run,
+                data,
+                id=invoke_workflow_id(tenant, data.invocation_id),
+                task_queue=self._config.workflow_queue,
+                id_conflict_policy=policy,
+                request_eager_start=True,
+            )
+
+        try:
+            handle = await self._gate.start(send)
         except BaseException:
             if pending.work is not None and pending.started is not None:
                 pending.cancelled.set()

@@ -197,8 +197,8 @@ class TemporalGate:
                     except RPCError as exc:
                         # The SDK's own retries give up on a server that is restarting sooner
                         # than the bound: keep trying until it answers or the bound is spent.
-                        # A start may be sent again: one that landed after all is replaced
-                        # (same workflow id, TERMINATE_EXISTING), its workflow task unclaimed.
+                        # A start may be sent again: `begin` attaches a second send to the
+                        # first's run if that landed after all (api/invocation_start.py).
                         if exc.status not in _DOWN:
                             raise
                     await asyncio.sleep(RESTART_POLL_SECONDS)  # a retry interval, not a wait-for

@@ -5,7 +5,9 @@ database, no provider call, the `call_provider` local activity a stub that answe
 It runs on a fresh dev server (the benchmark starts one for it), in a process of its own set up
 as the API is (uvloop, the start-up heap frozen, `core/gc_tuning.py`), on a worker built as the
 API builds its own (the product's unsandboxed runner, activations inline on the event loop, 256
-workflow-task slots, eager start, USE_EXISTING). As in the API, nothing waits on a workflow's
+workflow-task slots, eager start; USE_EXISTING, where the API's first send now says
+TERMINATE_EXISTING: the two differ only when a run is already going under the id, and the
+ids here are fresh). As in the API, nothing waits on a workflow's
 result: each of the 16 lanes starts the next invocation once the local activity has run, and
 the workflows complete behind them; a round ends when none is left running. Every gateway
 invocation does all of this and more on the same two cores (the request, the receipt's two

@@ -35,9 +35,9 @@ class Settings(BaseSettings):
         gt=0,
         le=3600,
         description="Longest wait for any one PostgreSQL statement of the API and the worker "
-        "besides the invoke path's own (those: invoke_store_wait_seconds); a connection left "
-        "silent by a failover fails after it, and is replaced, instead of holding its caller "
-        "until TCP gives up. Migrations are not bounded.",
+        "besides the invoke path's own (those: invoke_store_wait_seconds), and for a new "
+        "connection; a connection left silent by a failover fails after it, and is replaced, "
+        "instead of holding its caller until TCP gives up. Migrations are not bounded.",
     )
 
     # Temporal

@@ -99,6 +99,8 @@ class Disposition(StrEnum):
     # Another execution already claimed this receipt: the provider must not be called again.
     ALREADY_CLAIMED = "already-claimed"
     # The store could not take the claim: no receipt, no provider call, the key stays unused.
+    # Also the workflow's close finding nothing of its own open (`close_abandoned`): the API
+    # undid its claim (a start it gave up on), or the call closed it first.
     NOT_CLAIMED = "not-claimed"
     # The call ended but its receipt could not be written: the workflow writes it (retried
     # until the store answers) from the summary it carries.

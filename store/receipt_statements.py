@@ -268,14 +268,8 @@ class ReceiptStatements:
     async def finalize(self, data: InvocationInput, summary: InvocationSummary) -> bool:
         """Close the in-flight receipt with what the call produced, with its ModelInvoked (and
         ModelFallbackUsed) in the same statement; False if it was already closed."""
-        now = datetime.now(UTC)
-        values = close_values(summary, now)
-        receipt = {**claim_values(data, data.targets[0].deployment_id, now), **values}
-        events = [_row(data.tenant_id, e, now) for e in _events(receipt, summary)]
+        values, params, events = _close_parts(data, summary, datetime.now(UTC))
         columns = tuple(values)
-        params = {f"set_{k}": v for k, v in values.items()}
-        params["w_tenant_id"] = data.tenant_id
-        params["w_invocation_id"] = summary.invocation_id
         if self._postgres:
             for i, event in enumerate(events):
                 params.update({f"e{i}_{k}": v for k, v in event.items()})
@@ -359,10 +353,7 @@ class ReceiptStatements:
         )
         now = datetime.now(UTC)
         claim = claim_values(data, deployment, now)
-        values = close_values(summary, now)
-        events = [_row(data.tenant_id, e, now) for e in _events({**claim, **values}, summary)]
-        close = {f"set_{k}": v for k, v in values.items()}
-        close.update(w_tenant_id=data.tenant_id, w_invocation_id=data.invocation_id)
+        values, close, events = _close_parts(data, summary, now)
 
         async def step(conn: AsyncConnection) -> bool:
             if (await conn.execute(self._claim, claim)).first() is None:
@@ -402,6 +393,20 @@ class ReceiptStatements:
             return True
 
         return await self._run(step, self._transactions)
+
+
+def _close_parts(
+    data: InvocationInput, summary: InvocationSummary, now: datetime
+) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+    """A close's column values, its statement's parameters (`set_*`, the keys `w_*`) and its
+    outbox rows."""
+    values = close_values(summary, now)
+    receipt = {**claim_values(data, data.targets[0].deployment_id, now), **values}
+    events = [_row(data.tenant_id, e, now) for e in _events(receipt, summary)]
+    params = {f"set_{k}": v for k, v in values.items()}
+    params["w_tenant_id"] = data.tenant_id
+    params["w_invocation_id"] = summary.invocation_id
+    return values, params, events
 
 
 def _events(receipt: Mapping[str, Any], summary: InvocationSummary | None) -> list[dict[str, Any]]:

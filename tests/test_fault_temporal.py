@@ -12,7 +12,7 @@ call still running and undoes its claim; a call that had ended keeps its receipt
 gets the answer, and a retry of its key replays it without calling the provider again. A call
 that ended with its close refused by the store keeps its claim as well: closed late and
 answered, or left open, and its key is never called twice. A call whose run Temporal lost
-mid-answer (an in-memory server restarted) stops with its receipt closed Cancelled."""
+mid-answer (an in-memory server restarted) stops with its receipt closed by our side."""
 
 from __future__ import annotations
 
@@ -724,13 +724,14 @@ async def test_a_stream_that_ended_before_its_start_failed_ends_with_its_receipt
 
 
 @pytest.mark.parametrize("stack", [(5.0, 60.0, 2)], indirect=True)
-async def test_a_call_whose_run_temporal_lost_mid_answer_is_closed_cancelled(
+async def test_a_call_whose_run_temporal_lost_mid_answer_is_closed_by_our_side(
     stack: Stack, sessions: async_sessionmaker[AsyncSession], tenant: str, upstream: UpstreamServer
 ) -> None:
     """The dev server is in memory: killed and started again mid-stream, it no longer knows the
     call's run, and the SDK evicts it, cancelling the local activity that adopted the call. The
-    call stops and its receipt closes Cancelled (usage Unknown); it used to stay open for the
-    sweeper while the caller's connection was dropped."""
+    call stops and its receipt closes Failed, usage Unknown, close reason `internal` (our side
+    ended it); it used to stay open for the sweeper while the caller's connection was
+    dropped."""
     sdk = stack.sdk()
     await sdk.chat.completions.create(model=PROFILE, messages=[{"role": "user", "content": "a"}])
     key = f"tf-lost-run-{uuid.uuid4().hex[:8]}"
@@ -749,14 +750,14 @@ async def test_a_call_whose_run_temporal_lost_mid_answer_is_closed_cancelled(
     stack.dev.kill()
     await _ready(stack)
 
-    async def cancelled() -> bool:
+    async def closed_by_us() -> bool:
         async with sessions() as session:
             row = await by_key(session, tenant, key)
-        return row is not None and row.ended_at is not None and row.outcome == "Cancelled"
+        return row is not None and row.ended_at is not None and row.close_reason == "internal"
 
     drained = asyncio.create_task(_drain(stream))
     try:
-        await eventually(cancelled, timeout=30, interval=0.2)
+        await eventually(closed_by_us, timeout=30, interval=0.2)
         with pytest.raises(openai.APIError):  # the stream ends with its error event
             await asyncio.wait_for(drained, timeout=15)
     finally:

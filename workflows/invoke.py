@@ -10,7 +10,9 @@ lives; whatever happens to that process, the workflow closes the receipt.
    anything, and the activity goes to the caller's own task queue instead.
 3. If the caller's process is gone (the activity is never picked up, or stops heartbeating), or
    the invocation was claimed by an earlier execution, the receipt is closed on the shared
-   queue: Failed, usage Unknown. The provider is never called twice: the claim is a unique row.
+   queue: Failed, usage Unknown. A claim the API made (`claimed_at`) is closed only if it is
+   still that claim, and nothing is claimed: one the API undid stays undone, a retry's claim
+   is the retry's. The provider is never called twice: the claim is a unique row.
 4. If the call ended but its receipt could not be written (the database was unreachable), the
    workflow writes it from the summary, retried until the store answers, and answers with what
    it wrote (without the provider's figures, if the store refused those). If the claim itself
