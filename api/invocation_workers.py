@@ -7,16 +7,17 @@ its own (the SDK gives a worker up for good after a run of poll errors it does n
 transient, sdk-python#631; or anything else ending its `run`) used to go unnoticed: the process
 stayed ready, its starts were no longer eager, and each call's activity waited on a caller
 queue nobody polled until the workflow closed the call's receipt Failed (`caller-lost`) while
-the call still ran. Now the stop is logged, the gate refuses invocations while the workers are
-down (503 with Retry-After, `/readyz` not ready), and both are built again after a backoff
-(1 s, doubling to 30 s; back to 1 s once a set ran a minute)."""
+the call still ran. Now the stop is logged, the gate refuses invocations while any worker is
+down (503 with Retry-After, `/readyz` not ready), and that worker alone is built again after a
+backoff (1 s, doubling to 30 s; back to 1 s once it ran a minute): the other one, and the calls
+its activities hold, are left running."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from temporalio.worker import Worker
 
@@ -24,75 +25,85 @@ log = logging.getLogger("model_router.api")
 
 FIRST_BACKOFF_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 30.0
-# A set of workers that ran this long before stopping starts the backoff over.
+# A worker that ran this long before stopping starts its backoff over.
 STEADY_SECONDS = 60.0
 
 
 class InvocationWorkers:
     def __init__(
         self,
-        build: Callable[[], list[Worker]],
+        builds: Sequence[Callable[[], Worker]],
         down: Callable[[str], None],
         up: Callable[[], None],
     ) -> None:
-        self._build = build
+        self._builds = list(builds)
         self._down = down
         self._up = up
-        self._workers: list[Worker] = []
-        self._tasks: list[asyncio.Task[None]] = []
-        self._keeper: asyncio.Task[None] | None = None
+        self._workers: list[Worker | None] = [None] * len(self._builds)
+        self._running: list[asyncio.Task[None] | None] = [None] * len(self._builds)
+        self._keepers: list[asyncio.Task[None]] = []
+        self._stopped: set[int] = set()  # slots whose worker is down
         self._stopping = False
 
     @property
     def current(self) -> list[Worker]:
         """The workers running now (their replacements, after a stop)."""
-        return list(self._workers)
+        return [w for w in self._workers if w is not None]
 
     def start(self) -> None:
-        self._keeper = asyncio.create_task(self._keep_running())
+        self._keepers = [
+            asyncio.create_task(self._keep_running(slot)) for slot in range(len(self._builds))
+        ]
 
-    async def _keep_running(self) -> None:
+    async def _keep_running(self, slot: int) -> None:
         loop = asyncio.get_running_loop()
         backoff = FIRST_BACKOFF_SECONDS
         while not self._stopping:
-            self._workers = self._build()
-            self._tasks = [asyncio.create_task(w.run()) for w in self._workers]
-            self._up()
             began = loop.time()
-            done, _ = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
+            try:
+                worker = self._workers[slot] = self._builds[slot]()
+                run = self._running[slot] = asyncio.create_task(worker.run())
+                if slot in self._stopped:
+                    self._stopped.discard(slot)
+                    if not self._stopped:
+                        self._up()
+                await asyncio.wait({run})
+                why = _why(run)
+            except Exception as exc:  # the worker could not even be built
+                why = type(exc).__name__
             if self._stopping:
                 return
-            why = _why(done)
             log.error("in-process worker stopped (%s): refusing invocations, rebuilding", why)
+            self._stopped.add(slot)
             self._down(f"in-process worker stopped ({why})")
-            await self._shut_down()
+            await self._shut_down(slot)
             if loop.time() - began >= STEADY_SECONDS:
                 backoff = FIRST_BACKOFF_SECONDS
             await asyncio.sleep(backoff)  # a retry interval, not a wait-for
             backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
 
-    async def _shut_down(self) -> None:
-        for worker in self._workers:
+    async def _shut_down(self, slot: int) -> None:
+        worker, run = self._workers[slot], self._running[slot]
+        self._workers[slot] = self._running[slot] = None
+        if worker is not None:
             with contextlib.suppress(Exception):
                 await worker.shutdown()
-        for task in self._tasks:
+        if run is not None:
             with contextlib.suppress(Exception, asyncio.CancelledError):
-                await task
+                await run
 
     async def stop(self) -> None:
         self._stopping = True
-        await self._shut_down()
-        if self._keeper is not None:
-            self._keeper.cancel()
+        for slot in range(len(self._builds)):
+            await self._shut_down(slot)
+        for keeper in self._keepers:
+            keeper.cancel()
             with contextlib.suppress(Exception, asyncio.CancelledError):
-                await self._keeper
+                await keeper
 
 
-def _why(done: set[asyncio.Task[None]]) -> str:
-    for task in done:
-        if task.cancelled():
-            return "cancelled"
-        exc = task.exception()
-        if exc is not None:
-            return type(exc).__name__
-    return "its run ended"
+def _why(run: asyncio.Task[None]) -> str:
+    if run.cancelled():
+        return "cancelled"
+    exc = run.exception()
+    return type(exc).__name__ if exc is not None else "its run ended"

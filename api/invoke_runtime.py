@@ -73,7 +73,9 @@ class InvokeRuntime:
         )
         # Kept running: a worker that stops is rebuilt, the gate refusing calls meanwhile.
         self.workers = InvocationWorkers(
-            lambda: self._build_workers(client), gate.hold, gate.release
+            [lambda: self._workflow_worker(client), lambda: self._caller_worker(client)],
+            gate.hold,
+            gate.release,
         )
         self.workers.start()
         acts = self.activities
@@ -117,26 +119,30 @@ class InvokeRuntime:
             self.given_up,
         )
 
-    def _build_workers(self, client: Client) -> list[Worker]:
+    def _workflow_worker(self, client: Client) -> Worker:
+        """Eager start needs a worker on the workflow's queue built on the very client that
+        starts workflows."""
         acts = self.activities
-        # Eager start needs a worker on the workflow's queue built on the very client that
-        # starts workflows; the caller queue is this process's alone.
-        return [
-            Worker(
-                client,
-                task_queue=self.config.workflow_queue,
-                workflows=[InvokeModelWorkflow],
-                workflow_runner=INVOKE_WORKFLOW_RUNNER,
-                workflow_task_executor=InlineWorkflowTasks(first_activation_hold(self.hub)),
-                activities=[acts.call_provider, acts.close_abandoned, acts.finalize_receipt],
-                # Each call holds a slot from its eager start until its workflow completes, now
-                # after the response: under load those tails pile up, and a start that finds
-                # no free slot is not eager (its task goes round the standalone worker and the
-                # caller queue: 1.03 RespondWorkflowTaskCompleted per call at 64).
-                max_concurrent_workflow_tasks=256,
-            ),
-            Worker(client, task_queue=self.config.caller_queue, activities=[acts.call_provider]),
-        ]
+        return Worker(
+            client,
+            task_queue=self.config.workflow_queue,
+            workflows=[InvokeModelWorkflow],
+            workflow_runner=INVOKE_WORKFLOW_RUNNER,
+            workflow_task_executor=InlineWorkflowTasks(first_activation_hold(self.hub)),
+            activities=[acts.call_provider, acts.close_abandoned, acts.finalize_receipt],
+            # Each call holds a slot from its eager start until its workflow completes, now
+            # after the response: under load those tails pile up, and a start that finds no
+            # free slot is not eager (its task goes round the standalone worker and the caller
+            # queue: 1.03 RespondWorkflowTaskCompleted per call at 64).
+            max_concurrent_workflow_tasks=256,
+        )
+
+    def _caller_worker(self, client: Client) -> Worker:
+        """The caller queue, this process's alone: an activity adopting a call of this
+        process whose workflow task was not eager."""
+        return Worker(
+            client, task_queue=self.config.caller_queue, activities=[self.activities.call_provider]
+        )
 
     async def stop(self) -> None:
         if self.gate is not None:

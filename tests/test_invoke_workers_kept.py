@@ -52,16 +52,23 @@ async def test_workers_that_stop_are_built_again_and_calls_wait_for_them(
                 model=PROFILE, messages=[{"role": "user", "content": "warm"}]
             )
             kept = api.app.state.runtime.invoke.workers
-            stopped = kept.current
-            for worker in stopped:  # as a worker the SDK gave up on: its run ends
-                await worker.shutdown()
-
             seen: list[int] = []
 
             async def ready_again() -> bool:
                 seen.append((await http.get("/readyz")).status_code)
                 return 503 in seen and seen[-1] == 200
 
+            # One stops: it alone is built again; the other, and the calls it holds, run on.
+            workflow_worker, caller_worker = kept.current
+            await caller_worker.shutdown()  # as a worker the SDK gave up on: its run ends
+            await eventually(ready_again, timeout=30, interval=0.05)
+            assert workflow_worker in kept.current and caller_worker not in kept.current
+
+            # Both stop.
+            stopped = kept.current
+            seen.clear()
+            for worker in stopped:
+                await worker.shutdown()
             await eventually(ready_again, timeout=30, interval=0.05)
             assert not set(kept.current) & set(stopped)
 
