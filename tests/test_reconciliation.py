@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col, func, select
 from temporalio import activity
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
@@ -34,6 +34,7 @@ from store.db import transaction
 from store.ops_tables import ReceiptReconciliationRow
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import register
+from tests.helpers.deadline import eventually
 from tests.helpers.receipts import add_receipt, invoked_events, receipts
 from tests.helpers.statement_servers import StatementServer, Usage
 from worker import build_worker
@@ -476,12 +477,29 @@ async def test_a_day_that_keeps_failing_is_reported_and_the_days_after_it_are_st
                 # Without the bound the run retries the day until this ends it.
                 execution_timeout=timedelta(hours=6),
             )
+            # A run cancelled while the day backs off ends cancelled: not a failed day the
+            # run goes on from.
+            first_run = list(tried)
+            attempts = tried.count(poison_day.isoformat())
+            cancelled = await env.client.start_workflow(
+                ReceiptReconcilerWorkflow.run,
+                ReconcilerInput(
+                    lookback_hours=30, settle_delay_minutes=0, tenant_ids=[tenant], as_of=AS_OF
+                ),
+                id="reconcile-poison-day-cancelled",
+                task_queue="reconcile-poison-day",
+            )
+            await eventually(lambda: tried.count(poison_day.isoformat()) > attempts)
+            await cancelled.cancel()
+            with pytest.raises(WorkflowFailureError):
+                await cancelled.result()
+            assert (await cancelled.describe()).status == WorkflowExecutionStatus.CANCELED
 
     assert report.failed_windows == {
         poison_day.isoformat(): "RuntimeError: the store refused this day"
     }
-    assert tried.count(poison_day.isoformat()) == 10
-    assert tried[-1] == AS_OF.date().isoformat()
+    assert first_run.count(poison_day.isoformat()) == 10
+    assert first_run[-1] == AS_OF.date().isoformat()
     # The day after was reconciled: its waiting receipt was looked at (and settled or not by
     # whatever statements other tests stored for that hour).
     assert report.pending == 1 and report.settled + report.unmatched == 1

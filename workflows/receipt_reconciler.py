@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from activities.reconciliation_types import (
@@ -33,17 +33,19 @@ with workflow.unsafe.imports_passed_through():
     from domain.statements import WIDTHS, ReconcilerInput
 
 _STORE = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
-# A day that keeps failing must not hold back the days after it: retried for about two and a
-# half minutes (1+2+4+8+16+30+30+30+30 s between ten attempts), which outlasts a database
-# restart, then reported in `failed_windows` and left to the next run. Retried for ever, one
-# poison day stopped the whole run and, through the schedule's overlap policy, every later run
-# at that day, until it left the lookback (seen when one day's request ids passed what one
+# A day that keeps failing must not hold back the days after it: retried up to ten attempts
+# (1+2+4+8+16+30+30+30+30 s between them: a failing statement is through in about two and a
+# half minutes, which outlasts a database restart) within 20 minutes in all (one that hangs
+# each time), then reported in `failed_windows` and left to the next run. Retried for ever,
+# one poison day stopped the whole run and, through the schedule's overlap policy, every later
+# run at that day, until it left the lookback (seen when one day's request ids passed what one
 # statement binds).
 _WINDOW = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     maximum_interval=timedelta(seconds=30),
     maximum_attempts=10,
 )
+_WINDOW_IN_ALL = timedelta(minutes=20)
 _DAY = timedelta(days=1)
 
 
@@ -112,9 +114,12 @@ class ReceiptReconcilerWorkflow:
                     ),
                     result_type=WindowResult,
                     start_to_close_timeout=timedelta(minutes=10),
+                    schedule_to_close_timeout=_WINDOW_IN_ALL,
                     retry_policy=_WINDOW,
                 )
             except ActivityError as exc:
+                if is_cancelled_exception(exc):
+                    raise  # the run itself is being cancelled: not a failed day
                 # The first line only: a database error goes on with the statement and its
                 # parameters, tens of thousands of request ids on a large day.
                 reason = next(iter(str(exc.cause or exc).splitlines()), "")[:300]
