@@ -4,7 +4,7 @@ straight against Temporal (the same settings as the worker: address, namespace, 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -12,13 +12,12 @@ from rich.console import Console
 from rich.table import Table
 from temporalio.client import (
     Client,
-    ScheduleCalendarSpec,
     ScheduleHandle,
-    ScheduleRange,
     WorkflowFailureError,
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from core.schedule_spec import spec_text
 from core.schedules import NAMES, schedule_id
 from core.settings import get_settings
 from core.temporal import connect
@@ -31,30 +30,6 @@ T = TypeVar("T")
 Name = Annotated[
     str, typer.Argument(help=f"{' or '.join(NAMES)} (or the full schedule id)", show_default=False)
 ]
-
-# Field order and full range of each calendar field, as cron writes them.
-_FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day_of_month", 1, 31), ("month", 1, 12))
-
-
-def _ranges(ranges: Sequence[ScheduleRange], low: int, high: int) -> str:
-    parts = []
-    for r in ranges:
-        end = max(r.end, r.start)
-        step = f"/{r.step}" if r.step > 1 else ""
-        if r.start == low and end == high:
-            parts.append(f"*{step}")
-        elif r.start == end:
-            parts.append(str(r.start))
-        else:
-            parts.append(f"{r.start}-{end}{step}")
-    return ",".join(parts) or "*"
-
-
-def cron_of(calendar: ScheduleCalendarSpec) -> str:
-    """The server keeps cron specs as calendars; show them as the cron they came from."""
-    fields = [_ranges(getattr(calendar, name), low, high) for name, low, high in _FIELDS]
-    fields.append(_ranges(calendar.day_of_week, 0, 6))
-    return " ".join(fields)
 
 
 def _run(action: Callable[[Client], Awaitable[T]]) -> T:
@@ -105,8 +80,7 @@ def list_() -> None:
                     raise
                 rows.append([sid, "-", "missing (start a worker)", "-", "-", "-", "-"])
                 continue
-            spec = d.schedule.spec
-            cron = ", ".join([*spec.cron_expressions, *(cron_of(c) for c in spec.calendars)])
+            cron = spec_text(d.schedule.spec)
             recent = d.info.recent_actions
             nxt = d.info.next_action_times
             rows.append(

@@ -69,15 +69,6 @@ def schedule_id(settings: Settings, name: str) -> str:
     return f"{settings.schedule_id_prefix}/{name}"
 
 
-def cron_of(settings: Settings, name: str) -> str:
-    """The cron expression the named schedule is created with."""
-    return {
-        HEALTH_PROBE: settings.health_probe_cron,
-        RECONCILER: settings.reconciler_cron,
-        SWEEPER: settings.receipt_sweeper_cron,
-    }[name]
-
-
 def probe_input(settings: Settings) -> HealthProbeInput:
     return HealthProbeInput(
         timeout_seconds=settings.health_probe_timeout_seconds,

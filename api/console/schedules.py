@@ -13,7 +13,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from api.console.render import SECURITY_HEADERS, page
 from api.console.session import Changing, ConsoleError, Operator, SignedIn
 from api.deps import RuntimeDep
-from core.schedules import NAMES, cron_of, schedule_id
+from core.schedule_spec import spec_text
+from core.schedules import NAMES, schedule_id
 from domain.access import Action
 from domain.enums import Role, Scope
 
@@ -26,18 +27,25 @@ def _read(operator: Operator) -> None:
         raise ConsoleError(403, "Schedules are visible to PlatformAdmin, Operator and Observer.")
 
 
+def _unavailable(exc: RPCError) -> ConsoleError:
+    """Temporal answered with an error of its own (it went away after the connect): the page's
+    503, not a JSON 500."""
+    log.warning("console: schedule request refused: %s", exc.status.name)
+    return ConsoleError(503, "Temporal did not answer; try again shortly.")
+
+
 def _is_admin(operator: Operator) -> bool:
     # Schedules are platform-wide (all tenants' probes and receipts), like routing weights.
     return Role.PLATFORM_ADMIN in operator.principal.roles
 
 
-async def _describe(client: Any, sid: str, cron: str) -> dict[str, Any]:
+async def _describe(client: Any, sid: str) -> dict[str, Any]:
     try:
         description = await client.get_schedule_handle(sid).describe()
     except RPCError as exc:
         if exc.status is RPCStatusCode.NOT_FOUND:
             return {"id": sid, "exists": False}
-        raise
+        raise _unavailable(exc) from None
     info = description.info
     recent = info.recent_actions[-1] if info.recent_actions else None
     return {
@@ -45,9 +53,9 @@ async def _describe(client: Any, sid: str, cron: str) -> dict[str, Any]:
         "exists": True,
         "paused": description.schedule.state.paused,
         "note": description.schedule.state.note,
-        # Temporal keeps the spec as calendars; the worker created it from this expression (the
-        # fingerprint in its memo keeps the two equal).
-        "cron": cron,
+        # As the schedule is on the server: the worker's settings made it, and this process's
+        # may say otherwise.
+        "cron": spec_text(description.schedule.spec),
         "last": recent.started_at if recent else None,
         "last_workflow": recent.action.workflow_id if recent else None,
         "next": info.next_action_times[0] if info.next_action_times else None,
@@ -67,7 +75,7 @@ async def schedules(
     rows = [
         {
             "name": name,
-            **(await _describe(client, schedule_id(settings, name), cron_of(settings, name))),
+            **(await _describe(client, schedule_id(settings, name))),
         }
         for name in NAMES
     ]
@@ -103,7 +111,7 @@ async def run_now(
     except RPCError as exc:
         if exc.status is RPCStatusCode.NOT_FOUND:
             raise ConsoleError(404, f"The schedule {name} does not exist (yet).") from None
-        raise
+        raise _unavailable(exc) from None
     log.info("console: schedule %s triggered by %s", name, operator.principal.client_id)
     return RedirectResponse(
         f"/console/schedules?done={name}", status_code=303, headers=SECURITY_HEADERS

@@ -1,0 +1,37 @@
+"""A schedule's spec as the cron it was created from. The server keeps cron expressions as
+calendars; the CLI's `schedules list` and the console's Schedules page show the schedule as it
+is on the server (the worker's settings made it), not as this process's settings would."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from temporalio.client import ScheduleCalendarSpec, ScheduleRange, ScheduleSpec
+
+# Field order and full range of each calendar field, as cron writes them.
+_FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day_of_month", 1, 31), ("month", 1, 12))
+
+
+def _ranges(ranges: Sequence[ScheduleRange], low: int, high: int) -> str:
+    parts = []
+    for r in ranges:
+        end = max(r.end, r.start)
+        step = f"/{r.step}" if r.step > 1 else ""
+        if r.start == low and end == high:
+            parts.append(f"*{step}")
+        elif r.start == end:
+            parts.append(str(r.start))
+        else:
+            parts.append(f"{r.start}-{end}{step}")
+    return ",".join(parts) or "*"
+
+
+def calendar_cron(calendar: ScheduleCalendarSpec) -> str:
+    fields = [_ranges(getattr(calendar, name), low, high) for name, low, high in _FIELDS]
+    fields.append(_ranges(calendar.day_of_week, 0, 6))
+    return " ".join(fields)
+
+
+def spec_text(spec: ScheduleSpec) -> str:
+    """The spec's cron expressions, each calendar written as the cron it came from."""
+    return ", ".join([*spec.cron_expressions, *(calendar_cron(c) for c in spec.calendars)])
