@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 from datetime import datetime
 from typing import Any
 
@@ -13,6 +14,7 @@ from sqlmodel import col, select
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError
 
 from activities.evaluation_types import EvaluationInput, Progress
 from api.lifecycle import ILLEGAL_TRANSITION
@@ -24,6 +26,8 @@ from store.db import transaction
 from store.repositories import ModelDeploymentRepository
 from store.tables import EvaluationRow
 from workflows.evaluate import EvaluateDeploymentWorkflow
+
+log = logging.getLogger("model_router.api")
 
 
 class EvaluationView(BaseModel):
@@ -104,6 +108,16 @@ async def start(
         )
     except WorkflowAlreadyStartedError:
         pass  # it ran to its end already; its row says how it went
+    except RPCError as exc:
+        # Temporal went away after the connect: nothing runs this evaluation, so its row must
+        # not say Running (it did for good, beside a 500). The same key again starts it.
+        log.warning("evaluation start refused: %s", exc.status.name)
+        async with transaction(sessions) as session:
+            await evaluations.discard_unstarted(session, eid)
+        raise Problem(
+            503,
+            "Temporal did not take the evaluation's start; nothing runs. Retry with the same key.",
+        ) from None
     view = await latest(client, sessions, tenant_id, deployment_id, eid)
     assert view is not None
     return view
