@@ -87,9 +87,12 @@ async def start(
             type_=ILLEGAL_TRANSITION,
         )
     eid = evaluation_id(tenant_id, deployment_id, key)
+    inserted = False
     try:
         async with transaction(sessions) as session:
-            await evaluations.insert_running(session, eid, tenant_id, deployment_id, SUITE_VERSION)
+            inserted = await evaluations.insert_running(
+                session, eid, tenant_id, deployment_id, SUITE_VERSION
+            )
     except IntegrityError:
         pass  # a concurrent request with the same key inserted it first
     try:
@@ -109,11 +112,14 @@ async def start(
     except WorkflowAlreadyStartedError:
         pass  # it ran to its end already; its row says how it went
     except RPCError as exc:
-        # Temporal went away after the connect: nothing runs this evaluation, so its row must
-        # not say Running (it did for good, beside a 500). The same key again starts it.
+        # Temporal went away after the connect: nothing runs this evaluation, so the row this
+        # request wrote must not say Running (it did for good, beside a 500). A row an earlier
+        # request of the key wrote may be its running evaluation's: kept. The same key again
+        # starts it.
         log.warning("evaluation start refused: %s", exc.status.name)
-        async with transaction(sessions) as session:
-            await evaluations.discard_unstarted(session, eid)
+        if inserted:
+            async with transaction(sessions) as session:
+                await evaluations.discard_unstarted(session, eid)
         raise Problem(
             503,
             "Temporal did not take the evaluation's start; nothing runs. Retry with the same key.",

@@ -13,18 +13,20 @@ from store.tables import EvaluationRow
 
 async def insert_running(
     session: AsyncSession, evaluation_id: str, tenant_id: str, deployment_id: str, suite: str
-) -> None:
-    """Insert the run's row unless this id has one (the same key again)."""
-    if await session.get(EvaluationRow, evaluation_id) is None:
-        session.add(
-            EvaluationRow(
-                evaluation_id=evaluation_id,
-                tenant_id=tenant_id,
-                deployment_id=deployment_id,
-                suite_version=suite,
-                status="Running",
-            )
+) -> bool:
+    """Insert the run's row unless this id has one (the same key again); whether it did."""
+    if await session.get(EvaluationRow, evaluation_id) is not None:
+        return False
+    session.add(
+        EvaluationRow(
+            evaluation_id=evaluation_id,
+            tenant_id=tenant_id,
+            deployment_id=deployment_id,
+            suite_version=suite,
+            status="Running",
         )
+    )
+    return True
 
 
 async def discard_unstarted(session: AsyncSession, evaluation_id: str) -> None:
