@@ -190,7 +190,7 @@ class InvokeActivities:
             # closes Failed, usage Unknown, close reason `internal` (the caller told the key is
             # spent, never a provider's failure), and the caller hears it. It used to stay open
             # for the sweeper while the caller's connection was dropped mid-answer
-            # (tests/test_fault_temporal.py).
+            # (tests/test_activity_cancelled.py).
             pending.request = None
             stopped = InvocationSummary(
                 invocation_id=data.invocation_id,
