@@ -27,7 +27,7 @@ from activities.invoke_close import ReceiptCloser, write_close
 from activities.invoke_hub import Attach, InvocationHub, PendingCall, ReceiptReady
 from activities.invoke_outcomes import Outcome as _Outcome
 from activities.invoke_outcomes import Route as _Route
-from activities.invoke_outcomes import not_claimed, not_here
+from activities.invoke_outcomes import ended_by_us, not_claimed, not_here
 from activities.resilience import BreakerRegistry, Resilience
 from domain.enums import InvocationOutcome, UsageStatus
 from domain.fallback import Next, after_failure, may_answer
@@ -192,27 +192,13 @@ class InvokeActivities:
             # for the sweeper while the caller's connection was dropped mid-answer
             # (tests/test_activity_cancelled.py).
             pending.request = None
-            stopped = InvocationSummary(
-                invocation_id=data.invocation_id,
-                outcome=InvocationOutcome.FAILED,
-                usage_status=UsageStatus.UNKNOWN,
-                deployment_id=pending.answering or data.targets[0].deployment_id,
-                latency_ms=int((time.monotonic() - started) * 1000),
-                error_kind="internal",
-                error_reason="the call's run was lost",
-            )
+            deployment = pending.answering or data.targets[0].deployment_id
+            stopped = ended_by_us(data, deployment, started, "the call's run was lost")
             await self._closer.close(data, pending, stopped, None)
             raise
         except Exception as exc:  # our own failure after the claim, never the provider's
             log.error("invocation failed after its claim: %s", type(exc).__name__)
-            summary = InvocationSummary(
-                invocation_id=data.invocation_id,
-                outcome=InvocationOutcome.FAILED,
-                usage_status=UsageStatus.UNKNOWN,
-                deployment_id=data.targets[0].deployment_id,
-                latency_ms=int((time.monotonic() - started) * 1000),
-                error_kind="internal",
-            )
+            summary = ended_by_us(data, data.targets[0].deployment_id, started)
         finally:
             pending.request = None  # the content is not kept a moment longer than the call
         if pending.stopped_by_failed_start(summary.outcome):  # its claim is undone by the API

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import dataclass, field
 
 from activities.invoke_hub import PendingCall
@@ -231,3 +232,20 @@ def not_started(data: InvocationInput) -> InvocationSummary:
 def not_here(data: InvocationInput) -> InvocationSummary:
     """The answer of an activity with no call of this invocation to adopt in this process."""
     return InvocationSummary(invocation_id=data.invocation_id, disposition=Disposition.NOT_HERE)
+
+
+def ended_by_us(
+    data: InvocationInput, deployment_id: str, started: float, reason: str | None = None
+) -> InvocationSummary:
+    """A call our side ended after its claim (an exception of ours, its adopting activity
+    cancelled): Failed, usage Unknown (the provider may have billed), close reason `internal`,
+    never blamed on the provider."""
+    return InvocationSummary(
+        invocation_id=data.invocation_id,
+        outcome=InvocationOutcome.FAILED,
+        usage_status=UsageStatus.UNKNOWN,
+        deployment_id=deployment_id,
+        latency_ms=int((time.monotonic() - started) * 1000),
+        error_kind="internal",
+        error_reason=reason,
+    )

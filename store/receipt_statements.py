@@ -7,9 +7,9 @@ Measured on the invoke benchmark: an ORM session per step with `pool_pre_ping` c
 statements (BEGIN, ping, SELECT, … COMMIT) per invocation; this module makes it two on
 PostgreSQL — the claim with its catalog version check (`claim_at`), the finalise — each one
 round trip, three when the version is read first. For the API's invoke path (`direct=True`)
-they run straight on asyncpg (`store/asyncpg_path.py`),
-compiled once from the statements built here: the same SQL, 0.5-0.7 ms less client CPU per
-invocation than through SQLAlchemy's asyncio layer (bench/bench_receipt_statements.py).
+they run straight on asyncpg (`store/asyncpg_path.py`), compiled once from the statements
+`store/receipt_sql.py` builds: the same SQL, 0.5-0.7 ms less client CPU per invocation than
+through SQLAlchemy's asyncio layer (bench/bench_receipt_statements.py).
 
 - The claim is `INSERT … ON CONFLICT DO NOTHING RETURNING`: it also says whether the key was
   used (a read happens only on that conflict, by the caller).
@@ -25,9 +25,8 @@ invocation than through SQLAlchemy's asyncio layer (bench/bench_receipt_statemen
 from __future__ import annotations
 
 import enum
-import functools
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -40,87 +39,21 @@ from sqlalchemy.pool import QueuePool
 from domain.close_reason import CloseReason
 from domain.enums import InvocationOutcome, UsageStatus
 from domain.invocation import InvocationInput, InvocationSummary
-from domain.receipt_fields import (
-    claim_values,
-    close_values,
-    fallback_used,
-    model_invoked,
-    summary_of,
-)
+from domain.receipt_fields import claim_values, close_values, summary_of
 from store.asyncpg_path import AsyncpgPath, Compiled
-from store.tables import CatalogStateRow, InvocationReceiptRow, OutboxEventRow
+from store.receipt_sql import (
+    CATALOG,
+    OUTBOX,
+    RECEIPTS,
+    claim_at_version,
+    close_parts,
+    close_update,
+    close_with_events,
+    events_of,
+    outbox_row,
+)
 
 T = TypeVar("T")
-RECEIPTS: sa.Table = InvocationReceiptRow.__table__  # type: ignore[attr-defined]
-OUTBOX: sa.Table = OutboxEventRow.__table__  # type: ignore[attr-defined]
-CATALOG: sa.Table = CatalogStateRow.__table__  # type: ignore[attr-defined]
-_EVENT = (
-    "event_id",
-    "tenant_id",
-    "event_type",
-    "topic",
-    "aggregate_type",
-    "aggregate_id",
-    "payload",
-    "occurred_at",
-)
-
-
-# The statements are built once per set of columns, their values bind parameters. Building them
-# per call (`.values(...)` with literals) made a BindParameter per value on every call: 13% of
-# the API's CPU at c=16 under py-spy (bench/profile_invoke.py, 2026-12-01), more than the three
-# round trips themselves. A close writes one of two column sets (with or without the answering
-# deployment), so the caches stay at a handful of entries.
-@functools.cache
-def _close_update(columns: tuple[str, ...]) -> Any:
-    """The close's UPDATE of `columns` (`set_*` parameters; the keys `w_*`: a bind parameter
-    may not share a column's name in a SET clause)."""
-    return (
-        sa.update(RECEIPTS)
-        .where(
-            RECEIPTS.c.tenant_id == sa.bindparam("w_tenant_id"),
-            RECEIPTS.c.invocation_id == sa.bindparam("w_invocation_id"),
-            RECEIPTS.c.ended_at.is_(None),
-        )
-        .values({k: sa.bindparam(f"set_{k}", type_=RECEIPTS.c[k].type) for k in columns})
-    )
-
-
-@functools.cache
-def _close_with_events(columns: tuple[str, ...], count: int) -> Any:
-    """PostgreSQL's one-statement finalise with `count` outbox events (`e{i}_*` parameters)."""
-    closed = _close_update(columns).returning(RECEIPTS.c.invocation_id).cte("closed")
-    rows = [
-        sa.select(
-            *(sa.bindparam(f"e{i}_{k}", type_=OUTBOX.c[k].type).label(k) for k in _EVENT)
-        ).select_from(closed)
-        for i in range(count)
-    ]
-    source = rows[0] if count == 1 else sa.union_all(*rows)
-    return sa.insert(OUTBOX).from_select(list(_EVENT), source).returning(OUTBOX.c.position)
-
-
-@functools.cache
-def _claim_at_version(columns: tuple[str, ...]) -> Any:
-    """PostgreSQL's claim that also checks the catalog version its route was planned at, in one
-    statement (`c_*` parameters and `expected_version`): 1 claimed, 0 a used key, -1 the catalog
-    moved since (nothing written). Both reads are of the statement's one snapshot."""
-    current = sa.func.coalesce(
-        sa.select(CATALOG.c.version).where(CATALOG.c.id == 1).scalar_subquery(), 0
-    )
-    expected = sa.bindparam("expected_version", type_=CATALOG.c.version.type)
-    source = sa.select(
-        *(sa.bindparam(f"c_{k}", type_=RECEIPTS.c[k].type).label(k) for k in columns)
-    ).where(current == expected)
-    claimed = (
-        postgresql.insert(RECEIPTS)
-        .from_select(list(columns), source)
-        .on_conflict_do_nothing()
-        .returning(RECEIPTS.c.invocation_id)
-        .cte("claimed")
-    )
-    inserted = sa.select(sa.func.count()).select_from(claimed).scalar_subquery()
-    return sa.select(sa.case((current != expected, -1), else_=inserted))
 
 
 class Claim(enum.Enum):
@@ -231,7 +164,7 @@ class ReceiptStatements:
             return Claim.CLAIMED if await self.claim(data, deployment_id, at) else Claim.USED
         params = claim_values(data, deployment_id, at or datetime.now(UTC))
         columns = tuple(params)
-        stmt = self._for_asyncpg(("claim_at", columns), _claim_at_version(columns))
+        stmt = self._for_asyncpg(("claim_at", columns), claim_at_version(columns))
         args = {f"c_{k}": v for k, v in params.items()}
         args["expected_version"] = version
         return Claim(int(await self._direct.fetchval(stmt, args)))
@@ -268,12 +201,12 @@ class ReceiptStatements:
     async def finalize(self, data: InvocationInput, summary: InvocationSummary) -> bool:
         """Close the in-flight receipt with what the call produced, with its ModelInvoked (and
         ModelFallbackUsed) in the same statement; False if it was already closed."""
-        values, params, events = _close_parts(data, summary, datetime.now(UTC))
+        values, params, events = close_parts(data, summary, datetime.now(UTC))
         columns = tuple(values)
         if self._postgres:
             for i, event in enumerate(events):
                 params.update({f"e{i}_{k}": v for k, v in event.items()})
-            stmt = _close_with_events(columns, len(events))
+            stmt = close_with_events(columns, len(events))
             if self._direct is not None:
                 compiled = self._for_asyncpg(("finalize", columns, len(events)), stmt)
                 return await self._direct.fetchval(compiled, params) is not None
@@ -284,7 +217,7 @@ class ReceiptStatements:
             return await self._run(one)
 
         async def two(conn: AsyncConnection) -> bool:
-            if (await conn.execute(_close_update(columns), params)).rowcount == 0:
+            if (await conn.execute(close_update(columns), params)).rowcount == 0:
                 return False
             await conn.execute(sa.insert(OUTBOX), events)
             return True
@@ -353,12 +286,12 @@ class ReceiptStatements:
         )
         now = datetime.now(UTC)
         claim = claim_values(data, deployment, now)
-        values, close, events = _close_parts(data, summary, now)
+        values, close, events = close_parts(data, summary, now)
 
         async def step(conn: AsyncConnection) -> bool:
             if (await conn.execute(self._claim, claim)).first() is None:
                 return False
-            await conn.execute(_close_update(tuple(values)), close)
+            await conn.execute(close_update(tuple(values)), close)
             await conn.execute(sa.insert(OUTBOX), events)
             return True
 
@@ -388,42 +321,8 @@ class ReceiptStatements:
             await conn.execute(sa.update(RECEIPTS).where(*in_flight).values(values))
             now = datetime.now(UTC)
             receipt = {**found, **values}
-            rows = [_row(tenant_id, e, now) for e in _events(receipt, summary)]
+            rows = [outbox_row(tenant_id, e, now) for e in events_of(receipt, summary)]
             await conn.execute(sa.insert(OUTBOX), rows)
             return True
 
         return await self._run(step, self._transactions)
-
-
-def _close_parts(
-    data: InvocationInput, summary: InvocationSummary, now: datetime
-) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
-    """A close's column values, its statement's parameters (`set_*`, the keys `w_*`) and its
-    outbox rows."""
-    values = close_values(summary, now)
-    receipt = {**claim_values(data, data.targets[0].deployment_id, now), **values}
-    events = [_row(data.tenant_id, e, now) for e in _events(receipt, summary)]
-    params = {f"set_{k}": v for k, v in values.items()}
-    params["w_tenant_id"] = data.tenant_id
-    params["w_invocation_id"] = summary.invocation_id
-    return values, params, events
-
-
-def _events(receipt: Mapping[str, Any], summary: InvocationSummary | None) -> list[dict[str, Any]]:
-    found = [model_invoked(receipt)]
-    if summary is not None and summary.fallback_used:
-        found.append(fallback_used(receipt, summary))
-    return found
-
-
-def _row(tenant_id: str, event: dict[str, Any], now: datetime) -> dict[str, Any]:
-    return {
-        "event_id": uuid.uuid4(),
-        "tenant_id": tenant_id,
-        "event_type": event["event_type"],
-        "topic": event["topic"],
-        "aggregate_type": event["aggregate_type"],
-        "aggregate_id": event["aggregate_id"],
-        "payload": event["payload"],
-        "occurred_at": now,
-    }
