@@ -68,6 +68,24 @@ class TemporalUnreachable(Problem):
         )
 
 
+class WorkerRestarting(Problem):
+    """A refusal for this process's own reason: one of its in-process Temporal workers stopped
+    and is being built again (api/invocation_workers.py). Temporal itself may be fine, so the
+    words and the reason say so: an operator paging on `temporal-unreachable` is not sent to a
+    healthy cluster."""
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(
+            503,
+            "This gateway process's invocation worker stopped and is being started again, so "
+            "the invocation was not started; nothing was claimed and the Idempotency-Key stays "
+            "unused. Retry after the indicated delay (another replica may take it now).",
+            type_="https://model-router.dev/problems/worker-restarting",
+            headers={"Retry-After": str(retry_after)},
+            reason="worker-restarting",
+        )
+
+
 @dataclass(frozen=True)
 class Asked:
     """A health check asked for a call as it arrived: its answer, and when it was sent."""
@@ -96,6 +114,17 @@ class TemporalGate:
     def reachable(self) -> bool:
         return self._down_since is None and self._held is None
 
+    @property
+    def down(self) -> bool:
+        """Whether Temporal is known unreachable (a start failed; the probe has not seen it
+        back)."""
+        return self._down_since is not None
+
+    @property
+    def held(self) -> str | None:
+        """Why this process refuses calls of its own accord (`hold`), or None."""
+        return self._held
+
     def hold(self, why: str) -> None:
         """Refuse invocations for a reason of this process's own (its in-process workers
         stopped: api/invocation_workers.py) until `release`, whatever Temporal answers."""
@@ -112,7 +141,10 @@ class TemporalGate:
     def retry_after(self) -> int:
         return max(1, math.ceil(self._wait))
 
-    def refuse(self) -> TemporalUnreachable:
+    def refuse(self) -> Problem:
+        if self._held is not None and self._down_since is None:
+            metrics.refusals.add(1, {"reason": "worker-restarting"})
+            return WorkerRestarting(self.retry_after)
         metrics.refusals.add(1, {"reason": "temporal-unreachable"})
         return TemporalUnreachable(self.retry_after)
 

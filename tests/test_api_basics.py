@@ -15,7 +15,7 @@ async def test_healthz_and_readyz(http: httpx.AsyncClient) -> None:
     assert (await http.get("/healthz")).json() == {"status": "ok"}
     ready = await http.get("/readyz")
     assert ready.status_code == 200
-    assert ready.json()["checks"] == {"database": True, "temporal": True}
+    assert ready.json()["checks"] == {"database": True, "temporal": True, "invocationWorkers": True}
 
 
 async def test_request_id_is_echoed_or_generated(http: httpx.AsyncClient) -> None:

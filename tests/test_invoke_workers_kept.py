@@ -53,9 +53,13 @@ async def test_workers_that_stop_are_built_again_and_calls_wait_for_them(
             )
             kept = api.app.state.runtime.invoke.workers
             seen: list[int] = []
+            said: list[dict[str, bool]] = []  # readiness's checks while not ready
 
             async def ready_again() -> bool:
-                seen.append((await http.get("/readyz")).status_code)
+                ready = await http.get("/readyz")
+                seen.append(ready.status_code)
+                if ready.status_code == 503:
+                    said.append(ready.json()["checks"])
                 return 503 in seen and seen[-1] == 200
 
             # One stops: it alone is built again; the other, and the calls it holds, run on.
@@ -63,6 +67,11 @@ async def test_workers_that_stop_are_built_again_and_calls_wait_for_them(
             await caller_worker.shutdown()  # as a worker the SDK gave up on: its run ends
             await eventually(ready_again, timeout=30, interval=0.05)
             assert workflow_worker in kept.current and caller_worker not in kept.current
+            # Readiness names the stopped worker, not Temporal, which answered throughout.
+            assert said and all(
+                checks == {"database": True, "temporal": True, "invocationWorkers": False}
+                for checks in said
+            ), said
 
             # Both stop.
             stopped = kept.current

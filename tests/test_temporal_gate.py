@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
+from api.problems import Problem
 from api.temporal_gate import Asked, TemporalGate
 from tests.helpers.deadline import eventually
 from tests.helpers.stack import TemporalDevServer
@@ -199,3 +200,22 @@ async def test_nothing_is_asked_ahead_while_the_window_is_open_or_temporal_is_do
     finally:
         await gate.aclose()
         await no_window.aclose()
+
+
+async def test_a_hold_for_the_process_own_workers_is_refused_as_such_not_as_temporal(
+    gate: TemporalGate,
+) -> None:
+    """An operator paging on `temporal-unreachable` is not sent to a healthy cluster because
+    one process's worker is being built again; once Temporal itself is down, that is said."""
+    gate.hold("caller worker stopped")
+    with pytest.raises(Problem) as held:
+        gate.check()
+    assert held.value.status == 503 and held.value.extensions["reason"] == "worker-restarting"
+    assert held.value.headers["Retry-After"] == str(gate.retry_after)
+    assert "invocation worker" in held.value.detail and not gate.down
+    gate.mark_down("test")  # Temporal gone too: its refusal is the one that tells the truth
+    with pytest.raises(Problem) as down:
+        gate.check()
+    assert down.value.extensions["reason"] == "temporal-unreachable"
+    gate.release()
+    assert not gate.reachable  # still down: the release lifts only the hold

@@ -21,11 +21,15 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz", response_model=None)
 async def readyz(request: Request, runtime: RuntimeDep) -> JSONResponse | dict[str, object]:
-    checks = {"database": await _database_ok(runtime), "temporal": await _temporal_ok(runtime)}
+    checks = {
+        "database": await _database_ok(runtime),
+        "temporal": await _temporal_ok(runtime),
+        "invocationWorkers": _workers_ok(runtime),
+    }
     if all(checks.values()):
         return {"status": "ready", "checks": checks}
     down = ", ".join(name for name, ok in checks.items() if not ok)
-    return problem_response(request, 503, f"Not ready: {down} unreachable.", checks=checks)
+    return problem_response(request, 503, f"Not ready: {down} not available.", checks=checks)
 
 
 async def _database_ok(runtime: RuntimeDep) -> bool:
@@ -45,9 +49,17 @@ async def _temporal_ok(runtime: RuntimeDep) -> bool:
     gate = runtime.invoke.gate
     if gate is None:
         return False
-    if not gate.reachable:
+    if gate.down:
         return False
     if await gate.healthy():
         return True
     gate.mark_down("health check failed")
     return False
+
+
+def _workers_ok(runtime: RuntimeDep) -> bool:
+    """Whether this process's in-process Temporal workers are running: while one is being built
+    again the invoke path refuses calls (reason `worker-restarting`), so the process is not
+    ready though Temporal may be."""
+    gate = runtime.invoke.gate
+    return gate is not None and gate.held is None
