@@ -1,6 +1,7 @@
 """Receipt reconciler activities: fetch provider statements into the store, settle one day of
 receipts from the stored statements (pure rules in `domain.reconciliation`), and recount the
-receipts still waiting for the usage_unknown gauge."""
+receipts still waiting for the usage_unknown gauge (counting, beside it, what the run could not
+do)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from activities.reconciliation_types import (
     SOURCE_REFUSED,
     FetchInput,
     FetchResult,
+    GaugeInput,
     WindowInput,
     WindowResult,
 )
@@ -149,7 +151,12 @@ class ReconciliationActivities:
         return result
 
     @activity.defn(name="reconcile_gauge")
-    async def gauge(self) -> dict[str, int]:
+    async def gauge(self, data: GaugeInput | None = None) -> dict[str, int]:
+        # None from a run scheduled before the input existed (its history has no argument).
+        if data is not None:
+            metrics.reconcile_windows_failed.add(data.failed_windows)
+            for source in data.failed_sources:
+                metrics.reconcile_sources_failed.add(1, {"source": source})
         async with self._sessions() as session:
             counts = await reconciliation.awaiting_by_provider(session)
         metrics.set_usage_unknown(counts)

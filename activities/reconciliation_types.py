@@ -44,6 +44,14 @@ class WindowResult(BaseModel):
     unmatched: int = 0
 
 
+class GaugeInput(BaseModel):
+    """What a run could not do, counted where the gauge is recounted (a workflow records no
+    metric): days whose window failed every attempt, and statement sources that stayed down."""
+
+    failed_windows: int = 0
+    failed_sources: list[str] = Field(default_factory=list)
+
+
 class ReconciliationReport(BaseModel):
     # Bucket allocation used buckets ending by `cutoff` (now less the settle delay); request-id
     # matches settle receipts up to `until` (now), whatever the delay.

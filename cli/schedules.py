@@ -145,6 +145,23 @@ def trigger(
     workflow_id, result = _run(go)
     out.print(f"triggered {sid}: {workflow_id}")
     out.print(_report_table(result))
+    failed = left_undone(result)
+    if failed:
+        err.print(f"[red]The run completed, but left {'; '.join(failed)} (tried again next run).")
+        raise typer.Exit(1)
+
+
+def left_undone(result: Any) -> list[str]:
+    """What a completed run reports it could not do (the reconciler's failed days and
+    statement sources), so that `trigger --wait` in a script fails on it: the run itself
+    completes, and the next one tries them again."""
+    if not isinstance(result, dict):
+        return []
+    days = result.get("failed_windows") or {}
+    sources = result.get("failed_sources") or {}
+    return [f"day {day} unreconciled ({why})" for day, why in sorted(days.items())] + [
+        f"source {source} unread ({why})" for source, why in sorted(sources.items())
+    ]
 
 
 def _workflow_of(action: Any) -> str | None:

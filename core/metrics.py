@@ -182,6 +182,19 @@ probe_outcomes = Counter(_PREFIX + "probe.outcomes", "{probe}", "Health probes b
 receipts_reconciled = Counter(
     _PREFIX + "receipts_reconciled", "{receipt}", "Receipts settled from provider statements."
 )
+# Not in the spec's table: what a reconciler run could not do, so that it can be alerted on
+# (the run itself completes and reports them in `failed_windows` / `failed_sources`): UTC days
+# whose window failed every attempt, and statement sources that stayed down, per run.
+reconcile_windows_failed = Counter(
+    _PREFIX + "reconcile_windows_failed",
+    "{day}",
+    "Reconciler days left unreconciled after every attempt (tried again next run).",
+)
+reconcile_sources_failed = Counter(
+    _PREFIX + "reconcile_sources_failed",
+    "{run}",
+    "Reconciler runs whose statement source stayed down (by source).",
+)
 # Not in the spec's table: attempts a retry or a fallback replaced after a timeout or a cut
 # stream. The provider may bill them, but no receipt carries their usage (see the reconciler
 # notes in `domain/reconciliation.py`).
@@ -216,6 +229,8 @@ INSTRUMENTS: tuple[Instrument, ...] = (
     probe_latency,
     probe_outcomes,
     receipts_reconciled,
+    reconcile_windows_failed,
+    reconcile_sources_failed,
     attempts_abandoned,
     refusals,
     receipts_swept,

@@ -22,6 +22,7 @@ from temporalio.worker import Worker
 
 from activities.reconciliation import ReconciliationActivities
 from activities.reconciliation_types import ReconciliationReport, WindowInput, WindowResult
+from cli.schedules import left_undone
 from core import metrics
 from core.payload_converter import data_converter
 from core.settings import Settings
@@ -317,6 +318,7 @@ async def test_a_failing_statement_source_is_retried_with_exponential_backoff(
                 attempts = len(server.requests)
 
                 monkeypatch.setenv("MR_TEST_OPENAI_ADMIN", "sk-admin-revoked")
+                unread_before = metrics.reconcile_sources_failed.value({"source": "openai-usage"})
                 refused = await env.client.execute_workflow(
                     ReceiptReconcilerWorkflow.run, job, id="reconcile-refused", task_queue=queue
                 )
@@ -331,6 +333,8 @@ async def test_a_failing_statement_source_is_retried_with_exponential_backoff(
         "openai-usage" in refused.failed_sources
         and "auth" in refused.failed_sources["openai-usage"]
     )
+    unread = metrics.reconcile_sources_failed.value({"source": "openai-usage"})
+    assert unread == unread_before + 1
 
 
 async def test_a_settlement_whose_cost_a_receipt_cannot_hold_is_settled_with_the_cost_unknown(
@@ -460,6 +464,7 @@ async def test_a_day_that_keeps_failing_is_reported_and_the_days_after_it_are_st
         test_server_existing_path=str(test_server),
         test_server_startup_timeout=timedelta(seconds=60),
     )
+    failed_before = metrics.reconcile_windows_failed.value()
     async with env, statements_http:
         async with Worker(
             env.client,
@@ -500,6 +505,15 @@ async def test_a_day_that_keeps_failing_is_reported_and_the_days_after_it_are_st
     }
     assert first_run.count(poison_day.isoformat()) == 10
     assert first_run[-1] == AS_OF.date().isoformat()
+    # It can be alerted on (the run itself completed) ...
+    assert metrics.reconcile_windows_failed.value() == failed_before + 1
+    # ... and `schedules trigger --wait`, which reads the report untyped, exits 1 naming it.
+    (as_read,) = data_converter.payload_converter.from_payloads(
+        data_converter.payload_converter.to_payloads([report])
+    )
+    assert left_undone(as_read) == [
+        f"day {poison_day.isoformat()} unreconciled (RuntimeError: the store refused this day)"
+    ]
     # The day after was reconciled: its waiting receipt was looked at (and settled or not by
     # whatever statements other tests stored for that hour).
     assert report.pending == 1 and report.settled + report.unmatched == 1

@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
         SOURCE_REFUSED,
         FetchInput,
         FetchResult,
+        GaugeInput,
         ReconciliationReport,
         WindowInput,
         WindowResult,
@@ -138,6 +139,10 @@ class ReceiptReconcilerWorkflow:
 
         report.awaiting = await workflow.execute_activity(
             "reconcile_gauge",
+            GaugeInput(
+                failed_windows=len(report.failed_windows),
+                failed_sources=sorted(report.failed_sources),
+            ),
             result_type=dict[str, int],
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=_STORE,
