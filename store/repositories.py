@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col, select
 
 from domain.enums import DeploymentState, ProfileStatus
+from store.outbox_horizon import settled_position
 from store.tables import (
     CapabilityScoreRow,
     InvocationReceiptRow,
@@ -153,6 +154,10 @@ class OutboxRepository(TenantRepository):
         return row
 
     async def list_after(self, position: int, limit: int = 100) -> Sequence[OutboxEventRow]:
+        """This tenant's events after `position`, in order, up to the settled horizon: none is
+        returned while an earlier position's transaction may still commit (a cursor moved past
+        it would never see that event; store/outbox_horizon.py)."""
+        settled = await settled_position(self.session)  # first: see outbox_horizon
         stmt = (
             select(OutboxEventRow)
             .where(col(OutboxEventRow.tenant_id) == self.tenant_id)
@@ -160,6 +165,8 @@ class OutboxRepository(TenantRepository):
             .order_by(col(OutboxEventRow.position))
             .limit(limit)
         )
+        if settled is not None:
+            stmt = stmt.where(col(OutboxEventRow.position) <= settled)
         return (await self.session.scalars(stmt)).all()
 
 

@@ -270,6 +270,13 @@ class OutboxEventRow(SQLModel, table=True):
     aggregate_id: str = Field(max_length=300)
     payload: dict[str, Any] = Field(sa_column=_json())
     occurred_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
+    # When the row was written, by the database's clock as its position was taken (PostgreSQL's
+    # `clock_timestamp()` default, set by migration 0009; never given by the application):
+    # what store/outbox_horizon.py reads. NULL on rows from before it, and on SQLite.
+    inserted_at: datetime | None = Field(
+        default=None,
+        sa_column=sa.Column(UtcDateTime(), nullable=True, server_default=sa.FetchedValue()),
+    )
 
 
 class PricebookEntryRow(SQLModel, table=True):

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col, select
 
+from store.outbox_horizon import MARGIN_SECONDS
 from store.tables import OutboxEventRow
 from tests.conftest import TokenFactory, free_port
 from tests.helpers.catalog import profile_event, publish, register
@@ -28,6 +29,11 @@ async def test_cursor_feed_pages_in_order_as_cloudevents(
 ) -> None:
     for i in range(3):
         await register(http, auth, f"feed/{i}")
+
+    async def all_three_readable() -> bool:  # about a second after: store/outbox_horizon.py
+        return len((await http.get("/factory/events", headers=auth)).json()["events"]) == 3
+
+    await eventually(all_three_readable, timeout=10, interval=0.1)
     first = (await http.get("/factory/events?limit=2", headers=auth)).json()
     assert [e["subject"] for e in first["events"]] == ["feed/0", "feed/1"]
     event = first["events"][0]
@@ -244,3 +250,59 @@ async def test_a_subscription_url_longer_than_its_column_once_normalised_is_a_42
     created = await http.post("/factory/webhook-subscriptions", json={"url": longest}, headers=auth)
     assert created.status_code == 201, created.text
     assert created.json()["url"] == longest
+
+
+async def test_an_event_whose_transaction_commits_late_is_not_passed_over(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """Positions are taken at insert, not at commit. A transition holds its event's position
+    while it waits on a lock, and a receipt close commits a later one meanwhile: a reader that
+    returned the later one moved its cursor past the earlier, and never saw it (a webhook
+    subscription's cursor reads the same way)."""
+
+    def event(aggregate: str) -> OutboxEventRow:
+        return OutboxEventRow(
+            tenant_id=tenant,
+            event_type="DeploymentStateChanged",
+            topic="model-access.deployments.v1",
+            aggregate_type="ModelDeployment",
+            aggregate_id=aggregate,
+            payload={"toState": "Candidate"},
+        )
+
+    async def feed() -> list[str]:
+        page = (await http.get("/factory/events", headers=auth)).json()
+        return [e["subject"] for e in page["events"]]
+
+    async with sessions() as slow, sessions() as quick:
+        early = event("late/early")
+        slow.add(early)
+        await slow.flush()  # its position is taken; its transaction stays open
+        later = event("late/later")
+        quick.add(later)
+        await quick.commit()
+        assert early.position is not None and later.position is not None
+        assert early.position < later.position
+
+        async def later_well_past_the_margin() -> bool:
+            async with sessions() as s:
+                age = await s.scalar(
+                    sa.text(
+                        "SELECT clock_timestamp() - inserted_at FROM outbox_events "
+                        "WHERE position = :p"
+                    ),
+                    {"p": later.position},
+                )
+            return age is not None and age > timedelta(seconds=2 * MARGIN_SECONDS)
+
+        await eventually(later_well_past_the_margin, timeout=10, interval=0.1)
+        assert await feed() == []  # the later event waits for the earlier one's transaction
+        await slow.commit()
+
+    async def both_in_order() -> bool:
+        return await feed() == ["late/early", "late/later"]
+
+    await eventually(both_in_order, timeout=10, interval=0.1)
