@@ -100,10 +100,35 @@ class EmbeddingsIn(_Loose):
     dimensions: int | None = Field(default=None, ge=1)
 
 
-def _text(content: str | list[dict[str, Any]] | None) -> str | None:
+# Content parts whose words the normalised message carries: text, and an assistant's refusal
+# (its words, as a provider's own history would hold them).
+_TEXT_PARTS = {"text": "text", "refusal": "refusal"}
+
+
+def _text(content: str | list[dict[str, Any]] | None, index: int) -> str | None:
+    """A message's words. A part the normalised request cannot carry (an image, audio, a file)
+    is refused with a 422 naming it, never dropped: dropped, the model answered about an image
+    it was never sent."""
     if content is None or isinstance(content, str):
         return content
-    return "".join(str(p.get("text", "")) for p in content if p.get("type") in ("text", None))
+    words = []
+    for j, part in enumerate(content):
+        kind = part.get("type", "text")
+        field = _TEXT_PARTS.get(kind) if isinstance(kind, str) else None
+        if field is None or not isinstance(part.get(field), str):
+            raise RequestValidationError(
+                [
+                    {
+                        "type": "value_error",
+                        "loc": ("body", "messages", index, "content", j),
+                        "msg": f"only text parts can be mapped (this one is {kind!r}); "
+                        "it is refused, never dropped",
+                        "input": None,
+                    }
+                ]
+            )
+        words.append(part[field])
+    return "".join(words)
 
 
 @contextlib.contextmanager
@@ -129,7 +154,7 @@ def to_chat_request(body: ChatCompletionIn) -> ChatRequest:
             messages.append(
                 Message(
                     role=role,
-                    content=_text(m.content),
+                    content=_text(m.content, index),
                     tool_calls=tuple(
                         ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments)
                         for c in m.tool_calls or []
@@ -142,7 +167,8 @@ def to_chat_request(body: ChatCompletionIn) -> ChatRequest:
         if isinstance(body.tool_choice, str):
             choice = ToolChoice(mode=body.tool_choice)
         elif isinstance(body.tool_choice, dict):
-            name = (body.tool_choice.get("function") or {}).get("name")
+            function = body.tool_choice.get("function")
+            name = function.get("name") if isinstance(function, dict) else None
             choice = ToolChoice(mode="tool", name=name)
     fmt = None
     if body.response_format is not None:

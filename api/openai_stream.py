@@ -1,12 +1,22 @@
 """The Chat Completions stream writer: an invocation's events as `chat.completion.chunk` lines
 (`api/wire.relay` drives it). Text deltas — nearly every chunk — go through the lean encoder of
 `api/sse.py`; the rest, once per stream or per tool call, through `chunk`. The stream opens with
-the assistant role, and ends with the usage (when asked for), the `model_router` receipt chunk
-and `[DONE]` — or, for a call cut after output, an explicit error, never a clean terminator."""
+the assistant role and ends as OpenAI's does: the finish chunk, then (when asked for) the usage
+chunk with no choices, then `[DONE]`. The receipt's `model_router` object rides on the last of
+those chunks, so a loop reading `choices[0]` never meets a chunk without choices it did not ask
+for, and the SDK's stream helper, which takes each chunk's `usage` as the total, keeps the
+usage (a separate receipt chunk after it set the total back to None). A call cut after output
+ends with an explicit error, never a clean terminator.
+
+One tool call streams live; a call that begins while another streams is held and sent whole
+before the finish chunk. An OpenAI deployment may interleave the fragments of parallel calls,
+and the SDK's helper takes a call as done once a chunk of another index arrives: its
+`arguments.done` fired with half the arguments, and a strict tool's parse raised."""
 
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from api import sse
 from api.openai_shapes import chunk, delta_of, usage_body
@@ -18,12 +28,15 @@ from providers.types import Finish, TextDelta, ToolCallDelta
 
 
 class ChatChunks:
-    __slots__ = ("_id", "_include_usage", "_profile", "text")
+    __slots__ = ("_finish", "_held", "_id", "_include_usage", "_live_call", "_profile", "text")
 
     def __init__(self, invocation_id: uuid.UUID, profile: str, include_usage: bool) -> None:
         self._id, self._profile, self._include_usage = invocation_id, profile, include_usage
         # A text delta's chunk: the lean encoder itself, called straight from the relay.
         self.text = sse.TextChunks(invocation_id, profile).text
+        self._finish: str | None = None  # the finish reason, sent at the end with the receipt
+        self._live_call: int | None = None  # the tool call streaming live
+        self._held: dict[int, dict[str, Any]] = {}  # calls begun while another streamed
 
     def start(self) -> bytes:
         return sse.line(chunk(self._id, self._profile, {"role": "assistant", "content": ""}))
@@ -31,19 +44,44 @@ class ChatChunks:
     def add(self, event: TextDelta | ToolCallDelta | Finish) -> bytes:
         if type(event) is TextDelta:
             return self.text(event.text)
+        if type(event) is ToolCallDelta and self._live_call not in (None, event.index):
+            self._hold(event)
+            return b""
         delta, finish = delta_of(event)
-        return sse.line(chunk(self._id, self._profile, delta, finish))
+        if finish is not None:
+            self._finish = finish
+            return self._held_calls()
+        self._live_call = event.index if type(event) is ToolCallDelta else self._live_call
+        return sse.line(chunk(self._id, self._profile, delta))
+
+    def _hold(self, event: ToolCallDelta) -> None:
+        held = self._held.setdefault(
+            event.index, {"index": event.index, "function": {"arguments": ""}}
+        )
+        if event.id is not None:
+            held["id"], held["type"] = event.id, "function"
+        if event.name is not None:
+            held["function"]["name"] = event.name
+        held["function"]["arguments"] += event.arguments_delta
+
+    def _held_calls(self) -> bytes:
+        calls = [self._held.pop(index) for index in sorted(self._held)]
+        return b"".join(
+            sse.line(chunk(self._id, self._profile, {"tool_calls": [call]})) for call in calls
+        )
 
     def keep_alive(self) -> bytes:
         return sse.KEEP_ALIVE_COMMENT
 
     async def end(self, summary: InvocationSummary) -> bytes:
-        out = b""
+        out = self._held_calls()
+        last = chunk(self._id, self._profile, {}, self._finish or "stop")
         if self._include_usage:
+            out += sse.line(last)
             usage = usage_body(summary.input_tokens, summary.output_tokens)
-            out += sse.line(chunk(self._id, self._profile, usage=usage))
-        out += sse.line(chunk(self._id, self._profile, model_router=receipt_view(summary)))
-        return out + b"data: [DONE]\n\n"
+            last = chunk(self._id, self._profile, usage=usage)
+        last["model_router"] = receipt_view(summary)
+        return out + sse.line(last) + b"data: [DONE]\n\n"
 
     async def fail(self, summary: InvocationSummary) -> bytes:
         reason = summary.close_reason or close_reason(summary.outcome, summary.error_kind)

@@ -285,3 +285,108 @@ async def test_unknown_profile_and_bad_input(sdk: AsyncOpenAI) -> None:
         await sdk.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
     with pytest.raises(openai.UnprocessableEntityError):
         await sdk.chat.completions.create(model="chat", messages=[])
+
+
+async def test_the_stream_ends_as_openai_s_does_with_the_receipt_on_its_last_chunk(
+    sdk: AsyncOpenAI,
+) -> None:
+    """A separate receipt chunk after the usage set the SDK helper's usage back to None, and
+    without `include_usage` it was a chunk with no choices that a `choices[0]` loop fell on."""
+    messages: Any = [{"role": "user", "content": "stream me"}]
+    async with sdk.chat.completions.stream(
+        model="chat", messages=messages, stream_options={"include_usage": True}
+    ) as helper:
+        final = await helper.get_final_completion()
+    assert final.usage is not None and final.usage.completion_tokens > 0
+    assert final.choices[0].message.content == "Echo: stream me"
+
+    for include_usage in (False, True):
+        stream = await sdk.chat.completions.create(
+            model="chat",
+            messages=messages,
+            stream=True,
+            stream_options={"include_usage": include_usage},
+        )
+        chunks = [c async for c in stream]
+        last = chunks[-1]
+        assert (last.model_extra or {})["model_router"]["outcome"] == "Completed"
+        assert not any("model_router" in (c.model_extra or {}) for c in chunks[:-1])
+        if include_usage:  # the finish chunk, then the usage chunk (no choices) last
+            assert last.choices == [] and last.usage is not None
+            assert chunks[-2].choices[0].finish_reason == "stop"
+        else:
+            assert all(c.choices for c in chunks)
+            assert last.choices[0].finish_reason == "stop"
+
+
+async def test_interleaved_parallel_tool_calls_reach_the_stream_helper_whole(
+    sdk: AsyncOpenAI, upstream: UpstreamServer
+) -> None:
+    """An OpenAI deployment may interleave parallel calls' fragments; the SDK helper takes a call
+    as done when a chunk of another index arrives. Passed through, its `arguments.done` fired
+    with half the arguments, and a strict tool's parse raised."""
+    from providers.upstream import Fault, FaultKind, Reply, ToolCallReply, default_responder
+
+    arguments = {"a": {"path": "src/some/long/file.py"}, "b": {"pattern": "needle in a haystack"}}
+    upstream.register(
+        "gpt-sim",
+        lambda turn: Reply(
+            tool_calls=[ToolCallReply(name=n, arguments=a) for n, a in arguments.items()]
+        ),
+    )
+    upstream.inject("gpt-sim", Fault(kind=FaultKind.INTERLEAVED_TOOL_CALLS, times=1))
+    tools: Any = [
+        {
+            "type": "function",
+            "function": {
+                "name": name,
+                "strict": True,
+                "parameters": {
+                    "type": "object",
+                    "properties": {field: {"type": "string"}},
+                    "required": [field],
+                    "additionalProperties": False,
+                },
+            },
+        }
+        for name, field in (("a", "path"), ("b", "pattern"))
+    ]
+    try:
+        async with sdk.chat.completions.stream(
+            model="chat",
+            messages=[{"role": "user", "content": "both"}],
+            tools=tools,
+            parallel_tool_calls=True,
+        ) as helper:
+            done = [
+                (event.name, json.loads(event.arguments))
+                async for event in helper
+                if event.type == "tool_calls.function.arguments.done"
+            ]
+            final = await helper.get_final_completion()
+    finally:
+        upstream.register("gpt-sim", default_responder)
+    assert done == list(arguments.items())
+    calls: Any = final.choices[0].message.tool_calls
+    assert [c.function.parsed_arguments for c in calls] == list(arguments.values())
+    assert final.choices[0].finish_reason == "tool_calls"
+
+
+async def test_a_part_that_is_not_text_is_refused_never_dropped(sdk: AsyncOpenAI) -> None:
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    content: Any = [{"type": "text", "text": "what is this?"}, image]
+    with pytest.raises(openai.UnprocessableEntityError) as refused:
+        await sdk.chat.completions.create(
+            model="chat", messages=[{"role": "user", "content": content}]
+        )
+    body: Any = refused.value.body
+    assert "messages.0.content.1" in json.dumps(body), body
+    # A named tool choice whose function is not an object: the caller's 422, not a 500.
+    choice: Any = {"type": "function", "function": "x"}
+    with pytest.raises(openai.UnprocessableEntityError):
+        await sdk.chat.completions.create(
+            model="chat",
+            messages=[{"role": "user", "content": "x"}],
+            tools=[{"type": "function", "function": {"name": "x"}}],
+            tool_choice=choice,
+        )

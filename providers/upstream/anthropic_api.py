@@ -159,7 +159,8 @@ def render(answer: Answer, turn: ChatTurn, with_usage: bool) -> dict[str, Any]:
     return body
 
 
-def stream(answer: Answer, turn: ChatTurn, with_usage: bool) -> StreamPlan:
+def stream(answer: Answer, turn: ChatTurn, with_usage: bool, interleave: bool) -> StreamPlan:
+    """(`interleave` is not Anthropic's: its blocks come one after another.)"""
     start = _message(answer, turn, [])
     if with_usage:
         start["usage"] = {**_usage(answer.usage), "output_tokens": 1}

@@ -41,7 +41,8 @@ class Codec:
     tool_id_prefix: str
     parse: Callable[[dict[str, object]], ChatTurn]
     render: Callable[[Answer, ChatTurn, bool], dict[str, object]]
-    stream: Callable[[Answer, ChatTurn, bool], StreamPlan]
+    # (answer, turn, with usage, parallel tool calls interleaved where the protocol allows it)
+    stream: Callable[[Answer, ChatTurn, bool, bool], StreamPlan]
     error: Callable[[int, str, str, dict[str, str]], Response]
     api_key: Callable[[Request], str | None]
     caches: Callable[[ChatTurn], bool]
@@ -177,7 +178,7 @@ def _deliver(
         if slow is not None:
             response = DelayedResponse(response, slow.delay, state.shutdown)
         return response
-    plan = codec.stream(answer, turn, with_usage)
+    plan = codec.stream(answer, turn, with_usage, FaultKind.INTERLEAVED_TOOL_CALLS in kinds)
     frames = list(plan.frames)
     if FaultKind.MISSING_TERMINATOR not in kinds:
         frames.append(plan.terminator)

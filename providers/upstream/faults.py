@@ -45,6 +45,9 @@ class FaultKind(StrEnum):
     STREAM_ERROR = "stream_error"
     MISSING_TERMINATOR = "missing_terminator"  # no [DONE] / message_stop
     NO_USAGE = "no_usage"  # usage omitted
+    # Chat Completions streams: parallel tool calls' fragments sent interleaved (each call's
+    # head, then their arguments in turns), as an OpenAI deployment may; Anthropic never does
+    INTERLEAVED_TOOL_CALLS = "interleaved_tool_calls"
     # embeddings, rerank and count_tokens: a 200 whose body the protocol does not allow, as
     # `flaw` says
     MALFORMED_ANSWER = "malformed_answer"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any
 
@@ -165,7 +166,7 @@ def render(answer: Answer, turn: ChatTurn, with_usage: bool) -> dict[str, Any]:
     return body
 
 
-def stream(answer: Answer, turn: ChatTurn, with_usage: bool) -> StreamPlan:
+def stream(answer: Answer, turn: ChatTurn, with_usage: bool, interleave: bool) -> StreamPlan:
     include_usage = with_usage and bool((turn.raw.get("stream_options") or {}).get("include_usage"))
     base = _base(answer, turn, "chat.completion.chunk")
 
@@ -177,15 +178,20 @@ def stream(answer: Answer, turn: ChatTurn, with_usage: bool) -> StreamPlan:
 
     frames = [chunk({"role": "assistant", "content": "", "refusal": None})]
     frames += [chunk({"content": piece}) for piece in text_chunks(answer.text, answer.text_piece)]
+    calls: list[list[bytes]] = []
     for index, call in enumerate(answer.tool_calls):
         head = {"index": index, "id": call.id, "type": "function"}
-        frames.append(
-            chunk({"tool_calls": [{**head, "function": {"name": call.name, "arguments": ""}}]})
+        calls.append(
+            [chunk({"tool_calls": [{**head, "function": {"name": call.name, "arguments": ""}}]})]
         )
-        frames += [
+        calls[-1] += [
             chunk({"tool_calls": [{"index": index, "function": {"arguments": part}}]})
             for part in fixed_chunks(call.arguments)
         ]
+    if interleave:  # the calls' frames in turns: a head or fragment of each, round and round
+        frames += [f for turn_ in itertools.zip_longest(*calls) for f in turn_ if f is not None]
+    else:
+        frames += [f for call_frames in calls for f in call_frames]
     frames.append(chunk({}, answer.finish))
     if include_usage:
         frames.append(sse({**base, "choices": [], "usage": _usage(answer.usage)}))
