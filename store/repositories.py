@@ -196,6 +196,12 @@ class WebhookSubscriptionRepository(TenantRepository):
         self.session.add(row)
         return row
 
+    async def discard(self, subscription_id: uuid.UUID) -> None:
+        """Remove a subscription whose delivery never started (it never existed for anyone)."""
+        row = await self.get(subscription_id)
+        if row is not None:
+            await self.session.delete(row)
+
     async def deactivate(self, subscription_id: uuid.UUID) -> bool:
         """Whether there was such a subscription. Its delivery workflow sees it inactive at its
         next look and ends."""

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query, Response
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator
+from temporalio.client import Client
+from temporalio.service import RPCError
 
 from activities.webhook_signing import new_secret
 from activities.webhook_targets import TargetRefused, pinned
 from api.deps import RuntimeDep, SessionDep, TemporalDep, require
 from api.problems import Problem
 from core.security import Principal
+from core.settings import Settings
 from domain.access import Action
 from domain.cloudevents import OutboxEvent, to_cloudevent
 from domain.enums import Scope
@@ -23,6 +27,7 @@ from store.repositories import OutboxRepository, WebhookSubscriptionRepository, 
 from store.tables import WebhookSubscriptionRow
 from workflows.webhook_delivery import DeliveryInput, WebhookDeliveryWorkflow, workflow_id
 
+log = logging.getLogger("model_router.api")
 router = APIRouter(tags=["events"])
 
 Reader = Annotated[Principal, Depends(require(Scope.MODELS_READ, Action.READ_DEPLOYMENTS))]
@@ -163,20 +168,40 @@ async def create_subscription(
             event_types=list(body.event_types),
             delivered_position=start,
         )
+    try:
+        await _start_delivery(temporal, settings, principal.tenant_id, row, start)
+    except RPCError as exc:
+        # Temporal went away after the connect: nothing would ever deliver to this
+        # subscription, so it is not kept (it stayed listed as active, for good, beside a 500).
+        log.warning("webhook delivery start refused: %s", exc.status.name)
+        async with transaction(runtime.sessions) as session:
+            await WebhookSubscriptionRepository(session, principal.tenant_id).discard(
+                row.subscription_id
+            )
+        raise Problem(
+            503,
+            "Temporal did not take the subscription's delivery; it was not created. Retry.",
+            headers={"Retry-After": "5"},
+        ) from None
+    return CreatedSubscription(**_view(row).model_dump(), signing_secret=row.signing_secret)
+
+
+async def _start_delivery(
+    temporal: Client, settings: Settings, tenant_id: str, row: WebhookSubscriptionRow, start: int
+) -> None:
     await temporal.start_workflow(
         WebhookDeliveryWorkflow.run,
         DeliveryInput(
-            tenant_id=principal.tenant_id,
+            tenant_id=tenant_id,
             subscription_id=str(row.subscription_id),
             after=start,
             poll_interval_seconds=settings.webhook_poll_interval_seconds,
             retry_max_interval_seconds=settings.webhook_retry_max_interval_seconds,
             timeout_seconds=settings.webhook_timeout_seconds,
         ),
-        id=workflow_id(principal.tenant_id, str(row.subscription_id)),
+        id=workflow_id(tenant_id, str(row.subscription_id)),
         task_queue=settings.temporal_task_queue,
     )
-    return CreatedSubscription(**_view(row).model_dump(), signing_secret=row.signing_secret)
 
 
 @router.get(

@@ -1,0 +1,103 @@
+"""Temporal goes away after the API connected, and something that needs a workflow is asked
+for: its start is refused. The answer is a 503 saying so, and nothing is left behind that no
+workflow will ever serve.
+
+- An evaluation: its row used to be written before the start and stay Running for good, beside
+  a 500.
+- A webhook subscription: its row used to stay listed as active for good, with no delivery
+  workflow, beside a 500 (a retry made a second one)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlmodel import col, select
+
+from core.settings import Settings
+from store.tables import EvaluationRow, WebhookSubscriptionRow
+from tests.conftest import TokenFactory, free_port
+from tests.helpers.catalog import register
+from tests.helpers.stack import TemporalDevServer, serve, workers
+
+
+@pytest.fixture
+async def temporal_gone(
+    tmp_path: Path,
+    settings: Settings,
+    sessions: async_sessionmaker[AsyncSession],
+    token_for: TokenFactory,
+    tenant: str,
+) -> AsyncIterator[tuple[httpx.AsyncClient, dict[str, str], TemporalDevServer]]:
+    """The API and workers on a Temporal of this test's own: the test kills it when ready."""
+    dev = TemporalDevServer(tmp_path)
+    dev.start()
+    try:
+        await dev.wait_serving()
+        run = uuid.uuid4().hex[:8]
+        own = settings.model_copy(
+            update={
+                "temporal_address": dev.address,
+                "temporal_task_queue": f"refused-{run}",
+                "temporal_invocation_task_queue": f"refused-inv-{run}",
+            }
+        )
+        async with workers(own, sessions), serve(own) as api:
+            auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+            async with httpx.AsyncClient(base_url=api.url, timeout=120) as http:
+                yield http, auth, dev
+    finally:
+        dev.kill()
+
+
+async def test_an_evaluation_whose_start_is_refused_is_a_503_and_leaves_no_run(
+    temporal_gone: tuple[httpx.AsyncClient, dict[str, str], TemporalDevServer],
+    sessions: async_sessionmaker[AsyncSession],
+    tenant: str,
+) -> None:
+    http, auth, dev = temporal_gone
+    await register(http, auth, "es/sim")
+    dev.kill()
+    refused = await http.post(
+        "/factory/model-deployments/es/sim/evaluate",
+        headers={**auth, "Idempotency-Key": "eval-1"},
+    )
+    assert refused.status_code == 503, refused.text
+    assert "same key" in refused.json()["detail"]
+    async with sessions() as session:
+        rows = (
+            await session.scalars(
+                select(EvaluationRow).where(col(EvaluationRow.tenant_id) == tenant)
+            )
+        ).all()
+    assert rows == []
+
+
+async def test_a_subscription_whose_delivery_start_is_refused_is_a_503_and_not_kept(
+    temporal_gone: tuple[httpx.AsyncClient, dict[str, str], TemporalDevServer],
+    sessions: async_sessionmaker[AsyncSession],
+    tenant: str,
+) -> None:
+    http, auth, dev = temporal_gone
+    dev.kill()
+    refused = await http.post(
+        "/factory/webhook-subscriptions",
+        json={"url": f"http://127.0.0.1:{free_port()}/hook"},  # a receiver is never reached
+        headers=auth,
+    )
+    assert refused.status_code == 503, refused.text
+    assert refused.headers["Retry-After"] and "not created" in refused.json()["detail"]
+    assert (await http.get("/factory/webhook-subscriptions", headers=auth)).json() == []
+    async with sessions() as session:
+        rows = (
+            await session.scalars(
+                select(WebhookSubscriptionRow).where(
+                    col(WebhookSubscriptionRow.tenant_id) == tenant
+                )
+            )
+        ).all()
+    assert rows == []
