@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
@@ -62,14 +63,27 @@ async def post(
     headers: dict[str, str],
     seconds: float,
 ) -> httpx.Response:
-    """POST to the first of the target's addresses that answers, each given `seconds`."""
+    """POST to the first of the target's addresses that answers, each given `seconds` in all.
+
+    httpx's timeout bounds each phase (connect, each read), not the whole: a receiver that
+    drips a byte of its answer every few seconds held the POST, and its connection from the
+    pool every tenant's deliveries share, for as long as it liked while retries opened more.
+    """
     headers = {**headers, **target.headers}
     for url in target.urls[:-1]:
         try:
-            return await client.post(url, content=content, headers=headers, timeout=seconds)
+            return await _within(seconds, client.post(url, content=content, headers=headers))
         except httpx.ConnectError:
             continue
-    return await client.post(target.urls[-1], content=content, headers=headers, timeout=seconds)
+    return await _within(seconds, client.post(target.urls[-1], content=content, headers=headers))
+
+
+async def _within(seconds: float, request: Coroutine[Any, Any, httpx.Response]) -> httpx.Response:
+    try:
+        async with asyncio.timeout(seconds):
+            return await request
+    except TimeoutError:
+        raise httpx.ReadTimeout(f"the receiver took longer than {seconds:g} s in all") from None
 
 
 async def _resolve(target: httpx.URL, host: str) -> list[Address]:

@@ -5,6 +5,7 @@ named by host resolved, checked and reached at the address checked, with its own
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import uuid
 from datetime import UTC, datetime
@@ -79,6 +80,41 @@ async def test_a_named_receiver_is_reached_at_an_address_checked_with_its_host_h
     # HTTPS keeps the name: the certificate is checked against it, connections pool per host.
     named_tls = await pinned(f"https://localhost:{port}/x", LOOPBACK)
     assert (named_tls.urls, named_tls.headers) == ([f"https://localhost:{port}/x"], {})
+
+
+async def test_a_receiver_that_drips_its_answer_is_given_the_timeout_in_all() -> None:
+    """httpx's timeout is per read: a byte every half second kept the POST (and its pooled
+    connection) for the whole drip, here 30 s, and it came back a 200."""
+    port = free_port()
+    dripping = asyncio.Event()
+    writers: list[asyncio.StreamWriter] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.append(writer)
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 60\r\n\r\n")
+        dripping.set()
+        with contextlib.suppress(ConnectionError):
+            for _ in range(60):
+                if writer.is_closing():
+                    break
+                writer.write(b".")
+                await writer.drain()
+                await asyncio.sleep(0.5)  # the receiver's pace, not a wait for the test
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", port)
+    target = await pinned(f"http://127.0.0.1:{port}/hook", LOOPBACK)
+    try:
+        async with httpx.AsyncClient() as client:
+            with pytest.raises(httpx.TimeoutException, match="in all"):
+                await post(client, target, content=b"{}", headers={}, seconds=1.5)
+    finally:
+        server.close()
+        for writer in writers:  # the drip ends with the connection
+            writer.close()
+        await server.wait_closed()
+    assert dripping.is_set()
 
 
 async def test_delivery_checks_the_receiver_again_and_refuses_a_private_one(
