@@ -36,6 +36,18 @@ CASE_RETRY = RetryPolicy(
     non_retryable_error_types=["CannotRun"],
 )
 
+# Recording imports the evidence through the lifecycle (idempotent) and then stores the
+# evaluation's summary: retried while the store is away, up to 30 minutes in all. With five
+# attempts (15 s of backoff) a database restart of half a minute after the import marked the
+# evaluation Failed beside a deployment Evaluated on its evidence, the summary never stored.
+RECORD_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    non_retryable_error_types=["CannotRun"],
+)
+RECORD_IN_ALL = timedelta(minutes=30)
+
 
 def _reason(exc: ActivityError) -> str:
     cause = exc.cause
@@ -112,9 +124,8 @@ class EvaluateDeploymentWorkflow:
                 ),
                 result_type=str,
                 start_to_close_timeout=timedelta(minutes=2),
-                retry_policy=RetryPolicy(
-                    non_retryable_error_types=["CannotRun"], maximum_attempts=5
-                ),
+                schedule_to_close_timeout=RECORD_IN_ALL,
+                retry_policy=RECORD_RETRY,
             )
         except ActivityError as exc:
             await self._fail(data, _reason(exc))
@@ -145,9 +156,8 @@ class EvaluateDeploymentWorkflow:
                 ),
                 result_type=str,
                 start_to_close_timeout=timedelta(minutes=2),
-                retry_policy=RetryPolicy(
-                    non_retryable_error_types=["CannotRun"], maximum_attempts=5
-                ),
+                schedule_to_close_timeout=RECORD_IN_ALL,
+                retry_policy=RECORD_RETRY,
             )
         except ActivityError as exc:
             await self._fail(data, _reason(exc))
