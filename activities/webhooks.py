@@ -3,6 +3,7 @@ cursor. Delivery is at least once: the cursor moves only after the receiver said
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -16,6 +17,7 @@ from temporalio.exceptions import ApplicationError
 from activities.webhook_signing import sign
 from activities.webhook_targets import TargetRefused, pinned, post
 from activities.webhook_types import CursorInput, DeliverInput, Pending, PendingInput
+from core import metrics
 from domain.cloudevents import OutboxEvent, to_cloudevent
 from domain.webhook_targets import Network
 from store.db import transaction
@@ -70,22 +72,44 @@ class WebhookActivities:
             "webhook-timestamp": str(timestamp),
             "webhook-signature": sign(sub.signing_secret, data.event.event_id, timestamp, body),
         }
+        failure = await self._attempt(sub.url, body, headers, data.timeout_seconds)
+        if failure is None:
+            if sub.failing_since is not None:  # a write only when a failing streak ends
+                async with transaction(self._sessions) as session:
+                    await WebhookSubscriptionRepository(session, data.tenant_id).delivery_recovered(
+                        sub.subscription_id
+                    )
+            return
+        # Every failure is retried (with backoff, by the workflow's policy): a receiver that
+        # answers 4xx today may be fixed tomorrow, and order must not be broken by skipping.
+        # So that one refused event holding every later one is seen, the subscription says
+        # since when its delivery fails and why (its view, and the failures metric).
+        metrics.webhook_delivery_failures.add(1, {"tenant": data.tenant_id})
+        with contextlib.suppress(Exception):  # the store away: the retry is what matters
+            async with transaction(self._sessions) as session:
+                await WebhookSubscriptionRepository(session, data.tenant_id).delivery_failed(
+                    sub.subscription_id, failure
+                )
+        raise ApplicationError(failure)
+
+    async def _attempt(
+        self, url: str, body: bytes, headers: dict[str, str], seconds: float
+    ) -> str | None:
+        """One POST of the event; None when the receiver accepted it, else why not (a status
+        or an error type: never a body)."""
         try:
             # Resolved and checked again now (DNS rebinding); activities/webhook_targets.py says
             # how what is reached is what was checked.
-            target = await pinned(sub.url, self._allowed)
+            target = await pinned(url, self._allowed)
         except TargetRefused as exc:
-            raise ApplicationError(f"receiver refused: {exc}") from None
+            return f"receiver refused: {exc}"
         try:
-            resp = await post(
-                self._http, target, content=body, headers=headers, seconds=data.timeout_seconds
-            )
+            resp = await post(self._http, target, content=body, headers=headers, seconds=seconds)
         except httpx.HTTPError as exc:
-            raise ApplicationError(f"receiver unreachable: {type(exc).__name__}") from None
+            return f"receiver unreachable: {type(exc).__name__}"
         if resp.status_code >= 300:
-            # Every failure is retried (with backoff, by the workflow's policy): a receiver that
-            # answers 4xx today may be fixed tomorrow, and order must not be broken by skipping.
-            raise ApplicationError(f"receiver answered {resp.status_code}")
+            return f"receiver answered {resp.status_code}"
+        return None
 
     @activity.defn(name="webhook_advance")
     async def advance(self, data: CursorInput) -> None:

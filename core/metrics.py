@@ -182,6 +182,13 @@ probe_outcomes = Counter(_PREFIX + "probe.outcomes", "{probe}", "Health probes b
 receipts_reconciled = Counter(
     _PREFIX + "receipts_reconciled", "{receipt}", "Receipts settled from provider statements."
 )
+# Not in the spec's table: webhook delivery attempts the receiver refused or never answered
+# (each is retried, in order: a subscription counting these holds its later events).
+webhook_delivery_failures = Counter(
+    _PREFIX + "webhook_delivery_failures",
+    "{attempt}",
+    "Webhook delivery attempts that failed (by tenant); each is retried in order.",
+)
 # Not in the spec's table: what a reconciler run could not do, so that it can be alerted on
 # (the run itself completes and reports them in `failed_windows` / `failed_sources`): UTC days
 # whose window failed every attempt, and statement sources that stayed down, per run.
@@ -231,6 +238,7 @@ INSTRUMENTS: tuple[Instrument, ...] = (
     receipts_reconciled,
     reconcile_windows_failed,
     reconcile_sources_failed,
+    webhook_delivery_failures,
     attempts_abandoned,
     refusals,
     receipts_swept,

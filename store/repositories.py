@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, update
+from sqlalchemy import func, literal, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col, select
 
@@ -24,7 +24,9 @@ from store.tables import (
     ModelProfileRow,
     OAuthClient,
     OutboxEventRow,
+    UtcDateTime,
     WebhookSubscriptionRow,
+    utcnow,
 )
 
 
@@ -210,6 +212,28 @@ class WebhookSubscriptionRepository(TenantRepository):
             return False
         row.active = False
         return True
+
+    async def delivery_failed(self, subscription_id: uuid.UUID, reason: str) -> None:
+        """Count a refused or failed attempt; the streak's start is kept."""
+        since = col(WebhookSubscriptionRow.failing_since)
+        await self.session.execute(
+            update(WebhookSubscriptionRow)
+            .where(col(WebhookSubscriptionRow.tenant_id) == self.tenant_id)
+            .where(col(WebhookSubscriptionRow.subscription_id) == subscription_id)
+            .values(
+                failing_since=func.coalesce(since, literal(utcnow(), UtcDateTime())),
+                failed_attempts=col(WebhookSubscriptionRow.failed_attempts) + 1,
+                last_error=reason[:300],
+            )
+        )
+
+    async def delivery_recovered(self, subscription_id: uuid.UUID) -> None:
+        await self.session.execute(
+            update(WebhookSubscriptionRow)
+            .where(col(WebhookSubscriptionRow.tenant_id) == self.tenant_id)
+            .where(col(WebhookSubscriptionRow.subscription_id) == subscription_id)
+            .values(failing_since=None, failed_attempts=0, last_error=None)
+        )
 
     async def advance(self, subscription_id: uuid.UUID, position: int) -> None:
         """Move the delivery cursor forward, never back (a repeated write changes nothing)."""

@@ -341,6 +341,12 @@ class WebhookSubscriptionRow(SQLModel, table=True):
     delivered_position: int = Field(default=0, sa_type=sa.BigInteger)
     active: bool = True
     created_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
+    # The delivery failing now (every attempt is retried, in order): since when, how many
+    # attempts, and the last one's reason (a status or an error type, never a body). Cleared by
+    # the next delivery the receiver accepts.
+    failing_since: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
+    failed_attempts: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
+    last_error: str | None = Field(default=None, max_length=300)
 
 
 class TenantPolicyRow(SQLModel, table=True):

@@ -4,6 +4,7 @@ across a receiver outage."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -11,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col, select
 
+from core import metrics
 from store.outbox_horizon import MARGIN_SECONDS
 from store.tables import OutboxEventRow
 from tests.conftest import TokenFactory, free_port
@@ -71,10 +73,22 @@ async def test_webhook_receiver_down_then_back_gets_every_event_in_order(
     await eventually(lambda: len(receiver.received) == 1)
 
     # Down: the receiver answers 503 while events keep happening …
+    failures_before = metrics.webhook_delivery_failures.value({"tenant": tenant})
     receiver.failing = True
     await register(http, auth, "hook/b")
     await publish(http, auth, profile_event("hooked", ["hook/a"]))
     await eventually(lambda: receiver.refused_while_failing >= 2)
+
+    async def subscription() -> dict[str, Any]:
+        [listed] = (await http.get("/factory/webhook-subscriptions", headers=auth)).json()
+        return cast(dict[str, Any], listed)
+
+    async def shown_failing() -> bool:  # every attempt is retried in order: later events wait
+        sub = await subscription()
+        return sub["failedAttempts"] >= 2 and sub["lastError"] == "receiver answered 503"
+
+    await eventually(shown_failing)
+    assert (await subscription())["failingSince"] is not None
     # … then it is gone altogether (connection refused) …
     await receiver.stop()
     await register(http, auth, "hook/c")
@@ -103,6 +117,13 @@ async def test_webhook_receiver_down_then_back_gets_every_event_in_order(
 
     await eventually(lambda: delivered() == expected, timeout=30)
     assert receiver.bad_signatures == 0
+
+    async def shown_recovered() -> bool:
+        sub = await subscription()
+        return (sub["failingSince"], sub["failedAttempts"], sub["lastError"]) == (None, 0, None)
+
+    await eventually(shown_recovered)
+    assert metrics.webhook_delivery_failures.value({"tenant": tenant}) > failures_before
     # Order holds per aggregate (here: globally), duplicates only as repeats of the last one.
     positions = [int(e["sequence"]) for e in receiver.received]
     assert positions == sorted(positions)

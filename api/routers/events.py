@@ -120,6 +120,15 @@ class Subscription(BaseModel):
     delivered_position: int = Field(alias="deliveredPosition")
     active: bool
     created_at: datetime = Field(alias="createdAt")
+    failing_since: datetime | None = Field(
+        alias="failingSince",
+        description="Since when delivery has failed (each attempt is retried, in order: later "
+        "events wait); null while it succeeds",
+    )
+    failed_attempts: int = Field(alias="failedAttempts", description="Attempts failed since then")
+    last_error: str | None = Field(
+        alias="lastError", description="Why the last attempt failed: a status or an error type"
+    )
 
 
 class CreatedSubscription(Subscription):
@@ -136,6 +145,9 @@ def _view(row: WebhookSubscriptionRow) -> Subscription:
         delivered_position=row.delivered_position,
         active=row.active,
         created_at=row.created_at,
+        failing_since=row.failing_since,
+        failed_attempts=row.failed_attempts,
+        last_error=row.last_error,
     )
 
 
