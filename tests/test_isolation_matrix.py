@@ -21,6 +21,7 @@ from domain.enums import Role, Scope
 from providers.upstream import UpstreamServer
 from store.clients import upsert_client
 from tests.helpers.catalog import profile_event, publish, record_evidence, register
+from tests.helpers.deadline import eventually
 from tests.test_pricebook import revision
 
 
@@ -107,6 +108,13 @@ async def world(
         )
         assert chat.status_code == 200, chat.text
         ids["receipt"] = chat.headers["x-model-router-receipt-id"]
+
+        async def events_readable() -> bool:  # about a second after: store/outbox_horizon.py
+            feed = await http.get("/factory/events?limit=500", headers=a)
+            return ids["receipt"] in feed.text
+
+        # So that B's reads of the feed are asked when A's events are there to leak.
+        await eventually(events_readable, timeout=10, interval=0.1)
         yield World(http, a, b, ids)
         await http.delete(f"/factory/webhook-subscriptions/{ids['subscription']}", headers=a)
 
