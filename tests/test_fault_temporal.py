@@ -46,7 +46,14 @@ from tests.helpers.catalog import approved_profile
 from tests.helpers.deadline import UNBOUNDED, eventually
 from tests.helpers.receipt_reads import receipt_reads
 from tests.helpers.refused_close import RefusedClose, refused_close
-from tests.helpers.stack import Served, TemporalDevServer, serve, workers
+from tests.helpers.stack import (
+    Served,
+    TemporalDevServer,
+    on_own_temporal,
+    own_temporal,
+    serve,
+    workers,
+)
 
 PROFILE, MODEL = "temporal-fault", "temporal-fault-sim"
 
@@ -72,20 +79,17 @@ class Stack:
 def _settings(
     settings: Settings, dev: TemporalDevServer, bound: float, overlap: float, lead: int
 ) -> Settings:
-    run = uuid.uuid4().hex[:8]
-    return settings.model_copy(
-        update={
-            "temporal_address": dev.address,
-            "temporal_task_queue": f"tfault-{run}",
-            "temporal_invocation_task_queue": f"tfault-inv-{run}",
-            "invoke_start_wait_seconds": bound,
-            "invoke_start_overlap_seconds": overlap,
-            "invoke_answers_ahead": lead,
-            # A call held by the upstream (a hang, a stall) outlasts the start's bound here.
-            "invoke_first_byte_timeout_seconds": 60.0,
-            "invoke_first_token_timeout_seconds": 60.0,
-            "invoke_stream_idle_timeout_seconds": 60.0,
-        }
+    return on_own_temporal(
+        settings,
+        dev,
+        "tfault",
+        invoke_start_wait_seconds=bound,
+        invoke_start_overlap_seconds=overlap,
+        invoke_answers_ahead=lead,
+        # A call held by the upstream (a hang, a stall) outlasts the start's bound here.
+        invoke_first_byte_timeout_seconds=60.0,
+        invoke_first_token_timeout_seconds=60.0,
+        invoke_stream_idle_timeout_seconds=60.0,
     )
 
 
@@ -103,10 +107,7 @@ async def stack(
     (third, 0 when left out) the lead of answers over their starts come from the test's param.
     Most tests here watch an answer wait for its start, so they run with no lead."""
     bound, overlap, *lead = request.param
-    dev = TemporalDevServer(tmp_path)
-    dev.start()
-    try:
-        await dev.wait_serving()
+    async with own_temporal(tmp_path) as dev:
         own = _settings(settings, dev, bound, overlap, lead[0] if lead else 0)
         async with workers(own, sessions) as client, serve(own) as api:
             token = await token_for(tenant)
@@ -127,8 +128,6 @@ async def stack(
                     },
                 )
             yield Stack(dev, api, auth, token, bound, client)
-    finally:
-        dev.kill()
 
 
 async def _completed(sessions: async_sessionmaker[AsyncSession], tenant: str, key: str) -> bool:

@@ -30,7 +30,7 @@ from store.receipts import by_key
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import approved_profile
 from tests.helpers.deadline import eventually
-from tests.helpers.stack import Served, TemporalDevServer, serve, workers
+from tests.helpers.stack import Served, on_own_temporal, own_temporal, serve, workers
 from tests.helpers.tcp_proxy import SeverableProxy
 
 PROFILE, MODEL = "late-start", "late-start-sim"
@@ -59,22 +59,16 @@ async def stack(
     tenant: str,
     upstream: UpstreamServer,
 ) -> AsyncIterator[Stack]:
-    dev = TemporalDevServer(tmp_path)
-    dev.start()
-    try:
-        await dev.wait_serving()
-        run = uuid.uuid4().hex[:8]
-        own = settings.model_copy(
-            update={
-                "temporal_address": dev.address,
-                "temporal_task_queue": f"late-{run}",
-                "temporal_invocation_task_queue": f"late-inv-{run}",
-                "invoke_start_wait_seconds": BOUND,
-                "invoke_start_overlap_seconds": 0.0,  # every call waits for its start
-                "invoke_answers_ahead": 0,
-                "invoke_first_byte_timeout_seconds": 60.0,
-                "invoke_first_token_timeout_seconds": 60.0,
-            }
+    async with own_temporal(tmp_path) as dev:
+        own = on_own_temporal(
+            settings,
+            dev,
+            "late",
+            invoke_start_wait_seconds=BOUND,
+            invoke_start_overlap_seconds=0.0,  # every call waits for its start
+            invoke_answers_ahead=0,
+            invoke_first_byte_timeout_seconds=60.0,
+            invoke_first_token_timeout_seconds=60.0,
         )
         url = make_url(settings.database_url)
         assert url.host is not None and url.port is not None
@@ -114,8 +108,6 @@ async def stack(
                     },
                 )
             yield Stack(api, proxy, database, client, token)
-    finally:
-        dev.kill()
 
 
 async def _refused_while_replies_held(stack: Stack, sdk: openai.AsyncOpenAI, key: str) -> None:

@@ -9,7 +9,6 @@ workflow will ever serve.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from core.settings import Settings
 from store.tables import EvaluationRow, WebhookSubscriptionRow
 from tests.conftest import TokenFactory, free_port
 from tests.helpers.catalog import register
-from tests.helpers.stack import TemporalDevServer, serve, workers
+from tests.helpers.stack import TemporalDevServer, on_own_temporal, own_temporal, serve, workers
 
 
 @pytest.fixture
@@ -34,24 +33,12 @@ async def temporal_gone(
     tenant: str,
 ) -> AsyncIterator[tuple[httpx.AsyncClient, dict[str, str], TemporalDevServer]]:
     """The API and workers on a Temporal of this test's own: the test kills it when ready."""
-    dev = TemporalDevServer(tmp_path)
-    dev.start()
-    try:
-        await dev.wait_serving()
-        run = uuid.uuid4().hex[:8]
-        own = settings.model_copy(
-            update={
-                "temporal_address": dev.address,
-                "temporal_task_queue": f"refused-{run}",
-                "temporal_invocation_task_queue": f"refused-inv-{run}",
-            }
-        )
+    async with own_temporal(tmp_path) as dev:
+        own = on_own_temporal(settings, dev, "refused")
         async with workers(own, sessions), serve(own) as api:
             auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
             async with httpx.AsyncClient(base_url=api.url, timeout=120) as http:
                 yield http, auth, dev
-    finally:
-        dev.kill()
 
 
 async def test_an_evaluation_whose_start_is_refused_is_a_503_and_leaves_no_run(

@@ -10,9 +10,11 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
@@ -141,3 +143,30 @@ class TemporalDevServer:
             self._proc.kill()
             self._proc.wait(timeout=30)
         self._proc = None
+
+
+@contextlib.asynccontextmanager
+async def own_temporal(work: Path) -> AsyncIterator[TemporalDevServer]:
+    """A dev server of the test's own, serving, and killed after (the test may kill it first)."""
+    dev = TemporalDevServer(work)
+    dev.start()
+    try:
+        await dev.wait_serving()
+        yield dev
+    finally:
+        dev.kill()
+
+
+def on_own_temporal(
+    settings: Settings, dev: TemporalDevServer, prefix: str, **update: Any
+) -> Settings:
+    """The suite's settings on `dev`, with task queues of the test's own (`prefix`-…)."""
+    run = uuid.uuid4().hex[:8]
+    return settings.model_copy(
+        update={
+            "temporal_address": dev.address,
+            "temporal_task_queue": f"{prefix}-{run}",
+            "temporal_invocation_task_queue": f"{prefix}-inv-{run}",
+            **update,
+        }
+    )
