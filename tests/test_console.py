@@ -608,6 +608,11 @@ async def test_a_post_without_its_csrf_token_is_refused(
         refused = await session.post("/console/deployment/evaluate", evaluate)
         assert refused.status_code == 409, refused.text
         assert "is Retired; it cannot be evaluated" in refused.text
+        # One that does not exist is the console's 404, as the API's start refuses it.
+        missing = {**evaluate, "id": f"{target}-nowhere", "idempotency_key": "k-missing"}
+        refused = await session.post("/console/deployment/evaluate", missing)
+        assert refused.status_code == 404, refused.text
+        assert "No deployment" in refused.text
     finally:
         await session.close()
     body = (await http.get(f"/factory/model-deployments/{target}", headers=demo.auth)).json()

@@ -272,10 +272,7 @@ async def evaluate(
     _manage(operator)
     if not _KEY.match(idempotency_key):
         raise ConsoleError(400, "The form's idempotency key is malformed; reload the page.")
-    async with runtime.sessions() as session:
-        if await ModelDeploymentRepository(session, operator.tenant_id).get(id) is None:
-            raise ConsoleError(404, f"No deployment {id!r}.")
-    try:
+    try:  # evaluations.start owns the refusals (404, 409 Retired), as for the API
         await evaluations.start(
             await _temporal(runtime),
             runtime.sessions,
