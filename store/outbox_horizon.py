@@ -11,13 +11,17 @@ The horizon is the last position whose every predecessor is settled (committed o
 Any transaction still open began at or after the oldest open writing transaction's start, and
 took its positions after it began; so a position taken before that start, by the database's
 clock (`inserted_at`, `clock_timestamp()` as the row took it), has no open transaction below
-it. One second of margin covers the order of a row's two defaults and a small clock step. An
-open transaction whose start this role cannot see (another role's session) holds the horizon
-where it is, older than any row: better late than lost.
+it. One second of margin covers the order of a row's two defaults and a small clock step. The
+bound is never later than the reader's own transaction start (`now()`): PostgreSQL keeps the
+activity view it read for the rest of a transaction, and a writer begun after that read is not
+in it. Only client sessions of this database write the outbox (not autovacuum, not another
+database). An open writer whose start this role cannot see (another role's session, without
+`pg_read_all_stats`) or a prepared transaction stops the horizon at 0 until it ends: readers
+then get nothing new (better late than lost), and the read costs no scan.
 
-So an event is readable about a second after it is written, and an idle-in-transaction session
-that wrote (an operator's psql, a stuck process) holds every reader back until it ends.
-SQLite has one writer at a time: positions commit in order, and there is no horizon.
+So an event is readable about a second after it is written, and any session left in an open
+transaction that wrote (an operator's psql, a stuck process) holds every reader back until it
+ends. SQLite has one writer at a time: positions commit in order, and there is no horizon.
 """
 
 from __future__ import annotations
@@ -27,28 +31,29 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 MARGIN_SECONDS = 1.0
 
-# pg_stat_activity is read first in the reader's transaction (its statistics snapshot is then
-# kept for the transaction), and the rows after, by a later statement whose own snapshot sees
-# every transaction that was no longer open here.
+# The horizon first, the rows after it by a later statement, whose own snapshot sees every
+# transaction that was no longer open here. `now()` caps the bound wherever in its transaction
+# the reader asks (the activity view may be one read earlier in it).
 _HORIZON = sa.text(
     """
     WITH open_writers AS (
-        SELECT min(xact_start) AS oldest, bool_or(xact_start IS NULL) AS unseen
+        SELECT min(xact_start) AS oldest,
+               bool_or(xact_start IS NULL)
+               OR EXISTS (SELECT 1 FROM pg_prepared_xacts WHERE database = current_database())
+               AS unseen
         FROM pg_stat_activity
-        WHERE datname = current_database() AND backend_xid IS NOT NULL
-          AND pid <> pg_backend_pid()
-    ), bound AS (
-        SELECT CASE WHEN unseen THEN '-infinity'::timestamptz
-                    ELSE coalesce(oldest, clock_timestamp()) - make_interval(secs => :margin)
-               END AS settled_before
-        FROM open_writers
+        WHERE datname = current_database() AND backend_type = 'client backend'
+          AND backend_xid IS NOT NULL AND pid <> pg_backend_pid()
     )
-    SELECT coalesce((
-        SELECT position FROM outbox_events, bound
-        WHERE inserted_at IS NULL OR inserted_at < bound.settled_before
+    SELECT CASE WHEN unseen THEN 0 ELSE coalesce((
+        SELECT position FROM outbox_events
+        WHERE inserted_at IS NULL
+           OR inserted_at < least(coalesce(oldest, now()), now())
+                            - make_interval(secs => :margin)
         ORDER BY position DESC
         LIMIT 1
-    ), 0)
+    ), 0) END
+    FROM open_writers
     """
 ).bindparams(margin=MARGIN_SECONDS)
 

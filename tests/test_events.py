@@ -14,6 +14,7 @@ from sqlmodel import col, select
 
 from core import metrics
 from store.outbox_horizon import MARGIN_SECONDS
+from store.repositories import OutboxRepository
 from store.tables import OutboxEventRow
 from tests.conftest import TokenFactory, free_port
 from tests.helpers.catalog import profile_event, publish, register
@@ -327,3 +328,45 @@ async def test_an_event_whose_transaction_commits_late_is_not_passed_over(
         return await feed() == ["late/early", "late/later"]
 
     await eventually(both_in_order, timeout=10, interval=0.1)
+
+
+async def test_a_reader_asking_twice_in_one_transaction_still_waits_for_a_later_writer(
+    tenant: str, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    """PostgreSQL keeps the activity view a transaction read first: a writer begun after it is
+    not in it. Without the reader's own start as a cap, the horizon asked again in the same
+    transaction passed that writer's open position."""
+
+    def event(aggregate: str) -> OutboxEventRow:
+        return OutboxEventRow(
+            tenant_id=tenant,
+            event_type="DeploymentStateChanged",
+            topic="model-access.deployments.v1",
+            aggregate_type="ModelDeployment",
+            aggregate_id=aggregate,
+            payload={"toState": "Candidate"},
+        )
+
+    async with sessions() as reader, sessions() as slow, sessions() as quick:
+        outbox = OutboxRepository(reader, tenant)
+        assert await outbox.list_after(0) == []  # the reader's view of the activity is taken
+        early = event("stale/early")
+        slow.add(early)
+        await slow.flush()  # begun after that view; its position is taken, still open
+        quick.add(event("stale/later"))
+        await quick.commit()
+
+        async def later_well_past_the_margin() -> bool:
+            async with sessions() as s:
+                age = await s.scalar(
+                    sa.text(
+                        "SELECT clock_timestamp() - max(inserted_at) FROM outbox_events "
+                        "WHERE tenant_id = :t"
+                    ),
+                    {"t": tenant},
+                )
+            return age is not None and age > timedelta(seconds=2 * MARGIN_SECONDS)
+
+        await eventually(later_well_past_the_margin, timeout=10, interval=0.1)
+        assert await outbox.list_after(0) == []  # not the later one, ahead of the open one
+        await slow.commit()

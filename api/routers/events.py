@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from datetime import datetime
@@ -9,6 +10,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query, Response
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 from temporalio.service import RPCError
 
@@ -23,6 +25,7 @@ from domain.cloudevents import OutboxEvent, to_cloudevent
 from domain.enums import Scope
 from domain.events import TOPICS
 from store.db import transaction
+from store.outbox_horizon import settled_position
 from store.repositories import OutboxRepository, WebhookSubscriptionRepository, last_position
 from store.tables import WebhookSubscriptionRow
 from workflows.webhook_delivery import DeliveryInput, WebhookDeliveryWorkflow, workflow_id
@@ -173,7 +176,11 @@ async def create_subscription(
     async with transaction(runtime.sessions) as session:
         start = body.start_after
         if start is None:
+            # The end of the feed as readers see it: an event still being written below the
+            # last position is delivered (its transaction may commit after this one).
             start = await last_position(session, principal.tenant_id)
+            settled = await settled_position(session)
+            start = start if settled is None else min(start, settled)
         row = WebhookSubscriptionRepository(session, principal.tenant_id).add(
             url=str(body.url),
             signing_secret=new_secret(),
@@ -182,20 +189,27 @@ async def create_subscription(
         )
     try:
         await _start_delivery(temporal, settings, principal.tenant_id, row, start)
-    except RPCError as exc:
-        # Temporal went away after the connect: nothing would ever deliver to this
-        # subscription, so it is not kept (it stayed listed as active, for good, beside a 500).
+    except BaseException as exc:
+        # Nothing would ever deliver to this subscription (Temporal went away after the
+        # connect, or the request was cancelled), so it is not kept: it stayed listed as
+        # active, for good, beside a 500. A run the start did leave finds it gone and ends.
+        await asyncio.shield(_discard(runtime.sessions, principal.tenant_id, row))
+        if not isinstance(exc, RPCError):
+            raise
         log.warning("webhook delivery start refused: %s", exc.status.name)
-        async with transaction(runtime.sessions) as session:
-            await WebhookSubscriptionRepository(session, principal.tenant_id).discard(
-                row.subscription_id
-            )
         raise Problem(
             503,
             "Temporal did not take the subscription's delivery; it was not created. Retry.",
             headers={"Retry-After": "5"},
         ) from None
     return CreatedSubscription(**_view(row).model_dump(), signing_secret=row.signing_secret)
+
+
+async def _discard(
+    sessions: async_sessionmaker[AsyncSession], tenant_id: str, row: WebhookSubscriptionRow
+) -> None:
+    async with transaction(sessions) as session:
+        await WebhookSubscriptionRepository(session, tenant_id).discard(row.subscription_id)
 
 
 async def _start_delivery(
