@@ -152,12 +152,13 @@ class ReconciliationActivities:
 
     @activity.defn(name="reconcile_gauge")
     async def gauge(self, data: GaugeInput | None = None) -> dict[str, int]:
+        async with self._sessions() as session:
+            counts = await reconciliation.awaiting_by_provider(session)
+        metrics.set_usage_unknown(counts)
+        # Counted once the recount is in, so that a retry of it does not count them again.
         # None from a run scheduled before the input existed (its history has no argument).
         if data is not None:
             metrics.reconcile_windows_failed.add(data.failed_windows)
             for source in data.failed_sources:
                 metrics.reconcile_sources_failed.add(1, {"source": source})
-        async with self._sessions() as session:
-            counts = await reconciliation.awaiting_by_provider(session)
-        metrics.set_usage_unknown(counts)
         return counts

@@ -3,8 +3,8 @@ cursor. Delivery is at least once: the cursor moves only after the receiver said
 
 from __future__ import annotations
 
-import contextlib
 import json
+import logging
 import time
 import uuid
 from collections.abc import Sequence
@@ -23,6 +23,8 @@ from domain.webhook_targets import Network
 from store.db import transaction
 from store.repositories import OutboxRepository, WebhookSubscriptionRepository
 from store.tables import OutboxEventRow, WebhookSubscriptionRow
+
+log = logging.getLogger("model_router.worker")
 
 
 class WebhookActivities:
@@ -75,22 +77,30 @@ class WebhookActivities:
         failure = await self._attempt(sub.url, body, headers, data.timeout_seconds)
         if failure is None:
             if sub.failing_since is not None:  # a write only when a failing streak ends
-                async with transaction(self._sessions) as session:
-                    await WebhookSubscriptionRepository(session, data.tenant_id).delivery_recovered(
-                        sub.subscription_id
-                    )
+                # Not failing the delivery over it: the receiver has the event, and a retry
+                # would only send it again.
+                await self._note(data.tenant_id, sub, None)
             return
         # Every failure is retried (with backoff, by the workflow's policy): a receiver that
         # answers 4xx today may be fixed tomorrow, and order must not be broken by skipping.
         # So that one refused event holding every later one is seen, the subscription says
         # since when its delivery fails and why (its view, and the failures metric).
         metrics.webhook_delivery_failures.add(1, {"tenant": data.tenant_id})
-        with contextlib.suppress(Exception):  # the store away: the retry is what matters
-            async with transaction(self._sessions) as session:
-                await WebhookSubscriptionRepository(session, data.tenant_id).delivery_failed(
-                    sub.subscription_id, failure
-                )
+        await self._note(data.tenant_id, sub, failure)  # the store away: the retry matters more
         raise ApplicationError(failure)
+
+    async def _note(self, tenant_id: str, sub: WebhookSubscriptionRow, failure: str | None) -> None:
+        """Record a failed attempt (or the end of a failing streak) on the subscription, as far
+        as the store lets: a delivery is never failed or sent again over it."""
+        try:
+            async with transaction(self._sessions) as session:
+                subscriptions = WebhookSubscriptionRepository(session, tenant_id)
+                if failure is None:
+                    await subscriptions.delivery_recovered(sub.subscription_id)
+                else:
+                    await subscriptions.delivery_failed(sub.subscription_id, failure)
+        except Exception as exc:
+            log.warning("webhook delivery state not recorded: %s", type(exc).__name__)
 
     async def _attempt(
         self, url: str, body: bytes, headers: dict[str, str], seconds: float

@@ -8,10 +8,11 @@ for, and the SDK's stream helper, which takes each chunk's `usage` as the total,
 usage (a separate receipt chunk after it set the total back to None). A call cut after output
 ends with an explicit error, never a clean terminator.
 
-One tool call streams live; a call that begins while another streams is held and sent whole
-before the finish chunk. An OpenAI deployment may interleave the fragments of parallel calls,
-and the SDK's helper takes a call as done once a chunk of another index arrives: its
-`arguments.done` fired with half the arguments, and a strict tool's parse raised."""
+The first tool call streams live; every later one is held and sent whole before the finish
+chunk. An OpenAI deployment may interleave the fragments of parallel calls, and only the end
+says the first is done; the SDK's helper takes a call as done once a chunk of another index
+arrives: its `arguments.done` fired with half the arguments, and a strict tool's parse raised.
+A client runs tools once the message has ended, so holding them costs it nothing."""
 
 from __future__ import annotations
 
@@ -75,7 +76,9 @@ class ChatChunks:
 
     async def end(self, summary: InvocationSummary) -> bytes:
         out = self._held_calls()
-        last = chunk(self._id, self._profile, {}, self._finish or "stop")
+        # No Finish seen (none is expected on a completed call): the reason its output says.
+        unsaid = "stop" if self._live_call is None else "tool_calls"
+        last = chunk(self._id, self._profile, {}, self._finish or unsaid)
         if self._include_usage:
             out += sse.line(last)
             usage = usage_body(summary.input_tokens, summary.output_tokens)
