@@ -181,7 +181,9 @@ async def run(settings: Settings) -> None:
                 otlp_interval_seconds=settings.otlp_export_interval_seconds,
             )
             host, port = settings.worker_metrics_host, settings.worker_metrics_port
-            await stack.enter_async_context(MetricsServer(host, port, registry, recount))
+            await stack.enter_async_context(
+                MetricsServer(host, port, registry, recount, settings.metrics_token)
+            )
             log.info("worker metrics on http://%s:%s/metrics", host, port)
         await stack.enter_async_context(worker)
         await stack.enter_async_context(invocations)

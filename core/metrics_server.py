@@ -1,7 +1,8 @@
 """The worker's own `GET /metrics` (Prometheus text) on `WORKER_METRICS_HOST:PORT`: probes,
 the reconciler and finished invocations record their metrics in the worker, which serves no
 API. Before each scrape `before_scrape` runs (the worker recounts usage_unknown from the
-store). uvicorn logs through the process's own (JSON) logging."""
+store). With a token (`MODEL_ROUTER_METRICS_TOKEN`) a scrape must carry it
+(core/scrape_auth.py). uvicorn logs through the process's own (JSON) logging."""
 
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ from types import TracebackType
 import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
+from pydantic import SecretStr
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+
+from core.scrape_auth import scrape_allowed
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +32,15 @@ class MetricsServer:
         port: int,
         registry: CollectorRegistry,
         before_scrape: Callable[[], Awaitable[None]],
+        token: SecretStr | None = None,
     ) -> None:
-        async def scrape(_: Request) -> Response:
+        async def scrape(request: Request) -> Response:
+            if not scrape_allowed(request.headers.get("authorization"), token):
+                return Response(
+                    "GET /metrics takes the metrics token as a bearer token.\n",
+                    status_code=401,
+                    headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
+                )
             try:
                 await before_scrape()
             except Exception as exc:  # a scrape still answers with what the process has

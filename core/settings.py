@@ -298,6 +298,11 @@ class Settings(BaseSettings):
         default=False, description="LogContent: reserved; refused outside development/test."
     )
     metrics_enabled: bool = Field(default=True, description="Serve GET /metrics (Prometheus).")
+    metrics_token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token every GET /metrics (API and worker) requires; unset: open, "
+        "for a port only the scraper reaches (core/scrape_auth.py).",
+    )
     # The worker's own GET /metrics: 0 turns it off (OTLP push still works without it).
     worker_metrics_host: str = "127.0.0.1"
     worker_metrics_port: int = Field(default=9464, ge=0, le=65535)

@@ -16,16 +16,18 @@ from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 from temporalio.client import Client
 
 from core import metrics
 from core.logging import JsonFormatter
+from core.metrics_server import MetricsServer
 from core.settings import Settings
 from providers.upstream import UpstreamServer
-from tests.conftest import TokenFactory
+from tests.conftest import TokenFactory, free_port
 from tests.helpers.catalog import profile_event, publish, record_evidence, register
 from tests.helpers.collector import collector
+from tests.helpers.stack import serve
 
 PREFIX = "connectsoft_factory_model_gateway_"
 
@@ -80,6 +82,39 @@ async def test_metrics_endpoint_exposes_every_spec_instrument(http: httpx.AsyncC
     assert len(gauge) == 1 and gauge[0].endswith(" 0.0")
     # Not in the OpenAPI document: it is an operations endpoint, not part of the API.
     assert "/metrics" not in (await http.get("/openapi.json")).json()["paths"]
+
+
+async def test_with_a_metrics_token_only_a_scrape_carrying_it_reads_the_series(
+    settings: Settings,
+) -> None:
+    """The series name tenants and their traffic: on a port callers reach, any caller read
+    every tenant's. With the token set, the API's and the worker's /metrics take it alone."""
+    token = SecretStr(f"scrape-{uuid.uuid4().hex}")
+    right = {"Authorization": f"Bearer {token.get_secret_value()}"}
+    wrong = [{}, {"Authorization": "Bearer nope"}, {"Authorization": token.get_secret_value()}]
+    metrics.denials.add(1, {"tenant": "t-scraped", "reason": "budget"})
+
+    async with serve(settings.model_copy(update={"metrics_token": token})) as api:
+        async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
+            for headers in wrong:
+                refused = await http.get("/metrics", headers=headers)
+                assert refused.status_code == 401, headers
+                assert refused.headers["www-authenticate"].startswith("Bearer")
+                assert "t-scraped" not in refused.text
+            scraped = await http.get("/metrics", headers=right)
+    assert scraped.status_code == 200 and 'tenant="t-scraped"' in scraped.text
+
+    async def nothing() -> None:
+        return None
+
+    port = free_port()
+    registry = metrics.configure_exporters()
+    async with MetricsServer("127.0.0.1", port, registry, nothing, token):
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+            for headers in wrong:
+                assert (await http.get("/metrics", headers=headers)).status_code == 401
+            scraped = await http.get("/metrics", headers=right)
+    assert scraped.status_code == 200 and 'tenant="t-scraped"' in scraped.text
 
 
 async def test_an_invocation_shows_in_metrics_and_in_json_logs_without_content(
