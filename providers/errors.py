@@ -57,6 +57,16 @@ _TRANSIENT = frozenset(
 
 _REASON_LIMIT = 300
 _CREDENTIALS = re.compile(r"(sk-[A-Za-z0-9_*.-]{4,}|(?i:bearer)\s+\S+|key[-_][A-Za-z0-9]{8,})")
+# What a provider's message may quote of the request: a validation error's `input_value=…`
+# (pydantic's words, which OpenAI-compatible servers such as vLLM pass on, with up to 50
+# characters of the offending value: a message's text), and any longer quoted run (an
+# apostrophe inside a word opens none). The reason goes to the receipt and its events, so it
+# must carry no prompt. Field names, types, limits and counts, which an operator needs, stay.
+_QUOTED = re.compile(
+    r"input_value=(?:'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|\{[^}]*\}?|[^,\]\s]*)"
+    r"|(?<!\w)'(?:[^'\\]|\\.){25,}'(?!\w)"
+    r'|"(?:[^"\\]|\\.){25,}"'
+)
 
 
 class ProviderError(Exception):
@@ -117,12 +127,19 @@ def _rebuild(state: dict[str, Any]) -> ProviderError:
 
 def clean_reason(reason: str | None) -> str | None:
     """A provider's message as the receipt's story and the caller's error tell it: one line,
-    credentials redacted, bounded, and text (domain/text.as_text: half a surrogate pair made the
-    caller's error a 500 and failed the workflow's result)."""
+    credentials and what it quotes of the request redacted, bounded, and text
+    (domain/text.as_text: half a surrogate pair made the caller's error a 500 and failed the
+    workflow's result)."""
     if not reason:
         return None
     text = _CREDENTIALS.sub("[redacted]", " ".join(as_text(str(reason)).split()))
+    text = _QUOTED.sub(_unquoted, text)
     return text if len(text) <= _REASON_LIMIT else text[: _REASON_LIMIT - 1] + "…"
+
+
+def _unquoted(found: re.Match[str]) -> str:
+    quote = found.group(0)
+    return "input_value=[request text]" if quote.startswith("input_value=") else "[quoted text]"
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:

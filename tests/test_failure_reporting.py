@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from core import metrics
+from domain.invocation import invoke_workflow_id
 from providers.upstream import Fault, FaultKind, UpstreamServer
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import approved_deployment, profile_event, publish
@@ -222,3 +223,32 @@ async def test_replaced_attempts_a_provider_may_bill_are_counted(
     row = await _receipt(sessions, tenant, key)
     assert (row.deployment_id, row.usage_status) == ("fr/a", "Unknown")
     assert metrics.attempts_abandoned.value(timeouts) == before + 1
+
+
+async def test_what_a_providers_error_quotes_of_the_request_is_not_kept_or_passed_on(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+    tenant: str,
+    temporal_client: Client,
+) -> None:
+    """An OpenAI-compatible server (vLLM, say) passes on pydantic's words, quoting up to 50
+    characters of the offending value: the prompt. The reason went into the workflow's history
+    and the caller's error as it was."""
+    quoted = (
+        "1 validation error for ChatCompletionRequest messages.0.content Input should be a "
+        f"valid string [type=string_type, input_value='{LONG[:50]}', input_type=str]; "
+        f'the prompt "{LONG[60:120]}" was flagged'
+    )
+    upstream.inject(A, Fault(kind=FaultKind.CONTENT_POLICY, message=quoted, times=1))
+    resp, key = await _call(http, auth, "fr-solo")
+    assert resp.status_code == 400, resp.text
+    row = await _receipt(sessions, tenant, key)
+    # The workflow's result (history) carries the call's summary, the reason in it.
+    run = temporal_client.get_workflow_handle(invoke_workflow_id(tenant, row.invocation_id))
+    summary = json.dumps(await run.result())
+    for told in (resp.text, summary):
+        assert "word1 " not in told and "word12 " not in told, told
+        # What an operator needs of it stays: the field, the type of error.
+        assert "messages.0.content" in told and "type=string_type" in told, told
