@@ -274,6 +274,34 @@ async def test_a_subscription_url_longer_than_its_column_once_normalised_is_a_42
     assert created.json()["url"] == longest
 
 
+def _event(tenant: str, aggregate: str) -> OutboxEventRow:
+    return OutboxEventRow(
+        tenant_id=tenant,
+        event_type="DeploymentStateChanged",
+        topic="model-access.deployments.v1",
+        aggregate_type="ModelDeployment",
+        aggregate_id=aggregate,
+        payload={"toState": "Candidate"},
+    )
+
+
+async def _past_the_margin(sessions: async_sessionmaker[AsyncSession], position: int) -> None:
+    """Until the row at `position` was written well over the horizon's margin ago (by the
+    database's clock): by then, without its wait, a reader would have passed it."""
+
+    async def old_enough() -> bool:
+        async with sessions() as s:
+            age = await s.scalar(
+                sa.text(
+                    "SELECT clock_timestamp() - inserted_at FROM outbox_events WHERE position = :p"
+                ),
+                {"p": position},
+            )
+        return age is not None and age > timedelta(seconds=2 * MARGIN_SECONDS)
+
+    await eventually(old_enough, timeout=10, interval=0.1)
+
+
 async def test_an_event_whose_transaction_commits_late_is_not_passed_over(
     http: httpx.AsyncClient,
     auth: dict[str, str],
@@ -285,42 +313,21 @@ async def test_an_event_whose_transaction_commits_late_is_not_passed_over(
     returned the later one moved its cursor past the earlier, and never saw it (a webhook
     subscription's cursor reads the same way)."""
 
-    def event(aggregate: str) -> OutboxEventRow:
-        return OutboxEventRow(
-            tenant_id=tenant,
-            event_type="DeploymentStateChanged",
-            topic="model-access.deployments.v1",
-            aggregate_type="ModelDeployment",
-            aggregate_id=aggregate,
-            payload={"toState": "Candidate"},
-        )
-
     async def feed() -> list[str]:
         page = (await http.get("/factory/events", headers=auth)).json()
         return [e["subject"] for e in page["events"]]
 
     async with sessions() as slow, sessions() as quick:
-        early = event("late/early")
+        early = _event(tenant, "late/early")
         slow.add(early)
         await slow.flush()  # its position is taken; its transaction stays open
-        later = event("late/later")
+        later = _event(tenant, "late/later")
         quick.add(later)
         await quick.commit()
         assert early.position is not None and later.position is not None
         assert early.position < later.position
 
-        async def later_well_past_the_margin() -> bool:
-            async with sessions() as s:
-                age = await s.scalar(
-                    sa.text(
-                        "SELECT clock_timestamp() - inserted_at FROM outbox_events "
-                        "WHERE position = :p"
-                    ),
-                    {"p": later.position},
-                )
-            return age is not None and age > timedelta(seconds=2 * MARGIN_SECONDS)
-
-        await eventually(later_well_past_the_margin, timeout=10, interval=0.1)
+        await _past_the_margin(sessions, later.position)
         assert await feed() == []  # the later event waits for the earlier one's transaction
         await slow.commit()
 
@@ -337,36 +344,17 @@ async def test_a_reader_asking_twice_in_one_transaction_still_waits_for_a_later_
     not in it. Without the reader's own start as a cap, the horizon asked again in the same
     transaction passed that writer's open position."""
 
-    def event(aggregate: str) -> OutboxEventRow:
-        return OutboxEventRow(
-            tenant_id=tenant,
-            event_type="DeploymentStateChanged",
-            topic="model-access.deployments.v1",
-            aggregate_type="ModelDeployment",
-            aggregate_id=aggregate,
-            payload={"toState": "Candidate"},
-        )
-
     async with sessions() as reader, sessions() as slow, sessions() as quick:
         outbox = OutboxRepository(reader, tenant)
         assert await outbox.list_after(0) == []  # the reader's view of the activity is taken
-        early = event("stale/early")
+        early = _event(tenant, "stale/early")
         slow.add(early)
         await slow.flush()  # begun after that view; its position is taken, still open
-        quick.add(event("stale/later"))
+        later = _event(tenant, "stale/later")
+        quick.add(later)
         await quick.commit()
+        assert later.position is not None
 
-        async def later_well_past_the_margin() -> bool:
-            async with sessions() as s:
-                age = await s.scalar(
-                    sa.text(
-                        "SELECT clock_timestamp() - max(inserted_at) FROM outbox_events "
-                        "WHERE tenant_id = :t"
-                    ),
-                    {"t": tenant},
-                )
-            return age is not None and age > timedelta(seconds=2 * MARGIN_SECONDS)
-
-        await eventually(later_well_past_the_margin, timeout=10, interval=0.1)
+        await _past_the_margin(sessions, later.position)
         assert await outbox.list_after(0) == []  # not the later one, ahead of the open one
         await slow.commit()

@@ -20,7 +20,7 @@ from temporalio.client import Client
 from api.problems import Problem
 from api.temporal_gate import Asked, TemporalGate
 from tests.helpers.deadline import eventually
-from tests.helpers.stack import TemporalDevServer
+from tests.helpers.stack import TemporalDevServer, own_temporal
 
 WAIT = 30.0  # the start's bound: never reached here
 
@@ -108,13 +108,8 @@ async def test_no_window_means_every_call_waits_for_its_start(temporal_client: C
 @pytest.fixture
 async def own_server(tmp_path: Path) -> AsyncIterator[TemporalDevServer]:
     """A dev server of this test's own, for a test that kills it."""
-    dev = TemporalDevServer(tmp_path)
-    dev.start()
-    try:
-        await dev.wait_serving()
+    async with own_temporal(tmp_path) as dev:
         yield dev
-    finally:
-        dev.kill()
 
 
 @contextlib.asynccontextmanager
