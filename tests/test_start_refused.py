@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from sqlmodel import col, select
+from sqlmodel import select
 
 from core.settings import Settings
 from store.tables import EvaluationRow, WebhookSubscriptionRow
@@ -41,6 +42,16 @@ async def temporal_gone(
                 yield http, auth, dev
 
 
+async def _kept(
+    sessions: async_sessionmaker[AsyncSession],
+    table: type[EvaluationRow] | type[WebhookSubscriptionRow],
+    tenant: str,
+) -> list[Any]:
+    """The tenant's rows of `table` left in the store."""
+    async with sessions() as session:
+        return list((await session.scalars(select(table).where(table.tenant_id == tenant))).all())
+
+
 async def test_an_evaluation_whose_start_is_refused_is_a_503_and_leaves_no_run(
     temporal_gone: tuple[httpx.AsyncClient, dict[str, str], TemporalDevServer],
     sessions: async_sessionmaker[AsyncSession],
@@ -55,13 +66,7 @@ async def test_an_evaluation_whose_start_is_refused_is_a_503_and_leaves_no_run(
     )
     assert refused.status_code == 503, refused.text
     assert "same key" in refused.json()["detail"]
-    async with sessions() as session:
-        rows = (
-            await session.scalars(
-                select(EvaluationRow).where(col(EvaluationRow.tenant_id) == tenant)
-            )
-        ).all()
-    assert rows == []
+    assert await _kept(sessions, EvaluationRow, tenant) == []
 
 
 async def test_a_subscription_whose_delivery_start_is_refused_is_a_503_and_not_kept(
@@ -79,12 +84,4 @@ async def test_a_subscription_whose_delivery_start_is_refused_is_a_503_and_not_k
     assert refused.status_code == 503, refused.text
     assert refused.headers["Retry-After"] and "not created" in refused.json()["detail"]
     assert (await http.get("/factory/webhook-subscriptions", headers=auth)).json() == []
-    async with sessions() as session:
-        rows = (
-            await session.scalars(
-                select(WebhookSubscriptionRow).where(
-                    col(WebhookSubscriptionRow.tenant_id) == tenant
-                )
-            )
-        ).all()
-    assert rows == []
+    assert await _kept(sessions, WebhookSubscriptionRow, tenant) == []
