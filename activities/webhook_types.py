@@ -14,16 +14,33 @@ class PendingInput(BaseModel):
     limit: int = 50
 
 
+class DeliverySettings(BaseModel):
+    """The worker's webhook settings as they are now. A subscription's workflow runs as long as
+    the subscription does, so it takes them from every `webhook_pending` rather than keeping
+    the ones it was started with: a deploy that changes them reaches running subscriptions at
+    their next poll, not only new ones."""
+
+    poll_interval_seconds: float
+    retry_max_interval_seconds: float
+    timeout_seconds: float
+
+
 class Pending(BaseModel):
     active: bool
     events: list[OutboxEvent]
     scanned_to: int
+    # None in histories recorded before workers reported their settings: the workflow then
+    # keeps its own, as those runs did.
+    delivery: DeliverySettings | None = None
 
 
 class DeliverInput(BaseModel):
     tenant_id: str
     subscription_id: str
     event: OutboxEvent
+    # The timeout the workflow knew when it scheduled the delivery. The activity bounds the POST
+    # by its worker's current setting instead (within the time the attempt has), so that raising
+    # the setting reaches an event already being retried, whose input is fixed.
     timeout_seconds: float
 
 

@@ -16,7 +16,13 @@ from temporalio.exceptions import ApplicationError
 
 from activities.webhook_signing import sign
 from activities.webhook_targets import TargetRefused, pinned, post
-from activities.webhook_types import CursorInput, DeliverInput, Pending, PendingInput
+from activities.webhook_types import (
+    CursorInput,
+    DeliverInput,
+    DeliverySettings,
+    Pending,
+    PendingInput,
+)
 from core import metrics
 from domain.cloudevents import OutboxEvent, to_cloudevent
 from domain.webhook_targets import Network
@@ -26,16 +32,22 @@ from store.tables import OutboxEventRow, WebhookSubscriptionRow
 
 log = logging.getLogger("model_router.worker")
 
+# What an attempt keeps of its Temporal timeout for the rest of its work once the POST is bounded
+# (reading the subscription, noting a failure): both are single statements.
+_ATTEMPT_MARGIN_SECONDS = 1.0
+
 
 class WebhookActivities:
     def __init__(
         self,
         sessions: async_sessionmaker[AsyncSession],
         http: httpx.AsyncClient,
+        delivery: DeliverySettings,
         allowed_private_networks: Sequence[Network] = (),
     ) -> None:
         self._sessions = sessions
         self._http = http
+        self._delivery = delivery
         self._allowed = list(allowed_private_networks)
 
     async def _subscription(
@@ -48,7 +60,9 @@ class WebhookActivities:
         async with self._sessions() as session:
             sub = await self._subscription(session, data.tenant_id, data.subscription_id)
             if sub is None or not sub.active:
-                return Pending(active=False, events=[], scanned_to=data.after)
+                return Pending(
+                    active=False, events=[], scanned_to=data.after, delivery=self._delivery
+                )
             rows = await OutboxRepository(session, data.tenant_id).list_after(
                 max(data.after, sub.delivered_position), data.limit
             )
@@ -58,6 +72,7 @@ class WebhookActivities:
             events=[_event(r) for r in rows if not wanted or r.event_type in wanted],
             # The cursor passes events the subscriber did not ask for, too.
             scanned_to=int(rows[-1].position or 0) if rows else data.after,
+            delivery=self._delivery,
         )
 
     @activity.defn(name="webhook_deliver")
@@ -74,7 +89,7 @@ class WebhookActivities:
             "webhook-timestamp": str(timestamp),
             "webhook-signature": sign(sub.signing_secret, data.event.event_id, timestamp, body),
         }
-        failure = await self._attempt(sub.url, body, headers, data.timeout_seconds)
+        failure = await self._attempt(sub.url, body, headers, self._post_seconds())
         if failure is None:
             if sub.failing_since is not None:  # a write only when a failing streak ends
                 # Not failing the delivery over it: the receiver has the event, and a retry
@@ -88,6 +103,17 @@ class WebhookActivities:
         metrics.webhook_delivery_failures.add(1, {"tenant": data.tenant_id})
         await self._note(data.tenant_id, sub, failure)  # the store away: the retry matters more
         raise ApplicationError(failure)
+
+    def _post_seconds(self) -> float:
+        """The worker's delivery timeout now, within what this attempt was scheduled with: an
+        event retried since before a deploy keeps its old schedule, and a POST running past it
+        would be abandoned by Temporal with the failure unnoted."""
+        seconds = self._delivery.timeout_seconds
+        scheduled = activity.info().start_to_close_timeout if activity.in_activity() else None
+        if scheduled is not None:
+            room = scheduled.total_seconds() - _ATTEMPT_MARGIN_SECONDS
+            seconds = min(seconds, max(room, _ATTEMPT_MARGIN_SECONDS))
+        return seconds
 
     async def _note(self, tenant_id: str, sub: WebhookSubscriptionRow, failure: str | None) -> None:
         """Record a failed attempt (or the end of a failing streak) on the subscription, as far

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.exceptions import ApplicationError
 
 from activities.webhook_targets import TargetRefused, pinned, post
-from activities.webhook_types import DeliverInput
+from activities.webhook_types import DeliverInput, DeliverySettings
 from activities.webhooks import WebhookActivities
 from domain.cloudevents import OutboxEvent
 from domain.webhook_targets import refusal
@@ -141,7 +141,14 @@ async def test_delivery_checks_the_receiver_again_and_refuses_a_private_one(
         occurred_at=datetime.now(UTC),
     )
     async with httpx.AsyncClient() as client:
-        activities = WebhookActivities(sessions, client, LOOPBACK)
+        activities = WebhookActivities(
+            sessions,
+            client,
+            DeliverySettings(
+                poll_interval_seconds=1, retry_max_interval_seconds=1, timeout_seconds=30
+            ),
+            LOOPBACK,
+        )
         # Refused before any connection: unchecked, the POST would wait out its 30 s timeout
         # on an address that does not answer.
         with pytest.raises(ApplicationError, match="receiver refused: the host resolves to an"):

@@ -14,7 +14,13 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from activities.webhook_types import CursorInput, DeliverInput, Pending, PendingInput
+    from activities.webhook_types import (
+        CursorInput,
+        DeliverInput,
+        DeliverySettings,
+        Pending,
+        PendingInput,
+    )
 
 ITERATIONS_PER_RUN = 300
 
@@ -23,6 +29,8 @@ class DeliveryInput(BaseModel):
     tenant_id: str
     subscription_id: str
     after: int = 0
+    # The settings at the subscription's creation (or this run's start), until the first
+    # `webhook_pending` reports the worker's current ones.
     poll_interval_seconds: float = 2.0
     retry_max_interval_seconds: float = 60.0
     timeout_seconds: float = 10.0
@@ -37,10 +45,10 @@ class WebhookDeliveryWorkflow:
     @workflow.run
     async def run(self, data: DeliveryInput) -> None:
         after = data.after
-        retry = RetryPolicy(
-            initial_interval=timedelta(milliseconds=500),
-            backoff_coefficient=2.0,
-            maximum_interval=timedelta(seconds=data.retry_max_interval_seconds),
+        delivery = DeliverySettings(
+            poll_interval_seconds=data.poll_interval_seconds,
+            retry_max_interval_seconds=data.retry_max_interval_seconds,
+            timeout_seconds=data.timeout_seconds,
         )
         for _ in range(ITERATIONS_PER_RUN):
             pending: Pending = await workflow.execute_activity(
@@ -53,6 +61,14 @@ class WebhookDeliveryWorkflow:
             )
             if not pending.active:
                 return
+            # A deploy's new settings reach this subscription here (activities/webhook_types.py);
+            # histories from before carry none, and replay as they ran.
+            delivery = pending.delivery or delivery
+            retry = RetryPolicy(
+                initial_interval=timedelta(milliseconds=500),
+                backoff_coefficient=2.0,
+                maximum_interval=timedelta(seconds=delivery.retry_max_interval_seconds),
+            )
             for event in pending.events:
                 await workflow.execute_activity(
                     "webhook_deliver",
@@ -60,9 +76,9 @@ class WebhookDeliveryWorkflow:
                         tenant_id=data.tenant_id,
                         subscription_id=data.subscription_id,
                         event=event,
-                        timeout_seconds=data.timeout_seconds,
+                        timeout_seconds=delivery.timeout_seconds,
                     ),
-                    start_to_close_timeout=timedelta(seconds=data.timeout_seconds + 5),
+                    start_to_close_timeout=timedelta(seconds=delivery.timeout_seconds + 5),
                     retry_policy=retry,
                 )
             if pending.scanned_to > after:
@@ -77,7 +93,7 @@ class WebhookDeliveryWorkflow:
                     start_to_close_timeout=timedelta(seconds=15),
                 )
             else:
-                await workflow.sleep(timedelta(seconds=data.poll_interval_seconds))
+                await workflow.sleep(timedelta(seconds=delivery.poll_interval_seconds))
             if workflow.info().is_continue_as_new_suggested():
                 break
-        workflow.continue_as_new(data.model_copy(update={"after": after}))
+        workflow.continue_as_new(data.model_copy(update={"after": after, **delivery.model_dump()}))

@@ -25,6 +25,8 @@ class Receiver:
     port: int
     secret: str = ""
     failing: bool = False
+    # Seconds the receiver takes before it answers a delivery, as a slow one does.
+    delay: float = 0.0
     received: list[dict[str, Any]] = field(default_factory=list)
     # The same deliveries as the CloudEvents SDK reads them.
     events: list[BaseCloudEvent] = field(default_factory=list)
@@ -35,6 +37,8 @@ class Receiver:
 
     async def _hook(self, request: Request) -> Response:
         body = await request.body()
+        if self.delay:
+            await asyncio.sleep(self.delay)
         if self.failing:
             self.refused_while_failing += 1
             return Response(status_code=503)

@@ -1,0 +1,36 @@
+"""Workflows that run for as long as what they serve must replay the histories recorded before a
+change to them. A WebhookDelivery runs as long as its subscription (continue-as-new keeps the
+history short, not the run): a deploy that changed its commands without `workflow.patched`
+would fail every running subscription's next workflow task as non-deterministic.
+
+The histories in tests/histories/ were recorded with the workflow as it was before the change
+named in the file's name (stub activities: a replay runs the workflow's code alone). Add one
+whenever such a workflow changes shape, and keep the old ones."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.worker import Replayer
+
+from core.payload_converter import data_converter
+from workflows.webhook_delivery import WebhookDeliveryWorkflow
+
+HISTORIES = Path(__file__).parent / "histories"
+
+
+@pytest.mark.parametrize(
+    "recorded",
+    # Before `webhook_pending` reported the worker's delivery settings (its result has none).
+    ["webhook_delivery_before_settings.json"],
+)
+async def test_recorded_webhook_delivery_histories_replay(recorded: str) -> None:
+    text = (HISTORIES / recorded).read_text()
+    started = json.loads(text)["events"][0]["workflowExecutionStartedEventAttributes"]
+    assert started["workflowType"]["name"] == "WebhookDelivery"
+    history = WorkflowHistory.from_json("webhook/recorded", text)
+    replayer = Replayer(workflows=[WebhookDeliveryWorkflow], data_converter=data_converter)
+    await replayer.replay_workflow(history)
