@@ -58,7 +58,6 @@ from domain.invocation import (
 from domain.planner import PlanRequest
 from routing.refusals import PolicyDenied, Refusal, RunPlannedForOtherData
 from routing.routes import Route, Routes
-from store.outage import StatementUnanswered
 from store.receipt_statements import Claim
 from store.tables import InvocationReceiptRow
 
@@ -220,8 +219,14 @@ class Invocations:
             if not route.checked:
                 return await statements.claim_at(data, first, route.catalog_version, at)
             return Claim.CLAIMED if await statements.claim(data, first, at) else Claim.USED
-        except StatementUnanswered:
-            # The caller hears nothing was claimed; if the claim lands after all, it is undone.
+        except Exception:
+            # The caller hears nothing was claimed; if the claim landed, or lands after all, it
+            # is undone. Not only a statement left unanswered: a claim that committed and lost
+            # its answer with the connection is sent again (store/asyncpg_path.py), and when
+            # that second send fails too (no connection to be had, the server starting up) the
+            # first one stands, open with no call behind it, its key held until swept and then
+            # spent. Undoing a claim that never landed touches nothing (its start time is this
+            # call's own).
             self._given_up.add(data.invocation_id, at)
             raise
 

@@ -286,3 +286,58 @@ async def test_a_claim_whose_answer_was_lost_after_it_landed_is_the_calls_own(
         row = await by_key(session, tenant, key)
     assert row is not None and row.outcome == "Completed"
     assert upstream.requests(MODEL) - before == 4  # three warm calls and this one, once each
+
+
+async def test_a_claim_that_landed_when_the_store_then_went_away_is_undone(
+    http: httpx.AsyncClient,
+    settings: Settings,
+    token_for: TokenFactory,
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """The claim commits, its answer is lost, and the server is gone before the claim can be
+    sent again (every connection reset, new ones refused): the caller is told nothing was
+    claimed. The claim that landed used to stay open with no call behind it, the key's retries
+    a 503 in progress until the sweeper closed it Failed, and then a 409: the key spent and the
+    provider never called. Now it is undone once the store answers, and the retry is served."""
+    token = await token_for(tenant)
+    await _published(http, token, tenant, temporal_client, upstream, "sl/down")
+    before = upstream.requests(MODEL)
+    key = f"down-{uuid.uuid4().hex[:8]}"
+    async with _through_proxy(settings, sessions) as (api, proxy):
+        sdk = openai.AsyncOpenAI(base_url=f"{api.url}/v1", api_key=token, max_retries=0, timeout=30)
+        for n in range(3):  # warm: the claim's statement prepared, so its execution is one send
+            await sdk.chat.completions.create(
+                model=PROFILE, messages=HI, extra_headers={"Idempotency-Key": f"{key}-warm-{n}"}
+            )
+        proxy.cut_request_with(key.encode(), then_down=True)
+        with pytest.raises(openai.APIStatusError) as refused:
+            await sdk.chat.completions.create(
+                model=PROFILE, messages=HI, extra_headers={"Idempotency-Key": key}
+            )
+        assert refused.value.status_code == 503
+        assert proxy.cut_pending() is False  # the claim was the request cut
+        async with sessions() as session:  # it landed
+            landed = await by_key(session, tenant, key)
+        assert landed is not None and landed.ended_at is None
+        proxy.restore()
+
+        async def retried() -> bool:
+            try:
+                done = await sdk.chat.completions.create(
+                    model=PROFILE, messages=HI, extra_headers={"Idempotency-Key": key}
+                )
+            except openai.APIStatusError as exc:
+                # Until the claim is undone: in progress (the sweeper's bound is far off).
+                assert exc.status_code == 503, exc.response.text
+                return False
+            return bool(done.choices[0].message.content)
+
+        await eventually(retried, timeout=15, interval=0.5)
+        await sdk.close()
+    async with sessions() as session:
+        row = await by_key(session, tenant, key)
+    assert row is not None and row.outcome == "Completed"
+    assert upstream.requests(MODEL) - before == 4  # three warm calls and the retry, once each

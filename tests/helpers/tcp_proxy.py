@@ -8,7 +8,10 @@ delivering a statement sent into it after its sender gave up on it. `hold_replie
 only what the server sends, on every connection, until `restore_replies()`: requests land and
 are acted on, their answers late (a server slow to answer, a congested path back).
 `cut_request_with(marker)` lets the next request carrying `marker` reach the server and then
-resets its client's connection before any answer: a reply lost after the server acted on it."""
+resets its client's connection before any answer: a reply lost after the server acted on it;
+with `then_down`, every other connection is reset with it and new ones are refused until
+`restore()`: the server went away just after it acted (a crash, a failover under way).
+`refuse()` alone turns every new connection away."""
 
 from __future__ import annotations
 
@@ -33,6 +36,9 @@ class SeverableProxy:
         self._partitioned = False
         # cut_request_with: the bytes a request to cut carries, until one has been cut.
         self._cut: bytes | None = None
+        self._cut_then_down = False
+        # Set while new connections are turned away at once (reset before any byte).
+        self._refusing = False
         # Set while what the server sends passes (hold_replies).
         self._replies = asyncio.Event()
         self._replies.set()
@@ -68,6 +74,7 @@ class SeverableProxy:
     def restore(self) -> int:
         """Let the held connections pass again, their bytes held meanwhile delivered now."""
         self._partitioned = False
+        self._refusing = False
         for passing in self._held:
             passing.set()
         restored, self._held = len(self._held), []
@@ -81,16 +88,25 @@ class SeverableProxy:
         """What the server sent meanwhile is delivered now, and what it sends later passes."""
         self._replies.set()
 
-    def cut_request_with(self, marker: bytes) -> None:
+    def cut_request_with(self, marker: bytes, *, then_down: bool = False) -> None:
         """The next request carrying `marker` (a bound parameter's bytes) reaches the server, and
-        its client's connection is reset before any answer comes back."""
+        its client's connection is reset before any answer comes back; with `then_down`, every
+        other connection too, and new ones are refused until `restore()`."""
         self._cut = marker
+        self._cut_then_down = then_down
+
+    def refuse(self) -> None:
+        """Turn every new connection away (reset) until `restore()`."""
+        self._refusing = True
 
     def cut_pending(self) -> bool:
         """Whether the request to cut has not come yet."""
         return self._cut is not None
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._refusing:
+            writer.transport.abort()
+            return
         try:
             up_reader, up_writer = await asyncio.open_connection(*self._target)
         except OSError:
@@ -112,6 +128,11 @@ class SeverableProxy:
                 self._cut = None
                 own.clear()
                 writer.transport.abort()  # an RST: the client never hears the answer
+                if self._cut_then_down:
+                    self._refusing = True
+                    for other in self._writers:
+                        if other is not writer:
+                            other.transport.abort()
 
         for source, sink, replies in (
             (reader, up_writer, [passing]),
