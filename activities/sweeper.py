@@ -42,7 +42,7 @@ class SweeperActivities:
                 continue
             if not to_sweep(workflow, (now - started_at).total_seconds(), data):
                 continue
-            if await self._statements.sweep(tenant_id, invocation_id):
+            if await self._statements.sweep(tenant_id, invocation_id, started_at):
                 report.closed += 1
                 metrics.receipts_swept.add(1, {"tenant": tenant_id})
         return report

@@ -245,16 +245,22 @@ class ReceiptStatements:
         values = close_values(summary, datetime.now(UTC))
         return await self._close_locked(tenant_id, summary.invocation_id, values, summary)
 
-    async def sweep(self, tenant_id: str, invocation_id: uuid.UUID) -> bool:
-        """Close a receipt left open: Failed, usage Unknown (the provider may have done billable
-        work), close reason `swept`, with its ModelInvoked. False if it closed meanwhile."""
+    async def sweep(self, tenant_id: str, invocation_id: uuid.UUID, started_at: datetime) -> bool:
+        """Close the receipt left open that was claimed at `started_at`: Failed, usage Unknown
+        (the provider may have done billable work), close reason `swept`, with its ModelInvoked.
+        False if it closed meanwhile, or is gone. Never a later claim of the same key (its
+        invocation id is the key's): a claim undone after the sweeper listed it, and claimed
+        again by the caller's retry, is that retry's live call, whose workflow the sweeper may
+        have looked for before its start was in."""
         values = {
             "outcome": InvocationOutcome.FAILED,
             "usage_status": UsageStatus.UNKNOWN,
             "close_reason": CloseReason.SWEPT.value,
             "ended_at": datetime.now(UTC),
         }
-        return await self._close_locked(tenant_id, invocation_id, values, None)
+        return await self._close_locked(
+            tenant_id, invocation_id, values, None, started_at=started_at
+        )
 
     async def close_claim(
         self, tenant_id: str, started_at: datetime, summary: InvocationSummary

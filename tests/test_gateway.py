@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from datetime import datetime
 from decimal import Decimal
 
 import httpx
@@ -253,14 +254,19 @@ async def test_a_call_whose_receipt_another_closed_is_told_what_it_says(
     body = {"profileId": "gw", "idempotencyKey": key, "request": _chat(), "stream": streamed}
     call = asyncio.create_task(http.post("/gateway/invoke", headers=auth, json=body))
 
+    claimed: list[datetime] = []
+
     async def in_flight() -> bool:
         async with sessions() as s:
             row = await by_key(s, tenant, key)
-        return row is not None and row.ended_at is None
+        if row is None or row.ended_at is not None:
+            return False
+        claimed.append(row.started_at)
+        return True
 
     await eventually(in_flight, timeout=10, interval=0.02)
     statements = ReceiptStatements(sessions.kw["bind"])
-    assert await statements.sweep(tenant, invocation_id(tenant, key))
+    assert await statements.sweep(tenant, invocation_id(tenant, key), claimed[0])
     answered = await call
     async with sessions() as s:
         row = await by_key(s, tenant, key)

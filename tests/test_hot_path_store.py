@@ -227,7 +227,8 @@ async def test_on_sqlite_the_same_steps_run_on_sqlalchemy(tmp_path: Path) -> Non
 
 async def _only_their_own_claim(engine: AsyncEngine, statements: ReceiptStatements) -> None:
     """A denial claims and closes in one transaction, and never closes a key claimed before;
-    a workflow's close of the claim made at `claimed_at` never closes another claim."""
+    a workflow's close of the claim made at `claimed_at`, or the sweeper's of the claim it
+    listed, never closes another claim."""
     tenant = f"t-{uuid.uuid4().hex[:8]}"
     fresh, busy, late = (invocation_input(tenant) for _ in range(3))
     denied = await statements.deny(fresh, "over-budget")
@@ -241,6 +242,9 @@ async def _only_their_own_claim(engine: AsyncEngine, statements: ReceiptStatemen
     earlier = at - timedelta(seconds=1)
     assert not await statements.close_claim(tenant, earlier, completed(late))
     assert await statements.close_claim(tenant, at, completed(late))
+    # The sweeper closes the claim it listed, not the caller's retry that claimed the key again
+    # after that one was undone.
+    assert not await statements.sweep(tenant, busy.invocation_id, earlier)
     async with session_factory(engine)() as session:
         rows = {
             r.invocation_id: r
