@@ -75,8 +75,12 @@ class InvokeActivities:
         resilience: Resilience | None = None,
         statements: ReceiptStatements | None = None,
         answers_ahead: int = 0,
+        store_wait: float | None = None,
     ) -> None:
         self._statements = statements or ReceiptStatements(sessions.kw["bind"])
+        # The bound on the one read a call's end may make besides its close (its pricebook, once
+        # per revision and process): `INVOKE_STORE_WAIT_SECONDS`, as the close's own.
+        self._store_wait = store_wait
         self._resilience = resilience or Resilience()
         self._sessions = sessions
         self._hub = hub
@@ -93,7 +97,12 @@ class InvokeActivities:
         # Revisions are immutable, so a process may keep what it read.
         key = (tenant_id, revision)
         if key not in self._prices:
-            async with self._sessions() as session:
+            # Read before the close, on the main engine, whose statements wait up to
+            # `DATABASE_STATEMENT_TIMEOUT_SECONDS` (60 s by default): a database gone silent
+            # held the receipt's close and the caller's last byte that long, where the close
+            # itself gives up after the invoke path's bound and goes to the workflow. Past the
+            # bound the cost is left unknown, as for a pricebook that cannot be read.
+            async with asyncio.timeout(self._store_wait), self._sessions() as session:
                 self._prices[key] = await pricebook.load(session, tenant_id, revision)
         return self._prices[key]
 

@@ -151,4 +151,5 @@ def invoke_activities(
         Resilience.from_settings(settings),
         statements,
         settings.invoke_answers_ahead,
+        settings.invoke_store_wait_seconds,
     ), adapters

@@ -10,6 +10,7 @@ way: a 503, then the next request is served on a fresh connection."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -27,7 +28,7 @@ from temporalio.client import Client
 
 from core.settings import Settings
 from domain.failures import STORE_RETRY_AFTER_SECONDS
-from providers.upstream import UpstreamServer
+from providers.upstream import Fault, FaultKind, UpstreamServer
 from store.receipts import by_key
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import approved_profile
@@ -43,12 +44,15 @@ HI: Any = [{"role": "user", "content": "a longer answer, please"}]
 
 @contextlib.asynccontextmanager
 async def _through_proxy(
-    settings: Settings, sessions: async_sessionmaker[AsyncSession]
+    settings: Settings,
+    sessions: async_sessionmaker[AsyncSession],
+    statement_timeout: float = WAIT,
 ) -> AsyncIterator[tuple[Served, SeverableProxy]]:
     """An API of the test's own that reaches PostgreSQL through a severable proxy (its standalone
     workers do not), on queues of its own: it runs the in-process workers of its invocation
     queue. The proxy closes first, so that the API's shutdown finds its severed connections
-    closed rather than waits on them."""
+    closed rather than waits on them. Statements off the invoke path's own wait
+    `statement_timeout` (`database_statement_timeout_seconds`)."""
     url = make_url(settings.database_url)
     assert url.host is not None and url.port is not None
     proxy = SeverableProxy(url.host, url.port)
@@ -63,7 +67,7 @@ async def _through_proxy(
         update={
             "database_url": url.set(port=proxy.port).render_as_string(hide_password=False),
             "invoke_store_wait_seconds": WAIT,
-            "database_statement_timeout_seconds": WAIT,
+            "database_statement_timeout_seconds": statement_timeout,
         }
     )
     async with workers(own, sessions) as client, serve(through_proxy, client) as api:
@@ -168,6 +172,50 @@ async def test_a_failover_that_leaves_connections_silent_costs_a_prompt_503_not_
     assert unclaimed is None  # nothing was claimed for it
     # One provider call per answered call; none for the refused ones.
     assert upstream.requests(MODEL) - before == len(answered)
+
+
+async def test_a_call_ending_as_the_store_goes_silent_is_answered_within_the_invoke_bound(
+    http: httpx.AsyncClient,
+    settings: Settings,
+    token_for: TokenFactory,
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """The first call of a pricing revision in a process reads its pricebook as the call ends,
+    before the close. With the store gone silent (a partition: new connections too) that read
+    waited out the statement timeout (here 60 s, the default) while the close beside it gave up
+    after the invoke path's bound. Now it has the same bound: the cost is left unknown, the close
+    goes to the workflow, and the caller is answered."""
+    token = await token_for(tenant)
+    await _published(http, token, tenant, temporal_client, upstream, "sl/price")
+    key = f"price-{uuid.uuid4().hex[:8]}"
+    upstream.inject(MODEL, Fault(kind=FaultKind.SLOW_FIRST_TOKEN, delay=1.0, times=1))
+    async with _through_proxy(settings, sessions, statement_timeout=60) as (api, proxy):
+        # No call before this one: its revision's pricebook is not read yet in this process.
+        sdk = openai.AsyncOpenAI(base_url=f"{api.url}/v1", api_key=token, max_retries=0, timeout=30)
+        call = asyncio.create_task(
+            sdk.chat.completions.create(
+                model=PROFILE, messages=HI, extra_headers={"Idempotency-Key": key}
+            )
+        )
+
+        async def claimed() -> bool:
+            async with sessions() as session:
+                row = await by_key(session, tenant, key)
+            return row is not None
+
+        await eventually(claimed, timeout=10, interval=0.02)
+        proxy.sever(partition=True)  # while the provider is still thinking
+        done = await call  # within the SDK's 30 s, not after the 60 s statement timeout
+        assert done.choices[0].message.content
+        proxy.restore()
+        await sdk.close()
+    async with sessions() as session:
+        row = await by_key(session, tenant, key)
+    assert row is not None and row.outcome == "Completed"
+    assert row.estimated_cost_usd is None  # left unknown: its pricebook could not be read
 
 
 async def test_an_operators_read_on_a_silent_connection_is_a_503_and_the_next_is_served(
