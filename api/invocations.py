@@ -23,6 +23,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from activities.invoke import InvokeActivities
 from activities.invoke_hub import (
@@ -68,6 +69,9 @@ log = logging.getLogger("model_router.api")
 # elsewhere (the caller queue never picked up, a close by the standalone worker), so it waits
 # past a normal wait for a first token: at 0.25 s, under load it started for nearly every call.
 QUIET_SECONDS = 2.0
+# After a watch that Temporal did not answer (the SDK gives up after about 10 s of retries), how
+# long before the workflow's result is watched again; the hub is read all the while.
+REWATCH_SECONDS = 2.0
 # How long a call begun here stays in the hub for its activity after the caller left.
 ADOPT_GRACE_SECONDS = 30.0
 
@@ -276,6 +280,17 @@ class Invocations:
                         {getter, result}, return_when=asyncio.FIRST_COMPLETED
                     )
                     if getter not in done:
+                        if _watch_failed(result):
+                            # Temporal did not answer (an outage past the SDK's retries): that
+                            # says nothing of the workflow, whose call may be running here. It
+                            # was taken for the workflow's end: the call was stopped, or a
+                            # stream's answer was sent a second time from the store.
+                            log.info(
+                                "the workflow's result was not answered (%s); watched again",
+                                type(result.exception()).__name__,
+                            )
+                            result = asyncio.ensure_future(_rewatch(started, REWATCH_SECONDS))
+                            continue
                         # The workflow finished without this process's hub hearing of it. If
                         # the call ran here, its result is the receipt (the workflow wrote the
                         # close the call could not, or closed it after the call failed);
@@ -303,8 +318,11 @@ class Invocations:
                 if isinstance(item, ReceiptReady):
                     finished = True
                     return
-            # Another execution of this key answered (or is answering): wait, then replay.
-            async for told in self._replays.events(tenant, key, hash_):
+            # Another execution of this key answered (or is answering): wait, then replay. A
+            # stream whose output began here is not sent the stored answer after what it had:
+            # it ends with the receipt, as an answer that could not be given whole.
+            whole = not pending.first_sent.is_set()
+            async for told in self._replays.events(tenant, key, hash_, with_output=whole):
                 yield told
             finished = True
         finally:
@@ -347,6 +365,17 @@ def _own_claim(seen: InvocationReceiptRow, data: InvocationInput) -> bool:
     return (
         seen.ended_at is None and data.claimed_at is not None and seen.started_at == data.claimed_at
     )
+
+
+def _watch_failed(result: asyncio.Future[Any]) -> bool:
+    """Whether the watch of the workflow's result ended because Temporal did not answer, rather
+    than with the workflow's end (a result, or the workflow's own failure)."""
+    return not result.cancelled() and isinstance(result.exception(), RPCError)
+
+
+async def _rewatch(started: Started, after: float) -> Any:
+    await asyncio.sleep(after)  # a retry interval, not a wait for something
+    return await started.result().result()
 
 
 def _own_result(result: asyncio.Future[Any] | None) -> InvocationSummary | None:

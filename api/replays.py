@@ -77,10 +77,17 @@ class Replays:
         return seen if seen is not None and seen.ended_at is not None else None
 
     async def events(
-        self, tenant: str, key: str, hash_: str, seen: InvocationReceiptRow | None = None
+        self,
+        tenant: str,
+        key: str,
+        hash_: str,
+        seen: InvocationReceiptRow | None = None,
+        *,
+        with_output: bool = True,
     ) -> AsyncIterator[InvocationEvent]:
         """The key's stored answer, then its receipt: `seen` when it is closed already, else
-        the receipt once it closes."""
+        the receipt once it closes. Without `with_output`, no answer (a stream that had part of
+        it live): the receipt ends it as an answer not given whole."""
         if seen is not None and seen.ended_at is not None:
             receipt, closed = seen, True
         else:
@@ -91,6 +98,10 @@ class Replays:
                 "This Idempotency-Key was used with a different request.",
                 field="header.Idempotency-Key",
             )
+        if not with_output:
+            yield Replayed(None, receipt.deployment_id)
+            yield ReceiptReady(receipts.summary_of(receipt))
+            return
         output = await self._stored(tenant, receipt.output_artifact_ref)
         if output is None and receipt.output_artifact_ref and closed:
             # Closed moments ago, its file may still be on its way: the call's task (and so

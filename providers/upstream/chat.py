@@ -176,7 +176,7 @@ def _deliver(
     if not turn.stream:
         response: Response = _json(codec.render(answer, turn, with_usage), headers)
         if slow is not None:
-            response = DelayedResponse(response, slow.delay, state.shutdown)
+            response = DelayedResponse(response, slow.delay, state.shutdown, state.released)
         return response
     plan = codec.stream(answer, turn, with_usage, FaultKind.INTERLEAVED_TOOL_CALLS in kinds)
     frames = list(plan.frames)
@@ -212,6 +212,7 @@ def _deliver(
         frames,
         headers=headers,
         shutdown=state.shutdown,
+        release=state.released,
         content_start=content_start,
         first_delay=slow.delay if slow else 0.0,
         chunk_delay=state.settings_for(turn.model).chunk_delay,

@@ -69,6 +69,9 @@ class UpstreamServer:
     def inject(self, model: str, fault: Fault) -> None:
         self.state.inject(model, fault)
 
+    def release(self) -> None:
+        self.state.release()
+
     def requests(self, model: str | None = None, endpoint: str | None = None) -> int:
         return self.state.stats.count(model, endpoint)
 

@@ -79,7 +79,15 @@ class UpstreamState:
         # None accepts any non-empty key; a set accepts only those keys.
         self.api_keys = api_keys
         self.shutdown = asyncio.Event()
+        # Set by `release()`: ends the delays under way (a slow first token, a keep-alive pause).
+        self.released = asyncio.Event()
         self._cache: set[str] = set()
+
+    def release(self) -> None:
+        """End every delay under way now (a slow first token, a keep-alive pause), so that a
+        test can let a held answer go at the moment it chooses; later delays run as given."""
+        self.released.set()
+        self.released = asyncio.Event()
 
     def register(self, model: str, responder: Responder) -> None:
         """Script `model` (or every unscripted model, with "*")."""

@@ -48,17 +48,28 @@ class HangResponse(Response):
 
 
 class DelayedResponse(Response):
-    """`inner`, sent after `delay` seconds (a slow non-streamed answer)."""
+    """`inner`, sent after `delay` seconds (a slow non-streamed answer), or once `release` is
+    set if that comes first."""
 
-    def __init__(self, inner: Response, delay: float, shutdown: asyncio.Event) -> None:
+    def __init__(
+        self,
+        inner: Response,
+        delay: float,
+        shutdown: asyncio.Event,
+        release: asyncio.Event | None = None,
+    ) -> None:
         super().__init__()
         self._inner, self._delay, self._shutdown = inner, delay, shutdown
+        self._release = release or asyncio.Event()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         waited = await _first(
-            asyncio.sleep(self._delay), _client_gone(receive), self._shutdown.wait()
+            asyncio.sleep(self._delay),
+            _client_gone(receive),
+            self._shutdown.wait(),
+            self._release.wait(),
         )
-        if waited == 0:
+        if waited in (0, 3):
             await self._inner(scope, receive, send)
 
 
@@ -80,7 +91,8 @@ class SimStream(Response):
     `content_start` is the frame before which a slow first token waits. `cut_after` closes the
     connection abruptly (no final chunk) after that many frames; `stall_after` goes silent
     after that many frames but keeps the connection open; `keep_alive` pauses the stream with
-    keep-alives only.
+    keep-alives only. The slow first token's wait and the keep-alive pause end early once
+    `release` is set.
     """
 
     media_type = "text/event-stream"
@@ -98,6 +110,7 @@ class SimStream(Response):
         cut_gracefully: bool = False,
         stall_after: int | None = None,
         keep_alive: KeepAlivePause | None = None,
+        release: asyncio.Event | None = None,
     ) -> None:
         super().__init__(headers={**headers, "cache-control": "no-cache"})
         self._frames = list(frames)
@@ -109,6 +122,7 @@ class SimStream(Response):
         self._cut_gracefully = cut_gracefully
         self._stall_after = stall_after
         self._keep_alive = keep_alive
+        self._release = release or asyncio.Event()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
@@ -129,7 +143,7 @@ class SimStream(Response):
             if self._keep_alive is not None and i == self._keep_alive.after:
                 await self._pause(send, self._keep_alive)
             if i == self._content_start and self._first_delay:
-                await asyncio.sleep(self._first_delay)
+                await _first(asyncio.sleep(self._first_delay), self._release.wait())
             elif i > self._content_start and self._chunk_delay:
                 await asyncio.sleep(self._chunk_delay)
             await send({"type": "http.response.body", "body": frame, "more_body": True})
@@ -137,10 +151,10 @@ class SimStream(Response):
             await self._pause(send, self._keep_alive)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    @staticmethod
-    async def _pause(send: Send, pause: KeepAlivePause) -> None:
+    async def _pause(self, send: Send, pause: KeepAlivePause) -> None:
         loop = asyncio.get_running_loop()
         ends = loop.time() + pause.seconds
         while (left := ends - loop.time()) > 0:
-            await asyncio.sleep(min(pause.every, left))
+            if await _first(asyncio.sleep(min(pause.every, left)), self._release.wait()) == 1:
+                return
             await send({"type": "http.response.body", "body": pause.frame, "more_body": True})
