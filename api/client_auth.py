@@ -17,7 +17,9 @@ _DUMMY_HASH = "scrypt$AAAAAAAAAAAAAAAAAAAAAA==$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA
 
 async def authenticate(session: AsyncSession, client_id: str, secret: str) -> OAuthClient | None:
     """The enabled client whose secret this is, or None (unknown, disabled or wrong secret)."""
-    client = await find_client(session, client_id)
+    # No client id holds a NUL, and PostgreSQL refuses one in a text value: the lookup was a
+    # 500 to an unauthenticated caller (a form body's `%00`, or a Basic header's). Unknown.
+    client = None if "\x00" in client_id else await find_client(session, client_id)
     stored = client.secret_hash if client and not client.disabled else _DUMMY_HASH
     valid = await to_thread.run_sync(verify_secret, secret, stored)
     if client is None or client.disabled or not valid:

@@ -73,8 +73,17 @@ async def test_token_endpoint_refusals(
     unknown = await http.post(
         "/oauth/token", data={"grant_type": "client_credentials"}, auth=("no-such", "nope")
     )
-    for resp in (wrong, unknown):
-        assert resp.status_code == 401
+    # A NUL in the client id (a form's `%00`, or a Basic header's) was a 500: PostgreSQL
+    # refuses it in a text value.
+    nul_form = await http.post(
+        "/oauth/token",
+        data={"grant_type": "client_credentials", "client_id": "a\x00b", "client_secret": "x"},
+    )
+    nul_basic = await http.post(
+        "/oauth/token", data={"grant_type": "client_credentials"}, auth=("a\x00b", "x")
+    )
+    for resp in (wrong, unknown, nul_form, nul_basic):
+        assert resp.status_code == 401, resp.text
         assert resp.json()["error"] == "invalid_client"
         assert resp.headers["content-type"] == "application/problem+json"
 
