@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowUpdateRPCTimeoutOrCancelledError
+from temporalio.service import RPCError
 
 from activities.lifecycle_client import (
     LifecycleClient,
@@ -26,6 +27,23 @@ CALL_TIMEOUT_S = 30.0
 
 _TYPE = "https://model-router.dev/problems/"
 ILLEGAL_TRANSITION = _TYPE + "illegal-transition"
+# How soon to come back when Temporal did not answer: a restart or failover takes seconds.
+TEMPORAL_RETRY_AFTER = "5"
+
+
+def _temporal_away(retry: str) -> Problem:
+    """Temporal did not answer the call (the SDK gave up retrying, about 10 s), or the update's
+    own RPC timed out: nothing is known to have changed, and the same request may be sent
+    again (a keyed registration replays its workflow, a transition already applied is a
+    no-op or a 409 naming the state)."""
+    return Problem(
+        503,
+        f"Temporal did not answer; {retry}.",
+        # As the invoke path's refusal names it (api/surface.py, docs/runbook.md).
+        type_=_TYPE + "temporal-unavailable",
+        headers={"Retry-After": TEMPORAL_RETRY_AFTER},
+        reason="temporal-unreachable",
+    )
 
 
 async def register(
@@ -49,6 +67,9 @@ async def register(
         ) from None
     except LifecycleTimeout:
         raise Problem(503, "The worker did not answer in time; retry with the same key.") from None
+    except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError):
+        # Uncaught, a 500 for Temporal gone after the API had connected.
+        raise _temporal_away("retry with the same key") from None
 
 
 async def transition(
@@ -73,12 +94,22 @@ async def transition(
             raise Problem(
                 409, detail, refusals=exc.refusals, type_=_TYPE + "approval-refused"
             ) from None
-        raise
+        if exc.kind == "DeploymentNotFound":
+            raise Problem(404, f"No deployment {deployment_id!r}.", field="deploymentId") from None
+        # The store's other refusals (a concurrent change of the row, a step that failed):
+        # nothing applied, and the same transition may be asked again. Uncaught, a 500.
+        raise Problem(
+            503,
+            "The transition was not applied; try again.",
+            headers={"Retry-After": TEMPORAL_RETRY_AFTER},
+        ) from None
     except LifecycleClosed:
         await _not_found_or_closed(sessions, tenant_id, deployment_id)
         raise
     except LifecycleTimeout:
         raise Problem(503, "The worker did not answer in time; try again.") from None
+    except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError):
+        raise _temporal_away("try again") from None
 
 
 async def _not_found_or_closed(

@@ -5,7 +5,8 @@ workflow will ever serve.
 - An evaluation: its row used to be written before the start and stay Running for good, beside
   a 500.
 - A webhook subscription: its row used to stay listed as active for good, with no delivery
-  workflow, beside a 500 (a retry made a second one)."""
+  workflow, beside a 500 (a retry made a second one).
+- A lifecycle call (register, approve, retire, license): Temporal's refusal went up as a 500."""
 
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import select
 
 from core.settings import Settings
-from store.tables import EvaluationRow, WebhookSubscriptionRow
+from store.tables import EvaluationRow, ModelDeploymentRow, WebhookSubscriptionRow
 from tests.conftest import TokenFactory, free_port
-from tests.helpers.catalog import register
+from tests.helpers.catalog import deployment_body, register
 from tests.helpers.stack import TemporalDevServer, on_own_temporal, own_temporal, serve, workers
 
 
@@ -85,3 +86,34 @@ async def test_a_subscription_whose_delivery_start_is_refused_is_a_503_and_not_k
     assert refused.headers["Retry-After"] and "not created" in refused.json()["detail"]
     assert (await http.get("/factory/webhook-subscriptions", headers=auth)).json() == []
     assert await _kept(sessions, WebhookSubscriptionRow, tenant) == []
+
+
+async def test_lifecycle_calls_temporal_does_not_answer_are_a_503_and_change_nothing(
+    temporal_gone: tuple[httpx.AsyncClient, dict[str, str], TemporalDevServer],
+    sessions: async_sessionmaker[AsyncSession],
+    tenant: str,
+) -> None:
+    http, auth, dev = temporal_gone
+    await register(http, auth, "lc/sim")
+    dev.kill()
+    calls = [
+        http.post("/factory/model-deployments/lc/sim/approve", headers=auth),
+        http.post(
+            "/factory/model-deployments",
+            json=deployment_body("lc/other"),
+            headers={**auth, "Idempotency-Key": "lc-other"},
+        ),
+    ]
+    for call in calls:
+        refused = await call
+        assert refused.status_code == 503, refused.text
+        assert refused.headers["Retry-After"] == "5"
+        assert refused.json()["type"].endswith("/temporal-unavailable")
+        assert refused.json()["reason"] == "temporal-unreachable"
+    async with sessions() as session:
+        rows = (
+            await session.scalars(
+                select(ModelDeploymentRow).where(ModelDeploymentRow.tenant_id == tenant)
+            )
+        ).all()
+    assert [(r.deployment_id, r.state.value) for r in rows] == [("lc/sim", "Candidate")]
