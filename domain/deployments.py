@@ -55,6 +55,16 @@ class DeploymentRegistration(BaseModel):
         default=None, alias="contextWindowTokens", gt=0, le=100_000_000
     )
 
+    @field_validator("deployment_id")
+    @classmethod
+    def _deployment_id_is_a_path(cls, value: str) -> str:
+        # The id goes into URL paths (`/factory/model-deployments/{id}/retire`). A `.` or `..`
+        # segment is resolved away by HTTP clients (httpx, browsers, curl): `team/../prod/retire`
+        # reached `prod`'s retire. An empty segment is collapsed by many proxies the same way.
+        if any(part in ("", ".", "..") for part in value.split("/")):
+            raise ValueError("deploymentId segments between '/' must not be empty, '.' or '..'")
+        return value
+
     @field_validator("endpoint_ref")
     @classmethod
     def _endpoint_ref_is_a_reference(cls, value: str) -> str:

@@ -146,6 +146,11 @@ BAD_BODIES = [
         id="missing-field",
     ),
     pytest.param(registration(surprise=1), "body.surprise", 422, id="unknown-field"),
+    # Resolved away by HTTP clients: `team/../prod` would be addressed as `prod`.
+    pytest.param(registration("team/../prod"), "body.deploymentId", 422, id="dot-dot-segment"),
+    pytest.param(registration("team/./a"), "body.deploymentId", 422, id="dot-segment"),
+    pytest.param(registration("team//a"), "body.deploymentId", 422, id="empty-segment"),
+    pytest.param(registration("team/a/"), "body.deploymentId", 422, id="trailing-slash"),
     pytest.param(b"[]", "body", 422, id="wrong-shape"),
 ]
 
