@@ -22,7 +22,12 @@ async def put_policy(
     session: AsyncSession, tenant_id: str, revision: str, document: dict[str, Any]
 ) -> None:
     """Store the tenant's policy document under `revision` (the same document again is a
-    no-op rewrite); raises PolicyRevisionTaken before writing anything."""
+    no-op rewrite); raises PolicyRevisionTaken before writing anything (the caller's transaction
+    is rolled back)."""
+    # The catalog version's row first: it serialises every writer of routing settings, so a
+    # concurrent first write of the tenant's policy waits here and then finds the row. Read
+    # first, both inserted it and the second's unique violation was a 500.
+    await catalog_state.bump(session)
     row = await session.get(TenantPolicyRow, tenant_id)
     if row is None:
         session.add(TenantPolicyRow(tenant_id=tenant_id, revision=revision, document=document))
@@ -30,7 +35,6 @@ async def put_policy(
         if row.revision == revision and row.document != document:
             raise PolicyRevisionTaken(revision)
         row.revision, row.document, row.updated_at = revision, document, datetime.now(UTC)
-    await catalog_state.bump(session)
 
 
 async def put_weights(session: AsyncSession, weights: Weights) -> None:

@@ -244,3 +244,33 @@ async def test_routing_is_tenant_isolated_and_validates_input(
         headers=auth,
     )
     assert bad_policy.status_code == 422
+    # Each field named, and never the value given: it used to be quoted (pydantic's
+    # input_value) with the field left as the whole policy.
+    quoted = await http.put(
+        "/factory/tenant-policy",
+        json={"revision": "x", "policy": {"allowedPrivacyClasses": {"Internal": ["ProjectX"]}}},
+        headers=auth,
+    )
+    assert quoted.status_code == 422 and "ProjectX" not in quoted.text
+    assert quoted.json()["errors"][0]["field"] == "body.policy.allowedPrivacyClasses.Internal.0"
+
+
+async def test_concurrent_first_writes_of_a_tenants_policy_are_one_document_and_no_500(
+    http: httpx.AsyncClient, token_for: TokenFactory, tenant: str
+) -> None:
+    """Two first writes at once both found no policy row and inserted one: the second's
+    unique violation was a 500. Now they take turns: the same document is written once (both
+    200), another document under the same revision is a 409 naming it."""
+    fresh = f"{tenant}-pol"
+    auth = {"Authorization": f"Bearer {await token_for(fresh)}"}
+    current = (await http.get("/factory/tenant-policy", headers=auth)).json()
+    policy = {k: v for k, v in current.items() if k not in ("tenantId", "revision")}
+    body = {"revision": "first", "policy": policy}
+    other = {"revision": "first", "policy": {**policy, "allowedRegions": ["eu-west"]}}
+    answers = await asyncio.gather(
+        *[http.put("/factory/tenant-policy", json=b, headers=auth) for b in [body] * 6 + [other]]
+    )
+    statuses = sorted(a.status_code for a in answers)
+    assert set(statuses) <= {200, 409}, [a.text for a in answers]
+    written = (await http.get("/factory/tenant-policy", headers=auth)).json()
+    assert written["revision"] == "first"

@@ -7,10 +7,10 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from api.deps import RuntimeDep, SessionDep, require
-from api.problems import Problem
+from api.problems import Problem, invalid_body
 from api.refusals import problem_of
 from api.runtime import Runtime
 from core.security import Principal
@@ -127,8 +127,8 @@ async def put_policy(body: PolicyBody, principal: Admin, runtime: RuntimeDep) ->
         policy = TenantPolicy.model_validate(
             {**body.policy, "tenantId": principal.tenant_id, "revision": body.revision}
         )
-    except ValueError as exc:
-        raise Problem(422, f"Invalid policy: {exc}", field="body.policy") from None
+    except ValidationError as exc:
+        raise invalid_body(exc, "body.policy") from None
     document = policy.model_dump(mode="json", by_alias=True, exclude={"tenant_id", "revision"})
     try:
         async with transaction(runtime.sessions) as session:
