@@ -285,8 +285,14 @@ class PricebookEntryRow(SQLModel, table=True):
 
     __tablename__ = "pricebook_entries"
     __table_args__ = (
+        # A revision may announce price changes: one entry per model and effective date.
         sa.UniqueConstraint(
-            "tenant_id", "revision", "provider", "model", name="uq_pricebook_entry"
+            "tenant_id",
+            "revision",
+            "provider",
+            "model",
+            "effective_from",
+            name="uq_pricebook_entry",
         ),
     )
 

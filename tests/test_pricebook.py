@@ -129,3 +129,27 @@ async def test_a_price_at_the_stores_limits_reads_back_exactly_and_republishes_a
     assert Decimal(entry["outputUsdPerMtok"]) == Decimal("0.00000001")
     again = await http.post("/factory/pricebook-revisions", json=body, headers=auth)
     assert again.status_code == 200, again.text
+
+
+async def test_a_revision_announcing_a_price_change_is_published_and_priced_by_date(
+    http: httpx.AsyncClient, auth: dict[str, str]
+) -> None:
+    """Two prices of one model from different dates (an announced change), as the pricebook
+    allows: the store's unique key left the date out, and every publish was a 409."""
+    body = {
+        "revision": "2026-change",
+        "entries": [
+            {**_one("x")["entries"][0], "effectiveFrom": "2026-01-01"},
+            {**_one("x")["entries"][0], "effectiveFrom": "2026-06-01", "outputUsdPerMtok": "12"},
+        ],
+    }
+    published = await http.post("/factory/pricebook-revisions", json=body, headers=auth)
+    assert published.status_code == 201, published.text
+    again = await http.post("/factory/pricebook-revisions", json=body, headers=auth)
+    assert again.status_code == 200
+    read = (await http.get("/factory/pricebook-revisions/2026-change", headers=auth)).json()
+    dates = sorted((e["effectiveFrom"], e["outputUsdPerMtok"]) for e in read["entries"])
+    assert [(d, Decimal(p)) for d, p in dates] == [
+        ("2026-01-01", Decimal("10")),
+        ("2026-06-01", Decimal("12")),
+    ]
