@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
@@ -22,9 +23,21 @@ deployments = typer.Typer(help="Deployments and their ModelOps lifecycle.", no_a
 profiles = typer.Typer(help="Model profiles.", no_args_is_help=True)
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML as the API takes it: an unquoted `2025-06-01` (a profile's version, a release id,
+    a price's date) stays the text it was. YAML 1.1 reads it as a date, which JSON cannot carry:
+    the CLI ended in a traceback (TypeError) instead of sending it."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [r for r in resolvers if r[0] != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
 def _load(file: Path) -> Any:
     try:
-        return yaml.safe_load(file.read_text())
+        return yaml.load(file.read_text(), Loader=_Loader)  # noqa: S506 - a SafeLoader
     except (OSError, yaml.YAMLError) as exc:
         err.print(f"[red]Cannot read {file}: {exc}[/red]")
         raise typer.Exit(2) from None
@@ -35,7 +48,7 @@ def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
     for column in columns:
         table.add_column(column)
     for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row))
+        table.add_row(*("" if v is None else escape(str(v)) for v in row))
     out.print(table)
 
 

@@ -9,6 +9,7 @@ import httpx
 import jwt
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from core.settings import get_settings
 
@@ -70,13 +71,17 @@ def _raise_for_problem(resp: httpx.Response) -> None:
         problem = None
     if not isinstance(problem, dict):  # not a problem+json body (a proxy's page, a list, …)
         problem = {"detail": resp.text or resp.reason_phrase}
-    err.print(
-        f"[red]{resp.status_code} {problem.get('title', '')}: {problem.get('detail', '')}[/red]"
-    )
+    # The server's words are printed as they are, never read as rich markup: a pattern's
+    # `[a-z0-9]` was taken for a style and vanished, and a `[/x]` raised MarkupError.
+    title, detail = escape(str(problem.get("title", ""))), escape(str(problem.get("detail", "")))
+    err.print(f"[red]{resp.status_code} {title}: {detail}[/red]")
     for refusal in problem.get("refusals", []):
-        err.print(f"  - {refusal['message'] if isinstance(refusal, dict) else refusal}")
+        said = refusal["message"] if isinstance(refusal, dict) else refusal
+        err.print(f"  - {said}", markup=False)
     for error in problem.get("errors", []):
-        err.print(f"  - {error.get('field')}: {error.get('message')}")
+        err.print(f"  - {error.get('field')}: {error.get('message')}", markup=False)
     for diff in problem.get("differences", []):
-        err.print(f"  - {diff['field']}: {diff['existing']!r} → {diff['published']!r}")
+        err.print(
+            f"  - {diff['field']}: {diff['existing']!r} → {diff['published']!r}", markup=False
+        )
     raise typer.Exit(1)

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from cli.http import connect, err
@@ -66,5 +67,5 @@ def preview(
     for column in ("DEPLOYMENT", "CODE", "REASON"):
         excluded.add_column(column)
     for e in plan["excluded"]:
-        excluded.add_row(e["deploymentId"], e["code"], e["reason"])
+        excluded.add_row(e["deploymentId"], e["code"], escape(e["reason"]))
     out.print(excluded)

@@ -93,6 +93,27 @@ async def test_cli_without_credentials_or_with_bad_input_exits_non_zero(
     result = await run(cli_env, "deployments", "register", str(bad))
     assert result.exit_code == 1 and "body.privacyClass" in result.stderr
 
+    # The server's words as they are: a pattern's `[a-z0-9]` was read as rich markup and
+    # vanished from what the operator saw.
+    upper = tmp_path / "upper.yaml"
+    upper.write_text(yaml.safe_dump(deployment_body("cli/upper", provider="OpenAI")))
+    result = await run(cli_env, "deployments", "register", str(upper))
+    assert result.exit_code == 1 and "body.provider" in result.stderr
+    assert "[a-z0-9][a-z0-9_-]{0,63}" in result.stderr, result.stderr
+
+    # An unquoted date in YAML (a profile's version here) is sent as the text it is: it was a
+    # date object JSON could not carry, and the CLI ended in a traceback.
+    dated = tmp_path / "dated.yaml"
+    dated.write_text(
+        yaml.safe_dump(profile_event("cli-dated", ["cli/none"])).replace(
+            "version: '1'", "version: 2025-06-01"
+        )
+    )
+    assert "version: 2025-06-01" in dated.read_text()
+    result = await run(cli_env, "profiles", "publish", str(dated))
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert "Traceback" not in result.output
+
     wrong = {**cli_env, "MODEL_ROUTER_CLIENT_SECRET": "nope"}
     result = await run(wrong, "profiles", "list")
     assert result.exit_code == 1 and "401" in result.stderr
