@@ -304,22 +304,33 @@ def deployments_evaluate(
         f"/factory/model-deployments/{deployment_id}/evaluate",
         headers={"Idempotency-Key": key},
     )
-    out.print(f"evaluation {ev['evaluationId']} ({ev['status']}, suite {ev['suiteVersion']})")
+    started = ev["evaluationId"]
+    out.print(f"evaluation {started} ({ev['status']}, suite {ev['suiteVersion']})")
     if not wait:
         return
+    # Only the evaluation this command started (or, with a key used before, replayed) is waited
+    # on and shown. The deployment's view shows its latest: a replayed evaluation that had ended
+    # was waited past, and another started meanwhile (the console's) was shown as this one.
+    d = api.call("GET", f"/factory/model-deployments/{deployment_id}")
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=out
     ) as bar:
         task = bar.add_task("cases", total=None)
-        while True:
+        while ev.get("status") not in ("Completed", "Failed"):
+            time.sleep(0.5)  # polling the API at a human pace
             d = api.call("GET", f"/factory/model-deployments/{deployment_id}")
-            ev = d.get("evaluation") or {}
+            latest = d.get("evaluation") or {}
+            if latest.get("evaluationId") != started:
+                err.print(
+                    f"[yellow]evaluation {escape(started)} is no longer the deployment's latest "
+                    f"({escape(str(latest.get('evaluationId')))} started since): its outcome is "
+                    "not shown here[/yellow]"
+                )
+                raise typer.Exit(1)
+            ev = latest
             progress = ev.get("progress") or {}
             if progress.get("total"):
                 bar.update(task, total=progress["total"], completed=progress["done"])
-            if ev.get("status") in ("Completed", "Failed"):
-                break
-            time.sleep(0.5)  # polling the API at a human pace
     if ev["status"] == "Failed":
         err.print(f"[red]evaluation failed: {ev.get('reason')}[/red]")
         raise typer.Exit(1)

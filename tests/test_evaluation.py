@@ -13,7 +13,7 @@ import pytest
 from core.settings import Settings
 from domain.enums import Capability
 from domain.suite import Oracle, Suite
-from providers.upstream import UpstreamServer
+from providers.upstream import Fault, FaultKind, UpstreamServer
 from providers.upstream.suite_responders import competent_responder, failing_responder
 from tests.conftest import TokenFactory, free_port
 from tests.helpers.catalog import profile_event, publish, register
@@ -140,6 +140,33 @@ async def test_cli_evaluate_waits_with_progress_and_prints_scores(
     assert result.exit_code == 0, result.output
     assert "tool-calling" in result.stdout and "fail" in result.stdout
     assert "json-schema" in result.stdout and "1.00" in result.stdout
+
+
+async def test_cli_evaluate_waits_on_its_own_evaluation_not_the_latest(
+    http: httpx.AsyncClient, auth: dict[str, str], upstream: UpstreamServer, cli_env: dict[str, str]
+) -> None:
+    """A key used before replays its evaluation: `--wait` shows that one, ended as it is. It
+    used to wait on the deployment's latest, here a later one that failed, and exit 1 on it."""
+    await register(http, auth, "eval/own", model="own-sim", endpointRef=upstream.endpoint_ref)
+    first = await run(
+        cli_env, "deployments", "evaluate", "eval/own", "--wait", "--idempotency-key", "own-1"
+    )
+    assert first.exit_code == 0, first.output
+    upstream.inject("own-sim", Fault(kind=FaultKind.AUTH))
+    try:
+        later = await run(
+            cli_env, "deployments", "evaluate", "eval/own", "--wait", "--idempotency-key", "own-2"
+        )
+        assert later.exit_code == 1 and "evaluation failed" in later.stderr, later.output
+    finally:
+        upstream.state.clear_faults("own-sim")
+    again = await run(
+        cli_env, "deployments", "evaluate", "eval/own", "--wait", "--idempotency-key", "own-1"
+    )
+    assert again.exit_code == 0, again.output
+    # The same evaluation ("evaluation <id> (<status>, suite …)").
+    assert first.stdout.split()[1] == again.stdout.split()[1]
+    assert "json-schema" in again.stdout
 
 
 async def test_evaluating_a_retired_deployment_is_a_409_before_anything_runs(
