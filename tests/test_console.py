@@ -652,6 +652,8 @@ async def test_a_requester_gets_what_the_api_gives_it(
     api_url: str, demo: Demo, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
     """Roles as in the API: a Requester reads runs and the catalog, not deployments."""
+    async with httpx.AsyncClient(base_url=api_url, timeout=30) as http:
+        await register(http, demo.auth, "con/unlisted")  # in no profile, never called
     requester = await _client(sessions, demo.tenant, [Role.REQUESTER])
     session, signed = await ConsoleSession.sign_in(api_url, requester.client_id, requester.secret)
     try:
@@ -659,7 +661,10 @@ async def test_a_requester_gets_what_the_api_gives_it(
         board = await session.get("/console")
         assert board.status_code == 403
         assert "needs the role Observer or Operator or PlatformAdmin" in board.text
-        assert (await session.get("/console/receipts")).status_code == 200
+        receipts = await session.get("/console/receipts")
+        assert receipts.status_code == 200
+        # Its filter lists do not name the tenant's deployments, as the API does not list them.
+        assert "con/unlisted" not in receipts.text
         assert (await session.get("/console/profiles")).status_code == 200
         assert (await session.get("/console/schedules")).status_code == 403
     finally:

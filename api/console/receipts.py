@@ -64,6 +64,13 @@ async def receipt_list(
     async with runtime.sessions() as session:
         rows = await console_reads.receipts(session, operator.tenant_id, where)
         deployments, profiles = await console_reads.distinct_values(session, operator.tenant_id)
+    # The filter lists show the catalog only to whom the API lists it (a Requester reads runs
+    # and profiles, not deployments): the lists named every deployment of the tenant, Candidates
+    # in no profile included. Without them the filter in force stays selectable.
+    if not operator.may(Scope.MODELS_ADMIN, Action.READ_DEPLOYMENTS):
+        deployments = [deployment_id] if deployment_id else []
+    if not operator.may(Scope.MODELS_READ, Action.READ_CATALOG):
+        profiles = [profile_id] if profile_id else []
     return page(
         request,
         "receipts.html",
