@@ -17,6 +17,16 @@ TOPICS: dict[str, str] = {
 }
 
 
+# The events that tell a run's invocations (a receipt's figures, a route plan, a fallback): read
+# with the runs' own scope, as ListRunReceipts is. The catalog's events are the catalog readers'.
+RUN_EVENTS = frozenset({"RoutePlanResolved", "ModelInvoked", "ModelFallbackUsed"})
+
+
+def readable(event_type: str, *, reads_runs: bool) -> bool:
+    """Whether a reader of the tenant's event feed sees events of `event_type`."""
+    return reads_runs or event_type not in RUN_EVENTS
+
+
 def deployment_state_changed(
     *,
     tenant_id: str,

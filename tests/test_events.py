@@ -3,6 +3,7 @@ across a receiver outage."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from typing import Any, cast
 
@@ -13,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col, select
 
 from core import metrics
+from domain.enums import Role, Scope
 from store.outbox_horizon import MARGIN_SECONDS
 from store.repositories import OutboxRepository
 from store.tables import OutboxEventRow
@@ -358,3 +360,39 @@ async def test_a_reader_asking_twice_in_one_transaction_still_waits_for_a_later_
         await _past_the_margin(sessions, later.position)
         assert await outbox.list_after(0) == []  # not the later one, ahead of the open one
         await slow.commit()
+
+
+async def test_the_feed_leaves_a_runs_events_to_tokens_that_read_runs(
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    tenant: str,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """ModelInvoked carries a run's receipt (its deployment, tokens, cost): a token that may
+    read the catalog but not runs (no factory.runs.read) read every run's receipts here."""
+    async with sessions() as session:
+        session.add(_event(tenant, "runs/dep"))
+        invoked = OutboxEventRow(
+            tenant_id=tenant,
+            event_type="ModelInvoked",
+            topic="model-access.invocations.v1.model-invoked",
+            aggregate_type="InvocationReceipt",
+            aggregate_id=str(uuid.uuid4()),
+            payload={"outcome": "Completed"},
+        )
+        session.add(invoked)
+        await session.commit()
+        assert invoked.position is not None
+    await _past_the_margin(sessions, invoked.position)
+    catalog_only = {
+        "Authorization": "Bearer " + await token_for(tenant, [Role.OBSERVER], [Scope.MODELS_READ])
+    }
+    both = {
+        "Authorization": "Bearer "
+        + await token_for(tenant, [Role.OBSERVER], [Scope.MODELS_READ, Scope.RUNS_READ])
+    }
+    narrow = (await http.get("/factory/events", headers=catalog_only)).json()
+    assert [e["subject"] for e in narrow["events"]] == ["runs/dep"]
+    assert narrow["nextAfter"] == invoked.position  # its cursor still moves past what it missed
+    full = (await http.get("/factory/events", headers=both)).json()
+    assert [e["subject"] for e in full["events"]][-1] == invoked.aggregate_id
