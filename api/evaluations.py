@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col, select
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.evaluation_types import EvaluationInput, Progress
 from api.lifecycle import ILLEGAL_TRANSITION
@@ -28,6 +28,10 @@ from store.tables import EvaluationRow
 from workflows.evaluate import EvaluateDeploymentWorkflow
 
 log = logging.getLogger("model_router.api")
+
+# How long a Running row may be without its workflow before it is settled as never started: a
+# start is answered in milliseconds, or refused within the SDK's retries (about 10 s).
+UNSTARTED_GRACE_SECONDS = 60.0
 
 
 class EvaluationView(BaseModel):
@@ -144,6 +148,8 @@ async def latest(
         row = (await session.scalars(stmt.order_by(col(EvaluationRow.started_at).desc()))).first()
     if row is None:
         return None
+    if row.status == "Running" and client is not None and await _settled(client, sessions, row):
+        return await latest(None, sessions, tenant_id, deployment_id, row.evaluation_id)
     view = EvaluationView.model_validate(row, from_attributes=True)
     if row.status == "Running" and client is not None:
         try:
@@ -153,3 +159,37 @@ async def latest(
         except Exception:
             view.progress = None
     return view
+
+
+async def _settled(
+    client: Client, sessions: async_sessionmaker[AsyncSession], row: EvaluationRow
+) -> bool:
+    """Settle a row still Running whose run is not (whether it did, as the row is read): its
+    workflow ended without this row hearing of it, or was never started. Both happen when a
+    start is refused after Temporal took it: the row is discarded, the run records into no
+    row, and the same key again inserts one that nothing ends. Such a row stayed Running for
+    good, the console's panel polling it each second and `evaluate --wait` waiting on it."""
+    try:
+        described = await client.get_workflow_handle(row.evaluation_id).describe()
+    except RPCError as exc:
+        if exc.status is not RPCStatusCode.NOT_FOUND:
+            return False  # Temporal away: nothing is known
+        age = (datetime.now(UTC) - row.started_at).total_seconds()
+        if age < UNSTARTED_GRACE_SECONDS:  # its start may still be on its way
+            return False
+        reason = "its run was never started; evaluate again"
+        ref = None
+    else:
+        if described.status is WorkflowExecutionStatus.RUNNING:
+            return False
+        ref = None
+        if described.status is WorkflowExecutionStatus.COMPLETED:
+            ref = await client.get_workflow_handle(row.evaluation_id).result()
+        reason = f"its run ended ({described.status.name if described.status else '?'})"
+    async with transaction(sessions) as session:
+        if ref:
+            # The evidence was imported by the run; its summary went to no row.
+            await evaluations.complete(session, row.evaluation_id, ref, {})
+        else:
+            await evaluations.fail(session, row.tenant_id, row.evaluation_id, reason)
+    return True

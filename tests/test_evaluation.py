@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.settings import Settings
 from domain.enums import Capability
 from domain.suite import Oracle, Suite
 from providers.upstream import Fault, FaultKind, UpstreamServer
 from providers.upstream.suite_responders import competent_responder, failing_responder
+from store.db import transaction
+from store.tables import EvaluationRow
 from tests.conftest import TokenFactory, free_port
 from tests.helpers.catalog import profile_event, publish, register
 from tests.helpers.cli import run
@@ -167,6 +171,48 @@ async def test_cli_evaluate_waits_on_its_own_evaluation_not_the_latest(
     # The same evaluation ("evaluation <id> (<status>, suite …)").
     assert first.stdout.split()[1] == again.stdout.split()[1]
     assert "json-schema" in again.stdout
+
+
+async def test_a_running_row_whose_run_is_not_running_is_settled_when_read(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+    tenant: str,
+) -> None:
+    """A start refused after Temporal took it discards the row, and the run then records into
+    none; the same key again inserts a Running row that nothing ends (its run has ended, or,
+    with the API gone between the insert and the start, never began). Such a row stayed
+    Running for good: the console polled it each second and `evaluate --wait` never returned."""
+    await register(http, auth, "eval/settle", model="settle-sim", endpointRef=upstream.endpoint_ref)
+    done = await _evaluate(http, auth, "eval/settle", "settle-1")
+    ended = (await _finished(http, auth, "eval/settle"))["evaluation"]
+    assert ended["status"] == "Completed"
+    # The row as the lost start leaves it: Running, its run ended.
+    async with transaction(sessions) as session:
+        row = await session.get(EvaluationRow, done["evaluationId"])
+        assert row is not None
+        row.status, row.ended_at, row.evidence_ref, row.summary = "Running", None, None, None
+    read = (await http.get("/factory/model-deployments/eval/settle", headers=auth)).json()
+    assert read["evaluation"]["status"] == "Completed", read["evaluation"]
+    assert read["evaluation"]["evidenceRef"] == ended["evidenceRef"]
+
+    # A row whose run was never started, past the start's grace.
+    await register(http, auth, "eval/never", model="settle-sim", endpointRef=upstream.endpoint_ref)
+    async with transaction(sessions) as session:
+        session.add(
+            EvaluationRow(
+                evaluation_id=f"evaluate/{tenant}/eval/never/unstarted",
+                tenant_id=tenant,
+                deployment_id="eval/never",
+                suite_version="x",
+                status="Running",
+                started_at=datetime.now(UTC) - timedelta(hours=1),
+            )
+        )
+    read = (await http.get("/factory/model-deployments/eval/never", headers=auth)).json()
+    assert read["evaluation"]["status"] == "Failed", read["evaluation"]
+    assert "never started" in read["evaluation"]["reason"]
 
 
 async def test_evaluating_a_retired_deployment_is_a_409_before_anything_runs(
