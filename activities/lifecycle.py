@@ -9,6 +9,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.lifecycle_types import (
+    CONFLICT,
+    NOT_FOUND,
     ApprovalCheckInput,
     RegisterCandidateInput,
     RegisterCandidateResult,
@@ -25,9 +27,6 @@ from store.repositories import (
     ModelProfileRepository,
 )
 from store.views import deployment_record
-
-CONFLICT = "ConcurrencyConflict"
-NOT_FOUND = "DeploymentNotFound"
 
 
 class LifecycleActivities:

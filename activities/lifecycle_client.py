@@ -15,7 +15,7 @@ from typing import Any
 
 from temporalio.client import Client, WithStartWorkflowOperation, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.lifecycle_types import (
@@ -121,6 +121,10 @@ class LifecycleClient:
             )
         except WorkflowUpdateFailedError as exc:
             cause = exc.cause
+            # A store activity's refusal (a conflict, the row gone) reaches the update wrapped
+            # in the activity's failure: its type is the cause's.
+            while isinstance(cause, ActivityError) and cause.cause is not None:
+                cause = cause.cause
             if isinstance(cause, ApplicationError):
                 raise LifecycleRefused(cause.type, cause.message, cause.details) from None
             raise LifecycleRefused(None, str(cause), ()) from None

@@ -20,6 +20,9 @@ REGISTER_UPDATE = "register"
 # ApplicationError types the workflow's updates fail with.
 ILLEGAL = "IllegalTransition"
 REFUSED = "ApprovalRefused"
+# ApplicationError types of the store activities (non-retryable), inside the update's failure.
+CONFLICT = "ConcurrencyConflict"
+NOT_FOUND = "DeploymentNotFound"
 
 # The workflow update each transition is sent as.
 UPDATE_OF: dict[Transition, str] = {

@@ -15,7 +15,7 @@ from activities.lifecycle_client import (
     LifecycleRefused,
     LifecycleTimeout,
 )
-from activities.lifecycle_types import REFUSED, RegisterCandidateResult
+from activities.lifecycle_types import CONFLICT, NOT_FOUND, REFUSED, RegisterCandidateResult
 from api.problems import Problem
 from domain.deployments import DeploymentRecord, DeploymentRegistration
 from domain.lifecycle import Transition
@@ -94,10 +94,17 @@ async def transition(
             raise Problem(
                 409, detail, refusals=exc.refusals, type_=_TYPE + "approval-refused"
             ) from None
-        if exc.kind == "DeploymentNotFound":
+        if exc.kind == NOT_FOUND:
             raise Problem(404, f"No deployment {deployment_id!r}.", field="deploymentId") from None
-        # The store's other refusals (a concurrent change of the row, a step that failed):
-        # nothing applied, and the same transition may be asked again. Uncaught, a 500.
+        if exc.kind == CONFLICT:
+            raise Problem(
+                409,
+                f"Deployment {deployment_id!r} changed while this transition was applied; "
+                "read it and decide again.",
+                field="deploymentId",
+            ) from None
+        # Any other failure of a step: nothing applied, and the same transition may be asked
+        # again. Uncaught, a 500.
         raise Problem(
             503,
             "The transition was not applied; try again.",

@@ -14,7 +14,7 @@ from temporalio.client import Client
 from activities.lifecycle_types import ApproveRequest, workflow_id
 from core.settings import Settings
 from domain.approval import IntendedUse
-from store.tables import OutboxEventRow
+from store.tables import ModelDeploymentRow, OutboxEventRow
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import (
     deployment_body,
@@ -316,6 +316,26 @@ async def test_unknown_and_foreign_deployments_are_404(
     # The owner's deployment is untouched.
     mine = (await http.get("/factory/model-deployments/d/mine", headers=auth)).json()
     assert mine["state"] == "Candidate" and mine["version"] == 1
+
+
+async def test_a_store_step_refusing_a_transition_is_named_not_a_500(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """The store activity's refusal (here: the row gone under a running lifecycle) reaches the
+    update wrapped in the activity's failure; read as such, it was an unknown failure (a 500,
+    then a 503 saying to try again): it is the 404 it names."""
+    await register(http, auth, "d/gone")
+    async with sessions() as session:
+        row = await session.get(ModelDeploymentRow, (tenant, "d/gone"))
+        assert row is not None
+        await session.delete(row)
+        await session.commit()
+    resp = await http.post("/factory/model-deployments/d/gone/retire", headers=auth)
+    assert resp.status_code == 404, resp.text
+    assert resp.json()["field"] == "deploymentId"
 
 
 def test_workflow_is_registered_with_the_expected_updates() -> None:
