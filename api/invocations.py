@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.invoke import InvokeActivities
 from activities.invoke_hub import (
@@ -367,10 +367,21 @@ def _own_claim(seen: InvocationReceiptRow, data: InvocationInput) -> bool:
     )
 
 
+# What Temporal says when it did not answer (down, overloaded, a deadline passed): worth asking
+# again. Any other refusal (the workflow not found, the request refused) will not change.
+_UNANSWERED = frozenset(
+    {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.RESOURCE_EXHAUSTED}
+)
+
+
 def _watch_failed(result: asyncio.Future[Any]) -> bool:
     """Whether the watch of the workflow's result ended because Temporal did not answer, rather
-    than with the workflow's end (a result, or the workflow's own failure)."""
-    return not result.cancelled() and isinstance(result.exception(), RPCError)
+    than with the workflow's end (a result, the workflow's own failure, or a refusal that a
+    retry would not change, which is taken for its end as before)."""
+    if result.cancelled():
+        return False
+    exc = result.exception()
+    return isinstance(exc, RPCError) and exc.status in _UNANSWERED
 
 
 async def _rewatch(started: Started, after: float) -> Any:

@@ -191,7 +191,8 @@ async def test_a_call_ending_as_the_store_goes_silent_is_answered_within_the_inv
     token = await token_for(tenant)
     await _published(http, token, tenant, temporal_client, upstream, "sl/price")
     key = f"price-{uuid.uuid4().hex[:8]}"
-    upstream.inject(MODEL, Fault(kind=FaultKind.SLOW_FIRST_TOKEN, delay=1.0, times=1))
+    # The provider holds its answer until the store has gone silent (released just after).
+    upstream.inject(MODEL, Fault(kind=FaultKind.SLOW_FIRST_TOKEN, delay=60, times=1))
     async with _through_proxy(settings, sessions, statement_timeout=60) as (api, proxy):
         # No call before this one: its revision's pricebook is not read yet in this process.
         sdk = openai.AsyncOpenAI(base_url=f"{api.url}/v1", api_key=token, max_retries=0, timeout=30)
@@ -208,6 +209,7 @@ async def test_a_call_ending_as_the_store_goes_silent_is_answered_within_the_inv
 
         await eventually(claimed, timeout=10, interval=0.02)
         proxy.sever(partition=True)  # while the provider is still thinking
+        upstream.release()
         done = await call  # within the SDK's 30 s, not after the 60 s statement timeout
         assert done.choices[0].message.content
         proxy.restore()
