@@ -17,6 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from cli.http import connect, err
+from domain.deployments import UNADDRESSABLE, addressable
 
 out = Console()
 deployments = typer.Typer(help="Deployments and their ModelOps lifecycle.", no_args_is_help=True)
@@ -39,8 +40,17 @@ def _load(file: Path) -> Any:
     try:
         return yaml.load(file.read_text(), Loader=_Loader)  # noqa: S506 - a SafeLoader
     except (OSError, yaml.YAMLError) as exc:
-        err.print(f"[red]Cannot read {file}: {exc}[/red]")
+        err.print(f"[red]Cannot read {file}: {escape(str(exc))}[/red]")
         raise typer.Exit(2) from None
+
+
+def _deployment(deployment_id: str, action: str = "") -> str:
+    """The deployment's URL path, refused (exit 2) for an id that would address another once
+    sent: httpx resolves `team/../prod` to `prod`, so `retire team/../prod` retired prod."""
+    if not addressable(deployment_id):
+        err.print(f"[red]{escape(deployment_id)}: {UNADDRESSABLE}[/red]")
+        raise typer.Exit(2)
+    return f"/factory/model-deployments/{deployment_id}{action}"
 
 
 def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
@@ -87,7 +97,7 @@ def deployments_list() -> None:
 @deployments.command("show")
 def deployments_show(deployment_id: str) -> None:
     """One deployment with its capability evidence."""
-    d = connect().call("GET", f"/factory/model-deployments/{deployment_id}")
+    d = connect().call("GET", _deployment(deployment_id))
     _table(
         "deployment",
         ["ID", "PROVIDER", "MODEL", "REGION", "PRIVACY", "STATE", "HEALTHY", "LICENSE", "EVIDENCE"],
@@ -154,7 +164,7 @@ def deployments_license(
     }
     if license_name:
         body["licenseName"] = license_name
-    d = connect().call("PUT", f"/factory/model-deployments/{deployment_id}/license", json=body)
+    d = connect().call("PUT", _deployment(deployment_id, "/license"), json=body)
     lic = d.get("licenseMetadata") or {}
     _table(
         f"license of {d['deploymentId']} ({d['state']})",
@@ -188,14 +198,14 @@ def deployments_approve(
 ) -> None:
     """Approve an Evaluated deployment (license and evidence gates)."""
     body = {"intendedUse": intended_use} if intended_use else None
-    d = connect().call("POST", f"/factory/model-deployments/{deployment_id}/approve", json=body)
+    d = connect().call("POST", _deployment(deployment_id, "/approve"), json=body)
     out.print(f"approved {d['deploymentId']} (version {d['version']})")
 
 
 @deployments.command("retire")
 def deployments_retire(deployment_id: str) -> None:
     """Retire a deployment."""
-    d = connect().call("POST", f"/factory/model-deployments/{deployment_id}/retire")
+    d = connect().call("POST", _deployment(deployment_id, "/retire"))
     out.print(f"retired {d['deploymentId']}")
 
 
@@ -301,7 +311,7 @@ def deployments_evaluate(
     key = idempotency_key or f"cli-{uuid.uuid4().hex}"
     ev = api.call(
         "POST",
-        f"/factory/model-deployments/{deployment_id}/evaluate",
+        _deployment(deployment_id, "/evaluate"),
         headers={"Idempotency-Key": key},
     )
     started = ev["evaluationId"]
@@ -311,14 +321,14 @@ def deployments_evaluate(
     # Only the evaluation this command started (or, with a key used before, replayed) is waited
     # on and shown. The deployment's view shows its latest: a replayed evaluation that had ended
     # was waited past, and another started meanwhile (the console's) was shown as this one.
-    d = api.call("GET", f"/factory/model-deployments/{deployment_id}")
+    d = api.call("GET", _deployment(deployment_id))
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=out
     ) as bar:
         task = bar.add_task("cases", total=None)
         while ev.get("status") not in ("Completed", "Failed"):
             time.sleep(0.5)  # polling the API at a human pace
-            d = api.call("GET", f"/factory/model-deployments/{deployment_id}")
+            d = api.call("GET", _deployment(deployment_id))
             latest = d.get("evaluation") or {}
             if latest.get("evaluationId") != started:
                 err.print(
@@ -332,7 +342,7 @@ def deployments_evaluate(
             if progress.get("total"):
                 bar.update(task, total=progress["total"], completed=progress["done"])
     if ev["status"] == "Failed":
-        err.print(f"[red]evaluation failed: {ev.get('reason')}[/red]")
+        err.print(f"[red]evaluation failed: {escape(str(ev.get('reason')))}[/red]")
         raise typer.Exit(1)
     scores = (ev.get("summary") or {}).get("scores", {})
     _table(
@@ -341,4 +351,4 @@ def deployments_evaluate(
         [[c, f"{s['score']:.2f}", s["verdict"]] for c, s in sorted(scores.items())],
     )
     for shortfall in (ev.get("summary") or {}).get("shortfalls", []):
-        err.print(f"[yellow]below a listing profile: {shortfall['message']}[/yellow]")
+        err.print(f"[yellow]below a listing profile: {escape(shortfall['message'])}[/yellow]")

@@ -9,6 +9,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from temporalio.client import (
     Client,
@@ -37,19 +38,24 @@ def _run(action: Callable[[Client], Awaitable[T]]) -> T:
         try:
             client = await connect(get_settings())
         except Exception as exc:  # any connect failure: say which server, exit 2
-            err.print(f"[red]Cannot reach Temporal at {get_settings().temporal_address}: {exc}")
+            err.print(
+                f"[red]Cannot reach Temporal at {get_settings().temporal_address}: "
+                f"{escape(str(exc))}"
+            )
             raise typer.Exit(2) from None
         try:
             return await action(client)
         except RPCError as exc:
             if exc.status is RPCStatusCode.NOT_FOUND:
-                err.print(f"[red]No such schedule ({exc.message}).[/red]")
+                err.print(f"[red]No such schedule ({escape(exc.message)}).[/red]")
                 raise typer.Exit(1) from None
-            err.print(f"[red]Temporal refused: {exc.status.name} ({exc.message})[/red]")
+            err.print(f"[red]Temporal refused: {exc.status.name} ({escape(exc.message)})[/red]")
             raise typer.Exit(1) from None
         except WorkflowFailureError as exc:  # trigger --wait: the run itself failed
             cause = exc.cause
-            err.print(f"[red]The run failed: {cause if cause is not None else exc}[/red]")
+            err.print(
+                f"[red]The run failed: {escape(str(cause if cause is not None else exc))}[/red]"
+            )
             raise typer.Exit(1) from None
 
     return asyncio.run(go())

@@ -32,6 +32,17 @@ class LicenseMetadata(BaseModel):
     license_name: str | None = Field(default=None, alias="licenseName", max_length=200)
 
 
+UNADDRESSABLE = "deploymentId segments between '/' must not be empty, '.' or '..'"
+
+
+def addressable(deployment_id: str) -> bool:
+    """Whether the id names the same deployment once in a URL path
+    (`/factory/model-deployments/{id}/retire`): a `.` or `..` segment is resolved away by HTTP
+    clients (httpx, browsers, curl), so `team/../prod/retire` reached `prod`'s retire, and an
+    empty one is collapsed by many proxies the same way."""
+    return not any(part in ("", ".", "..") for part in deployment_id.split("/"))
+
+
 def looks_like_credential(value: str) -> bool:
     return any(p.search(value) for p in _CREDENTIAL_SHAPES)
 
@@ -58,11 +69,8 @@ class DeploymentRegistration(BaseModel):
     @field_validator("deployment_id")
     @classmethod
     def _deployment_id_is_a_path(cls, value: str) -> str:
-        # The id goes into URL paths (`/factory/model-deployments/{id}/retire`). A `.` or `..`
-        # segment is resolved away by HTTP clients (httpx, browsers, curl): `team/../prod/retire`
-        # reached `prod`'s retire. An empty segment is collapsed by many proxies the same way.
-        if any(part in ("", ".", "..") for part in value.split("/")):
-            raise ValueError("deploymentId segments between '/' must not be empty, '.' or '..'")
+        if not addressable(value):
+            raise ValueError(UNADDRESSABLE)
         return value
 
     @field_validator("endpoint_ref")

@@ -114,6 +114,11 @@ async def test_cli_without_credentials_or_with_bad_input_exits_non_zero(
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     assert "Traceback" not in result.output
 
+    # An id httpx would resolve to another (`team/../prod` is sent as `prod`) is refused
+    # before any request: `retire team/../prod` retired prod.
+    result = await run(cli_env, "deployments", "retire", "team/../cli/upper")
+    assert result.exit_code == 2 and "must not be empty, '.' or '..'" in result.stderr
+
     wrong = {**cli_env, "MODEL_ROUTER_CLIENT_SECRET": "nope"}
     result = await run(wrong, "profiles", "list")
     assert result.exit_code == 1 and "401" in result.stderr
