@@ -109,6 +109,12 @@ def issuer_unreachable() -> Problem:
     )
 
 
+def holds(principal: Principal, scope: str, action: Action) -> bool:
+    """Whether the caller holds the scope and a role allowed to take the action: what `require`
+    demands, for a route that serves more to whom holds more."""
+    return scope in principal.scopes and may(principal.roles, action)
+
+
 def require(
     scope: str,
     action: Action,

@@ -27,6 +27,21 @@ def readable(event_type: str, *, reads_runs: bool) -> bool:
     return reads_runs or event_type not in RUN_EVENTS
 
 
+def subscribed_types(requested: list[str], *, reads_runs: bool) -> list[str]:
+    """The event types a webhook subscription delivers, as its creator may read them: as asked
+    (every type when none, stored as the empty list), or without a run's events for a creator
+    who may not read runs (listed, then, in place of "every type"). Asking for a run's event
+    without reading runs is a ValueError."""
+    if reads_runs:
+        return list(requested)
+    if not requested:
+        return [t for t in TOPICS if t not in RUN_EVENTS]
+    refused = [t for t in requested if t in RUN_EVENTS]
+    if refused:
+        raise ValueError(f"{', '.join(refused)} need the scope factory.runs.read")
+    return list(requested)
+
+
 def deployment_state_changed(
     *,
     tenant_id: str,

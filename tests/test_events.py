@@ -396,3 +396,27 @@ async def test_the_feed_leaves_a_runs_events_to_tokens_that_read_runs(
     assert narrow["nextAfter"] == invoked.position  # its cursor still moves past what it missed
     full = (await http.get("/factory/events", headers=both)).json()
     assert [e["subject"] for e in full["events"]][-1] == invoked.aggregate_id
+
+
+async def test_a_subscriber_that_may_not_read_runs_gets_none_of_their_events(
+    http: httpx.AsyncClient, token_for: TokenFactory, tenant: str
+) -> None:
+    """Creating a subscription needs only factory.models.admin: without factory.runs.read its
+    receiver got every run's ModelInvoked, which the feed now leaves out for such a token."""
+    admin_only = {
+        "Authorization": "Bearer "
+        + await token_for(tenant, [Role.OPERATOR], [Scope.MODELS_READ, Scope.MODELS_ADMIN])
+    }
+    url = f"http://127.0.0.1:{free_port()}/hook"  # never reached
+    asked = await http.post(
+        "/factory/webhook-subscriptions",
+        json={"url": url, "eventTypes": ["ModelInvoked"]},
+        headers=admin_only,
+    )
+    assert asked.status_code == 422, asked.text
+    assert asked.json()["errors"][0]["field"] == "body.eventTypes"
+    every = await http.post("/factory/webhook-subscriptions", json={"url": url}, headers=admin_only)
+    assert every.status_code == 201, every.text
+    types = set(every.json()["eventTypes"])
+    assert "DeploymentStateChanged" in types
+    assert not types & {"ModelInvoked", "RoutePlanResolved", "ModelFallbackUsed"}

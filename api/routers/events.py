@@ -16,14 +16,14 @@ from temporalio.service import RPCError
 
 from activities.webhook_signing import new_secret
 from activities.webhook_targets import TargetRefused, pinned
-from api.deps import RuntimeDep, SessionDep, TemporalDep, require
+from api.deps import RuntimeDep, SessionDep, TemporalDep, holds, require
 from api.problems import Problem
 from core.security import Principal
 from core.settings import Settings
-from domain.access import Action, may
+from domain.access import Action
 from domain.cloudevents import OutboxEvent, to_cloudevent
 from domain.enums import Scope
-from domain.events import TOPICS, readable
+from domain.events import TOPICS, readable, subscribed_types
 from store.db import transaction
 from store.outbox_horizon import settled_position
 from store.repositories import OutboxRepository, WebhookSubscriptionRepository, last_position
@@ -71,7 +71,7 @@ async def list_events(
     # A token without factory.runs.read read every run's receipts here (ModelInvoked carries
     # the run, the deployment, tokens and cost): such events are left out of its pages, whose
     # cursor still moves past them.
-    reads_runs = Scope.RUNS_READ in principal.scopes and may(principal.roles, Action.READ_RUNS)
+    reads_runs = holds(principal, Scope.RUNS_READ, Action.READ_RUNS)
     events = [
         to_cloudevent(
             OutboxEvent(
@@ -178,6 +178,19 @@ async def create_subscription(
             type_="https://model-router.dev/problems/validation",
             errors=[{"field": "body.url", "message": str(exc)}],
         ) from None
+    try:
+        # A creator who may not read runs subscribes to none of a run's events (the feed
+        # leaves them out of its pages too): they carry every run's receipts.
+        event_types = subscribed_types(
+            list(body.event_types), reads_runs=holds(principal, Scope.RUNS_READ, Action.READ_RUNS)
+        )
+    except ValueError as exc:
+        raise Problem(
+            422,
+            f"eventTypes: {exc}.",
+            type_="https://model-router.dev/problems/validation",
+            errors=[{"field": "body.eventTypes", "message": str(exc)}],
+        ) from None
     async with transaction(runtime.sessions) as session:
         start = body.start_after
         if start is None:
@@ -189,7 +202,7 @@ async def create_subscription(
         row = WebhookSubscriptionRepository(session, principal.tenant_id).add(
             url=str(body.url),
             signing_secret=new_secret(),
-            event_types=list(body.event_types),
+            event_types=event_types,
             delivered_position=start,
         )
     try:
