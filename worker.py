@@ -22,8 +22,7 @@ from activities.probes import ProbeActivities
 from activities.reconciliation import ReconciliationActivities
 from activities.secret_policy import endpoint_broker
 from activities.sweeper import SweeperActivities
-from activities.webhook_types import DeliverySettings
-from activities.webhooks import WebhookActivities
+from activities.webhooks import WebhookActivities, delivery_settings
 from core import metrics, tracing
 from core.logging import configure_logging
 from core.metrics_server import MetricsServer
@@ -73,11 +72,7 @@ def build_worker(
     webhooks = WebhookActivities(
         sessions,
         http or httpx.AsyncClient(follow_redirects=False),
-        DeliverySettings(
-            poll_interval_seconds=settings.webhook_poll_interval_seconds,
-            retry_max_interval_seconds=settings.webhook_retry_max_interval_seconds,
-            timeout_seconds=settings.webhook_timeout_seconds,
-        ),
+        delivery_settings(settings),
         settings.webhook_allowed_private_networks,
     )
     # Statement admin keys are the operator's settings; deployments' endpointRefs are bounded

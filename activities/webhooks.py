@@ -24,6 +24,7 @@ from activities.webhook_types import (
     PendingInput,
 )
 from core import metrics
+from core.settings import Settings
 from domain.cloudevents import OutboxEvent, to_cloudevent
 from domain.webhook_targets import Network
 from store.db import transaction
@@ -35,6 +36,15 @@ log = logging.getLogger("model_router.worker")
 # What an attempt keeps of its Temporal timeout for the rest of its work once the POST is bounded
 # (reading the subscription, noting a failure): both are single statements.
 _ATTEMPT_MARGIN_SECONDS = 1.0
+
+
+def delivery_settings(settings: Settings) -> DeliverySettings:
+    """The webhook delivery settings as a subscription's workflow takes them."""
+    return DeliverySettings(
+        poll_interval_seconds=settings.webhook_poll_interval_seconds,
+        retry_max_interval_seconds=settings.webhook_retry_max_interval_seconds,
+        timeout_seconds=settings.webhook_timeout_seconds,
+    )
 
 
 class WebhookActivities:

@@ -107,20 +107,15 @@ def envelope_for(app: Any, path: str) -> Envelope | None:
     return next((r for prefix, r in envelopes.items() if path.startswith(prefix)), None)
 
 
-def invalid_body(exc: ValidationError, prefix: str) -> Problem:
-    """A 422 naming each field of a part of the body validated in the route (not by FastAPI),
-    as the request's own validation does: never with the value given (pydantic's message
-    quotes it), which may be anything the caller typed."""
-    errors = [
-        {"field": _field((prefix, *err["loc"])), "message": str(err["msg"])}
-        for err in exc.errors(include_input=False, include_url=False)
-    ]
-    fields = ", ".join(dict.fromkeys(e["field"] for e in errors))
-    return Problem(
-        422,
-        f"Invalid request: {fields}",
-        type_="https://model-router.dev/problems/validation",
-        errors=errors,
+def invalid_body(exc: ValidationError, *loc: str) -> RequestValidationError:
+    """A part of the body validated in the route (not by FastAPI) refused as the request's own
+    validation refuses: a 422 naming each field under `body.<loc>`, never with the value
+    given (pydantic's message quotes it), which may be anything the caller typed."""
+    return RequestValidationError(
+        [
+            {"type": err["type"], "loc": ("body", *loc, *err["loc"]), "msg": err["msg"]}
+            for err in exc.errors(include_input=False, include_url=False)
+        ]
     )
 
 

@@ -16,6 +16,7 @@ from temporalio.service import RPCError
 
 from activities.webhook_signing import new_secret
 from activities.webhook_targets import TargetRefused, pinned
+from activities.webhooks import delivery_settings
 from api.deps import RuntimeDep, SessionDep, TemporalDep, holds, require
 from api.problems import Problem
 from core.security import Principal
@@ -239,9 +240,7 @@ async def _start_delivery(
             tenant_id=tenant_id,
             subscription_id=str(row.subscription_id),
             after=start,
-            poll_interval_seconds=settings.webhook_poll_interval_seconds,
-            retry_max_interval_seconds=settings.webhook_retry_max_interval_seconds,
-            timeout_seconds=settings.webhook_timeout_seconds,
+            **delivery_settings(settings).model_dump(),
         ),
         id=workflow_id(tenant_id, str(row.subscription_id)),
         task_queue=settings.temporal_task_queue,

@@ -128,7 +128,7 @@ async def put_policy(body: PolicyBody, principal: Admin, runtime: RuntimeDep) ->
             {**body.policy, "tenantId": principal.tenant_id, "revision": body.revision}
         )
     except ValidationError as exc:
-        raise invalid_body(exc, "body.policy") from None
+        raise invalid_body(exc, "policy") from None
     document = policy.model_dump(mode="json", by_alias=True, exclude={"tenant_id", "revision"})
     try:
         async with transaction(runtime.sessions) as session:
