@@ -107,6 +107,15 @@ def envelope_for(app: Any, path: str) -> Envelope | None:
     return next((r for prefix, r in envelopes.items() if path.startswith(prefix)), None)
 
 
+VALIDATION = "https://model-router.dev/problems/validation"
+
+
+def field_refused(field: str, message: str, detail: str) -> Problem:
+    """A 422 naming the one field a route's own check refused (beyond what its model
+    validates), in the shape the request's validation answers with."""
+    return Problem(422, detail, type_=VALIDATION, errors=[{"field": field, "message": message}])
+
+
 def invalid_body(exc: ValidationError, *loc: str) -> RequestValidationError:
     """A part of the body validated in the route (not by FastAPI) refused as the request's own
     validation refuses: a 422 naming each field under `body.<loc>`, never with the value
@@ -158,7 +167,7 @@ async def _on_validation(request: Request, exc: Exception) -> JSONResponse:
         request,
         status,
         detail,
-        type_="https://model-router.dev/problems/validation",
+        type_=VALIDATION,
         errors=errors,
     )
 

@@ -75,6 +75,15 @@ async def _through_proxy(
             yield api, proxy
 
 
+async def _warmed(sdk: openai.AsyncOpenAI, key: str) -> None:
+    """Three calls first: the claim's statement prepared, so its execution is one send (the
+    request a proxy cuts)."""
+    for n in range(3):
+        await sdk.chat.completions.create(
+            model=PROFILE, messages=HI, extra_headers={"Idempotency-Key": f"{key}-warm-{n}"}
+        )
+
+
 async def _published(
     http: httpx.AsyncClient,
     token: str,
@@ -269,10 +278,7 @@ async def test_a_claim_that_lands_after_it_was_given_up_is_undone_and_its_key_an
         # Warm: the invoke path's statements prepared on its connection, the claim included
         # (the first call after a publish reads the catalog version and claims plainly; the
         # next ones claim with the version check), so a claim sends its execution at once.
-        for n in range(3):
-            await sdk.chat.completions.create(
-                model=PROFILE, messages=HI, extra_headers={"Idempotency-Key": f"warm-{n}"}
-            )
+        await _warmed(sdk, "late")
         # The path goes silent holding what is sent into it: the claim is on its way when the
         # API gives up on it and tells the caller nothing was claimed.
         assert proxy.sever(hold=True) > 0
@@ -321,10 +327,7 @@ async def test_a_claim_whose_answer_was_lost_after_it_landed_is_the_calls_own(
     key = f"own-{uuid.uuid4().hex[:8]}"
     async with _through_proxy(settings, sessions) as (api, proxy):
         sdk = openai.AsyncOpenAI(base_url=f"{api.url}/v1", api_key=token, max_retries=0, timeout=30)
-        for n in range(3):  # warm: the claim's statement prepared, so its execution is one send
-            await sdk.chat.completions.create(
-                model=PROFILE, messages=HI, extra_headers={"Idempotency-Key": f"{key}-warm-{n}"}
-            )
+        await _warmed(sdk, key)
         proxy.cut_request_with(key.encode())
         done = await sdk.chat.completions.create(
             model=PROFILE, messages=HI, extra_headers={"Idempotency-Key": key}
@@ -358,10 +361,7 @@ async def test_a_claim_that_landed_when_the_store_then_went_away_is_undone(
     key = f"down-{uuid.uuid4().hex[:8]}"
     async with _through_proxy(settings, sessions) as (api, proxy):
         sdk = openai.AsyncOpenAI(base_url=f"{api.url}/v1", api_key=token, max_retries=0, timeout=30)
-        for n in range(3):  # warm: the claim's statement prepared, so its execution is one send
-            await sdk.chat.completions.create(
-                model=PROFILE, messages=HI, extra_headers={"Idempotency-Key": f"{key}-warm-{n}"}
-            )
+        await _warmed(sdk, key)
         proxy.cut_request_with(key.encode(), then_down=True)
         with pytest.raises(openai.APIStatusError) as refused:
             await sdk.chat.completions.create(

@@ -13,7 +13,7 @@ from api import evaluations, lifecycle
 from api.deps import RuntimeDep, SessionDep, TemporalDep, require
 from api.evaluations import EvaluationView
 from api.idempotency import IdempotencyKey, IdempotencyStore, request_hash
-from api.problems import Problem
+from api.problems import Problem, field_refused
 from api.schemas import ApproveBody, DeploymentView
 from api.views import deployment_views
 from core.security import Principal
@@ -45,11 +45,10 @@ async def register_deployment(
 ) -> JSONResponse:
     refused = secret_policy(runtime.settings).refusal(body.endpoint_ref)
     if refused:
-        raise Problem(
-            422,
+        raise field_refused(
+            "body.endpointRef",
+            refused,
             f"endpointRef {body.endpoint_ref!r} is not allowed: {refused}.",
-            type_="https://model-router.dev/problems/validation",
-            errors=[{"field": "body.endpointRef", "message": refused}],
         )
     keys = IdempotencyStore(runtime.sessions, principal.tenant_id, "RegisterDeployment")
     hash_ = request_hash(body.model_dump(mode="json", by_alias=True))

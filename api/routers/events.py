@@ -18,7 +18,7 @@ from activities.webhook_signing import new_secret
 from activities.webhook_targets import TargetRefused, pinned
 from activities.webhooks import delivery_settings
 from api.deps import RuntimeDep, SessionDep, TemporalDep, holds, require
-from api.problems import Problem
+from api.problems import Problem, field_refused
 from core.security import Principal
 from core.settings import Settings
 from domain.access import Action
@@ -173,12 +173,7 @@ async def create_subscription(
     try:
         await pinned(str(body.url), settings.webhook_allowed_private_networks)
     except TargetRefused as exc:
-        raise Problem(
-            422,
-            f"url is not allowed: {exc}.",
-            type_="https://model-router.dev/problems/validation",
-            errors=[{"field": "body.url", "message": str(exc)}],
-        ) from None
+        raise field_refused("body.url", str(exc), f"url is not allowed: {exc}.") from None
     try:
         # A creator who may not read runs subscribes to none of a run's events (the feed
         # leaves them out of its pages too): they carry every run's receipts.
@@ -186,12 +181,7 @@ async def create_subscription(
             list(body.event_types), reads_runs=holds(principal, Scope.RUNS_READ, Action.READ_RUNS)
         )
     except ValueError as exc:
-        raise Problem(
-            422,
-            f"eventTypes: {exc}.",
-            type_="https://model-router.dev/problems/validation",
-            errors=[{"field": "body.eventTypes", "message": str(exc)}],
-        ) from None
+        raise field_refused("body.eventTypes", str(exc), f"eventTypes: {exc}.") from None
     async with transaction(runtime.sessions) as session:
         start = body.start_after
         if start is None:
