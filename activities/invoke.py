@@ -14,8 +14,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from datetime import UTC, datetime
-from decimal import Decimal
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
@@ -28,6 +26,7 @@ from activities.invoke_hub import Attach, InvocationHub, PendingCall, ReceiptRea
 from activities.invoke_outcomes import Outcome as _Outcome
 from activities.invoke_outcomes import Route as _Route
 from activities.invoke_outcomes import ended_by_us, not_claimed, not_here
+from activities.invoke_prices import Prices
 from activities.resilience import BreakerRegistry, Resilience
 from domain.enums import InvocationOutcome, UsageStatus
 from domain.fallback import Next, after_failure, may_answer
@@ -38,9 +37,7 @@ from domain.invocation import (
     InvocationSummary,
     Target,
 )
-from domain.pricing import Pricebook, receipt_cost_usd
 from domain.provider_reports import recordable_request_id
-from store import pricebook
 from store.artifact_files import ArtifactFiles
 from store.artifacts import ArtifactStore, reference
 from store.receipt_statements import ReceiptStatements
@@ -78,33 +75,17 @@ class InvokeActivities:
         store_wait: float | None = None,
     ) -> None:
         self._statements = statements or ReceiptStatements(sessions.kw["bind"])
-        # The bound on the one read a call's end may make besides its close (its pricebook, once
-        # per revision and process): `INVOKE_STORE_WAIT_SECONDS`, as the close's own.
-        self._store_wait = store_wait
+        self._prices = Prices(sessions, store_wait)
         self._resilience = resilience or Resilience()
         self._sessions = sessions
         self._hub = hub
         self._adapters = adapters
         self._files = ArtifactFiles(artifacts)
         self._closer = ReceiptCloser(self._statements, self._files, AnswersAhead(answers_ahead))
-        self._prices: dict[tuple[str, str], Pricebook | None] = {}
 
     @property
     def breakers(self) -> BreakerRegistry:
         return self._resilience.breakers
-
-    async def _pricebook(self, tenant_id: str, revision: str) -> Pricebook | None:
-        # Revisions are immutable, so a process may keep what it read.
-        key = (tenant_id, revision)
-        if key not in self._prices:
-            # Read before the close, on the main engine, whose statements wait up to
-            # `DATABASE_STATEMENT_TIMEOUT_SECONDS` (60 s by default): a database gone silent
-            # held the receipt's close and the caller's last byte that long, where the close
-            # itself gives up after the invoke path's bound and goes to the workflow. Past the
-            # bound the cost is left unknown, as for a pricebook that cannot be read.
-            async with asyncio.timeout(self._store_wait), self._sessions() as session:
-                self._prices[key] = await pricebook.load(session, tenant_id, revision)
-        return self._prices[key]
 
     @property
     def statements(self) -> ReceiptStatements:
@@ -256,7 +237,7 @@ class InvokeActivities:
         ):
             # Only the attempt that answered is priced; failed attempts are never billed.
             try:
-                summary.estimated_cost_usd = await self._cost(
+                summary.estimated_cost_usd = await self._prices.cost(
                     data, target.provider, target.model, result
                 )
             except Exception as exc:  # the pricebook is unreadable: the answer still stands
@@ -271,20 +252,6 @@ class InvokeActivities:
         refused them), which the workflow answers with."""
         return await write_close(
             lambda summary: self._statements.close(data.tenant_id, summary), data.summary
-        )
-
-    async def _cost(
-        self, data: InvocationInput, provider: str, model: str, result: _Outcome
-    ) -> Decimal | None:
-        book = await self._pricebook(data.tenant_id, data.pricing_revision)
-        price = book.price_for(provider, model, datetime.now(UTC).date()) if book else None
-        if price is None:
-            return None
-        return receipt_cost_usd(
-            price,
-            input_tokens=result.input_tokens or 0,
-            output_tokens=result.output_tokens or 0,
-            cached_input_tokens=min(result.cached or 0, result.input_tokens or 0),
         )
 
     async def _run(self, data: InvocationInput, pending: PendingCall, started: float) -> _Outcome:

@@ -1,0 +1,55 @@
+"""A call's cost as its receipt states it: the answering attempt's tokens at the prices of the
+invocation's pricing revision, as of today. Revisions are immutable, so a process keeps each
+one it read."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from decimal import Decimal
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from activities.invoke_outcomes import Outcome
+from domain.invocation import InvocationInput
+from domain.pricing import Pricebook, receipt_cost_usd
+from store import pricebook
+
+
+class Prices:
+    def __init__(
+        self, sessions: async_sessionmaker[AsyncSession], wait: float | None = None
+    ) -> None:
+        """`wait` bounds the one read a call's end may make besides its close (its revision's
+        pricebook, once per process): `INVOKE_STORE_WAIT_SECONDS`, as the close's own."""
+        self._sessions = sessions
+        self._wait = wait
+        self._books: dict[tuple[str, str], Pricebook | None] = {}
+
+    async def _book(self, tenant_id: str, revision: str) -> Pricebook | None:
+        key = (tenant_id, revision)
+        if key not in self._books:
+            # Read before the close, on the main engine, whose statements wait up to
+            # `DATABASE_STATEMENT_TIMEOUT_SECONDS` (60 s by default): a database gone silent
+            # held the receipt's close and the caller's last byte that long, where the close
+            # itself gives up after the invoke path's bound and goes to the workflow. Past the
+            # bound the cost is left unknown, as for a pricebook that cannot be read.
+            async with asyncio.timeout(self._wait), self._sessions() as session:
+                self._books[key] = await pricebook.load(session, tenant_id, revision)
+        return self._books[key]
+
+    async def cost(
+        self, data: InvocationInput, provider: str, model: str, result: Outcome
+    ) -> Decimal | None:
+        """The answering attempt's cost; None when its model has no price in the revision.
+        Raises when the pricebook cannot be read (in time)."""
+        book = await self._book(data.tenant_id, data.pricing_revision)
+        price = book.price_for(provider, model, datetime.now(UTC).date()) if book else None
+        if price is None:
+            return None
+        return receipt_cost_usd(
+            price,
+            input_tokens=result.input_tokens or 0,
+            output_tokens=result.output_tokens or 0,
+            cached_input_tokens=min(result.cached or 0, result.input_tokens or 0),
+        )
