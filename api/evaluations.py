@@ -169,8 +169,9 @@ async def _settled(
     start is refused after Temporal took it: the row is discarded, the run records into no
     row, and the same key again inserts one that nothing ends. Such a row stayed Running for
     good, the console's panel polling it each second and `evaluate --wait` waiting on it."""
+    handle = client.get_workflow_handle(row.evaluation_id)
     try:
-        described = await client.get_workflow_handle(row.evaluation_id).describe()
+        described = await handle.describe()
     except RPCError as exc:
         if exc.status is not RPCStatusCode.NOT_FOUND:
             return False  # Temporal away: nothing is known
@@ -184,7 +185,7 @@ async def _settled(
             return False
         ref = None
         if described.status is WorkflowExecutionStatus.COMPLETED:
-            ref = await client.get_workflow_handle(row.evaluation_id).result()
+            ref = await handle.result()
         reason = f"its run ended ({described.status.name if described.status else '?'})"
     async with transaction(sessions) as session:
         if ref:
