@@ -21,6 +21,7 @@ from temporalio import activity
 from activities.adapter_pool import AdapterPool
 from activities.answers_ahead import AnswersAhead
 from activities.invoke_attempts import attempts_on
+from activities.invoke_cancel import cancel_requested
 from activities.invoke_close import ReceiptCloser, write_close
 from activities.invoke_hub import Attach, InvocationHub, PendingCall, ReceiptReady
 from activities.invoke_outcomes import Outcome as _Outcome
@@ -47,6 +48,10 @@ log = logging.getLogger("model_router.invoke")
 # How long a call's end waits for its caller's response to be over before it is reported to
 # the workflow anyway (a slow reader of a large answer). The receipt is final before either.
 DELIVERY_WAIT_SECONDS = 5.0
+# How long a call let go of (its run evicted) waits in the hub, once it ended, for the run's next
+# execution: that comes within seconds of Temporal answering again (the evicted workflow task
+# times out, 10 s after it began), and one that comes later closes nothing.
+LET_GO_KEEP_SECONDS = 60.0
 
 
 async def _after_delivery(pending: PendingCall) -> None:
@@ -118,6 +123,13 @@ class InvokeActivities:
         pending = self._hub.claim(data.caller_token)
         if pending is None:
             return not_here(data)
+        try:
+            return await self._adopt(data, pending)
+        except asyncio.CancelledError:
+            await self._let_go_or_stop(data, pending)
+            raise
+
+    async def _adopt(self, data: InvocationInput, pending: PendingCall) -> InvocationSummary:
         if pending.caller_claims:
             await pending.begun.wait()  # set once the call began, alongside the start or after
         else:
@@ -132,13 +144,31 @@ class InvokeActivities:
         beat = None if activity.info().is_local else asyncio.create_task(_heartbeat())
         try:
             # The call's outcome, its receipt already written (or FINALIZE: left to us).
-            summary: InvocationSummary = await work
+            # Shielded: this activity's cancellation stops the call only when it was asked for
+            # (_let_go_or_stop).
+            summary: InvocationSummary = await asyncio.shield(work)
         finally:
             if beat is not None:
                 beat.cancel()
         if pending.caller_claims and summary.disposition is Disposition.DONE:
             await _after_delivery(pending)
         return summary
+
+    async def _let_go_or_stop(self, data: InvocationInput, pending: PendingCall) -> None:
+        """This activity was cancelled. A local activity whose workflow was not asked to cancel
+        was let go by the SDK evicting its run (activities/invoke_cancel.py): the call goes on,
+        closes its own receipt and answers its caller, none of which needs Temporal, and goes
+        back to the hub for the run's next execution to adopt. Otherwise (a cancel request, the
+        caller queue's activity, this process stopping) the call stops: its task closes the
+        receipt as ended by us and tells the caller."""
+        if activity.info().is_local and not self._hub.stopping and not await cancel_requested():
+            self._hub.let_go(data.caller_token, pending, LET_GO_KEEP_SECONDS)
+            log.warning("call's run evicted: the call goes on, for the run's next execution")
+            return
+        work = pending.work
+        if work is not None:
+            work.cancel()
+            await asyncio.wait({work})  # its receipt closed, as when the activity awaited it
 
     async def _claim_here(
         self, data: InvocationInput, pending: PendingCall
@@ -174,16 +204,15 @@ class InvokeActivities:
         try:
             summary, output = await self._answer(data, pending, started)
         except asyncio.CancelledError:
-            # The activity that adopted the call was cancelled: its run evicted (Temporal lost
-            # it, a restart of an in-memory dev server) or this process's workers stopping. The
-            # call stops, as cancelling the activity must; our side ended it, so its receipt
-            # closes Failed, usage Unknown, close reason `internal` (the caller told the key is
-            # spent, never a provider's failure), and the caller hears it. It used to stay open
-            # for the sweeper while the caller's connection was dropped mid-answer
+            # The activity that adopted the call stopped it (_let_go_or_stop): its workflow
+            # asked to cancel, or this process's workers stopping. Our side ended it, so its
+            # receipt closes Failed, usage Unknown, close reason `internal` (the caller told
+            # the key is spent, never a provider's failure), and the caller hears it. It used to
+            # stay open for the sweeper while the caller's connection was dropped mid-answer
             # (tests/test_activity_cancelled.py).
             pending.request = None
             deployment = pending.answering or data.targets[0].deployment_id
-            stopped = ended_by_us(data, deployment, started, "the call's run was lost")
+            stopped = ended_by_us(data, deployment, started, "the call was cancelled")
             await self._closer.close(data, pending, stopped, None)
             raise
         except Exception as exc:  # our own failure after the claim, never the provider's

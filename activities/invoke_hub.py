@@ -118,6 +118,9 @@ class InvocationHub:
         self._calls: dict[str, PendingCall] = {}
         # The calls the API began, by invocation, until their activity adopts them.
         self._begun: dict[uuid.UUID, PendingCall] = {}
+        # Set as the process stops its workers: a call whose activity is cancelled then stops
+        # with it (activities/invoke.py), rather than being kept for an execution to come.
+        self.stopping = False
 
     def open(
         self, request: Any, *, caller_claims: bool = False, invocation_id: uuid.UUID | None = None
@@ -148,6 +151,19 @@ class InvocationHub:
         call.claimed = True
         self._forget(call)
         return call
+
+    def let_go(self, token: str, call: PendingCall, keep_seconds: float) -> None:
+        """Give back a call whose adopting activity let go of it (its run evicted, the call left
+        running): the run's next execution adopts it again. Kept until `keep_seconds` after the
+        call ended, long enough for Temporal to come back and that execution to run; one that
+        comes later finds nothing and closes nothing, the call's task having closed its receipt."""
+        call.claimed = False
+        self._calls[token] = call
+        work = call.work
+        if work is None:
+            self.close_later(token, keep_seconds)
+        else:
+            work.add_done_callback(lambda _: self.close_later(token, keep_seconds))
 
     def close(self, token: str) -> None:
         call = self._calls.pop(token, None)

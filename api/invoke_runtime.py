@@ -152,6 +152,7 @@ class InvokeRuntime:
         if self.recovery is not None:
             await self.recovery.aclose()
         if self.workers is not None:
+            self.hub.stopping = True  # the calls whose activities the stop cancels stop too
             await self.workers.stop()
         await self._adapters.aclose()
         self.activities.files.close()

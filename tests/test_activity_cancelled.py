@@ -1,9 +1,10 @@
-"""The activity that adopted a call is cancelled mid-answer (its run evicted because Temporal
-lost it, or its worker stopping): cancelling it stops the call, as the design says, and the
-call's task closes the receipt Failed, usage Unknown, close reason `internal` (our side ended
-it), and tells the caller. The receipt used to stay open for the sweeper while the caller's
-connection was dropped. Cancelled through the SDK's own test environment, on the real store and
-the local upstream."""
+"""The activity that adopted a call is cancelled mid-answer, as the activity on the caller's
+queue is (the server's cancel, its worker stopping): cancelling it stops the call, as the design
+says, and the call's task closes the receipt Failed, usage Unknown, close reason `internal` (our
+side ended it), and tells the caller. The receipt used to stay open for the sweeper while the
+caller's connection was dropped. Cancelled through the SDK's own test environment, on the real
+store and the local upstream. (A local activity cancelled by the SDK's eviction of its run lets
+go of the call instead: tests/test_fault_temporal_eviction.py.)"""
 
 from __future__ import annotations
 

@@ -11,47 +11,38 @@ watch is only tried again later.
 
 The provider holds its answer until the watch has failed (the API logs it), then lets it go: the
 call ends well before the SDK would give up on the workflow task's own heartbeat (a local
-activity's, 8 s into the task, retried as long), whose failure evicts the run and cancels the
-call (tests/test_activity_cancelled.py), a separate matter."""
+activity's, 8 s into the task, retried as long), whose failure evicts the run: a separate
+matter (tests/test_fault_temporal_eviction.py)."""
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import httpx
-import openai
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from temporalio.client import Client, WorkflowExecutionStatus
 
 from core.settings import Settings
-from domain.invocation import invocation_id, invoke_workflow_id
-from providers.upstream import Fault, FaultKind, UpstreamServer
-from store.receipts import by_key
+from providers.upstream import UpstreamServer
 from tests.conftest import TokenFactory
-from tests.helpers.catalog import approved_profile
-from tests.helpers.deadline import eventually
-from tests.helpers.stack import TemporalDevServer, on_own_temporal, own_temporal, serve, workers
+from tests.helpers.temporal_outage import (
+    HI,
+    OutageStack,
+    capture,
+    logged,
+    outage_stack,
+    receipt,
+    running,
+    silent_after_two,
+    whole_answer,
+)
 
-PROFILE, MODEL = "temporal-watch", "temporal-watch-sim"
 # The provider's longest silence, Temporal gone meanwhile: past the SDK's ~10 s of retries of
 # the watch, which begins once the hub has been quiet for 2 s (api/invocations.QUIET_SECONDS).
 # It is released as soon as the watch failed.
 SILENCE_SECONDS = 60.0
 WATCH_FAILED = "the workflow's result was not answered"
-HI: Any = [{"role": "user", "content": "a longer answer, please"}]
-
-
-@dataclass
-class Stack:
-    dev: TemporalDevServer
-    client: Client
-    sdk: openai.AsyncOpenAI
 
 
 @pytest.fixture
@@ -62,91 +53,27 @@ async def stack(
     token_for: TokenFactory,
     tenant: str,
     upstream: UpstreamServer,
-) -> AsyncIterator[Stack]:
-    async with own_temporal(tmp_path) as dev:
-        own = on_own_temporal(
-            settings,
-            dev,
-            "twatch",
-            # The provider's silence is not what these tests are about.
-            invoke_first_byte_timeout_seconds=60.0,
-            invoke_first_token_timeout_seconds=60.0,
-            invoke_stream_idle_timeout_seconds=60.0,
-        )
-        async with workers(own, sessions) as client, serve(own) as api:
-            token = await token_for(tenant)
-            auth = {"Authorization": f"Bearer {token}"}
-            deployment = {"provider": "openai", "endpointRef": upstream.endpoint_ref}
-            async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
-                await approved_profile(
-                    http, auth, client, tenant, PROFILE, {"tw/sim": {**deployment, "model": MODEL}}
-                )
-            sdk = openai.AsyncOpenAI(
-                base_url=f"{api.url}/v1", api_key=token, max_retries=0, timeout=60
-            )
-            yield Stack(dev, client, sdk)
-            await sdk.close()
-
-
-async def _running(stack: Stack, tenant: str, key: str) -> None:
-    """Until the key's workflow runs (its call adopted alongside)."""
-    handle = stack.client.get_workflow_handle(
-        invoke_workflow_id(tenant, str(invocation_id(tenant, key)))
-    )
-
-    async def running() -> bool:
-        try:
-            described = await handle.describe()
-        except Exception:
-            return False
-        return described.status is WorkflowExecutionStatus.RUNNING
-
-    await eventually(running, timeout=10, interval=0.05)
-
-
-async def _watch_failed(caplog: pytest.LogCaptureFixture) -> None:
-    """Until the API said that Temporal did not answer the watch of the workflow's result."""
-
-    def said() -> bool:
-        return any(WATCH_FAILED in r.getMessage() for r in caplog.records)
-
-    await eventually(said, timeout=30, interval=0.05)
-
-
-async def _receipt(sessions: async_sessionmaker[AsyncSession], tenant: str, key: str) -> Any:
-    async with sessions() as session:
-        return await by_key(session, tenant, key)
+) -> AsyncIterator[OutageStack]:
+    token = await token_for(tenant)
+    async with outage_stack(
+        tmp_path, settings, sessions, token, tenant, upstream, "temporal-watch"
+    ) as own:
+        yield own
 
 
 async def test_a_stream_pausing_through_a_temporal_outage_ends_with_its_answer_once(
-    stack: Stack,
+    stack: OutageStack,
     upstream: UpstreamServer,
     sessions: async_sessionmaker[AsyncSession],
     tenant: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="model_router.api")
+    capture(caplog, "model_router.api")
     key = f"watch-st-{uuid.uuid4().hex[:8]}"
-    expected = (
-        (
-            await stack.sdk.chat.completions.create(
-                model=PROFILE, messages=HI, extra_headers={"Idempotency-Key": f"{key}-whole"}
-            )
-        )
-        .choices[0]
-        .message.content
-    )
-    # Two events, then the provider silent (no keep-alive: its interval is longer), then the rest.
-    silent = Fault(
-        kind=FaultKind.KEEP_ALIVE,
-        after_chunks=2,
-        delay=SILENCE_SECONDS,
-        interval=SILENCE_SECONDS * 2,
-        times=1,
-    )
-    upstream.inject(MODEL, silent)
+    expected = await whole_answer(stack, f"{key}-whole")
+    silent_after_two(upstream, stack.model, SILENCE_SECONDS)
     stream = await stack.sdk.chat.completions.create(
-        model=PROFILE, messages=HI, stream=True, extra_headers={"Idempotency-Key": key}
+        model=stack.profile, messages=HI, stream=True, extra_headers={"Idempotency-Key": key}
     )
     text = ""
     chunks = aiter(stream)
@@ -154,13 +81,13 @@ async def test_a_stream_pausing_through_a_temporal_outage_ends_with_its_answer_o
         chunk = await anext(chunks)
         if chunk.choices and chunk.choices[0].delta.content:
             text += chunk.choices[0].delta.content
-    await _running(stack, tenant, key)
+    await running(stack, tenant, key)
     stack.dev.kill()
-    await _watch_failed(caplog)
+    await logged(caplog, WATCH_FAILED, timeout=30)
     upstream.release()
     async for chunk in chunks:
         if chunk.choices and chunk.choices[0].delta.content:
             text += chunk.choices[0].delta.content
     assert text == expected  # all of it, once
-    row = await _receipt(sessions, tenant, key)
+    row = await receipt(sessions, tenant, key)
     assert row is not None and row.outcome == "Completed", row
