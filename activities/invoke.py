@@ -21,7 +21,7 @@ from temporalio import activity
 from activities.adapter_pool import AdapterPool
 from activities.answers_ahead import AnswersAhead
 from activities.invoke_attempts import attempts_on
-from activities.invoke_cancel import cancel_requested
+from activities.invoke_cancel import CancelledCalls
 from activities.invoke_close import ReceiptCloser, write_close
 from activities.invoke_hub import Attach, InvocationHub, PendingCall, ReceiptReady
 from activities.invoke_outcomes import Outcome as _Outcome
@@ -48,10 +48,6 @@ log = logging.getLogger("model_router.invoke")
 # How long a call's end waits for its caller's response to be over before it is reported to
 # the workflow anyway (a slow reader of a large answer). The receipt is final before either.
 DELIVERY_WAIT_SECONDS = 5.0
-# How long a call let go of (its run evicted) waits in the hub, once it ended, for the run's next
-# execution: that comes within seconds of Temporal answering again (the evicted workflow task
-# times out, 10 s after it began), and one that comes later closes nothing.
-LET_GO_KEEP_SECONDS = 60.0
 
 
 async def _after_delivery(pending: PendingCall) -> None:
@@ -84,6 +80,7 @@ class InvokeActivities:
         self._resilience = resilience or Resilience()
         self._sessions = sessions
         self._hub = hub
+        self._cancelled = CancelledCalls(hub)
         self._adapters = adapters
         self._files = ArtifactFiles(artifacts)
         self._closer = ReceiptCloser(self._statements, self._files, AnswersAhead(answers_ahead))
@@ -126,7 +123,8 @@ class InvokeActivities:
         try:
             return await self._adopt(data, pending)
         except asyncio.CancelledError:
-            await self._let_go_or_stop(data, pending)
+            # Stopped, or let go of when the SDK evicted the run (activities/invoke_cancel.py).
+            await self._cancelled.after_cancel(data.caller_token, pending)
             raise
 
     async def _adopt(self, data: InvocationInput, pending: PendingCall) -> InvocationSummary:
@@ -144,8 +142,7 @@ class InvokeActivities:
         beat = None if activity.info().is_local else asyncio.create_task(_heartbeat())
         try:
             # The call's outcome, its receipt already written (or FINALIZE: left to us).
-            # Shielded: this activity's cancellation stops the call only when it was asked for
-            # (_let_go_or_stop).
+            # Shielded: this activity's cancellation does not always stop the call.
             summary: InvocationSummary = await asyncio.shield(work)
         finally:
             if beat is not None:
@@ -153,22 +150,6 @@ class InvokeActivities:
         if pending.caller_claims and summary.disposition is Disposition.DONE:
             await _after_delivery(pending)
         return summary
-
-    async def _let_go_or_stop(self, data: InvocationInput, pending: PendingCall) -> None:
-        """This activity was cancelled. A local activity whose workflow was not asked to cancel
-        was let go by the SDK evicting its run (activities/invoke_cancel.py): the call goes on,
-        closes its own receipt and answers its caller, none of which needs Temporal, and goes
-        back to the hub for the run's next execution to adopt. Otherwise (a cancel request, the
-        caller queue's activity, this process stopping) the call stops: its task closes the
-        receipt as ended by us and tells the caller."""
-        if activity.info().is_local and not self._hub.stopping and not await cancel_requested():
-            self._hub.let_go(data.caller_token, pending, LET_GO_KEEP_SECONDS)
-            log.warning("call's run evicted: the call goes on, for the run's next execution")
-            return
-        work = pending.work
-        if work is not None:
-            work.cancel()
-            await asyncio.wait({work})  # its receipt closed, as when the activity awaited it
 
     async def _claim_here(
         self, data: InvocationInput, pending: PendingCall
@@ -204,12 +185,12 @@ class InvokeActivities:
         try:
             summary, output = await self._answer(data, pending, started)
         except asyncio.CancelledError:
-            # The activity that adopted the call stopped it (_let_go_or_stop): its workflow
-            # asked to cancel, or this process's workers stopping. Our side ended it, so its
-            # receipt closes Failed, usage Unknown, close reason `internal` (the caller told
-            # the key is spent, never a provider's failure), and the caller hears it. It used to
-            # stay open for the sweeper while the caller's connection was dropped mid-answer
-            # (tests/test_activity_cancelled.py).
+            # The activity that adopted the call stopped it (invoke_cancel.py): its workflow
+            # asked to cancel or ended, or this process's workers stopping. Our side ended it,
+            # so its receipt closes Failed, usage Unknown, close reason `internal` (the caller
+            # told the key is spent, never a provider's failure), and the caller hears it. It
+            # used to stay open for the sweeper while the caller's connection was dropped
+            # mid-answer (tests/test_activity_cancelled.py).
             pending.request = None
             deployment = pending.answering or data.targets[0].deployment_id
             stopped = ended_by_us(data, deployment, started, "the call was cancelled")

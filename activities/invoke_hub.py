@@ -59,6 +59,9 @@ class PendingCall:
     started: asyncio.Future[bool] | None = None
     # The call's answer, its receipt closed, went on the queue (ReceiptReady).
     answered: bool = False
+    # Its adopting activity let go of it (the SDK evicted the run): back in the hub for the
+    # run's next execution, and kept there by the hub alone (InvocationHub.let_go).
+    let_go: bool = False
 
     def settle(self) -> None:
         if self.settled is not None and not self.settled.done():
@@ -149,6 +152,7 @@ class InvocationHub:
         if call is None or call.claimed:
             return None
         call.claimed = True
+        call.let_go = False
         self._forget(call)
         return call
 
@@ -158,12 +162,27 @@ class InvocationHub:
         call ended, long enough for Temporal to come back and that execution to run; one that
         comes later finds nothing and closes nothing, the call's task having closed its receipt."""
         call.claimed = False
+        call.let_go = True
         self._calls[token] = call
         work = call.work
         if work is None:
             self.close_later(token, keep_seconds)
         else:
             work.add_done_callback(lambda _: self.close_later(token, keep_seconds))
+
+    async def stop_let_go(self, bound: float) -> None:
+        """Stop the calls let go of that are still running (this process is stopping: they
+        would end with it, their receipts left to the sweeper); each closes its receipt as
+        ended by us. Waits for them up to `bound` seconds."""
+        works = [
+            call.work
+            for call in self._calls.values()
+            if call.let_go and call.work is not None and not call.work.done()
+        ]
+        for work in works:
+            work.cancel()
+        if works:
+            await asyncio.wait(works, timeout=bound)
 
     def close(self, token: str) -> None:
         call = self._calls.pop(token, None)

@@ -332,7 +332,9 @@ class Invocations:
                     future.cancel()
             if not finished:
                 pending.cancelled.set()  # the caller went away: stop the provider call
-            if pending.claimed or pending.work is None:
+            if pending.let_go:
+                pass  # kept by the hub for the run's next execution (InvocationHub.let_go)
+            elif pending.claimed or pending.work is None:
                 self._hub.close(token)
             else:
                 # The call began (and may have ended: its task closes the receipt, and a call

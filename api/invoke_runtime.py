@@ -33,6 +33,10 @@ from routing.routes import Routes
 from store.receipt_statements import ReceiptStatements
 from workflows.invoke import InvokeModelWorkflow
 
+# How long a stopping process waits for the calls it let go of (their runs evicted) to close
+# their receipts once stopped: one statement each.
+STOP_WAIT_SECONDS = 5.0
+
 
 class InvokeRuntime:
     def __init__(
@@ -154,5 +158,6 @@ class InvokeRuntime:
         if self.workers is not None:
             self.hub.stopping = True  # the calls whose activities the stop cancels stop too
             await self.workers.stop()
+        await self.hub.stop_let_go(STOP_WAIT_SECONDS)
         await self._adapters.aclose()
         self.activities.files.close()

@@ -25,7 +25,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from domain.invocation import (
@@ -47,6 +47,17 @@ UNTIL_STORED = RetryPolicy(
 # A failed call_provider, however it is reported (a local activity's failure can arrive as an
 # ApplicationError as well as an ActivityError): the receipt is closed on the shared queue.
 _FAILED = (ActivityError, ApplicationError)
+# Marks the histories where a cancelled local activity's call was adopted on the caller queue.
+READOPT_PATCH = "readopt-let-go-call"
+
+
+def _let_go(failure: BaseException) -> bool:
+    """The local activity was cancelled while this workflow was not asked to be (a cancel
+    request reaches the awaiting workflow as the activity's cancellation, too)."""
+    cancelled = isinstance(failure, CancelledError) or (
+        isinstance(failure, ActivityError) and isinstance(failure.cause, CancelledError)
+    )
+    return cancelled and workflow.cancellation_reason() is None
 
 
 @workflow.defn(name=INVOKE_WORKFLOW)
@@ -63,8 +74,20 @@ class InvokeModelWorkflow:
                 start_to_close_timeout=budget,
                 retry_policy=ONCE,
             )
-        except _FAILED:
-            summary = None
+        except (*_FAILED, CancelledError) as failure:
+            # Cancelled while this workflow was not: the SDK evicted the run as the activity
+            # ran, and the call, let go of, waits in its process's hub
+            # (activities/invoke_cancel.py). A next execution that found the activity still
+            # finishing is handed its cancellation: the call is adopted on its caller queue, not
+            # closed as abandoned beside its answer. This workflow's own cancellation goes on.
+            if _let_go(failure) and workflow.patched(READOPT_PATCH):
+                summary = InvocationSummary(
+                    invocation_id=data.invocation_id, disposition=Disposition.NOT_HERE
+                )
+            elif isinstance(failure, CancelledError):
+                raise
+            else:
+                summary = None
         if summary is not None and summary.disposition is Disposition.NOT_HERE:
             try:
                 summary = await workflow.execute_activity(
