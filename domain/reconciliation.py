@@ -36,6 +36,13 @@ only unsettled receipts were such zeros shared its unexplained tokens equally am
 denied call could be billed for a health probe's or another client's tokens on the same key.)
 It is skipped with `NOTHING_SENT`, or settled at zero when zeros are asked for.
 
+A receipt still open (its call running, or its close waiting on the store) is never settled:
+its usage is not final, and its close, which comes later, would write over the settlement. A
+request-id line naming it waits (skipped with `OPEN`), and so does a bucket that holds it, whole:
+the bucket's total includes the open call's tokens, which no share can stand for yet. (Before
+this rule, a call running past the settle delay was settled, then its close wrote its own usage
+over the settlement, and the next pass settled it again: two corrections of one receipt.)
+
 Attempts that no receipt carries — one abandoned after a timeout or a cut and replaced by a
 retry or a fallback (counted in the `attempts_abandoned` metric) — are not known here: a line
 with such an attempt's request id matches no receipt and settles nothing, and in a bucket their
@@ -61,6 +68,7 @@ HELD = "bucket allocation waits for the settle delay (the bucket ended after the
 ZERO_LINE = "the statement reports zero tokens"
 NOTHING_LEFT = "no unexplained tokens left in the statement's bucket"
 NOTHING_SENT = "the receipt records that no provider was called (our own count of zero)"
+OPEN = "the receipt, or one in its statement's bucket, is still open (its usage not final)"
 # A provider's hourly bucket for a key shared with traffic outside the gateway can hold more
 # unexplained tokens than a receipt's INTEGER columns: settled, its write failed the whole pass,
 # on every pass. The receipt waits for a statement it can hold (domain/provider_reports.py).
@@ -248,6 +256,9 @@ def plan(
         if not found:
             continue
         line = min(found, key=lambda x: x.statement_ref)
+        if r.open:
+            ledger.skip(r, line.statement_ref, OPEN)
+            continue
         usage = (line.input_tokens, line.output_tokens, line.cached_input_tokens)
         if usage[0] + usage[1] == 0 and not settle_zero:
             ledger.skip(r, line.statement_ref, ZERO_LINE)
@@ -260,6 +271,12 @@ def plan(
             for r in ledger.receipts:
                 if ledger.awaiting(r) and _belongs(key, r):
                     ledger.skip(r, ref, HELD)
+            continue
+        if any(r.open for r in ledger.receipts if _belongs(key, r)):
+            ref = group_ref(groups[key])
+            for r in ledger.receipts:
+                if ledger.awaiting(r) and _belongs(key, r):
+                    ledger.skip(r, ref, OPEN)
             continue
         _allocate_group(ledger, key, groups[key], settle_zero)
     return Plan(settlements=tuple(ledger.settlements), skipped=tuple(ledger.skipped))

@@ -119,6 +119,8 @@ class ReceiptUsage(_Frozen):
     output_tokens: int | None = None
     cached_input_tokens: int | None = None
     provider_request_id: str | None = None
+    # Not closed yet: its call may still be running, so its usage is not final.
+    open: bool = False
 
 
 def usage_corrected_event(

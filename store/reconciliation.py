@@ -82,6 +82,7 @@ async def receipts_in_window(
                     output_tokens=row.output_tokens,
                     cached_input_tokens=row.cached_input_tokens,
                     provider_request_id=row.provider_request_id,
+                    open=row.ended_at is None,
                 ),
                 row=row,
             )
@@ -206,6 +207,8 @@ async def settle(
         update(InvocationReceiptRow)
         .where(col(InvocationReceiptRow.invocation_id) == row.invocation_id)
         .where(col(InvocationReceiptRow.usage_status).in_(sorted(AWAITING)))
+        # Closed: an open receipt's close would write over it (domain/reconciliation.py).
+        .where(col(InvocationReceiptRow.ended_at).is_not(None))
         .values(
             usage_status=UsageStatus.RECONCILED,
             input_tokens=settlement.input_tokens,

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col, func, select
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
-from temporalio.testing import WorkflowEnvironment
+from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.reconciliation import ReconciliationActivities
@@ -28,11 +28,13 @@ from core.payload_converter import data_converter
 from core.settings import Settings
 from domain.enums import UsageStatus
 from domain.pricing import PriceEntry, estimate_cost_usd
+from domain.reconciliation import OPEN
 from domain.statements import ReconcilerInput, StatementLine
 from providers.secrets import default_broker
 from store import statements
 from store.db import transaction
 from store.ops_tables import ReceiptReconciliationRow
+from store.tables import InvocationReceiptRow
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import register
 from tests.helpers.deadline import eventually
@@ -517,3 +519,57 @@ async def test_a_day_that_keeps_failing_is_reported_and_the_days_after_it_are_st
     # The day after was reconciled: its waiting receipt was looked at (and settled or not by
     # whatever statements other tests stored for that hour).
     assert report.pending == 1 and report.settled + report.unmatched == 1
+
+
+async def test_an_open_receipt_is_left_to_its_close_and_settled_once_closed(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    settings: Settings,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    # A call still running past the settle delay (or its close waiting on the store): settled,
+    # its close then wrote its own usage over the settlement, and the next pass settled it again.
+    await register(http, auth, "oa/open", model="gpt-4o", endpointRef="env:OPENAI_KEY_A")
+    hour = AS_OF - timedelta(hours=2)
+    running = await add_receipt(
+        sessions,
+        tenant=tenant,
+        deployment_id="oa/open",
+        started_at=hour + timedelta(minutes=5),
+        usage_status=UsageStatus.UNKNOWN,
+        provider_request_id=f"req_{uuid.uuid4().hex[:8]}",
+        open_=True,
+    )
+    row = (await receipts(sessions, [running]))[running]
+    line = StatementLine(
+        statement_ref=f"import/open-{uuid.uuid4().hex[:6]}#L1",
+        source="import/open",
+        provider="openai",
+        tenant_id=tenant,
+        provider_request_id=row.provider_request_id,
+        input_tokens=120,
+        output_tokens=30,
+    )
+    async with transaction(sessions) as session:
+        await statements.upsert_lines(session, [line])
+    unused = httpx.AsyncClient()  # no statement source is configured: the window reads the store
+    acts = ReconciliationActivities(sessions, settings, default_broker(), unused)
+    window = WindowInput(start=hour, end=hour + timedelta(hours=1), tenant_ids=[tenant])
+    held = await ActivityEnvironment().run(acts.window, window)
+    assert (held.settled, held.skipped_reasons) == (0, {OPEN: 1})
+    assert (await receipts(sessions, [running]))[running].usage_status is UsageStatus.UNKNOWN
+
+    async with transaction(sessions) as session:
+        closed = await session.get(InvocationReceiptRow, running)
+        assert closed is not None
+        closed.ended_at = hour + timedelta(minutes=6)
+    settled = await ActivityEnvironment().run(acts.window, window)
+    assert settled.settled == 1
+    after = (await receipts(sessions, [running]))[running]
+    assert (after.usage_status, after.input_tokens, after.output_tokens) == (
+        UsageStatus.RECONCILED,
+        120,
+        30,
+    )
+    await unused.aclose()

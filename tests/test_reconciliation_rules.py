@@ -21,6 +21,7 @@ from domain.health import (
 )
 from domain.reconciliation import (
     NOTHING_SENT,
+    OPEN,
     PAST_RECEIPT,
     Rule,
     Settlement,
@@ -169,6 +170,37 @@ def test_nothing_settles_to_zero_unless_asked() -> None:
     assert [s.invocation_id for s in result.skipped] == ["inv-02"]
     allowed = plan([fully_explained], receipts, settle_zero=True)
     assert tokens(allowed.settlements) == {"inv-02": (0, 0, 0)}
+
+
+def test_an_open_receipt_is_never_settled_and_holds_its_bucket_back() -> None:
+    # A call still running past the settle delay: its usage is not final, and its close would
+    # write over a settlement. Its request-id line waits, and so does its bucket, whole (the
+    # bucket's total holds the open call's tokens).
+    running = receipt(1, provider_request_id="req_1", open=True)
+    line = bucket(
+        120,
+        30,
+        statement_ref="import/x#L2",
+        source="import/x",
+        tenant_id="t1",
+        provider_request_id="req_1",
+        bucket_start=None,
+        bucket_end=None,
+        model=None,
+    )
+    by_id = plan([line], [running])
+    assert by_id.settlements == ()
+    assert [(k.invocation_id, k.reason) for k in by_id.skipped] == [("inv-01", OPEN)]
+    members = [receipt(2, open=True), receipt(3), receipt(4, UsageStatus.ESTIMATED, input_tokens=9)]
+    held = plan([bucket(1000, 100)], members)
+    assert held.settlements == ()
+    assert {(k.invocation_id, k.reason) for k in held.skipped} == {
+        ("inv-02", OPEN),
+        ("inv-03", OPEN),
+        ("inv-04", OPEN),
+    }
+    closed = [m.model_copy(update={"open": False}) for m in members]
+    assert len(plan([bucket(1000, 100)], closed).settlements) == 3
 
 
 def test_a_receipt_that_called_no_provider_takes_no_share_of_a_bucket() -> None:

@@ -32,6 +32,7 @@ async def add_receipt(
     provider_request_id: str | None = None,
     pricing_revision: str = "2026-11",
     invocation_id: uuid.UUID | None = None,
+    open_: bool = False,
 ) -> uuid.UUID:
     key = uuid.uuid4().hex
     row = InvocationReceiptRow(
@@ -57,7 +58,7 @@ async def add_receipt(
         latency_ms=1200,
         time_to_first_token_ms=350,
         started_at=started_at,
-        ended_at=started_at + timedelta(seconds=1, milliseconds=200),
+        ended_at=None if open_ else started_at + timedelta(seconds=1, milliseconds=200),
         provider_request_id=provider_request_id,
     )
     async with transaction(sessions) as session:
