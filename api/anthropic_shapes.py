@@ -343,5 +343,7 @@ def message_body(
 
 
 def receipt_event(summary: InvocationSummary) -> dict[str, Any]:
-    """The extra stream event naming the receipt (the SDK passes unknown event types through)."""
+    """The receipt's fields as a stream's `error` event carries them, beside the error (the SDK
+    raises on that event with its body; a stream that ends well carries them on its
+    `message_delta` instead)."""
     return {"type": "model_router", **receipt_view(summary)}

@@ -1,7 +1,7 @@
 """The Messages stream as the anthropic SDK reads it, built from normalised events: first
 `message_start`, then per block `content_block_start` / `content_block_delta` (`text_delta`,
 `input_json_delta`) / `content_block_stop`, then `message_delta` (stop reason, the receipt's
-usage), the `model_router` event naming the receipt, and `message_stop`. A call that fails
+usage, and the `model_router` object naming the receipt), and `message_stop`. A call that fails
 after the stream began ends with `event: error` instead, never a clean stop."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import uuid
 from typing import Any
 
 from api.anthropic_shapes import message_id, receipt_event, stop_reason, usage
+from api.wire import receipt_view
 from domain.failures import error_class
 from domain.invocation import InvocationSummary
 from providers.types import Finish, FinishReason, TextDelta, ToolCallDelta
@@ -156,9 +157,13 @@ class MessageEvents:
             "type": "message_delta",
             "delta": {"stop_reason": stop_reason(self._finish), "stop_sequence": None},
             "usage": usage(summary),
+            # The receipt rides on the last event with data, as an extra field the SDK keeps. An
+            # event of its own was passed through as a RawMessageStartEvent without a message
+            # (the SDK casts any event to its union), and code matching events by class
+            # (pydantic-ai's) failed on it at the end of every stream.
+            "model_router": receipt_view(summary),
         }
         out += sse("message_delta", delta)
-        out += sse("model_router", receipt_event(summary))
         return out + sse("message_stop", {"type": "message_stop"})
 
     async def fail(self, summary: InvocationSummary) -> bytes:

@@ -23,7 +23,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.openai_shapes import field_errors
 from api.problems import no_retry
-from api.wire import receipt_view
 from domain.invocation import InvocationSummary
 from providers.types import (
     ChatRequest,
@@ -345,11 +344,6 @@ def response_body(
         "truncation": "disabled",
         "usage": usage(summary) if summary is not None else None,
     }
-
-
-def receipt_event(summary: InvocationSummary) -> dict[str, Any]:
-    """The extra stream event naming the receipt (the SDK passes unknown event types through)."""
-    return {"type": "model_router.receipt", **receipt_view(summary)}
 
 
 class ErrorObject(_Loose):

@@ -1,9 +1,9 @@
 """The Responses stream as the openai SDK's `responses.stream()` reads it, built from
 normalised events: `response.created`, `response.in_progress`, then per output item
 `response.output_item.added`, its deltas (`response.output_text.delta` inside a content part,
-or `response.function_call_arguments.delta`) and their `.done` events, then the
-`model_router.receipt` event naming the receipt, then `response.completed` (or
-`response.incomplete` when the answer was cut by max_output_tokens) with the receipt's usage.
+or `response.function_call_arguments.delta`) and their `.done` events, then
+`response.completed` (or `response.incomplete` when the answer was cut by max_output_tokens)
+with the receipt's usage and, on the response, the `model_router` object naming the receipt.
 A call that fails after `response.created` ends with `response.failed`, never a silent stop."""
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from api.responses_shapes import (
     call_item,
     call_item_id,
     message_item_id,
-    receipt_event,
     response_body,
     status_of,
     text_item,
     text_part,
 )
 from api.sse import KEEP_ALIVE_COMMENT
+from api.wire import receipt_view
 from domain.failures import error_class
 from domain.invocation import InvocationSummary
 from providers.types import Finish, FinishReason, TextDelta, ToolCall, ToolCallDelta
@@ -177,7 +177,9 @@ class ResponseEvents:
         status, incomplete = status_of(self._finish)
         output = [item for _, item in sorted(self._done, key=lambda pair: pair[0])]
         response = self._response(status, output=output, summary=summary, incomplete=incomplete)
-        out += self._event(receipt_event(summary)["type"], **_without_type(receipt_event(summary)))
+        # On the final response, as on a failed one and a whole answer's body: an event of its
+        # own was cast by the SDK to the first event class of its union (an audio delta).
+        response["model_router"] = receipt_view(summary)
         kind = "response.completed" if status == "completed" else "response.incomplete"
         return out + self._event(kind, response=response)
 
@@ -191,9 +193,5 @@ class ResponseEvents:
         }
         output = [item for _, item in sorted(self._done, key=lambda pair: pair[0])]
         response = self._response("failed", output=output, error=error)
-        response["model_router"] = _without_type(receipt_event(summary))
+        response["model_router"] = receipt_view(summary)
         return self._event("response.failed", response=response)
-
-
-def _without_type(data: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in data.items() if k != "type"}

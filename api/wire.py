@@ -240,7 +240,7 @@ async def answer_chat(
             relay(running, first, stream(running)),
             media_type="text/event-stream",
             # The deployment is named only once the output says who answered; the stream's
-            # receipt event names it in any case.
+            # final `model_router` object names it in any case.
             headers={**stream_headers(running, first), "Cache-Control": "no-store"},
         )
     completion, summary = await collect(running, first)

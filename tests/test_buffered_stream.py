@@ -338,27 +338,26 @@ async def test_messages_and_responses_streams_are_held_on_a_batch_profile(
             message = await stream.get_final_message()
     said = "".join(b.text for b in message.content if b.type == "text")
     assert said == WHOLE and seen() == (2, 0)
-    extra: Any = next(e for e in events if e.type == "model_router")
-    assert (extra.deploymentId, extra.providerAttempt, extra.buffered) == ("bs/a", 2, True)
+    delta: Any = next(e for e in events if e.type == "message_delta")
+    extra = (delta.model_extra or {})["model_router"]
+    assert (extra["deploymentId"], extra["providerAttempt"], extra["buffered"]) == ("bs/a", 2, True)
     row = await _receipt(sessions, tenant, key)
     assert (row.outcome, row.buffered) == ("Completed", True)
 
     key = f"bs-{uuid.uuid4().hex}"
     upstream.inject(A, Fault(kind=FaultKind.STREAM_CUT, after_chunks=4, times=1))
     seen = Seen(upstream)
-    receipt_event: Any = None
     async with sdk.responses.stream(
         model="bs-batch",
         input=[{"role": "user", "content": [{"type": "input_text", "text": LONG}]}],
         extra_headers={"Idempotency-Key": key},
     ) as answer:
-        async for event in answer:
-            if event.type == "model_router.receipt":
-                receipt_event = event
+        async for _ in answer:
+            pass
         final = await answer.get_final_response()
     assert final.output_text == WHOLE and seen() == (2, 0)
-    assert receipt_event is not None
-    assert (receipt_event.providerAttempt, receipt_event.buffered) == (2, True)
+    router = (final.model_extra or {})["model_router"]
+    assert (router["providerAttempt"], router["buffered"]) == (2, True)
     row = await _receipt(sessions, tenant, key)
     assert (row.outcome, row.buffered) == ("Completed", True)
 
