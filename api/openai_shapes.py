@@ -146,7 +146,54 @@ def field_errors(*loc: str | int) -> Iterator[None]:
         ) from None
 
 
+# Settings that change the answer and that the normalised request cannot carry: refused with a
+# 422 naming the field when set, never dropped (dropped, `logprobs: true` came back as None and
+# `reasoning_effort` or `web_search_options` were silently lost).
+_UNMAPPED = (
+    "top_p",
+    "top_logprobs",
+    "reasoning_effort",
+    "web_search_options",
+    "audio",
+    "prediction",
+    "seed",
+)
+_UNMAPPED_UNLESS_OFF: dict[str, Any] = {
+    "logprobs": False,
+    "frequency_penalty": 0,
+    "presence_penalty": 0,
+    "logit_bias": {},
+}
+
+
+def _refusals(body: ChatCompletionIn) -> None:
+    extra = body.model_extra or {}
+    refused = [name for name in _UNMAPPED if extra.get(name) is not None]
+    refused += [
+        name
+        for name, off in _UNMAPPED_UNLESS_OFF.items()
+        if extra.get(name) is not None and extra[name] != off
+    ]
+    modalities = extra.get("modalities")
+    if modalities is not None and modalities != ["text"]:
+        refused.append("modalities")
+    if refused:
+        raise RequestValidationError(
+            [
+                {
+                    "type": "value_error",
+                    "loc": ("body", name),
+                    "msg": "cannot be mapped to the normalised request; it is refused, never "
+                    "dropped",
+                    "input": None,
+                }
+                for name in refused
+            ]
+        )
+
+
 def to_chat_request(body: ChatCompletionIn) -> ChatRequest:
+    _refusals(body)
     messages = []
     for index, m in enumerate(body.messages):
         role = "system" if m.role == "developer" else m.role

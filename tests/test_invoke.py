@@ -381,6 +381,28 @@ async def test_a_part_that_is_not_text_is_refused_never_dropped(sdk: AsyncOpenAI
         )
     body: Any = refused.value.body
     assert "messages.0.content.1" in json.dumps(body), body
+    # Settings that change the answer but cannot be mapped: refused, each named.
+    for setting, field in (
+        ({"logprobs": True, "top_logprobs": 5}, "body.logprobs"),
+        ({"top_p": 0.5}, "body.top_p"),
+        ({"reasoning_effort": "high"}, "body.reasoning_effort"),
+        ({"web_search_options": {}}, "body.web_search_options"),
+        ({"modalities": ["text", "audio"]}, "body.modalities"),
+    ):
+        with pytest.raises(openai.UnprocessableEntityError) as refused:
+            await sdk.chat.completions.create(
+                model="chat", messages=[{"role": "user", "content": "x"}], **setting
+            )
+        assert field in json.dumps(refused.value.body), (setting, refused.value.body)
+    # Their off values are no setting at all.
+    off = await sdk.chat.completions.create(
+        model="chat",
+        messages=[{"role": "user", "content": "x"}],
+        logprobs=False,
+        frequency_penalty=0,
+        modalities=["text"],
+    )
+    assert off.choices[0].message.content
     # A named tool choice whose function is not an object: the caller's 422, not a 500.
     choice: Any = {"type": "function", "function": "x"}
     with pytest.raises(openai.UnprocessableEntityError):
