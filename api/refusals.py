@@ -28,7 +28,7 @@ def problem_of(
     it waits on; `profile_field` is where the surface takes the profile id (named by a
     modality mismatch)."""
     if isinstance(refused, UnknownProfile):
-        return unknown_profile(refused)
+        return unknown_profile(refused, profile_field)
     if isinstance(refused, WrongModality):
         return _wrong_modality(refused, profile_field)
     if isinstance(refused, PolicyDenied):
@@ -55,8 +55,10 @@ def problem_of(
     raise TypeError(f"no problem for {type(refused).__name__}")
 
 
-def unknown_profile(refused: UnknownProfile) -> Problem:
-    return Problem(404, f"No active profile {refused.profile_id!r}.", field="profileId")
+def unknown_profile(refused: UnknownProfile, field: str = "profileId") -> Problem:
+    """Naming the field the surface took the profile id from (`body.model` on the SDKs'
+    surfaces, where their clients look for `param: model`)."""
+    return Problem(404, f"No active profile {refused.profile_id!r}.", field=field)
 
 
 def _policy_denied(denied: PolicyDenied) -> Problem:

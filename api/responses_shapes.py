@@ -378,7 +378,8 @@ def error_envelope(status: int, problem: dict[str, Any]) -> tuple[dict[str, Any]
     """A problem+json body with OpenAI's `error` member added (what the SDK reads): the field
     at fault as `param`. The problem's own members stay."""
     errors = [e for e in problem.get("errors", []) if isinstance(e, dict)]
-    param = errors[0]["field"].removeprefix("body.") if errors else problem.get("field")
+    field = errors[0]["field"] if errors else problem.get("field")
+    param = field.removeprefix("body.") if isinstance(field, str) else None
     message = str(problem.get("detail") or problem.get("title") or "error")
     if errors:
         details = "; ".join(f"{e['field']}: {e['message']}" for e in errors)

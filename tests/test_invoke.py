@@ -281,8 +281,10 @@ async def test_hundred_concurrent_calls_with_one_key_make_one_provider_call(
 
 
 async def test_unknown_profile_and_bad_input(sdk: AsyncOpenAI) -> None:
-    with pytest.raises(openai.NotFoundError):
+    with pytest.raises(openai.NotFoundError) as missing:
         await sdk.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
+    missing_body: Any = missing.value.body
+    assert missing_body["field"] == "body.model", missing_body
     with pytest.raises(openai.UnprocessableEntityError):
         await sdk.chat.completions.create(model="chat", messages=[])
 

@@ -344,8 +344,10 @@ async def test_max_output_tokens_makes_an_incomplete_response(
 async def test_what_cannot_be_served_statelessly_or_mapped_is_refused(
     client: AsyncOpenAI, catalog: Catalog, http: httpx.AsyncClient
 ) -> None:
-    with pytest.raises(openai.NotFoundError):
+    with pytest.raises(openai.NotFoundError) as missing:
         await client.responses.create(model="no-such-profile", input="x")
+    missing_body: Any = missing.value.body
+    assert missing_body["param"] == "model", missing_body  # where OpenAI's clients look
     image: Any = {"type": "input_image", "image_url": "https://example.com/a.png"}
     for kwargs, param in (
         ({"previous_response_id": "resp_123"}, "previous_response_id"),
