@@ -95,6 +95,31 @@ def verdict(state: DeploymentState, outcome: ProbeOutcome) -> ProbeVerdict:
     return ProbeVerdict.NONE
 
 
+# Failures that say the deployment could not be reached at all, rather than that it answered
+# badly (providers/errors.py's kinds).
+UNREACHABLE = frozenset({"connection", "timeout"})
+# The share of a run's probes that must fail unreachable, across at least two providers, for the
+# failures to be taken for the prober's own network.
+OWN_NETWORK_SHARE = 0.8
+
+
+def own_network_suspected(probed: Sequence[tuple[str, ProbeResult]]) -> bool:
+    """Whether this run's failures look like the probing worker's own network (its DNS, its
+    egress) rather than the deployments': most of the probes that ran (`probed`: provider and
+    result) could not reach their deployment, on two providers or more. Providers rarely all
+    fail at the same minute; a worker that lost its egress sees exactly that, and degrading
+    every deployment on that evidence left the router refusing every call until the next run.
+    Its Degrade verdicts are held: the deployments keep their state, and the next run decides.
+    A provider-wide outage of one provider is not held: its deployments degrade as before."""
+    ran = [(provider, r) for provider, r in probed if not r.replayed]
+    unreachable = [
+        provider
+        for provider, r in ran
+        if r.outcome is ProbeOutcome.FAILED and r.error_class in UNREACHABLE
+    ]
+    return len(set(unreachable)) >= 2 and len(unreachable) >= OWN_NETWORK_SHARE * len(ran)
+
+
 class LatencyStats(BaseModel):
     """Probe latency of one deployment over a window: what a catalog snapshot builder maps
     onto the deployment's latency statistics (p95 drives the router's latency term)."""

@@ -16,6 +16,7 @@ from temporalio.client import Client
 
 from activities.probe_types import HealthProbeReport
 from core import metrics
+from core.local_ports import free_port
 from core.settings import Settings
 from domain.health import HealthProbeInput
 from providers.upstream import Fault, FaultKind, UpstreamServer
@@ -178,3 +179,35 @@ async def test_a_reranker_no_profile_lists_yet_is_probed_with_a_rerank(
         assert upstream.requests("probe-rerank") == 1
     got = (await http.get("/factory/model-deployments/sim/reranker", headers=auth)).json()
     assert got["state"] == "Approved"
+
+
+async def test_failures_to_reach_two_providers_at_once_hold_the_degrade_verdicts(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    settings: Settings,
+    temporal_client: Client,
+) -> None:
+    # The probing worker lost its egress: every deployment, on two providers, is unreachable.
+    # Degrading them all left the router refusing every call until the next run.
+    gone = f"upstream:127.0.0.1:{free_port()}"  # nothing listens there
+    for deployment, provider in (("gone/openai", "openai"), ("gone/anthropic", "anthropic")):
+        await register(
+            http, auth, deployment, provider=provider, model=MODEL, endpointRef=gone
+        )  # fmt: skip
+        await record_evidence(temporal_client, tenant, deployment, {"tool-calling": 0.95})
+        approved = await http.post(f"/factory/model-deployments/{deployment}/approve", headers=auth)
+        assert approved.status_code == 200, approved.text
+    report = await temporal_client.execute_workflow(
+        HealthProbeWorkflow.run,
+        HealthProbeInput(
+            tenant_ids=[tenant], timeout_seconds=2, attempts=1, retry_interval_seconds=0.2
+        ),
+        id=f"probe-test-{uuid.uuid4().hex[:8]}",
+        task_queue=settings.temporal_task_queue,
+    )
+    assert (report.probed, report.failed, report.degraded) == (2, 2, [])
+    assert report.held == [f"{tenant}/gone/anthropic", f"{tenant}/gone/openai"]
+    for deployment in ("gone/openai", "gone/anthropic"):
+        got = (await http.get(f"/factory/model-deployments/{deployment}", headers=auth)).json()
+        assert got["state"] == "Approved", got

@@ -13,8 +13,10 @@ from hypothesis import strategies as st
 from domain.enums import DeploymentState, UsageStatus
 from domain.health import (
     ProbeOutcome,
+    ProbeResult,
     ProbeVerdict,
     latency_stats,
+    own_network_suspected,
     percentile,
     probe_window,
     verdict,
@@ -339,6 +341,35 @@ def test_a_bad_row_is_reported_with_its_line_and_field(
 
 
 # -- health ----------------------------------------------------------------------------------
+def _probed(provider: str, error: str | None, replayed: bool = False) -> tuple[str, ProbeResult]:
+    outcome = ProbeOutcome.FAILED if error else ProbeOutcome.OK
+    result = ProbeResult(
+        tenant_id="t1",
+        deployment_id=f"{provider}/{uuid.uuid4().hex[:4]}",
+        outcome=outcome,
+        error_class=error,
+        replayed=replayed,
+    )
+    return provider, result
+
+
+def test_failures_to_reach_several_providers_at_once_are_taken_for_the_probers_network() -> None:
+    both_gone = [_probed("openai", "connection"), _probed("anthropic", "timeout")]
+    assert own_network_suspected(both_gone)
+    # One provider down, however many of its deployments: that provider's outage.
+    assert not own_network_suspected([_probed("openai", "connection")] * 5)
+    # Answers that were bad, not missing, are the deployments' own.
+    assert not own_network_suspected([_probed("openai", "server_error"), _probed("x", "auth")])
+    # Most, not all: one local deployment still answering does not clear the worker's network.
+    mostly = [*both_gone * 2, _probed("local", None)]
+    assert own_network_suspected(mostly)
+    assert not own_network_suspected([*both_gone, _probed("local", None)])
+    # Results reused from an earlier run of the window say nothing of this one's network.
+    reused = [_probed("openai", "connection", True), _probed("anthropic", "timeout", True)]
+    assert not own_network_suspected(reused)
+    assert own_network_suspected([*both_gone, _probed("local", None, replayed=True)])
+
+
 def test_probe_windows_verdicts_and_latency_statistics() -> None:
     at = datetime(2026, 11, 30, 10, 3, 59, tzinfo=UTC)
     assert probe_window(at, timedelta(minutes=2)) == datetime(2026, 11, 30, 10, 2, tzinfo=UTC)

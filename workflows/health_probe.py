@@ -5,6 +5,11 @@ Probes run as one activity per deployment, at most `concurrency` at once, each r
 fixed interval (a single blip should not degrade a deployment, and the next run is minutes
 away). The run's probe window (its start time, floored) is the idempotency key per deployment:
 a second run in the same window reuses the recorded results instead of probing again.
+
+The verdicts are judged together once every probe ran: when most probes could not reach their
+deployment, on several providers at once, the failures are taken for this worker's own network
+and the Degrade verdicts are held (reported, the deployments left as they are) for the next run
+to judge (domain/health.py). A verdict the store keeps refusing is logged and the others land.
 """
 
 from __future__ import annotations
@@ -32,11 +37,14 @@ with workflow.unsafe.imports_passed_through():
         ProbeResult,
         ProbeTarget,
         ProbeVerdict,
+        own_network_suspected,
         probe_window,
         verdict,
     )
 
 _STORE = RetryPolicy(initial_interval=timedelta(milliseconds=500), maximum_attempts=5)
+# Histories where the verdicts were judged together, after every probe of the run.
+VERDICTS_TOGETHER = "probe-verdicts-together"
 
 
 @workflow.defn(name="DeploymentHealthProbe")
@@ -55,6 +63,98 @@ class HealthProbeWorkflow:
         )
         report = HealthProbeReport(window_start=window, probed=len(targets))
         slots = asyncio.Semaphore(data.concurrency)
+        if workflow.patched(VERDICTS_TOGETHER):
+            await self._probe_then_judge(targets, window, data, slots, report)
+        else:
+            await self._judge_each(targets, window, data, slots, report)
+        report.degraded.sort()
+        report.recovered.sort()
+        report.held.sort()
+        await workflow.execute_activity(
+            "probe_prune",
+            PruneInput(older_than=window - timedelta(hours=data.sample_retention_hours)),
+            result_type=int,
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=_STORE,
+        )
+        return report
+
+    async def _probe_then_judge(
+        self,
+        targets: list[ProbeTarget],
+        window: datetime,
+        data: HealthProbeInput,
+        slots: asyncio.Semaphore,
+        report: HealthProbeReport,
+    ) -> None:
+        """Every probe first, then the verdicts, judged together: failures to reach most
+        deployments of several providers at once are the prober's own network
+        (domain/health.py), and its Degrade verdicts are held."""
+
+        async def probed(target: ProbeTarget) -> ProbeResult | None:
+            async with slots:
+                return await self._probe(target, window, data)
+
+        results = await asyncio.gather(*(probed(t) for t in targets))
+        ran = [(t, r) for t, r in zip(targets, results, strict=True) if r is not None]
+        hold = own_network_suspected([(t.provider, r) for t, r in ran])
+        wanted: list[tuple[ProbeTarget, ProbeVerdict]] = []
+        for target, result in ran:
+            if result.outcome is ProbeOutcome.OK:
+                report.ok += 1
+            else:
+                report.failed += 1
+            asked = verdict(target.state, result.outcome)
+            if hold and asked is ProbeVerdict.DEGRADE:
+                report.held.append(f"{target.tenant_id}/{target.deployment_id}")
+            elif asked is not ProbeVerdict.NONE:
+                wanted.append((target, asked))
+        if report.held:
+            workflow.logger.warning(
+                "%d of %d probes could not reach their deployment, on several providers: "
+                "taken for this worker's own network, %d Degrade verdicts held",
+                report.failed,
+                len(ran),
+                len(report.held),
+            )
+        await asyncio.gather(*(self._apply(t, v, report) for t, v in wanted))
+
+    async def _apply(
+        self, target: ProbeTarget, wanted: ProbeVerdict, report: HealthProbeReport
+    ) -> None:
+        try:
+            applied: ApplyVerdictResult = await workflow.execute_activity(
+                "probe_apply_verdict",
+                ApplyVerdictInput(
+                    tenant_id=target.tenant_id, deployment_id=target.deployment_id, verdict=wanted
+                ),
+                result_type=ApplyVerdictResult,
+                start_to_close_timeout=timedelta(seconds=40),
+                retry_policy=_STORE,
+            )
+        except ActivityError as exc:
+            # One verdict the store kept refusing: the others still land, and the run reports
+            # (its samples pruned); this deployment is judged again at the next run.
+            workflow.logger.warning(
+                "verdict for %s/%s not applied: %s",
+                target.tenant_id,
+                target.deployment_id,
+                type(exc.cause).__name__,
+            )
+            return
+        if applied.applied:
+            moved = report.degraded if wanted is ProbeVerdict.DEGRADE else report.recovered
+            moved.append(f"{target.tenant_id}/{target.deployment_id}")
+
+    async def _judge_each(
+        self,
+        targets: list[ProbeTarget],
+        window: datetime,
+        data: HealthProbeInput,
+        slots: asyncio.Semaphore,
+        report: HealthProbeReport,
+    ) -> None:
+        """As runs started before VERDICTS_TOGETHER judged: each probe's verdict at once."""
 
         async def one(target: ProbeTarget) -> None:
             async with slots:
@@ -84,16 +184,6 @@ class HealthProbeWorkflow:
                 moved.append(f"{target.tenant_id}/{target.deployment_id}")
 
         await asyncio.gather(*(one(t) for t in targets))
-        report.degraded.sort()
-        report.recovered.sort()
-        await workflow.execute_activity(
-            "probe_prune",
-            PruneInput(older_than=window - timedelta(hours=data.sample_retention_hours)),
-            result_type=int,
-            start_to_close_timeout=timedelta(seconds=60),
-            retry_policy=_STORE,
-        )
-        return report
 
     async def _probe(
         self, target: ProbeTarget, window: datetime, data: HealthProbeInput
