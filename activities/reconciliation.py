@@ -136,18 +136,21 @@ class ReconciliationActivities:
         pricing = reconciliation.Pricing()
         # One transaction per statement bucket: its shares land together or not at all.
         for ref in sorted(by_statement):
+            landed: list[tuple[str, str]] = []
             async with transaction(self._sessions) as session:
                 for settlement in by_statement[ref]:
                     receipt = by_id[settlement.invocation_id]
                     cost = await pricing.cost(session, receipt, settlement)
                     if not await reconciliation.settle(session, receipt, settlement, cost):
                         continue
-                    result.settled += 1
-                    if settlement.rule is Rule.REQUEST_ID:
-                        result.by_request_id += 1
-                    metrics.receipts_reconciled.add(
-                        1, {"provider": receipt.usage.provider, "rule": settlement.rule.value}
-                    )
+                    landed.append((receipt.usage.provider, settlement.rule.value))
+            # Counted once committed: a bucket whose commit failed is settled again on the
+            # retry, and was counted twice.
+            for provider, rule in landed:
+                result.settled += 1
+                if rule == Rule.REQUEST_ID.value:
+                    result.by_request_id += 1
+                metrics.receipts_reconciled.add(1, {"provider": provider, "rule": rule})
         return result
 
     @activity.defn(name="reconcile_gauge")

@@ -4,6 +4,7 @@ upstream fails, Degraded → Approved when it recovers, each with its event, and
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -12,7 +13,8 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col, func, select
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import CancelledError
 
 from activities.probe_types import HealthProbeReport
 from core import metrics
@@ -24,6 +26,7 @@ from store.probes import probe_latency
 from store.tables import InvocationReceiptRow, OutboxEventRow
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import record_evidence, register
+from tests.helpers.deadline import eventually
 from workflows.health_probe import HealthProbeWorkflow
 
 MODEL = "probe-model"
@@ -211,3 +214,36 @@ async def test_failures_to_reach_two_providers_at_once_hold_the_degrade_verdicts
     for deployment in ("gone/openai", "gone/anthropic"):
         got = (await http.get(f"/factory/model-deployments/{deployment}", headers=auth)).json()
         assert got["state"] == "Approved", got
+
+
+async def test_a_cancelled_run_stops_and_judges_nothing(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    settings: Settings,
+    temporal_client: Client,
+) -> None:
+    # A probe cut short by the run's cancellation was taken for a probe that did not run: the
+    # run carried on, judged the rest and pruned, and ended Completed.
+    async with UpstreamServer() as upstream:
+        upstream.inject(MODEL, Fault(kind=FaultKind.HANG))
+        await register(
+            http, auth, "sim/hung", provider="local-upstream", model=MODEL,
+            endpointRef=upstream.endpoint_ref,
+        )  # fmt: skip
+        await record_evidence(temporal_client, tenant, "sim/hung", {"tool-calling": 0.95})
+        approved = await http.post("/factory/model-deployments/sim/hung/approve", headers=auth)
+        assert approved.status_code == 200, approved.text
+        handle = await temporal_client.start_workflow(
+            HealthProbeWorkflow.run,
+            HealthProbeInput(tenant_ids=[tenant], timeout_seconds=60, attempts=1),
+            id=f"probe-test-{uuid.uuid4().hex[:8]}",
+            task_queue=settings.temporal_task_queue,
+        )
+        await eventually(lambda: upstream.requests(MODEL) >= 1)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError) as ended:
+            await asyncio.wait_for(handle.result(), 30)
+        assert isinstance(ended.value.cause, CancelledError), ended.value.cause
+    got = (await http.get("/factory/model-deployments/sim/hung", headers=auth)).json()
+    assert got["state"] == "Approved", got

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from activities.probe_types import (
@@ -133,6 +133,8 @@ class HealthProbeWorkflow:
                 retry_policy=_STORE,
             )
         except ActivityError as exc:
+            if is_cancelled_exception(exc):
+                raise
             # One verdict the store kept refusing: the others still land, and the run reports
             # (its samples pruned); this deployment is judged again at the next run.
             workflow.logger.warning(
@@ -207,6 +209,8 @@ class HealthProbeWorkflow:
             )
             return result
         except ActivityError as exc:
+            if is_cancelled_exception(exc):
+                raise  # the run itself is being cancelled: it stops, judging nothing
             cause = exc.cause
             if isinstance(cause, ApplicationError) and cause.type == PROBE_FAILED and cause.details:
                 return ProbeResult.model_validate(cause.details[0])

@@ -93,6 +93,8 @@ class ReceiptReconcilerWorkflow:
                 )
                 report.sources[source] = got.lines
             except ActivityError as exc:
+                if is_cancelled_exception(exc):
+                    raise  # the run itself is being cancelled: not a failed source
                 cause = exc.cause
                 report.failed_sources[source] = str(cause) if cause else str(exc)
 
