@@ -8,6 +8,7 @@ caller was told."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -31,20 +32,29 @@ class SweeperActivities:
     async def sweep(self, data: SweepInput) -> SweepReport:
         now = datetime.now(UTC)
         cutoff = now - timedelta(seconds=data.shortest)
-        async with self._sessions() as session:
-            found = await receipts.open_before(session, cutoff, data.batch)
-        report = SweepReport(found=len(found))
-        for tenant_id, invocation_id, started_at in found:
-            activity.heartbeat()
-            workflow = await self._workflow(tenant_id, str(invocation_id))
-            if workflow is Workflow.RUNNING:
-                report.left_to_workflow += 1
-                continue
-            if not to_sweep(workflow, (now - started_at).total_seconds(), data):
-                continue
-            if await self._statements.sweep(tenant_id, invocation_id, started_at):
-                report.closed += 1
-                metrics.receipts_swept.add(1, {"tenant": tenant_id})
+        report = SweepReport()
+        # Page by page, past the receipts left to their workflows: the oldest open receipts
+        # may all be live (long streams, closes retried through an outage), and one batch of
+        # them hid every abandoned receipt behind it for as long as they ran.
+        after: tuple[datetime, uuid.UUID] | None = None
+        for _ in range(data.pages):
+            async with self._sessions() as session:
+                found = await receipts.open_before(session, cutoff, data.batch, after)
+            report.found += len(found)
+            for tenant_id, invocation_id, started_at in found:
+                activity.heartbeat()
+                workflow = await self._workflow(tenant_id, str(invocation_id))
+                if workflow is Workflow.RUNNING:
+                    report.left_to_workflow += 1
+                    continue
+                if not to_sweep(workflow, (now - started_at).total_seconds(), data):
+                    continue
+                if await self._statements.sweep(tenant_id, invocation_id, started_at):
+                    report.closed += 1
+                    metrics.receipts_swept.add(1, {"tenant": tenant_id})
+            if len(found) < data.batch:
+                break
+            after = (found[-1][2], found[-1][1])
         return report
 
     async def _workflow(self, tenant_id: str, invocation_id: str) -> Workflow:

@@ -40,6 +40,9 @@ class SweepInput(BaseModel):
     # budget. None: the same as `open_longer_than_seconds` (inputs of schedules made before).
     unstarted_longer_than_seconds: float | None = Field(default=None, gt=0)
     batch: int = Field(default=500, ge=1, le=10_000)
+    # Batches one run reads at most, each past the last: 20 of 500, about 10,000 open receipts
+    # (a Temporal describe each) within the activity's five minutes.
+    pages: int = Field(default=20, ge=1, le=1_000)
 
     @property
     def shortest(self) -> float:

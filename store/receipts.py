@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
+from sqlalchemy import and_, or_
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col, select
 
@@ -21,21 +22,26 @@ def summary_of(row: InvocationReceiptRow) -> InvocationSummary:
 
 
 async def open_before(
-    session: AsyncSession, started_before: datetime, limit: int
+    session: AsyncSession,
+    started_before: datetime,
+    limit: int,
+    after: tuple[datetime, uuid.UUID] | None = None,
 ) -> list[tuple[str, uuid.UUID, datetime]]:
     """(tenant, invocation, started at) of receipts still open that started before
-    `started_before`, the oldest first."""
+    `started_before`, the oldest first; past `after` (a page's last start and invocation)."""
+    started, invocation = (
+        col(InvocationReceiptRow.started_at),
+        col(InvocationReceiptRow.invocation_id),
+    )
     stmt = (
-        select(
-            InvocationReceiptRow.tenant_id,
-            InvocationReceiptRow.invocation_id,
-            InvocationReceiptRow.started_at,
-        )
+        select(InvocationReceiptRow.tenant_id, invocation, started)
         .where(col(InvocationReceiptRow.ended_at).is_(None))
-        .where(col(InvocationReceiptRow.started_at) < started_before)
-        .order_by(col(InvocationReceiptRow.started_at))
+        .where(started < started_before)
+        .order_by(started, invocation)
         .limit(limit)
     )
+    if after is not None:
+        stmt = stmt.where(or_(started > after[0], and_(started == after[0], invocation > after[1])))
     return [(t, i, at) for t, i, at in (await session.execute(stmt)).all()]
 
 

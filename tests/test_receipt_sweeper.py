@@ -112,6 +112,38 @@ async def test_the_sweeper_closes_a_receipt_left_open_and_leaves_live_ones(
     assert metrics.receipts_swept.value({"tenant": tenant}) == swept_before + 1
 
 
+async def test_live_receipts_filling_a_batch_do_not_hide_the_abandoned_ones_behind_them(
+    settings: Settings,
+    temporal_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    tenant: str,
+    worker: None,
+) -> None:
+    # The oldest open receipts are live (their workflows run): with a batch of two they filled
+    # every batch, and the abandoned receipt after them stayed open for as long as they ran.
+    # Older than any other test's receipts, so that they are the first batch.
+    owned = [
+        await _open_receipt(sessions, tenant, f"old-live-{n}", timedelta(days=400 + n))
+        for n in range(2)
+    ]
+    await _open_receipt(sessions, tenant, "behind-them", timedelta(days=399))
+    running = [await _its_workflow_unpolled(temporal_client, data) for data in owned]
+    try:
+        report = await temporal_client.execute_workflow(
+            ReceiptSweeperWorkflow.run,
+            SweepInput(open_longer_than_seconds=600, batch=2),
+            id=f"sweep-test-{uuid.uuid4().hex[:8]}",
+            task_queue=settings.temporal_task_queue,
+        )
+    finally:
+        for handle in running:
+            await handle.terminate()
+    assert (await _row(sessions, tenant, "behind-them")).close_reason == "swept"
+    for n in range(2):
+        assert (await _row(sessions, tenant, f"old-live-{n}")).ended_at is None
+    assert report.left_to_workflow >= 2 and report.found >= 3
+
+
 def test_the_sweeper_is_scheduled_every_minute_past_the_invocation_budget(
     settings: Settings,
 ) -> None:
