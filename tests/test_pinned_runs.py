@@ -199,7 +199,7 @@ async def test_a_run_pinned_to_a_retired_version_is_still_served(ctx: Ctx) -> No
     for fresh in (uuid.uuid4(), None):
         refused, refused_key = await ctx.chat("retiring", fresh)
         assert refused.status_code == 404, refused.text
-        assert _problem(refused)["field"] == "profileId"
+        assert _problem(refused)["field"] == "body.model"
         assert await ctx.receipt(refused_key) is None
     assert ctx.requests("a") == before
 

@@ -47,6 +47,7 @@ async def _through_proxy(
     settings: Settings,
     sessions: async_sessionmaker[AsyncSession],
     statement_timeout: float = WAIT,
+    **update: Any,
 ) -> AsyncIterator[tuple[Served, SeverableProxy]]:
     """An API of the test's own that reaches PostgreSQL through a severable proxy (its standalone
     workers do not), on queues of its own: it runs the in-process workers of its invocation
@@ -68,6 +69,7 @@ async def _through_proxy(
             "database_url": url.set(port=proxy.port).render_as_string(hide_password=False),
             "invoke_store_wait_seconds": WAIT,
             "database_statement_timeout_seconds": statement_timeout,
+            **update,
         }
     )
     async with workers(own, sessions) as client, serve(through_proxy, client) as api:
@@ -202,7 +204,10 @@ async def test_a_call_ending_as_the_store_goes_silent_is_answered_within_the_inv
     key = f"price-{uuid.uuid4().hex[:8]}"
     # The provider holds its answer until the store has gone silent (released just after).
     upstream.inject(MODEL, Fault(kind=FaultKind.SLOW_FIRST_TOKEN, delay=60, times=1))
-    async with _through_proxy(settings, sessions, statement_timeout=60) as (api, proxy):
+    # The provider's held first token is released by the test, not timed out: the suite's 2 s
+    # first-token bound ran out before it on a loaded machine.
+    held = {"invoke_first_token_timeout_seconds": 25.0}
+    async with _through_proxy(settings, sessions, statement_timeout=60, **held) as (api, proxy):
         # No call before this one: its revision's pricebook is not read yet in this process.
         sdk = openai.AsyncOpenAI(base_url=f"{api.url}/v1", api_key=token, max_retries=0, timeout=30)
         call = asyncio.create_task(
