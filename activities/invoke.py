@@ -99,6 +99,11 @@ class InvokeActivities:
         return self._files
 
     @property
+    def cancelled(self) -> CancelledCalls:
+        """What becomes of calls whose adopting activity was cancelled (invoke_cancel.py)."""
+        return self._cancelled
+
+    @property
     def closer(self) -> ReceiptCloser:
         """Where a call's receipt is closed and its answer handed over (invoke_close.py)."""
         return self._closer

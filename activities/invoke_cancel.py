@@ -1,7 +1,7 @@
 """What becomes of a call whose adopting activity is cancelled: stopped, or let go of.
 
 A local activity is cancelled for unlike reasons that the SDK hands over alike (sdk-core sends
-one `Cancelled` for each of these):
+one `Cancelled` for each of these, its details no different):
 - the workflow was asked to cancel (an operator's `temporal workflow cancel`), or it ended
   (terminated, timed out): the call stops, as the design says cancelling the activity must;
 - the SDK evicted the run from its cache: Temporal did not answer the workflow task's heartbeat
@@ -11,19 +11,23 @@ one `Cancelled` for each of these):
   outage of ~10 s overlapped (Failed, `internal`, the key spent), though neither its answer nor
   its receipt needs Temporal.
 
-The cancellation's details tell some apart (the activity's own timeout, the worker shutting
-down); those stop the call. Otherwise the call is let go of at once: it goes on, closes its own
-receipt and answers its caller, and waits in the hub for the run's next execution to adopt it.
-Deciding first and asking later matters: the activity's completion is what lets the SDK finish
-the eviction, and a next execution that found it still running was handed its cancellation
-(and closed the receipt as abandoned beside the call still answering). Then Temporal is asked,
-in the background, whether the workflow has a cancel request or has ended; if so the call is
-stopped after all. Temporal not answering within ASK_SECONDS leaves the call going: a cancel
-request cannot have reached the activity without Temporal having been there to take it."""
+So Temporal is asked first, for up to CHECK_SECONDS: a cancel request or the run's end on the
+workflow's record stops the call (its close written before the activity's cancellation goes
+on, as when the cancel went straight to the call). Otherwise the call is let go of: it goes on,
+closes its own receipt and answers its caller, and waits in the hub for the run's next
+execution to adopt it. A next execution handed this activity's cancellation (it found it still
+finishing) adopts the call on the caller queue (workflows/invoke.py). When Temporal does not
+answer (it is the thing away) the call is let go of and Temporal asked again in the background
+for up to ASK_SECONDS: a cancel request cannot have reached the activity without Temporal
+having been there to take it, but one may be on record all the same.
+
+The caller queue's activity, whose cancellation is the server's own (or its heartbeat's), and a
+process stopping its workers (`InvocationHub.stopping`), stop the call at once."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from datetime import timedelta
 from typing import Any
@@ -39,9 +43,10 @@ log = logging.getLogger("model_router.invoke")
 # How long a call let go of waits in the hub, once it ended, for the run's next execution: that
 # comes within seconds of Temporal answering again (the evicted workflow task times out 10 s
 # after it began). One that comes later finds nothing and closes nothing, the call's task having
-# closed its receipt. The entry holds no content by then.
+# closed its receipt.
 LET_GO_KEEP_SECONDS = 600.0
-# Asking Temporal why: each read's bound, and how long to keep asking (a second apart).
+# Asking Temporal why: each read's bound, and how long to keep asking in the background (a
+# second apart) when the first read was not answered.
 CHECK_SECONDS = 2.0
 ASK_SECONDS = 30.0
 # A cancel request, or the run's end, on the workflow's record.
@@ -65,31 +70,48 @@ class CancelledCalls:
 
     async def after_cancel(self, token: str, pending: PendingCall) -> None:
         """The adopting activity was cancelled (called from its CancelledError handler)."""
-        if not self._maybe_evicted():
+        handle = _own_workflow()
+        if not activity.info().is_local or self._hub.stopping or handle is None:
+            await stop(pending)
+            return
+        try:
+            asked = await _asked(handle)
+        except Exception:  # Temporal away or slow: asked again in the background
+            asked = None
+        except asyncio.CancelledError:  # cancelled again (the worker stopping): no time to ask
+            asked = True
+        if asked or self._hub.stopping:
             await stop(pending)
             return
         self._hub.let_go(token, pending, LET_GO_KEEP_SECONDS)
         log.warning("call's run evicted: the call goes on, for the run's next execution")
-        info = activity.info()
-        if info.workflow_id is None:
-            return
-        try:
-            client = activity.client()
-        except RuntimeError:  # an activity run outside a worker: nobody to ask
-            return
-        asking = asyncio.create_task(
-            _stop_if_asked(client, info.workflow_id, info.workflow_run_id, pending)
-        )
-        self._asking.add(asking)
-        asking.add_done_callback(self._asking.discard)
+        if asked is None:
+            asking = asyncio.create_task(_stop_if_asked(handle, pending))
+            self._asking.add(asking)
+            asking.add_done_callback(self._asking.discard)
 
-    def _maybe_evicted(self) -> bool:
-        if not activity.info().is_local or self._hub.stopping:
-            return False  # the caller queue's activity, whose cancel is the server's; a stop
-        details = activity.cancellation_details()
-        return details is None or not (
-            details.timed_out or details.worker_shutdown or details.paused or details.reset
-        )
+    async def aclose(self, bound: float) -> None:
+        """This process is stopping: no more asking, and the calls it let go of that still run
+        are stopped (they would end with it, their receipts left to the sweeper); each closes
+        its receipt as ended by us. Waits for them up to `bound` seconds."""
+        for asking in list(self._asking):
+            asking.cancel()
+        works = [call.work for call in self._hub.let_go_calls() if call.work is not None]
+        for work in works:
+            work.cancel()
+        if works:
+            await asyncio.wait(works, timeout=bound)
+
+
+def _own_workflow() -> WorkflowHandle[Any, Any] | None:
+    info = activity.info()
+    if info.workflow_id is None:
+        return None
+    try:
+        client: Client = activity.client()
+    except RuntimeError:  # an activity run outside a worker: nobody to ask
+        return None
+    return client.get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
 
 
 async def stop(pending: PendingCall) -> None:
@@ -97,28 +119,31 @@ async def stop(pending: PendingCall) -> None:
     work = pending.work
     if work is not None and not work.done():
         work.cancel()
-        await asyncio.wait({work})  # its receipt closed, as when the activity awaited it
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait({work})  # its receipt closed, as when the activity awaited it
 
 
-async def _stop_if_asked(
-    client: Client, workflow_id: str, run_id: str | None, pending: PendingCall
-) -> None:
-    handle = client.get_workflow_handle(workflow_id, run_id=run_id)
+async def _stop_if_asked(handle: WorkflowHandle[Any, Any], pending: PendingCall) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + ASK_SECONDS
-    while True:
+    while loop.time() < deadline:
+        await asyncio.sleep(1.0)  # a retry interval, not a wait-for
         try:
-            asked = await asyncio.wait_for(_on_record(handle), CHECK_SECONDS + 0.5)
-        except Exception as exc:  # Temporal away or slow: asked again, within ASK_SECONDS
-            if loop.time() >= deadline:
-                log.info("why the call's run was let go was not answered (%s)", type(exc).__name__)
-                return
-            await asyncio.sleep(1.0)  # a retry interval, not a wait-for
+            asked = await _asked(handle)
+        except Exception as exc:  # still away: asked again, within ASK_SECONDS
+            log.debug("asking why the call's run was let go of: %s", type(exc).__name__)
             continue
         if asked:
             log.warning("call's workflow was cancelled or ended: the call let go of is stopped")
             await stop(pending)
         return
+    log.info("why the call's run was let go of was not answered in %.0f s", ASK_SECONDS)
+
+
+async def _asked(handle: WorkflowHandle[Any, Any]) -> bool:
+    """Whether the workflow has a cancel request or its end on record (raises when Temporal
+    does not say within CHECK_SECONDS)."""
+    return await asyncio.wait_for(_on_record(handle), CHECK_SECONDS + 0.5)
 
 
 async def _on_record(handle: WorkflowHandle[Any, Any]) -> bool:

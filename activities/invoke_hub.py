@@ -160,7 +160,8 @@ class InvocationHub:
         """Give back a call whose adopting activity let go of it (its run evicted, the call left
         running): the run's next execution adopts it again. Kept until `keep_seconds` after the
         call ended, long enough for Temporal to come back and that execution to run; one that
-        comes later finds nothing and closes nothing, the call's task having closed its receipt."""
+        comes later finds nothing and closes nothing, the call's task having closed its receipt.
+        Output its caller left unread goes with the entry."""
         call.claimed = False
         call.let_go = True
         self._calls[token] = call
@@ -170,19 +171,13 @@ class InvocationHub:
         else:
             work.add_done_callback(lambda _: self.close_later(token, keep_seconds))
 
-    async def stop_let_go(self, bound: float) -> None:
-        """Stop the calls let go of that are still running (this process is stopping: they
-        would end with it, their receipts left to the sweeper); each closes its receipt as
-        ended by us. Waits for them up to `bound` seconds."""
-        works = [
-            call.work
+    def let_go_calls(self) -> list[PendingCall]:
+        """The calls let go of that are waiting here and still running."""
+        return [
+            call
             for call in self._calls.values()
             if call.let_go and call.work is not None and not call.work.done()
         ]
-        for work in works:
-            work.cancel()
-        if works:
-            await asyncio.wait(works, timeout=bound)
 
     def close(self, token: str) -> None:
         call = self._calls.pop(token, None)

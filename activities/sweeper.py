@@ -9,7 +9,9 @@ caller was told."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
@@ -36,13 +38,16 @@ class SweeperActivities:
         # Page by page, past the receipts left to their workflows: the oldest open receipts
         # may all be live (long streams, closes retried through an outage), and one batch of
         # them hid every abandoned receipt behind it for as long as they ran.
-        after: tuple[datetime, uuid.UUID] | None = None
+        # A retry after a timeout goes on from the last page its attempt finished (heartbeat
+        # details), not from the first: the same live receipts again, and the tail unreached.
+        after = _resumed(activity.info().heartbeat_details)
         for _ in range(data.pages):
             async with self._sessions() as session:
                 found = await receipts.open_before(session, cutoff, data.batch, after)
             report.found += len(found)
+            mark = _mark(after)
             for tenant_id, invocation_id, started_at in found:
-                activity.heartbeat()
+                activity.heartbeat(*mark)
                 workflow = await self._workflow(tenant_id, str(invocation_id))
                 if workflow is Workflow.RUNNING:
                     report.left_to_workflow += 1
@@ -55,6 +60,7 @@ class SweeperActivities:
             if len(found) < data.batch:
                 break
             after = (found[-1][2], found[-1][1])
+            activity.heartbeat(*_mark(after))
         return report
 
     async def _workflow(self, tenant_id: str, invocation_id: str) -> Workflow:
@@ -68,3 +74,16 @@ class SweeperActivities:
         if described.status is WorkflowExecutionStatus.RUNNING:
             return Workflow.RUNNING
         return Workflow.ENDED
+
+
+def _mark(after: tuple[datetime, uuid.UUID] | None) -> tuple[str, ...]:
+    return () if after is None else (after[0].isoformat(), str(after[1]))
+
+
+def _resumed(details: Sequence[Any]) -> tuple[datetime, uuid.UUID] | None:
+    if len(details) != 2:
+        return None
+    try:
+        return datetime.fromisoformat(str(details[0])), uuid.UUID(str(details[1]))
+    except ValueError:
+        return None

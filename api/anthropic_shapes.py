@@ -18,7 +18,6 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.openai_shapes import field_errors
-from api.wire import receipt_view
 from domain.invocation import InvocationSummary
 from providers.types import (
     ChatRequest,
@@ -340,10 +339,3 @@ def message_body(
         "stop_sequence": None,
         "usage": usage(summary),
     }
-
-
-def receipt_event(summary: InvocationSummary) -> dict[str, Any]:
-    """The receipt's fields as a stream's `error` event carries them, beside the error (the SDK
-    raises on that event with its body; a stream that ends well carries them on its
-    `message_delta` instead)."""
-    return {"type": "model_router", **receipt_view(summary)}

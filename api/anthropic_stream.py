@@ -10,7 +10,7 @@ import json
 import uuid
 from typing import Any
 
-from api.anthropic_shapes import message_id, receipt_event, stop_reason, usage
+from api.anthropic_shapes import message_id, stop_reason, usage
 from api.wire import receipt_view
 from domain.failures import error_class
 from domain.invocation import InvocationSummary
@@ -174,7 +174,7 @@ class MessageEvents:
                 "type": _ERRORS.get(kind, "api_error"),
                 "message": f"model call failed after output began: {kind}",
             },
-            **receipt_event(summary),
+            **receipt_view(summary),
             # As on the surface's error responses: whether the same request may succeed later.
             "errorClass": error_class(kind),
         }

@@ -158,6 +158,6 @@ class InvokeRuntime:
         if self.workers is not None:
             self.hub.stopping = True  # the calls whose activities the stop cancels stop too
             await self.workers.stop()
-        await self.hub.stop_let_go(STOP_WAIT_SECONDS)
+        await self.activities.cancelled.aclose(STOP_WAIT_SECONDS)
         await self._adapters.aclose()
         self.activities.files.close()

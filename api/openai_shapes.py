@@ -150,15 +150,21 @@ def field_errors(*loc: str | int) -> Iterator[None]:
 # 422 naming the field when set, never dropped (dropped, `logprobs: true` came back as None and
 # `reasoning_effort` or `web_search_options` were silently lost).
 _UNMAPPED = (
-    "top_p",
+    "top_k",
     "top_logprobs",
     "reasoning_effort",
+    "verbosity",
     "web_search_options",
     "audio",
     "prediction",
     "seed",
+    # The legacy function-calling fields: dropped, the model answered without the functions.
+    "functions",
+    "function_call",
 )
+# Accepted at the value that asks for nothing (what some clients send explicitly).
 _UNMAPPED_UNLESS_OFF: dict[str, Any] = {
+    "top_p": 1,
     "logprobs": False,
     "frequency_penalty": 0,
     "presence_penalty": 0,

@@ -120,6 +120,14 @@ def own_network_suspected(probed: Sequence[tuple[str, ProbeResult]]) -> bool:
     return len(set(unreachable)) >= 2 and len(unreachable) >= OWN_NETWORK_SHARE * len(ran)
 
 
+def degrade_held(result: ProbeResult, network_suspected: bool) -> bool:
+    """Whether a failed probe's Degrade verdict waits for the next run: the run's failures were
+    taken for its own network, or the result was recorded by an earlier run of the window,
+    which judged it (or held it) already. A second run in a window, replaying the failures the
+    first one held, degraded them all after all."""
+    return network_suspected or result.replayed
+
+
 class LatencyStats(BaseModel):
     """Probe latency of one deployment over a window: what a catalog snapshot builder maps
     onto the deployment's latency statistics (p95 drives the router's latency term)."""

@@ -24,7 +24,7 @@ why running the rules again over the same statements settles nothing new.
 
 Providers publish usage late, so a bucket is shared out only once it ended at least the settle
 delay ago (`bucket_cutoff`); until then its receipts are skipped with `HELD`. A request-id line
-is exact and settles at once, whatever the delay.
+is exact and settles at once, whatever the delay (a closed receipt: see below).
 
 Nothing settles to zero unless asked for: a share of zero input and zero output tokens leaves
 the receipt as it was (a statement that explains nothing is no proof that nothing was used).

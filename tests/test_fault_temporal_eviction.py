@@ -142,7 +142,10 @@ async def test_a_call_whose_workflow_is_asked_to_cancel_stops(
             pass
     row = await receipt(sessions, tenant, key)
     assert row is not None
-    assert (row.outcome, row.usage_status, row.close_reason) == ("Failed", "Unknown", "internal")
+    assert (row.outcome, row.usage_status) == ("Failed", "Unknown")
+    # Stopped by our side, or closed by the workflow's own close beside the cancellation, which
+    # a local activity's cancel resolves at once: either way a failure, the key spent.
+    assert row.close_reason in ("internal", "caller-lost"), row
 
     # The workflow's cancel was not taken for an eviction: nothing adopts the call again.
     await asyncio.wait_for(handle.result(), 30)

@@ -211,6 +211,14 @@ async def test_failures_to_reach_two_providers_at_once_hold_the_degrade_verdicts
     )
     assert (report.probed, report.failed, report.degraded) == (2, 2, [])
     assert report.held == [f"{tenant}/gone/anthropic", f"{tenant}/gone/openai"]
+    # A second run in the window replays the held failures: they stay held.
+    again = await temporal_client.execute_workflow(
+        HealthProbeWorkflow.run,
+        HealthProbeInput(tenant_ids=[tenant], window_start=report.window_start, attempts=1),
+        id=f"probe-test-{uuid.uuid4().hex[:8]}",
+        task_queue=settings.temporal_task_queue,
+    )
+    assert (again.failed, again.degraded, again.held) == (2, [], report.held)
     for deployment in ("gone/openai", "gone/anthropic"):
         got = (await http.get(f"/factory/model-deployments/{deployment}", headers=auth)).json()
         assert got["state"] == "Approved", got
@@ -223,8 +231,9 @@ async def test_a_cancelled_run_stops_and_judges_nothing(
     settings: Settings,
     temporal_client: Client,
 ) -> None:
-    # A probe cut short by the run's cancellation was taken for a probe that did not run: the
-    # run carried on, judged the rest and pruned, and ended Completed.
+    # A guard: the run's cancellation reaches the probes it awaits together (asyncio.gather
+    # cancels them and raises), so the run stops there, judging nothing, rather than taking a
+    # probe cut short for one that did not run.
     async with UpstreamServer() as upstream:
         upstream.inject(MODEL, Fault(kind=FaultKind.HANG))
         await register(

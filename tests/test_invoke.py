@@ -390,6 +390,7 @@ async def test_a_part_that_is_not_text_is_refused_never_dropped(sdk: AsyncOpenAI
         ({"reasoning_effort": "high"}, "body.reasoning_effort"),
         ({"web_search_options": {}}, "body.web_search_options"),
         ({"modalities": ["text", "audio"]}, "body.modalities"),
+        ({"extra_body": {"functions": [{"name": "f", "parameters": {}}]}}, "body.functions"),
     ):
         with pytest.raises(openai.UnprocessableEntityError) as refused:
             await sdk.chat.completions.create(
@@ -402,6 +403,7 @@ async def test_a_part_that_is_not_text_is_refused_never_dropped(sdk: AsyncOpenAI
         messages=[{"role": "user", "content": "x"}],
         logprobs=False,
         frequency_penalty=0,
+        top_p=1,
         modalities=["text"],
     )
     assert off.choices[0].message.content

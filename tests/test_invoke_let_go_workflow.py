@@ -3,7 +3,10 @@ workflow itself was not (the SDK evicted the run as the activity ran, and a next
 handed the cancellation of the one still finishing). The call then waits in its process's hub
 (activities/invoke_cancel.py), so the workflow adopts it on the caller queue; closing its
 receipt as abandoned closed it Failed beside the answer the call was still giving. Stand-in
-activities on a real Temporal: the cancellation as the SDK reports it is what is under test."""
+activities on a real Temporal: the local one fails with a CancelledError, which the SDK hands
+the workflow as a failure (an eviction's cancellation resolves as cancelled instead; the
+workflow takes both, and its own cancellation, told by workflow.cancellation_reason(), for
+neither: tests/test_fault_temporal_eviction.py)."""
 
 from __future__ import annotations
 

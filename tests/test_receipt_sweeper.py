@@ -7,6 +7,7 @@ Its schedule is created with the others."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -15,7 +16,9 @@ from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col
 from temporalio.client import Client, WorkflowHandle
+from temporalio.testing import ActivityEnvironment
 
+from activities.sweeper import SweeperActivities
 from core import metrics
 from core.schedules import SWEEPER, desired_schedules, schedule_id, sweep_input
 from core.settings import Settings
@@ -122,12 +125,14 @@ async def test_live_receipts_filling_a_batch_do_not_hide_the_abandoned_ones_behi
     # The oldest open receipts are live (their workflows run): with a batch of two they filled
     # every batch, and the abandoned receipt after them stayed open for as long as they ran.
     # Older than any other test's receipts, so that they are the first batch.
-    owned = [
-        await _open_receipt(sessions, tenant, f"old-live-{n}", timedelta(days=400 + n))
+    # Their workflows first: another test's sweep never finds them open without one.
+    running = [
+        await _its_workflow_unpolled(temporal_client, _input(tenant, f"old-live-{n}"))
         for n in range(2)
     ]
+    for n in range(2):
+        await _open_receipt(sessions, tenant, f"old-live-{n}", timedelta(days=400 + n))
     await _open_receipt(sessions, tenant, "behind-them", timedelta(days=399))
-    running = [await _its_workflow_unpolled(temporal_client, data) for data in owned]
     try:
         report = await temporal_client.execute_workflow(
             ReceiptSweeperWorkflow.run,
@@ -142,6 +147,40 @@ async def test_live_receipts_filling_a_batch_do_not_hide_the_abandoned_ones_behi
     for n in range(2):
         assert (await _row(sessions, tenant, f"old-live-{n}")).ended_at is None
     assert report.left_to_workflow >= 2 and report.found >= 3
+
+
+async def test_a_retried_sweep_goes_on_from_the_page_its_attempt_finished(
+    temporal_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    tenant: str,
+) -> None:
+    # The attempt before timed out after its first page (the live receipts): the retry starts
+    # from its heartbeat's mark, not the first page again, and reaches the receipt behind them.
+    running = [
+        await _its_workflow_unpolled(temporal_client, _input(tenant, f"mark-live-{n}"))
+        for n in range(2)
+    ]
+    owned = [
+        await _open_receipt(sessions, tenant, f"mark-live-{n}", timedelta(days=500 + n))
+        for n in range(2)
+    ]
+    await _open_receipt(sessions, tenant, "mark-behind", timedelta(days=499))
+    async with sessions() as session:
+        first_page = await receipts.open_before(session, datetime.now(UTC), 2)
+    assert {i for _, i, _ in first_page} == {d.invocation_id for d in owned}
+    _, last, at = first_page[-1]
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, heartbeat_details=[at.isoformat(), str(last)])
+    try:
+        acts = SweeperActivities(sessions, temporal_client)
+        report = await env.run(
+            acts.sweep, SweepInput(open_longer_than_seconds=600, batch=2, pages=1)
+        )
+    finally:
+        for handle in running:
+            await handle.terminate()
+    assert (await _row(sessions, tenant, "mark-behind")).close_reason == "swept"
+    assert report.left_to_workflow == 0  # the live receipts' page was not read again
 
 
 def test_the_sweeper_is_scheduled_every_minute_past_the_invocation_budget(

@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         ProbeResult,
         ProbeTarget,
         ProbeVerdict,
+        degrade_held,
         own_network_suspected,
         probe_window,
         verdict,
@@ -105,11 +106,11 @@ class HealthProbeWorkflow:
             else:
                 report.failed += 1
             asked = verdict(target.state, result.outcome)
-            if hold and asked is ProbeVerdict.DEGRADE:
+            if asked is ProbeVerdict.DEGRADE and degrade_held(result, hold):
                 report.held.append(f"{target.tenant_id}/{target.deployment_id}")
             elif asked is not ProbeVerdict.NONE:
                 wanted.append((target, asked))
-        if report.held:
+        if hold:
             workflow.logger.warning(
                 "%d of %d probes could not reach their deployment, on several providers: "
                 "taken for this worker's own network, %d Degrade verdicts held",
@@ -209,8 +210,6 @@ class HealthProbeWorkflow:
             )
             return result
         except ActivityError as exc:
-            if is_cancelled_exception(exc):
-                raise  # the run itself is being cancelled: it stops, judging nothing
             cause = exc.cause
             if isinstance(cause, ApplicationError) and cause.type == PROBE_FAILED and cause.details:
                 return ProbeResult.model_validate(cause.details[0])

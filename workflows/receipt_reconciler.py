@@ -93,15 +93,13 @@ class ReceiptReconcilerWorkflow:
                 )
                 report.sources[source] = got.lines
             except ActivityError as exc:
-                if is_cancelled_exception(exc):
-                    raise  # the run itself is being cancelled: not a failed source
                 cause = exc.cause
                 report.failed_sources[source] = str(cause) if cause else str(exc)
 
         await asyncio.gather(*(fetch(s) for s in sources))
 
-        # Receipts up to now: a request-id match is exact and settles at once; the settle delay
-        # holds back only buckets that ended after the cutoff (bucket_cutoff).
+        # Receipts up to now: a request-id match is exact and settles a closed receipt at once;
+        # the settle delay holds back only buckets that ended after the cutoff (bucket_cutoff).
         day = start
         while day < now:
             end = min(day + _DAY, now)
