@@ -232,6 +232,7 @@ class InvokeActivities:
             input_tokens=result.input_tokens,
             output_tokens=result.output_tokens,
             cached_input_tokens=result.cached,
+            cache_write_input_tokens=result.cache_written,
             latency_ms=int((time.monotonic() - started) * 1000),
             time_to_first_token_ms=result.ttft_ms,
             provider_request_id=request_id,

@@ -34,6 +34,8 @@ class Outcome:
     input_tokens: int | None = None
     output_tokens: int | None = None
     cached: int | None = None
+    # Of the input, what the provider wrote to its prompt cache (Anthropic bills it apart).
+    cache_written: int | None = None
     artifact: bytes | None = None
     provider_request_id: str | None = None
     ttft_ms: int | None = None
@@ -118,17 +120,19 @@ def completed(request: ChatRequest, completion: Completion, ttft_ms: int | None)
         usage = UsageStatus.REPORTED
         tokens_in, tokens_out = report.input_tokens, report.output_tokens
         cached: int | None = report.cached_input_tokens
+        written: int | None = report.cache_write_input_tokens
     else:
         usage = UsageStatus.ESTIMATED
         tokens_in = estimate_tokens(json.dumps(request.model_dump(mode="json")))
         tokens_out = estimate_tokens(completion.text + json.dumps(body["tool_calls"]))
-        cached = None
+        cached = written = None
     return Outcome(
         outcome=InvocationOutcome.COMPLETED,
         usage=usage,
         input_tokens=tokens_in,
         output_tokens=tokens_out,
         cached=cached,
+        cache_written=written,
         artifact=canonical_json(body),
         provider_request_id=completion.provider_request_id,
         ttft_ms=ttft_ms,

@@ -299,15 +299,17 @@ def stop_reason(reason: FinishReason | str) -> str:
 
 
 def usage(summary: InvocationSummary) -> dict[str, Any]:
-    """The receipt's usage in Anthropic's split: `input_tokens` excludes what was read from the
-    cache. The receipt keeps no separate count of cache writes, so they stay inside
-    `input_tokens` and `cache_creation_input_tokens` is 0."""
+    """The receipt's usage in Anthropic's split: `input_tokens` excludes what was read from and
+    written to the cache, as the provider reported them (they cost 0.1 and 1.25 times input).
+    A replay, from the receipt, which keeps no separate count of cache writes, leaves them
+    inside `input_tokens`."""
     total = summary.input_tokens or 0
     cached = min(summary.cached_input_tokens or 0, total)
+    written = min(summary.cache_write_input_tokens or 0, total - cached)
     return {
-        "input_tokens": total - cached,
+        "input_tokens": total - cached - written,
         "output_tokens": summary.output_tokens or 0,
-        "cache_creation_input_tokens": 0,
+        "cache_creation_input_tokens": written,
         "cache_read_input_tokens": cached,
     }
 

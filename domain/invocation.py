@@ -118,6 +118,10 @@ class InvocationSummary(BaseModel):
     input_tokens: int | None = None
     output_tokens: int | None = None
     cached_input_tokens: int | None = None
+    # Of the input, the part the provider wrote to its prompt cache, as it reported it: on the
+    # answer (Messages' `cache_creation_input_tokens`), not on the receipt, whose replay counts
+    # it inside the input.
+    cache_write_input_tokens: int | None = None
     estimated_cost_usd: Decimal | None = None
     latency_ms: int | None = None
     time_to_first_token_ms: int | None = None

@@ -61,9 +61,34 @@ def _text(message: Any) -> str:
 
 def _usage_matches(usage: Any, row: Any) -> None:
     cached = row.cached_input_tokens or 0
-    assert usage.input_tokens + (usage.cache_read_input_tokens or 0) == row.input_tokens
+    parts = (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
+    assert usage.input_tokens + parts == row.input_tokens
     assert usage.cache_read_input_tokens == cached
     assert usage.output_tokens == row.output_tokens and row.output_tokens > 0
+
+
+async def test_cache_writes_are_reported_apart_from_the_input(
+    client: AsyncAnthropic, catalog: Catalog, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    # An Anthropic deployment writes the history to its prompt cache (the adapter's breakpoint)
+    # and bills those tokens at 1.25 times input: they were counted inside input_tokens, and
+    # cache_creation_input_tokens was always 0.
+    key = f"msg-cache-{uuid.uuid4().hex}"
+    history: Any = [
+        {"role": "user", "content": f"first {uuid.uuid4().hex}"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "second"},
+    ]
+    message = await client.messages.create(
+        model=catalog.profile("anthropic"),
+        max_tokens=50,
+        system="A stable system prompt for the agent.",
+        messages=history,
+        extra_headers={"Idempotency-Key": key},
+    )
+    assert (message.usage.cache_creation_input_tokens or 0) > 0, message.usage
+    row = await receipt(sessions, catalog.tenant, key)
+    _usage_matches(message.usage, row)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
