@@ -1,7 +1,8 @@
-"""Workflows that run for as long as what they serve must replay the histories recorded before a
-change to them. A WebhookDelivery runs as long as its subscription (continue-as-new keeps the
-history short, not the run): a deploy that changed its commands without `workflow.patched`
-would fail every running subscription's next workflow task as non-deterministic.
+"""Workflows must replay the histories recorded before a change to them. A WebhookDelivery runs
+as long as its subscription (continue-as-new keeps the history short, not the run): a deploy
+that changed its commands without `workflow.patched` would fail every running subscription's
+next workflow task as non-deterministic. A DeploymentHealthProbe runs every two minutes, so a
+deploy catches runs under way.
 
 The histories in tests/histories/ were recorded with the workflow as it was before the change
 named in the file's name (stub activities: a replay runs the workflow's code alone). Add one
@@ -17,6 +18,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
 from core.payload_converter import data_converter
+from workflows.health_probe import HealthProbeWorkflow
 from workflows.webhook_delivery import WebhookDeliveryWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -33,4 +35,20 @@ async def test_recorded_webhook_delivery_histories_replay(recorded: str) -> None
     assert started["workflowType"]["name"] == "WebhookDelivery"
     history = WorkflowHistory.from_json("webhook/recorded", text)
     replayer = Replayer(workflows=[WebhookDeliveryWorkflow], data_converter=data_converter)
+    await replayer.replay_workflow(history)
+
+
+@pytest.mark.parametrize(
+    "recorded",
+    # Before the verdicts were judged together (each probe's verdict applied as it came),
+    # recorded on 5909f8a: two targets, one failing at once (its Degrade applied while the
+    # other probe ran) and one answering 2 s later (recovered).
+    ["health_probe_before_verdicts_together.json"],
+)
+async def test_recorded_health_probe_histories_replay(recorded: str) -> None:
+    text = (HISTORIES / recorded).read_text()
+    started = json.loads(text)["events"][0]["workflowExecutionStartedEventAttributes"]
+    assert started["workflowType"]["name"] == "DeploymentHealthProbe"
+    history = WorkflowHistory.from_json("probe/recorded", text)
+    replayer = Replayer(workflows=[HealthProbeWorkflow], data_converter=data_converter)
     await replayer.replay_workflow(history)
