@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import openai
@@ -24,17 +22,16 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 
-from core.settings import Settings
 from domain.enums import InvocationOutcome
 from domain.invocation import Disposition, InvocationSummary
 from providers.upstream import UpstreamServer
-from tests.conftest import TokenFactory
 from tests.helpers.temporal_outage import (
     HI,
     OutageStack,
     capture,
+    first_text,
     logged,
-    outage_stack,
+    outage_fixture,
     receipt,
     running,
     silent_after_two,
@@ -46,33 +43,7 @@ SILENCE_SECONDS = 120.0
 EVICTED = "call's run evicted"
 
 
-@pytest.fixture
-async def stack(
-    tmp_path: Path,
-    settings: Settings,
-    sessions: async_sessionmaker[AsyncSession],
-    token_for: TokenFactory,
-    tenant: str,
-    upstream: UpstreamServer,
-) -> AsyncIterator[OutageStack]:
-    token = await token_for(tenant)
-    async with outage_stack(
-        tmp_path, settings, sessions, token, tenant, upstream, "temporal-evict"
-    ) as own:
-        try:
-            yield own
-        finally:
-            upstream.release()  # a silence the test did not get to end
-
-
-async def _first_text(stream: Any) -> tuple[str, Any]:
-    chunks = aiter(stream)
-    text = ""
-    while not text:
-        chunk = await anext(chunks)
-        if chunk.choices and chunk.choices[0].delta.content:
-            text += chunk.choices[0].delta.content
-    return text, chunks
+stack = outage_fixture("temporal-evict")
 
 
 async def _scheduled(handle: WorkflowHandle[Any, Any]) -> list[str]:
@@ -98,7 +69,7 @@ async def test_a_call_whose_run_is_evicted_by_a_temporal_pause_goes_on_and_is_ad
     stream = await stack.sdk.chat.completions.create(
         model=stack.profile, messages=HI, stream=True, extra_headers={"Idempotency-Key": key}
     )
-    text, chunks = await _first_text(stream)
+    text, chunks = await first_text(stream)
     handle = await running(stack, tenant, key)
     stack.dev.pause()
     await logged(caplog, EVICTED, timeout=90)
@@ -134,7 +105,7 @@ async def test_a_call_whose_workflow_is_asked_to_cancel_stops(
     stream = await stack.sdk.chat.completions.create(
         model=stack.profile, messages=HI, stream=True, extra_headers={"Idempotency-Key": key}
     )
-    _, chunks = await _first_text(stream)
+    _, chunks = await first_text(stream)
     handle = await running(stack, tenant, key)
     await handle.cancel()
     with pytest.raises(openai.APIError):  # the stream ends with our side's failure

@@ -17,21 +17,18 @@ matter (tests/test_fault_temporal_eviction.py)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from core.settings import Settings
 from providers.upstream import UpstreamServer
-from tests.conftest import TokenFactory
 from tests.helpers.temporal_outage import (
     HI,
     OutageStack,
     capture,
+    first_text,
     logged,
-    outage_stack,
+    outage_fixture,
     receipt,
     running,
     silent_after_two,
@@ -45,20 +42,7 @@ SILENCE_SECONDS = 60.0
 WATCH_FAILED = "the workflow's result was not answered"
 
 
-@pytest.fixture
-async def stack(
-    tmp_path: Path,
-    settings: Settings,
-    sessions: async_sessionmaker[AsyncSession],
-    token_for: TokenFactory,
-    tenant: str,
-    upstream: UpstreamServer,
-) -> AsyncIterator[OutageStack]:
-    token = await token_for(tenant)
-    async with outage_stack(
-        tmp_path, settings, sessions, token, tenant, upstream, "temporal-watch"
-    ) as own:
-        yield own
+stack = outage_fixture("temporal-watch")
 
 
 async def test_a_stream_pausing_through_a_temporal_outage_ends_with_its_answer_once(
@@ -75,12 +59,7 @@ async def test_a_stream_pausing_through_a_temporal_outage_ends_with_its_answer_o
     stream = await stack.sdk.chat.completions.create(
         model=stack.profile, messages=HI, stream=True, extra_headers={"Idempotency-Key": key}
     )
-    text = ""
-    chunks = aiter(stream)
-    while not text:
-        chunk = await anext(chunks)
-        if chunk.choices and chunk.choices[0].delta.content:
-            text += chunk.choices[0].delta.content
+    text, chunks = await first_text(stream)
     await running(stack, tenant, key)
     stack.dev.kill()
     await logged(caplog, WATCH_FAILED, timeout=30)

@@ -37,6 +37,26 @@ async def auth(token_for: TokenFactory, tenant: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {await token_for(tenant)}"}
 
 
+async def _approved(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    client: Client,
+    tenant: str,
+    deployment: str,
+    **registration: str,
+) -> None:
+    """A deployment registered, evaluated and approved: probed from now on."""
+    await register(http, auth, deployment, **registration)
+    await record_evidence(client, tenant, deployment, {"tool-calling": 0.95})
+    approved = await http.post(f"/factory/model-deployments/{deployment}/approve", headers=auth)
+    assert approved.status_code == 200, approved.text
+
+
+async def _state(http: httpx.AsyncClient, auth: dict[str, str], deployment: str) -> str:
+    got = (await http.get(f"/factory/model-deployments/{deployment}", headers=auth)).json()
+    return str(got["state"])
+
+
 async def _transitions(
     sessions: async_sessionmaker[AsyncSession], tenant: str
 ) -> list[tuple[str, str, bool]]:
@@ -160,13 +180,10 @@ async def test_a_reranker_no_profile_lists_yet_is_probed_with_a_rerank(
     """A deployment no active profile lists is probed by what its adapter can answer: a chat
     request to a reranker failed as unsupported, and it went Degraded at the first probe."""
     async with UpstreamServer() as upstream:
-        await register(
-            http, auth, "sim/reranker", provider="rerank", model="probe-rerank",
-            endpointRef=upstream.endpoint_ref,
+        await _approved(
+            http, auth, temporal_client, tenant, "sim/reranker", provider="rerank",
+            model="probe-rerank", endpointRef=upstream.endpoint_ref,
         )  # fmt: skip
-        await record_evidence(temporal_client, tenant, "sim/reranker", {"tool-calling": 0.95})
-        approved = await http.post("/factory/model-deployments/sim/reranker/approve", headers=auth)
-        assert approved.status_code == 200, approved.text
         report: HealthProbeReport = await temporal_client.execute_workflow(
             HealthProbeWorkflow.run,
             HealthProbeInput(
@@ -180,8 +197,7 @@ async def test_a_reranker_no_profile_lists_yet_is_probed_with_a_rerank(
         )
         assert (report.probed, report.ok, report.degraded) == (1, 1, []), report
         assert upstream.requests("probe-rerank") == 1
-    got = (await http.get("/factory/model-deployments/sim/reranker", headers=auth)).json()
-    assert got["state"] == "Approved"
+    assert await _state(http, auth, "sim/reranker") == "Approved"
 
 
 async def test_failures_to_reach_two_providers_at_once_hold_the_degrade_verdicts(
@@ -195,12 +211,10 @@ async def test_failures_to_reach_two_providers_at_once_hold_the_degrade_verdicts
     # Degrading them all left the router refusing every call until the next run.
     gone = f"upstream:127.0.0.1:{free_port()}"  # nothing listens there
     for deployment, provider in (("gone/openai", "openai"), ("gone/anthropic", "anthropic")):
-        await register(
-            http, auth, deployment, provider=provider, model=MODEL, endpointRef=gone
+        await _approved(
+            http, auth, temporal_client, tenant, deployment, provider=provider, model=MODEL,
+            endpointRef=gone,
         )  # fmt: skip
-        await record_evidence(temporal_client, tenant, deployment, {"tool-calling": 0.95})
-        approved = await http.post(f"/factory/model-deployments/{deployment}/approve", headers=auth)
-        assert approved.status_code == 200, approved.text
     report = await temporal_client.execute_workflow(
         HealthProbeWorkflow.run,
         HealthProbeInput(
@@ -220,8 +234,7 @@ async def test_failures_to_reach_two_providers_at_once_hold_the_degrade_verdicts
     )
     assert (again.failed, again.degraded, again.held) == (2, [], report.held)
     for deployment in ("gone/openai", "gone/anthropic"):
-        got = (await http.get(f"/factory/model-deployments/{deployment}", headers=auth)).json()
-        assert got["state"] == "Approved", got
+        assert await _state(http, auth, deployment) == "Approved"
 
 
 async def test_a_cancelled_run_stops_and_judges_nothing(
@@ -236,13 +249,10 @@ async def test_a_cancelled_run_stops_and_judges_nothing(
     # probe cut short for one that did not run.
     async with UpstreamServer() as upstream:
         upstream.inject(MODEL, Fault(kind=FaultKind.HANG))
-        await register(
-            http, auth, "sim/hung", provider="local-upstream", model=MODEL,
-            endpointRef=upstream.endpoint_ref,
+        await _approved(
+            http, auth, temporal_client, tenant, "sim/hung", provider="local-upstream",
+            model=MODEL, endpointRef=upstream.endpoint_ref,
         )  # fmt: skip
-        await record_evidence(temporal_client, tenant, "sim/hung", {"tool-calling": 0.95})
-        approved = await http.post("/factory/model-deployments/sim/hung/approve", headers=auth)
-        assert approved.status_code == 200, approved.text
         handle = await temporal_client.start_workflow(
             HealthProbeWorkflow.run,
             HealthProbeInput(tenant_ids=[tenant], timeout_seconds=60, attempts=1),
@@ -254,5 +264,4 @@ async def test_a_cancelled_run_stops_and_judges_nothing(
         with pytest.raises(WorkflowFailureError) as ended:
             await asyncio.wait_for(handle.result(), 30)
         assert isinstance(ended.value.cause, CancelledError), ended.value.cause
-    got = (await http.get("/factory/model-deployments/sim/hung", headers=auth)).json()
-    assert got["state"] == "Approved", got
+    assert await _state(http, auth, "sim/hung") == "Approved"

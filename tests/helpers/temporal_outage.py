@@ -6,7 +6,7 @@ silences are long by design in these tests, so the invoke path's own bounds on t
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,6 +98,17 @@ async def whole_answer(stack: OutageStack, key: str) -> str:
     return answer.choices[0].message.content or ""
 
 
+async def first_text(stream: Any) -> tuple[str, Any]:
+    """The stream's first text, and its iterator for the rest."""
+    chunks = aiter(stream)
+    text = ""
+    while not text:
+        chunk = await anext(chunks)
+        if chunk.choices and chunk.choices[0].delta.content:
+            text += chunk.choices[0].delta.content
+    return text, chunks
+
+
 async def running(stack: OutageStack, tenant: str, key: str) -> WorkflowHandle[Any, Any]:
     """The key's workflow, once it runs (its call adopted alongside)."""
     handle = stack.client.get_workflow_handle(
@@ -132,3 +143,26 @@ def capture(caplog: pytest.LogCaptureFixture, *loggers: str) -> None:
 async def receipt(sessions: async_sessionmaker[AsyncSession], tenant: str, key: str) -> Any:
     async with sessions() as session:
         return await by_key(session, tenant, key)
+
+
+def outage_fixture(name: str) -> Any:
+    """A test module's `stack` fixture: the stack with profile `name`, any silence the test left
+    held released at the end."""
+
+    @pytest.fixture
+    async def stack(
+        tmp_path: Path,
+        settings: Settings,
+        sessions: async_sessionmaker[AsyncSession],
+        token_for: Callable[..., Awaitable[str]],
+        tenant: str,
+        upstream: UpstreamServer,
+    ) -> AsyncIterator[OutageStack]:
+        token = await token_for(tenant)
+        async with outage_stack(tmp_path, settings, sessions, token, tenant, upstream, name) as own:
+            try:
+                yield own
+            finally:
+                upstream.release()
+
+    return stack
