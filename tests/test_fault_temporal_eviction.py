@@ -30,12 +30,12 @@ from tests.helpers.temporal_outage import (
     OutageStack,
     capture,
     first_text,
+    held_stream,
     logged,
     outage_fixture,
     receipt,
     running,
     silent_after_two,
-    whole_answer,
 )
 
 # The provider's silence, released by the test as soon as what it waits for has happened.
@@ -64,12 +64,7 @@ async def test_a_call_whose_run_is_evicted_by_a_temporal_pause_goes_on_and_is_ad
 ) -> None:
     capture(caplog, "model_router.invoke")
     key = f"evict-{uuid.uuid4().hex[:8]}"
-    expected = await whole_answer(stack, f"{key}-whole")
-    silent_after_two(upstream, stack.model, SILENCE_SECONDS)
-    stream = await stack.sdk.chat.completions.create(
-        model=stack.profile, messages=HI, stream=True, extra_headers={"Idempotency-Key": key}
-    )
-    text, chunks = await first_text(stream)
+    expected, text, chunks = await held_stream(stack, upstream, key, SILENCE_SECONDS)
     handle = await running(stack, tenant, key)
     stack.dev.pause()
     await logged(caplog, EVICTED, timeout=90)

@@ -23,16 +23,13 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from providers.upstream import UpstreamServer
 from tests.helpers.temporal_outage import (
-    HI,
     OutageStack,
     capture,
-    first_text,
+    held_stream,
     logged,
     outage_fixture,
     receipt,
     running,
-    silent_after_two,
-    whole_answer,
 )
 
 # The provider's longest silence, Temporal gone meanwhile: past the SDK's ~10 s of retries of
@@ -54,12 +51,7 @@ async def test_a_stream_pausing_through_a_temporal_outage_ends_with_its_answer_o
 ) -> None:
     capture(caplog, "model_router.api")
     key = f"watch-st-{uuid.uuid4().hex[:8]}"
-    expected = await whole_answer(stack, f"{key}-whole")
-    silent_after_two(upstream, stack.model, SILENCE_SECONDS)
-    stream = await stack.sdk.chat.completions.create(
-        model=stack.profile, messages=HI, stream=True, extra_headers={"Idempotency-Key": key}
-    )
-    text, chunks = await first_text(stream)
+    expected, text, chunks = await held_stream(stack, upstream, key, SILENCE_SECONDS)
     await running(stack, tenant, key)
     stack.dev.kill()
     await logged(caplog, WATCH_FAILED, timeout=30)

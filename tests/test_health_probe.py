@@ -25,7 +25,7 @@ from providers.upstream import Fault, FaultKind, UpstreamServer
 from store.probes import probe_latency
 from store.tables import InvocationReceiptRow, OutboxEventRow
 from tests.conftest import TokenFactory
-from tests.helpers.catalog import record_evidence, register
+from tests.helpers.catalog import approved_deployment, record_evidence, register
 from tests.helpers.deadline import eventually
 from workflows.health_probe import HealthProbeWorkflow
 
@@ -35,21 +35,6 @@ MODEL = "probe-model"
 @pytest.fixture
 async def auth(token_for: TokenFactory, tenant: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {await token_for(tenant)}"}
-
-
-async def _approved(
-    http: httpx.AsyncClient,
-    auth: dict[str, str],
-    client: Client,
-    tenant: str,
-    deployment: str,
-    **registration: str,
-) -> None:
-    """A deployment registered, evaluated and approved: probed from now on."""
-    await register(http, auth, deployment, **registration)
-    await record_evidence(client, tenant, deployment, {"tool-calling": 0.95})
-    approved = await http.post(f"/factory/model-deployments/{deployment}/approve", headers=auth)
-    assert approved.status_code == 200, approved.text
 
 
 async def _state(http: httpx.AsyncClient, auth: dict[str, str], deployment: str) -> str:
@@ -180,7 +165,7 @@ async def test_a_reranker_no_profile_lists_yet_is_probed_with_a_rerank(
     """A deployment no active profile lists is probed by what its adapter can answer: a chat
     request to a reranker failed as unsupported, and it went Degraded at the first probe."""
     async with UpstreamServer() as upstream:
-        await _approved(
+        await approved_deployment(
             http, auth, temporal_client, tenant, "sim/reranker", provider="rerank",
             model="probe-rerank", endpointRef=upstream.endpoint_ref,
         )  # fmt: skip
@@ -211,7 +196,7 @@ async def test_failures_to_reach_two_providers_at_once_hold_the_degrade_verdicts
     # Degrading them all left the router refusing every call until the next run.
     gone = f"upstream:127.0.0.1:{free_port()}"  # nothing listens there
     for deployment, provider in (("gone/openai", "openai"), ("gone/anthropic", "anthropic")):
-        await _approved(
+        await approved_deployment(
             http, auth, temporal_client, tenant, deployment, provider=provider, model=MODEL,
             endpointRef=gone,
         )  # fmt: skip
@@ -249,7 +234,7 @@ async def test_a_cancelled_run_stops_and_judges_nothing(
     # probe cut short for one that did not run.
     async with UpstreamServer() as upstream:
         upstream.inject(MODEL, Fault(kind=FaultKind.HANG))
-        await _approved(
+        await approved_deployment(
             http, auth, temporal_client, tenant, "sim/hung", provider="local-upstream",
             model=MODEL, endpointRef=upstream.endpoint_ref,
         )  # fmt: skip

@@ -109,6 +109,21 @@ async def first_text(stream: Any) -> tuple[str, Any]:
     return text, chunks
 
 
+async def held_stream(
+    stack: OutageStack, upstream: UpstreamServer, key: str, silence: float
+) -> tuple[str, str, Any]:
+    """The whole answer (asked without a stream first), then a stream of the same request under
+    `key` held silent after its first events: the answer it must add up to, the stream's first
+    text, and its iterator for the rest."""
+    expected = await whole_answer(stack, f"{key}-whole")
+    silent_after_two(upstream, stack.model, silence)
+    stream = await stack.sdk.chat.completions.create(
+        model=stack.profile, messages=HI, stream=True, extra_headers={"Idempotency-Key": key}
+    )
+    text, chunks = await first_text(stream)
+    return expected, text, chunks
+
+
 async def running(stack: OutageStack, tenant: str, key: str) -> WorkflowHandle[Any, Any]:
     """The key's workflow, once it runs (its call adopted alongside)."""
     handle = stack.client.get_workflow_handle(
