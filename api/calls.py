@@ -11,6 +11,7 @@ from typing import Any
 from api.runtime_types import InvokeConfig
 from domain.buffering import holds_answer
 from domain.invocation import InvocationInput, Operation, invocation_id
+from domain.output_allowance import output_allowance
 from domain.policy import DataClassification
 from routing.routes import Route
 
@@ -42,6 +43,19 @@ class Call:
     # A stream's X-Model-Router-Buffered: held (True) or passed through (False) whatever the
     # profile's latencyClass says; None lets it decide (domain.buffering).
     buffer_stream: bool | None = None
+
+
+def cap_output(call: Call, route: Route) -> int | None:
+    """Caps a chat call's request at its output allowance on this route (the caller's limit
+    within the profile's maxOutputTokens: domain.output_allowance), and returns it; None for
+    an operation with no output tokens to cap. The request hash is the caller's own request,
+    taken before: the same body replays whatever the profile's limit is now."""
+    if call.operation is not Operation.CHAT:
+        return None
+    allowance = output_allowance(call.max_output_tokens, route.max_output_tokens)
+    if call.request.max_tokens != allowance:
+        call.request = call.request.model_copy(update={"max_tokens": allowance})
+    return allowance
 
 
 def invocation_input(

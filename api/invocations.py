@@ -37,7 +37,7 @@ from activities.invoke_hub import (
 from activities.invoke_outcomes import not_claimed
 from activities.stream_watchdog import StreamWatchdog
 from api.budget import admit
-from api.calls import Call, invocation_input
+from api.calls import Call, cap_output, invocation_input
 from api.come_back import ComeBack
 from api.given_up_claims import GivenUpClaims
 from api.invocation_events import InvocationEvent, Replayed
@@ -165,6 +165,7 @@ class Invocations:
                 raise problem_of(refused, wait, call.profile_field) from None
             data = invocation_input(tenant, key, hash_, call, route, self._config)
             first = route.targets[0].deployment_id
+            allowance = cap_output(call, route)
             if call.budget_usd is not None:
                 await admit(
                     self._sessions,
@@ -172,7 +173,7 @@ class Invocations:
                     data,
                     call.payload,
                     call.budget_usd,
-                    call.max_output_tokens,
+                    allowance,
                 )
             if not self._gate.reachable:
                 # Known unreachable: refused before anything is held or claimed, unless the

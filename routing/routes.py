@@ -55,6 +55,9 @@ class Route:
     # How the profile's workload reads an answer: a Batch profile's streams are held until
     # complete (domain.buffering).
     latency_class: LatencyClass
+    # The profile version's maxOutputTokens: no answer on this route asks for more
+    # (domain.output_allowance).
+    max_output_tokens: int
     # The catalog version it was planned at, and whether that version was read for this call
     # (False: planned on the process's snapshot, to be checked by the claim).
     catalog_version: int = 0
@@ -199,6 +202,7 @@ class Routes:
             primary_deployment_id=primary,
             primary_passed_over=passed_over,
             latency_class=profile.latency_class,
+            max_output_tokens=profile.max_output_tokens,
             catalog_version=view.snapshot.version,
             checked=checked,
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -47,7 +48,9 @@ async def build_catalog(
     temporal: Client,
     tenant: str,
     upstream: UpstreamServer,
+    **profile: Any,
 ) -> Catalog:
+    """The catalog; `profile` sets fields of both profiles (e.g. maxOutputTokens)."""
     catalog = Catalog(auth=auth, tag=uuid.uuid4().hex[:8], tenant=tenant)
     # Priced, so that a budget (X-Budget-Usd) can be judged on these surfaces too.
     prices = {
@@ -83,6 +86,7 @@ async def build_catalog(
             [deployment],
             {"tool-calling": 0.8},
             priceBasis=f"sf-{catalog.tag}",
+            **profile,
         )
         published = await publish(http, auth, event)
         assert published.status_code == 200, published.text
