@@ -229,6 +229,14 @@ async def test_budget_denies_before_the_provider_and_leaves_a_receipt(
         json={"profileId": "gw-embed", "inputs": ["x"], "budgetUsd": "100"},
     )
     assert unpriced.status_code == 503 and "No candidate" in unpriced.json()["detail"]
+    # The OpenAI surface's embeddings judge the same budget: the header was dropped there, and
+    # the call answered unpriced.
+    unpriced = await http.post(
+        "/v1/embeddings",
+        headers={**auth, "X-Budget-Usd": "100"},
+        json={"model": "gw-embed", "input": ["x"]},
+    )
+    assert unpriced.status_code == 503 and "No candidate" in unpriced.json()["detail"]
 
 
 @pytest.mark.parametrize("streamed", [False, True])

@@ -84,6 +84,7 @@ async def embeddings(
         payload={"input": inputs},
         request=inputs,
         data_classification=headers.data_classification,
+        budget_usd=headers.budget_usd,
     )
     running = await service.start(principal, call)
     found, summary = await result(running)
