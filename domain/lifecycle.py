@@ -36,9 +36,15 @@ _NEXT: dict[tuple[S, Transition], S] = {
 }
 
 # Probes repeat: a failure seen while already Degraded (or a success while Approved) is not a
-# transition but it is not an error either.
+# transition but it is not an error either. So does an approval (the spec's ApproveDeployment
+# is naturally idempotent): a retry after a timeout that applied it after all, or two operators
+# approving at once, is answered with the approved deployment, its checks passed again.
 _IDEMPOTENT: frozenset[tuple[S, Transition]] = frozenset(
-    {(S.DEGRADED, Transition.PROBE_FAILED), (S.APPROVED, Transition.PROBE_RECOVERED)}
+    {
+        (S.DEGRADED, Transition.PROBE_FAILED),
+        (S.APPROVED, Transition.PROBE_RECOVERED),
+        (S.APPROVED, Transition.APPROVE),
+    }
 )
 
 

@@ -3,6 +3,7 @@ illegal transition, the approval gate's refusals, and their events."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import httpx
@@ -136,7 +137,6 @@ ILLEGAL = [
     ("Candidate", "probe_recovered"),
     ("Evaluated", "probe_failed"),
     ("Evaluated", "probe_recovered"),
-    ("Approved", "approve"),
     ("Approved", "record_license"),
     ("Degraded", "approve"),
     ("Degraded", "record_license"),
@@ -200,6 +200,36 @@ async def test_illegal_transitions_are_refused_naming_the_state(
     assert state in resp.json()["detail"]
     after = (await http.get("/factory/model-deployments/d/x", headers=auth)).json()
     assert after == before  # nothing was written
+
+
+async def test_approving_an_approved_deployment_again_answers_it(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    temporal_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    # The spec's ApproveDeployment is naturally idempotent. It was a 409 the second time: for
+    # two operators approving at once, and for a retry after our own 503 ("try again") when
+    # the approval had been applied after all.
+    await register(
+        http, auth, "d/again", licenseMetadata={"commercialUse": True, "redistribution": False}
+    )
+    await record_evidence(temporal_client, tenant, "d/again", {"tool-calling": 0.9})
+    path = "/factory/model-deployments/d/again/approve"
+    both = await asyncio.gather(*(http.post(path, headers=auth) for _ in range(2)))
+    assert [r.status_code for r in both] == [200, 200], [r.text for r in both]
+    assert {(r.json()["state"], r.json()["version"]) for r in both} == {("Approved", 3)}
+    again = await http.post(path, headers=auth)
+    assert again.status_code == 200 and again.json()["version"] == 3
+    approvals = [e for e in await _events(sessions, tenant, "d/again") if e[2] == "Approved"]
+    assert len(approvals) == 1
+    # Its checks are passed again: a use the license forbids is refused, the approval standing.
+    refused = await http.post(path, json={"intendedUse": ["redistribution"]}, headers=auth)
+    assert refused.status_code == 409, refused.text
+    assert "redistribution" in {r.get("licenseTerm") for r in refused.json()["refusals"]}
+    got = (await http.get("/factory/model-deployments/d/again", headers=auth)).json()
+    assert (got["state"], got["version"]) == ("Approved", 3)
 
 
 async def test_license_is_recorded_before_approval(

@@ -2,7 +2,7 @@
 as long as its subscription (continue-as-new keeps the history short, not the run): a deploy
 that changed its commands without `workflow.patched` would fail every running subscription's
 next workflow task as non-deterministic. A DeploymentHealthProbe runs every two minutes, so a
-deploy catches runs under way.
+deploy catches runs under way. A DeploymentLifecycle runs as long as its deployment.
 
 The histories in tests/histories/ were recorded with the workflow as it was before the change
 named in the file's name (stub activities: a replay runs the workflow's code alone). Add one
@@ -18,6 +18,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
 from core.payload_converter import data_converter
+from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow
 from workflows.health_probe import HealthProbeWorkflow
 from workflows.webhook_delivery import WebhookDeliveryWorkflow
 
@@ -51,4 +52,20 @@ async def test_recorded_health_probe_histories_replay(recorded: str) -> None:
     assert started["workflowType"]["name"] == "DeploymentHealthProbe"
     history = WorkflowHistory.from_json("probe/recorded", text)
     replayer = Replayer(workflows=[HealthProbeWorkflow], data_converter=data_converter)
+    await replayer.replay_workflow(history)
+
+
+@pytest.mark.parametrize(
+    "recorded",
+    # Before approving an Approved deployment again was answered (refused then), recorded on
+    # e92acf2: two approvals at once, the second refused in its handler once the first applied,
+    # then a retire.
+    ["deployment_lifecycle_before_approve_again.json"],
+)
+async def test_recorded_deployment_lifecycle_histories_replay(recorded: str) -> None:
+    text = (HISTORIES / recorded).read_text()
+    started = json.loads(text)["events"][0]["workflowExecutionStartedEventAttributes"]
+    assert started["workflowType"]["name"] == "DeploymentLifecycle"
+    history = WorkflowHistory.from_json("lifecycle/recorded", text)
+    replayer = Replayer(workflows=[DeploymentLifecycleWorkflow], data_converter=data_converter)
     await replayer.replay_workflow(history)

@@ -122,6 +122,15 @@ class DeploymentLifecycleWorkflow:
     async def approve(self, request: ApproveRequest) -> DeploymentRecord:
         async with self._lock:
             record = await self._ready(Transition.APPROVE)
+            again = is_noop(record.state, Transition.APPROVE)
+            if again and not workflow.patched("approve-again-answers"):
+                # A history from before approving again was answered: refused here, as then.
+                raise ApplicationError(
+                    str(IllegalTransition(record.state, Transition.APPROVE)),
+                    record.state.value,
+                    type=ILLEGAL,
+                    non_retryable=True,
+                )
             refusals: list[Refusal] = await _store(
                 "check_approval",
                 ApprovalCheckInput(
@@ -138,6 +147,8 @@ class DeploymentLifecycleWorkflow:
                     type=REFUSED,
                     non_retryable=True,
                 )
+            if again:
+                return record
             return await self._apply(record, Transition.APPROVE)
 
     @workflow.update
