@@ -129,7 +129,21 @@ async def start(
             "Temporal did not take the evaluation's start; nothing runs. Retry with the same key.",
         ) from None
     view = await latest(client, sessions, tenant_id, deployment_id, eid)
-    assert view is not None
+    if view is None:
+        # Another request of this key inserted the row, had its start refused and discarded
+        # it, while this one's start went through: the run is under way with no row to record
+        # into. Its row again (a start refused after this read leaves a Running row, settled
+        # when read, as any).
+        try:
+            async with transaction(sessions) as session:
+                await evaluations.insert_running(
+                    session, eid, tenant_id, deployment_id, SUITE_VERSION
+                )
+        except IntegrityError:
+            pass
+        view = await latest(client, sessions, tenant_id, deployment_id, eid)
+    if view is None:
+        raise Problem(503, "The evaluation's row is changing; retry with the same key.")
     return view
 
 
@@ -148,7 +162,7 @@ async def latest(
         row = (await session.scalars(stmt.order_by(col(EvaluationRow.started_at).desc()))).first()
     if row is None:
         return None
-    if row.status == "Running" and client is not None and await _settled(client, sessions, row):
+    if row.status == "Running" and client is not None and await settled(client, sessions, row):
         return await latest(None, sessions, tenant_id, deployment_id, row.evaluation_id)
     view = EvaluationView.model_validate(row, from_attributes=True)
     if row.status == "Running" and client is not None:
@@ -161,7 +175,7 @@ async def latest(
     return view
 
 
-async def _settled(
+async def settled(
     client: Client, sessions: async_sessionmaker[AsyncSession], row: EvaluationRow
 ) -> bool:
     """Settle a row still Running whose run is not (whether it did, as the row is read): its
@@ -185,12 +199,18 @@ async def _settled(
             return False
         ref = None
         if described.status is WorkflowExecutionStatus.COMPLETED:
-            ref = await handle.result()
+            try:
+                ref = await handle.result()
+            except RPCError:
+                return False  # Temporal went away between the two reads
         reason = f"its run ended ({described.status.name if described.status else '?'})"
     async with transaction(sessions) as session:
+        # Only a row still Running: its run may have recorded its outcome since it was read.
         if ref:
             # The evidence was imported by the run; its summary went to no row.
-            await evaluations.complete(session, row.evaluation_id, ref, {})
+            await evaluations.complete(session, row.evaluation_id, ref, {}, if_running=True)
         else:
-            await evaluations.fail(session, row.tenant_id, row.evaluation_id, reason)
+            await evaluations.fail(
+                session, row.tenant_id, row.evaluation_id, reason, if_running=True
+            )
     return True

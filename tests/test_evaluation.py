@@ -11,7 +11,9 @@ from typing import Any
 import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
 
+from api.evaluations import settled
 from core.settings import Settings
 from domain.enums import Capability
 from domain.suite import Oracle, Suite
@@ -213,6 +215,31 @@ async def test_a_running_row_whose_run_is_not_running_is_settled_when_read(
     read = (await http.get("/factory/model-deployments/eval/never", headers=auth)).json()
     assert read["evaluation"]["status"] == "Failed", read["evaluation"]
     assert "never started" in read["evaluation"]["reason"]
+
+
+async def test_a_reader_never_settles_a_row_over_the_outcome_its_run_recorded(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+    temporal_client: Client,
+) -> None:
+    """A reader that read the row Running while the run recorded its outcome, and then found
+    the run ended, settled the row over that outcome: the summary (scores, shortfalls) or the
+    failure's reason was lost. The console's panel reads a running evaluation each second."""
+    await register(http, auth, "eval/race", model="settle-sim", endpointRef=upstream.endpoint_ref)
+    done = await _evaluate(http, auth, "eval/race", "race-1")
+    await _finished(http, auth, "eval/race")
+    async with sessions() as session:
+        recorded = await session.get(EvaluationRow, done["evaluationId"])
+    assert recorded is not None and recorded.status == "Completed" and recorded.summary
+    # The row as that reader holds it: read while the run was still going.
+    recorded.status = "Running"
+    assert await settled(temporal_client, sessions, recorded)
+    async with sessions() as session:
+        after = await session.get(EvaluationRow, done["evaluationId"])
+    assert after is not None and after.status == "Completed"
+    assert after.summary == recorded.summary
 
 
 async def test_evaluating_a_retired_deployment_is_a_409_before_anything_runs(
