@@ -2,7 +2,7 @@
 .PHONY: dev test lint
 
 dev:
-	@./scripts/dev.sh
+	@./scripts/dev.sh $(ARGS)
 
 test:
 	@./scripts/test.sh
