@@ -4,7 +4,9 @@ transaction. Versions are kept: a retired version stays readable for runs pinned
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, cast
 
+from sqlalchemy import CursorResult, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col, select
 
@@ -109,7 +111,19 @@ async def retire(
         return None
     if row.status is ProfileStatus.RETIRED:
         return Outcome(ModelProfile.model_validate(row), changed=False)
-    row.status = ProfileStatus.RETIRED
+    # Retired only if still Active as the statement runs: of two retirements at once, the
+    # second waits for the first's row lock and then changes nothing (a replay), where setting
+    # the status it had read wrote a second ModelProfileRetired.
+    retired = await session.execute(
+        update(ModelProfileRow)
+        .where(col(ModelProfileRow.id) == row.id)
+        .where(col(ModelProfileRow.status) == ProfileStatus.ACTIVE)
+        .values(status=ProfileStatus.RETIRED)
+        .execution_options(synchronize_session=False)
+    )
+    await session.refresh(row)
+    if cast(CursorResult[Any], retired).rowcount == 0:
+        return Outcome(ModelProfile.model_validate(row), changed=False)
     await catalog_state.bump(session)
     OutboxRepository(session, tenant_id).append(
         **profile_retired(tenant_id=tenant_id, profile_id=row.profile_id, version=row.version)

@@ -3,6 +3,7 @@ deprecate/revoke retires a version while it stays readable for pinned runs."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -103,6 +104,39 @@ async def test_publish_list_get_versions_and_retire(
     ]
     activated = (await _profile_events(sessions, tenant))[0][1]
     assert set(activated) == {"profileId", "version", "tenantId", "releaseId", "privacyClass"}
+
+
+async def test_the_same_event_delivered_at_once_is_applied_once(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    # An asset bus redelivers: copies of one event arriving together. Of activations, the
+    # losers hit the version's unique key and were 409 ("activated concurrently"), not the
+    # replay the same event gets; of retirements, each read the version Active and wrote its
+    # own ModelProfileRetired.
+    copies = 6
+    event = profile_event("twin", ["not/registered"])
+    published = await asyncio.gather(*(publish(http, auth, event) for _ in range(copies)))
+    assert [r.status_code for r in published] == [200] * copies, [r.text for r in published]
+    replays = [r.headers.get("idempotent-replay") for r in published]
+    assert replays.count("true") == copies - 1
+    retire = {
+        "eventType": "AssetReleaseDeprecated",
+        "releaseId": "rel-twin-1",
+        "profileId": "twin",
+        "version": "1",
+    }
+    retired = await asyncio.gather(
+        *(http.post("/factory/asset-events", json=retire, headers=auth) for _ in range(copies))
+    )
+    assert [r.status_code for r in retired] == [200] * copies, [r.text for r in retired]
+    assert [r.headers.get("idempotent-replay") for r in retired].count("true") == copies - 1
+    assert [t for t, _ in await _profile_events(sessions, tenant)] == [
+        "ModelProfileActivated",
+        "ModelProfileRetired",
+    ]
 
 
 REFUSED = [

@@ -90,18 +90,34 @@ async def accept_asset_event(
     """The same event again changes nothing and says so (`Idempotent-Replay: true`); other
     content under an existing version is a 409 listing each differing field."""
     try:
+        outcome = await _accept(session, principal.tenant_id, event)
+    except IntegrityError:
+        # A concurrent activation of the same version won: this event is then its replay, or
+        # other content under that version (409), as it would have been had it come second.
+        try:
+            outcome = await _accept(session, principal.tenant_id, event)
+        except IntegrityError:
+            raise Problem(409, "This profile version was activated concurrently.") from None
+    if not outcome.changed:
+        response.headers["Idempotent-Replay"] = "true"
+    return outcome.profile
+
+
+async def _accept(
+    session: SessionDep, tenant_id: str, event: AssetEvent
+) -> profile_catalog.Outcome:
+    try:
         async with session.begin():
             if isinstance(event, AssetReleasePublished):
-                outcome = await profile_catalog.activate(session, principal.tenant_id, event)
-            else:
-                retired = await profile_catalog.retire(session, principal.tenant_id, event)
-                if retired is None:
-                    raise Problem(
-                        404,
-                        f"No profile {event.profile_id!r} version {event.version!r}.",
-                        field="profileId",
-                    )
-                outcome = retired
+                return await profile_catalog.activate(session, tenant_id, event)
+            retired = await profile_catalog.retire(session, tenant_id, event)
+            if retired is None:
+                raise Problem(
+                    404,
+                    f"No profile {event.profile_id!r} version {event.version!r}.",
+                    field="profileId",
+                )
+            return retired
     except profile_catalog.ActivationRefused as exc:
         raise Problem(
             422,
@@ -117,9 +133,3 @@ async def accept_asset_event(
             type_=_TYPE + "profile-version-exists",
             differences=[d.model_dump(mode="json") for d in exc.differences],
         ) from None
-    except IntegrityError:
-        # A concurrent activation of the same version won; versions are immutable.
-        raise Problem(409, "This profile version was activated concurrently.") from None
-    if not outcome.changed:
-        response.headers["Idempotent-Replay"] = "true"
-    return outcome.profile
