@@ -53,6 +53,7 @@ from store import evaluations
 from store.artifacts import ArtifactStore
 from store.db import transaction
 from store.repositories import ModelDeploymentRepository, ModelProfileRepository
+from store.tables import ModelDeploymentRow
 
 CANNOT_RUN = "CannotRun"
 # A provider that refuses the credentials, or does not know the model, will not do better on a
@@ -88,15 +89,8 @@ class EvaluationActivities:
         async with self._sessions() as session:
             row = await ModelDeploymentRepository(session, data.tenant_id).get(data.deployment_id)
             profiles = await ModelProfileRepository(session, data.tenant_id).list_active()
-        if row is None:
-            raise ApplicationError("deployment not found", type=CANNOT_RUN, non_retryable=True)
-        if not can_evaluate(row.state):
-            # Retired since the API accepted the request: no case is sent to the provider.
-            raise ApplicationError(
-                f"the deployment is {row.state.value}; it cannot be evaluated",
-                type=CANNOT_RUN,
-                non_retryable=True,
-            )
+        # Retired since the API accepted the request: no case is sent to the provider.
+        row = _evaluable(row)
         listing = [p for p in profiles if data.deployment_id in p.allowed_deployments]
         modality = (
             Modality.RERANK
@@ -135,10 +129,19 @@ class EvaluationActivities:
             capability_of={c.case_id: c.capability.value for c in suite.cases},
         )
 
+    async def _still_evaluable(self, tenant_id: str, deployment_id: str) -> None:
+        """Each case asks first: a deployment retired while its evaluation runs stops the
+        cases not yet sent (one primary-key read each, against a provider call), where every
+        case went on to the provider for evidence the import then refused."""
+        async with self._sessions() as session:
+            row = await ModelDeploymentRepository(session, tenant_id).get(deployment_id)
+        _evaluable(row)
+
     @activity.defn(name="evaluation_run_case")
     async def run_case(self, data: CaseInput) -> CaseResult:
         suite = self._suite(data.context_tokens)
         case = suite.case(data.case_id)
+        await self._still_evaluable(data.tenant_id, data.target.deployment_id)
         await _ready(self._adapters, data.target)
 
         async def ask(request: SuiteRequest) -> SuiteAnswer:
@@ -154,6 +157,7 @@ class EvaluationActivities:
     @activity.defn(name="evaluation_rerank")
     async def rerank(self, data: RerankInput) -> list[RerankCaseResult]:
         """The rerank check's cases against a reranker (a handful of small requests)."""
+        await self._still_evaluable(data.tenant_id, data.target.deployment_id)
         await _ready(self._adapters, data.target)
         results = []
         async with self._adapters.lease(data.target) as adapter:
@@ -284,6 +288,20 @@ class EvaluationActivities:
     async def fail(self, data: FailInput) -> None:
         async with transaction(self._sessions) as session:
             await evaluations.fail(session, data.tenant_id, data.evaluation_id, data.reason)
+
+
+def _evaluable(row: ModelDeploymentRow | None) -> ModelDeploymentRow:
+    """The deployment, when it exists in a state whose evidence can be recorded; otherwise
+    CannotRun."""
+    if row is None:
+        raise ApplicationError("deployment not found", type=CANNOT_RUN, non_retryable=True)
+    if not can_evaluate(row.state):
+        raise ApplicationError(
+            f"the deployment is {row.state.value}; it cannot be evaluated",
+            type=CANNOT_RUN,
+            non_retryable=True,
+        )
+    return row
 
 
 async def _ready(adapters: AdapterPool, target: Target) -> None:

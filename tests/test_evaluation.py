@@ -242,6 +242,28 @@ async def test_a_reader_never_settles_a_row_over_the_outcome_its_run_recorded(
     assert after.summary == recorded.summary
 
 
+async def test_retiring_a_deployment_stops_its_evaluations_cases(
+    http: httpx.AsyncClient, auth: dict[str, str], upstream: UpstreamServer
+) -> None:
+    # The state was checked once, before the first case: retired during the run, every case
+    # still went to the provider (retries included), for evidence the import then refused.
+    await register(http, auth, "eval/gone", model="gone-sim", endpointRef=upstream.endpoint_ref)
+    upstream.inject("gone-sim", Fault(kind=FaultKind.SLOW_FIRST_TOKEN, delay=0.5))
+    try:
+        await _evaluate(http, auth, "eval/gone", "gone-1")
+        await eventually(lambda: upstream.requests("gone-sim") > 0, timeout=60, interval=0.05)
+        retired = await http.post("/factory/model-deployments/eval/gone/retire", headers=auth)
+        assert retired.status_code == 200, retired.text
+        ended = (await _finished(http, auth, "eval/gone"))["evaluation"]
+    finally:
+        upstream.state.clear_faults("gone-sim")
+    cases = len(Suite().cases)
+    # The cases already sent when it was retired, a round or two at the suite's concurrency
+    # (4), not the suite's 52.
+    assert upstream.requests("gone-sim") < cases // 2, upstream.requests("gone-sim")
+    assert ended["status"] == "Failed" and "is Retired" in ended["reason"], ended
+
+
 async def test_evaluating_a_retired_deployment_is_a_409_before_anything_runs(
     http: httpx.AsyncClient, auth: dict[str, str], upstream: UpstreamServer
 ) -> None:
