@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.openai_shapes import field_errors
 from domain.invocation import InvocationSummary
+from domain.text import StoredName
 from providers.types import (
     ChatRequest,
     Completion,
@@ -90,7 +91,7 @@ class ThinkingParam(_Loose):
 
 
 class MessagesIn(_Loose):
-    model: str = Field(min_length=1, max_length=200, description="A profile id")
+    model: StoredName = Field(min_length=1, max_length=200, description="A profile id")
     max_tokens: int = Field(ge=1, description="Required, as in the Messages API")
     messages: list[MessageParam] = Field(min_length=1, max_length=10_000)
     system: str | list[SystemBlock] | None = None
@@ -106,7 +107,7 @@ class MessagesIn(_Loose):
 
 
 class CountTokensIn(_Loose):
-    model: str = Field(min_length=1, max_length=200, description="A profile id")
+    model: StoredName = Field(min_length=1, max_length=200, description="A profile id")
     messages: list[MessageParam] = Field(min_length=1, max_length=10_000)
     system: str | list[SystemBlock] | None = None
     tools: list[ToolParam] | None = Field(default=None, max_length=512)

@@ -29,6 +29,11 @@ PROBLEM_JSON = b"application/problem+json"
 _UNLIMITED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 # Where a larger body is the point: statement files have their own, larger limit.
 _LARGE_BODY_PATHS = ("/factory/usage-statements",)
+# Bodies of invoke surfaces are content for the provider, never stored: a NUL in them is passed
+# on. A coding agent's tool that printed a binary file quotes it back on every later turn, and
+# all of that session's turns were refused. Their few stored strings (the profile and project
+# ids) refuse a NUL themselves, naming the field (domain/text.StoredName).
+_CONTENT_PATHS = ("/v1/", "/gateway/")
 _JSON_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _MAX_BUCKETS = 100_000
@@ -176,7 +181,7 @@ class LimitsMiddleware:
 
         content_type = headers.get(b"content-type", b"").lower()
         if body and (not content_type or b"json" in content_type):
-            refusal = self._check_json(bytes(body))
+            refusal = self._check_json(bytes(body), nul_allowed=path.startswith(_CONTENT_PATHS))
             if refusal:
                 await _problem(
                     scope,
@@ -207,12 +212,14 @@ class LimitsMiddleware:
 
         await self.app(scope, replay, send_binding_tenant)
 
-    def _check_json(self, body: bytes) -> str | None:
+    def _check_json(self, body: bytes, *, nul_allowed: bool) -> str | None:
         try:
             body.decode("utf-8")
         except UnicodeDecodeError:
             return "The body is not valid UTF-8."
-        if b"\x00" in body or (b"\\u0000" in body and _NUL_ESCAPE.search(body)):
+        if not nul_allowed and (
+            b"\x00" in body or (b"\\u0000" in body and _NUL_ESCAPE.search(body))
+        ):
             return "The body contains a NUL character."
         if json_depth_exceeds(body, self.settings.max_json_depth):
             return f"The body nests deeper than {self.settings.max_json_depth} levels."

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from domain.text import StoredName
 from providers.types import (
     ChatRequest,
     Completion,
@@ -78,7 +79,7 @@ class StreamOptions(_Loose):
 
 
 class ChatCompletionIn(_Loose):
-    model: str = Field(min_length=1, max_length=200, description="A profile id")
+    model: StoredName = Field(min_length=1, max_length=200, description="A profile id")
     messages: list[MessageIn] = Field(min_length=1, max_length=10_000)
     tools: list[ToolIn] | None = Field(default=None, max_length=512)
     tool_choice: Literal["auto", "none", "required"] | dict[str, Any] | None = None
@@ -94,7 +95,7 @@ class ChatCompletionIn(_Loose):
 
 
 class EmbeddingsIn(_Loose):
-    model: str = Field(min_length=1, max_length=200)
+    model: StoredName = Field(min_length=1, max_length=200)
     input: str | list[str] = Field(description="Text or texts (token arrays are not accepted)")
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(default=None, ge=1)

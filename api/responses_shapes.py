@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from api.openai_shapes import field_errors
 from api.problems import no_retry
 from domain.invocation import InvocationSummary
+from domain.text import StoredName
 from providers.types import (
     ChatRequest,
     Completion,
@@ -75,7 +76,7 @@ class TextConfig(_Loose):
 
 
 class ResponsesIn(_Loose):
-    model: str = Field(min_length=1, max_length=200, description="A profile id")
+    model: StoredName = Field(min_length=1, max_length=200, description="A profile id")
     input: str | list[dict[str, Any]] = Field(
         description="Text, or message / function_call / function_call_output items"
     )

@@ -16,9 +16,23 @@ character arrives whole instead of as two U+FFFD.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
 
 Path = tuple[str | int, ...]
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain a NUL character")
+    return value
+
+
+# A string of an invoke body that is stored (a profile id, a project id): PostgreSQL text holds
+# no NUL. The rest of those bodies is content, which is never stored, so a NUL in it (a tool's
+# binary output, quoted back on every later turn) goes on to the provider (api/limits.py).
+StoredName = Annotated[str, AfterValidator(_no_nul)]
 
 
 def not_text(value: Any, path: Path = ()) -> Path | None:

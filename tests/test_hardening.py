@@ -113,6 +113,21 @@ async def test_bad_encodings_and_control_characters_are_4xx(
     _problem(resp, status)
 
 
+async def test_a_nul_in_a_stored_id_of_an_invoke_body_is_a_422_naming_it(
+    http: httpx.AsyncClient, auth: dict[str, str]
+) -> None:
+    # An invoke body's content may hold a NUL (it goes to the provider, never to the store);
+    # its ids are stored, and refuse one by name.
+    request = {"messages": [{"role": "user", "content": "x\x00"}]}
+    for body, field in (
+        ({"profileId": "p\x00", "request": request}, "body.profileId"),
+        ({"profileId": "p", "projectId": "a\x00b", "request": request}, "body.projectId"),
+    ):
+        resp = await http.post("/gateway/invoke", json=body, headers=auth)
+        assert resp.status_code == 422, resp.text
+        assert field in {e["field"] for e in resp.json()["errors"]}, resp.text
+
+
 @pytest.mark.parametrize(
     "url",
     [

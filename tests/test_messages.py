@@ -144,6 +144,44 @@ async def test_source_text_that_spells_an_escaped_nul_is_sent_on(
     assert _text(message) == f"Echo: {source}"
 
 
+async def test_a_nul_in_a_tool_result_is_sent_on_and_one_in_the_model_is_refused(
+    client: AsyncAnthropic, catalog: Catalog, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    # A tool that printed a binary file: its NUL was refused (400) as PostgreSQL text cannot
+    # hold one, though the content is never stored, and the result stays in the history, so
+    # every later turn of the session was refused too.
+    key = f"msg-nul-{uuid.uuid4().hex}"
+    history: Any = [
+        {"role": "user", "content": "read the file"},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_1", "name": "cat", "input": {}}],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "ELF\x00\x01"}
+            ],
+        },
+    ]
+    message = await client.messages.create(
+        model=catalog.profile("anthropic"),
+        max_tokens=200,
+        messages=history,
+        extra_headers={"Idempotency-Key": key},
+    )
+    assert _text(message) == "Tool result received: ELF\x00\x01"
+    assert (await receipt(sessions, catalog.tenant, key)).outcome == "Completed"
+    # What is stored refuses it, naming the field: the profile id is on the receipt.
+    with pytest.raises(anthropic.UnprocessableEntityError) as refused:
+        await client.messages.create(
+            model=catalog.profile("anthropic") + "\x00",
+            max_tokens=10,
+            messages=[{"role": "user", "content": "x"}],
+        )
+    assert "body.model" in refused.value.message
+
+
 async def test_the_token_is_accepted_as_x_api_key(
     api_url: str, token_for: TokenFactory, tenant: str, catalog: Catalog
 ) -> None:

@@ -31,6 +31,7 @@ from domain.enums import InvocationOutcome, Scope
 from domain.failures import error_class
 from domain.invocation import Disposition, InvocationSummary, Operation
 from domain.policy import DataClassification
+from domain.text import StoredName
 from providers.types import ChatRequest, Completion, Finish, RerankResult, TextDelta, ToolCallDelta
 from store.repositories import InvocationReceiptRepository
 
@@ -42,10 +43,12 @@ Invoker = Annotated[Principal, Depends(require(Scope.MODELS_INVOKE, Action.INVOK
 class _Scope(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    profile_id: str = Field(alias="profileId", min_length=1, max_length=200)
+    profile_id: StoredName = Field(alias="profileId", min_length=1, max_length=200)
     run_id: uuid.UUID | None = Field(default=None, alias="runId")
     attempt_id: uuid.UUID | None = Field(default=None, alias="attemptId")
-    project_id: str = Field(default="default", alias="projectId", min_length=1, max_length=200)
+    project_id: StoredName = Field(
+        default="default", alias="projectId", min_length=1, max_length=200
+    )
     idempotency_key: str | None = Field(
         default=None, alias="idempotencyKey", max_length=200, pattern=r"^[A-Za-z0-9._:/-]+$"
     )
