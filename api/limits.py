@@ -29,10 +29,11 @@ PROBLEM_JSON = b"application/problem+json"
 _UNLIMITED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 # Where a larger body is the point: statement files have their own, larger limit.
 _LARGE_BODY_PATHS = ("/factory/usage-statements",)
-# Bodies of invoke surfaces are content for the provider, never stored: a NUL in them is passed
-# on. A coding agent's tool that printed a binary file quotes it back on every later turn, and
-# all of that session's turns were refused. Their few stored strings (the profile and project
-# ids) refuse a NUL themselves, naming the field (domain/text.StoredName).
+# Bodies of invoke surfaces are content for the provider, never stored: they may be as large as
+# MAX_INVOKE_BODY_BYTES, and a NUL in them is passed on. A coding agent's tool that printed a
+# binary file quotes it back on every later turn, and all of that session's turns were
+# refused. Their few stored strings (the profile and project ids) refuse a NUL themselves,
+# naming the field (domain/text.StoredName).
 _CONTENT_PATHS = ("/v1/", "/gateway/")
 _JSON_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -162,6 +163,8 @@ class LimitsMiddleware:
         limit = self.settings.max_body_bytes
         if path.startswith(_LARGE_BODY_PATHS):
             limit = max(limit, self.settings.usage_statement_max_bytes)
+        elif path.startswith(_CONTENT_PATHS):
+            limit = max(limit, self.settings.max_invoke_body_bytes)
         length = headers.get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > limit):
             await _too_large(scope, send, limit)

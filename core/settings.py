@@ -314,6 +314,13 @@ class Settings(BaseSettings):
         default=None, description="OTLP/HTTP traces URL, e.g. http://collector:4318/v1/traces."
     )
     max_body_bytes: int = Field(default=1_048_576, ge=1024, description="Largest request body.")
+    # An invoke body holds a whole agent session, sent again each turn: 200k tokens of history
+    # with its JSON is about 1 MiB, a million-token context about 5. A 413 mid-session is not
+    # a context overflow to any client, so it ends the session. Each body in flight costs a few
+    # times its size while it is parsed, hashed and sent on.
+    max_invoke_body_bytes: int = Field(
+        default=8 * 1_048_576, ge=1024, description="Largest body of an invoke surface."
+    )
     max_json_depth: int = Field(default=64, ge=4, le=1000, description="Deepest JSON nesting.")
     rate_limit_enabled: bool = True
     rate_limit_per_second: float = Field(

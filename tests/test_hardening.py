@@ -14,6 +14,7 @@ from api.limits import TokenBuckets, json_depth_exceeds
 from core.security import mint_token
 from core.settings import Settings
 from tests.conftest import TokenFactory
+from tests.helpers.surfaces import Catalog
 
 MIB = 1024 * 1024
 
@@ -59,6 +60,21 @@ async def test_oversized_body_is_413_by_length_and_by_counting(
         "/factory/usage-statements", content=b"a" * (2 * MIB), headers={"content-type": "text/csv"}
     )
     assert statements.status_code == 401
+
+
+async def test_an_invoke_body_has_the_larger_limit_of_an_agent_session(
+    http: httpx.AsyncClient, catalog: Catalog
+) -> None:
+    # A long agent session is sent whole each turn: past 1 MiB it was a 413 that no client
+    # takes for a context overflow, and the session ended there.
+    said = "word " * (3 * MIB // 5)
+    body = {"model": catalog.profile("openai"), "messages": [{"role": "user", "content": said}]}
+    answered = await http.post("/v1/chat/completions", json=body, headers=catalog.auth)
+    assert answered.status_code == 200, answered.text[:500]
+    assert answered.json()["choices"][0]["message"]["content"].startswith("Echo: word word")
+    body["messages"][0]["content"] = "word " * (9 * MIB // 5)
+    refused = await http.post("/v1/chat/completions", json=body, headers=catalog.auth)
+    assert _problem(refused, 413)["maxBytes"] == 8 * MIB
 
 
 @pytest.mark.parametrize("depth", [65, 100_000])
