@@ -52,8 +52,14 @@ def _row(r: dict[str, Any]) -> list[str]:
 def receipts_list(
     run: Annotated[str, typer.Option("--run", help="The run id (a UUID)", show_default=False)],
 ) -> None:
-    """The receipts of one run, oldest first."""
-    items = connect().call("GET", f"/factory/runs/{run}/model-receipts")
+    """The receipts of one run, oldest first (every page of them)."""
+    api = connect()
+    items: list[dict[str, Any]] = []
+    url: str | None = f"/factory/runs/{run}/model-receipts"
+    while url is not None:
+        resp = api.request("GET", url)
+        items += resp.json()
+        url = resp.links.get("next", {}).get("url")
     table = Table(title=f"receipts of run {run}")
     for column in _COLUMNS:
         table.add_column(column)

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, literal, update
+from sqlalchemy import func, literal, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col, select
 
@@ -124,13 +124,30 @@ class InvocationReceiptRepository(TenantRepository):
         row = await self.session.get(InvocationReceiptRow, invocation_id)
         return row if row is not None and row.tenant_id == self.tenant_id else None
 
-    async def list_for_run(self, run_id: Any) -> Sequence[InvocationReceiptRow]:
+    async def list_for_run(
+        self,
+        run_id: Any,
+        *,
+        after: InvocationReceiptRow | None = None,
+        limit: int | None = None,
+    ) -> Sequence[InvocationReceiptRow]:
+        """The run's receipts oldest first (by start, then id: a stable order to page by),
+        those after `after` only, at most `limit`."""
+        started, invocation = (
+            col(InvocationReceiptRow.started_at),
+            col(InvocationReceiptRow.invocation_id),
+        )
         stmt = (
             select(InvocationReceiptRow)
             .where(col(InvocationReceiptRow.tenant_id) == self.tenant_id)
             .where(col(InvocationReceiptRow.run_id) == run_id)
-            .order_by(col(InvocationReceiptRow.started_at))
+            .order_by(started, invocation)
+            .limit(limit)
         )
+        if after is not None:
+            stmt = stmt.where(
+                tuple_(started, invocation) > tuple_(after.started_at, after.invocation_id)
+            )
         return (await self.session.scalars(stmt)).all()
 
 

@@ -33,13 +33,14 @@ async def add_receipt(
     pricing_revision: str = "2026-11",
     invocation_id: uuid.UUID | None = None,
     open_: bool = False,
+    run_id: uuid.UUID | None = None,
 ) -> uuid.UUID:
     key = uuid.uuid4().hex
     row = InvocationReceiptRow(
         invocation_id=invocation_id or uuid.uuid4(),
         tenant_id=tenant,
         project_id="proj-ingest",
-        run_id=uuid.uuid4(),
+        run_id=run_id or uuid.uuid4(),
         attempt_id=uuid.uuid4(),
         profile_id="code-agent",
         deployment_id=deployment_id,
