@@ -166,6 +166,13 @@ async def test_sign_in_refuses_a_wrong_secret_and_accepts_the_right_one(
         assert browser.get_cookie("mr_console") is None
         _open(browser, f"{api_url}/console/receipts")
         assert "/console/sign-in" in browser.current_url
+        # A shared link signs in to the page it names, query and all: it signed in to the
+        # address without its query (a deployment page with no id was a 422).
+        _open(browser, f"{api_url}/console/receipts?outcome=Failed&usage_status=Unknown")
+        browser.find_element(By.ID, "client_id").send_keys(demo.admin.client_id)
+        browser.find_element(By.ID, "client_secret").send_keys(demo.admin.secret, Keys.ENTER)
+        wait_for_text(browser, "tenant", demo.tenant)
+        assert browser.current_url.endswith("/console/receipts?outcome=Failed&usage_status=Unknown")
 
     await asyncio.to_thread(steps)
 

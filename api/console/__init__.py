@@ -8,9 +8,16 @@ without the console."""
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 from fastapi import APIRouter, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
+from sqlalchemy.exc import DBAPIError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.console import (
     auth_pages,
@@ -22,6 +29,10 @@ from api.console import (
 )
 from api.console.render import HERE, page
 from api.console.session import PATH, ConsoleError, Operator, SignInRequired, signed_in
+from store.outage import is_outage
+
+Handler = Callable[[Request, Any], Response | Awaitable[Response]]
+PageOf = Callable[[Exception], ConsoleError | None]
 
 router = APIRouter(include_in_schema=False)
 for module in (auth_pages, deployments, profiles, receipts, overview, schedules):
@@ -50,8 +61,54 @@ async def _on_console_error(request: Request, exc: Exception) -> Response:
     )
 
 
+def _on_console(page_of: PageOf, api_handler: Handler) -> Handler:
+    """The API's handler for an exception, except under /console, where the operator gets a
+    page (with the navigation, and the way back) instead of a problem+json body."""
+
+    async def handler(request: Request, exc: Any) -> Response:
+        path = request.url.path
+        if path == PATH or path.startswith(f"{PATH}/"):
+            refusal = page_of(exc)
+            if refusal is not None:
+                return await _on_console_error(request, refusal)
+        answered = api_handler(request, exc)
+        return await answered if inspect.isawaitable(answered) else answered
+
+    return handler
+
+
+def _invalid(exc: Exception) -> ConsoleError | None:
+    assert isinstance(exc, RequestValidationError)
+    fields = ", ".join(
+        dict.fromkeys(".".join(str(p) for p in e.get("loc", ())[1:]) for e in exc.errors())
+    )
+    return ConsoleError(400, f"Not a value this page takes: {fields}.")
+
+
+def _http(exc: Exception) -> ConsoleError | None:
+    assert isinstance(exc, StarletteHTTPException)
+    said = {404: "No such page.", 405: "This page is not for that: use the console's links."}
+    return ConsoleError(exc.status_code, said.get(exc.status_code, str(exc.detail)))
+
+
+def _store_down(exc: Exception) -> ConsoleError | None:
+    if not is_outage(exc):
+        return None  # a bug of ours: the API's handler logs it
+    return ConsoleError(503, "The store cannot be reached right now; try again shortly.")
+
+
 def install(app: FastAPI) -> None:
     app.include_router(router)
     app.mount(f"{PATH}/static", StaticFiles(directory=HERE / "static"), name="console-static")
     app.add_exception_handler(SignInRequired, _on_sign_in_required)
     app.add_exception_handler(ConsoleError, _on_console_error)
+    # After api/problems.install: a bad query value, an unknown console path or the store away
+    # answered the operator with problem+json, the page and what they typed gone.
+    pages: tuple[tuple[type[Exception], PageOf], ...] = (
+        (RequestValidationError, _invalid),
+        (StarletteHTTPException, _http),
+        (DBAPIError, _store_down),
+        (OSError, _store_down),
+    )
+    for kind, page_of in pages:
+        app.add_exception_handler(kind, _on_console(page_of, app.exception_handlers[kind]))

@@ -90,9 +90,12 @@ async def _deployment_context(
         if row is None:
             raise ConsoleError(404, f"No deployment {deployment_id!r}.")
         view = (await deployment_views(session, tenant, [row]))[0]
+        # Every active version, as the approval gate checks them (activities/lifecycle.py):
+        # the newest alone showed every threshold met while approval was refused by an older
+        # version still active.
         listing = [
             ModelProfile.model_validate(p)
-            for p in await ModelProfileRepository(session, tenant).latest_active()
+            for p in await ModelProfileRepository(session, tenant).list_active()
             if deployment_id in p.allowed_deployments
         ]
         history = await console_reads.deployment_history(session, tenant, deployment_id)
@@ -103,7 +106,9 @@ async def _deployment_context(
     scores = {c: e.score for c, e in view.evidence.capabilities.items() if e.score is not None}
     # The approval gate's own rule says which thresholds fall short, and how it words them.
     shortfalls = {
-        (r.profile_id, r.capability): r.message for r in evidence_refusals(scores, listing)
+        (p.profile_id, p.version, r.capability): r.message
+        for p in listing
+        for r in evidence_refusals(scores, [p])
     }
     return {
         "deployment": view,

@@ -95,7 +95,8 @@ async def preview(
     request: Request,
     operator: Changing,
     runtime: RuntimeDep,
-    profile_id: Annotated[str, Form(max_length=200)],
+    # Empty when the tenant has no active profile: the form's list has nothing to send.
+    profile_id: Annotated[str, Form(max_length=200)] = "",
     data_classification: Annotated[str, Form(max_length=40)] = "Internal",
     needs_tools: Annotated[bool, Form()] = False,
     needs_structured_output: Annotated[bool, Form()] = False,
@@ -112,6 +113,16 @@ async def preview(
         "budget_applies": budget_applies,
         "context_tokens": context_tokens,
     }
+    if not profile_id:
+        return await _preview_page(
+            request,
+            operator,
+            runtime,
+            None,
+            form,
+            error="profile: no active profile to preview; publish one first",
+            status=422,
+        )
     try:
         needs = Needs.model_validate(
             {

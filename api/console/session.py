@@ -98,7 +98,10 @@ async def signed_in(request: Request, runtime: RuntimeDep) -> Operator:
             ) from None
         if principal is not None:
             return Operator(principal, csrf_for(runtime.settings, token))
-    path = request.url.path
+    # The whole address, query included: a shared link to one deployment or to one run's
+    # receipts (`?id=…`, `?run_id=…`) signed in to a page with no id (a 422) or no filter.
+    query = request.url.query
+    path = request.url.path + (f"?{query}" if query else "")
     raise SignInRequired(path if request.method == "GET" else PATH)
 
 

@@ -1,0 +1,91 @@
+"""The console's answers to what an operator runs into besides the happy path, over plain HTTP:
+a shared link signing in to the page it names, pages (not problem+json) for a bad query value
+or an unknown console path, a route preview with no profile to preview, and a deployment's
+thresholds from every active profile version, as the approval gate checks them."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from temporalio.client import Client
+
+from tests.helpers.browser import ConsoleSession
+from tests.helpers.catalog import profile_event, publish, record_evidence, register
+
+
+@pytest.fixture
+async def console(api_url: str, cli_env: dict[str, str]) -> AsyncIterator[ConsoleSession]:
+    session, answer = await ConsoleSession.sign_in(
+        api_url, cli_env["MODEL_ROUTER_CLIENT_ID"], cli_env["MODEL_ROUTER_CLIENT_SECRET"]
+    )
+    assert answer.status_code == 303, answer.text
+    yield session
+    await session.close()
+
+
+def _page(resp: httpx.Response, status: int) -> str:
+    assert resp.status_code == status, resp.text[:300]
+    assert resp.headers["content-type"].startswith("text/html"), resp.headers["content-type"]
+    assert 'href="/console"' in resp.text  # the navigation: a way back
+    return resp.text
+
+
+async def test_a_shared_link_signs_in_to_the_page_it_names(http: httpx.AsyncClient) -> None:
+    # The address without its query was kept: a deployment page with no id was a 422.
+    resp = await http.get("/console/deployment?id=team/coder&done=approve")
+    assert resp.status_code == 303
+    assert resp.headers["location"] == (
+        "/console/sign-in?next=/console/deployment%3Fid%3Dteam/coder%26done%3Dapprove"
+    )
+
+
+async def test_bad_values_and_unknown_pages_are_pages_not_problems(
+    console: ConsoleSession, http: httpx.AsyncClient
+) -> None:
+    assert "window" in _page(await console.get("/console/overview", window="month"), 400)
+    assert "id" in _page(await console.get("/console/deployment"), 400)
+    assert "No such page" in _page(await console.get("/console/nowhere"), 404)
+    # The API's own paths keep their problem+json.
+    api = await http.get("/factory/nowhere")
+    assert api.status_code == 404
+    assert api.headers["content-type"] == "application/problem+json"
+
+
+async def test_a_preview_with_no_profile_to_preview_says_so(console: ConsoleSession) -> None:
+    # The form's list is empty for a tenant with no active profile, so nothing is sent for it:
+    # that was a problem+json 422 naming body.profile_id.
+    resp = await console.post("/console/preview", {"csrf_token": console.csrf})
+    assert "no active profile to preview" in _page(resp, 422)
+
+
+async def test_a_deployments_thresholds_are_every_active_versions(
+    console: ConsoleSession,
+    http: httpx.AsyncClient,
+    cli_env: dict[str, str],
+    tenant: str,
+    temporal_client: Client,
+) -> None:
+    # Version 2 asks less than version 1, which stays active: the page showed version 2's
+    # columns alone, every cell met, while approval was refused by version 1's threshold.
+    token = (
+        await http.post(
+            "/oauth/token",
+            data={"grant_type": "client_credentials"},
+            auth=(cli_env["MODEL_ROUTER_CLIENT_ID"], cli_env["MODEL_ROUTER_CLIENT_SECRET"]),
+        )
+    ).json()["access_token"]
+    auth = {"Authorization": f"Bearer {token}"}
+    await register(http, auth, "edge/coder")
+    for version, threshold in (("1", 0.9), ("2", 0.7)):
+        event = profile_event(
+            "edge-agent", ["edge/coder"], {"tool-calling": threshold}, version=version
+        )
+        assert (await publish(http, auth, event)).status_code == 200
+    await record_evidence(temporal_client, tenant, "edge/coder", {"tool-calling": 0.8})
+    html = _page(await console.get("/console/deployment", id="edge/coder"), 200)
+    assert "edge-agent</a> v1" in html and "edge-agent</a> v2" in html
+    assert html.count('class="short"') == 1  # version 1's 0.9; version 2's 0.7 is met
+    refused = await http.post("/factory/model-deployments/edge/coder/approve", headers=auth)
+    assert refused.status_code == 409 and "0.9" in refused.text
