@@ -305,6 +305,9 @@ def deployments_evaluate(
     idempotency_key: Annotated[
         str | None, typer.Option(help="Default: a new key (a new evaluation)")
     ] = None,
+    timeout: Annotated[
+        float, typer.Option(help="with --wait: give up waiting after this many seconds", min=1)
+    ] = 3600.0,
 ) -> None:
     """Run the capability suite against a deployment."""
     api = connect()
@@ -326,7 +329,16 @@ def deployments_evaluate(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=out
     ) as bar:
         task = bar.add_task("cases", total=None)
+        # Bounded: with no worker polling, the evaluation never ends, and the command waited
+        # for good.
+        deadline = time.monotonic() + timeout
         while ev.get("status") not in ("Completed", "Failed"):
+            if time.monotonic() > deadline:
+                err.print(
+                    f"[red]evaluation {escape(started)} is still running after {timeout:g} s "
+                    "(is a worker up?)[/red]"
+                )
+                raise typer.Exit(1)
             time.sleep(0.5)  # polling the API at a human pace
             d = api.call("GET", _deployment(deployment_id))
             latest = d.get("evaluation") or {}

@@ -63,7 +63,24 @@ def connect() -> Api:
 
 
 def _raise_for_problem(resp: httpx.Response) -> None:
+    if resp.is_redirect:
+        # An ingress sending http to https, or a sign-in proxy: the CLI follows no redirect
+        # (it would drop the Authorization header anyway), and went on to read the redirect's
+        # empty body as JSON, a traceback.
+        where = escape(resp.headers.get("location", "?"))
+        err.print(
+            f"[red]{resp.status_code}: the API at {escape(str(resp.request.url))} redirects to "
+            f"{where}; set MODEL_ROUTER_API_URL to the address it names[/red]"
+        )
+        raise typer.Exit(2)
     if resp.status_code < 400:
+        if resp.content and "json" not in resp.headers.get("content-type", ""):
+            err.print(
+                f"[red]{resp.status_code}: {escape(str(resp.request.url))} answered "
+                f"{escape(resp.headers.get('content-type', 'no content type'))}, not the API's "
+                "JSON; is MODEL_ROUTER_API_URL the API?[/red]"
+            )
+            raise typer.Exit(2)
         return
     try:
         problem = resp.json()

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from cli import catalog, receipts, route, schedules
-from core.settings import get_settings
+from core.settings import Settings, get_settings
 from domain.enums import Role, Scope
 
 app = typer.Typer(help="model-router: a model-access gateway on Temporal.", no_args_is_help=True)
@@ -55,7 +55,17 @@ def api(
         forwarded_allow_ips=settings.forwarded_allow_ips,
         log_level="info",
         access_log=False,
+        # On SIGTERM, calls in flight get their whole budget to finish, and no more: then the
+        # app's own stop closes what is left as ended by us. Without a bound uvicorn waited for
+        # every response, and the platform's SIGKILL came first, cutting streams with no
+        # final event. deploy/ gives the process this long and a margin (shutdown_grace).
+        timeout_graceful_shutdown=shutdown_grace(settings),
     )
+
+
+def shutdown_grace(settings: Settings) -> int:
+    """Seconds a stopping API lets calls in flight finish: one invocation's budget and 5 s."""
+    return int(settings.default_timeout_seconds) + 5
 
 
 @app.command()
@@ -97,6 +107,13 @@ def clients_create(
 
     if not is_tenant_id(tenant):
         raise typer.BadParameter(f"not a tenant id: {TENANT_ID_RULE}", param_hint="--tenant")
+    if ":" in client_id or not 1 <= len(client_id) <= 100 or not client_id.isprintable():
+        # HTTP Basic splits at the first colon: such a client could never sign in.
+        raise typer.BadParameter(
+            "1 to 100 printable characters, no colon", param_hint="--client-id"
+        )
+    from sqlalchemy.exc import DBAPIError
+
     from store.clients import upsert_client
     from store.db import create_engine, session_factory
 
@@ -116,7 +133,14 @@ def clients_create(
         finally:
             await engine.dispose()
 
-    asyncio.run(_run())
+    try:
+        asyncio.run(_run())
+    except ValueError as exc:  # the client id belongs to another tenant
+        typer.echo(f"refused: {exc}", err=True)
+        raise typer.Exit(1) from None
+    except (OSError, DBAPIError) as exc:
+        typer.echo(f"cannot reach the database: {type(exc).__name__}", err=True)
+        raise typer.Exit(2) from None
     typer.echo(f"client_id={client_id}\nclient_secret={secret}")
 
 

@@ -67,7 +67,7 @@ def _id(name: str) -> str:
         return schedule_id(settings, name)
     if name.startswith(settings.schedule_id_prefix + "/"):
         return name
-    err.print(f"[red]Unknown schedule {name!r}: use one of {', '.join(NAMES)}.[/red]")
+    err.print(f"[red]Unknown schedule {escape(repr(name))}: use one of {', '.join(NAMES)}.[/red]")
     raise typer.Exit(1)
 
 
@@ -106,7 +106,8 @@ def list_() -> None:
     for column in ("ID", "SPEC (UTC)", "STATE", "OVERLAP", "LAST RUN", "NEXT RUN", "NOTE"):
         table.add_column(column)
     for row in _run(describe):
-        table.add_row(*(str(v) for v in row))
+        # A pause note is the operator's own text: "[ops] …" is not markup.
+        table.add_row(*(escape(str(v)) for v in row))
     out.print(table)
 
 
@@ -126,6 +127,9 @@ def trigger(
     wait: Annotated[
         bool, typer.Option("--wait", help="wait for the run and print what it did")
     ] = False,
+    timeout: Annotated[
+        float, typer.Option(help="with --wait: give up waiting after this many seconds", min=1)
+    ] = 900.0,
 ) -> None:
     """Run the job now (under the schedule's overlap policy)."""
     if not wait:
@@ -142,7 +146,17 @@ def trigger(
             actions = (await handle.describe()).info.recent_actions
             started = [w for w in map(_workflow_of, actions) if w and w not in seen]
             if started:
-                return started[-1], await client.get_workflow_handle(started[-1]).result()
+                # Bounded: with no worker polling (when an operator most wants a run by hand)
+                # the run never ends, and the command waited for good.
+                run = client.get_workflow_handle(started[-1])
+                try:
+                    return started[-1], await asyncio.wait_for(run.result(), timeout)
+                except TimeoutError:
+                    err.print(
+                        f"[red]{escape(started[-1])} is still running after {timeout:g} s "
+                        "(is a worker up?)[/red]"
+                    )
+                    raise typer.Exit(1) from None
             if asyncio.get_running_loop().time() > deadline:
                 err.print(f"[red]{sid} started no run within 60 s (paused, or overlapping?)")
                 raise typer.Exit(1)
@@ -153,7 +167,8 @@ def trigger(
     out.print(_report_table(result))
     failed = left_undone(result)
     if failed:
-        err.print(f"[red]The run completed, but left {'; '.join(failed)} (tried again next run).")
+        left = escape("; ".join(failed))
+        err.print(f"[red]The run completed, but left {left} (tried again next run).")
         raise typer.Exit(1)
 
 
@@ -185,9 +200,9 @@ def _report_table(result: Any) -> Table:
             if not value:
                 table.add_row(key, "-")
             for inner, count in value.items():
-                table.add_row(key, f"{count}  {inner}")
+                table.add_row(escape(key), escape(f"{count}  {inner}"))
         else:
-            table.add_row(key, str(value))
+            table.add_row(escape(key), escape(str(value)))
     return table
 
 

@@ -15,6 +15,7 @@ import yaml
 from openai import AsyncOpenAI
 from temporalio.client import Client
 
+from core.settings import Settings
 from providers.upstream import UpstreamServer
 from tests.helpers.catalog import deployment_body, profile_event, record_evidence
 from tests.helpers.catalog import register as register_via_api
@@ -82,7 +83,7 @@ async def test_operator_flow_through_the_cli(
 
 
 async def test_cli_without_credentials_or_with_bad_input_exits_non_zero(
-    cli_env: dict[str, str], tmp_path: Path
+    cli_env: dict[str, str], tmp_path: Path, settings: Settings
 ) -> None:
     no_creds = {k: v for k, v in cli_env.items() if "CLIENT" not in k}
     result = await run(no_creds, "deployments", "list")
@@ -130,6 +131,22 @@ async def test_cli_without_credentials_or_with_bad_input_exits_non_zero(
         *("--role", "Operator", "--scope", "factory.models.read"),
     )
     assert result.exit_code == 2 and "--tenant" in result.stderr
+    # A client id HTTP Basic cannot carry (split at its first colon) could never sign in.
+    result = await run(
+        cli_env,
+        *("clients", "create", "--tenant", "acme", "--client-id", "ops:bot"),
+        *("--role", "Operator", "--scope", "factory.models.read"),
+    )
+    assert result.exit_code == 2 and "--client-id" in result.stderr
+    # Another tenant's client id is refused in words, not a traceback.
+    result = await run(
+        {**cli_env, "MODEL_ROUTER_DATABASE_URL": settings.database_url},
+        *("clients", "create", "--tenant", "someone-else"),
+        *("--client-id", cli_env["MODEL_ROUTER_CLIENT_ID"]),
+        *("--role", "Operator", "--scope", "factory.models.read"),
+    )
+    assert result.exit_code == 1, result.output
+    assert "belongs to another tenant" in result.stderr and "Traceback" not in result.output
 
 
 async def test_route_preview_prints_kept_and_excluded_with_reasons(
@@ -249,6 +266,37 @@ class _Broken(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *_: object) -> None:
         pass
+
+
+class _Redirecting(http.server.BaseHTTPRequestHandler):
+    """An ingress sending plain HTTP on to HTTPS."""
+
+    def do_POST(self) -> None:
+        self.send_response(308)
+        self.send_header("Location", f"https://api.example{self.path}")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+async def test_a_redirecting_address_is_an_exit_naming_where_it_points(
+    cli_env: dict[str, str],
+) -> None:
+    # The redirect's empty body was read as the token's JSON: a traceback.
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Redirecting)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        env = {**cli_env, "MODEL_ROUTER_API_URL": f"http://127.0.0.1:{server.server_port}"}
+        result = await run(env, "profiles", "list")
+        assert result.exit_code == 2, result.output
+        assert "redirects to https://api.example/oauth/token" in result.stderr
+        assert "Traceback" not in result.output
+    finally:
+        server.shutdown()
+        thread.join()
 
 
 async def test_a_broken_answer_or_none_after_the_token_is_an_exit_with_the_reason(

@@ -148,6 +148,22 @@ async def test_cli_evaluate_waits_with_progress_and_prints_scores(
     assert "json-schema" in result.stdout and "1.00" in result.stdout
 
 
+async def test_cli_evaluate_gives_up_waiting_after_its_timeout(
+    http: httpx.AsyncClient, auth: dict[str, str], upstream: UpstreamServer, cli_env: dict[str, str]
+) -> None:
+    # With no worker polling, an evaluation never ends, and `--wait` waited for good.
+    await register(http, auth, "eval/slow", model="slow-sim", endpointRef=upstream.endpoint_ref)
+    upstream.inject("slow-sim", Fault(kind=FaultKind.SLOW_FIRST_TOKEN, delay=0.5))
+    try:
+        result = await run(
+            cli_env, "deployments", "evaluate", "eval/slow", "--wait", "--timeout", "1"
+        )
+    finally:
+        upstream.state.clear_faults("slow-sim")
+    assert result.exit_code == 1, result.output
+    assert "still running after 1 s" in result.stderr
+
+
 async def test_cli_evaluate_waits_on_its_own_evaluation_not_the_latest(
     http: httpx.AsyncClient, auth: dict[str, str], upstream: UpstreamServer, cli_env: dict[str, str]
 ) -> None:

@@ -180,10 +180,12 @@ async def test_operators_list_pause_resume_and_trigger_from_the_cli(
     assert "*/2 * * * *" in listed.output and "30 * * * *" in listed.output
     assert "SKIP" in listed.output and "BUFFER_ONE" in listed.output
 
-    paused = await _cli(env, "schedules", "pause", RECONCILER, "--note", "statement outage")
+    # The note is the operator's text, shown as typed: "[ops]" was read as markup and vanished.
+    note = "[ops] statement outage"
+    paused = await _cli(env, "schedules", "pause", RECONCILER, "--note", note)
     assert paused.exit_code == 0, paused.output
     listed = await _cli(env, "schedules", "list")
-    assert "paused" in listed.output and "statement outage" in listed.output
+    assert "paused" in listed.output and note in listed.output
     resumed = await _cli(env, "schedules", "resume", RECONCILER)
     assert resumed.exit_code == 0
     handle = temporal_client.get_schedule_handle(schedule_id(scheduled, RECONCILER))
