@@ -191,6 +191,9 @@ async def run(settings: Settings) -> None:
         log.info("worker polling task queue %s", settings.temporal_task_queue)
         await stop.wait()
         log.info("worker draining")
+        # Both at once, each within its 20 s: unwound by the stack, one drained after the other
+        # (up to 40 s, past the platforms' grace) while the other kept taking new activities.
+        await asyncio.gather(worker.shutdown(), invocations.shutdown())
     await engine.dispose()
     log.info("worker stopped")
 

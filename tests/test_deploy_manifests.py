@@ -25,6 +25,7 @@ from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from cli.main import shutdown_grace
 from core.settings import Settings
 from tests.conftest import free_port
 
@@ -309,6 +310,18 @@ def test_compose_runs_the_dockerfile_image_with_its_commands() -> None:
         assert ours[name]["depends_on"]["migrate"]["condition"] == (
             "service_completed_successfully"
         )
+
+
+def test_a_stopping_api_has_time_for_its_calls_in_flight() -> None:
+    # A stream still going when the platform's SIGKILL comes is cut with no final event: the
+    # API is given one invocation's budget and its own stop, on both platforms.
+    grace = shutdown_grace(Settings())
+    assert grace > Settings().default_timeout_seconds
+    [api] = [d for d in k8s_objects("Deployment") if d["metadata"]["name"].endswith("api")]
+    pod = api["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] >= 5 + grace + 10  # preStop, calls, stop
+    compose = load_compose()["services"]["api"]["stop_grace_period"]
+    assert int(compose.removesuffix("s")) >= grace + 10
 
 
 def test_compose_api_health_check_asks_the_api() -> None:
