@@ -5,7 +5,12 @@ is picked up without restart.
 A call leases its adapter for as long as it runs. A refresh gives new calls a new client and
 retires the old one, which is closed only when its last lease ends: closing it at once cut every
 stream still running through it (issue 19: 14 cut streams, then a breaker opened by those cuts,
-every five minutes under load)."""
+every five minutes under load).
+
+A refresh that cannot resolve the credentials (a secret file caught mid-rewrite, a vault not
+answering) keeps the working client: it is asked again every `REFRESH_RETRY_SECONDS`, for up to
+one more TTL, and only then does the deployment's call fail for its credentials. The refresh
+used to fail the call in hand, on a client that worked."""
 
 from __future__ import annotations
 
@@ -13,16 +18,17 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from domain.invocation import Target
 from providers.base import ProviderAdapter
 from providers.registry import resolve_adapter
-from providers.secrets import SecretBroker
+from providers.secrets import SecretBroker, SecretResolutionError
 from providers.types import ProviderTimeouts
 
 log = logging.getLogger("model_router.adapters")
+REFRESH_RETRY_SECONDS = 30.0
 _Key = tuple[str, str, str, str, str]  # deployment, provider, model, endpoint, modality
 
 
@@ -30,6 +36,7 @@ _Key = tuple[str, str, str, str, str]  # deployment, provider, model, endpoint, 
 class _Entry:
     adapter: ProviderAdapter
     born: float
+    fresh_until: float
     leases: int = 0
     retired: bool = False
     closed: bool = False
@@ -42,7 +49,9 @@ class AdapterPool:
         timeouts: ProviderTimeouts,
         ttl_seconds: float = 300.0,
         prompt_caching: bool = True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self._clock = clock
         self._prompt_caching = prompt_caching
         self._broker = broker
         self._timeouts = timeouts
@@ -79,7 +88,7 @@ class AdapterPool:
         return sum(1 for e in (*self._current.values(), *self._retired) if not e.closed)
 
     def _fresh(self, entry: _Entry | None) -> bool:
-        return entry is not None and time.monotonic() - entry.born < self._ttl
+        return entry is not None and self._clock() < entry.fresh_until
 
     async def _entry(self, target: Target) -> _Entry:
         modality = target.modality.value if target.modality else ""
@@ -91,16 +100,30 @@ class AdapterPool:
             found = self._current.get(key)
             if found is not None and self._fresh(found):
                 return found
-            adapter = await resolve_adapter(
-                self._broker,
-                provider=target.provider,
-                model=target.model,
-                endpoint_ref=target.endpoint_ref,
-                timeouts=self._timeouts,
-                modality=target.modality,
-                prompt_caching=self._prompt_caching,
-            )
-            entry = _Entry(adapter, time.monotonic())
+            try:
+                adapter = await resolve_adapter(
+                    self._broker,
+                    provider=target.provider,
+                    model=target.model,
+                    endpoint_ref=target.endpoint_ref,
+                    timeouts=self._timeouts,
+                    modality=target.modality,
+                    prompt_caching=self._prompt_caching,
+                )
+            except SecretResolutionError:
+                now = self._clock()
+                if found is None or now - found.born >= 2 * self._ttl:
+                    raise
+                log.warning(
+                    "refreshing %s's client: its credentials did not resolve; the current "
+                    "client serves on, asked again in %.0f s",
+                    target.deployment_id,
+                    REFRESH_RETRY_SECONDS,
+                )
+                found.fresh_until = now + min(REFRESH_RETRY_SECONDS, self._ttl)
+                return found
+            now = self._clock()
+            entry = _Entry(adapter, now, now + self._ttl)
             self._current[key] = entry
             if found is not None:
                 self.refreshes += 1

@@ -60,22 +60,24 @@ async def attempts_on(
 ) -> Outcome:
     """The attempts on one deployment: retried on transient failures as domain.retry says
     (within the breaker and the call's budget), never once output reached the caller."""
-    try:
-        await adapters.ready(target)
-    except SecretResolutionError as exc:
-        # The credentials are missing or not allowed (docs/runbook.md): nothing was called.
-        return Outcome(
-            InvocationOutcome.FAILED,
-            UsageStatus.ESTIMATED,
-            input_tokens=0,
-            output_tokens=0,
-            error_kind=ErrorKind.AUTH.value,
-            error_reason=str(exc),
-        )
     timeouts = resilience.timeouts_for(data.profile_id, target.deployment_id)
     attempt = 0
     while True:
         attempt += 1
+        try:
+            # Each attempt: a retry's lease may find the client due for its refresh.
+            await adapters.ready(target)
+        except SecretResolutionError as exc:
+            # The credentials are missing or not allowed (docs/runbook.md): not called now.
+            # A retry's used to escape the call as our own failure (`internal`).
+            return Outcome(
+                InvocationOutcome.FAILED,
+                UsageStatus.ESTIMATED if attempt == 1 else UsageStatus.UNKNOWN,
+                input_tokens=0 if attempt == 1 else None,
+                output_tokens=0 if attempt == 1 else None,
+                error_kind=ErrorKind.AUTH.value,
+                error_reason=str(exc),
+            )
         route.attempt_starts()
         remaining = started + data.timeout_seconds - time.monotonic()
         # Leased for the attempt: a refresh meanwhile never closes the client under it.

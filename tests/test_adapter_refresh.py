@@ -10,6 +10,7 @@ import uuid
 
 import httpx
 import openai
+import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
@@ -18,7 +19,7 @@ from activities.invoke_hub import InvocationHub
 from activities.invoke_setup import invoke_activities
 from core.settings import Settings
 from domain.invocation import Target
-from providers.secrets import default_broker
+from providers.secrets import Connection, SecretResolutionError, default_broker
 from providers.types import ChatRequest, Finish, Message, ProviderTimeouts, TextDelta
 from providers.upstream import UpstreamServer
 from store.db import create_engine, session_factory
@@ -81,6 +82,54 @@ async def _direct(target: Target) -> str:
         answer = (await adapter.complete(REQUEST)).text
     await pool.aclose()
     return answer
+
+
+class _Flaky:
+    """A broker whose resolution fails while `failing` is set (a secret file caught
+    mid-rewrite, a vault not answering)."""
+
+    def __init__(self) -> None:
+        self.inner = default_broker(allow_upstream=True)
+        self.failing = False
+
+    async def resolve(self, endpoint_ref: str) -> Connection:
+        if self.failing:
+            raise SecretResolutionError(f"{endpoint_ref} did not resolve")
+        return await self.inner.resolve(endpoint_ref)
+
+
+async def test_a_refresh_whose_credentials_fail_keeps_the_working_client(
+    upstream: UpstreamServer,
+) -> None:
+    # The refresh failed the call in hand, on a client that worked.
+    now = [0.0]
+    broker = _Flaky()
+    pool = AdapterPool(
+        broker, ProviderTimeouts(connect=2, read=10), ttl_seconds=100, clock=lambda: now[0]
+    )
+    target = _target(upstream)
+    async with pool.lease(target) as first:
+        pass
+    broker.failing = True
+    now[0] = 150.0  # due for its refresh
+    async with pool.lease(target) as adapter:
+        assert adapter is first
+        assert (await adapter.complete(REQUEST)).text
+    now[0] = 170.0  # not asked again before REFRESH_RETRY_SECONDS
+    async with pool.lease(target) as adapter:
+        assert adapter is first
+    broker.failing = False
+    now[0] = 181.0  # asked again, and it resolves: a new client
+    async with pool.lease(target) as adapter:
+        assert adapter is not first
+    assert pool.refreshes == 1
+    # Past one more TTL of failures, the call fails for its credentials.
+    broker.failing = True
+    now[0] = 181.0 + 200.0
+    with pytest.raises(SecretResolutionError):
+        async with pool.lease(target):
+            pass
+    await pool.aclose()
 
 
 async def test_the_refresh_interval_is_a_setting(settings: Settings) -> None:
