@@ -52,8 +52,13 @@ async def last_probes(session: AsyncSession, tenant_id: str) -> dict[str, ProbeS
     return {r.deployment_id: r for r in (await session.scalars(stmt)).all()}
 
 
+# The newest events of a deployment's history page: a deployment whose probes flap has
+# thousands; the page says when it shows only these.
+HISTORY_LIMIT = 200
+
+
 async def deployment_history(
-    session: AsyncSession, tenant_id: str, deployment_id: str, limit: int = 200
+    session: AsyncSession, tenant_id: str, deployment_id: str, limit: int = HISTORY_LIMIT
 ) -> Sequence[OutboxEventRow]:
     """The deployment's events, oldest first (state changes and evidence)."""
     stmt = (

@@ -80,6 +80,10 @@ def test_svg_escapes_every_label_and_describes_itself() -> None:
     bars = charts.stacked_bars("c2", "Rate", ["a", "b"], [charts.Series("x", [0, 3])], "calls")
     assert bars.count("<rect") == 2  # one bar (a has nothing) and one legend swatch
     assert "total 3 calls" in bars
+    # A rate is described by its highest bar: the total of per-minute rates means nothing.
+    rates = [charts.Series("x", [2, 3]), charts.Series("y", [1, 0])]
+    per_minute = charts.stacked_bars("c4", "Rate", ["a", "b"], rates, "calls/min", rate=True)
+    assert "highest 3 calls/min" in per_minute and "total" not in per_minute
 
 
 def test_small_values_get_an_axis_of_their_own_size() -> None:

@@ -94,8 +94,11 @@ def stacked_bars(
     series: Sequence[Series],
     unit: str,
     every_nth_label: int = 1,
+    *,
+    rate: bool = False,
 ) -> Markup:
-    """One bar per label, the series stacked in it."""
+    """One bar per label, the series stacked in it. A `rate` (per minute, say) is described
+    by its highest bar: a total of rates means nothing."""
     totals = [sum(s.values[i] for s in series) for i in range(len(labels))]
     top = _nice_max(max(totals, default=0))
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
@@ -121,10 +124,9 @@ def stacked_bars(
                 f'<text x="{x + bar / 2:.1f}" y="{HEIGHT - BOTTOM + 14}" text-anchor="middle" '
                 f'font-size="10" fill="#24292f">{escape(label)}</text>'
             )
-    total = sum(totals)
+    summary = f"highest {_fmt(max(totals, default=0))}" if rate else f"total {_fmt(sum(totals))}"
     description = (
-        f"{len(labels)} bars, {', '.join(s.name for s in series) or 'no series'}; "
-        f"total {_fmt(total)} {unit}."
+        f"{len(labels)} bars, {', '.join(s.name for s in series) or 'no series'}; {summary} {unit}."
     )
     legend = _legend([s.name for s in series])
     # Every text that went into the markup passed through html.escape above.

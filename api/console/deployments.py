@@ -117,6 +117,7 @@ async def _deployment_context(
         "shortfalls": shortfalls,
         "evaluation": evaluation,
         "history": history,
+        "history_limit": console_reads.HISTORY_LIMIT,
         "probe": probe,
         "actions": ACTIONS,
         "can_manage": operator.may(Scope.MODELS_ADMIN, Action.MANAGE_DEPLOYMENTS),

@@ -52,11 +52,12 @@ async def overview(
         total=len(points),
         rate_chart=charts.stacked_bars(
             "chart-rate",
-            "Invocations per minute by outcome",
+            "Invocations per minute by outcome (UTC)",
             rate.labels,
             rate.series,
             "calls/min",
             rate.every_nth,
+            rate=True,
         ),
         latency=latency,
         latency_chart=charts.grouped_bars(
@@ -68,13 +69,13 @@ async def overview(
         ),
         spend=spend,
         spend_chart=charts.stacked_bars(
-            "chart-spend", "Spend per profile per day", spend.days, spend.series, "USD"
+            "chart-spend", "Spend per profile per day (UTC)", spend.days, spend.series, "USD"
         ),
         awaiting=awaiting,
         awaiting_total=int(sum(sum(s.values) for s in awaiting.series)),
         awaiting_chart=charts.stacked_bars(
             "chart-awaiting",
-            "Receipts awaiting reconciliation (usage Unknown or Estimated) per day",
+            "Receipts awaiting reconciliation (usage Unknown or Estimated) per day (UTC)",
             awaiting.days,
             awaiting.series,
             "receipts",
