@@ -11,7 +11,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, TypeVar
 
-from sqlalchemy import func, literal_column
+from sqlalchemy import func, literal_column, tuple_
 from sqlalchemy import select as sa_select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col, select
@@ -94,11 +94,15 @@ class ReceiptFilter:
     profile_id: str | None = None
     run_id: uuid.UUID | None = None
     limit: int = 100
+    # The page's start: receipts older than this one (by start, then id), for the page after.
+    before: InvocationReceiptRow | None = None
 
 
 async def receipts(
     session: AsyncSession, tenant_id: str, where: ReceiptFilter
 ) -> Sequence[InvocationReceiptRow]:
+    """The newest `limit` receipts matching (older than `before`), newest first, and one more
+    when there are more: the page's caller tells an older page by it."""
     stmt = select(InvocationReceiptRow).where(col(InvocationReceiptRow.tenant_id) == tenant_id)
     if where.outcome is not None:
         stmt = stmt.where(col(InvocationReceiptRow.outcome) == where.outcome)
@@ -110,11 +114,19 @@ async def receipts(
         stmt = stmt.where(col(InvocationReceiptRow.profile_id) == where.profile_id)
     if where.run_id is not None:
         stmt = stmt.where(col(InvocationReceiptRow.run_id) == where.run_id)
+    started, invocation = (
+        col(InvocationReceiptRow.started_at),
+        col(InvocationReceiptRow.invocation_id),
+    )
+    if where.before is not None:
+        older = (where.before.started_at, where.before.invocation_id)
+        stmt = stmt.where(tuple_(started, invocation) < tuple_(*older))
     found: dict[uuid.UUID, InvocationReceiptRow] = {}
     for part in _open_and_closed(stmt):
-        part = part.order_by(col(InvocationReceiptRow.started_at).desc()).limit(where.limit)
+        part = part.order_by(started.desc(), invocation.desc()).limit(where.limit + 1)
         found.update((row.invocation_id, row) for row in (await session.scalars(part)).all())
-    return sorted(found.values(), key=lambda row: row.started_at, reverse=True)[: where.limit]
+    newest = sorted(found.values(), key=lambda r: (r.started_at, r.invocation_id), reverse=True)
+    return newest[: where.limit + 1]
 
 
 def _open_and_closed(stmt: S) -> tuple[S, S]:

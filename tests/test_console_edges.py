@@ -1,18 +1,25 @@
 """The console's answers to what an operator runs into besides the happy path, over plain HTTP:
 a shared link signing in to the page it names, pages (not problem+json) for a bad query value
-or an unknown console path, a route preview with no profile to preview, and a deployment's
-thresholds from every active profile version, as the approval gate checks them."""
+or an unknown console path, a route preview with no profile to preview, a deployment's
+thresholds from every active profile version, as the approval gate checks them, and receipts
+in pages."""
 
 from __future__ import annotations
 
+import re
+import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
+from domain.enums import UsageStatus
 from tests.helpers.browser import ConsoleSession
 from tests.helpers.catalog import profile_event, publish, record_evidence, register
+from tests.helpers.receipts import add_receipt
 
 
 @pytest.fixture
@@ -89,3 +96,37 @@ async def test_a_deployments_thresholds_are_every_active_versions(
     assert html.count('class="short"') == 1  # version 1's 0.9; version 2's 0.7 is met
     refused = await http.post("/factory/model-deployments/edge/coder/approve", headers=auth)
     assert refused.status_code == 409 and "0.9" in refused.text
+
+
+def _ids(html: str) -> list[str]:
+    return re.findall(r'data-receipt="([0-9a-f-]+)"', html)
+
+
+async def test_receipts_come_in_pages_and_a_bad_run_id_keeps_the_filters(
+    console: ConsoleSession, sessions: async_sessionmaker[AsyncSession], tenant: str
+) -> None:
+    # A run of more than a page: the console showed its newest 100, the rest out of reach.
+    run_id, base = uuid.uuid4(), datetime(2026, 12, 1, tzinfo=UTC)
+    made = []
+    for i in range(103):
+        started = base + timedelta(milliseconds=i // 2)  # two at each start: ties by id
+        receipt_id = await add_receipt(
+            sessions,
+            tenant=tenant,
+            deployment_id="pages/dep",
+            started_at=started,
+            usage_status=UsageStatus.REPORTED,
+            run_id=run_id,
+        )
+        made.append((started, receipt_id))
+    newest_first = [str(i) for _, i in sorted(made, reverse=True)]
+    first = _page(await console.get("/console/receipts", run_id=str(run_id)), 200)
+    older = re.search(r'id="older" href="([^"]+)"', first)
+    assert older is not None and _ids(first) == newest_first[:100]
+    second = _page(await console.get(older.group(1).replace("&amp;", "&")), 200)
+    assert _ids(second) == newest_first[100:] and 'id="older"' not in second
+
+    # A run id that is no UUID is said beside its field; the other filters stay as chosen.
+    bad = _page(await console.get("/console/receipts", run_id="not-a-run", outcome="Failed"), 400)
+    assert 'id="f-run-error"' in bad and 'value="not-a-run"' in bad
+    assert '<option value="Failed" selected>' in bad

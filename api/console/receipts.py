@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import uuid
 from typing import Annotated, TypeVar
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.console.render import page
 from api.console.session import ConsoleError, Operator, SignedIn
@@ -17,6 +19,7 @@ from api.routers.receipts import Receipt
 from domain.access import Action
 from domain.enums import InvocationOutcome, Scope, UsageStatus
 from store import console_reads
+from store.tables import InvocationReceiptRow
 
 router = APIRouter()
 
@@ -48,22 +51,42 @@ async def receipt_list(
     deployment_id: Annotated[str | None, Query(max_length=200)] = None,
     profile_id: Annotated[str | None, Query(max_length=200)] = None,
     run_id: Annotated[str | None, Query(max_length=40)] = None,
+    before: Annotated[str | None, Query(max_length=40)] = None,
 ) -> Response:
     _read(operator)
+    filters = {
+        "outcome": outcome or "",
+        "usage_status": usage_status or "",
+        "deployment_id": deployment_id or "",
+        "profile_id": profile_id or "",
+        "run_id": run_id or "",
+    }
+    error, run, after = None, None, None
     try:
         run = uuid.UUID(run_id) if run_id else None
     except ValueError:
-        raise ConsoleError(400, "runId must be a UUID.") from None
-    where = console_reads.ReceiptFilter(
-        outcome=_enum(InvocationOutcome, outcome),
-        usage_status=_enum(UsageStatus, usage_status),
-        deployment_id=deployment_id or None,
-        profile_id=profile_id or None,
-        run_id=run,
-    )
+        # Said beside the field, the other filters as they were typed: the bare error page
+        # lost them all.
+        error = "Run id: not a UUID (copy it from a receipt, or leave it empty)."
     async with runtime.sessions() as session:
-        rows = await console_reads.receipts(session, operator.tenant_id, where)
+        if before:
+            after = await _page_start(session, operator.tenant_id, before)
+        where = console_reads.ReceiptFilter(
+            outcome=_enum(InvocationOutcome, outcome),
+            usage_status=_enum(UsageStatus, usage_status),
+            deployment_id=deployment_id or None,
+            profile_id=profile_id or None,
+            run_id=run,
+            before=after,
+        )
+        rows = [] if error else await console_reads.receipts(session, operator.tenant_id, where)
         deployments, profiles = await console_reads.distinct_values(session, operator.tenant_id)
+    older = None
+    if len(rows) > where.limit:
+        rows = rows[: where.limit]
+        # The next page: the same filters, older than this page's last receipt.
+        query = {**{k: v for k, v in filters.items() if v}, "before": str(rows[-1].invocation_id)}
+        older = f"{request.url.path}?{urlencode(query)}"
     # The filter lists show the catalog only to whom the API lists it (a Requester reads runs
     # and profiles, not deployments): the lists named every deployment of the tenant, Candidates
     # in no profile included. Without them the filter in force stays selectable.
@@ -82,15 +105,23 @@ async def receipt_list(
         statuses=[s.value for s in UsageStatus],
         deployments=deployments,
         profiles=profiles,
-        filters={
-            "outcome": outcome or "",
-            "usage_status": usage_status or "",
-            "deployment_id": deployment_id or "",
-            "profile_id": profile_id or "",
-            "run_id": run_id or "",
-        },
+        filters=filters,
         limit=where.limit,
+        older=older,
+        paged=after is not None,
+        error=error,
+        status=400 if error else 200,
     )
+
+
+async def _page_start(session: AsyncSession, tenant_id: str, before: str) -> InvocationReceiptRow:
+    try:
+        found = await console_reads.receipt(session, tenant_id, uuid.UUID(before))
+    except ValueError:
+        found = None
+    if found is None:
+        raise ConsoleError(400, "That page starts at no receipt of this tenant.")
+    return found
 
 
 @router.get("/receipts/{invocation_id}", response_class=HTMLResponse)
