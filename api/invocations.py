@@ -137,7 +137,7 @@ class Invocations:
             # A denial writes its receipt before any claim of ours: a used key replays first.
             seen = await self._replays.seen(tenant, key)
             if seen is not None:
-                return self._replay_or_wait(tenant, key, hash_, seen)
+                return self._replay_or_wait(tenant, key, hash_, seen, call)
         needs = PlanRequest(
             tenant_id=tenant,
             data_classification=call.data_classification,
@@ -160,7 +160,7 @@ class Invocations:
                 # A key used before replays its receipt, whatever the catalog says now.
                 seen = await self._replays.seen(tenant, key)
                 if seen is not None:
-                    return self._replay_or_wait(tenant, key, hash_, seen)
+                    return self._replay_or_wait(tenant, key, hash_, seen, call)
                 wait = partial(self._come_back.none_routable, tenant)
                 raise problem_of(refused, wait, call.profile_field) from None
             data = invocation_input(tenant, key, hash_, call, route, self._config)
@@ -181,7 +181,7 @@ class Invocations:
                 answered = await self._replays.answered_before(tenant, call.idempotency_key)
                 if answered is None:
                     raise self._gate.refuse()
-                return self._replay_or_wait(tenant, key, hash_, answered)
+                return self._replay_or_wait(tenant, key, hash_, answered, call)
             try:
                 claimed = await self._claim(data, route)
             except Exception as exc:  # the store is unreachable: nothing claimed, nothing called
@@ -195,7 +195,7 @@ class Invocations:
             if seen is None:  # closed and gone between the two statements: cannot be
                 raise Problem(503, "The invocation with this key is changing; retry shortly.")
             if not _own_claim(seen, data):
-                return self._replay_or_wait(tenant, key, hash_, seen)
+                return self._replay_or_wait(tenant, key, hash_, seen, call)
             # The claim is this call's own: it landed, its answer was lost with the connection,
             # and the statement sent again found it (store/asyncpg_path.py). Waited on as
             # another call's, it was never called and was swept Failed, the key spent.
@@ -345,12 +345,22 @@ class Invocations:
                 self._hub.close_later(token, ADOPT_GRACE_SECONDS)
 
     def _replay_or_wait(
-        self, tenant: str, key: str, hash_: str, seen: InvocationReceiptRow
+        self, tenant: str, key: str, hash_: str, seen: InvocationReceiptRow, call: Call
     ) -> Running:
         if seen.request_hash != hash_:
             raise Problem(
                 409,
                 "This Idempotency-Key was used with a different request.",
+                field="header.Idempotency-Key",
+                type_="https://model-router.dev/problems/idempotency-key-reused",
+            )
+        if (seen.run_id, seen.project_id) != (call.run_id, call.project_id):
+            # Keys are the tenant's: another run's (or project's) key with the same body was
+            # answered with that call's answer, its receipt and cost on the other run, none
+            # on this one. The attempt may differ: a step retried is the same call.
+            raise Problem(
+                409,
+                "This Idempotency-Key was used by another run or project of this tenant.",
                 field="header.Idempotency-Key",
                 type_="https://model-router.dev/problems/idempotency-key-reused",
             )

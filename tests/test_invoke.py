@@ -280,6 +280,29 @@ async def test_hundred_concurrent_calls_with_one_key_make_one_provider_call(
     assert upstream.requests("gpt-sim") - before == 1
 
 
+async def test_a_key_used_by_another_run_or_project_is_not_its_answer(
+    sdk: AsyncOpenAI, upstream: UpstreamServer
+) -> None:
+    # Keys are the tenant's. A runtime keying its steps "step-1", "step-2" in every run got
+    # the first run's answer for the second run's step, its receipt and cost on the first run.
+    key = f"step-{uuid.uuid4().hex}"
+    ask: Any = {"model": "chat", "messages": [{"role": "user", "content": "step one"}]}
+    first_run = {"Idempotency-Key": key, "X-Run-Id": str(uuid.uuid4())}
+    await sdk.chat.completions.create(**ask, extra_headers=first_run)
+    before = upstream.requests("gpt-sim")
+    # The same run retrying its step (a new attempt) is the same call: replayed.
+    retried = {**first_run, "X-Attempt-Id": str(uuid.uuid4())}
+    assert (await sdk.chat.completions.create(**ask, extra_headers=retried)).choices
+    for other in (
+        {"Idempotency-Key": key, "X-Run-Id": str(uuid.uuid4())},
+        {**first_run, "X-Project-Id": "another-project"},
+    ):
+        with pytest.raises(openai.ConflictError) as conflict:
+            await sdk.chat.completions.create(**ask, extra_headers=other)
+        assert "another run or project" in conflict.value.response.text
+    assert upstream.requests("gpt-sim") == before
+
+
 async def test_unknown_profile_and_bad_input(sdk: AsyncOpenAI) -> None:
     with pytest.raises(openai.NotFoundError) as missing:
         await sdk.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
