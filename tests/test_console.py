@@ -149,6 +149,11 @@ async def test_sign_in_refuses_a_wrong_secret_and_accepts_the_right_one(
         browser.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
         wait_for_text(browser, "sign-in-error", "wrong secret")
         assert browser.get_cookie("mr_console") is None
+        # The id typed is kept (the secret never is).
+        assert (
+            browser.find_element(By.ID, "client_id").get_attribute("value") == demo.admin.client_id
+        )
+        assert browser.find_element(By.ID, "client_secret").get_attribute("value") == ""
         audit(browser, "sign-in-refused")
         # Keyboard only: the id field has focus, Tab moves on, Enter submits.
         browser.find_element(By.ID, "client_id").clear()

@@ -38,7 +38,10 @@ def _safe_next(value: str | None) -> str:
     return PATH
 
 
-def _sign_in_page(request: Request, next_path: str, error: str | None, status: int) -> Response:
+def _sign_in_page(
+    request: Request, next_path: str, error: str | None, status: int, client_id: str = ""
+) -> Response:
+    """The form, with the client id typed before when it is shown again (never the secret)."""
     nonce = secrets.token_urlsafe(24)
     response = page(
         request,
@@ -49,6 +52,7 @@ def _sign_in_page(request: Request, next_path: str, error: str | None, status: i
         login_nonce=nonce,
         next_path=next_path,
         error=error,
+        client_id=client_id,
     )
     response.set_cookie(
         LOGIN_COOKIE,
@@ -79,9 +83,11 @@ async def sign_in(
     target = _safe_next(next)
     cookie_nonce = request.cookies.get(LOGIN_COOKIE, "")
     if not login_nonce or not hmac.compare_digest(login_nonce, cookie_nonce):
-        return _sign_in_page(request, target, "The sign-in form expired; please try again.", 403)
+        expired = "The sign-in form expired; please try again."
+        return _sign_in_page(request, target, expired, 403, client_id)
     if not client_id or not client_secret:
-        return _sign_in_page(request, target, "Enter the client id and the client secret.", 400)
+        missing = "Enter the client id and the client secret."
+        return _sign_in_page(request, target, missing, 400, client_id)
     if runtime.settings.auth_jwt_secret is None:
         return _sign_in_page(
             request,
@@ -94,7 +100,7 @@ async def sign_in(
     if client is None:
         log.info("console sign-in refused")
         return _sign_in_page(
-            request, target, "Sign-in failed: unknown client or wrong secret.", 401
+            request, target, "Sign-in failed: unknown client or wrong secret.", 401, client_id
         )
     token, ttl = mint_token(
         runtime.settings,
