@@ -101,8 +101,9 @@ async def _verified(token: str, runtime: Runtime, request: Request) -> Principal
 def issuer_unreachable() -> Problem:
     return Problem(
         503,
-        "The token's issuer could not be reached for the key it is signed with; nothing was "
-        "done. Retry after the indicated delay.",
+        "The key the token is signed with could not be had from its issuer just now (it did "
+        "not answer, or was asked moments ago); nothing was done. Retry after the indicated "
+        "delay.",
         type_="https://model-router.dev/problems/issuer-unreachable",
         headers={"Retry-After": str(math.ceil(RETRY_SECONDS))},
         reason="issuer-unreachable",

@@ -17,6 +17,14 @@ background fetch replaces it. A refresh that fails keeps the held set, for up to
 `max_stale_seconds` after the last good fetch. A fetch waits at most `timeout_seconds` for each
 read. After any fetch, failed or not, nothing is fetched again for RETRY_SECONDS, so tokens
 naming made-up kids cannot make every request ask the issuer.
+
+A token naming a kid the held set lacks, issued after that set was fetched (its `iat`, in whole
+seconds, past the fetch), may be signed with a key rotated in since: when the cooldown keeps the
+set from being fetched for it, the caller is told to retry when the set can be
+(IssuerUnreachable, a 503), not that its token is bad (a 401, which sends a client to sign in
+again for nothing). One issued before the fetch names a key that set should have held, or a key
+rotated out: a 401. No allowance is made for the issuer's clock: a token issued within a second
+of the fetch, or by an issuer whose clock is behind, is judged as before.
 """
 
 from __future__ import annotations
@@ -55,14 +63,17 @@ class IssuerKeys:
         max_stale_seconds: float,
         timeout_seconds: float,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         # PyJWT's fetcher only: http(s) only, no redirects, a timeout. Nothing cached there.
         self._fetcher = jwt.PyJWKClient(url, cache_jwk_set=False, timeout=timeout_seconds)
         self._refresh = refresh_seconds
         self._max_stale = max_stale_seconds
         self._clock = clock
+        self._wall = wall
         self._keys: dict[str, jwt.PyJWK] = {}
         self._fetched_at = -math.inf  # the last good fetch
+        self._fetched_wall = -math.inf  # the same, by the wall clock (tokens' `iat`)
         self._tried_at = -math.inf  # the last fetch begun, whatever its outcome
         self._failing = False  # whether the last fetch failed
         self._lock = threading.Lock()  # one fetch at a time
@@ -88,24 +99,29 @@ class IssuerKeys:
                 self._lock.release()
         return found
 
-    def key(self, kid: str | None) -> jwt.PyJWK:
+    def key(self, kid: str | None, issued_at: float | None = None) -> jwt.PyJWK:
         """The signing key by `kid`, fetching the set when it is not held (blocking: call it off
         the event loop). Raises UnknownKey when the issuer's set lacks it, IssuerUnreachable when
-        the set could not be fetched."""
+        the set could not be fetched, or could not be fetched now for a token `issued_at` after
+        the held set was."""
         found = self.held(kid)
         if found is not None:
             return found
+        fetched = False
         with self._lock:
             # Another thread's fetch, or a background refresh, may have brought it meanwhile.
             found = self._usable(kid, self._clock())
             if found is None and self._clock() - self._tried_at >= RETRY_SECONDS:
                 self._tried_at = self._clock()
                 self._fetch()
+                fetched = True
                 found = self._usable(kid, self._clock())
         if found is not None:
             return found
         if self._failing:
             raise IssuerUnreachable("the issuer's key set could not be fetched")
+        if not fetched and issued_at is not None and issued_at > self._fetched_wall:
+            raise IssuerUnreachable("the token may name a key newer than the set held")
         raise UnknownKey(f"the issuer's key set has no signing key {kid!r}")
 
     def _usable(self, kid: str | None, now: float) -> jwt.PyJWK | None:
@@ -132,6 +148,7 @@ class IssuerKeys:
             log.info("JWKS fetched again")
         self._keys = keys
         self._fetched_at = self._clock()
+        self._fetched_wall = self._wall()
         self._failing = False
 
 

@@ -109,6 +109,7 @@ class TokenVerifier:
                 max_stale_seconds=settings.auth_jwks_max_stale_seconds,
                 timeout_seconds=settings.auth_jwks_timeout_seconds,
                 clock=clock,
+                wall=wall,
             )
             if settings.auth_algorithm == "RS256" and settings.auth_jwks_url
             else None
@@ -127,7 +128,7 @@ class TokenVerifier:
         try:
             # The PyJWK itself, not its raw key: a key of another type under the token's kid
             # is then refused as a bad token (PyJWT checks the algorithm), not a TypeError.
-            key = self._jwks.key(_kid(token))
+            key = self._jwks.key(_kid(token), _issued_at(token))
         except UnknownKey as exc:
             raise TokenError(str(exc)) from exc
         return self._decode(token, key)
@@ -185,6 +186,15 @@ class TokenVerifier:
             client_id=str(claims["sub"]), tenant_id=tenant, roles=roles, scopes=scopes
         )
         return principal, float(claims["exp"])
+
+
+def _issued_at(token: str) -> float | None:
+    """The token's `iat` as it says (unverified: it only decides between a 401 and a retry)."""
+    try:
+        iat = jwt.decode(token, options={"verify_signature": False}).get("iat")
+    except jwt.PyJWTError:
+        return None
+    return float(iat) if isinstance(iat, int | float) else None
 
 
 def _kid(token: str) -> str | None:

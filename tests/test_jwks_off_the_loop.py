@@ -380,16 +380,39 @@ async def test_a_key_rotated_in_is_fetched_for_the_first_token_naming_it(
 async def test_tokens_naming_made_up_keys_ask_the_issuer_once_per_retry_interval(
     issuer: _Issuer, held: _Held
 ) -> None:
+    # Issued an hour ago, before the set held was fetched: that set should hold their keys.
     clock, verifier = held.clock, held.verifier
+    old = int(time.time()) - 3600
     for i in range(20):
         with pytest.raises(TokenError):
-            await asyncio.to_thread(verifier.verify, issuer.token(kid=f"made-up-{i}"))
+            await asyncio.to_thread(verifier.verify, issuer.token(kid=f"made-up-{i}", iat=old))
     assert issuer.fetches == 1
     clock.now += RETRY_SECONDS + 1
     for i in range(5):
         with pytest.raises(TokenError):
-            await asyncio.to_thread(verifier.verify, issuer.token(kid=f"later-{i}"))
+            await asyncio.to_thread(verifier.verify, issuer.token(kid=f"later-{i}", iat=old))
     assert issuer.fetches == 2
+
+
+async def test_a_key_rotated_in_just_after_a_fetch_is_a_retry_not_a_bad_token(
+    rs256: Settings, issuer: _Issuer
+) -> None:
+    # The issuer starts signing with a new key moments after this process fetched its set:
+    # the cooldown keeps the set from being fetched again, and the token was a 401, which
+    # sends a client to sign in again for nothing. It is now told to retry, and then served.
+    # The set is fetched, by this process's wall clock, 5 s before the new key's first token.
+    clock = _Clock()
+    verifier = TokenVerifier(rs256, clock, wall=lambda: time.time() - 5)
+    await asyncio.to_thread(verifier.verify, issuer.token())
+    fetches = issuer.fetches
+    issuer.rotate()
+    new = issuer.token(kid="k2")
+    with pytest.raises(IssuerUnreachable):
+        await asyncio.to_thread(verifier.verify, new)
+    assert issuer.fetches == fetches  # the cooldown held
+    clock.now += RETRY_SECONDS + 1
+    principal = await asyncio.to_thread(verifier.verify, new)
+    assert principal.tenant_id == "t-ext"
 
 
 async def test_an_issuer_that_does_not_answer_is_given_up_on_after_the_fetch_timeout(
