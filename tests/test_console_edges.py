@@ -7,19 +7,16 @@ in pages."""
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from domain.enums import UsageStatus
 from tests.helpers.browser import ConsoleSession
 from tests.helpers.catalog import profile_event, publish, record_evidence, register
-from tests.helpers.receipts import add_receipt
+from tests.helpers.receipts import run_of
 
 
 @pytest.fixture
@@ -106,20 +103,8 @@ async def test_receipts_come_in_pages_and_a_bad_run_id_keeps_the_filters(
     console: ConsoleSession, sessions: async_sessionmaker[AsyncSession], tenant: str
 ) -> None:
     # A run of more than a page: the console showed its newest 100, the rest out of reach.
-    run_id, base = uuid.uuid4(), datetime(2026, 12, 1, tzinfo=UTC)
-    made = []
-    for i in range(103):
-        started = base + timedelta(milliseconds=i // 2)  # two at each start: ties by id
-        receipt_id = await add_receipt(
-            sessions,
-            tenant=tenant,
-            deployment_id="pages/dep",
-            started_at=started,
-            usage_status=UsageStatus.REPORTED,
-            run_id=run_id,
-        )
-        made.append((started, receipt_id))
-    newest_first = [str(i) for _, i in sorted(made, reverse=True)]
+    run_id, oldest_first = await run_of(sessions, tenant, 103)
+    newest_first = oldest_first[::-1]
     first = _page(await console.get("/console/receipts", run_id=str(run_id)), 200)
     older = re.search(r'id="older" href="([^"]+)"', first)
     assert older is not None and _ids(first) == newest_first[:100]

@@ -5,46 +5,20 @@ many thousands of calls was one answer, read, built and sent whole."""
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api.routers.receipts import PAGE_MAX
-from domain.enums import UsageStatus
 from tests.conftest import TokenFactory
 from tests.helpers.cli import run
-from tests.helpers.receipts import add_receipt
+from tests.helpers.receipts import run_of
 
 
 @pytest.fixture
 async def auth(token_for: TokenFactory, tenant: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {await token_for(tenant)}"}
-
-
-async def _run_of(
-    sessions: async_sessionmaker[AsyncSession], tenant: str, count: int
-) -> tuple[uuid.UUID, list[str]]:
-    """A run of `count` receipts, two at each start time; their ids in the order listed."""
-    run_id, base = uuid.uuid4(), datetime(2026, 12, 1, tzinfo=UTC)
-    made = []
-    for i in range(count):
-        started = base + timedelta(milliseconds=i // 2)
-        made.append(
-            (
-                started,
-                await add_receipt(
-                    sessions,
-                    tenant=tenant,
-                    deployment_id="pages/dep",
-                    started_at=started,
-                    usage_status=UsageStatus.REPORTED,
-                    run_id=run_id,
-                ),
-            )
-        )
-    return run_id, [str(i) for _, i in sorted(made)]
 
 
 async def _walk(http: httpx.AsyncClient, auth: dict[str, str], url: str) -> list[list[str]]:
@@ -64,7 +38,7 @@ async def test_a_runs_receipts_come_in_pages_in_one_order(
     sessions: async_sessionmaker[AsyncSession],
     tenant: str,
 ) -> None:
-    run_id, ordered = await _run_of(sessions, tenant, 5)
+    run_id, ordered = await run_of(sessions, tenant, 5)
     url = f"/factory/runs/{run_id}/model-receipts"
     assert await _walk(http, auth, f"{url}?limit=2") == [ordered[:2], ordered[2:4], ordered[4:]]
     assert await _walk(http, auth, url) == [ordered]
@@ -82,7 +56,7 @@ async def test_a_long_run_is_paged_and_the_cli_lists_every_page(
     tenant: str,
     cli_env: dict[str, str],
 ) -> None:
-    run_id, ordered = await _run_of(sessions, tenant, PAGE_MAX + 3)
+    run_id, ordered = await run_of(sessions, tenant, PAGE_MAX + 3)
     pages = await _walk(http, auth, f"/factory/runs/{run_id}/model-receipts")
     assert [len(p) for p in pages] == [PAGE_MAX, 3]
     assert [i for p in pages for i in p] == ordered

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from sqlalchemy import func
@@ -98,3 +98,24 @@ async def all_closed(sessions: async_sessionmaker[AsyncSession], tenant: str) ->
             .where(col(InvocationReceiptRow.ended_at).is_(None))
         )
     return open_ == 0
+
+
+async def run_of(
+    sessions: async_sessionmaker[AsyncSession], tenant: str, count: int
+) -> tuple[uuid.UUID, list[str]]:
+    """A run of `count` closed receipts, two at each start time (their order then by id); the
+    run and its receipt ids oldest first, as ListRunReceipts orders them."""
+    run_id, base = uuid.uuid4(), datetime(2026, 12, 1, tzinfo=UTC)
+    made = []
+    for i in range(count):
+        started = base + timedelta(milliseconds=i // 2)
+        receipt_id = await add_receipt(
+            sessions,
+            tenant=tenant,
+            deployment_id="pages/dep",
+            started_at=started,
+            usage_status=UsageStatus.REPORTED,
+            run_id=run_id,
+        )
+        made.append((started, receipt_id))
+    return run_id, [str(i) for _, i in sorted(made)]
