@@ -34,7 +34,7 @@ _LARGE_BODY_PATHS = ("/factory/usage-statements",)
 # binary file quotes it back on every later turn, and all of that session's turns were
 # refused. Their few stored strings (the profile and project ids) refuse a NUL themselves,
 # naming the field (domain/text.StoredName).
-_CONTENT_PATHS = ("/v1/", "/gateway/")
+_CONTENT_PATHS = ("/v1/", "/gateway/invoke", "/gateway/embed", "/gateway/rerank")
 _JSON_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _MAX_BUCKETS = 100_000
@@ -163,7 +163,9 @@ class LimitsMiddleware:
         limit = self.settings.max_body_bytes
         if path.startswith(_LARGE_BODY_PATHS):
             limit = max(limit, self.settings.usage_statement_max_bytes)
-        elif path.startswith(_CONTENT_PATHS):
+        elif principal is not None and path.startswith(_CONTENT_PATHS):
+            # Only for a caller whose token verified: anyone else's body is read to 1 MiB at most
+            # before its route refuses it.
             limit = max(limit, self.settings.max_invoke_body_bytes)
         length = headers.get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > limit):

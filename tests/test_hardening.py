@@ -75,6 +75,10 @@ async def test_an_invoke_body_has_the_larger_limit_of_an_agent_session(
     body["messages"][0]["content"] = "word " * (9 * MIB // 5)
     refused = await http.post("/v1/chat/completions", json=body, headers=catalog.auth)
     assert _problem(refused, 413)["maxBytes"] == 8 * MIB
+    # A caller whose token did not verify is read to the usual limit only.
+    body["messages"][0]["content"] = said
+    anonymous = await http.post("/v1/chat/completions", json=body)
+    assert _problem(anonymous, 413)["maxBytes"] == MIB
 
 
 @pytest.mark.parametrize("depth", [65, 100_000])
@@ -142,6 +146,11 @@ async def test_a_nul_in_a_stored_id_of_an_invoke_body_is_a_422_naming_it(
         resp = await http.post("/gateway/invoke", json=body, headers=auth)
         assert resp.status_code == 422, resp.text
         assert field in {e["field"] for e in resp.json()["errors"]}, resp.text
+    # ResolveRoutePlan stores what it is given, and is no invoke surface: a NUL is refused
+    # before its route (it went on to PostgreSQL, a 500).
+    plan = {"runId": "7d1a4a52-5b83-4b36-a1a5-0a4ae0c6f0e1", "profileId": "a\x00b"}
+    refused = await http.post("/gateway/route-plans", json=plan, headers=auth)
+    _problem(refused, 400)
 
 
 @pytest.mark.parametrize(
