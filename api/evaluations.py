@@ -206,11 +206,6 @@ async def settled(
         reason = f"its run ended ({described.status.name if described.status else '?'})"
     async with transaction(sessions) as session:
         # Only a row still Running: its run may have recorded its outcome since it was read.
-        if ref:
-            # The evidence was imported by the run; its summary went to no row.
-            await evaluations.complete(session, row.evaluation_id, ref, {}, if_running=True)
-        else:
-            await evaluations.fail(
-                session, row.tenant_id, row.evaluation_id, reason, if_running=True
-            )
+        # A run that completed imported its evidence; its summary went to no row.
+        await evaluations.settle(session, row.tenant_id, row.evaluation_id, ref, reason)
     return True

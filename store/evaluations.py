@@ -6,7 +6,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from store.tables import EvaluationRow
 
@@ -37,39 +39,39 @@ async def discard_unstarted(session: AsyncSession, evaluation_id: str) -> None:
         await session.delete(row)
 
 
-async def _row(session: AsyncSession, evaluation_id: str, if_running: bool) -> EvaluationRow | None:
-    """The row to end; with `if_running`, only while it is still Running, read under a row
-    lock: a reader settling a row it read as Running (api/evaluations.py) never overwrites the
-    outcome its run recorded in between, summary and reason included."""
-    row = await session.get(EvaluationRow, evaluation_id, with_for_update=if_running)
-    if row is None or (if_running and row.status != "Running"):
-        return None
-    return row
-
-
 async def complete(
-    session: AsyncSession,
-    evaluation_id: str,
-    evidence_ref: str,
-    summary: dict[str, Any],
-    *,
-    if_running: bool = False,
+    session: AsyncSession, evaluation_id: str, evidence_ref: str, summary: dict[str, Any]
 ) -> None:
-    row = await _row(session, evaluation_id, if_running)
+    row = await session.get(EvaluationRow, evaluation_id)
     if row is not None:
         row.status, row.evidence_ref, row.ended_at = "Completed", evidence_ref, datetime.now(UTC)
         row.summary = summary
 
 
-async def fail(
-    session: AsyncSession,
-    tenant_id: str,
-    evaluation_id: str,
-    reason: str,
-    *,
-    if_running: bool = False,
-) -> None:
-    row = await _row(session, evaluation_id, if_running)
+async def fail(session: AsyncSession, tenant_id: str, evaluation_id: str, reason: str) -> None:
+    row = await session.get(EvaluationRow, evaluation_id)
     if row is not None and row.tenant_id == tenant_id:
         # The reason names an error class or a refusal, never content; bounded for the column.
         row.status, row.reason, row.ended_at = "Failed", reason[:500], datetime.now(UTC)
+
+
+async def settle(
+    session: AsyncSession, tenant_id: str, evaluation_id: str, evidence_ref: str | None, reason: str
+) -> None:
+    """End a row still Running whose run ended unheard (api/evaluations.py): Completed with
+    the run's evidence and no summary, or Failed with why. One conditional statement, on both
+    engines: a reader that read the row Running never overwrites the outcome its run recorded
+    since, summary and reason included."""
+    values: dict[str, Any] = (
+        {"status": "Completed", "evidence_ref": evidence_ref, "summary": {}}
+        if evidence_ref
+        else {"status": "Failed", "reason": reason[:500]}
+    )
+    await session.execute(
+        update(EvaluationRow)
+        .where(col(EvaluationRow.evaluation_id) == evaluation_id)
+        .where(col(EvaluationRow.tenant_id) == tenant_id)
+        .where(col(EvaluationRow.status) == "Running")
+        .values(**values, ended_at=datetime.now(UTC))
+        .execution_options(synchronize_session=False)
+    )
