@@ -4,6 +4,7 @@ the run could not complete. Case texts and model outputs stay inside `run_case`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
@@ -52,9 +53,11 @@ from providers.secrets import SecretResolutionError
 from store import evaluations
 from store.artifacts import ArtifactStore
 from store.db import transaction
+from store.outage import is_outage
 from store.repositories import ModelDeploymentRepository, ModelProfileRepository
 from store.tables import ModelDeploymentRow
 
+log = logging.getLogger("model_router.evaluation")
 CANNOT_RUN = "CannotRun"
 # A provider that refuses the credentials, or does not know the model, will not do better on a
 # retry: the run stops and the operator is told. Other refusals are the model failing a case.
@@ -132,9 +135,17 @@ class EvaluationActivities:
     async def _still_evaluable(self, tenant_id: str, deployment_id: str) -> None:
         """Each case asks first: a deployment retired while its evaluation runs stops the
         cases not yet sent (one primary-key read each, against a provider call), where every
-        case went on to the provider for evidence the import then refused."""
-        async with self._sessions() as session:
-            row = await ModelDeploymentRepository(session, tenant_id).get(deployment_id)
+        case went on to the provider for evidence the import then refused. A store that does
+        not answer does not stop the case: the import refuses a Retired deployment anyway, and
+        an outage longer than a case's retries failed the whole evaluation."""
+        try:
+            async with self._sessions() as session:
+                row = await ModelDeploymentRepository(session, tenant_id).get(deployment_id)
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            log.warning("evaluation case: the store did not answer (%s)", type(exc).__name__)
+            return
         _evaluable(row)
 
     @activity.defn(name="evaluation_run_case")
