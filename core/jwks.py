@@ -43,6 +43,8 @@ log = logging.getLogger("model_router.auth")
 # After a fetch, failed or not, the least time before the next one. A key rotated in at the
 # issuer is picked up by the first token naming it after that; PyJWKClient's own cooldown is 30 s.
 RETRY_SECONDS = 10.0
+# How far ahead of this process's clock a token's `iat` may be and still name a key rotated in.
+ISSUED_AHEAD_SECONDS = 60.0
 
 
 class IssuerUnreachable(Exception):
@@ -120,7 +122,13 @@ class IssuerKeys:
             return found
         if self._failing:
             raise IssuerUnreachable("the issuer's key set could not be fetched")
-        if not fetched and issued_at is not None and issued_at > self._fetched_wall:
+        # Issued after the set held was fetched, and not from the future beyond the clocks'
+        # skew (one dated later is refused however its key is found: PyJWT checks `iat`).
+        newer = (
+            issued_at is not None
+            and self._fetched_wall < issued_at <= self._wall() + ISSUED_AHEAD_SECONDS
+        )
+        if not fetched and newer:
             raise IssuerUnreachable("the token may name a key newer than the set held")
         raise UnknownKey(f"the issuer's key set has no signing key {kid!r}")
 

@@ -410,6 +410,10 @@ async def test_a_key_rotated_in_just_after_a_fetch_is_a_retry_not_a_bad_token(
     with pytest.raises(IssuerUnreachable):
         await asyncio.to_thread(verifier.verify, new)
     assert issuer.fetches == fetches  # the cooldown held
+    # A made-up kid's token dated in the future is no key rotated in: a 401 at once.
+    with pytest.raises(TokenError):
+        future = issuer.token(kid="made-up", iat=int(time.time()) + 3600)
+        await asyncio.to_thread(verifier.verify, future)
     clock.now += RETRY_SECONDS + 1
     principal = await asyncio.to_thread(verifier.verify, new)
     assert principal.tenant_id == "t-ext"
