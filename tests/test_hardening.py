@@ -5,6 +5,7 @@ rate limit."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -67,17 +68,17 @@ async def test_an_invoke_body_has_the_larger_limit_of_an_agent_session(
 ) -> None:
     # A long agent session is sent whole each turn: past 1 MiB it was a 413 that no client
     # takes for a context overflow, and the session ended there.
-    said = "word " * (3 * MIB // 5)
-    body = {"model": catalog.profile("openai"), "messages": [{"role": "user", "content": said}]}
-    answered = await http.post("/v1/chat/completions", json=body, headers=catalog.auth)
+    def body(mib: int) -> dict[str, Any]:
+        said = "word " * (mib * MIB // 5)
+        return {"model": catalog.profile("openai"), "messages": [{"role": "user", "content": said}]}
+
+    answered = await http.post("/v1/chat/completions", json=body(3), headers=catalog.auth)
     assert answered.status_code == 200, answered.text[:500]
     assert answered.json()["choices"][0]["message"]["content"].startswith("Echo: word word")
-    body["messages"][0]["content"] = "word " * (9 * MIB // 5)
-    refused = await http.post("/v1/chat/completions", json=body, headers=catalog.auth)
+    refused = await http.post("/v1/chat/completions", json=body(9), headers=catalog.auth)
     assert _problem(refused, 413)["maxBytes"] == 8 * MIB
     # A caller whose token did not verify is read to the usual limit only.
-    body["messages"][0]["content"] = said
-    anonymous = await http.post("/v1/chat/completions", json=body)
+    anonymous = await http.post("/v1/chat/completions", json=body(3))
     assert _problem(anonymous, 413)["maxBytes"] == MIB
 
 
