@@ -117,3 +117,21 @@ class EvidenceInput(BaseModel):
     suite_version: str
     evaluated_at: datetime
     scores: dict[str, CapabilityMeasurement]
+
+
+# What a registration sets for good. The license is left out: it may be recorded again before
+# approval (PUT …/license).
+_REGISTERED_FIELDS = (
+    "provider",
+    "model",
+    "region",
+    "privacy_class",
+    "endpoint_ref",
+    "compute_pool_id",
+    "context_window_tokens",
+)
+
+
+def registered_as(registration: DeploymentRegistration, record: DeploymentRecord) -> bool:
+    """Whether `record` is the deployment `registration` would register (its license aside)."""
+    return all(getattr(registration, f) == getattr(record, f) for f in _REGISTERED_FIELDS)

@@ -12,9 +12,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col, select
 from temporalio.client import Client
 
+from activities.lifecycle_client import LifecycleClient
 from activities.lifecycle_types import ApproveRequest, workflow_id
 from core.settings import Settings
 from domain.approval import IntendedUse
+from domain.deployments import DeploymentRegistration
 from store.tables import ModelDeploymentRow, OutboxEventRow
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import (
@@ -230,6 +232,36 @@ async def test_approving_an_approved_deployment_again_answers_it(
     assert "redistribution" in {r.get("licenseTerm") for r in refused.json()["refusals"]}
     got = (await http.get("/factory/model-deployments/d/again", headers=auth)).json()
     assert (got["state"], got["version"]) == ("Approved", 3)
+
+
+async def test_a_key_whose_registration_had_other_fields_is_a_409(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    temporal_client: Client,
+    settings: Settings,
+) -> None:
+    # The key's first request registered the deployment, and its answer was never stored (a
+    # 503 on the worker's timeout, or the store away as it was remembered). Sent again with an
+    # edited body, it was a 201 for a registration never applied.
+    key = uuid.uuid4().hex
+    first = DeploymentRegistration.model_validate(deployment_body("d/keyed"))
+    await LifecycleClient(temporal_client).register(
+        settings.temporal_task_queue, tenant, key, first
+    )
+    edited = await http.post(
+        "/factory/model-deployments",
+        json=deployment_body("d/keyed", model="gpt-4.1-mini"),
+        headers={**auth, "Idempotency-Key": key},
+    )
+    assert edited.status_code == 409, edited.text
+    assert edited.json()["field"] == "header.Idempotency-Key"
+    same = await http.post(
+        "/factory/model-deployments",
+        json=deployment_body("d/keyed"),
+        headers={**auth, "Idempotency-Key": key},
+    )
+    assert same.status_code == 201 and same.json()["model"] == "gpt-4.1", same.text
 
 
 async def test_license_is_recorded_before_approval(

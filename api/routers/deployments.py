@@ -18,7 +18,12 @@ from api.schemas import ApproveBody, DeploymentView
 from api.views import deployment_views
 from core.security import Principal
 from domain.access import Action
-from domain.deployments import DeploymentRecord, DeploymentRegistration, LicenseMetadata
+from domain.deployments import (
+    DeploymentRecord,
+    DeploymentRegistration,
+    LicenseMetadata,
+    registered_as,
+)
 from domain.enums import Scope
 from domain.lifecycle import Transition
 from store.repositories import ModelDeploymentRepository
@@ -64,6 +69,15 @@ async def register_deployment(
             f"Deployment {body.deployment_id!r} is already registered.",
             field="deploymentId",
             state=result.deployment.state.value,
+        )
+    if not registered_as(body, result.deployment):
+        # The key's first request registered other fields, and its answer was never stored
+        # (a 503, a store blip): this body was answered 201 for a registration never applied.
+        raise Problem(
+            409,
+            "This Idempotency-Key registered the deployment with other fields.",
+            field="header.Idempotency-Key",
+            type_="https://model-router.dev/problems/idempotency-key-reused",
         )
     answer = await keys.remember(
         idempotency_key, hash_, 201, result.deployment.model_dump(mode="json", by_alias=True)
