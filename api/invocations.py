@@ -23,7 +23,6 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
 
 from activities.invoke import InvokeActivities
 from activities.invoke_hub import (
@@ -45,6 +44,7 @@ from api.invocation_start import Started, WorkflowStarts
 from api.problems import Problem
 from api.refusals import problem_of
 from api.replays import Replays
+from api.result_watch import rewatch, watch_failed
 from api.runtime_types import InvokeConfig
 from api.temporal_gate import TemporalGate
 from core import metrics, timing
@@ -56,6 +56,7 @@ from domain.invocation import (
     InvocationInput,
     InvocationSummary,
 )
+from domain.key_reuse import reuse_refusal
 from domain.planner import PlanRequest
 from routing.refusals import PolicyDenied, Refusal, RunPlannedForOtherData
 from routing.routes import Route, Routes
@@ -69,9 +70,6 @@ log = logging.getLogger("model_router.api")
 # elsewhere (the caller queue never picked up, a close by the standalone worker), so it waits
 # past a normal wait for a first token: at 0.25 s, under load it started for nearly every call.
 QUIET_SECONDS = 2.0
-# After a watch that Temporal did not answer (the SDK gives up after about 10 s of retries), how
-# long before the workflow's result is watched again; the hub is read all the while.
-REWATCH_SECONDS = 2.0
 # How long a call begun here stays in the hub for its activity after the caller left.
 ADOPT_GRACE_SECONDS = 30.0
 
@@ -281,7 +279,7 @@ class Invocations:
                         {getter, result}, return_when=asyncio.FIRST_COMPLETED
                     )
                     if getter not in done:
-                        if _watch_failed(result):
+                        if watch_failed(result):
                             # Temporal did not answer (an outage past the SDK's retries): that
                             # says nothing of the workflow, whose call may be running here. It
                             # was taken for the workflow's end: the call was stopped, or a
@@ -290,7 +288,7 @@ class Invocations:
                                 "the workflow's result was not answered (%s); watched again",
                                 type(result.exception()).__name__,
                             )
-                            result = asyncio.ensure_future(_rewatch(started, REWATCH_SECONDS))
+                            result = asyncio.ensure_future(rewatch(started))
                             continue
                         # The workflow finished without this process's hub hearing of it. If
                         # the call ran here, its result is the receipt (the workflow wrote the
@@ -347,20 +345,14 @@ class Invocations:
     def _replay_or_wait(
         self, tenant: str, key: str, hash_: str, seen: InvocationReceiptRow, call: Call
     ) -> Running:
-        if seen.request_hash != hash_:
+        refused = reuse_refusal(
+            (seen.request_hash, seen.run_id, seen.project_id),
+            (hash_, call.run_id, call.project_id),
+        )
+        if refused is not None:
             raise Problem(
                 409,
-                "This Idempotency-Key was used with a different request.",
-                field="header.Idempotency-Key",
-                type_="https://model-router.dev/problems/idempotency-key-reused",
-            )
-        if (seen.run_id, seen.project_id) != (call.run_id, call.project_id):
-            # Keys are the tenant's: another run's (or project's) key with the same body was
-            # answered with that call's answer, its receipt and cost on the other run, none
-            # on this one. The attempt may differ: a step retried is the same call.
-            raise Problem(
-                409,
-                "This Idempotency-Key was used by another run or project of this tenant.",
+                refused,
                 field="header.Idempotency-Key",
                 type_="https://model-router.dev/problems/idempotency-key-reused",
             )
@@ -378,28 +370,6 @@ def _own_claim(seen: InvocationReceiptRow, data: InvocationInput) -> bool:
     return (
         seen.ended_at is None and data.claimed_at is not None and seen.started_at == data.claimed_at
     )
-
-
-# What Temporal says when it did not answer (down, overloaded, a deadline passed): worth asking
-# again. Any other refusal (the workflow not found, the request refused) will not change.
-_UNANSWERED = frozenset(
-    {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.RESOURCE_EXHAUSTED}
-)
-
-
-def _watch_failed(result: asyncio.Future[Any]) -> bool:
-    """Whether the watch of the workflow's result ended because Temporal did not answer, rather
-    than with the workflow's end (a result, the workflow's own failure, or a refusal that a
-    retry would not change, which is taken for its end as before)."""
-    if result.cancelled():
-        return False
-    exc = result.exception()
-    return isinstance(exc, RPCError) and exc.status in _UNANSWERED
-
-
-async def _rewatch(started: Started, after: float) -> Any:
-    await asyncio.sleep(after)  # a retry interval, not a wait for something
-    return await started.result().result()
 
 
 def _own_result(result: asyncio.Future[Any] | None) -> InvocationSummary | None:
