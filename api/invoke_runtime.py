@@ -5,6 +5,7 @@ the lifecycle with their recovery trials."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
@@ -32,6 +33,9 @@ from domain.sweep import unstarted_bound
 from routing.routes import Routes
 from store.receipt_statements import ReceiptStatements
 from workflows.invoke import InvokeModelWorkflow
+
+# What a worker calls as the SDK gives it up (its `on_fatal_error`).
+OnFatal = Callable[[BaseException], Awaitable[None]]
 
 # How long a stopping process waits for the calls it let go of (their runs evicted) to close
 # their receipts once stopped: one statement each.
@@ -75,9 +79,19 @@ class InvokeRuntime:
             self.settings.invoke_start_wait_seconds,
             self.settings.invoke_start_overlap_seconds,
         )
+
+        async def failing(exc: BaseException) -> None:
+            # Called as the SDK gives a worker up, before it waits out the worker's running
+            # activities (up to a call's budget): the gate refuses calls from now, not from
+            # when the worker's run ends, so no call waits on a queue nobody polls meanwhile.
+            gate.hold(f"in-process worker failed ({type(exc).__name__})")
+
         # Kept running: a worker that stops is rebuilt, the gate refusing calls meanwhile.
         self.workers = InvocationWorkers(
-            [lambda: self._workflow_worker(client), lambda: self._caller_worker(client)],
+            [
+                lambda: self._workflow_worker(client, failing),
+                lambda: self._caller_worker(client, failing),
+            ],
             gate.hold,
             gate.release,
         )
@@ -123,7 +137,7 @@ class InvokeRuntime:
             self.given_up,
         )
 
-    def _workflow_worker(self, client: Client) -> Worker:
+    def _workflow_worker(self, client: Client, failing: OnFatal) -> Worker:
         """Eager start needs a worker on the workflow's queue built on the very client that
         starts workflows."""
         acts = self.activities
@@ -139,13 +153,17 @@ class InvokeRuntime:
             # free slot is not eager (its task goes round the standalone worker and the caller
             # queue: 1.03 RespondWorkflowTaskCompleted per call at 64).
             max_concurrent_workflow_tasks=256,
+            on_fatal_error=failing,
         )
 
-    def _caller_worker(self, client: Client) -> Worker:
+    def _caller_worker(self, client: Client, failing: OnFatal) -> Worker:
         """The caller queue, this process's alone: an activity adopting a call of this
         process whose workflow task was not eager."""
         return Worker(
-            client, task_queue=self.config.caller_queue, activities=[self.activities.call_provider]
+            client,
+            task_queue=self.config.caller_queue,
+            activities=[self.activities.call_provider],
+            on_fatal_error=failing,
         )
 
     async def stop(self) -> None:
