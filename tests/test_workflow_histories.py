@@ -26,46 +26,32 @@ HISTORIES = Path(__file__).parent / "histories"
 
 
 @pytest.mark.parametrize(
-    "recorded",
-    # Before `webhook_pending` reported the worker's delivery settings (its result has none).
-    ["webhook_delivery_before_settings.json"],
+    ("recorded", "name", "workflow"),
+    [
+        # Before `webhook_pending` reported the worker's delivery settings (its result has none).
+        ("webhook_delivery_before_settings.json", "WebhookDelivery", WebhookDeliveryWorkflow),
+        # Before the verdicts were judged together (each probe's verdict applied as it came),
+        # recorded on 5909f8a: two targets, one failing at once (its Degrade applied while the
+        # other probe ran) and one answering 2 s later (recovered).
+        (
+            "health_probe_before_verdicts_together.json",
+            "DeploymentHealthProbe",
+            HealthProbeWorkflow,
+        ),
+        # Before approving an Approved deployment again was answered (refused then), recorded
+        # on e92acf2: two approvals at once, the second refused in its handler once the first
+        # applied, then a retire.
+        (
+            "deployment_lifecycle_before_approve_again.json",
+            "DeploymentLifecycle",
+            DeploymentLifecycleWorkflow,
+        ),
+    ],
 )
-async def test_recorded_webhook_delivery_histories_replay(recorded: str) -> None:
+async def test_recorded_histories_replay(recorded: str, name: str, workflow: type) -> None:
     text = (HISTORIES / recorded).read_text()
     started = json.loads(text)["events"][0]["workflowExecutionStartedEventAttributes"]
-    assert started["workflowType"]["name"] == "WebhookDelivery"
-    history = WorkflowHistory.from_json("webhook/recorded", text)
-    replayer = Replayer(workflows=[WebhookDeliveryWorkflow], data_converter=data_converter)
-    await replayer.replay_workflow(history)
-
-
-@pytest.mark.parametrize(
-    "recorded",
-    # Before the verdicts were judged together (each probe's verdict applied as it came),
-    # recorded on 5909f8a: two targets, one failing at once (its Degrade applied while the
-    # other probe ran) and one answering 2 s later (recovered).
-    ["health_probe_before_verdicts_together.json"],
-)
-async def test_recorded_health_probe_histories_replay(recorded: str) -> None:
-    text = (HISTORIES / recorded).read_text()
-    started = json.loads(text)["events"][0]["workflowExecutionStartedEventAttributes"]
-    assert started["workflowType"]["name"] == "DeploymentHealthProbe"
-    history = WorkflowHistory.from_json("probe/recorded", text)
-    replayer = Replayer(workflows=[HealthProbeWorkflow], data_converter=data_converter)
-    await replayer.replay_workflow(history)
-
-
-@pytest.mark.parametrize(
-    "recorded",
-    # Before approving an Approved deployment again was answered (refused then), recorded on
-    # e92acf2: two approvals at once, the second refused in its handler once the first applied,
-    # then a retire.
-    ["deployment_lifecycle_before_approve_again.json"],
-)
-async def test_recorded_deployment_lifecycle_histories_replay(recorded: str) -> None:
-    text = (HISTORIES / recorded).read_text()
-    started = json.loads(text)["events"][0]["workflowExecutionStartedEventAttributes"]
-    assert started["workflowType"]["name"] == "DeploymentLifecycle"
-    history = WorkflowHistory.from_json("lifecycle/recorded", text)
-    replayer = Replayer(workflows=[DeploymentLifecycleWorkflow], data_converter=data_converter)
+    assert started["workflowType"]["name"] == name
+    history = WorkflowHistory.from_json(f"recorded/{recorded}", text)
+    replayer = Replayer(workflows=[workflow], data_converter=data_converter)
     await replayer.replay_workflow(history)
