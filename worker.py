@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import httpx
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio import activity
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -29,6 +30,7 @@ from core.metrics_server import MetricsServer
 from core.schedules import ensure_schedules
 from core.settings import Settings, get_settings
 from core.temporal import connect
+from core.temporal_rotation import TlsRotation
 from providers.secrets import default_broker
 from store.artifacts import ArtifactStore
 from store.db import create_engine, session_factory
@@ -79,14 +81,16 @@ def build_worker(
     # by the allow-list (activities/secret_policy.py).
     broker = default_broker(allow_upstream=settings.allow_upstream_endpoints)
     endpoints = endpoint_broker(settings)
-    probes = ProbeActivities(sessions, client, endpoints)
+    probes = ProbeActivities(sessions, endpoints)
     # Usage APIs answer slowly for long ranges; they are providers, never redirect targets.
     statements = httpx.AsyncClient(timeout=60.0, follow_redirects=False)
     reconciliation = ReconciliationActivities(sessions, settings, broker, statements)
-    sweeper = SweeperActivities(sessions, client)
+    sweeper = SweeperActivities(sessions)
 
     async def this_client() -> Client:
-        return client
+        # The worker's client as it is now: one connected with rotated TLS files
+        # (core/temporal_rotation.py) once there is one.
+        return activity.client()
 
     evaluation = EvaluationActivities(
         sessions,
@@ -151,6 +155,19 @@ def build_invocation_worker(
     )
 
 
+def follow_tls_rotation(settings: Settings, workers: list[Worker]) -> TlsRotation:
+    """The workers poll on a client connected with the TLS files as they are rotated
+    (core/temporal_rotation.py); their activities ask `activity.client()` for it."""
+
+    def swap(client: Client) -> None:
+        for w in workers:
+            w.client = client
+
+    rotation = TlsRotation(settings, swap)
+    rotation.start()
+    return rotation
+
+
 async def run(settings: Settings) -> None:
     engine = create_engine(
         settings.database_url,
@@ -165,12 +182,14 @@ async def run(settings: Settings) -> None:
     adapters = evaluation_adapters(settings)
     worker = build_worker(client, settings, sessions, adapters=adapters)
     invocations = build_invocation_worker(client, settings, sessions)
+    rotation = follow_tls_rotation(settings, [worker, invocations])
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(adapters.aclose)  # after the workers have drained
+        stack.push_async_callback(rotation.aclose)
         if _serves_metrics(settings):
 
             async def recount() -> None:

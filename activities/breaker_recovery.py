@@ -62,6 +62,10 @@ class BreakerRecovery:
         self._next: dict[Key, float] = {}  # when each deployment's next trial starts
         breakers.report = self.report
 
+    def rebind(self, client: Client) -> None:
+        """Send verdicts on `client` from now on (core/temporal_rotation.py)."""
+        self._lifecycle = LifecycleClient(client)
+
     def report(self, tenant_id: str, deployment_id: str, healthy: bool) -> None:
         """The registry's callback (synchronous, on the event loop)."""
         key = (tenant_id, deployment_id)

@@ -12,7 +12,6 @@ import time
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
-from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from activities.lifecycle_client import LifecycleClient, LifecycleClosed, LifecycleRefused
@@ -94,11 +93,8 @@ async def send_probe(
 
 
 class ProbeActivities:
-    def __init__(
-        self, sessions: async_sessionmaker[AsyncSession], client: Client, broker: SecretBroker
-    ) -> None:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], broker: SecretBroker) -> None:
         self._sessions = sessions
-        self._lifecycle = LifecycleClient(client)
         self._broker = broker
 
     @activity.defn(name="probe_targets")
@@ -142,7 +138,9 @@ class ProbeActivities:
         if transition is None:
             return ApplyVerdictResult(applied=False, reason="no verdict")
         try:
-            record = await self._lifecycle.transition(
+            # The worker's client as it is now: one connected with rotated TLS files
+            # (core/temporal_rotation.py) once there is one.
+            record = await LifecycleClient(activity.client()).transition(
                 data.tenant_id, data.deployment_id, transition
             )
         except LifecycleRefused as exc:

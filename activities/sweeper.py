@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from core import metrics
@@ -26,8 +26,8 @@ from store.receipt_statements import ReceiptStatements
 
 
 class SweeperActivities:
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], client: Client) -> None:
-        self._sessions, self._client = sessions, client
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self._sessions = sessions
         self._statements = ReceiptStatements(sessions.kw["bind"])
 
     @activity.defn(name="sweep_open_receipts")
@@ -64,7 +64,8 @@ class SweeperActivities:
         return report
 
     async def _workflow(self, tenant_id: str, invocation_id: str) -> Workflow:
-        handle = self._client.get_workflow_handle(invoke_workflow_id(tenant_id, invocation_id))
+        # The worker's client as it is now (core/temporal_rotation.py).
+        handle = activity.client().get_workflow_handle(invoke_workflow_id(tenant_id, invocation_id))
         try:
             described = await handle.describe()
         except RPCError as exc:

@@ -58,6 +58,9 @@ class WorkflowStarts:
         self._hub = hub
         self._behind: set[Started] = set()  # held: a caller that left drops its reference
 
+    def rebind(self, client: Client) -> None:
+        self._client = client
+
     async def start(
         self, data: InvocationInput, pending: PendingCall, token: str, asked: Asked | None = None
     ) -> Started:

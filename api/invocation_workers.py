@@ -19,6 +19,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Sequence
 
+from temporalio.client import Client
 from temporalio.worker import Worker
 
 log = logging.getLogger("model_router.api")
@@ -49,6 +50,12 @@ class InvocationWorkers:
     def current(self) -> list[Worker]:
         """The workers running now (their replacements, after a stop)."""
         return [w for w in self._workers if w is not None]
+
+    def rebind(self, client: Client) -> None:
+        """The running workers poll on `client` from their next poll (`Worker.client`); one
+        rebuilt later is built on it by its build."""
+        for worker in self.current:
+            worker.client = client
 
     def start(self) -> None:
         self._keepers = [

@@ -122,6 +122,11 @@ class Invocations:
         self._starts = WorkflowStarts(client, config, gate, activities, hub, given_up)
         self._replays = replays
 
+    def rebind(self, client: Client) -> None:
+        """Start and read workflows on `client` from now on (core/temporal_rotation.py)."""
+        self._starts.rebind(client)
+        self._replays.rebind(client)
+
     async def start(self, principal: Principal, call: Call) -> Running:
         tenant = principal.tenant_id
         # After a quiet spell, the health check the start is raced with goes out now, beside

@@ -74,6 +74,7 @@ class InvokeRuntime:
         return self._adapters
 
     def start(self, client: Client) -> None:
+        self._client = client
         self.gate = gate = TemporalGate(
             client,
             self.settings.invoke_start_wait_seconds,
@@ -89,8 +90,8 @@ class InvokeRuntime:
         # Kept running: a worker that stops is rebuilt, the gate refusing calls meanwhile.
         self.workers = InvocationWorkers(
             [
-                lambda: self._workflow_worker(client, failing),
-                lambda: self._caller_worker(client, failing),
+                lambda: self._workflow_worker(self._client, failing),
+                lambda: self._caller_worker(self._client, failing),
             ],
             gate.hold,
             gate.release,
@@ -136,6 +137,14 @@ class InvokeRuntime:
             self.activities,
             self.given_up,
         )
+
+    def rebind(self, client: Client) -> None:
+        """Use `client` from now on (connected with rotated TLS files: core/temporal_rotation.py):
+        the workers take it for their next poll, a worker rebuilt is built on it."""
+        self._client = client
+        for holder in (self.gate, self.service, self.recovery, self.workers):
+            if holder is not None:
+                holder.rebind(client)
 
     def _workflow_worker(self, client: Client, failing: OnFatal) -> Worker:
         """Eager start needs a worker on the workflow's queue built on the very client that

@@ -58,6 +58,9 @@ class Replays:
         self._files = files
         self._start_wait = start_wait_seconds
 
+    def rebind(self, client: Client) -> None:
+        self._client = client
+
     async def seen(self, tenant: str, key: str) -> InvocationReceiptRow | None:
         async with self._sessions() as session:
             return await receipts.by_key(session, tenant, key)

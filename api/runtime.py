@@ -13,6 +13,7 @@ from api.invoke_runtime import InvokeRuntime
 from core.security import TokenVerifier
 from core.settings import Settings
 from core.temporal import connect
+from core.temporal_rotation import TlsRotation
 from routing.routes import Routes
 from routing.snapshots import SnapshotCache
 from store.db import create_engine, session_factory
@@ -64,6 +65,9 @@ class Runtime:
         self._given = temporal_client
         self._lock = asyncio.Lock()
         self._connector: asyncio.Task[None] | None = None
+        # A client this process connected itself follows its TLS files as they are rotated; one
+        # given to it is its giver's.
+        self._rotation = TlsRotation(settings, self._rebind)
 
     async def startup(self) -> None:
         if await self.temporal() is None:
@@ -90,11 +94,19 @@ class Runtime:
                     return None
                 self.invoke.start(client)
                 self._client = client
+                if self._given is None:
+                    self._rotation.start()
         return self._client
+
+    def _rebind(self, client: Client) -> None:
+        """A client connected with rotated TLS files, for every holder from now on."""
+        self._client = client
+        self.invoke.rebind(client)
 
     async def close(self) -> None:
         if self._connector is not None:
             self._connector.cancel()
+        await self._rotation.aclose()
         await self.invoke.stop()
         await self.statements.aclose()
         await self.engine.dispose()

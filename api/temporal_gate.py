@@ -110,6 +110,10 @@ class TemporalGate:
         self._check: asyncio.Task[bool] | None = None  # one health check, shared while in flight
         self._check_sent = -math.inf
 
+    def rebind(self, client: Client) -> None:
+        """Check the server's health on `client` from now on (core/temporal_rotation.py)."""
+        self._client = client
+
     @property
     def reachable(self) -> bool:
         return self._down_since is None and self._held is None

@@ -53,6 +53,9 @@ class Settings(BaseSettings):
     temporal_tls_client_key: Path | None = None
     temporal_tls_server_name: str | None = None
     temporal_api_key: SecretStr | None = None
+    # How often the TLS files above are read again for a rotated certificate
+    # (core/temporal_rotation.py): cert-manager renews a certificate a third of its life early.
+    temporal_tls_reload_seconds: float = Field(default=30.0, gt=0)
     temporal_connect_timeout_seconds: float = Field(default=10.0, gt=0)
 
     # Auth

@@ -169,10 +169,10 @@ async def test_a_retried_sweep_goes_on_from_the_page_its_attempt_finished(
         first_page = await receipts.open_before(session, datetime.now(UTC), 2)
     assert {i for _, i, _ in first_page} == {d.invocation_id for d in owned}
     _, last, at = first_page[-1]
-    env = ActivityEnvironment()
+    env = ActivityEnvironment(client=temporal_client)
     env.info = dataclasses.replace(env.info, heartbeat_details=[at.isoformat(), str(last)])
     try:
-        acts = SweeperActivities(sessions, temporal_client)
+        acts = SweeperActivities(sessions)
         report = await env.run(
             acts.sweep, SweepInput(open_longer_than_seconds=600, batch=2, pages=1)
         )
