@@ -90,8 +90,11 @@ class Settings(BaseSettings):
     webhook_poll_interval_seconds: float = Field(
         default=2.0, gt=0, description="How often an idle subscription looks for new events."
     )
+    # At least the delivery retries' first interval (0.5 s, workflows/webhook_delivery.py): a
+    # cap below it is a retry policy Temporal refuses, and every subscription's delivery stopped
+    # at its next event once such a deploy reached it.
     webhook_retry_max_interval_seconds: float = Field(
-        default=60.0, gt=0, description="Backoff cap while a receiver is failing."
+        default=60.0, ge=0.5, description="Backoff cap while a receiver is failing."
     )
     webhook_timeout_seconds: float = Field(default=10.0, gt=0, description="Per-delivery timeout.")
     webhook_allowed_private_networks: list[IPvAnyNetwork] = Field(

@@ -202,6 +202,19 @@ async def test_a_webhook_to_a_private_address_is_refused_and_nothing_is_stored(
     assert (await http.get("/factory/webhook-subscriptions", headers=auth)).json() == []
 
 
+@pytest.mark.parametrize("url", [f"https://{'a' * 64}.example.com/hook", "https://a..example.com/"])
+async def test_a_webhook_host_no_resolver_takes_is_a_422(
+    http: httpx.AsyncClient, auth: dict[str, str], url: str
+) -> None:
+    """A label over 63 characters, or an empty one, passes URL parsing, and the resolver
+    refuses it with a UnicodeError, not an OSError: it was a 500."""
+    resp = await http.post("/factory/webhook-subscriptions", json={"url": url}, headers=auth)
+    assert resp.status_code == 422, resp.text
+    assert resp.json()["errors"][0]["field"] == "body.url"
+    assert "does not resolve" in resp.json()["errors"][0]["message"]
+    assert (await http.get("/factory/webhook-subscriptions", headers=auth)).json() == []
+
+
 async def test_deleting_a_subscription_stops_delivery_and_is_tenant_scoped(
     http: httpx.AsyncClient, auth: dict[str, str], token_for: TokenFactory, tenant: str
 ) -> None:

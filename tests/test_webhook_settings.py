@@ -14,6 +14,7 @@ from typing import Any, cast
 
 import httpx
 import pytest
+from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.settings import Settings
@@ -94,3 +95,19 @@ async def test_a_raised_timeout_reaches_a_running_subscription_and_its_retried_e
                 lambda: "slow/b" in {e["subject"] for e in slow_receiver.received}, timeout=30
             )
             assert (await subscription())["failedAttempts"] == 0
+
+
+def test_a_retry_cap_below_the_first_interval_is_refused_at_start(settings: Settings) -> None:
+    """Temporal refuses a retry policy whose cap is below its first interval (0.5 s): such a
+    setting, deployed, stopped every subscription's delivery at its next event. It is refused
+    where the process starts instead, naming the setting."""
+    with pytest.raises(ValidationError, match="webhook_retry_max_interval_seconds"):
+        Settings.model_validate(
+            {**settings.model_dump(), "webhook_retry_max_interval_seconds": 0.25}
+        )
+    assert (
+        Settings.model_validate(
+            {**settings.model_dump(), "webhook_retry_max_interval_seconds": 0.5}
+        ).webhook_retry_max_interval_seconds
+        == 0.5
+    )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import socket
 import uuid
 from datetime import UTC, datetime
 
@@ -15,7 +16,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.exceptions import ApplicationError
 
-from activities.webhook_targets import TargetRefused, pinned, post
+from activities.webhook_targets import Pinned, TargetRefused, pinned, post
 from activities.webhook_types import DeliverInput, DeliverySettings
 from activities.webhooks import WebhookActivities
 from domain.cloudevents import OutboxEvent
@@ -115,6 +116,60 @@ async def test_a_receiver_that_drips_its_answer_is_given_the_timeout_in_all() ->
             writer.close()
         await server.wait_closed()
     assert dripping.is_set()
+
+
+async def test_a_receiver_answering_past_the_clients_own_5_s_is_given_the_setting() -> None:
+    """The delivery client's default bounds each phase at 5 s: a receiver answering in 6 s
+    under a 10 s setting timed out every attempt, and got the event again each minute."""
+    port = free_port()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await asyncio.sleep(5.5)  # the receiver's pace, not a wait for the test
+        writer.write(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", port)
+    target = await pinned(f"http://127.0.0.1:{port}/hook", LOOPBACK)
+    try:
+        async with httpx.AsyncClient() as client:  # the worker's: httpx's own defaults
+            resp = await post(client, target, content=b"{}", headers={}, seconds=10)
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert resp.status_code == 204
+
+
+async def test_an_address_that_drops_connections_is_passed_over_in_time_for_the_next() -> None:
+    """A receiver's name whose first address drops packets (its connect never answered: here a
+    listener whose one-place queue is full) fails over to the next within the timeout."""
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    dead.listen(0)
+    filler = socket.create_connection(dead.getsockname())  # the queue's one place taken
+    port = free_port()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", port)
+    target = Pinned(
+        urls=[f"http://127.0.0.1:{dead.getsockname()[1]}/hook", f"http://127.0.0.1:{port}/hook"],
+        headers={"Host": "receiver.example"},
+    )
+    try:
+        async with httpx.AsyncClient() as client:
+            resp = await post(client, target, content=b"{}", headers={}, seconds=4)
+    finally:
+        server.close()
+        await server.wait_closed()
+        filler.close()
+        dead.close()
+    assert resp.status_code == 204
 
 
 async def test_delivery_checks_the_receiver_again_and_refuses_a_private_one(
