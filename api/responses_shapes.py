@@ -134,8 +134,9 @@ def _text(content: Any, loc: tuple[str | int, ...]) -> str:
         raise _refuse(loc, "must be a string or a list of text parts")
     parts = []
     for i, part in enumerate(content):
-        if not isinstance(part, dict) or part.get("type") not in _TEXT_PARTS:
-            kind = part.get("type") if isinstance(part, dict) else None
+        kind = part.get("type") if isinstance(part, dict) else None
+        # A type that is no string (a list, an object) cannot be looked up in the set: a 500.
+        if not isinstance(kind, str) or kind not in _TEXT_PARTS:
             raise _refuse((*loc, i, "type"), f"{kind!r} content cannot be mapped")
         text = part.get("text")
         if not isinstance(text, str):

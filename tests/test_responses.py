@@ -357,6 +357,8 @@ async def test_what_cannot_be_served_statelessly_or_mapped_is_refused(
         ({"tools": [{"type": "web_search"}]}, "tools.0"),
         ({"input": [{"role": "user", "content": [image]}]}, "input.0.content.0.type"),
         ({"input": [{"type": "reasoning", "summary": []}]}, "input.0.type"),
+        # A part's type that is no string: looked up in a set, it was a 500.
+        ({"input": [{"role": "user", "content": [{"type": ["x"], "text": "hi"}]}]}, "input.0"),
     ):
         request: Any = {"model": catalog.profile("openai"), "input": "x", **kwargs}
         with pytest.raises(openai.UnprocessableEntityError) as refused:

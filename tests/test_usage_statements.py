@@ -120,6 +120,25 @@ async def test_a_value_no_column_holds_is_a_422_naming_it(
     assert kept.status_code == 201, kept.text
 
 
+async def test_a_cell_past_the_csv_modules_limit_is_a_422_naming_its_line(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """A cell past the csv module's field limit (128 KiB), well within the body's: the module
+    raises csv.Error, not ValueError, and it was a 500."""
+    body = (
+        "provider,bucketStart,bucketWidth,model,key,inputTokens,outputTokens\n"
+        "vllm,2026-11-30T10:00:00Z,1h,m,k,1,1\n"
+        f"vllm,2026-11-30T10:00:00Z,1h,{'m' * 140_000},k,1,1\n"
+    )
+    resp = await http.post("/factory/usage-statements", content=body, headers={**auth, **CSV})
+    assert resp.status_code == 422, resp.text
+    assert [e["line"] for e in resp.json()["errors"]] == [3]
+    assert await _stored(sessions, tenant) == (0, 0)
+
+
 async def test_imports_refuse_other_media_types_and_non_admins(
     http: httpx.AsyncClient, auth: dict[str, str], token_for: TokenFactory, tenant: str
 ) -> None:

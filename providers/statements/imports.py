@@ -90,11 +90,19 @@ def _records(text: str, fmt: str) -> list[tuple[int, Any]]:
         if not reader.fieldnames:
             raise StatementFileError([RowError(line=1, message="no header row")])
         records: list[tuple[int, Any]] = []
-        for row in reader:
-            if None in row:
-                records.append((reader.line_num, "more cells than the header has columns"))
-                continue
-            records.append((reader.line_num, {k: v for k, v in row.items() if v not in ("", None)}))
+        try:
+            for row in reader:
+                if None in row:
+                    records.append((reader.line_num, "more cells than the header has columns"))
+                    continue
+                records.append(
+                    (reader.line_num, {k: v for k, v in row.items() if v not in ("", None)})
+                )
+        except csv.Error as exc:  # a cell past the csv module's field limit (128 KiB): was a 500
+            raise StatementFileError(
+                # line_num is the last line read whole; the cell is on the next.
+                [RowError(line=reader.line_num + 1, message=f"not CSV the import reads: {exc}")]
+            ) from None
         return records
     out: list[tuple[int, Any]] = []
     for number, raw in enumerate(text.splitlines(), start=1):
