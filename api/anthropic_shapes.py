@@ -15,6 +15,7 @@ import uuid
 from typing import Any, Literal
 
 from fastapi.exceptions import RequestValidationError
+from jiter import from_json
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.openai_shapes import field_errors
@@ -315,11 +316,28 @@ def usage(summary: InvocationSummary) -> dict[str, Any]:
     }
 
 
-def tool_input(arguments: str) -> Any:
+class ToolInputInvalid(ValueError):
+    """A tool call whose arguments are no JSON object: Messages' `tool_use.input` is one."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"the tool call {name!r} has arguments that are not a JSON object")
+        self.name = name
+
+
+def tool_input(arguments: str, name: str) -> dict[str, Any]:
+    """A tool call's arguments as Messages' `input` object, read as the anthropic SDK reads a
+    streamed call's fragments (jiter, partial: a call cut at max_tokens keeps the members it
+    holds whole). Only an OpenAI-compatible deployment's calls can fail here: their arguments
+    are the model's own text. Such a call was answered as `input: {}` (the agent ran the tool
+    with no arguments), or with a list as is; one holding NaN parsed, and the response could
+    not be rendered (a 500). Raises ToolInputInvalid instead."""
     try:
-        return json.loads(arguments or "{}")
+        value = from_json((arguments or "{}").encode(), partial_mode=True, allow_inf_nan=False)
     except ValueError:
-        return {}
+        value = None
+    if not isinstance(value, dict):
+        raise ToolInputInvalid(name)
+    return value
 
 
 def message_body(
@@ -329,7 +347,7 @@ def message_body(
     if completion.text:
         content.append({"type": "text", "text": completion.text})
     content += [
-        {"type": "tool_use", "id": c.id, "name": c.name, "input": tool_input(c.arguments)}
+        {"type": "tool_use", "id": c.id, "name": c.name, "input": tool_input(c.arguments, c.name)}
         for c in completion.tool_calls
     ]
     return {

@@ -107,3 +107,21 @@ def test_a_plain_answer_and_sequential_tool_calls_stream_live() -> None:
     assert b"input_json_delta" in first
     # A second call while the first streams is held until the end.
     assert writer.add(ToolCallDelta(index=1, id="c1", name="b", arguments_delta="{}")) == b""
+
+
+def test_a_held_call_whose_arguments_are_no_object_ends_the_stream_with_an_error() -> None:
+    """The first call streams and is sent whole; the second, held behind it, is checked whole
+    before it is sent, and is not: the stream ends with an `error` event, not a block the SDK
+    cannot parse."""
+    events = _stream(
+        [
+            ToolCallDelta(index=0, id="c0", name="read", arguments_delta='{"path": "a.py"}'),
+            ToolCallDelta(index=1, id="c1", name="grep", arguments_delta="{'q': 'x'}"),
+            Finish(reason=FinishReason.TOOL_CALLS),
+        ]
+    )
+    starts = [e["content_block"]["name"] for e in events if e["type"] == "content_block_start"]
+    assert starts == ["read"]
+    assert events[-1]["type"] == "error" and events[-1]["error"]["type"] == "api_error"
+    assert "'grep'" in events[-1]["error"]["message"]
+    assert not any(e["type"] in ("message_delta", "message_stop") for e in events)

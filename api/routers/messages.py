@@ -12,10 +12,17 @@ from fastapi.responses import JSONResponse, Response
 
 from activities.invoke_outcomes import estimate_tokens
 from api.anthropic_errors import ERROR_RESPONSES, error_envelope
-from api.anthropic_shapes import CountTokensIn, MessagesIn, message_body, to_chat_request
+from api.anthropic_shapes import (
+    CountTokensIn,
+    MessagesIn,
+    ToolInputInvalid,
+    message_body,
+    to_chat_request,
+)
 from api.anthropic_stream import MessageEvents
 from api.deps import RuntimeDep, get_principal_or_api_key, require
 from api.invocations import Running
+from api.problems import Problem
 from api.surface import CallHeaders, Service
 from api.token_count import count_input_tokens
 from api.wire import (
@@ -57,7 +64,18 @@ async def create_message(
         return MessageEvents(running.invocation_id, body.model, estimate)
 
     async def whole(running: Running, done: Completion, summary: InvocationSummary) -> Response:
-        answer = message_body(running.invocation_id, body.model, done, summary)
+        try:
+            answer = message_body(running.invocation_id, body.model, done, summary)
+        except ToolInputInvalid as exc:
+            # The provider answered (its receipt says so, and what it cost), in words Messages
+            # cannot carry; another try may be answered well, so the SDK retries it.
+            raise Problem(
+                502,
+                f"The model's answer cannot be given as a message: {exc}.",
+                headers=receipt_headers(summary),
+                **receipt_view(summary),
+                errorClass="transient",
+            ) from None
         answer["model_router"] = receipt_view(summary)  # an extra field the SDK keeps
         return JSONResponse(answer, headers=receipt_headers(summary))
 

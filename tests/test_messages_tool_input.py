@@ -1,0 +1,109 @@
+"""A tool call whose arguments are no JSON object, from an OpenAI-compatible deployment (its
+arguments are the model's own text), through the Messages surface, whose `tool_use.input` is an
+object: answered whole it was `input: {}` (the agent ran the tool with no arguments), a list as
+is, or a 500 for NaN; streamed, the anthropic SDK raised a ValueError of its own mid-stream.
+Now it is a 502 `api_error` answered whole, and an `error` event ending the stream, with
+nothing of the call sent past what still read; a call cut short (at max_tokens) is read as the
+SDK reads a streamed one, keeping its whole members."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import anthropic
+import httpx
+import pytest
+from anthropic import AsyncAnthropic
+from temporalio.client import Client
+
+from providers.upstream import UpstreamServer
+from providers.upstream.turn import ChatTurn, Reply, ToolCallReply
+from tests.conftest import TokenFactory
+from tests.helpers.catalog import approved_profile
+
+PROFILE, MODEL = "tool-input", "tool-input-sim"
+BASH: Any = {"name": "bash", "input_schema": {"type": "object", "properties": {}}}
+
+
+def _arguments_said(turn: ChatTurn) -> Reply:
+    """Calls `bash` with the user's words as its arguments, exactly as written."""
+    return Reply(tool_calls=[ToolCallReply(name="bash", arguments=turn.last_user_text)])
+
+
+@pytest.fixture
+async def client(
+    api_url: str,
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+) -> AsyncAnthropic:
+    upstream.register(MODEL, _arguments_said)
+    token = await token_for(tenant)
+    await approved_profile(
+        http,
+        {"Authorization": f"Bearer {token}"},
+        temporal_client,
+        tenant,
+        PROFILE,
+        {f"ti/{uuid.uuid4().hex[:6]}": {"endpointRef": upstream.endpoint_ref, "model": MODEL}},
+    )
+    return AsyncAnthropic(base_url=api_url, api_key=token, max_retries=0)
+
+
+def _call(arguments: str) -> dict[str, Any]:
+    return {
+        "model": PROFILE,
+        "max_tokens": 300,
+        "messages": [{"role": "user", "content": arguments}],
+        "tools": [BASH],
+    }
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    ["{'cmd': 'ls'}", "[1]", '{"n": NaN}', "cmd=ls"],
+)
+async def test_arguments_that_are_no_object_are_an_api_error_whole_and_streamed(
+    client: AsyncAnthropic, arguments: str
+) -> None:
+    with pytest.raises(anthropic.APIStatusError) as whole:
+        await client.messages.create(**_call(arguments))
+    assert whole.value.status_code == 502
+    body: Any = whole.value.body
+    assert body["error"]["type"] == "api_error"
+    assert "'bash'" in body["error"]["message"]
+    assert body["receiptId"] and body["outcome"] == "Completed"  # the provider did answer
+
+    seen: list[Any] = []
+    with pytest.raises(anthropic.APIStatusError) as streamed:  # never the SDK's ValueError
+        async with client.messages.stream(**_call(arguments)) as stream:
+            async for event in stream:
+                seen.append(event)
+    assert "'bash'" in str(streamed.value)
+    sent = "".join(
+        e.delta.partial_json
+        for e in seen
+        if e.type == "content_block_delta" and e.delta.type == "input_json_delta"
+    )
+    assert arguments[: len(sent)] == sent and len(sent) < len(arguments)
+
+
+async def test_a_long_call_streams_whole_and_one_cut_short_keeps_its_whole_members(
+    client: AsyncAnthropic,
+) -> None:
+    long = '{"path": "a.py", "content": "' + "x = 1\\n" * 4000 + '"}'
+    async with client.messages.stream(**_call(long)) as stream:
+        final = await stream.get_final_message()
+    [block] = final.content
+    assert block.type == "tool_use" and block.input == {"path": "a.py", "content": "x = 1\n" * 4000}
+
+    cut = '{"path": "a.py", "content": "x = '
+    answered = await client.messages.create(**_call(cut))
+    [block] = answered.content
+    assert block.type == "tool_use" and block.input == {"path": "a.py"}
+    async with client.messages.stream(**_call(cut)) as stream:
+        final = await stream.get_final_message()
+    assert final.content[0].type == "tool_use" and final.content[0].input == {"path": "a.py"}
