@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
+from datetime import timedelta
 
 import httpx
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -44,6 +45,8 @@ class ReconciliationActivities:
     ) -> None:
         self._sessions = sessions
         self._broker = broker
+        # How far either side of a day a receipt carrying one of its request ids is looked for.
+        self._lookback = timedelta(hours=settings.reconciler_lookback_hours)
         self._sources: dict[str, tuple[str, _Factory]] = {}
         if settings.statements_openai_admin_ref:
             openai_keys = settings.statements_openai_key_refs
@@ -115,11 +118,22 @@ class ReconciliationActivities:
                     r.usage.provider_request_id for r in pending if r.usage.provider_request_id
                 },
             )
+            named = {line.provider_request_id for line in lines if line.provider_request_id}
+            carriers = await reconciliation.request_id_carriers(
+                session,
+                # The lookback either side: a receipt a day ago may have settled on this id.
+                start=data.start - self._lookback,
+                end=data.end + self._lookback,
+                request_ids=sorted(named),
+                pending=[r.usage.invocation_id for r in pending],
+                tenant_ids=data.tenant_ids,
+            )
         outcome = plan(
             lines,
             [*(r.usage for r in pending), *known],
             settle_zero=data.settle_zero_usage,
             bucket_cutoff=data.bucket_cutoff,
+            carriers=carriers,
         )
         by_id = {r.usage.invocation_id: r for r in pending}
         by_statement = defaultdict(list)

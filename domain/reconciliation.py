@@ -62,7 +62,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from domain.enums import UsageStatus
 from domain.provider_reports import recordable
-from domain.statements import AWAITING, ReceiptUsage, StatementLine, sent_nothing
+from domain.statements import (
+    AWAITING,
+    ReceiptUsage,
+    RequestIdCarrier,
+    StatementLine,
+    sent_nothing,
+)
 
 HELD = "bucket allocation waits for the settle delay (the bucket ended after the cutoff)"
 ZERO_LINE = "the statement reports zero tokens"
@@ -73,6 +79,10 @@ OPEN = "the receipt, or one in its statement's bucket, is still open (its usage 
 # unexplained tokens than a receipt's INTEGER columns: settled, its write failed the whole pass,
 # on every pass. The receipt waits for a statement it can hold (domain/provider_reports.py).
 PAST_RECEIPT = "the statement's share is past what a receipt's token counts hold"
+# A provider request id that more than one receipt carries (a self-hosted server numbering its
+# requests from 1 again after a restart, two endpoints under one provider name): its line gave
+# each of them its whole count, twice the bill. It names none of them; buckets may still.
+SHARED_ID = "another receipt carries the same provider request id"
 
 
 class Rule(StrEnum):
@@ -230,12 +240,15 @@ def plan(
     *,
     settle_zero: bool = False,
     bucket_cutoff: datetime | None = None,
+    carriers: Iterable[RequestIdCarrier] = (),
 ) -> Plan:
     """What the statements settle. `receipts` must hold every awaiting receipt that a bucket of
     `lines` covers, and the known usage of the others, one by one or summed (a sum of one
     deployment's minute is one known receipt at the minute's start), or the unexplained tokens
     are miscounted. Buckets ending after
-    `bucket_cutoff` are held back (their receipts skipped with HELD); None holds none."""
+    `bucket_cutoff` are held back (their receipts skipped with HELD); None holds none.
+    `carriers`: receipts besides `receipts` that carry a provider request id (settled on
+    another day's window): a line naming their id names them too."""
     ledger = _Ledger(receipts)
     by_request: dict[tuple[str, str], list[StatementLine]] = defaultdict(list)
     groups: dict[_GroupKey, list[StatementLine]] = defaultdict(list)
@@ -245,6 +258,12 @@ def plan(
         else:
             groups[_group_key(line)].append(line)
 
+    carrying: dict[tuple[str, str], list[str]] = defaultdict(list)  # the tenants carrying each
+    for r in ledger.receipts:
+        if r.provider_request_id is not None:
+            carrying[(r.provider.lower(), r.provider_request_id)].append(r.tenant_id)
+    for c in carriers:
+        carrying[(c.provider.lower(), c.request_id)].append(c.tenant_id)
     for r in ledger.receipts:
         if not ledger.awaiting(r) or r.provider_request_id is None:
             continue
@@ -256,6 +275,10 @@ def plan(
         if not found:
             continue
         line = min(found, key=lambda x: x.statement_ref)
+        named = carrying[(r.provider.lower(), r.provider_request_id)]
+        if sum(line.tenant_id in (None, tenant) for tenant in named) > 1:
+            ledger.skip(r, line.statement_ref, SHARED_ID)
+            continue
         if r.open:
             ledger.skip(r, line.statement_ref, OPEN)
             continue

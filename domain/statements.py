@@ -123,6 +123,14 @@ class ReceiptUsage(_Frozen):
     open: bool = False
 
 
+class RequestIdCarrier(_Frozen):
+    """A receipt outside the window the rules are given that carries a provider request id."""
+
+    provider: str
+    request_id: str
+    tenant_id: str
+
+
 def usage_corrected_event(
     receipt: Mapping[str, Any],
     *,

@@ -23,7 +23,7 @@ from sqlmodel import col, select
 from domain.enums import UsageStatus
 from domain.pricing import Pricebook, receipt_cost_usd
 from domain.reconciliation import Settlement
-from domain.statements import AWAITING, ReceiptUsage, usage_corrected_event
+from domain.statements import AWAITING, ReceiptUsage, RequestIdCarrier, usage_corrected_event
 from store import pricebook
 from store.ops_tables import ReceiptReconciliationRow, as_utc
 from store.repositories import OutboxRepository
@@ -92,6 +92,52 @@ async def receipts_in_window(
 
 # Receipts whose usage the rules take as known: what a bucket's total is first reduced by.
 _KNOWN = sorted({UsageStatus.REPORTED, UsageStatus.RECONCILED})
+
+# A day's awaiting receipts name at most this many request ids in one IN list per statement
+# (the lines' own read bounds them the same way: store/statements.py).
+_IDS_PER_READ = 1000
+
+
+async def request_id_carriers(
+    session: AsyncSession,
+    *,
+    start: datetime,
+    end: datetime,
+    request_ids: Sequence[str],
+    pending: Sequence[str],
+    tenant_ids: Sequence[str] | None,
+) -> list[RequestIdCarrier]:
+    """The receipts started in [start, end), besides `pending`, that carry one of
+    `request_ids`: a line naming such an id names them as well as a pending receipt
+    (domain/reconciliation.SHARED_ID), though their usage is known or another day's window
+    holds them. Read through ix_receipts_usage_status (usage_status, started_at): every status
+    is named so that its leading column is used."""
+    r = InvocationReceiptRow
+    out: list[RequestIdCarrier] = []
+    skip = set(pending)
+    ids = sorted(set(request_ids))
+    for at in range(0, len(ids), _IDS_PER_READ):
+        stmt = (
+            sa.select(
+                col(ModelDeploymentRow.provider),
+                col(r.provider_request_id),
+                col(r.tenant_id),
+                col(r.invocation_id),
+            )
+            .join(ModelDeploymentRow, _ITS_DEPLOYMENT)
+            .where(col(r.usage_status).in_(sorted(UsageStatus)))
+            .where(col(r.started_at) >= start)
+            .where(col(r.started_at) < end)
+            .where(col(r.provider_request_id).in_(ids[at : at + _IDS_PER_READ]))
+        )
+        if tenant_ids is not None:
+            stmt = stmt.where(col(r.tenant_id).in_(list(tenant_ids)))
+        out += [
+            RequestIdCarrier(provider=p, request_id=i, tenant_id=t)
+            for p, i, t, invocation in (await session.execute(stmt)).all()
+            if str(invocation) not in skip
+        ]
+    return out
 
 
 def _epoch_minute(column: Any, dialect: str) -> Any:

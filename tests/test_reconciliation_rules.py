@@ -25,6 +25,7 @@ from domain.reconciliation import (
     NOTHING_SENT,
     OPEN,
     PAST_RECEIPT,
+    SHARED_ID,
     Rule,
     Settlement,
     allocate,
@@ -142,6 +143,37 @@ def test_request_id_lines_settle_exactly_and_only_their_tenant() -> None:
     result = plan([line], [mine, other])
     assert [(s.invocation_id, s.rule) for s in result.settlements] == [("inv-01", Rule.REQUEST_ID)]
     assert tokens(result.settlements) == {"inv-01": (120, 30, 0)}
+
+
+def test_a_request_id_two_receipts_carry_settles_neither() -> None:
+    """A self-hosted server numbering its requests from 1 again: one line gave both receipts
+    its whole count. Neither is named by it now, this pass or a later one after one of them
+    was settled (a receipt settled before carries the id too)."""
+    line = bucket(
+        120,
+        30,
+        statement_ref="import/x#L2",
+        source="import/x",
+        provider_request_id="chatcmpl-7",
+        bucket_start=None,
+        bucket_end=None,
+        model=None,
+    )
+    first = receipt(1, provider_request_id="chatcmpl-7")
+    second = receipt(2, tenant_id="t2", provider_request_id="chatcmpl-7")
+    result = plan([line], [first, second])
+    assert result.settlements == ()
+    assert {(s.invocation_id, s.reason) for s in result.skipped} == {
+        ("inv-01", SHARED_ID),
+        ("inv-02", SHARED_ID),
+    }
+    settled_before = first.model_copy(
+        update={"usage_status": UsageStatus.RECONCILED, "input_tokens": 120, "output_tokens": 30}
+    )
+    assert plan([line], [settled_before, second]).settlements == ()
+    # A tenant's own line names only its tenant's receipt: that one it settles.
+    own = line.model_copy(update={"tenant_id": "t1"})
+    assert tokens(plan([own], [first, second]).settlements) == {"inv-01": (120, 30, 0)}
 
 
 def test_unexplained_tokens_are_shared_by_estimate_and_a_second_pass_settles_nothing() -> None:

@@ -227,6 +227,66 @@ async def test_imported_statements_settle_self_hosted_receipts(
     assert len(await invoked_events(sessions, tenant)) == 3
 
 
+async def test_a_request_id_a_server_used_again_the_next_day_settles_one_receipt_once(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    settings: Settings,
+    sessions: async_sessionmaker[AsyncSession],
+    temporal_client: Client,
+) -> None:
+    """A self-hosted server numbers its requests from 1 again after a restart: the next day's
+    receipt carries the id of one settled the day before. The line that settled that one gave
+    the new one its whole count as well, a second time; now it names neither of them again."""
+    pool = "pool:tenant-a/vllm"
+    await register(
+        http, auth, "vllm/again", provider="vllm", model="qwen2.5-coder", endpointRef=pool
+    )
+    first_day = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+    first = await add_receipt(
+        sessions,
+        tenant=tenant,
+        deployment_id="vllm/again",
+        started_at=first_day - timedelta(hours=2),
+        usage_status=UsageStatus.UNKNOWN,
+        provider_request_id="cmpl-1",
+    )
+    statement = (
+        '{"provider":"vllm","providerRequestId":"cmpl-1","inputTokens":800,"outputTokens":90}\n'
+    )
+    resp = await http.post(
+        "/factory/usage-statements", content=statement, headers={**auth, **JSONL}
+    )
+    assert resp.status_code == 201, resp.text
+
+    async def reconcile(as_of: datetime) -> int:
+        report = await temporal_client.execute_workflow(
+            ReceiptReconcilerWorkflow.run,
+            ReconcilerInput(
+                lookback_hours=4, settle_delay_minutes=0, tenant_ids=[tenant], as_of=as_of
+            ),
+            id=f"reconcile-again-{uuid.uuid4().hex[:8]}",
+            task_queue=settings.temporal_task_queue,
+        )
+        return report.settled
+
+    assert await reconcile(first_day) == 1
+    next_day = first_day + timedelta(days=1)
+    second = await add_receipt(
+        sessions,
+        tenant=tenant,
+        deployment_id="vllm/again",
+        started_at=next_day - timedelta(hours=2),
+        usage_status=UsageStatus.UNKNOWN,
+        provider_request_id="cmpl-1",
+    )
+    assert await reconcile(next_day) == 0
+    rows = await receipts(sessions, [first, second])
+    assert (rows[first].input_tokens, rows[first].output_tokens) == (800, 90)
+    assert rows[second].usage_status is UsageStatus.UNKNOWN
+    assert len(await invoked_events(sessions, tenant)) == 1
+
+
 async def test_triggering_the_reconciler_settles_exact_matches_at_once_and_says_what_waits(
     http: httpx.AsyncClient,
     auth: dict[str, str],
