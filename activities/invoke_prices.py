@@ -1,10 +1,14 @@
 """A call's cost as its receipt states it: the answering attempt's tokens at the prices of the
 invocation's pricing revision, as of today. Revisions are immutable, so a process keeps each
-one it read."""
+one it read. One not published yet is read again after `MISSING_SECONDS`: a profile may name a
+revision published after it, and kept as missing for the process's life every receipt of it
+went without a cost until a restart, while its budgets were priced on the current revision."""
 
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -15,19 +19,31 @@ from domain.invocation import InvocationInput
 from domain.pricing import Pricebook, receipt_cost_usd
 from store import pricebook
 
+# How long a revision found missing is taken as missing: one read per revision that often at
+# most, against a read on every call of a profile naming it.
+MISSING_SECONDS = 30.0
+
 
 class Prices:
     def __init__(
-        self, sessions: async_sessionmaker[AsyncSession], wait: float | None = None
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        wait: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`wait` bounds the one read a call's end may make besides its close (its revision's
         pricebook, once per process): `INVOKE_STORE_WAIT_SECONDS`, as the close's own."""
         self._sessions = sessions
         self._wait = wait
+        self._clock = clock
         self._books: dict[tuple[str, str], Pricebook | None] = {}
+        self._missing_until: dict[tuple[str, str], float] = {}
 
     async def _book(self, tenant_id: str, revision: str) -> Pricebook | None:
         key = (tenant_id, revision)
+        until = self._missing_until.get(key)
+        if until is not None and self._clock() >= until:
+            del self._missing_until[key], self._books[key]  # not published then: perhaps now
         if key not in self._books:
             # Read before the close, on the main engine, whose statements wait up to
             # `DATABASE_STATEMENT_TIMEOUT_SECONDS` (60 s by default): a database gone silent
@@ -36,6 +52,8 @@ class Prices:
             # bound the cost is left unknown, as for a pricebook that cannot be read.
             async with asyncio.timeout(self._wait), self._sessions() as session:
                 self._books[key] = await pricebook.load(session, tenant_id, revision)
+            if self._books[key] is None:
+                self._missing_until[key] = self._clock() + MISSING_SECONDS
         return self._books[key]
 
     async def cost(

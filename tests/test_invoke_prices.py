@@ -1,0 +1,56 @@
+"""A receipt's cost comes from its invocation's pricing revision. A profile may name a revision
+published after it: the process took that revision as missing for its whole life, and every
+receipt went without a cost until a restart. A missing revision is read again after a while."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from activities.invoke_outcomes import Outcome
+from activities.invoke_prices import MISSING_SECONDS, Prices
+from domain.enums import InvocationOutcome, UsageStatus
+from domain.invocation import InvocationInput
+from domain.pricing import Pricebook
+from store import pricebook
+from store.db import transaction
+
+
+async def test_a_revision_published_after_it_was_missing_prices_later_calls(
+    sessions: async_sessionmaker[AsyncSession], tenant: str
+) -> None:
+    now = [1000.0]
+    prices = Prices(sessions, clock=lambda: now[0])
+    # Of the call, only its tenant and revision are read here.
+    call = InvocationInput.model_construct(tenant_id=tenant, pricing_revision="later")  # type: ignore[call-arg]
+    answered = Outcome(
+        outcome=InvocationOutcome.COMPLETED,
+        usage=UsageStatus.REPORTED,
+        input_tokens=1_000_000,
+        output_tokens=0,
+    )
+    assert await prices.cost(call, "openai", "gpt-4.1", answered) is None  # not published yet
+
+    book = Pricebook.model_validate(
+        {
+            "revision": "later",
+            "entries": [
+                {
+                    "provider": "openai",
+                    "model": "gpt-4.1",
+                    "inputUsdPerMtok": "2.5",
+                    "outputUsdPerMtok": "10",
+                    "effectiveFrom": datetime(2026, 1, 1, tzinfo=UTC).date(),
+                }
+            ],
+        }
+    )
+    async with transaction(sessions) as session:
+        assert await pricebook.publish(session, tenant, book)
+    # Within the while, the miss stands (no read per call); past it, the revision is read.
+    now[0] += MISSING_SECONDS - 1
+    assert await prices.cost(call, "openai", "gpt-4.1", answered) is None
+    now[0] += 1
+    assert await prices.cost(call, "openai", "gpt-4.1", answered) == Decimal("2.5")
