@@ -16,8 +16,9 @@ bound is never later than the reader's own transaction start (`now()`): PostgreS
 activity view it read for the rest of a transaction, and a writer begun after that read is not
 in it. Only client sessions of this database write the outbox (not autovacuum, not another
 database). An open writer whose start this role cannot see (another role's session, without
-`pg_read_all_stats`) or a prepared transaction stops the horizon at 0 until it ends: readers
-then get nothing new (better late than lost), and the read costs no scan.
+`pg_read_all_stats`: its type is hidden as well, so a hidden type counts as a client's) or a
+prepared transaction stops the horizon at 0 until it ends: readers then get nothing new
+(better late than lost), and the read costs no scan.
 
 So an event is readable about a second after it is written, and any session left in an open
 transaction that wrote (an operator's psql, a stuck process) holds every reader back until it
@@ -42,7 +43,8 @@ _HORIZON = sa.text(
                OR EXISTS (SELECT 1 FROM pg_prepared_xacts WHERE database = current_database())
                AS unseen
         FROM pg_stat_activity
-        WHERE datname = current_database() AND backend_type = 'client backend'
+        WHERE datname = current_database()
+          AND (backend_type = 'client backend' OR backend_type IS NULL)
           AND backend_xid IS NOT NULL AND pid <> pg_backend_pid()
     )
     SELECT CASE WHEN unseen THEN 0 ELSE coalesce((

@@ -10,12 +10,12 @@ from typing import Any, cast
 import httpx
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 from sqlmodel import col, select
 
 from core import metrics
 from domain.enums import Role, Scope
-from store.outbox_horizon import MARGIN_SECONDS
+from store.outbox_horizon import MARGIN_SECONDS, settled_position
 from store.repositories import OutboxRepository
 from store.tables import OutboxEventRow
 from tests.conftest import TokenFactory, free_port
@@ -350,6 +350,54 @@ async def test_an_event_whose_transaction_commits_late_is_not_passed_over(
         return await feed() == ["late/early", "late/later"]
 
     await eventually(both_in_order, timeout=10, interval=0.1)
+
+
+async def test_a_writer_of_another_role_holds_readers_back_though_its_start_is_hidden(
+    tenant: str, sessions: async_sessionmaker[AsyncSession], database_url: str
+) -> None:
+    """An API and a worker under two database roles, neither with pg_read_all_stats: each sees
+    the other's sessions with their type hidden too (NULL), not only their start, and the
+    filter on the type left them out. The reader passed the other role's open position, and
+    its event was never read."""
+    run = uuid.uuid4().hex[:8]
+    writer_role, reader_role = f"outbox_writer_{run}", f"outbox_reader_{run}"
+    async with sessions() as admin:
+        for role in (writer_role, reader_role):
+            await admin.execute(sa.text(f"CREATE ROLE {role} LOGIN"))
+            await admin.execute(sa.text(f"GRANT SELECT, INSERT ON outbox_events TO {role}"))
+            await admin.execute(sa.text(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role}"))
+        await admin.commit()
+    url = sa.make_url(database_url)
+    writer = create_async_engine(url.set(username=writer_role))
+    reader = create_async_engine(url.set(username=reader_role))
+    try:
+        async with AsyncSession(writer) as slow, sessions() as quick:
+            early = _event(tenant, "roles/early")
+            slow.add(early)
+            await slow.flush()  # its position taken under the writer role; still open
+            later = _event(tenant, "roles/later")
+            quick.add(later)
+            await quick.commit()
+            assert early.position is not None and later.position is not None
+            await _past_the_margin(sessions, later.position)
+            async with AsyncSession(reader) as reading:
+                assert (await settled_position(reading) or 0) < early.position
+            await slow.commit()
+        async with AsyncSession(reader) as reading:
+            last = later.position
+
+            async def past_both() -> bool:
+                return (await settled_position(reading) or 0) >= last
+
+            await eventually(past_both, timeout=10, interval=0.1)
+    finally:
+        await writer.dispose()
+        await reader.dispose()
+        async with sessions() as admin:
+            for role in (writer_role, reader_role):
+                await admin.execute(sa.text(f"DROP OWNED BY {role}"))
+                await admin.execute(sa.text(f"DROP ROLE {role}"))
+            await admin.commit()
 
 
 async def test_a_reader_asking_twice_in_one_transaction_still_waits_for_a_later_writer(
