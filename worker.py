@@ -23,6 +23,7 @@ from activities.probes import ProbeActivities
 from activities.reconciliation import ReconciliationActivities
 from activities.secret_policy import endpoint_broker
 from activities.sweeper import SweeperActivities
+from activities.webhook_runs import keep_deliveries
 from activities.webhooks import WebhookActivities, delivery_settings
 from core import metrics, tracing
 from core.logging import configure_logging
@@ -183,6 +184,8 @@ async def run(settings: Settings) -> None:
     worker = build_worker(client, settings, sessions, adapters=adapters)
     invocations = build_invocation_worker(client, settings, sessions)
     rotation = follow_tls_rotation(settings, [worker, invocations])
+    # Every active webhook subscription has its delivery running (activities/webhook_runs.py).
+    upkeep = asyncio.create_task(keep_deliveries(lambda: worker.client, settings, sessions))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -190,6 +193,7 @@ async def run(settings: Settings) -> None:
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(adapters.aclose)  # after the workers have drained
         stack.push_async_callback(rotation.aclose)
+        stack.callback(upkeep.cancel)
         if _serves_metrics(settings):
 
             async def recount() -> None:

@@ -6,6 +6,23 @@ from pydantic import BaseModel
 
 from domain.cloudevents import OutboxEvent
 
+DELIVERY_WORKFLOW = "WebhookDelivery"
+
+
+class DeliveryInput(BaseModel):
+    tenant_id: str
+    subscription_id: str
+    after: int = 0
+    # The settings at the subscription's creation (or this run's start), until the first
+    # `webhook_pending` reports the worker's current ones.
+    poll_interval_seconds: float = 2.0
+    retry_max_interval_seconds: float = 60.0
+    timeout_seconds: float = 10.0
+
+
+def workflow_id(tenant_id: str, subscription_id: str) -> str:
+    return f"webhook/{tenant_id}/{subscription_id}"
+
 
 class PendingInput(BaseModel):
     tenant_id: str

@@ -189,6 +189,17 @@ class OutboxRepository(TenantRepository):
         return (await self.session.scalars(stmt)).all()
 
 
+async def active_subscriptions(
+    session: AsyncSession, tenant_ids: Sequence[str] | None = None
+) -> Sequence[WebhookSubscriptionRow]:
+    """The active subscriptions of `tenant_ids` (None: of every tenant, as the worker's upkeep
+    of their delivery workflows serves them all: activities/webhook_runs.py)."""
+    stmt = select(WebhookSubscriptionRow).where(col(WebhookSubscriptionRow.active))
+    if tenant_ids is not None:
+        stmt = stmt.where(col(WebhookSubscriptionRow.tenant_id).in_(list(tenant_ids)))
+    return (await session.scalars(stmt.order_by(col(WebhookSubscriptionRow.created_at)))).all()
+
+
 class WebhookSubscriptionRepository(TenantRepository):
     async def list(self) -> Sequence[WebhookSubscriptionRow]:
         stmt = (

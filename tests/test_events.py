@@ -12,8 +12,12 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 from sqlmodel import col, select
+from temporalio.client import Client
 
+from activities.webhook_runs import restart_stopped_deliveries
+from activities.webhook_types import workflow_id
 from core import metrics
+from core.settings import Settings
 from domain.enums import Role, Scope
 from store.outbox_horizon import MARGIN_SECONDS, settled_position
 from store.repositories import OutboxRepository
@@ -131,6 +135,50 @@ async def test_webhook_receiver_down_then_back_gets_every_event_in_order(
     positions = [int(e["sequence"]) for e in receiver.received]
     assert positions == sorted(positions)
     await receiver.stop()
+
+
+async def test_a_subscription_whose_delivery_is_gone_is_started_again_from_its_cursor(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    settings: Settings,
+    sessions: async_sessionmaker[AsyncSession],
+    temporal_client: Client,
+) -> None:
+    """A subscription listed active with no delivery running (its workflow terminated by an
+    operator, an API killed between storing it and starting it, histories lost) got nothing,
+    and never showed as failing. The worker's upkeep starts it again from its cursor: the
+    events written meanwhile are delivered, the ones delivered before are not sent again."""
+    receiver = Receiver(port=free_port())
+    await receiver.start()
+    try:
+        created = await http.post(
+            "/factory/webhook-subscriptions", json={"url": receiver.url}, headers=auth
+        )
+        assert created.status_code == 201, created.text
+        receiver.secret = created.json()["signingSecret"]
+        await register(http, auth, "gone/a")
+        await eventually(lambda: len(receiver.received) == 1)
+
+        async def cursor_moved() -> bool:  # what the run recorded as delivered
+            [listed] = (await http.get("/factory/webhook-subscriptions", headers=auth)).json()
+            return bool(listed["deliveredPosition"] >= int(receiver.received[0]["sequence"]))
+
+        await eventually(cursor_moved)
+        sub = created.json()["subscriptionId"]
+        await temporal_client.get_workflow_handle(workflow_id(tenant, sub)).terminate()
+        await register(http, auth, "gone/b")
+
+        assert await restart_stopped_deliveries(temporal_client, settings, sessions, [tenant]) == 1
+        await eventually(lambda: len(receiver.received) >= 2, timeout=30)
+        assert [e["subject"] for e in receiver.received] == ["gone/a", "gone/b"]
+        # A running one is left as it is: the same run goes on.
+        handle = temporal_client.get_workflow_handle(workflow_id(tenant, sub))
+        running = (await handle.describe()).run_id
+        await restart_stopped_deliveries(temporal_client, settings, sessions, [tenant])
+        assert (await handle.describe()).run_id == running
+    finally:
+        await receiver.stop()
 
 
 async def test_the_feed_and_webhooks_go_on_past_32_bit_positions(

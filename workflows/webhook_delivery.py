@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from activities.webhook_types import (
+        DELIVERY_WORKFLOW,
         CursorInput,
         DeliverInput,
+        DeliveryInput,
         DeliverySettings,
         Pending,
         PendingInput,
@@ -25,22 +26,7 @@ with workflow.unsafe.imports_passed_through():
 ITERATIONS_PER_RUN = 300
 
 
-class DeliveryInput(BaseModel):
-    tenant_id: str
-    subscription_id: str
-    after: int = 0
-    # The settings at the subscription's creation (or this run's start), until the first
-    # `webhook_pending` reports the worker's current ones.
-    poll_interval_seconds: float = 2.0
-    retry_max_interval_seconds: float = 60.0
-    timeout_seconds: float = 10.0
-
-
-def workflow_id(tenant_id: str, subscription_id: str) -> str:
-    return f"webhook/{tenant_id}/{subscription_id}"
-
-
-@workflow.defn(name="WebhookDelivery")
+@workflow.defn(name=DELIVERY_WORKFLOW)
 class WebhookDeliveryWorkflow:
     @workflow.run
     async def run(self, data: DeliveryInput) -> None:

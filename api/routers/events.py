@@ -11,16 +11,14 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Query, Response
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from temporalio.client import Client
 from temporalio.service import RPCError
 
+from activities.webhook_runs import start_delivery
 from activities.webhook_signing import new_secret
 from activities.webhook_targets import TargetRefused, pinned
-from activities.webhooks import delivery_settings
 from api.deps import RuntimeDep, SessionDep, TemporalDep, holds, require
 from api.problems import Problem, field_refused
 from core.security import Principal
-from core.settings import Settings
 from domain.access import Action
 from domain.cloudevents import OutboxEvent, to_cloudevent
 from domain.enums import Scope
@@ -29,7 +27,6 @@ from store.db import transaction
 from store.outbox_horizon import settled_position
 from store.repositories import OutboxRepository, WebhookSubscriptionRepository, last_position
 from store.tables import WebhookSubscriptionRow
-from workflows.webhook_delivery import DeliveryInput, WebhookDeliveryWorkflow, workflow_id
 
 log = logging.getLogger("model_router.api")
 router = APIRouter(tags=["events"])
@@ -197,7 +194,10 @@ async def create_subscription(
             delivered_position=start,
         )
     try:
-        await _start_delivery(temporal, settings, principal.tenant_id, row, start)
+        # Already running: the worker's upkeep (activities/webhook_runs.py) started it first.
+        await start_delivery(
+            temporal, settings, principal.tenant_id, str(row.subscription_id), start
+        )
     except BaseException as exc:
         # Nothing would ever deliver to this subscription (Temporal went away after the
         # connect, or the request was cancelled), so it is not kept: it stayed listed as
@@ -219,22 +219,6 @@ async def _discard(
 ) -> None:
     async with transaction(sessions) as session:
         await WebhookSubscriptionRepository(session, tenant_id).discard(row.subscription_id)
-
-
-async def _start_delivery(
-    temporal: Client, settings: Settings, tenant_id: str, row: WebhookSubscriptionRow, start: int
-) -> None:
-    await temporal.start_workflow(
-        WebhookDeliveryWorkflow.run,
-        DeliveryInput(
-            tenant_id=tenant_id,
-            subscription_id=str(row.subscription_id),
-            after=start,
-            **delivery_settings(settings).model_dump(),
-        ),
-        id=workflow_id(tenant_id, str(row.subscription_id)),
-        task_queue=settings.temporal_task_queue,
-    )
 
 
 @router.get(
