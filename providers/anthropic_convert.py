@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from providers.types import ChatRequest, Message
@@ -11,6 +12,16 @@ from providers.types import ChatRequest, Message
 DEFAULT_MAX_TOKENS = 4096
 _EPHEMERAL = {"type": "ephemeral"}
 _CHOICE = {"auto": "auto", "none": "none", "required": "any", "tool": "tool"}
+
+
+# Anthropic takes tool-call ids of these characters only; an OpenAI-compatible server's may hold
+# others (`functions.bash:0`), and a session's next turn sent to an Anthropic deployment (a
+# fallback) was refused. Each other character becomes `_`, in the call and in its result alike.
+_NOT_ID = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def _id(call_id: str | None) -> str | None:
+    return _NOT_ID.sub("_", call_id) if call_id else call_id
 
 
 def _tool_input(arguments: str) -> dict[str, Any]:
@@ -24,7 +35,7 @@ def _tool_input(arguments: str) -> dict[str, Any]:
 def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
     blocks: list[dict[str, Any]]
     if message.role == "tool":
-        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id}
+        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": _id(message.tool_call_id)}
         if message.is_error:
             block["is_error"] = True
         blocks = [{**block, "content": message.content or ""}]
@@ -33,7 +44,7 @@ def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
         if message.content:
             blocks.append({"type": "text", "text": message.content})
         blocks += [
-            {"type": "tool_use", "id": c.id, "name": c.name, "input": _tool_input(c.arguments)}
+            {"type": "tool_use", "id": _id(c.id), "name": c.name, "input": _tool_input(c.arguments)}
             for c in message.tool_calls
         ]
     if message.cache_control is not None and blocks:

@@ -54,6 +54,7 @@ from providers.types import (
     ToolCallDelta,
     UsageEvent,
     collect_events,
+    minted_call_id,
 )
 from providers.usage_figures import count
 
@@ -182,6 +183,7 @@ class OpenAIAdapter(ProviderAdapter):
         usage: UsageEvent | None = None
         finish: str | None = None
         indices: dict[str, int] = {}
+        named: set[int] = set()  # the calls whose first fragment was read
         saw_tools = False
         # Once the finish reason is in, only the usage chunk is still due: a server that never
         # sends it, or never closes after [DONE] (or only keeps alive), must not hold a
@@ -234,6 +236,9 @@ class OpenAIAdapter(ProviderAdapter):
                                 index = indices.setdefault(call_id, len(indices))
                             else:
                                 index = max(indices.values(), default=0)
+                        if index not in named:  # a call's first fragment carries its id
+                            named.add(index)
+                            call_id = call_id or minted_call_id()
                         fn = call.get("function") or {}
                         yield ToolCallDelta(
                             index=index,

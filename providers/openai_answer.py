@@ -19,6 +19,7 @@ from providers.types import (
     TextDelta,
     ToolCallDelta,
     UsageEvent,
+    minted_call_id,
 )
 from providers.usage_figures import counts
 
@@ -110,7 +111,7 @@ def completion_events(
         function = getattr(call, "function", None)
         yield ToolCallDelta(
             index=index,
-            id=call.id,
+            id=call.id or minted_call_id(),
             name=function.name if function else None,
             arguments_delta=function.arguments if function else "",
         )

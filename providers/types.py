@@ -6,6 +6,7 @@ wire shapes. They carry content (prompts, outputs), so they must never be logged
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterable, Callable, Iterable
 from enum import StrEnum
 from typing import Annotated, Any, Literal, TypeVar
@@ -195,6 +196,15 @@ class Completion(_Model):
     provider_request_id: str | None = None
     response_id: str | None = None
     response_model: str | None = None
+
+
+def minted_call_id() -> str:
+    """An id for a tool call its provider sent without one (some OpenAI-compatible servers):
+    given once, where the call is read, so the live stream, the answer built from it and the
+    stored answer a replay reads all say the same, and unique, so that a later turn's history
+    never holds two calls of one id (numbered per answer, every turn's first call was `call_0`,
+    and a provider that requires unique ids refused the session's next turn)."""
+    return f"call_{uuid.uuid4().hex[:24]}"
 
 
 class CompletionBuilder:

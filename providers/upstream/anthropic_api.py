@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 from starlette.requests import Request
@@ -41,9 +42,36 @@ def _blocks_text(content: object) -> str:
     return ""
 
 
+# As the Messages API checks them: a tool call's id (and a result's) of these characters only,
+# and each call's id its own in the conversation.
+_TOOL_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
+
+
+def _check_ids(raw: list[Any]) -> None:
+    seen: set[str] = set()
+    for i, item in enumerate(raw):
+        content = item.get("content") if isinstance(item, dict) else None
+        for j, b in enumerate(content if isinstance(content, list) else []):
+            kind = b.get("type") if isinstance(b, dict) else None
+            key = {"tool_use": "id", "tool_result": "tool_use_id"}.get(str(kind))
+            if key is None:
+                continue
+            value = b.get(key)
+            if not isinstance(value, str) or not _TOOL_ID.match(value):
+                raise BadRequest(
+                    f"messages.{i}.content.{j}.{kind}.{key}: String should match pattern "
+                    "'^[a-zA-Z0-9_-]+$'"
+                )
+            if kind == "tool_use":
+                if value in seen:
+                    raise BadRequest(f"messages.{i}: `tool_use` ids must be unique")
+                seen.add(value)
+
+
 def _messages(raw: object) -> list[TurnMessage]:
     if not isinstance(raw, list) or not raw:
         raise BadRequest("messages: at least one message is required")
+    _check_ids(raw)
     out: list[TurnMessage] = []
     for item in raw:
         role = item.get("role") if isinstance(item, dict) else None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -171,6 +171,8 @@ def _deliver(
 ) -> Response:
     """The answer as the response, shaped by the faults in force (late, cut, stalled…)."""
     kinds = {f.kind: f for f in shapes}
+    if FaultKind.NO_TOOL_CALL_IDS in kinds:
+        answer = replace(answer, tool_calls=[replace(c, id="") for c in answer.tool_calls])
     with_usage = FaultKind.NO_USAGE not in kinds
     slow = kinds.get(FaultKind.SLOW_FIRST_TOKEN)
     if not turn.stream:

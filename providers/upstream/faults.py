@@ -48,6 +48,9 @@ class FaultKind(StrEnum):
     # Chat Completions streams: parallel tool calls' fragments sent interleaved (each call's
     # head, then their arguments in turns), as an OpenAI deployment may; Anthropic never does
     INTERLEAVED_TOOL_CALLS = "interleaved_tool_calls"
+    # Chat Completions: tool calls without an `id`, as some OpenAI-compatible servers answer
+    # them (stream and whole); Anthropic's always carry one
+    NO_TOOL_CALL_IDS = "no_tool_call_ids"
     # embeddings, rerank and count_tokens: a 200 whose body the protocol does not allow, as
     # `flaw` says
     MALFORMED_ANSWER = "malformed_answer"

@@ -154,7 +154,11 @@ def render(answer: Answer, turn: ChatTurn, with_usage: bool) -> dict[str, Any]:
     }
     if answer.tool_calls:
         message["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            {
+                **({"id": c.id} if c.id else {}),  # none: NO_TOOL_CALL_IDS
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments},
+            }
             for c in answer.tool_calls
         ]
     body = _base(answer, turn, "chat.completion")
@@ -180,7 +184,7 @@ def stream(answer: Answer, turn: ChatTurn, with_usage: bool, interleave: bool) -
     frames += [chunk({"content": piece}) for piece in text_chunks(answer.text, answer.text_piece)]
     calls: list[list[bytes]] = []
     for index, call in enumerate(answer.tool_calls):
-        head = {"index": index, "id": call.id, "type": "function"}
+        head = {"index": index, **({"id": call.id} if call.id else {}), "type": "function"}
         calls.append(
             [chunk({"tool_calls": [{**head, "function": {"name": call.name, "arguments": ""}}]})]
         )
