@@ -65,9 +65,12 @@ class Prices:
         price = book.price_for(provider, model, datetime.now(UTC).date()) if book else None
         if price is None:
             return None
+        total = result.input_tokens or 0
+        cached = min(result.cached or 0, total)
         return receipt_cost_usd(
             price,
-            input_tokens=result.input_tokens or 0,
+            input_tokens=total,
             output_tokens=result.output_tokens or 0,
-            cached_input_tokens=min(result.cached or 0, result.input_tokens or 0),
+            cached_input_tokens=cached,
+            cache_write_input_tokens=min(result.cache_written or 0, total - cached),
         )

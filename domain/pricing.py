@@ -46,6 +46,9 @@ class PriceEntry(BaseModel):
     output_usd_per_mtok: Price = Field(alias="outputUsdPerMtok")
     # None: the provider has no cache discount, so cached input bills at the input price.
     cached_input_usd_per_mtok: Price | None = Field(default=None, alias="cachedInputUsdPerMtok")
+    # Input written to the provider's prompt cache, which Anthropic bills above input (1.25
+    # times for its 5-minute breakpoints, 2 times for 1-hour ones). None: at the input price.
+    cache_write_usd_per_mtok: Price | None = Field(default=None, alias="cacheWriteUsdPerMtok")
     effective_from: date = Field(alias="effectiveFrom")
 
     @property
@@ -104,21 +107,33 @@ class Pricebook(BaseModel):
         return tuple(found[1]) if found else ()
 
 
+def _write_price(price: PriceEntry) -> Decimal:
+    written = price.cache_write_usd_per_mtok
+    return written if written is not None else price.input_usd_per_mtok
+
+
 def _exact_cost_usd(
-    price: PriceEntry, *, input_tokens: int, output_tokens: int, cached_input_tokens: int
+    price: PriceEntry,
+    *,
+    input_tokens: int,
+    output_tokens: int,
+    cached_input_tokens: int,
+    cache_write_input_tokens: int = 0,
 ) -> Decimal:
-    if min(input_tokens, output_tokens, cached_input_tokens) < 0:
+    if min(input_tokens, output_tokens, cached_input_tokens, cache_write_input_tokens) < 0:
         raise ValueError("token counts cannot be negative")
-    if cached_input_tokens > input_tokens:
-        raise ValueError("cached input tokens are part of input tokens, so cannot exceed them")
+    if cached_input_tokens + cache_write_input_tokens > input_tokens:
+        raise ValueError("cache reads and writes are part of input tokens, so cannot exceed them")
     cached_price = (
         price.cached_input_usd_per_mtok
         if price.cached_input_usd_per_mtok is not None
         else price.input_usd_per_mtok
     )
+    fresh = input_tokens - cached_input_tokens - cache_write_input_tokens
     total = (
-        (input_tokens - cached_input_tokens) * price.input_usd_per_mtok
+        fresh * price.input_usd_per_mtok
         + cached_input_tokens * cached_price
+        + cache_write_input_tokens * _write_price(price)
         + output_tokens * price.output_usd_per_mtok
     )
     return total / TOKENS_PER_PRICE_UNIT
@@ -130,15 +145,19 @@ def estimate_cost_usd(
     input_tokens: int,
     output_tokens: int,
     cached_input_tokens: int = 0,
+    cache_write_input_tokens: int = 0,
 ) -> Decimal:
     """Cost of known usage, to the receipt's precision. `cached_input_tokens` is the part of
     `input_tokens` served from the provider's prompt cache (OpenAI reports it that way; adapters
-    normalise to it)."""
+    normalise to it), `cache_write_input_tokens` the part written to it (Anthropic's
+    `cache_creation_input_tokens`: billed at `cacheWriteUsdPerMtok`; it was billed as input,
+    a quarter below the bill for a coding agent's growing history)."""
     exact = _exact_cost_usd(
         price,
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         cached_input_tokens=cached_input_tokens,
+        cache_write_input_tokens=cache_write_input_tokens,
     )
     # Rounded here, as PostgreSQL's NUMERIC(18, 8) rounds it (half away from zero), so that the
     # receipt, its ModelInvoked event and every answer carry the same cost: 33 tokens at 0.075
@@ -152,6 +171,7 @@ def receipt_cost_usd(
     input_tokens: int,
     output_tokens: int,
     cached_input_tokens: int = 0,
+    cache_write_input_tokens: int = 0,
 ) -> Decimal | None:
     """The cost a receipt records: `estimate_cost_usd`, or None (unknown) past what the
     receipt's NUMERIC(18, 8) holds. Such a cost (1.5 million tokens at the largest price a
@@ -162,6 +182,7 @@ def receipt_cost_usd(
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         cached_input_tokens=cached_input_tokens,
+        cache_write_input_tokens=cache_write_input_tokens,
     )
     return cost if cost <= COST_MAX else None
 
@@ -169,13 +190,16 @@ def receipt_cost_usd(
 def worst_case_cost_usd(
     price: PriceEntry, *, input_tokens_estimate: int, max_output_tokens: int
 ) -> Decimal:
-    """What a request may cost at most: its input estimate with no cache hits, plus the full
-    output allowance. Budget reservations use this, so they never under-reserve: it is rounded
-    up to the receipt's precision, never down."""
+    """What a request may cost at most: its input estimate with no cache hits (every token at
+    the dearer of input and a cache write: either may be billed), plus the full output
+    allowance. Budget reservations use this, so they never under-reserve: it is rounded up to
+    the receipt's precision, never down."""
+    writes_dearer = _write_price(price) > price.input_usd_per_mtok
     exact = _exact_cost_usd(
         price,
         input_tokens=input_tokens_estimate,
         output_tokens=max_output_tokens,
         cached_input_tokens=0,
+        cache_write_input_tokens=input_tokens_estimate if writes_dearer else 0,
     )
     return exact.quantize(COST_QUANTUM, rounding=ROUND_CEILING)

@@ -29,6 +29,7 @@ def _rows(tenant_id: str, book: Pricebook) -> list[PricebookEntryRow]:
             input_usd_per_mtok=e.input_usd_per_mtok,
             output_usd_per_mtok=e.output_usd_per_mtok,
             cached_input_usd_per_mtok=e.cached_input_usd_per_mtok,
+            cache_write_usd_per_mtok=e.cache_write_usd_per_mtok,
         )
         for e in book.entries
     ]
@@ -45,6 +46,11 @@ def _entry(row: PricebookEntryRow) -> PriceEntry:
             if row.cached_input_usd_per_mtok is not None
             else None
         ),
+        cache_write_usd_per_mtok=(
+            Decimal(row.cache_write_usd_per_mtok)
+            if row.cache_write_usd_per_mtok is not None
+            else None
+        ),
         effective_from=row.effective_from.date(),
     )
 
@@ -59,6 +65,9 @@ def _canonical(book: Pricebook) -> list[tuple[object, ...]]:
             e.output_usd_per_mtok.normalize(),
             e.cached_input_usd_per_mtok.normalize()
             if e.cached_input_usd_per_mtok is not None
+            else None,
+            e.cache_write_usd_per_mtok.normalize()
+            if e.cache_write_usd_per_mtok is not None
             else None,
         )
         for e in book.entries

@@ -313,6 +313,11 @@ class PricebookEntryRow(SQLModel, table=True):
         max_digits=pricing.PRICE_MAX_DIGITS,
         decimal_places=pricing.PRICE_DECIMAL_PLACES,
     )
+    cache_write_usd_per_mtok: Decimal | None = Field(
+        default=None,
+        max_digits=pricing.PRICE_MAX_DIGITS,
+        decimal_places=pricing.PRICE_DECIMAL_PLACES,
+    )
     created_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
 
 

@@ -13,7 +13,7 @@ from activities.invoke_outcomes import Outcome
 from activities.invoke_prices import MISSING_SECONDS, Prices
 from domain.enums import InvocationOutcome, UsageStatus
 from domain.invocation import InvocationInput
-from domain.pricing import Pricebook
+from domain.pricing import Pricebook, worst_case_cost_usd
 from store import pricebook
 from store.db import transaction
 
@@ -54,3 +54,44 @@ async def test_a_revision_published_after_it_was_missing_prices_later_calls(
     assert await prices.cost(call, "openai", "gpt-4.1", answered) is None
     now[0] += 1
     assert await prices.cost(call, "openai", "gpt-4.1", answered) == Decimal("2.5")
+
+
+async def test_input_written_to_the_prompt_cache_is_priced_at_the_write_price(
+    sessions: async_sessionmaker[AsyncSession], tenant: str
+) -> None:
+    """Anthropic bills a cache write above input (1.25 times for 5-minute breakpoints); it was
+    priced as input. Budgets reserve every input token at the dearer of the two."""
+    book = Pricebook.model_validate(
+        {
+            "revision": "writes",
+            "entries": [
+                {
+                    "provider": "anthropic",
+                    "model": "claude-sonnet",
+                    "inputUsdPerMtok": "3",
+                    "cachedInputUsdPerMtok": "0.3",
+                    "cacheWriteUsdPerMtok": "3.75",
+                    "outputUsdPerMtok": "15",
+                    "effectiveFrom": datetime(2026, 1, 1, tzinfo=UTC).date(),
+                }
+            ],
+        }
+    )
+    async with transaction(sessions) as session:
+        assert await pricebook.publish(session, tenant, book)
+    call = InvocationInput.model_construct(tenant_id=tenant, pricing_revision="writes")  # type: ignore[call-arg]
+    answered = Outcome(
+        outcome=InvocationOutcome.COMPLETED,
+        usage=UsageStatus.REPORTED,
+        input_tokens=1_000_000,
+        cached=200_000,
+        cache_written=400_000,
+        output_tokens=100_000,
+    )
+    # 400k fresh at 3, 200k read at 0.3, 400k written at 3.75, 100k out at 15.
+    cost = await Prices(sessions).cost(call, "anthropic", "claude-sonnet", answered)
+    assert cost == Decimal("1.2") + Decimal("0.06") + Decimal("1.5") + Decimal("1.5")
+    [price] = book.entries
+    assert worst_case_cost_usd(price, input_tokens_estimate=1_000_000, max_output_tokens=0) == (
+        Decimal("3.75")
+    )

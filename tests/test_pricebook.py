@@ -29,6 +29,7 @@ def revision(name: str, input_price: str = "2.5") -> dict[str, Any]:
                 "model": "claude-sonnet",
                 "inputUsdPerMtok": "3",
                 "outputUsdPerMtok": "15",
+                "cacheWriteUsdPerMtok": "3.75",
                 "effectiveFrom": "2026-11-01",
             },
         ],
@@ -62,6 +63,13 @@ async def test_publish_read_and_immutability(
     prices = {(e["provider"], e["model"]): e for e in old["entries"]}
     assert float(prices[("openai", "gpt-4.1")]["inputUsdPerMtok"]) == 2.5
     assert prices[("anthropic", "claude-sonnet")]["cachedInputUsdPerMtok"] is None
+    assert float(prices[("anthropic", "claude-sonnet")]["cacheWriteUsdPerMtok"]) == 3.75
+    assert prices[("openai", "gpt-4.1")]["cacheWriteUsdPerMtok"] is None
+    # The write price is one of the revision's prices: another is another revision.
+    other = revision("2026-11")
+    other["entries"][1]["cacheWriteUsdPerMtok"] = "6"
+    rewritten = await http.post("/factory/pricebook-revisions", json=other, headers=auth)
+    assert rewritten.status_code == 409
     listed = (await http.get("/factory/pricebook-revisions", headers=auth)).json()
     assert listed == [{"revision": "2026-11", "entries": 2}, {"revision": "2026-12", "entries": 2}]
 
