@@ -296,7 +296,12 @@ def message_id(invocation_id: uuid.UUID) -> str:
     return f"msg_{invocation_id.hex}"
 
 
-def stop_reason(reason: FinishReason | str) -> str:
+def stop_reason(reason: FinishReason | str, stop_sequence: str | None = None) -> str:
+    """Messages' stop reason; `stop_sequence` when the provider named the sequence that ended
+    the answer (an Anthropic deployment: it was `end_turn`, and a loop telling a stop sequence
+    from a natural end could not)."""
+    if stop_sequence is not None and FinishReason(reason) is FinishReason.STOP:
+        return "stop_sequence"
     return _STOP.get(FinishReason(reason), "end_turn")
 
 
@@ -356,7 +361,7 @@ def message_body(
         "role": "assistant",
         "model": profile,
         "content": content,
-        "stop_reason": stop_reason(completion.finish_reason),
-        "stop_sequence": None,
+        "stop_reason": stop_reason(completion.finish_reason, completion.stop_sequence),
+        "stop_sequence": completion.stop_sequence,
         "usage": usage(summary),
     }

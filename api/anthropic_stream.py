@@ -68,6 +68,7 @@ class MessageEvents:
         self._live: tuple[_Key, int] | None = None  # the block streaming, and its index
         self._held: dict[_Key, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
         self._finish: FinishReason = FinishReason.STOP
+        self._stop_sequence: str | None = None
         self._args: dict[_Key, str] = {}  # each tool call's arguments so far
         self._names: dict[_Key, str] = {}
         self._unsent: list[dict[str, Any]] = []  # the live call's fragments not checked yet
@@ -177,7 +178,7 @@ class MessageEvents:
 
     def add(self, event: TextDelta | ToolCallDelta | Finish) -> bytes:
         if isinstance(event, Finish):
-            self._finish = event.reason
+            self._finish, self._stop_sequence = event.reason, event.stop_sequence
             return b""
         if isinstance(event, TextDelta):
             return self.text(event.text)
@@ -216,7 +217,10 @@ class MessageEvents:
             return out + self._unreadable(summary, self._broken)
         delta = {
             "type": "message_delta",
-            "delta": {"stop_reason": stop_reason(self._finish), "stop_sequence": None},
+            "delta": {
+                "stop_reason": stop_reason(self._finish, self._stop_sequence),
+                "stop_sequence": self._stop_sequence,
+            },
             "usage": usage(summary),
             # The receipt rides on the last event with data, as an extra field the SDK keeps. An
             # event of its own was passed through as a RawMessageStartEvent without a message

@@ -160,7 +160,7 @@ def replay_events(item: Replayed) -> list[TextDelta | ToolCallDelta | Finish]:
         events.append(TextDelta(text=done.text))
     for i, c in enumerate(done.tool_calls):
         events.append(ToolCallDelta(index=i, id=c.id, name=c.name, arguments_delta=c.arguments))
-    events.append(Finish(reason=done.finish_reason))
+    events.append(Finish(reason=done.finish_reason, stop_sequence=done.stop_sequence))
     return events
 
 

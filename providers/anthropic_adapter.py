@@ -235,6 +235,7 @@ class AnthropicAdapter(ProviderAdapter):
         response_model: str | None = None
         usage = _Usage()
         stop_reason: str | None = None
+        stop_sequence: str | None = None
         tool_index: dict[int, int] = {}
         events = sse_data(http.aiter_bytes())
         answered = False  # the answer is whole: the stream's tail is read off its path
@@ -273,7 +274,9 @@ class AnthropicAdapter(ProviderAdapter):
                     elif block.get("type") == "text" and block.get("text"):
                         yield TextDelta(text=block["text"])
                 elif kind == "message_delta":
-                    stop_reason = (event.get("delta") or {}).get("stop_reason") or stop_reason
+                    delta = event.get("delta") or {}
+                    stop_reason = delta.get("stop_reason") or stop_reason
+                    stop_sequence = delta.get("stop_sequence") or stop_sequence
                     usage.update(event.get("usage"))
                     if stop_reason is not None:
                         # The answer and its usage are complete: a provider that never
@@ -303,6 +306,7 @@ class AnthropicAdapter(ProviderAdapter):
             provider_request_id=request_id,
             response_id=response_id,
             response_model=response_model,
+            stop_sequence=stop_sequence if isinstance(stop_sequence, str) else None,
         )
 
     async def complete(
@@ -366,4 +370,5 @@ def _events(message: AnthropicMessage, request_id: str | None) -> Iterator[Strea
         provider_request_id=request_id,
         response_id=message.id,
         response_model=message.model,
+        stop_sequence=getattr(message, "stop_sequence", None),
     )

@@ -155,6 +155,9 @@ class Finish(_Model):
     response_id: str | None = None
     # The model the provider says answered (it may name a dated snapshot of the one asked for).
     response_model: str | None = None
+    # Which of the request's stop sequences ended the answer, where the provider says
+    # (Anthropic); an OpenAI deployment does not.
+    stop_sequence: str | None = None
 
 
 class KeepAlive(_Model):
@@ -196,6 +199,7 @@ class Completion(_Model):
     provider_request_id: str | None = None
     response_id: str | None = None
     response_model: str | None = None
+    stop_sequence: str | None = None
 
 
 def minted_call_id() -> str:
@@ -255,6 +259,7 @@ class CompletionBuilder:
             provider_request_id=self._finish.provider_request_id,
             response_id=self._finish.response_id,
             response_model=self._finish.response_model,
+            stop_sequence=self._finish.stop_sequence,
         )
 
 

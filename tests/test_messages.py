@@ -91,6 +91,27 @@ async def test_cache_writes_are_reported_apart_from_the_input(
     _usage_matches(message.usage, row)
 
 
+async def test_the_stop_sequence_that_ended_an_anthropic_answer_is_named(
+    client: AsyncAnthropic, catalog: Catalog
+) -> None:
+    """It was `end_turn` and no sequence: a loop telling a stop sequence from a natural end
+    could not. Streamed, whole and replayed alike."""
+    body: Any = {
+        "model": catalog.profile("anthropic"),
+        "max_tokens": 100,
+        "messages": [{"role": "user", "content": "alpha ### beta"}],
+        "stop_sequences": ["###"],
+        "extra_headers": {"Idempotency-Key": f"msg-stop-{uuid.uuid4().hex}"},
+    }
+    whole = await client.messages.create(**body)
+    async with client.messages.stream(**{**body, "extra_headers": {}}) as stream:
+        streamed = await stream.get_final_message()
+    replayed = await client.messages.create(**body)
+    for message in (whole, streamed, replayed):
+        assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", "###")
+        assert _text(message) == "Echo: alpha "
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_non_stream_answer_with_the_receipts_usage(
     client: AsyncAnthropic,
