@@ -184,6 +184,7 @@ class OpenAIAdapter(ProviderAdapter):
         finish: str | None = None
         indices: dict[str, int] = {}
         named: set[int] = set()  # the calls whose first fragment was read
+        refused = False
         saw_tools = False
         # Once the finish reason is in, only the usage chunk is still due: a server that never
         # sends it, or never closes after [DONE] (or only keeps alive), must not hold a
@@ -225,6 +226,10 @@ class OpenAIAdapter(ProviderAdapter):
                     content = delta.get("content")
                     if content:
                         yield TextDelta(text=content)
+                    refusal = delta.get("refusal")
+                    if refusal:  # its words, ended as filtered (openai_answer.finish_reason)
+                        refused = True
+                        yield TextDelta(text=refusal)
                     for call in delta.get("tool_calls") or ():
                         saw_tools = True
                         index = call.get("index")
@@ -263,7 +268,7 @@ class OpenAIAdapter(ProviderAdapter):
         if usage is not None:
             yield usage
         yield Finish(
-            reason=finish_reason(finish, saw_tools),
+            reason=finish_reason(finish, saw_tools, refused),
             provider_request_id=request_id,
             response_id=response_id,
             response_model=response_model,

@@ -61,8 +61,13 @@ def _usage(
     )
 
 
-def finish_reason(raw: str | None, saw_tool_calls: bool) -> FinishReason:
+def finish_reason(raw: str | None, saw_tool_calls: bool, refused: bool = False) -> FinishReason:
+    """The answer's end. A refusal (OpenAI's `refusal` field: a structured-output request the
+    model declines) is answered as its words, ended as a content filter ends one, on every
+    surface alike: it was dropped, and the caller got an empty answer ended `stop`."""
     reason = _FINISH.get(raw or "", FinishReason.OTHER)
+    if refused and reason is FinishReason.STOP:
+        return FinishReason.CONTENT_FILTER
     # OpenAI reports "stop" when tool_choice forced a named function, some servers always do.
     return FinishReason.TOOL_CALLS if saw_tool_calls and reason is FinishReason.STOP else reason
 
@@ -106,6 +111,9 @@ def completion_events(
     choice = completion.choices[0]
     if choice.message.content:
         yield TextDelta(text=choice.message.content)
+    refusal = getattr(choice.message, "refusal", None)
+    if refusal:
+        yield TextDelta(text=refusal)
     calls = choice.message.tool_calls or []
     for index, call in enumerate(calls):
         function = getattr(call, "function", None)
@@ -119,7 +127,7 @@ def completion_events(
     if usage is not None:
         yield usage
     yield Finish(
-        reason=finish_reason(choice.finish_reason, bool(calls)),
+        reason=finish_reason(choice.finish_reason, bool(calls), bool(refusal)),
         provider_request_id=request_id,
         response_id=completion.id,
         response_model=completion.model,

@@ -58,6 +58,8 @@ class Answer:
     stop_sequence: str | None = None
     text_piece: int | None = None
     response_id: str = field(default_factory=lambda: secrets.token_hex(12))
+    # `text` is a refusal (finish `content_filter`): OpenAI sends it as `refusal`.
+    refused: bool = False
 
 
 def new_id(prefix: str) -> str:
@@ -79,8 +81,8 @@ def build_answer(
     cache_write_input_tokens: int,
     tool_id_prefix: str,
 ) -> Answer:
-    calls = list(reply.tool_calls)
-    text = reply.text
+    calls = [] if reply.refusal is not None else list(reply.tool_calls)
+    text = reply.refusal if reply.refusal is not None else reply.text
     stop_sequence: str | None = None
     truncated = False
     if not reply.verbatim:
@@ -103,6 +105,8 @@ def build_answer(
     finish: Finish = "length" if truncated else ("tool_calls" if answer_calls else "stop")
     if reply.finish_reason is not None:
         finish = reply.finish_reason
+    if reply.refusal is not None:
+        finish = "content_filter"
     output = count_tokens(text) + sum(
         count_tokens(c.name) + count_tokens(c.arguments) for c in answer_calls
     )
@@ -132,6 +136,7 @@ def build_answer(
         usage=usage,
         stop_sequence=stop_sequence if finish == "stop" else None,
         text_piece=reply.text_piece,
+        refused=reply.refusal is not None,
     )
 
 

@@ -146,12 +146,18 @@ def _base(answer: Answer, turn: ChatTurn, obj: str) -> dict[str, Any]:
     }
 
 
+def _finish(answer: Answer) -> str:
+    return "stop" if answer.refused else answer.finish  # OpenAI ends a refusal as any answer
+
+
 def render(answer: Answer, turn: ChatTurn, with_usage: bool) -> dict[str, Any]:
     message: dict[str, Any] = {
         "role": "assistant",
         "content": answer.text if answer.text or not answer.tool_calls else None,
         "refusal": None,
     }
+    if answer.refused:
+        message["content"], message["refusal"] = None, answer.text
     if answer.tool_calls:
         message["tool_calls"] = [
             {
@@ -163,7 +169,7 @@ def render(answer: Answer, turn: ChatTurn, with_usage: bool) -> dict[str, Any]:
         ]
     body = _base(answer, turn, "chat.completion")
     body["choices"] = [
-        {"index": 0, "message": message, "finish_reason": answer.finish, "logprobs": None}
+        {"index": 0, "message": message, "finish_reason": _finish(answer), "logprobs": None}
     ]
     if with_usage:
         body["usage"] = _usage(answer.usage)
@@ -181,7 +187,8 @@ def stream(answer: Answer, turn: ChatTurn, with_usage: bool, interleave: bool) -
         return sse(body)
 
     frames = [chunk({"role": "assistant", "content": "", "refusal": None})]
-    frames += [chunk({"content": piece}) for piece in text_chunks(answer.text, answer.text_piece)]
+    said = "refusal" if answer.refused else "content"
+    frames += [chunk({said: piece}) for piece in text_chunks(answer.text, answer.text_piece)]
     calls: list[list[bytes]] = []
     for index, call in enumerate(answer.tool_calls):
         head = {"index": index, **({"id": call.id} if call.id else {}), "type": "function"}
@@ -196,7 +203,7 @@ def stream(answer: Answer, turn: ChatTurn, with_usage: bool, interleave: bool) -
         frames += [f for turn_ in itertools.zip_longest(*calls) for f in turn_ if f is not None]
     else:
         frames += [f for call_frames in calls for f in call_frames]
-    frames.append(chunk({}, answer.finish))
+    frames.append(chunk({}, _finish(answer)))
     if include_usage:
         frames.append(sse({**base, "choices": [], "usage": _usage(answer.usage)}))
     return StreamPlan(frames=frames, terminator=sse("[DONE]"), content_start=0)

@@ -94,3 +94,6 @@ class Reply(BaseModel):
     # a surrogate pair (give the text's pairs as their halves, "\ud83d\ude00").
     text_piece: int | None = Field(default=None, ge=1)
     verbatim: bool = False
+    # The model refuses, in these words: OpenAI's `refusal` (content null, finish `stop`, as
+    # a structured-output request may be answered), Anthropic's `refusal` stop reason.
+    refusal: str | None = None
