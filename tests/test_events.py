@@ -226,6 +226,15 @@ async def test_the_feed_and_webhooks_go_on_past_32_bit_positions(
     )
     assert later.status_code == 201, later.text
     assert later.json()["deliveredPosition"] == delivered[-1]
+    # Past the end of the feed, events up to it would be passed over as they came: refused.
+    async with sessions() as s:
+        end = int(await s.scalar(sa.text("SELECT max(position) FROM outbox_events")) or 0)
+    beyond = await http.post(
+        "/factory/webhook-subscriptions",
+        json={"url": receiver.url, "startAfter": end + 1_000},
+        headers=auth,
+    )
+    assert beyond.status_code == 422 and beyond.json()["errors"][0]["field"] == "body.startAfter"
 
 
 @pytest.mark.parametrize(

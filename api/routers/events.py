@@ -25,7 +25,12 @@ from domain.enums import Scope
 from domain.events import TOPICS, readable, subscribed_types
 from store.db import transaction
 from store.outbox_horizon import settled_position
-from store.repositories import OutboxRepository, WebhookSubscriptionRepository, last_position
+from store.repositories import (
+    OutboxRepository,
+    WebhookSubscriptionRepository,
+    feed_end,
+    last_position,
+)
 from store.tables import WebhookSubscriptionRow
 
 log = logging.getLogger("model_router.api")
@@ -181,6 +186,13 @@ async def create_subscription(
         raise field_refused("body.eventTypes", str(exc), f"eventTypes: {exc}.") from None
     async with transaction(runtime.sessions) as session:
         start = body.start_after
+        if start is not None and start > await feed_end(session):
+            # Events up to it would be passed over as they came: a typo dropped them silently.
+            raise field_refused(
+                "body.startAfter",
+                "is past the end of the feed: events up to it would never be delivered",
+                "startAfter is past the end of the feed.",
+            )
         if start is None:
             # The end of the feed as readers see it: an event still being written below the
             # last position is delivered (its transaction may commit after this one).
