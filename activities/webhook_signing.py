@@ -35,6 +35,13 @@ def _is_standard(secret: str) -> bool:
         return False
 
 
+def sign_with(secrets_: list[str], message_id: str, timestamp: int, body: bytes) -> str:
+    """The `webhook-signature` header for several secrets (a rotation's new one and the one it
+    replaced): their signatures space-separated, which a Standard Webhooks library accepts when
+    any one verifies."""
+    return " ".join(sign(s, message_id, timestamp, body) for s in secrets_)
+
+
 def sign(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
     """The `webhook-signature` header value: `v1,` + base64(HMAC-SHA256(key, id.ts.body))."""
     if _is_standard(secret):

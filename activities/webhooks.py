@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.webhook_signing import sign
+from activities.webhook_signing import sign_with
 from activities.webhook_targets import TargetRefused, pinned, post
 from activities.webhook_types import (
     CursorInput,
@@ -28,8 +28,9 @@ from core.settings import Settings
 from domain.cloudevents import OutboxEvent, to_cloudevent
 from domain.webhook_targets import Network
 from store.db import transaction
+from store.ops_tables import as_utc
 from store.repositories import OutboxRepository, WebhookSubscriptionRepository
-from store.tables import OutboxEventRow, WebhookSubscriptionRow
+from store.tables import OutboxEventRow, WebhookSubscriptionRow, utcnow
 
 log = logging.getLogger("model_router.worker")
 
@@ -93,11 +94,15 @@ class WebhookActivities:
             return  # unsubscribed while this event was in flight: nothing to deliver to
         body = json.dumps(to_cloudevent(data.event), separators=(",", ":")).encode()
         timestamp = int(time.time())
+        keys = [sub.signing_secret]
+        until = sub.previous_secret_until
+        if sub.previous_signing_secret and until is not None and as_utc(until) > utcnow():
+            keys.append(sub.previous_signing_secret)  # a rotation's overlap
         headers = {
             "Content-Type": "application/cloudevents+json",
             "webhook-id": data.event.event_id,
             "webhook-timestamp": str(timestamp),
-            "webhook-signature": sign(sub.signing_secret, data.event.event_id, timestamp, body),
+            "webhook-signature": sign_with(keys, data.event.event_id, timestamp, body),
         }
         failure = await self._attempt(sub.url, body, headers, self._post_seconds())
         if failure is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, literal, tuple_, update
@@ -240,6 +241,31 @@ class WebhookSubscriptionRepository(TenantRepository):
             return False
         row.active = False
         return True
+
+    async def rotate_secret(
+        self, subscription_id: uuid.UUID, secret: str, overlap_until: datetime
+    ) -> WebhookSubscriptionRow | None:
+        """Sign with `secret` from now on, and with the one it replaces as well until
+        `overlap_until`; None for no such active subscription. One statement (the replaced
+        secret is the row's as the update finds it): two rotations at once each keep the one the
+        other issued, on SQLite too, where a read then a write lost the first rotation's."""
+        w = WebhookSubscriptionRow
+        stmt = (
+            update(w)
+            .where(col(w.tenant_id) == self.tenant_id)
+            .where(col(w.subscription_id) == subscription_id)
+            .where(col(w.active))
+            .values(
+                previous_signing_secret=col(w.signing_secret),
+                signing_secret=secret,
+                previous_secret_until=overlap_until,
+            )
+            .returning(col(w.subscription_id))
+            .execution_options(synchronize_session=False)
+        )
+        if (await self.session.execute(stmt)).first() is None:
+            return None
+        return await self.session.get(w, subscription_id, populate_existing=True)
 
     async def delivery_failed(self, subscription_id: uuid.UUID, reason: str) -> None:
         """Count a refused or failed attempt; the streak's start is kept."""

@@ -358,6 +358,11 @@ class WebhookSubscriptionRow(SQLModel, table=True):
     failing_since: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
     failed_attempts: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
     last_error: str | None = Field(default=None, max_length=300)
+    # The secret a rotation replaced, still signed with beside the new one until
+    # `previous_secret_until`, so that a receiver can take the new one up with no delivery
+    # failing to verify meanwhile (Standard Webhooks: several signatures, space-separated).
+    previous_signing_secret: str | None = Field(default=None, max_length=200)
+    previous_secret_until: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
 
 
 class TenantPolicyRow(SQLModel, table=True):

@@ -303,6 +303,52 @@ async def test_deleting_a_subscription_stops_delivery_and_is_tenant_scoped(
     assert {e["field"] for e in bad.json()["errors"]} >= {"body.url", "body.eventTypes.0"}
 
 
+async def test_a_rotated_secret_signs_beside_the_old_one_until_the_overlap_ends(
+    http: httpx.AsyncClient, auth: dict[str, str], token_for: TokenFactory, tenant: str
+) -> None:
+    """A leaked secret could only be replaced by deleting the subscription: its receiver
+    reconfigured and its cursor guessed again. A rotation signs with both secrets for its
+    overlap (the receiver takes the new one up, no delivery refused meanwhile); with no overlap
+    the old one stops at once. The cursor and the events under way are kept."""
+    receiver = Receiver(port=free_port())
+    await receiver.start()
+    try:
+        created = await http.post(
+            "/factory/webhook-subscriptions", json={"url": receiver.url}, headers=auth
+        )
+        sub, first = created.json()["subscriptionId"], created.json()["signingSecret"]
+        receiver.secret = first
+        rotate = f"/factory/webhook-subscriptions/{sub}/rotate-secret"
+        await register(http, auth, "rot/a")
+        await eventually(lambda: len(receiver.received) == 1)
+
+        rotated = await http.post(rotate, headers=auth)
+        assert rotated.status_code == 200, rotated.text
+        second = rotated.json()["signingSecret"]
+        assert second != first and rotated.json()["previousSecretUntil"] is not None
+        await register(http, auth, "rot/b")  # the receiver still has the first: it verifies
+        await eventually(lambda: len(receiver.received) == 2)
+        receiver.secret = second
+        await register(http, auth, "rot/c")
+        await eventually(lambda: len(receiver.received) == 3)
+
+        leaked = await http.post(rotate, json={"overlapSeconds": 0}, headers=auth)
+        third = leaked.json()["signingSecret"]
+        await register(http, auth, "rot/d")  # signed by the third alone: the second is refused
+        await eventually(lambda: receiver.bad_signatures >= 1)
+        receiver.secret = third
+        await eventually(lambda: len(receiver.received) == 4, timeout=30)
+        assert [e["subject"] for e in receiver.received] == ["rot/a", "rot/b", "rot/c", "rot/d"]
+
+        other = {"Authorization": f"Bearer {await token_for(tenant + '-r')}"}
+        assert (await http.post(rotate, headers=other)).status_code == 404
+        too_long = await http.post(rotate, json={"overlapSeconds": 10**9}, headers=auth)
+        assert too_long.status_code == 422
+        assert too_long.json()["errors"][0]["field"] == "body.overlapSeconds"
+    finally:
+        await receiver.stop()
+
+
 async def test_a_delivery_verifies_and_parses_with_the_standards_own_libraries(
     http: httpx.AsyncClient, auth: dict[str, str], tenant: str
 ) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query, Response
@@ -31,7 +31,7 @@ from store.repositories import (
     feed_end,
     last_position,
 )
-from store.tables import WebhookSubscriptionRow
+from store.tables import WebhookSubscriptionRow, utcnow
 
 log = logging.getLogger("model_router.api")
 router = APIRouter(tags=["events"])
@@ -140,6 +140,12 @@ class Subscription(BaseModel):
     last_error: str | None = Field(
         alias="lastError", description="Why the last attempt failed: a status or an error type"
     )
+    previous_secret_until: datetime | None = Field(
+        default=None,
+        alias="previousSecretUntil",
+        description="Until when deliveries are signed with the secret a rotation replaced as "
+        "well; null: with the current one only",
+    )
 
 
 class CreatedSubscription(Subscription):
@@ -159,6 +165,7 @@ def _view(row: WebhookSubscriptionRow) -> Subscription:
         failing_since=row.failing_since,
         failed_attempts=row.failed_attempts,
         last_error=row.last_error,
+        previous_secret_until=row.previous_secret_until,
     )
 
 
@@ -258,3 +265,48 @@ async def delete_subscription(
         if not await subscriptions.deactivate(subscriptionId):
             raise Problem(404, f"No subscription {subscriptionId}.", field="subscriptionId")
     return Response(status_code=204)
+
+
+# How long a rotation keeps signing with the secret it replaced, by default and at most: long
+# enough for an operator to give the receiver the new one, short enough that a leaked one ends.
+OVERLAP_DEFAULT_SECONDS = 86_400
+OVERLAP_MAX_SECONDS = 7 * 86_400
+
+
+class RotateBody(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    overlap_seconds: int = Field(
+        default=OVERLAP_DEFAULT_SECONDS,
+        alias="overlapSeconds",
+        ge=0,
+        le=OVERLAP_MAX_SECONDS,
+        description="How long deliveries are signed with the replaced secret as well "
+        "(0: at once with the new one only, for a leaked secret)",
+    )
+
+
+@router.post(
+    "/factory/webhook-subscriptions/{subscriptionId}/rotate-secret",
+    response_model=CreatedSubscription,
+    operation_id="RotateWebhookSecret",
+)
+async def rotate_secret(
+    subscriptionId: uuid.UUID,
+    principal: Admin,
+    runtime: RuntimeDep,
+    body: RotateBody | None = None,
+) -> CreatedSubscription:
+    """A new signing secret, shown once. Deliveries carry a signature by each secret for
+    `overlapSeconds`, which a Standard Webhooks library accepts when either verifies: the
+    receiver takes the new secret up with no delivery refused meanwhile. Its cursor, and
+    events under way, are kept."""
+    overlap = (body or RotateBody()).overlap_seconds
+    async with transaction(runtime.sessions) as session:
+        row = await WebhookSubscriptionRepository(session, principal.tenant_id).rotate_secret(
+            subscriptionId, new_secret(), utcnow() + timedelta(seconds=overlap)
+        )
+        if row is None:
+            raise Problem(404, f"No subscription {subscriptionId}.", field="subscriptionId")
+        view = _view(row)
+    return CreatedSubscription(**view.model_dump(), signing_secret=row.signing_secret)
