@@ -36,6 +36,7 @@ from providers.secrets import default_broker
 from store.artifacts import ArtifactStore
 from store.db import create_engine, session_factory
 from store.reconciliation import awaiting_by_provider
+from store.tables import utcnow
 from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow
 from workflows.evaluate import EvaluateDeploymentWorkflow
 from workflows.health_probe import HealthProbeWorkflow
@@ -198,7 +199,8 @@ async def run(settings: Settings) -> None:
 
             async def recount() -> None:
                 async with sessions() as session:
-                    metrics.set_usage_unknown(await awaiting_by_provider(session))
+                    since = utcnow() - timedelta(hours=settings.reconciler_lookback_hours)
+                    metrics.set_usage_unknown(await awaiting_by_provider(session, since))
 
             registry = metrics.configure_exporters(
                 otlp_endpoint=settings.otlp_metrics_endpoint,

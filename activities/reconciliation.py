@@ -31,6 +31,7 @@ from providers.statements.base import StatementSource, StatementSourceError
 from providers.statements.openai_usage import OpenAIUsageSource
 from store import reconciliation, statements
 from store.db import transaction
+from store.tables import utcnow
 
 _Factory = Callable[[Connection], StatementSource]
 
@@ -170,7 +171,7 @@ class ReconciliationActivities:
     @activity.defn(name="reconcile_gauge")
     async def gauge(self, data: GaugeInput | None = None) -> dict[str, int]:
         async with self._sessions() as session:
-            counts = await reconciliation.awaiting_by_provider(session)
+            counts = await reconciliation.awaiting_by_provider(session, utcnow() - self._lookback)
         metrics.set_usage_unknown(counts)
         # Counted once the recount is in, so that a retry of it does not count them again.
         # None from a run scheduled before the input existed (its history has no argument).

@@ -298,10 +298,13 @@ async def settle(
     return True
 
 
-async def awaiting_by_provider(session: AsyncSession) -> dict[str, int]:
-    """Receipts whose usage is Unknown or Estimated, per provider: the usage_unknown gauge.
-    A receipt of a call that reached no provider awaits nothing (domain.statements.sent_nothing,
-    here in SQL): counted, denials alone made the gauge grow for ever."""
+async def awaiting_by_provider(session: AsyncSession, since: datetime) -> dict[str, int]:
+    """Receipts whose usage is Unknown or Estimated, started since `since` (the reconciler's
+    lookback), per provider: the usage_unknown gauge. A receipt of a call that reached no
+    provider awaits nothing (domain.statements.sent_nothing, here in SQL): counted, denials
+    alone made the gauge grow for ever. Nor does one past the lookback, which no run settles
+    any more: counted, every such receipt stayed in the gauge for good, and an alert on it
+    meant nothing (read through ix_receipts_usage_status, a range of it, not all of it)."""
     r = InvocationReceiptRow
     nothing_sent = and_(
         col(r.usage_status) == UsageStatus.ESTIMATED,
@@ -315,6 +318,7 @@ async def awaiting_by_provider(session: AsyncSession) -> dict[str, int]:
         .select_from(InvocationReceiptRow)
         .join(ModelDeploymentRow, _ITS_DEPLOYMENT)
         .where(col(InvocationReceiptRow.usage_status).in_(sorted(AWAITING)))
+        .where(col(InvocationReceiptRow.started_at) >= since)
         .where(not_(nothing_sent))
         .group_by(ModelDeploymentRow.provider)
     )

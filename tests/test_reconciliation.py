@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col, func, select
 from temporalio import activity
@@ -34,7 +35,8 @@ from providers.secrets import default_broker
 from store import statements
 from store.db import transaction
 from store.ops_tables import ReceiptReconciliationRow
-from store.tables import InvocationReceiptRow
+from store.reconciliation import awaiting_by_provider
+from store.tables import InvocationReceiptRow, ModelDeploymentRow
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import register
 from tests.helpers.deadline import eventually
@@ -573,3 +575,34 @@ async def test_an_open_receipt_is_left_to_its_close_and_settled_once_closed(
         30,
     )
     await unused.aclose()
+
+
+async def test_the_gauge_counts_what_a_run_may_still_settle_only(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """A receipt started before the lookback is never settled by a run: counted, each stayed in
+    usage_unknown for good, and an alert on the gauge meant nothing after the first month."""
+    provider = f"gauge{uuid.uuid4().hex[:6]}"  # of this test alone
+    await register(http, auth, "gauge/m", provider="vllm", model="m", endpointRef="pool:g")
+    async with sessions() as s, s.begin():
+        await s.execute(
+            sa.update(ModelDeploymentRow)
+            .where(col(ModelDeploymentRow.tenant_id) == tenant)
+            .where(col(ModelDeploymentRow.deployment_id) == "gauge/m")
+            .values(provider=provider)
+        )
+    now = datetime.now(UTC)
+    for hours in (1, 71, 73, 24 * 30):
+        await add_receipt(
+            sessions,
+            tenant=tenant,
+            deployment_id="gauge/m",
+            started_at=now - timedelta(hours=hours),
+            usage_status=UsageStatus.UNKNOWN,
+        )
+    async with sessions() as session:
+        counted = await awaiting_by_provider(session, now - timedelta(hours=72))
+    assert counted.get(provider) == 2

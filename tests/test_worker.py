@@ -102,7 +102,8 @@ async def test_worker_serves_metrics_on_its_own_port_with_the_stores_usage_unkno
         row = await ModelDeploymentRepository(s, tenant).get("gauge/dep")
         assert row is not None
         row.provider = provider
-    at = datetime(2026, 11, 20, 11, 0, tzinfo=UTC)
+    # Within the reconciler's lookback (72 h): older receipts are no run's to settle.
+    at = datetime.now(UTC) - timedelta(hours=1)
     ids = [
         await add_receipt(
             sessions,
