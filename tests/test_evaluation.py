@@ -4,7 +4,7 @@ model answering the suite competently and one scripted to fail tool-calling."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -52,8 +52,18 @@ async def _evaluate(
     return dict(resp.json())
 
 
-async def _finished(http: httpx.AsyncClient, auth: dict[str, str], dep: str) -> dict[str, Any]:
+async def _finished(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    dep: str,
+    release: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """The deployment once its evaluation ended; `release` is called at each look (a held
+    answer whose delay began after an earlier release is let go too)."""
+
     async def done() -> dict[str, Any] | None:
+        if release is not None:
+            release()
         body = (await http.get(f"/factory/model-deployments/{dep}", headers=auth)).json()
         ev = body.get("evaluation") or {}
         return body if ev.get("status") in ("Completed", "Failed") else None
@@ -272,8 +282,8 @@ async def test_retiring_a_deployment_stops_its_evaluations_cases(
         await eventually(lambda: upstream.requests("gone-sim") > 0, timeout=60, interval=0.05)
         retired = await http.post("/factory/model-deployments/eval/gone/retire", headers=auth)
         assert retired.status_code == 200, retired.text
-        upstream.state.release()  # the held answers go
-        ended = (await _finished(http, auth, "eval/gone"))["evaluation"]
+        # The held answers go, those whose delay began after a first release too.
+        ended = (await _finished(http, auth, "eval/gone", upstream.state.release))["evaluation"]
     finally:
         upstream.state.clear_faults("gone-sim")
         upstream.state.release()

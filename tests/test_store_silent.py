@@ -202,6 +202,7 @@ async def test_a_call_ending_as_the_store_goes_silent_is_answered_within_the_inv
     token = await token_for(tenant)
     await _published(http, token, tenant, temporal_client, upstream, "sl/price")
     key = f"price-{uuid.uuid4().hex[:8]}"
+    before = upstream.requests(MODEL)
     # The provider holds its answer until the store has gone silent (released just after).
     upstream.inject(MODEL, Fault(kind=FaultKind.SLOW_FIRST_TOKEN, delay=60, times=1))
     # The provider's held first token is released by the test, not timed out: the suite's 2 s
@@ -222,8 +223,17 @@ async def test_a_call_ending_as_the_store_goes_silent_is_answered_within_the_inv
             return row is not None
 
         await eventually(claimed, timeout=10, interval=0.02)
+        # The provider call starts at the claim: it may reach the upstream after it is seen.
+        await eventually(lambda: upstream.requests(MODEL) > before, timeout=10, interval=0.02)
         proxy.sever(partition=True)  # while the provider is still thinking
-        upstream.release()
+
+        def released() -> bool:
+            # Again until the answer is out: a release ends the delays under way only, and one
+            # begun just after it (the request seen, its delay not yet begun) was held 60 s.
+            upstream.release()
+            return call.done()
+
+        await eventually(released, timeout=30, interval=0.1)
         done = await call  # within the SDK's 30 s, not after the 60 s statement timeout
         assert done.choices[0].message.content
         proxy.restore()
