@@ -329,15 +329,20 @@ class ToolInputInvalid(ValueError):
         self.name = name
 
 
-def tool_input(arguments: str, name: str) -> dict[str, Any]:
-    """A tool call's arguments as Messages' `input` object, read as the anthropic SDK reads a
-    streamed call's fragments (jiter, partial: a call cut at max_tokens keeps the members it
-    holds whole). Only an OpenAI-compatible deployment's calls can fail here: their arguments
-    are the model's own text. Such a call was answered as `input: {}` (the agent ran the tool
-    with no arguments), or with a list as is; one holding NaN parsed, and the response could
-    not be rendered (a 500). Raises ToolInputInvalid instead."""
+def tool_input(arguments: str, name: str, *, whole: bool = True) -> dict[str, Any]:
+    """A tool call's arguments as Messages' `input` object. Only an OpenAI-compatible
+    deployment's calls can fail here: their arguments are the model's own text. Such a call was
+    answered as `input: {}` (the agent ran the tool with no arguments), or with a list as is;
+    one holding NaN parsed, and the response could not be rendered (a 500). Raises
+    ToolInputInvalid instead.
+
+    `whole`: the call is complete, and must be one JSON object and nothing else. Otherwise
+    (a stream's call so far, or an answer cut at max_tokens) it is read as the anthropic SDK
+    reads a streamed call's fragments (jiter, partial): the members it holds whole. Blank
+    arguments are the empty object."""
+    text = arguments.strip() or "{}"
     try:
-        value = from_json((arguments or "{}").encode(), partial_mode=True, allow_inf_nan=False)
+        value = from_json(text.encode(), partial_mode=not whole, allow_inf_nan=False)
     except ValueError:
         value = None
     if not isinstance(value, dict):
@@ -349,10 +354,16 @@ def message_body(
     invocation_id: uuid.UUID, profile: str, completion: Completion, summary: InvocationSummary
 ) -> dict[str, Any]:
     content: list[dict[str, Any]] = []
+    whole = completion.finish_reason is not FinishReason.LENGTH  # not cut at max_tokens
     if completion.text:
         content.append({"type": "text", "text": completion.text})
     content += [
-        {"type": "tool_use", "id": c.id, "name": c.name, "input": tool_input(c.arguments, c.name)}
+        {
+            "type": "tool_use",
+            "id": c.id,
+            "name": c.name,
+            "input": tool_input(c.arguments, c.name, whole=whole),
+        }
         for c in completion.tool_calls
     ]
     return {

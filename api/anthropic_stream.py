@@ -69,7 +69,8 @@ class MessageEvents:
         self._held: dict[_Key, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
         self._finish: FinishReason = FinishReason.STOP
         self._stop_sequence: str | None = None
-        self._args: dict[_Key, str] = {}  # each tool call's arguments so far
+        self._args: dict[_Key, list[str]] = {}  # each tool call's fragments so far
+        self._arg_bytes: dict[_Key, int] = {}
         self._names: dict[_Key, str] = {}
         self._unsent: list[dict[str, Any]] = []  # the live call's fragments not checked yet
         self._unsent_bytes = 0
@@ -100,19 +101,26 @@ class MessageEvents:
         start = {"type": "content_block_start", "index": index, "content_block": block}
         return sse("content_block_start", start)
 
-    def _readable(self, key: _Key) -> bool:
-        """Whether tool call `key`'s arguments so far read as an object; if not, the stream is
-        broken from here."""
+    def _arguments(self, key: _Key) -> str:
+        return "".join(self._args.get(key, ()))
+
+    def _readable(self, key: _Key, *, whole: bool = False) -> bool:
+        """Whether tool call `key`'s arguments so far read as an object (`whole`: are one, and
+        complete); if not, the stream is broken from here."""
         if self._broken is None:
             try:
-                tool_input(self._args.get(key, ""), self._names.get(key, ""))
+                tool_input(self._arguments(key), self._names.get(key, ""), whole=whole)
             except ToolInputInvalid as exc:
                 self._broken = exc.name
         return self._broken is None
 
     def _check(self) -> bytes:
-        """The live call's unchecked fragments, sent if its arguments still read."""
+        """The live call's unchecked fragments, sent if its arguments still read. Blanks alone
+        are kept back (the SDK cannot parse them by themselves), and dropped if nothing follows:
+        the call's `input` is then the block's `{}`."""
         if not self._unsent or self._live is None:
+            return b""
+        if not self._arguments(self._live[0]).strip():
             return b""
         unsent, self._unsent, self._unsent_bytes = self._unsent, [], 0
         if not self._readable(self._live[0]):
@@ -123,13 +131,14 @@ class MessageEvents:
         self._unsent.append(delta)
         self._unsent_bytes += len(delta["partial_json"])
         assert self._live is not None
-        so_far = len(self._args.get(self._live[0], ""))
+        so_far = self._arg_bytes.get(self._live[0], 0)
         return self._check() if self._unsent_bytes * TOOL_BATCH_SHARE >= so_far else b""
 
     def _stop(self) -> bytes:
         if self._live is None:
             return b""
         out = self._check()
+        self._unsent, self._unsent_bytes = [], 0  # blanks alone: dropped
         if self._broken is not None:
             return out
         (kind, _), index = self._live
@@ -185,7 +194,10 @@ class MessageEvents:
         if self._broken is not None:
             return b""  # nothing more of a stream that ends with an error
         key: _Key = ("tool", event.index)
-        self._args[key] = self._args.get(key, "") + (event.arguments_delta or "")
+        if event.arguments_delta:
+            # Kept as fragments: appended to one string, a long call was copied at each.
+            self._args.setdefault(key, []).append(event.arguments_delta)
+            self._arg_bytes[key] = self._arg_bytes.get(key, 0) + len(event.arguments_delta)
         if event.name:
             self._names.setdefault(key, event.name)
         delta = None
@@ -206,10 +218,18 @@ class MessageEvents:
         return PING  # as the Messages API sends it; the anthropic SDK skips it
 
     async def end(self, summary: InvocationSummary) -> bytes:
+        # Complete now: each call must be one JSON object and nothing else (what read so far
+        # may have had junk after it), unless the answer was cut at max_tokens.
+        whole = self._finish is not FinishReason.LENGTH
+        if self._live is not None and self._live[0][0] == "tool":
+            self._readable(self._live[0], whole=whole)
         out = self._stop()
         for key, (block, deltas) in self._held.items():
-            if not self._readable(key):
-                break
+            if key[0] == "tool":
+                if not self._readable(key, whole=whole):
+                    break
+                if not self._arguments(key).strip():
+                    deltas = []  # blanks alone: the block's `{}`
             out += self._begin(key, block) + b"".join(self._delta(d) for d in deltas)
             out += self._stop()
         self._held.clear()

@@ -26,9 +26,17 @@ PROFILE, MODEL = "tool-input", "tool-input-sim"
 BASH: Any = {"name": "bash", "input_schema": {"type": "object", "properties": {}}}
 
 
+CUT = "CUT:"
+
+
 def _arguments_said(turn: ChatTurn) -> Reply:
-    """Calls `bash` with the user's words as its arguments, exactly as written."""
-    return Reply(tool_calls=[ToolCallReply(name="bash", arguments=turn.last_user_text)])
+    """Calls `bash` with the user's words as its arguments, exactly as written; after `CUT:`,
+    ended as an answer cut at max_tokens is."""
+    said = turn.last_user_text
+    if said.startswith(CUT):
+        call = ToolCallReply(name="bash", arguments=said.removeprefix(CUT))
+        return Reply(tool_calls=[call], finish_reason="length")
+    return Reply(tool_calls=[ToolCallReply(name="bash", arguments=said)])
 
 
 @pytest.fixture
@@ -64,7 +72,15 @@ def _call(arguments: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize(
     "arguments",
-    ["{'cmd': 'ls'}", "[1]", '{"n": NaN}', "cmd=ls"],
+    [
+        "{'cmd': 'ls'}",
+        "[1]",
+        '{"n": NaN}',
+        "cmd=ls",
+        '{"cmd": "ls"} and more',  # junk after the object (each prefix reads partially)
+        '{"cmd": "ls"}{"cmd": "pwd"}',  # two calls run together by a server
+        '{"path": "a.py", "content": "x = ',  # cut short, though not at max_tokens
+    ],
 )
 async def test_arguments_that_are_no_object_are_an_api_error_whole_and_streamed(
     client: AsyncAnthropic, arguments: str
@@ -88,7 +104,7 @@ async def test_arguments_that_are_no_object_are_an_api_error_whole_and_streamed(
         for e in seen
         if e.type == "content_block_delta" and e.delta.type == "input_json_delta"
     )
-    assert arguments[: len(sent)] == sent and len(sent) < len(arguments)
+    assert arguments[: len(sent)] == sent
 
 
 async def test_a_long_call_streams_whole_and_one_cut_short_keeps_its_whole_members(
@@ -100,10 +116,22 @@ async def test_a_long_call_streams_whole_and_one_cut_short_keeps_its_whole_membe
     [block] = final.content
     assert block.type == "tool_use" and block.input == {"path": "a.py", "content": "x = 1\n" * 4000}
 
-    cut = '{"path": "a.py", "content": "x = '
+    cut = CUT + '{"path": "a.py", "content": "x = '  # ended at max_tokens
     answered = await client.messages.create(**_call(cut))
+    assert answered.stop_reason == "max_tokens"
     [block] = answered.content
     assert block.type == "tool_use" and block.input == {"path": "a.py"}
     async with client.messages.stream(**_call(cut)) as stream:
         final = await stream.get_final_message()
     assert final.content[0].type == "tool_use" and final.content[0].input == {"path": "a.py"}
+
+
+async def test_blank_arguments_are_the_empty_object(client: AsyncAnthropic) -> None:
+    """A call with only whitespace for arguments (as some servers stream a first fragment) is
+    a call with none: `{}`, not an error."""
+    answered = await client.messages.create(**_call("  \n "))
+    [block] = answered.content
+    assert block.type == "tool_use" and block.input == {}
+    async with client.messages.stream(**_call("  \n ")) as stream:
+        final = await stream.get_final_message()
+    assert final.content[0].type == "tool_use" and final.content[0].input == {}
