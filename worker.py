@@ -159,15 +159,16 @@ def build_invocation_worker(
 
 def follow_tls_rotation(settings: Settings, workers: list[Worker]) -> TlsRotation:
     """The workers poll on a client connected with the TLS files as they are rotated
-    (core/temporal_rotation.py); their activities ask `activity.client()` for it."""
+    (core/temporal_rotation.py); their activities ask `activity.client()` for it. Made before
+    the first connect, since it reads the files in use as it is made (files rotated between the
+    connect and a later read were taken as already in use), and started once `workers` holds
+    the workers."""
 
     def swap(client: Client) -> None:
         for w in workers:
             w.client = client
 
-    rotation = TlsRotation(settings, swap)
-    rotation.start()
-    return rotation
+    return TlsRotation(settings, swap)
 
 
 async def run(settings: Settings) -> None:
@@ -176,6 +177,8 @@ async def run(settings: Settings) -> None:
         pool_size=settings.database_pool_size,
         statement_timeout=settings.database_statement_timeout_seconds,
     )
+    polling: list[Worker] = []
+    rotation = follow_tls_rotation(settings, polling)
     client = await connect(settings)
     if settings.schedules_enabled:
         for schedule, outcome in (await ensure_schedules(client, settings)).items():
@@ -184,7 +187,8 @@ async def run(settings: Settings) -> None:
     adapters = evaluation_adapters(settings)
     worker = build_worker(client, settings, sessions, adapters=adapters)
     invocations = build_invocation_worker(client, settings, sessions)
-    rotation = follow_tls_rotation(settings, [worker, invocations])
+    polling += [worker, invocations]
+    rotation.start()
     # Every active webhook subscription has its delivery running (activities/webhook_runs.py).
     upkeep = asyncio.create_task(keep_deliveries(lambda: worker.client, settings, sessions))
     stop = asyncio.Event()

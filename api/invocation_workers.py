@@ -53,9 +53,11 @@ class InvocationWorkers:
 
     def rebind(self, client: Client) -> None:
         """The running workers poll on `client` from their next poll (`Worker.client`); one
-        rebuilt later is built on it by its build."""
-        for worker in self.current:
-            worker.client = client
+        rebuilt later is built on it by its build, and one whose run has ended (its rebuild
+        due) is left as it is: the SDK refuses a new client for it."""
+        for worker, run in zip(self._workers, self._running, strict=True):
+            if worker is not None and run is not None and not run.done():
+                worker.client = client
 
     def start(self) -> None:
         self._keepers = [

@@ -78,7 +78,10 @@ class TlsRotation:
         every = self._settings.temporal_tls_reload_seconds
         while True:
             await asyncio.sleep(every)  # a polling interval, not a wait-for
-            await self.look()
+            try:
+                await self.look()
+            except Exception as exc:  # the watch goes on: it is all that follows a rotation
+                log.warning("temporal TLS files not followed this time: %s", type(exc).__name__)
 
     async def look(self) -> bool:
         """Connect with the files as they are now if they changed; whether a new client is in
@@ -94,8 +97,8 @@ class TlsRotation:
                 type(exc).__name__,
             )
             return False
+        self._swap(client)  # raising, the files are tried again at the next look
         self._in_use = now
-        self._swap(client)
         log.info("temporal TLS files changed: a client connected with them is in use")
         return True
 

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import httpx
 import openai
+import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
+from temporalio.worker import Worker
 
 from core.settings import Settings
 from core.temporal import connect
@@ -61,9 +63,12 @@ async def test_a_rotated_client_certificate_is_used_without_a_restart(
             }
         )
         adapters = evaluation_adapters(own)
+        polling: list[Worker] = []
+        rotation = follow_tls_rotation(own, polling)  # as the worker process makes it
         shared = build_worker(await connect(own), own, sessions, adapters=adapters)
         invocations = build_invocation_worker(await connect(own), own, sessions)
-        rotation = follow_tls_rotation(own, [shared, invocations])
+        polling += [shared, invocations]
+        rotation.start()
         try:
             async with shared, invocations, serve(own) as api:
                 token = await token_for(tenant)
@@ -78,13 +83,18 @@ async def test_a_rotated_client_certificate_is_used_without_a_restart(
                     )
                     assert fingerprint(old_cert) in front.accepted
 
+                    runtime = api.app.state.runtime
+                    before = (await runtime.temporal(), shared.client, invocations.client)
                     new_cert, new_key = pki.issue("model-router")
                     key_file.write_bytes(new_key)
                     cert_file.write_bytes(new_cert)
-                    # The API's client and the worker's each connect with the new pair.
-                    await eventually(
-                        lambda: front.accepted.count(fingerprint(new_cert)) >= 2, timeout=30
-                    )
+
+                    async def moved() -> bool:  # the API's holders and both workers
+                        now = (await runtime.temporal(), shared.client, invocations.client)
+                        return all(a is not b for a, b in zip(now, before, strict=True))
+
+                    await eventually(moved, timeout=30)
+                    assert fingerprint(new_cert) in front.accepted
                     front.revoke(old_cert)
                     front.drop()
 
@@ -147,3 +157,35 @@ async def test_files_that_do_not_connect_keep_the_client_in_use(
 
     key_file.unlink()  # mid-rewrite: a file gone is waited for, not connected without
     assert not await rotation.look() and len(tries) == 2
+
+
+async def test_a_swap_that_fails_is_tried_again_at_the_next_look(
+    tmp_path: Path, settings: Settings
+) -> None:
+    """A holder refusing the new client (a worker stopping as it is handed over) left the files
+    taken as in use, and never tried again: the process kept the old certificate for good."""
+    pki = Pki(tmp_path)
+    cert_file, key_file = tmp_path / "client.pem", tmp_path / "client.key"
+    cert, key = pki.issue("model-router")
+    cert_file.write_bytes(cert)
+    key_file.write_bytes(key)
+    own = settings.model_copy(
+        update={"temporal_tls_client_cert": cert_file, "temporal_tls_client_key": key_file}
+    )
+    new_client = await connect(settings)
+    handed: list[Client] = []
+
+    def swap(client: Client) -> None:
+        handed.append(client)
+        if len(handed) == 1:
+            raise RuntimeError("a worker refused the client")
+
+    async def connects(given: Settings) -> Client:
+        return new_client
+
+    rotation = TlsRotation(own, swap, connects=connects)
+    cert_file.write_bytes(pki.issue("model-router")[0])
+    with pytest.raises(RuntimeError):
+        await rotation.look()
+    assert await rotation.look() and len(handed) == 2  # tried again, and in use
+    assert not await rotation.look()
