@@ -16,7 +16,7 @@ from typing import Any
 from domain.catalog import CapabilityScore, CatalogDeployment, PoolState
 from domain.enums import DeploymentState, PrivacyClass
 from domain.exclusions import ExclusionCode
-from domain.pricing import Pricebook
+from domain.pricing import Pricebook, dearest_input_usd_per_mtok
 from domain.profiles import ModelProfile
 from domain.scoring import NEUTRAL, UNKNOWN, Weights, capability_term, cost_log
 
@@ -234,7 +234,8 @@ class Cohort:
             {p.effective_from.toordinal() for pm in models for p in pricebook.history(*pm)}
         )
         # The profile's worst-case request, as pricing.worst_case_cost_usd prices one: the whole
-        # context as input, the full output allowance, no cache hits.
+        # context as input (at the dearer of input and a cache write), the full output
+        # allowance, no cache hits.
         inp = self.profile.max_context_tokens
         out = self.profile.max_output_tokens
         per_epoch: list[list[float]] = []
@@ -247,7 +248,8 @@ class Cohort:
                 p = pricebook.price_for(e.record.provider, e.record.model, on)
                 if p is not None:
                     usd = (
-                        inp * float(p.input_usd_per_mtok) + out * float(p.output_usd_per_mtok)
+                        inp * float(dearest_input_usd_per_mtok(p))
+                        + out * float(p.output_usd_per_mtok)
                     ) / 1e6
                     logs[i] = cost_log(usd)
             per_epoch.append(logs)

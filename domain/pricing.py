@@ -112,6 +112,12 @@ def _write_price(price: PriceEntry) -> Decimal:
     return written if written is not None else price.input_usd_per_mtok
 
 
+def dearest_input_usd_per_mtok(price: PriceEntry) -> Decimal:
+    """The most an input token may cost: input, or a cache write where that is dearer. A
+    request's worst case prices its input here (budgets, and routing's cost scores alike)."""
+    return max(price.input_usd_per_mtok, _write_price(price))
+
+
 def _exact_cost_usd(
     price: PriceEntry,
     *,
@@ -194,7 +200,7 @@ def worst_case_cost_usd(
     the dearer of input and a cache write: either may be billed), plus the full output
     allowance. Budget reservations use this, so they never under-reserve: it is rounded up to
     the receipt's precision, never down."""
-    writes_dearer = _write_price(price) > price.input_usd_per_mtok
+    writes_dearer = dearest_input_usd_per_mtok(price) > price.input_usd_per_mtok
     exact = _exact_cost_usd(
         price,
         input_tokens=input_tokens_estimate,
