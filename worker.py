@@ -36,7 +36,6 @@ from providers.secrets import default_broker
 from store.artifacts import ArtifactStore
 from store.db import create_engine, session_factory
 from store.reconciliation import awaiting_by_provider
-from store.tables import utcnow
 from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow
 from workflows.evaluate import EvaluateDeploymentWorkflow
 from workflows.health_probe import HealthProbeWorkflow
@@ -203,8 +202,8 @@ async def run(settings: Settings) -> None:
 
             async def recount() -> None:
                 async with sessions() as session:
-                    since = utcnow() - timedelta(hours=settings.reconciler_lookback_hours)
-                    metrics.set_usage_unknown(await awaiting_by_provider(session, since))
+                    lookback = settings.reconciler_lookback_hours
+                    metrics.set_usage_unknown(await awaiting_by_provider(session, lookback))
 
             registry = metrics.configure_exporters(
                 otlp_endpoint=settings.otlp_metrics_endpoint,

@@ -31,7 +31,6 @@ from providers.statements.base import StatementSource, StatementSourceError
 from providers.statements.openai_usage import OpenAIUsageSource
 from store import reconciliation, statements
 from store.db import transaction
-from store.tables import utcnow
 
 _Factory = Callable[[Connection], StatementSource]
 
@@ -127,7 +126,6 @@ class ReconciliationActivities:
                 end=data.end + self._lookback,
                 request_ids=sorted(named),
                 pending=[r.usage.invocation_id for r in pending],
-                tenant_ids=data.tenant_ids,
             )
         outcome = plan(
             lines,
@@ -171,7 +169,9 @@ class ReconciliationActivities:
     @activity.defn(name="reconcile_gauge")
     async def gauge(self, data: GaugeInput | None = None) -> dict[str, int]:
         async with self._sessions() as session:
-            counts = await reconciliation.awaiting_by_provider(session, utcnow() - self._lookback)
+            counts = await reconciliation.awaiting_by_provider(
+                session, self._lookback.total_seconds() / 3600
+            )
         metrics.set_usage_unknown(counts)
         # Counted once the recount is in, so that a retry of it does not count them again.
         # None from a run scheduled before the input existed (its history has no argument).

@@ -21,6 +21,7 @@ from temporalio.client import Client
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from activities.webhook_types import DELIVERY_WORKFLOW, DeliveryInput, workflow_id
+from activities.webhooks import delivery_settings
 from core.settings import Settings
 from store.repositories import active_subscriptions
 
@@ -40,9 +41,7 @@ async def start_delivery(
                 tenant_id=tenant_id,
                 subscription_id=subscription_id,
                 after=after,
-                poll_interval_seconds=settings.webhook_poll_interval_seconds,
-                retry_max_interval_seconds=settings.webhook_retry_max_interval_seconds,
-                timeout_seconds=settings.webhook_timeout_seconds,
+                **delivery_settings(settings).model_dump(),
             ),
             id=workflow_id(tenant_id, subscription_id),
             task_queue=settings.temporal_task_queue,
@@ -65,9 +64,19 @@ async def restart_stopped_deliveries(
         rows = await active_subscriptions(session, tenant_ids)
     started = 0
     for row in rows:
-        if await start_delivery(
-            client, settings, row.tenant_id, str(row.subscription_id), row.delivered_position
-        ):
+        try:
+            restarted = await start_delivery(
+                client, settings, row.tenant_id, str(row.subscription_id), row.delivered_position
+            )
+        except Exception as exc:  # this one at the next round; the others are not held up
+            log.warning(
+                "webhook subscription %s of %s not checked: %s",
+                row.subscription_id,
+                row.tenant_id,
+                type(exc).__name__,
+            )
+            continue
+        if restarted:
             log.warning(
                 "webhook subscription %s of %s had no delivery running: started from %s",
                 row.subscription_id,

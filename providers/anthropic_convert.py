@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Any
@@ -16,12 +17,16 @@ _CHOICE = {"auto": "auto", "none": "none", "required": "any", "tool": "tool"}
 
 # Anthropic takes tool-call ids of these characters only; an OpenAI-compatible server's may hold
 # others (`functions.bash:0`), and a session's next turn sent to an Anthropic deployment (a
-# fallback) was refused. Each other character becomes `_`, in the call and in its result alike.
+# fallback) was refused. Each other character becomes `_`, in the call and in its result alike,
+# and a digest of the id as given follows, so two ids that differ only there stay two.
 _NOT_ID = re.compile(r"[^a-zA-Z0-9_-]")
 
 
 def _id(call_id: str | None) -> str | None:
-    return _NOT_ID.sub("_", call_id) if call_id else call_id
+    if not call_id or not _NOT_ID.search(call_id):
+        return call_id
+    digest = hashlib.sha256(call_id.encode()).hexdigest()[:8]
+    return f"{_NOT_ID.sub('_', call_id)}_{digest}"
 
 
 def _tool_input(arguments: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -105,13 +105,14 @@ async def request_id_carriers(
     end: datetime,
     request_ids: Sequence[str],
     pending: Sequence[str],
-    tenant_ids: Sequence[str] | None,
 ) -> list[RequestIdCarrier]:
-    """The receipts started in [start, end), besides `pending`, that carry one of
-    `request_ids`: a line naming such an id names them as well as a pending receipt
-    (domain/reconciliation.SHARED_ID), though their usage is known or another day's window
-    holds them. Read through ix_receipts_usage_status (usage_status, started_at): every status
-    is named so that its leading column is used."""
+    """The receipts of every tenant (a provider's line names a receipt of any) started in
+    [start, end), besides `pending`, awaiting usage or settled by
+    the reconciler, that carry one of `request_ids`: a line naming such an id names them as well
+    as a pending receipt (domain/reconciliation.SHARED_ID), though another day's window holds
+    them. Read through ix_receipts_usage_status (usage_status, started_at) for those statuses
+    alone: no index names a request id, and every status (Reported, nearly all receipts) was a
+    week of receipts read per window. A Reported receipt sharing an id is not looked for."""
     r = InvocationReceiptRow
     out: list[RequestIdCarrier] = []
     skip = set(pending)
@@ -125,13 +126,11 @@ async def request_id_carriers(
                 col(r.invocation_id),
             )
             .join(ModelDeploymentRow, _ITS_DEPLOYMENT)
-            .where(col(r.usage_status).in_(sorted(UsageStatus)))
+            .where(col(r.usage_status).in_(sorted({*AWAITING, UsageStatus.RECONCILED})))
             .where(col(r.started_at) >= start)
             .where(col(r.started_at) < end)
             .where(col(r.provider_request_id).in_(ids[at : at + _IDS_PER_READ]))
         )
-        if tenant_ids is not None:
-            stmt = stmt.where(col(r.tenant_id).in_(list(tenant_ids)))
         out += [
             RequestIdCarrier(provider=p, request_id=i, tenant_id=t)
             for p, i, t, invocation in (await session.execute(stmt)).all()
@@ -298,14 +297,15 @@ async def settle(
     return True
 
 
-async def awaiting_by_provider(session: AsyncSession, since: datetime) -> dict[str, int]:
-    """Receipts whose usage is Unknown or Estimated, started since `since` (the reconciler's
-    lookback), per provider: the usage_unknown gauge. A receipt of a call that reached no
+async def awaiting_by_provider(session: AsyncSession, lookback_hours: float) -> dict[str, int]:
+    """Receipts whose usage is Unknown or Estimated, started within the reconciler's lookback,
+    per provider: the usage_unknown gauge. A receipt of a call that reached no
     provider awaits nothing (domain.statements.sent_nothing, here in SQL): counted, denials
     alone made the gauge grow for ever. Nor does one past the lookback, which no run settles
     any more: counted, every such receipt stayed in the gauge for good, and an alert on it
     meant nothing (read through ix_receipts_usage_status, a range of it, not all of it)."""
     r = InvocationReceiptRow
+    since = utcnow() - timedelta(hours=lookback_hours)
     nothing_sent = and_(
         col(r.usage_status) == UsageStatus.ESTIMATED,
         # NULL is not zero (an unknown count awaits), and NOT over NULL would drop the row.

@@ -256,7 +256,8 @@ class WebhookSubscriptionRepository(TenantRepository):
             .where(col(w.subscription_id) == subscription_id)
             .where(col(w.active))
             .values(
-                previous_signing_secret=col(w.signing_secret),
+                # With no overlap (a leaked secret) the replaced one is not kept at all.
+                previous_signing_secret=col(w.signing_secret) if overlap_until > utcnow() else None,
                 signing_secret=secret,
                 previous_secret_until=overlap_until,
             )

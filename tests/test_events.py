@@ -21,7 +21,7 @@ from core.settings import Settings
 from domain.enums import Role, Scope
 from store.outbox_horizon import MARGIN_SECONDS, settled_position
 from store.repositories import OutboxRepository
-from store.tables import OutboxEventRow
+from store.tables import OutboxEventRow, WebhookSubscriptionRow
 from tests.conftest import TokenFactory, free_port
 from tests.helpers.catalog import profile_event, publish, register
 from tests.helpers.deadline import eventually
@@ -304,7 +304,11 @@ async def test_deleting_a_subscription_stops_delivery_and_is_tenant_scoped(
 
 
 async def test_a_rotated_secret_signs_beside_the_old_one_until_the_overlap_ends(
-    http: httpx.AsyncClient, auth: dict[str, str], token_for: TokenFactory, tenant: str
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    token_for: TokenFactory,
+    tenant: str,
+    sessions: async_sessionmaker[AsyncSession],
 ) -> None:
     """A leaked secret could only be replaced by deleting the subscription: its receiver
     reconfigured and its cursor guessed again. A rotation signs with both secrets for its
@@ -334,6 +338,9 @@ async def test_a_rotated_secret_signs_beside_the_old_one_until_the_overlap_ends(
 
         leaked = await http.post(rotate, json={"overlapSeconds": 0}, headers=auth)
         third = leaked.json()["signingSecret"]
+        async with sessions() as s:  # a leaked secret is not kept at all
+            row = await s.get(WebhookSubscriptionRow, uuid.UUID(sub))
+            assert row is not None and row.previous_signing_secret is None
         await register(http, auth, "rot/d")  # signed by the third alone: the second is refused
         await eventually(lambda: receiver.bad_signatures >= 1)
         receiver.secret = third

@@ -604,5 +604,5 @@ async def test_the_gauge_counts_what_a_run_may_still_settle_only(
             usage_status=UsageStatus.UNKNOWN,
         )
     async with sessions() as session:
-        counted = await awaiting_by_provider(session, now - timedelta(hours=72))
+        counted = await awaiting_by_provider(session, 72)
     assert counted.get(provider) == 2

@@ -122,9 +122,16 @@ async def test_an_id_anthropic_does_not_take_is_mapped_for_an_anthropic_deployme
                     "type": "function",
                     "function": {"name": "bash", "arguments": '{"cmd": "ls"}'},
                 },
+                # Mapped alike but for a digest of each: two ids stay two.
+                {
+                    "id": "functions.bash.0",
+                    "type": "function",
+                    "function": {"name": "bash", "arguments": '{"cmd": "pwd"}'},
+                },
             ],
         },
         {"role": "tool", "tool_call_id": "functions.bash:0", "content": "a.py"},
+        {"role": "tool", "tool_call_id": "functions.bash.0", "content": "/"},
     ]
     done = await sdk.chat.completions.create(model="ids-anthropic", messages=history, tools=[TOOL])
     assert done.choices[0].message.content == "done"

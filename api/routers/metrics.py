@@ -8,7 +8,6 @@ rely on OTLP export instead."""
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -20,7 +19,6 @@ from api.problems import problem_response
 from core import metrics as instruments
 from core.scrape_auth import scrape_allowed
 from store.reconciliation import awaiting_by_provider
-from store.tables import utcnow
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +44,7 @@ async def recount_usage_unknown(runtime: RuntimeDep) -> None:
     store that does not answer leaves the last count, and the scrape still succeeds."""
     try:
         async with runtime.sessions() as session:
-            since = utcnow() - timedelta(hours=runtime.settings.reconciler_lookback_hours)
-            instruments.set_usage_unknown(await awaiting_by_provider(session, since))
+            lookback = runtime.settings.reconciler_lookback_hours
+            instruments.set_usage_unknown(await awaiting_by_provider(session, lookback))
     except Exception as exc:
         log.warning("usage_unknown not recounted: %s", type(exc).__name__)
