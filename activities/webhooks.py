@@ -30,7 +30,8 @@ from domain.webhook_targets import Network
 from store.db import transaction
 from store.ops_tables import as_utc
 from store.repositories import OutboxRepository, WebhookSubscriptionRepository
-from store.tables import OutboxEventRow, WebhookSubscriptionRow, utcnow
+from store.tables import OutboxEventRow, utcnow
+from store.webhook_tables import WebhookSubscriptionRow
 
 log = logging.getLogger("model_router.worker")
 

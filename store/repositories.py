@@ -26,9 +26,9 @@ from store.tables import (
     OAuthClient,
     OutboxEventRow,
     UtcDateTime,
-    WebhookSubscriptionRow,
     utcnow,
 )
+from store.webhook_tables import WebhookSubscriptionRow
 
 
 class TenantRepository:

@@ -340,31 +340,6 @@ class IdempotencyRecordRow(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
 
 
-class WebhookSubscriptionRow(SQLModel, table=True):
-    __tablename__ = "webhook_subscriptions"
-
-    subscription_id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
-    tenant_id: str = Field(max_length=100, index=True)
-    url: str = Field(max_length=2000)
-    # Our own signing key for this receiver (not a provider credential); shown once at creation.
-    signing_secret: str = Field(max_length=200)
-    event_types: list[str] = Field(sa_column=_json())
-    delivered_position: int = Field(default=0, sa_type=sa.BigInteger)
-    active: bool = True
-    created_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
-    # The delivery failing now (every attempt is retried, in order): since when, how many
-    # attempts, and the last one's reason (a status or an error type, never a body). Cleared by
-    # the next delivery the receiver accepts.
-    failing_since: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
-    failed_attempts: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
-    last_error: str | None = Field(default=None, max_length=300)
-    # The secret a rotation replaced, still signed with beside the new one until
-    # `previous_secret_until`, so that a receiver can take the new one up with no delivery
-    # failing to verify meanwhile (Standard Webhooks: several signatures, space-separated).
-    previous_signing_secret: str | None = Field(default=None, max_length=200)
-    previous_secret_until: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
-
-
 class TenantPolicyRow(SQLModel, table=True):
     __tablename__ = "tenant_policies"
 

@@ -21,7 +21,8 @@ from core.settings import Settings
 from domain.enums import Role, Scope
 from store.outbox_horizon import MARGIN_SECONDS, settled_position
 from store.repositories import OutboxRepository
-from store.tables import OutboxEventRow, WebhookSubscriptionRow
+from store.tables import OutboxEventRow
+from store.webhook_tables import WebhookSubscriptionRow
 from tests.conftest import TokenFactory, free_port
 from tests.helpers.catalog import profile_event, publish, register
 from tests.helpers.deadline import eventually

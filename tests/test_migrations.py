@@ -12,7 +12,8 @@ from alembic.migration import MigrationContext
 from sqlmodel import SQLModel
 
 import store.ops_tables  # (registers its tables on SQLModel.metadata, as store.tables does)
-import store.tables  # noqa: F401
+import store.tables
+import store.webhook_tables  # noqa: F401
 from store.db import create_engine
 from store.migrate import downgrade, upgrade
 from tests.conftest import create_database, drop_database

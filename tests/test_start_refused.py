@@ -20,7 +20,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import select
 
 from core.settings import Settings
-from store.tables import EvaluationRow, ModelDeploymentRow, WebhookSubscriptionRow
+from store.tables import EvaluationRow, ModelDeploymentRow
+from store.webhook_tables import WebhookSubscriptionRow
 from tests.conftest import TokenFactory, free_port
 from tests.helpers.catalog import deployment_body, register
 from tests.helpers.stack import TemporalDevServer, on_own_temporal, own_temporal, serve, workers

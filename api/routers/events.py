@@ -31,7 +31,8 @@ from store.repositories import (
     feed_end,
     last_position,
 )
-from store.tables import WebhookSubscriptionRow, utcnow
+from store.tables import utcnow
+from store.webhook_tables import WebhookSubscriptionRow
 
 log = logging.getLogger("model_router.api")
 router = APIRouter(tags=["events"])

@@ -8,7 +8,8 @@ from alembic import context
 from sqlalchemy.engine import Connection
 from sqlmodel import SQLModel
 
-import store.tables  # noqa: F401  (registers the tables on SQLModel.metadata)
+import store.tables
+import store.webhook_tables  # noqa: F401
 from store.db import create_engine
 
 target_metadata = SQLModel.metadata
