@@ -8,7 +8,6 @@ SDK reads a streamed one, keeping its whole members."""
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import anthropic
@@ -20,7 +19,7 @@ from temporalio.client import Client
 from providers.upstream import UpstreamServer
 from providers.upstream.turn import ChatTurn, Reply, ToolCallReply
 from tests.conftest import TokenFactory
-from tests.helpers.catalog import approved_profile
+from tests.helpers.catalog import simulated_profile
 
 PROFILE, MODEL = "tool-input", "tool-input-sim"
 BASH: Any = {"name": "bash", "input_schema": {"type": "object", "properties": {}}}
@@ -48,15 +47,9 @@ async def client(
     temporal_client: Client,
     upstream: UpstreamServer,
 ) -> AsyncAnthropic:
-    upstream.register(MODEL, _arguments_said)
     token = await token_for(tenant)
-    await approved_profile(
-        http,
-        {"Authorization": f"Bearer {token}"},
-        temporal_client,
-        tenant,
-        PROFILE,
-        {f"ti/{uuid.uuid4().hex[:6]}": {"endpointRef": upstream.endpoint_ref, "model": MODEL}},
+    await simulated_profile(
+        http, token, temporal_client, tenant, upstream, PROFILE, MODEL, _arguments_said
     )
     return AsyncAnthropic(base_url=api_url, api_key=token, max_retries=0)
 

@@ -6,7 +6,6 @@ Messages `refusal` (the stop reason Anthropic's own refusals carry), Responses `
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import httpx
@@ -18,7 +17,7 @@ from temporalio.client import Client
 from providers.upstream import UpstreamServer
 from providers.upstream.turn import ChatTurn, Reply
 from tests.conftest import TokenFactory
-from tests.helpers.catalog import approved_profile
+from tests.helpers.catalog import simulated_profile
 
 PROFILE, MODEL = "refuses", "refuses-sim"
 WORDS = "I can't help with that."
@@ -36,15 +35,9 @@ async def token(
     temporal_client: Client,
     upstream: UpstreamServer,
 ) -> str:
-    upstream.register(MODEL, _refuses)
     token = await token_for(tenant)
-    await approved_profile(
-        http,
-        {"Authorization": f"Bearer {token}"},
-        temporal_client,
-        tenant,
-        PROFILE,
-        {f"rf/{uuid.uuid4().hex[:6]}": {"endpointRef": upstream.endpoint_ref, "model": MODEL}},
+    await simulated_profile(
+        http, token, temporal_client, tenant, upstream, PROFILE, MODEL, _refuses
     )
     return token
 

@@ -50,6 +50,18 @@ async def _stored(sessions: async_sessionmaker[AsyncSession], tenant: str) -> tu
     return int(imports or 0), int(lines or 0)
 
 
+async def _settled(client: Client, settings: Settings, tenant: str, as_of: datetime) -> int:
+    """A reconciler run over the tenant's last 4 hours before `as_of`, no settle delay: how
+    many receipts it settled."""
+    report = await client.execute_workflow(
+        ReceiptReconcilerWorkflow.run,
+        ReconcilerInput(lookback_hours=4, settle_delay_minutes=0, tenant_ids=[tenant], as_of=as_of),
+        id=f"reconcile-import-{uuid.uuid4().hex[:8]}",
+        task_queue=settings.temporal_task_queue,
+    )
+    return report.settled
+
+
 async def test_a_malformed_row_rejects_the_whole_file_naming_its_line_and_field(
     http: httpx.AsyncClient,
     auth: dict[str, str],
@@ -201,15 +213,7 @@ async def test_imported_statements_settle_self_hosted_receipts(
     import_id = resp.json()["importId"]
 
     async def reconcile() -> int:
-        report = await temporal_client.execute_workflow(
-            ReceiptReconcilerWorkflow.run,
-            ReconcilerInput(
-                lookback_hours=4, settle_delay_minutes=0, tenant_ids=[tenant], as_of=as_of
-            ),
-            id=f"reconcile-import-{uuid.uuid4().hex[:8]}",
-            task_queue=settings.temporal_task_queue,
-        )
-        return report.settled
+        return await _settled(temporal_client, settings, tenant, as_of)
 
     assert await reconcile() == 3
     rows = await receipts(sessions, [cut, *shared])
@@ -260,15 +264,7 @@ async def test_a_request_id_a_server_used_again_the_next_day_settles_one_receipt
     assert resp.status_code == 201, resp.text
 
     async def reconcile(as_of: datetime) -> int:
-        report = await temporal_client.execute_workflow(
-            ReceiptReconcilerWorkflow.run,
-            ReconcilerInput(
-                lookback_hours=4, settle_delay_minutes=0, tenant_ids=[tenant], as_of=as_of
-            ),
-            id=f"reconcile-again-{uuid.uuid4().hex[:8]}",
-            task_queue=settings.temporal_task_queue,
-        )
-        return report.settled
+        return await _settled(temporal_client, settings, tenant, as_of)
 
     assert await reconcile(first_day) == 1
     next_day = first_day + timedelta(days=1)

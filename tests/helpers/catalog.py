@@ -12,6 +12,8 @@ from temporalio.client import Client
 
 from activities.lifecycle_types import workflow_id
 from domain.deployments import CapabilityMeasurement, DeploymentRecord, EvidenceInput
+from providers.upstream import UpstreamServer
+from providers.upstream.responders import Responder
 from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow
 
 
@@ -130,3 +132,33 @@ async def approved_profile(
         await approved_deployment(http, auth, temporal, tenant, deployment_id, **fields)
     published = await publish(http, auth, profile_event(profile_id, list(deployments), **profile))
     assert published.status_code == 200, published.text
+
+
+async def simulated_profile(
+    http: httpx.AsyncClient,
+    token: str,
+    temporal: Client,
+    tenant: str,
+    upstream: UpstreamServer,
+    profile_id: str,
+    model: str,
+    responder: Responder,
+    **deployment: Any,
+) -> None:
+    """An active profile over one approved deployment of `model` on the simulator, answered by
+    `responder` (`deployment`: the registration's other fields, e.g. its provider)."""
+    upstream.register(model, responder)
+    await approved_profile(
+        http,
+        {"Authorization": f"Bearer {token}"},
+        temporal,
+        tenant,
+        profile_id,
+        {
+            f"sim/{uuid.uuid4().hex[:8]}": {
+                "endpointRef": upstream.endpoint_ref,
+                "model": model,
+                **deployment,
+            }
+        },
+    )
