@@ -18,6 +18,27 @@ from store import pricebook
 from store.db import transaction
 
 
+async def _published(
+    sessions: async_sessionmaker[AsyncSession], tenant: str, revision: str, **entry: str
+) -> Pricebook:
+    """A revision of one price (`entry`: its fields; output 10 USD unless given), published."""
+    book = Pricebook.model_validate(
+        {
+            "revision": revision,
+            "entries": [
+                {
+                    "outputUsdPerMtok": "10",
+                    "effectiveFrom": datetime(2026, 1, 1, tzinfo=UTC).date(),
+                    **entry,
+                }
+            ],
+        }
+    )
+    async with transaction(sessions) as session:
+        assert await pricebook.publish(session, tenant, book)
+    return book
+
+
 async def test_a_revision_published_after_it_was_missing_prices_later_calls(
     sessions: async_sessionmaker[AsyncSession], tenant: str
 ) -> None:
@@ -33,22 +54,9 @@ async def test_a_revision_published_after_it_was_missing_prices_later_calls(
     )
     assert await prices.cost(call, "openai", "gpt-4.1", answered) is None  # not published yet
 
-    book = Pricebook.model_validate(
-        {
-            "revision": "later",
-            "entries": [
-                {
-                    "provider": "openai",
-                    "model": "gpt-4.1",
-                    "inputUsdPerMtok": "2.5",
-                    "outputUsdPerMtok": "10",
-                    "effectiveFrom": datetime(2026, 1, 1, tzinfo=UTC).date(),
-                }
-            ],
-        }
+    await _published(
+        sessions, tenant, "later", provider="openai", model="gpt-4.1", inputUsdPerMtok="2.5"
     )
-    async with transaction(sessions) as session:
-        assert await pricebook.publish(session, tenant, book)
     # Within the while, the miss stands (no read per call); past it, the revision is read.
     now[0] += MISSING_SECONDS - 1
     assert await prices.cost(call, "openai", "gpt-4.1", answered) is None
@@ -61,24 +69,17 @@ async def test_input_written_to_the_prompt_cache_is_priced_at_the_write_price(
 ) -> None:
     """Anthropic bills a cache write above input (1.25 times for 5-minute breakpoints); it was
     priced as input. Budgets reserve every input token at the dearer of the two."""
-    book = Pricebook.model_validate(
-        {
-            "revision": "writes",
-            "entries": [
-                {
-                    "provider": "anthropic",
-                    "model": "claude-sonnet",
-                    "inputUsdPerMtok": "3",
-                    "cachedInputUsdPerMtok": "0.3",
-                    "cacheWriteUsdPerMtok": "3.75",
-                    "outputUsdPerMtok": "15",
-                    "effectiveFrom": datetime(2026, 1, 1, tzinfo=UTC).date(),
-                }
-            ],
-        }
+    book = await _published(
+        sessions,
+        tenant,
+        "writes",
+        provider="anthropic",
+        model="claude-sonnet",
+        inputUsdPerMtok="3",
+        cachedInputUsdPerMtok="0.3",
+        cacheWriteUsdPerMtok="3.75",
+        outputUsdPerMtok="15",
     )
-    async with transaction(sessions) as session:
-        assert await pricebook.publish(session, tenant, book)
     call = InvocationInput.model_construct(tenant_id=tenant, pricing_revision="writes")  # type: ignore[call-arg]
     answered = Outcome(
         outcome=InvocationOutcome.COMPLETED,
