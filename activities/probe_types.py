@@ -49,3 +49,6 @@ class HealthProbeReport(BaseModel):
     # Deployments whose failed probe was not taken for theirs: the run's probes failed to reach
     # most deployments of several providers at once (domain/health.py, own_network_suspected).
     held: list[str] = Field(default_factory=list)
+    # Probes that did not run (the worker or store failed them) or were cut at the run's
+    # deadline: those deployments keep their state until a later run probes them.
+    unprobed: int = 0

@@ -56,6 +56,14 @@ FINGERPRINT = "modelRouterScheduleFingerprint"
 # Cron fires at most once a minute, so one-minute probe windows give every scheduled run its
 # own window, while a manual trigger in the same minute reuses that run's results.
 PROBE_WINDOW_SECONDS = 60
+# A probe run that hangs this long is abandoned, so SKIP cannot block probing for good.
+PROBE_RUN_TIMEOUT = timedelta(minutes=10)
+# Its probes are cut this long before that, leaving the verdicts and the prune time to land:
+# at most 5 attempts of 40 s each for a verdict the store refuses, 60 s for the prune. A hanging
+# provider holds a probe about 25 s at the defaults (two 10 s attempts, 5 s apart), so at the
+# default concurrency of 8 some 190 deployments behind one hanging provider used the whole run
+# up, and it timed out with not one of them Degraded.
+PROBE_JUDGING_TIME = timedelta(minutes=3)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +85,7 @@ def probe_input(settings: Settings) -> HealthProbeInput:
         retry_interval_seconds=settings.health_probe_retry_interval_seconds,
         window_seconds=PROBE_WINDOW_SECONDS,
         sample_retention_hours=settings.health_probe_sample_retention_hours,
+        deadline_seconds=(PROBE_RUN_TIMEOUT - PROBE_JUDGING_TIME).total_seconds(),
     )
 
 
@@ -153,8 +162,7 @@ def desired_schedules(
             queue,
             settings.health_probe_cron,
             SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP, catchup_window=timedelta(minutes=1)),
-            # A run that hangs this long is abandoned, so SKIP cannot block probing for good.
-            timedelta(minutes=10),
+            PROBE_RUN_TIMEOUT,
         ),
         _desired(
             schedule_id(settings, RECONCILER),

@@ -72,6 +72,10 @@ class HealthProbeInput(BaseModel):
     tenant_ids: list[str] | None = None
     # The window is the run's start time, floored; given here only to re-run a past window.
     window_start: datetime | None = None
+    # Probes still running this long after the run started are cut (their deployments judged
+    # at a later run), so the verdicts of the rest land before the run's own timeout ends it
+    # with none applied. None: no cut (a run started by hand waits for every probe).
+    deadline_seconds: float | None = Field(default=None, gt=0)
 
 
 def probe_window(at: datetime, width: timedelta) -> datetime:
@@ -103,15 +107,25 @@ UNREACHABLE = frozenset({"connection", "timeout"})
 OWN_NETWORK_SHARE = 0.8
 
 
-def own_network_suspected(probed: Sequence[tuple[str, ProbeResult]]) -> bool:
+def own_network_suspected(probed: Sequence[tuple[ProbeTarget, ProbeResult]]) -> bool:
     """Whether this run's failures look like the probing worker's own network (its DNS, its
-    egress) rather than the deployments': most of the probes that ran (`probed`: provider and
-    result) could not reach their deployment, on two providers or more. Providers rarely all
+    egress) rather than the deployments': most of the probes that ran (`probed`: the target and
+    its result) could not reach their deployment, on two providers or more. Providers rarely all
     fail at the same minute; a worker that lost its egress sees exactly that, and degrading
     every deployment on that evidence left the router refusing every call until the next run.
     Its Degrade verdicts are held: the deployments keep their state, and the next run decides.
-    A provider-wide outage of one provider is not held: its deployments degrade as before."""
-    ran = [(provider, r) for provider, r in probed if not r.replayed]
+    A provider-wide outage of one provider is not held: its deployments degrade as before.
+
+    A Degraded deployment that fails again is left out: its failure is its own outage, already
+    judged, and says nothing of this run's network. Counted, an hour-old outage of one provider
+    made a second provider's new one look like the worker's, and held its verdicts for as long
+    as the first lasted."""
+    ran = [
+        (target.provider, r)
+        for target, r in probed
+        if not r.replayed
+        and not (target.state is DeploymentState.DEGRADED and r.outcome is ProbeOutcome.FAILED)
+    ]
     unreachable = [
         provider
         for provider, r in ran

@@ -250,3 +250,47 @@ async def test_a_cancelled_run_stops_and_judges_nothing(
             await asyncio.wait_for(handle.result(), 30)
         assert isinstance(ended.value.cause, CancelledError), ended.value.cause
     assert await _state(http, auth, "sim/hung") == "Approved"
+
+
+async def test_probes_still_hanging_at_the_deadline_are_cut_and_the_rest_are_judged(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    settings: Settings,
+    temporal_client: Client,
+) -> None:
+    # A provider that hangs holds its probes for their whole timeout. The scheduled run has a
+    # timeout of its own (10 minutes): judging only once every probe returned, a large fleet
+    # behind a hanging provider timed the run out with no verdict applied at all. Here the run
+    # times out at 25 s, the hanging probes would hold 30 s, and the deadline is 5 s.
+    async with UpstreamServer() as upstream:
+        upstream.inject(MODEL, Fault(kind=FaultKind.HANG))
+        upstream.inject("probe-bad", Fault(kind=FaultKind.SERVER_ERROR))
+        for deployment, model in (
+            ("sim/hung-1", MODEL),
+            ("sim/hung-2", MODEL),
+            ("sim/hung-3", MODEL),
+            ("sim/bad", "probe-bad"),
+        ):
+            await approved_deployment(
+                http, auth, temporal_client, tenant, deployment, provider="local-upstream",
+                model=model, endpointRef=upstream.endpoint_ref,
+            )  # fmt: skip
+        report = await temporal_client.execute_workflow(
+            HealthProbeWorkflow.run,
+            HealthProbeInput(
+                tenant_ids=[tenant],
+                timeout_seconds=30,
+                attempts=1,
+                concurrency=4,
+                deadline_seconds=5,
+            ),
+            id=f"probe-test-{uuid.uuid4().hex[:8]}",
+            task_queue=settings.temporal_task_queue,
+            execution_timeout=timedelta(seconds=25),
+        )
+        assert (report.probed, report.unprobed, report.failed) == (4, 3, 1), report
+        assert report.degraded == [f"{tenant}/sim/bad"]
+        assert upstream.requests(MODEL) == 3
+    assert await _state(http, auth, "sim/bad") == "Degraded"
+    assert await _state(http, auth, "sim/hung-1") == "Approved"

@@ -14,6 +14,7 @@ from domain.enums import DeploymentState, UsageStatus
 from domain.health import (
     ProbeOutcome,
     ProbeResult,
+    ProbeTarget,
     ProbeVerdict,
     latency_stats,
     own_network_suspected,
@@ -373,16 +374,30 @@ def test_a_bad_row_is_reported_with_its_line_and_field(
 
 
 # -- health ----------------------------------------------------------------------------------
-def _probed(provider: str, error: str | None, replayed: bool = False) -> tuple[str, ProbeResult]:
+def _probed(
+    provider: str,
+    error: str | None,
+    replayed: bool = False,
+    state: DeploymentState = DeploymentState.APPROVED,
+) -> tuple[ProbeTarget, ProbeResult]:
     outcome = ProbeOutcome.FAILED if error else ProbeOutcome.OK
+    deployment = f"{provider}/{uuid.uuid4().hex[:4]}"
+    target = ProbeTarget(
+        tenant_id="t1",
+        deployment_id=deployment,
+        provider=provider,
+        model="m",
+        endpoint_ref="upstream:127.0.0.1:1",
+        state=state,
+    )
     result = ProbeResult(
         tenant_id="t1",
-        deployment_id=f"{provider}/{uuid.uuid4().hex[:4]}",
+        deployment_id=deployment,
         outcome=outcome,
         error_class=error,
         replayed=replayed,
     )
-    return provider, result
+    return target, result
 
 
 def test_failures_to_reach_several_providers_at_once_are_taken_for_the_probers_network() -> None:
@@ -400,6 +415,19 @@ def test_failures_to_reach_several_providers_at_once_are_taken_for_the_probers_n
     reused = [_probed("openai", "connection", True), _probed("anthropic", "timeout", True)]
     assert not own_network_suspected(reused)
     assert own_network_suspected([*both_gone, _probed("local", None, replayed=True)])
+
+
+def test_a_provider_already_degraded_does_not_make_a_new_outage_look_like_the_network() -> None:
+    # OpenAI has been down an hour (its deployments Degraded, failing again); now Anthropic's
+    # stop answering. That is Anthropic's outage: counted with OpenAI's, it was held.
+    old = [_probed("openai", "connection", state=DeploymentState.DEGRADED)] * 8
+    assert not own_network_suspected([*old, _probed("anthropic", "timeout")] * 2)
+    # The worker's own network lost while a provider is down: still two providers unreachable.
+    lost = [_probed("anthropic", "timeout"), _probed("mistral", "connection")]
+    assert own_network_suspected([*old, *lost])
+    # A Degraded deployment that answers is evidence of a working network, as any other.
+    back = _probed("openai", None, state=DeploymentState.DEGRADED)
+    assert not own_network_suspected([*lost, back, back])
 
 
 def test_probe_windows_verdicts_and_latency_statistics() -> None:

@@ -46,6 +46,8 @@ with workflow.unsafe.imports_passed_through():
 _STORE = RetryPolicy(initial_interval=timedelta(milliseconds=500), maximum_attempts=5)
 # Histories where the verdicts were judged together, after every probe of the run.
 VERDICTS_TOGETHER = "probe-verdicts-together"
+# Histories where probes start shuffled and are cut at HealthProbeInput.deadline_seconds.
+PROBES_CUT_AT_DEADLINE = "probes-cut-at-deadline"
 
 
 @workflow.defn(name="DeploymentHealthProbe")
@@ -92,13 +94,10 @@ class HealthProbeWorkflow:
         deployments of several providers at once are the prober's own network
         (domain/health.py), and its Degrade verdicts are held."""
 
-        async def probed(target: ProbeTarget) -> ProbeResult | None:
-            async with slots:
-                return await self._probe(target, window, data)
-
-        results = await asyncio.gather(*(probed(t) for t in targets))
+        results = await self._probe_all(targets, window, data, slots)
+        report.unprobed = sum(r is None for r in results)
         ran = [(t, r) for t, r in zip(targets, results, strict=True) if r is not None]
-        hold = own_network_suspected([(t.provider, r) for t, r in ran])
+        hold = own_network_suspected(ran)
         wanted: list[tuple[ProbeTarget, ProbeVerdict]] = []
         for target, result in ran:
             if result.outcome is ProbeOutcome.OK:
@@ -119,6 +118,52 @@ class HealthProbeWorkflow:
                 len(report.held),
             )
         await asyncio.gather(*(self._apply(t, v, report) for t, v in wanted))
+
+    async def _probe_all(
+        self,
+        targets: list[ProbeTarget],
+        window: datetime,
+        data: HealthProbeInput,
+        slots: asyncio.Semaphore,
+    ) -> list[ProbeResult | None]:
+        """Every target's probe result, in the targets' order; None where the probe did not
+        run, or was cut at the run's deadline. The probes start in a shuffled order, so a
+        deadline cuts different deployments from run to run, not the same tail each time."""
+
+        async def probed(target: ProbeTarget) -> ProbeResult | None:
+            async with slots:
+                return await self._probe(target, window, data)
+
+        if not workflow.patched(PROBES_CUT_AT_DEADLINE) or data.deadline_seconds is None:
+            return list(await asyncio.gather(*(probed(t) for t in targets)))
+        order = list(range(len(targets)))
+        workflow.random().shuffle(order)
+        tasks = {i: asyncio.ensure_future(probed(targets[i])) for i in order}
+        try:
+            await workflow.wait_condition(
+                lambda: all(t.done() for t in tasks.values()),
+                timeout=timedelta(seconds=data.deadline_seconds),
+            )
+        except TimeoutError:
+            workflow.logger.warning(
+                "probes still running at the run's deadline (%ss): %d cut, judged next run",
+                data.deadline_seconds,
+                sum(not t.done() for t in tasks.values()),
+            )
+        finally:
+            # Cut, or the run itself cancelled: no probe outlives the wait.
+            for task in tasks.values():
+                if not task.done():
+                    task.cancel()
+        settled = dict(
+            zip(tasks, await asyncio.gather(*tasks.values(), return_exceptions=True), strict=True)
+        )
+        for outcome in settled.values():
+            if isinstance(outcome, BaseException) and not is_cancelled_exception(outcome):
+                raise outcome
+        return [
+            r if isinstance(r, ProbeResult) else None for r in map(settled.get, range(len(targets)))
+        ]
 
     async def _apply(
         self, target: ProbeTarget, wanted: ProbeVerdict, report: HealthProbeReport
@@ -210,6 +255,9 @@ class HealthProbeWorkflow:
             )
             return result
         except ActivityError as exc:
+            if is_cancelled_exception(exc):
+                # Cut at the deadline, or the run cancelled: the caller decides which.
+                raise
             cause = exc.cause
             if isinstance(cause, ApplicationError) and cause.type == PROBE_FAILED and cause.details:
                 return ProbeResult.model_validate(cause.details[0])
