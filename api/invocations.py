@@ -85,6 +85,8 @@ class Running:
     candidates: tuple[str, ...] = ()
     # The live call's hub entry: it names the deployment whose events are arriving.
     pending: PendingCall | None = None
+    # The key's earlier call, replayed (or waited for): its answer is the key's for good.
+    replay: bool = False
 
     def answering(self, first: InvocationEvent) -> str | None:
         """The deployment that produced `first` (the first item of `events`), as the receipt
@@ -240,14 +242,17 @@ class Invocations:
 
     def retry_after(
         self, principal: Principal, running: Running, summary: InvocationSummary
-    ) -> int:
+    ) -> int | None:
         """Seconds a caller told its call failed transiently should wait before trying again.
         A call whose claim the receipt store did not take waits as long as the store's other
         503s say: no provider was asked, so the providers' cool-downs say nothing about it. Any
         other failure waits until a candidate may next be tried. (Temporal gone before any
-        output is the gate's own 503.)"""
+        output is the gate's own 503.) None for a replayed failure: its key can only replay it
+        again, however long the caller waits; a retry needs a new key."""
         if summary.error_kind == "store_unavailable":
             return STORE_RETRY_AFTER_SECONDS
+        if running.replay:
+            return None
         return self._come_back.after_failure(principal.tenant_id, running.candidates)
 
     async def _follow(
@@ -362,7 +367,10 @@ class Invocations:
                 type_="https://model-router.dev/problems/idempotency-key-reused",
             )
         return Running(
-            seen.invocation_id, seen.deployment_id, self._replays.events(tenant, key, hash_, seen)
+            seen.invocation_id,
+            seen.deployment_id,
+            self._replays.events(tenant, key, hash_, seen),
+            replay=True,
         )
 
 

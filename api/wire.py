@@ -266,25 +266,33 @@ _SPENT = frozenset(c.value for c in GATEWAY_CLOSES)
 
 
 def failure_response(
-    request: Request, summary: InvocationSummary, retry_after: int
+    request: Request, summary: InvocationSummary, retry_after: int | None
 ) -> JSONResponse:
-    """A call that did not complete, as the surface's error (its envelope, by path prefix)."""
+    """A call that did not complete, as the surface's error (its envelope, by path prefix).
+    `retry_after` None: a replay of the key's failure, which says so (see below)."""
     kind = summary.error_kind or "provider_error"
     headers = {RECEIPT: str(summary.invocation_id), DEPLOYMENT: summary.deployment_id or ""}
     if kind in _SPENT:
         return _spent(request, summary, kind, headers)
     failure = classify(kind)
     status = _STATUS[failure]
-    if failure is FailureClass.TRANSIENT:
-        headers["Retry-After"] = str(retry_after)
-    message = f"model call failed: {kind}"
+    detail, message = f"The model call failed ({kind}).", f"model call failed: {kind}"
     if summary.error_reason:
         message = f"{message}: {summary.error_reason}"
+    if failure is FailureClass.TRANSIENT and retry_after is None:
+        # The same answer as the first time, but not its advice: waiting and sending this key
+        # again replays this failure for good, and the SDKs retry a 503 by default. A runtime
+        # keying each step stably obeyed the Retry-After and never called the provider again.
+        headers["x-should-retry"] = "false"
+        detail = f"{detail} This Idempotency-Key replays it: retry with a new key."
+        message = f"{message} (replayed: retry with a new Idempotency-Key)"
+    elif failure is FailureClass.TRANSIENT:
+        headers["Retry-After"] = str(retry_after)
     error_type, code = _OPENAI_NAMES.get(kind, (kind, kind))
     return problem_response(
         request,
         status,
-        f"The model call failed ({kind}).",
+        detail,
         headers=headers,
         error={"message": message, "type": error_type, "code": code},
         receiptId=str(summary.invocation_id),

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import openai
 import pytest
 from temporalio.client import Client
 
@@ -130,3 +131,44 @@ async def test_embeddings_map_a_transient_failure_the_same_way(
         assert resp.status_code == 503, resp.text
         assert int(resp.headers["Retry-After"]) >= 1
         assert resp.json()["errorClass"] == "transient"
+
+
+async def test_a_replayed_transient_failure_tells_the_caller_to_use_a_new_key(
+    api_url: str, auth: dict[str, str], upstream: UpstreamServer
+) -> None:
+    # The key's answer is the key's for good: a Retry-After on its replay sent a runtime that
+    # keys each step stably back to the same failure, however long it waited, and the SDKs
+    # retry a 503 by default. The first answer keeps its advice.
+    sent: list[str] = []
+
+    async def count(request: httpx.Request) -> None:
+        sent.append(request.url.path)
+
+    key = {"Idempotency-Key": f"fs-{uuid.uuid4().hex}"}
+    messages: Any = [{"role": "user", "content": "status please"}]
+    async with httpx.AsyncClient(event_hooks={"request": [count]}) as transport:
+        sdk = openai.AsyncOpenAI(
+            base_url=f"{api_url}/v1",
+            api_key=auth["Authorization"].removeprefix("Bearer "),
+            max_retries=2,
+            http_client=transport,
+        )
+        with pytest.raises(openai.InternalServerError) as first:
+            await sdk.with_options(max_retries=0).chat.completions.create(
+                model="fs-stall", messages=messages, extra_headers=key
+            )
+        assert int(first.value.response.headers["Retry-After"]) >= 1
+        calls = upstream.requests("fs-stall")
+        with pytest.raises(openai.InternalServerError) as again:
+            await sdk.chat.completions.create(
+                model="fs-stall", messages=messages, extra_headers=key
+            )
+    replayed = again.value.response
+    # Replayed, the failure is told by its close reason (a timeout: still transient, a 503).
+    assert replayed.json()["closeReason"] == "timeout" and replayed.status_code == 503
+    assert "Retry-After" not in replayed.headers
+    assert replayed.headers["x-should-retry"] == "false"
+    assert replayed.json()["receiptId"] == first.value.response.json()["receiptId"]
+    assert "new key" in replayed.json()["detail"]
+    # Told not to, the SDK did not retry (it would have twice); nor did the gateway call again.
+    assert len(sent) == 2 and upstream.requests("fs-stall") == calls
