@@ -146,7 +146,7 @@ async def test_a_replayed_transient_failure_tells_the_caller_to_use_a_new_key(
 
     key = {"Idempotency-Key": f"fs-{uuid.uuid4().hex}"}
     messages: Any = [{"role": "user", "content": "status please"}]
-    async with httpx.AsyncClient(event_hooks={"request": [count]}) as transport:
+    async with openai.DefaultAsyncHttpxClient(event_hooks={"request": [count]}) as transport:
         sdk = openai.AsyncOpenAI(
             base_url=f"{api_url}/v1",
             api_key=auth["Authorization"].removeprefix("Bearer "),
