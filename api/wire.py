@@ -115,11 +115,14 @@ async def collect(
 
 
 async def result(running: Running) -> tuple[Any, InvocationSummary]:
-    """An embed's or rerank's one result as JSON (live, or the stored one) and its receipt."""
+    """An embed's or rerank's one result as JSON (live, or the stored one) and its receipt;
+    None with the failure to answer with when there is none: the call failed, or a replay's
+    stored result could not be read (`output_unavailable`, as for a chat answer; it was an
+    empty list, or a 500, where an answer had been given)."""
     found: Any = None
     async for item in running.events:
         if isinstance(item, ReceiptReady):
-            return found, item.summary
+            return found, item.summary if found is not None else without_output(item.summary)
         if isinstance(item, Replayed):
             found = json.loads(item.output) if item.output else None
         elif isinstance(item, EmbeddingResult | RerankResult):

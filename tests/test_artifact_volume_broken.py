@@ -123,6 +123,53 @@ async def test_a_replay_without_its_stored_answer_is_a_failure_on_both_wires_nev
     assert whole.value.response.json()["closeReason"] == "completed"
 
 
+async def test_an_embed_or_rerank_replay_without_its_stored_result_is_a_failure_never_empty(
+    api_url: str,
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+    settings: Settings,
+) -> None:
+    # As for a chat answer: a Completed receipt whose result cannot be read replays as the
+    # failure `output_unavailable`. It was an empty list of vectors (an index written with
+    # nothing), no ranking at all, or a 500 on /gateway/embed.
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    embed_at = {"provider": "openai", "model": "av-embed", "endpointRef": upstream.endpoint_ref}
+    rank_at = {"provider": "rerank", "model": "av-rank", "endpointRef": upstream.endpoint_ref}
+    await approved_profile(
+        http, auth, temporal_client, tenant, "av-embed", {"av/e": embed_at}, required={},
+        modality="Embedding",
+    )  # fmt: skip
+    await approved_profile(
+        http, auth, temporal_client, tenant, "av-rank", {"av/r": rank_at}, required={},
+        modality="Rerank",
+    )  # fmt: skip
+    _no_answer_files(settings, tenant)
+    sdk = openai.AsyncOpenAI(base_url=f"{api_url}/v1", api_key="unused", max_retries=0)
+    key = {**auth, "Idempotency-Key": f"av-{uuid.uuid4().hex}"}
+    first = await sdk.embeddings.create(model="av-embed", input=SECRET, extra_headers=key)
+    assert len(first.data) == 1
+    with pytest.raises(openai.APIStatusError) as replayed:
+        await sdk.embeddings.create(model="av-embed", input=SECRET, extra_headers=key)
+    assert replayed.value.status_code == 502
+    assert replayed.value.response.json()["error"]["type"] == "output_unavailable"
+    embed = {"profileId": "av-embed", "inputs": [SECRET], "idempotencyKey": uuid.uuid4().hex}
+    rank = {
+        "profileId": "av-rank",
+        "query": SECRET,
+        "documents": ["a", "b"],
+        "idempotencyKey": uuid.uuid4().hex,
+    }
+    for path, body in (("/gateway/embed", embed), ("/gateway/rerank", rank)):
+        answered = await http.post(path, headers=auth, json=body)
+        assert answered.status_code == 200, answered.text
+        again = await http.post(path, headers=auth, json=body)
+        assert again.status_code == 502, (path, again.text)
+        assert again.json()["error"]["type"] == "output_unavailable", again.text
+
+
 async def test_a_replay_whose_stored_answer_the_volume_does_not_give_back_is_not_held(
     api_url: str,
     http: httpx.AsyncClient,

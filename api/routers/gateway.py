@@ -190,7 +190,7 @@ async def embed(
         principal, body.call(Operation.EMBED, {"input": body.inputs}, list(body.inputs))
     )
     found, summary = await result(running)
-    if summary.outcome is not InvocationOutcome.COMPLETED:
+    if found is None or summary.outcome is not InvocationOutcome.COMPLETED:
         return failure_response(request, summary, service.retry_after(principal, running, summary))
     receipt = await _receipt(runtime, principal.tenant_id, summary)
     return JSONResponse(
@@ -208,9 +208,9 @@ async def rerank(
         body.call(Operation.RERANK, payload, (body.query, list(body.documents), body.top_n)),
     )
     found, summary = await result(running)
-    if summary.outcome is not InvocationOutcome.COMPLETED:
+    if found is None or summary.outcome is not InvocationOutcome.COMPLETED:
         return failure_response(request, summary, service.retry_after(principal, running, summary))
-    results = RerankResult.model_validate(found).results if found else ()
+    results = RerankResult.model_validate(found).results
     return JSONResponse(
         {
             "results": [r.model_dump() for r in results],

@@ -88,9 +88,9 @@ async def embeddings(
     )
     running = await service.start(principal, call)
     found, summary = await result(running)
-    if summary.outcome is not InvocationOutcome.COMPLETED:
+    if found is None or summary.outcome is not InvocationOutcome.COMPLETED:
         return failure_response(request, summary, service.retry_after(principal, running, summary))
-    vectors: list[list[float]] = found["vectors"] if found else []
+    vectors: list[list[float]] = found["vectors"]
     tokens = summary.input_tokens or 0
     return JSONResponse(
         {
