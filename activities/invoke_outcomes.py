@@ -142,10 +142,11 @@ def completed(request: ChatRequest, completion: Completion, ttft_ms: int | None)
 
 
 async def embed_once(adapter: ProviderAdapter, pending: PendingCall, limits: CallLimits) -> Outcome:
-    inputs: list[str] = pending.request
+    inputs: list[str]
+    inputs, dimensions = pending.request  # dimensions: None for the model's own width
     try:
         with timing.waiting():
-            result = await adapter.embed(inputs, limits=limits)
+            result = await adapter.embed(inputs, dimensions=dimensions, limits=limits)
     except ProviderError as exc:
         return failed(exc)
     pending.events.put_nowait(result)

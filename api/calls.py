@@ -27,7 +27,8 @@ class Call:
     idempotency_key: str | None
     operation: Operation
     payload: dict[str, Any]  # the canonical request, hashed (never stored)
-    request: Any  # providers.types.ChatRequest, or the list of inputs to embed
+    # providers.types.ChatRequest; (texts, dimensions) to embed; (query, documents, topN)
+    request: Any
     data_classification: DataClassification = DataClassification.INTERNAL
     needs_tools: bool = False
     needs_structured_output: bool = False

@@ -251,6 +251,21 @@ async def test_embeddings_and_models(sdk: AsyncOpenAI) -> None:
     assert models == {"chat", "claude", "embedding"}
 
 
+async def test_embeddings_give_the_dimensions_asked_for(sdk: AsyncOpenAI) -> None:
+    # `dimensions` reaches the provider (text-embedding-3's shortened vectors for a narrower
+    # index); it was accepted and dropped, and the index write failed on full-width vectors.
+    full = await sdk.embeddings.create(model="embedding", input="a", encoding_format="float")
+    narrow = await sdk.embeddings.create(model="embedding", input="a", dimensions=8)
+    assert len(narrow.data[0].embedding) == 8 != len(full.data[0].embedding)
+    # It is part of the request a key is bound to: another width is another request.
+    key = {"Idempotency-Key": f"dim-{uuid.uuid4().hex}"}
+    await sdk.embeddings.create(model="embedding", input="a", dimensions=8, extra_headers=key)
+    with pytest.raises(openai.ConflictError):
+        await sdk.with_options(max_retries=0).embeddings.create(
+            model="embedding", input="a", dimensions=16, extra_headers=key
+        )
+
+
 async def test_hundred_concurrent_calls_with_one_key_make_one_provider_call(
     sdk: AsyncOpenAI, upstream: UpstreamServer
 ) -> None:

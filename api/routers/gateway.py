@@ -187,7 +187,7 @@ async def embed(
     body: EmbedBody, request: Request, principal: Invoker, service: Service, runtime: RuntimeDep
 ) -> Response:
     running = await service.start(
-        principal, body.call(Operation.EMBED, {"input": body.inputs}, list(body.inputs))
+        principal, body.call(Operation.EMBED, {"input": body.inputs}, (list(body.inputs), None))
     )
     found, summary = await result(running)
     if found is None or summary.outcome is not InvocationOutcome.COMPLETED:

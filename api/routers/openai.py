@@ -81,8 +81,10 @@ async def embeddings(
         attempt_id=headers.attempt_id,
         idempotency_key=headers.idempotency_key,
         operation=Operation.EMBED,
-        payload={"input": inputs},
-        request=inputs,
+        # `dimensions` changes the answer, so it is the request's (and its key's) as the texts
+        # are. It was accepted and dropped: full-width vectors for a 256-wide index.
+        payload={"input": inputs, **({"dimensions": body.dimensions} if body.dimensions else {})},
+        request=(inputs, body.dimensions),
         data_classification=headers.data_classification,
         budget_usd=headers.budget_usd,
     )
