@@ -66,7 +66,7 @@ class ToolIn(_Loose):
 class JsonSchemaFormat(_Loose):
     name: str = "response"
     schema_: dict[str, Any] = Field(alias="schema")
-    strict: bool | None = True
+    strict: bool | None = None  # OpenAI's default: not strict
 
 
 class ResponseFormatIn(_Loose):
@@ -232,7 +232,10 @@ def to_chat_request(body: ChatCompletionIn) -> ChatRequest:
                 type=body.response_format.type,
                 name=schema.name if schema else None,
                 json_schema=schema.schema_ if schema else None,
-                strict=bool(schema.strict) if schema and schema.strict is not None else True,
+                # OpenAI's default is not strict: sent strict, a schema written for the
+                # default (not every property required, no additionalProperties: false) was
+                # a 400 from OpenAI that the same request sent to it directly was not.
+                strict=bool(schema and schema.strict),
             )
     stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
     with field_errors():

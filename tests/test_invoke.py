@@ -8,7 +8,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import openai
@@ -197,6 +197,39 @@ async def test_tools_parallel_tools_and_json_schema(sdk: AsyncOpenAI) -> None:
         },
     )
     assert isinstance(json.loads(structured.choices[0].message.content or "")["answer"], int)
+
+
+async def test_a_json_schema_is_strict_only_when_the_caller_says_so(
+    sdk: AsyncOpenAI, upstream: UpstreamServer
+) -> None:
+    # OpenAI's default is not strict. Sent strict, a schema written for that default (not
+    # every property required, no additionalProperties: false) was a 400 from OpenAI that the
+    # same request sent to it directly was not.
+    from providers.upstream import ChatTurn, Reply
+
+    sent: list[Any] = []
+
+    def record(turn: ChatTurn) -> Reply:
+        sent.append(turn.raw["response_format"]["json_schema"].get("strict"))
+        return Reply(text='{"a": "b"}')
+
+    upstream.register("gpt-sim", record)
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    try:
+        for strict in (None, True, False):
+            given: dict[str, Any] = {"name": "r", "schema": schema}
+            if strict is not None:
+                given["strict"] = strict
+            await sdk.chat.completions.create(
+                model="chat",
+                messages=[{"role": "user", "content": "json"}],
+                response_format=cast(Any, {"type": "json_schema", "json_schema": given}),
+            )
+    finally:
+        from providers.upstream import default_responder
+
+        upstream.register("gpt-sim", default_responder)
+    assert [bool(s) for s in sent] == [False, True, False]
 
 
 async def test_parallel_tool_calls_stream(sdk: AsyncOpenAI, upstream: UpstreamServer) -> None:
