@@ -57,6 +57,25 @@ async def test_bad_values_and_unknown_pages_are_pages_not_problems(
     assert api.headers["content-type"] == "application/problem+json"
 
 
+async def test_hand_made_form_posts_are_refused_as_pages_never_500s(
+    console: ConsoleSession, api_url: str
+) -> None:
+    # compare_digest raises on a str that is not ASCII, and PostgreSQL refuses a NUL in a
+    # text value: each was a 500 (the first to anyone, signed in or not).
+    async with httpx.AsyncClient(base_url=api_url) as plain:
+        page = await plain.get("/console/sign-in")
+        forged = await plain.post(
+            "/console/sign-in", data={"client_id": "x", "client_secret": "y", "login_nonce": "é"}
+        )
+    assert forged.status_code == 403 and "expired" in forged.text, page.status_code
+    foreign = await console.post("/console/deployment/retire", {"csrf_token": "é", "id": "a"})
+    assert "CSRF" in _page(foreign, 403)
+    nul = await console.post(
+        "/console/deployment/retire", {"csrf_token": console.csrf, "id": "team/a\x00b"}
+    )
+    assert "NUL" in _page(nul, 400)
+
+
 async def test_a_preview_with_no_profile_to_preview_says_so(console: ConsoleSession) -> None:
     # The form's list is empty for a tenant with no active profile, so nothing is sent for it:
     # that was a problem+json 422 naming body.profile_id.

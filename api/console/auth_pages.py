@@ -82,7 +82,8 @@ async def sign_in(
 ) -> Response:
     target = _safe_next(next)
     cookie_nonce = request.cookies.get(LOGIN_COOKIE, "")
-    if not login_nonce or not hmac.compare_digest(login_nonce, cookie_nonce):
+    # Compared as bytes: compare_digest raises on a str that is not ASCII (a 500 to anyone).
+    if not login_nonce or not hmac.compare_digest(login_nonce.encode(), cookie_nonce.encode()):
         expired = "The sign-in form expired; please try again."
         return _sign_in_page(request, target, expired, 403, client_id)
     if not client_id or not client_secret:

@@ -111,8 +111,15 @@ SignedIn = Annotated[Operator, Depends(signed_in)]
 async def check_csrf(request: Request, operator: SignedIn) -> Operator:
     """Every state-changing form: the posted token must be this session's."""
     form = await request.form()
+    if any(isinstance(v, str) and "\x00" in v for v in form.values()):
+        # Its fields are ids and names looked up or stored: PostgreSQL refuses a NUL in a text
+        # value, which was a 500 (SQLite took it).
+        raise ConsoleError(400, "The form contains a NUL character.")
     given = form.get(CSRF_FIELD)
-    if not isinstance(given, str) or not hmac.compare_digest(given, operator.csrf):
+    # Compared as bytes: compare_digest raises on a str that is not ASCII (a 500).
+    if not isinstance(given, str) or not hmac.compare_digest(
+        given.encode(), operator.csrf.encode()
+    ):
         raise ConsoleError(403, "The form's CSRF token is missing or not this session's.")
     return operator
 
