@@ -246,10 +246,13 @@ def profiles_show(profile_id: str, version: Annotated[str | None, typer.Option()
     """A profile with its requirements and its deployments' evidence."""
     params = {"version": version} if version else None
     p = connect().call("GET", f"/factory/model-profiles/{profile_id}", params=params)
-    out.print(
-        f"[bold]{p['profileId']}[/bold] v{p['version']} ({p['status']}), "
-        f"{p['modality']}, privacy {p['privacyClass']}, price basis {p['priceBasis']}"
+    # The server's words, never read as rich markup: a price basis `per [/1k] tokens` raised
+    # MarkupError (a traceback), and `per [token]` lost its word.
+    head = escape(
+        f"{p['profileId']} v{p['version']} ({p['status']}), {p['modality']}, "
+        f"privacy {p['privacyClass']}, price basis {p['priceBasis']}"
     )
+    out.print(f"[bold]{head}[/bold]")
     _table(
         "required capabilities",
         ["CAPABILITY", "THRESHOLD"],

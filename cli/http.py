@@ -14,6 +14,8 @@ from rich.markup import escape
 from core.settings import get_settings
 
 err = Console(stderr=True)
+# What every error body of the API carries one of (RFC 9457, or OAuth's `error` on the token).
+_PROBLEM_KEYS = {"status", "title", "detail", "error"}
 
 
 class Api:
@@ -86,8 +88,15 @@ def _raise_for_problem(resp: httpx.Response) -> None:
         problem = resp.json()
     except ValueError:
         problem = None
-    if not isinstance(problem, dict):  # not a problem+json body (a proxy's page, a list, …)
-        problem = {"detail": resp.text or resp.reason_phrase}
+    if not isinstance(problem, dict) or not _PROBLEM_KEYS & problem.keys():
+        # Not the API's problem+json: an ingress's 502 page while the API's pods are down, a
+        # proxy's 504. Not a refusal: it exited 1 as one, and printed the whole page.
+        said = " ".join((resp.text or resp.reason_phrase).split())
+        err.print(
+            f"[red]{resp.status_code} from {escape(str(resp.request.url))}, not the API's "
+            f"answer: {escape(said[:200])}[/red]"
+        )
+        raise typer.Exit(2)
     # The server's words are printed as they are, never read as rich markup: a pattern's
     # `[a-z0-9]` was taken for a style and vanished, and a `[/x]` raised MarkupError.
     title, detail = escape(str(problem.get("title", ""))), escape(str(problem.get("detail", "")))
@@ -101,4 +110,5 @@ def _raise_for_problem(resp: httpx.Response) -> None:
         err.print(
             f"  - {diff['field']}: {diff['existing']!r} → {diff['published']!r}", markup=False
         )
-    raise typer.Exit(1)
+    # The API's own 503s (Temporal or the store away) say to come back, as no answer does.
+    raise typer.Exit(2 if resp.status_code == 503 else 1)

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from cli.http import connect
@@ -64,7 +65,7 @@ def receipts_list(
     for column in _COLUMNS:
         table.add_column(column)
     for r in items:
-        table.add_row(*_row(r))
+        table.add_row(*(escape(cell) for cell in _row(r)))
     out.print(table)
     if not items:
         out.print("no receipts for this run (a run id of another tenant looks the same)")

@@ -44,9 +44,10 @@ def preview(
     }
     plan = api.call("POST", f"/factory/model-profiles/{profile_id}/route-plan/preview", json=body)
     out.print(
-        f"[bold]{plan['profileId']}[/bold] v{plan['profileVersion']}"
-        f"  policy {plan['policyRevision']}  snapshot {plan['snapshotVersion']}"
-        f"  decision {plan['policyDecisionId']}"
+        escape(
+            f"{plan['profileId']} v{plan['profileVersion']}  policy {plan['policyRevision']}"
+            f"  snapshot {plan['snapshotVersion']}  decision {plan['policyDecisionId']}"
+        )
     )
     kept = Table(title="kept (in route order)")
     for column in ("RANK", "DEPLOYMENT", "SCORE", "CAPABILITY", "COST", "LATENCY", "HISTORY"):
@@ -55,7 +56,7 @@ def preview(
         t = c["terms"]
         kept.add_row(
             str(c["rank"]),
-            c["deploymentId"],
+            escape(c["deploymentId"]),
             f"{c['score']:.3f}",
             f"{t['capability']:.2f}",
             f"{t['cost']:.2f}",
@@ -67,5 +68,5 @@ def preview(
     for column in ("DEPLOYMENT", "CODE", "REASON"):
         excluded.add_column(column)
     for e in plan["excluded"]:
-        excluded.add_row(e["deploymentId"], e["code"], escape(e["reason"]))
+        excluded.add_row(escape(e["deploymentId"]), e["code"], escape(e["reason"]))
     out.print(excluded)

@@ -240,6 +240,21 @@ async def test_the_cli_records_a_license_and_lists_a_runs_receipts(
     assert bad.exit_code == 1 and "runId" in bad.stderr
 
 
+async def test_the_servers_words_are_printed_as_they_are_never_as_markup(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    # A price basis is free text: `[/1k]` raised rich's MarkupError (a traceback), and
+    # `[token]` vanished as a style.
+    basis = "per [/1k] [token]"
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(yaml.safe_dump(profile_event("cli-markup", [], {}, priceBasis=basis)))
+    published = await run(cli_env, "profiles", "publish", str(profile))
+    assert published.exit_code == 0, published.output
+    shown = await run(cli_env, "profiles", "show", "cli-markup")
+    assert shown.exit_code == 0 and "Traceback" not in shown.output, shown.output
+    assert basis in shown.stdout
+
+
 class _Broken(http.server.BaseHTTPRequestHandler):
     """An API answering its token and then as a broken proxy in front of it would: a 502 whose
     JSON body is not a problem, or the connection closed before any answer."""
@@ -253,6 +268,13 @@ class _Broken(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path.startswith("/factory/model-profiles"):
             self._send(502, ["upstream", "went", "away"])
+        elif self.path.startswith("/factory/runs/"):
+            page = b"<html><body><h1>502 Bad Gateway</h1>" + b"<p>nginx</p>" * 500 + b"</html>"
+            self.send_response(502)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
         else:
             self.close_connection = True  # no answer at all
 
@@ -307,9 +329,15 @@ async def test_a_broken_answer_or_none_after_the_token_is_an_exit_with_the_reaso
     thread.start()
     try:
         env = {**cli_env, "MODEL_ROUTER_API_URL": f"http://127.0.0.1:{server.server_port}"}
+        # Not the API's answer (a proxy's, while the API is down): not a refusal, exit 2.
         result = await run(env, "profiles", "list")
-        assert result.exit_code == 1, result.output
+        assert result.exit_code == 2, result.output
         assert "502" in result.stderr and "Traceback" not in result.output
+        assert "not the API's answer" in result.stderr
+        result = await run(env, "receipts", "list", "--run", str(uuid.uuid4()))
+        assert result.exit_code == 2, result.output
+        assert "Bad Gateway" in " ".join(result.stderr.split())
+        assert len(result.stderr) < 600  # the page's start, not all of it
         result = await run(env, "deployments", "list")
         assert result.exit_code == 2, result.output
         assert "did not answer GET /factory/model-deployments" in result.stderr
