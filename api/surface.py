@@ -86,6 +86,11 @@ class Headers:
 BufferedHeader = Annotated[bool | None, Header(alias="X-Model-Router-Buffered")]
 
 
+IdempotencyKeyHeader = Annotated[
+    str | None, Header(alias="Idempotency-Key", max_length=200, pattern=r"^[A-Za-z0-9._:/-]+$")
+]
+
+
 # An `async def` dependency: a class (its plain __init__) would run in the thread pool.
 async def call_headers(
     run_id: Annotated[uuid.UUID | None, Header(alias="X-Run-Id")] = None,
@@ -93,10 +98,7 @@ async def call_headers(
     project_id: Annotated[
         str, Header(alias="X-Project-Id", min_length=1, max_length=200)
     ] = "default",
-    idempotency_key: Annotated[
-        str | None,
-        Header(alias="Idempotency-Key", max_length=200, pattern=r"^[A-Za-z0-9._:/-]+$"),
-    ] = None,
+    idempotency_key: IdempotencyKeyHeader = None,
     data_classification: Annotated[
         DataClassification, Header(alias="X-Data-Classification")
     ] = DataClassification.INTERNAL,

@@ -189,6 +189,28 @@ async def test_embed_and_rerank_with_receipts(
     assert embedded.json()["receipt"]["profileId"] == "gw-embed"
 
 
+async def test_the_idempotency_key_header_keys_a_gateway_call_as_on_the_v1_surfaces(
+    http: httpx.AsyncClient, auth: dict[str, str], upstream: UpstreamServer
+) -> None:
+    # Runtimes send the header everywhere; here it was ignored: every retry a new call, a
+    # second provider call and charge.
+    before = upstream.requests("gw-chat")
+    key = {**auth, "Idempotency-Key": f"gw-{uuid.uuid4().hex}"}
+    body = {"profileId": "gw", "request": {"messages": [{"role": "user", "content": "k"}]}}
+    first = await http.post("/gateway/invoke", headers=key, json=body)
+    again = await http.post("/gateway/invoke", headers=key, json=body)
+    assert first.status_code == again.status_code == 200, again.text
+    assert first.json()["receipt"]["invocationId"] == again.json()["receipt"]["invocationId"]
+    assert upstream.requests("gw-chat") == before + 1
+    # Both, naming different keys: which one was meant cannot be told.
+    both = await http.post(
+        "/gateway/invoke", headers=key, json={**body, "idempotencyKey": "another"}
+    )
+    assert both.status_code == 422, both.text
+    assert both.json()["errors"][0]["field"] == "header.Idempotency-Key"
+    assert upstream.requests("gw-chat") == before + 1
+
+
 async def test_budget_denies_before_the_provider_and_leaves_a_receipt(
     http: httpx.AsyncClient,
     auth: dict[str, str],

@@ -15,10 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from api.calls import Call
 from api.deps import RuntimeDep, require
 from api.invocations import Running
+from api.problems import field_refused
 from api.receipt_views import call_receipt
 from api.runtime import Runtime
 from api.sse import KEEP_ALIVE_COMMENT
-from api.surface import BufferedHeader, Service
+from api.surface import BufferedHeader, IdempotencyKeyHeader, Service
 from api.wire import (
     answer_chat,
     failure_response,
@@ -58,14 +59,28 @@ class _Scope(BaseModel):
     budget_usd: Decimal | None = Field(default=None, alias="budgetUsd", ge=0)
 
     def call(
-        self, operation: Operation, payload: dict[str, Any], request: Any, **extra: Any
+        self,
+        operation: Operation,
+        payload: dict[str, Any],
+        request: Any,
+        key_header: str | None,
+        **extra: Any,
     ) -> Call:
+        """The call, keyed by `idempotencyKey` or the `Idempotency-Key` header (the /v1/
+        surfaces' way, which runtimes send everywhere). The header was ignored here: each retry
+        a new call, a second provider call and charge. Both, and different, is a 422."""
+        if key_header and self.idempotency_key and key_header != self.idempotency_key:
+            raise field_refused(
+                "header.Idempotency-Key",
+                "differs from body.idempotencyKey",
+                "The Idempotency-Key header and body.idempotencyKey name different keys.",
+            )
         return Call(
             profile_id=self.profile_id,
             project_id=self.project_id,
             run_id=self.run_id,
             attempt_id=self.attempt_id,
-            idempotency_key=self.idempotency_key,
+            idempotency_key=self.idempotency_key or key_header,
             operation=operation,
             payload=payload,
             request=request,
@@ -109,12 +124,14 @@ async def invoke(
     service: Service,
     runtime: RuntimeDep,
     buffered: BufferedHeader = None,
+    key: IdempotencyKeyHeader = None,
 ) -> Response:
     chat = body.request
     call = body.call(
         Operation.CHAT,
         chat.model_dump(mode="json"),
         chat,
+        key,
         needs_tools=bool(chat.tools),
         needs_structured_output=chat.response_format is not None
         and chat.response_format.type != "text",
@@ -184,10 +201,16 @@ class _Events:
 
 @router.post("/embed", operation_id="Embed", response_model=None)
 async def embed(
-    body: EmbedBody, request: Request, principal: Invoker, service: Service, runtime: RuntimeDep
+    body: EmbedBody,
+    request: Request,
+    principal: Invoker,
+    service: Service,
+    runtime: RuntimeDep,
+    key: IdempotencyKeyHeader = None,
 ) -> Response:
     running = await service.start(
-        principal, body.call(Operation.EMBED, {"input": body.inputs}, (list(body.inputs), None))
+        principal,
+        body.call(Operation.EMBED, {"input": body.inputs}, (list(body.inputs), None), key),
     )
     found, summary = await result(running)
     if found is None or summary.outcome is not InvocationOutcome.COMPLETED:
@@ -200,12 +223,17 @@ async def embed(
 
 @router.post("/rerank", operation_id="Rerank", response_model=None)
 async def rerank(
-    body: RerankBody, request: Request, principal: Invoker, service: Service, runtime: RuntimeDep
+    body: RerankBody,
+    request: Request,
+    principal: Invoker,
+    service: Service,
+    runtime: RuntimeDep,
+    key: IdempotencyKeyHeader = None,
 ) -> Response:
     payload = {"query": body.query, "documents": body.documents, "topN": body.top_n}
     running = await service.start(
         principal,
-        body.call(Operation.RERANK, payload, (body.query, list(body.documents), body.top_n)),
+        body.call(Operation.RERANK, payload, (body.query, list(body.documents), body.top_n), key),
     )
     found, summary = await result(running)
     if found is None or summary.outcome is not InvocationOutcome.COMPLETED:
