@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import jwt
 
@@ -168,10 +169,16 @@ class TokenVerifier:
                 algorithms=[s.auth_algorithm],
                 audience=s.auth_audience,
                 issuer=s.auth_issuer,
-                options={"require": ["exp", "iat", "sub", "iss", "aud"]},
+                # iat and nbf are checked below, with the clock skew an external issuer's has.
+                options={
+                    "require": ["exp", "iat", "sub", "iss", "aud"],
+                    "verify_iat": False,
+                    "verify_nbf": False,
+                },
             )
         except jwt.PyJWTError as exc:
             raise TokenError(str(exc)) from exc
+        _check_not_ahead(claims, self._wall())
         tenant = claims.get("tid")
         if not isinstance(tenant, str) or not tenant:
             raise TokenError("token has no tenant (tid) claim")
@@ -188,13 +195,34 @@ class TokenVerifier:
         return principal, float(claims["exp"])
 
 
+# How far ahead of this process's clock an issuer's may run: its fresh tokens' `iat` and `nbf`
+# are taken up to this far in the future. Without it an IdP whose clock ran a second ahead had
+# its fresh tokens refused ("not yet valid (iat)"). `exp` keeps no leeway: a token past it only
+# sends its client for a new one, which it does ahead of `exp` anyway.
+CLOCK_SKEW_SECONDS = 60
+
+
+def _check_not_ahead(claims: dict[str, Any], now: float) -> None:
+    """TokenError when the token's `iat` or `nbf` is not an integer, or is later than `now`
+    by more than the clock skew allowed."""
+    for claim in ("iat", "nbf"):
+        if claim not in claims:
+            continue
+        try:
+            at = int(claims[claim])
+        except (ValueError, TypeError, OverflowError):
+            raise TokenError(f"the token's {claim} is not an integer") from None
+        if at > now + CLOCK_SKEW_SECONDS:
+            raise TokenError(f"the token is not yet valid ({claim})")
+
+
 def _issued_at(token: str) -> float | None:
     """The token's `iat` as it says (unverified: it only decides between a 401 and a retry)."""
     try:
         iat = jwt.decode(token, options={"verify_signature": False}).get("iat")
-    except jwt.PyJWTError:
+        return float(iat) if isinstance(iat, int | float) else None
+    except (jwt.PyJWTError, OverflowError):  # an `iat` of 400 digits was a 500
         return None
-    return float(iat) if isinstance(iat, int | float) else None
 
 
 def _kid(token: str) -> str | None:

@@ -267,6 +267,23 @@ async def test_a_held_key_still_refuses_bad_tokens(rs256: Settings, issuer: _Iss
         await asyncio.to_thread(verifier.verify, issuer.token(kid="ec1"))
 
 
+async def test_an_issuer_whose_clock_runs_ahead_still_has_its_fresh_tokens_taken(
+    rs256: Settings, issuer: _Issuer
+) -> None:
+    # Its `iat` (and `nbf`) a few seconds ahead of this process's clock: refused as not yet
+    # valid, every fresh token a 401 until the clocks met.
+    verifier = TokenVerifier(rs256)
+    ahead = int(time.time()) + 5
+    assert (await asyncio.to_thread(verifier.verify, issuer.token(iat=ahead, nbf=ahead))).tenant_id
+    # Far ahead is still refused, and a claim that is no integer is a bad token.
+    for claims in ({"iat": ahead + 3600}, {"nbf": ahead + 3600}, {"nbf": "soon"}):
+        with pytest.raises(TokenError):
+            await asyncio.to_thread(verifier.verify, issuer.token(**claims))
+    # An `iat` of 400 digits on a key the set lacks was an OverflowError: a 500 to anyone.
+    with pytest.raises(TokenError):
+        await asyncio.to_thread(verifier.verify, issuer.token(kid="made-up", iat=10**400))
+
+
 async def test_a_key_set_due_for_refresh_serves_on_the_loop_while_one_refresh_runs_behind(
     rs256: Settings, issuer: _Issuer, held: _Held
 ) -> None:
