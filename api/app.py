@@ -89,7 +89,7 @@ def create_app(settings: Settings | None = None, temporal_client: Client | None 
     app.add_middleware(TracingMiddleware)
     problems.install(app)
     refusals.install(app)
-    app.state.error_envelopes = dict([messages.ENVELOPE, responses.ENVELOPE])
+    app.state.error_envelopes = dict([messages.ENVELOPE, responses.ENVELOPE, *openai.ENVELOPES])
     if settings.metrics_enabled or settings.otlp_metrics_endpoint:
         app.state.metrics_registry = instruments.configure_exporters(
             otlp_endpoint=settings.otlp_metrics_endpoint,

@@ -274,7 +274,7 @@ async def _problem(
     render = envelope_for(scope.get("app"), scope.get("path", ""))
     if render is not None:
         problem, more = render(status, problem)
-        content_type = b"application/json"
+        content_type = more.pop("content-type", "application/json").encode()
         headers = [*(headers or []), *((k.encode(), v.encode()) for k, v in more.items())]
     payload = json.dumps(problem).encode()
     await send(

@@ -87,7 +87,7 @@ def problem_response(
     if render is not None:
         body, more = render(status, body)
         return JSONResponse(body, status_code=status, headers={**(headers or {}), **more})
-    # Chat Completions has no envelope of its own, and its SDK retries too.
+    # Paths with no envelope of their own (the factory API, the gateway): plain problem+json.
     headers = {**(headers or {}), **no_retry(status, body)}
     return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 

@@ -22,7 +22,6 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.openai_shapes import field_errors
-from api.problems import no_retry
 from domain.invocation import InvocationSummary
 from domain.text import StoredName
 from providers.types import (
@@ -348,46 +347,3 @@ def response_body(
         "truncation": "disabled",
         "usage": usage(summary) if summary is not None else None,
     }
-
-
-class ErrorObject(_Loose):
-    message: str
-    type: str
-    param: str | None = None
-    code: str | None = None
-
-
-class ErrorEnvelope(_Loose):
-    """problem+json members with OpenAI's `error` (what the SDK reads) alongside."""
-
-    error: ErrorObject
-
-
-ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorEnvelope, "description": "OpenAI's error envelope"}
-    for code in (422, "4XX", "5XX")
-}
-
-
-_OPENAI_TYPES = {
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    409: "conflict_error",
-    429: "rate_limit_error",
-}
-
-
-def error_envelope(status: int, problem: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-    """A problem+json body with OpenAI's `error` member added (what the SDK reads): the field
-    at fault as `param`. The problem's own members stay."""
-    errors = [e for e in problem.get("errors", []) if isinstance(e, dict)]
-    field = errors[0]["field"] if errors else problem.get("field")
-    param = field.removeprefix("body.") if isinstance(field, str) else None
-    message = str(problem.get("detail") or problem.get("title") or "error")
-    if errors:
-        details = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
-        message = f"{message} ({details})"
-    kind = _OPENAI_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-    error = problem.get("error") or {"message": message, "type": kind, "code": kind}
-    return {**problem, "error": {"param": param, **error}}, no_retry(status, problem)

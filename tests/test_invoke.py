@@ -354,10 +354,18 @@ async def test_a_key_used_by_another_run_or_project_is_not_its_answer(
 async def test_unknown_profile_and_bad_input(sdk: AsyncOpenAI) -> None:
     with pytest.raises(openai.NotFoundError) as missing:
         await sdk.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
-    missing_body: Any = missing.value.body
-    assert missing_body["field"] == "body.model", missing_body
-    with pytest.raises(openai.UnprocessableEntityError):
+    # OpenAI's `error` member, which the SDK reads: without it the exception's `type` was the
+    # problem's URI, and `code` and `param` were None. The problem's members stay alongside.
+    assert (missing.value.code, missing.value.param) == ("model_not_found", "model")
+    assert missing.value.type == "invalid_request_error"
+    assert missing.value.response.headers["content-type"] == "application/problem+json"
+    assert missing.value.response.json()["field"] == "body.model"
+    with pytest.raises(openai.UnprocessableEntityError) as empty:
         await sdk.chat.completions.create(model="chat", messages=[])
+    assert (empty.value.type, empty.value.param) == ("invalid_request_error", "messages")
+    with pytest.raises(openai.UnprocessableEntityError) as narrow:
+        await sdk.embeddings.create(model="embedding", input="a", dimensions=0)
+    assert narrow.value.param == "dimensions"
 
 
 async def test_the_stream_ends_as_openai_s_does_with_the_receipt_on_its_last_chunk(

@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse, Response
 from api.calls import Call
 from api.deps import SessionDep, require
 from api.invocations import Running
+from api.openai_errors import problem_with_error
 from api.openai_shapes import (
     ChatCompletionIn,
     EmbeddingsIn,
@@ -40,6 +41,10 @@ from store.repositories import ModelProfileRepository
 router = APIRouter(prefix="/v1", tags=["openai-compatible"])
 
 Invoker = Annotated[Principal, Depends(require(Scope.MODELS_INVOKE, Action.INVOKE))]
+# Errors under these prefixes keep problem+json and carry OpenAI's `error` member too.
+ENVELOPES = [
+    (prefix, problem_with_error) for prefix in ("/v1/chat/", "/v1/embeddings", "/v1/models")
+]
 
 
 @router.post("/chat/completions", operation_id="CreateChatCompletion", response_model=None)

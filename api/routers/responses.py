@@ -12,10 +12,9 @@ from fastapi.responses import JSONResponse, Response
 
 from api.deps import require
 from api.invocations import Running
+from api.openai_errors import ERROR_RESPONSES, error_envelope
 from api.responses_shapes import (
-    ERROR_RESPONSES,
     ResponsesIn,
-    error_envelope,
     output_items,
     response_body,
     status_of,
