@@ -91,6 +91,7 @@ async def start(
             type_=ILLEGAL_TRANSITION,
         )
     eid = evaluation_id(tenant_id, deployment_id, key)
+    await _none_running_but(client, sessions, tenant_id, deployment_id, eid)
     inserted = False
     try:
         async with transaction(sessions) as session:
@@ -145,6 +146,33 @@ async def start(
     if view is None:
         raise Problem(503, "The evaluation's row is changing; retry with the same key.")
     return view
+
+
+async def _none_running_but(
+    client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    tenant_id: str,
+    deployment_id: str,
+    eid: str,
+) -> None:
+    """A 409 naming the deployment's evaluation under way, unless it is `eid` (its key again).
+    A second one ran the whole suite against the provider again, billed twice, and the one to
+    end last overwrote the other's evidence: the console's Evaluate, Back, Evaluate did it (its
+    form has a new key each time it is shown). A row left Running by a run that ended is
+    settled first, as when it is read. Two starts with different keys at the same moment can
+    still both pass: this stops a second press, not a race."""
+    async with sessions() as session:
+        row = await evaluations.running(session, tenant_id, deployment_id)
+    if row is None or row.evaluation_id == eid or await settled(client, sessions, row):
+        return
+    raise Problem(
+        409,
+        f"Deployment {deployment_id!r} is being evaluated already ({row.evaluation_id}); "
+        "follow that evaluation, or start another once it ended.",
+        field="deploymentId",
+        evaluationId=row.evaluation_id,
+        type_="https://model-router.dev/problems/evaluation-running",
+    )
 
 
 async def latest(

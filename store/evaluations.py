@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
@@ -29,6 +29,20 @@ async def insert_running(
         )
     )
     return True
+
+
+async def running(
+    session: AsyncSession, tenant_id: str, deployment_id: str
+) -> EvaluationRow | None:
+    """The deployment's newest evaluation still Running, if any."""
+    stmt = (
+        select(EvaluationRow)
+        .where(col(EvaluationRow.tenant_id) == tenant_id)
+        .where(col(EvaluationRow.deployment_id) == deployment_id)
+        .where(col(EvaluationRow.status) == "Running")
+        .order_by(col(EvaluationRow.started_at).desc())
+    )
+    return (await session.scalars(stmt)).first()
 
 
 async def discard_unstarted(session: AsyncSession, evaluation_id: str) -> None:

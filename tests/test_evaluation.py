@@ -291,6 +291,35 @@ async def test_retiring_a_deployment_stops_its_evaluations_cases(
     assert ended["status"] == "Failed" and "is Retired" in ended["reason"], ended
 
 
+async def test_a_deployment_under_evaluation_is_not_evaluated_twice_at_once(
+    http: httpx.AsyncClient, auth: dict[str, str], upstream: UpstreamServer
+) -> None:
+    # A second key while the first evaluation runs: the whole suite again against the provider,
+    # billed twice, the last to end overwriting the other's evidence. The console's form has a
+    # new key each time it is shown: Evaluate, Back, Evaluate did it.
+    await register(http, auth, "eval/twice", model="twice-sim", endpointRef=upstream.endpoint_ref)
+    upstream.inject("twice-sim", Fault(kind=FaultKind.SLOW_FIRST_TOKEN, delay=120))
+    try:
+        first = await _evaluate(http, auth, "eval/twice", "twice-1")
+        await eventually(lambda: upstream.requests("twice-sim") > 0, timeout=60, interval=0.05)
+        second = await http.post(
+            "/factory/model-deployments/eval/twice/evaluate",
+            headers={**auth, "Idempotency-Key": "twice-2"},
+        )
+        assert second.status_code == 409, second.text
+        assert second.json()["evaluationId"] == first["evaluationId"]
+        # Its own key again is the same evaluation, as before.
+        assert (await _evaluate(http, auth, "eval/twice", "twice-1"))["evaluationId"] == first[
+            "evaluationId"
+        ]
+        retired = await http.post("/factory/model-deployments/eval/twice/retire", headers=auth)
+        assert retired.status_code == 200, retired.text
+        await _finished(http, auth, "eval/twice", upstream.state.release)
+    finally:
+        upstream.state.clear_faults("twice-sim")
+        upstream.state.release()
+
+
 async def test_evaluating_a_retired_deployment_is_a_409_before_anything_runs(
     http: httpx.AsyncClient, auth: dict[str, str], upstream: UpstreamServer
 ) -> None:
