@@ -33,6 +33,7 @@ from activities.resilience import Resilience, call_limits, timed_stream
 from core import metrics
 from domain.breaker import Breaker
 from domain.enums import InvocationOutcome, UsageStatus
+from domain.failures import BUSY
 from domain.invocation import AttemptTimeouts, InvocationInput, Operation, Target
 from domain.retry import retry_delay
 from providers.base import ProviderAdapter
@@ -95,7 +96,7 @@ async def attempts_on(
         route.attempt_failed(target.provider, kind)
         transient = kind in TRANSIENT
         if transient:
-            breaker.failure(result.retry_after)
+            breaker.failure(result.retry_after, busy=kind in BUSY)
         if result.outcome is InvocationOutcome.PARTIAL:
             return result  # output reached the caller: never retried, never spliced
         delay = retry_delay(

@@ -33,10 +33,11 @@ from providers.types import (
 
 class BreakerRegistry:
     """One breaker per (tenant, deployment) in this process. Sustained failure — a breaker that
-    opens again because its trial failed — is reported once to `report(tenant, deployment,
-    healthy=False)`, and its closing after that with `healthy=True`; the lifecycle turns those
-    into Degraded and back. The router sends no trials to a Degraded deployment, so the
-    reporter trials it itself (`activities/breaker_recovery.py`)."""
+    opens again because its trial failed, other than as busy — is reported once to
+    `report(tenant, deployment, healthy=False)`, and its closing after that with
+    `healthy=True`; the lifecycle turns those into Degraded and back. The router sends no
+    trials to a Degraded deployment, so the reporter trials it itself
+    (`activities/breaker_recovery.py`)."""
 
     def __init__(
         self, threshold: int, cooldown: float, clock: Callable[[], float] = time.monotonic
@@ -53,6 +54,7 @@ class BreakerRegistry:
             before is BreakerState.HALF_OPEN
             and to is BreakerState.OPEN
             and key not in self._reported
+            and not self._breakers[key].busy  # busy, not unwell: domain.failures.BUSY
         ):
             self._reported.add(key)
             self.report(key[0], key[1], False)

@@ -33,6 +33,8 @@ class Breaker:
     # The provider's own Retry-After on its last failure: only what callers are told to wait
     # (`wait`); calls are let through by the breaker's rules alone.
     not_before: float = 0.0
+    # The last failure said the provider was busy (domain.failures.BUSY), not unwell.
+    busy: bool = False
 
     def _move(self, to: BreakerState) -> None:
         before, self.state = self.state, to
@@ -70,9 +72,10 @@ class Breaker:
         self.failures, self.trial_started, self.not_before = 0, None, 0.0
         self._move(BreakerState.CLOSED)
 
-    def failure(self, retry_after: float | None = None) -> None:
+    def failure(self, retry_after: float | None = None, busy: bool = False) -> None:
         now = self.clock()
         self.failures += 1
+        self.busy = busy
         if retry_after is not None:
             self.not_before = now + retry_after
         if self.state is BreakerState.HALF_OPEN or self.failures >= self.threshold:

@@ -36,6 +36,12 @@ TRANSIENT = frozenset(
     }
 )
 
+# Transient kinds that say the provider is busy, not unwell: it answered, and asked for less. A
+# breaker still opens on them (the next candidate serves meanwhile), but a trial failing so is
+# not sustained failure to report: the recovery trial's one-token request got through where
+# real calls were refused, so under a sustained rate limit the deployment went Degraded and
+# Approved again every cool-down, each move an event, a webhook and a new catalog version.
+BUSY = frozenset({"rate_limit", "overloaded"})
 
 # How soon a caller refused because the receipt store was out of reach may come back, on every
 # path that refuses so (a claim that failed, any other statement of a request): a PostgreSQL

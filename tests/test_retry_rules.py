@@ -149,3 +149,21 @@ def test_timeouts_per_profile_then_per_deployment() -> None:
     assert res.timeouts_for("p", "x").idle == 5.0
     assert res.timeouts_for("p", "d").idle == 7.0
     assert res.timeouts_for("q", "x").first_token == 30.0
+
+
+def test_a_trial_refused_as_busy_is_not_reported_as_sustained_failure() -> None:
+    # A rate limit or an overload: the provider answered, and asked for less. Reported, the
+    # deployment went Degraded, and Approved again at the one-token recovery trial, every
+    # cool-down for as long as the rate limit lasted.
+    now = [0.0]
+    reports: list[tuple[str, bool]] = []
+    breakers = BreakerRegistry(threshold=1, cooldown=5.0, clock=lambda: now[0])
+    breakers.report = lambda _tenant, deployment, healthy: reports.append((deployment, healthy))
+    for deployment, busy in (("limited", True), ("down", False)):
+        breaker = breakers.get("t", deployment)
+        breaker.failure(busy=busy)  # opens it
+        now[0] += 5.0
+        assert breaker.allow()  # the trial
+        breaker.failure(busy=busy)  # fails: open again, held off as any open breaker
+        assert breaker.state is BreakerState.OPEN and not breaker.allow()
+    assert reports == [("down", False)]
