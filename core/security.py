@@ -61,6 +61,13 @@ class TokenError(Exception):
     """The bearer token is missing, malformed, expired or not ours."""
 
 
+def mints_tokens(settings: Settings) -> bool:
+    """Whether this deployment issues its own tokens (HS256 with a secret). With an external
+    issuer (RS256) it verifies that issuer's only: a token minted here would be refused by
+    every route, the console's sign-in cookie included."""
+    return settings.auth_algorithm == "HS256" and settings.auth_jwt_secret is not None
+
+
 def mint_token(
     settings: Settings,
     *,

@@ -29,7 +29,7 @@ from starlette.types import Message, Receive, Scope, Send
 from api.app import create_app
 from api.limits import VERIFIED, LimitsMiddleware
 from core.jwks import RETRY_SECONDS, IssuerUnreachable
-from core.security import Principal, TokenError, TokenVerifier
+from core.security import ALL_SCOPES, Principal, TokenError, TokenVerifier
 from core.settings import Settings
 from domain.enums import Role
 from tests.conftest import free_port
@@ -502,6 +502,43 @@ async def test_a_route_answers_503_with_retry_after_when_the_issuer_cannot_be_re
         assert answer["reason"] == "issuer-unreachable"
         # Asked once: the requests after it were refused within the retry interval.
         assert issuer.fetches == 1
+    finally:
+        server.should_exit = True
+        await task
+
+
+async def test_with_an_external_issuer_nothing_mints_tokens_and_the_console_takes_its_own(
+    rs256: Settings, issuer: _Issuer
+) -> None:
+    # With RS256 and the HS256 secret still set (the k8s manifest requires it), the console's
+    # sign-in minted an HS256 cookie every page refused: back to the form, with no word. The
+    # token endpoint minted the same, and the CLI got a 401 after a token it was given.
+    alone = rs256.model_copy(
+        update={
+            "temporal_address": f"127.0.0.1:{free_port()}",
+            "temporal_connect_timeout_seconds": 1.0,
+        }
+    )
+    assert alone.auth_jwt_secret is not None
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(alone), port=port, log_level="error"))
+    task = asyncio.create_task(server.serve())
+    try:
+        await eventually(lambda: server.started or task.done())
+        assert not task.done(), "the API did not start"
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+            form = await http.get("/console/sign-in")
+            assert form.status_code == 200 and "external issuer" in form.text
+            minted = await http.post(
+                "/oauth/token", data={"grant_type": "client_credentials"}, auth=("any", "secret")
+            )
+            assert minted.status_code == 400, minted.text
+            assert "external issuer" in minted.json()["error_description"]
+            # Through an SSO proxy, the issuer's own token on each request is the session.
+            token = issuer.token(roles=["Observer"], scope=" ".join(ALL_SCOPES))
+            page = await http.get("/console/receipts", headers={"Authorization": f"Bearer {token}"})
+            assert page.status_code == 200, page.text[:300]
+            assert (await http.get("/console/receipts")).status_code == 303  # none: sign in
     finally:
         server.should_exit = True
         await task

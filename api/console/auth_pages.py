@@ -25,7 +25,7 @@ from api.console.session import (
     is_secure,
 )
 from api.deps import RuntimeDep
-from core.security import mint_token
+from core.security import mint_token, mints_tokens
 
 router = APIRouter()
 log = logging.getLogger("model_router.console")
@@ -36,6 +36,12 @@ def _safe_next(value: str | None) -> str:
     if value and value.startswith(PATH) and not value.startswith("//") and "\\" not in value:
         return value
     return PATH
+
+
+EXTERNAL_ISSUER = (
+    "This deployment verifies an external issuer's tokens: the console is reached through an "
+    "SSO proxy in front of it that sends the issuer's token (Authorization: Bearer)."
+)
 
 
 def _sign_in_page(
@@ -67,8 +73,10 @@ def _sign_in_page(
 
 
 @router.get("/sign-in", response_class=HTMLResponse)
-async def sign_in_form(request: Request, next: str | None = None) -> Response:
-    return _sign_in_page(request, _safe_next(next), None, 200)
+async def sign_in_form(request: Request, runtime: RuntimeDep, next: str | None = None) -> Response:
+    # Said before anything is typed: with an external issuer the form cannot sign anyone in.
+    said = None if mints_tokens(runtime.settings) else EXTERNAL_ISSUER
+    return _sign_in_page(request, _safe_next(next), said, 200)
 
 
 @router.post("/sign-in", response_class=HTMLResponse)
@@ -89,13 +97,8 @@ async def sign_in(
     if not client_id or not client_secret:
         missing = "Enter the client id and the client secret."
         return _sign_in_page(request, target, missing, 400, client_id)
-    if runtime.settings.auth_jwt_secret is None:
-        return _sign_in_page(
-            request,
-            target,
-            "This deployment verifies an external issuer's tokens; sign in through its SSO proxy.",
-            503,
-        )
+    if not mints_tokens(runtime.settings):
+        return _sign_in_page(request, target, EXTERNAL_ISSUER, 503)
     async with runtime.sessions() as session:
         client = await authenticate(session, client_id, client_secret)
     if client is None:

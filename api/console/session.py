@@ -86,7 +86,13 @@ def is_secure(request: Request) -> bool:
 
 
 async def signed_in(request: Request, runtime: RuntimeDep) -> Operator:
+    """The console's operator: from the sign-in cookie, or else from the bearer token an SSO
+    proxy in front adds to every request (the only way in with an external issuer, whose tokens
+    the sign-in form cannot mint; the form's page says so)."""
     token = request.cookies.get(COOKIE, "")
+    if not token:
+        scheme, _, bearer = request.headers.get("authorization", "").partition(" ")
+        token = bearer.strip() if scheme.lower() == "bearer" else ""
     if token:
         try:
             principal = await runtime.verifier.verify_from_loop(token)

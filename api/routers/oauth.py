@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from api.client_auth import authenticate
 from api.deps import SessionDep, SettingsDep
 from api.problems import problem_response
-from core.security import mint_token
+from core.security import mint_token, mints_tokens
 
 router = APIRouter(tags=["auth"])
 
@@ -62,6 +62,15 @@ async def token(
     if grant_type != "client_credentials":
         return _oauth_error(
             request, 400, "unsupported_grant_type", "grant_type must be client_credentials"
+        )
+    if not mints_tokens(settings):
+        # Minted anyway, its token was a 401 on every route (RS256 mode), or a 500 without a
+        # secret: the CLI said 401 after a token it was given, with no hint why.
+        return _oauth_error(
+            request,
+            400,
+            "unsupported_grant_type",
+            "this deployment verifies an external issuer's tokens; get one from that issuer",
         )
     creds = _basic_credentials(request) or (
         (client_id, client_secret) if client_id and client_secret else None
