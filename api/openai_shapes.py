@@ -301,12 +301,16 @@ def chunk(
     profile: str,
     delta: dict[str, Any] | None = None,
     finish: str | None = None,
+    *,
+    created: int | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
+    """A `chat.completion.chunk`; `created` is its stream's (every chunk of one stream carries
+    the same, as OpenAI's do), else now."""
     body: dict[str, Any] = {
         "id": f"chatcmpl-{invocation_id.hex}",
         "object": "chat.completion.chunk",
-        "created": int(time.time()),
+        "created": int(time.time()) if created is None else created,
         "model": profile,
         "choices": (
             [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]

@@ -29,18 +29,35 @@ from providers.types import Finish, TextDelta, ToolCallDelta
 
 
 class ChatChunks:
-    __slots__ = ("_finish", "_held", "_id", "_include_usage", "_live_call", "_profile", "text")
+    __slots__ = (
+        "_created",
+        "_finish",
+        "_held",
+        "_id",
+        "_include_usage",
+        "_live_call",
+        "_profile",
+        "text",
+    )
 
     def __init__(self, invocation_id: uuid.UUID, profile: str, include_usage: bool) -> None:
         self._id, self._profile, self._include_usage = invocation_id, profile, include_usage
+        texts = sse.TextChunks(invocation_id, profile)
         # A text delta's chunk: the lean encoder itself, called straight from the relay.
-        self.text = sse.TextChunks(invocation_id, profile).text
+        self.text = texts.text
+        # Every other chunk carries the same `created`: the finish and usage chunks of a stream
+        # longer than a second said a later one.
+        self._created = texts.created
         self._finish: str | None = None  # the finish reason, sent at the end with the receipt
         self._live_call: int | None = None  # the tool call streaming live
         self._held: dict[int, dict[str, Any]] = {}  # calls begun while another streamed
 
     def start(self) -> bytes:
-        return sse.line(chunk(self._id, self._profile, {"role": "assistant", "content": ""}))
+        return sse.line(
+            chunk(
+                self._id, self._profile, {"role": "assistant", "content": ""}, created=self._created
+            )
+        )
 
     def add(self, event: TextDelta | ToolCallDelta | Finish) -> bytes:
         if type(event) is TextDelta:
@@ -53,7 +70,7 @@ class ChatChunks:
             self._finish = finish
             return self._held_calls()
         self._live_call = event.index if type(event) is ToolCallDelta else self._live_call
-        return sse.line(chunk(self._id, self._profile, delta))
+        return sse.line(chunk(self._id, self._profile, delta, created=self._created))
 
     def _hold(self, event: ToolCallDelta) -> None:
         held = self._held.setdefault(
@@ -68,7 +85,8 @@ class ChatChunks:
     def _held_calls(self) -> bytes:
         calls = [self._held.pop(index) for index in sorted(self._held)]
         return b"".join(
-            sse.line(chunk(self._id, self._profile, {"tool_calls": [call]})) for call in calls
+            sse.line(chunk(self._id, self._profile, {"tool_calls": [call]}, created=self._created))
+            for call in calls
         )
 
     def keep_alive(self) -> bytes:
@@ -78,11 +96,11 @@ class ChatChunks:
         out = self._held_calls()
         # No Finish seen (none is expected on a completed call): the reason its output says.
         unsaid = "stop" if self._live_call is None else "tool_calls"
-        last = chunk(self._id, self._profile, {}, self._finish or unsaid)
+        last = chunk(self._id, self._profile, {}, self._finish or unsaid, created=self._created)
         if self._include_usage:
             out += sse.line(last)
             usage = usage_body(summary.input_tokens, summary.output_tokens)
-            last = chunk(self._id, self._profile, usage=usage)
+            last = chunk(self._id, self._profile, usage=usage, created=self._created)
         last["model_router"] = receipt_view(summary)
         return out + sse.line(last) + b"data: [DONE]\n\n"
 

@@ -232,6 +232,27 @@ async def test_a_json_schema_is_strict_only_when_the_caller_says_so(
     assert [bool(s) for s in sent] == [False, True, False]
 
 
+async def test_every_chunk_of_a_stream_carries_its_creation_time(
+    sdk: AsyncOpenAI, upstream: UpstreamServer
+) -> None:
+    # The text chunks kept the stream's `created`; the finish and usage chunks took the time
+    # they were written, a later second on a stream longer than one (OpenAI's keep one).
+    from providers.upstream import Fault, FaultKind
+
+    upstream.inject("gpt-sim", Fault(kind=FaultKind.KEEP_ALIVE, after_chunks=3, delay=1.2))
+    try:
+        stream = await sdk.chat.completions.create(
+            model="chat",
+            messages=[{"role": "user", "content": "a slow one"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        created = {chunk.created async for chunk in stream}
+    finally:
+        upstream.state.clear_faults("gpt-sim")
+    assert len(created) == 1, created
+
+
 async def test_parallel_tool_calls_stream(sdk: AsyncOpenAI, upstream: UpstreamServer) -> None:
     from providers.upstream import Reply, ToolCallReply
 
