@@ -141,10 +141,23 @@ def field_errors(*loc: str | int) -> Iterator[None]:
     except ValidationError as exc:
         raise RequestValidationError(
             [
-                {"type": "value_error", "loc": ("body", *loc), "msg": e["msg"], "input": None}
+                {
+                    "type": "value_error",
+                    "loc": ("body", *_where(loc, e["loc"])),
+                    "msg": e["msg"],
+                    "input": None,
+                }
                 for e in exc.errors()
             ]
         ) from None
+
+
+def _where(loc: tuple[str | int, ...], within: tuple[str | int, ...]) -> tuple[str | int, ...]:
+    """The field a refusal names: the one given, or for the whole request's own checks the body,
+    save `tool_choice` against its tools, which is the same field on every surface."""
+    if loc or within[:1] != ("tool_choice",):
+        return loc
+    return ("tool_choice",)
 
 
 # Settings that change the answer and that the normalised request cannot carry: refused with a

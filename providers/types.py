@@ -11,7 +11,7 @@ from collections.abc import AsyncIterable, Callable, Iterable
 from enum import StrEnum
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 T = TypeVar("T")
 
@@ -98,6 +98,21 @@ class ChatRequest(_Model):
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0, le=2)
     stop: tuple[str, ...] = ()
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _choice_among_tools(cls, choice: ToolChoice | None, info: ValidationInfo) -> Any:
+        """A choice that forces a tool needs one to force (OpenAI and Anthropic refuse it too):
+        dropped, `required` with no tools was answered in plain text as if it had been met.
+        Checked on the field (declared after `tools`), so the refusal names it."""
+        if choice is None or choice.mode in ("auto", "none"):
+            return choice
+        tools = info.data.get("tools") or ()
+        if not tools:
+            raise ValueError(f"tool_choice {choice.mode!r} needs tools to choose from")
+        if choice.name is not None and choice.name not in {t.name for t in tools}:
+            raise ValueError(f"tool_choice names {choice.name!r}, which is not among the tools")
+        return choice
 
 
 class FinishReason(StrEnum):

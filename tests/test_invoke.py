@@ -384,6 +384,15 @@ async def test_unknown_profile_and_bad_input(sdk: AsyncOpenAI) -> None:
     with pytest.raises(openai.UnprocessableEntityError) as empty:
         await sdk.chat.completions.create(model="chat", messages=[])
     assert (empty.value.type, empty.value.param) == ("invalid_request_error", "messages")
+    # A choice that forces a tool needs the tool: dropped, `required` was answered in text.
+    for choice in ("required", {"type": "function", "function": {"name": "absent"}}):
+        with pytest.raises(openai.UnprocessableEntityError) as forced:
+            await sdk.chat.completions.create(
+                model="chat",
+                messages=[{"role": "user", "content": "x"}],
+                tool_choice=cast(Any, choice),
+            )
+        assert forced.value.param == "tool_choice", forced.value.body
     with pytest.raises(openai.UnprocessableEntityError) as narrow:
         await sdk.embeddings.create(model="embedding", input="a", dimensions=0)
     assert narrow.value.param == "dimensions"
