@@ -21,6 +21,10 @@ class Operation(StrEnum):
     RERANK = "rerank"
 
 
+# The texts one embed call carries at most, on every surface (OpenAI's own limit).
+MAX_EMBED_INPUTS = 2048
+
+
 class Target(BaseModel):
     """One candidate deployment of the run's route plan, in route order."""
 

@@ -393,6 +393,9 @@ async def test_unknown_profile_and_bad_input(sdk: AsyncOpenAI) -> None:
                 tool_choice=cast(Any, choice),
             )
         assert forced.value.param == "tool_choice", forced.value.body
+    with pytest.raises(openai.UnprocessableEntityError) as many:
+        await sdk.embeddings.create(model="embedding", input=["a"] * 2049)
+    assert many.value.param == "input", many.value.body
     with pytest.raises(openai.UnprocessableEntityError) as narrow:
         await sdk.embeddings.create(model="embedding", input="a", dimensions=0)
     assert narrow.value.param == "dimensions"

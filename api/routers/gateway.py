@@ -30,7 +30,7 @@ from core.security import Principal
 from domain.access import Action
 from domain.enums import InvocationOutcome, Scope
 from domain.failures import error_class
-from domain.invocation import Disposition, InvocationSummary, Operation
+from domain.invocation import MAX_EMBED_INPUTS, Disposition, InvocationSummary, Operation
 from domain.policy import DataClassification
 from domain.text import StoredName
 from providers.types import ChatRequest, Completion, Finish, RerankResult, TextDelta, ToolCallDelta
@@ -97,7 +97,7 @@ class InvokeBody(_Scope):
 
 
 class EmbedBody(_Scope):
-    inputs: list[str] = Field(min_length=1, max_length=2048)
+    inputs: list[str] = Field(min_length=1, max_length=MAX_EMBED_INPUTS)
 
 
 class RerankBody(_Scope):

@@ -34,7 +34,7 @@ from api.wire import (
 from core.security import Principal
 from domain.access import Action
 from domain.enums import InvocationOutcome, Scope
-from domain.invocation import InvocationSummary, Operation
+from domain.invocation import MAX_EMBED_INPUTS, InvocationSummary, Operation
 from providers.types import Completion
 from store.repositories import ModelProfileRepository
 
@@ -79,6 +79,9 @@ async def embeddings(
     inputs = [body.input] if isinstance(body.input, str) else list(body.input)
     if not inputs:
         raise Problem(422, "input must not be empty.", field="body.input")
+    if len(inputs) > MAX_EMBED_INPUTS:
+        # As /gateway/embed and OpenAI take: uncapped, one call held any number of texts.
+        raise Problem(422, f"input holds at most {MAX_EMBED_INPUTS} texts.", field="body.input")
     call = Call(
         profile_id=body.model,
         project_id=headers.project_id,
