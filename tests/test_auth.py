@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 
 import httpx
 import jwt
+import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from api import client_auth
 from core.security import hash_secret, verify_secret
 from core.settings import Settings
 from domain.enums import Role, Scope
@@ -171,3 +175,33 @@ async def test_missing_scope_is_403_and_missing_role_is_403(
     assert (await http.get("/factory/model-deployments", headers=auth)).status_code == 200
     register = await http.post("/factory/model-deployments", headers=auth, json={})
     assert register.status_code == 403  # authorization is decided before the body is read
+
+
+async def test_secret_checks_run_two_at_a_time_however_many_ask(
+    sessions: async_sessionmaker[AsyncSession], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each scrypt takes 16 MiB and tens of ms of a core, for anyone (an unknown client is
+    # checked against a dummy hash): a burst of bad sign-ins ran 40 at once on anyio's shared
+    # thread pool, some 640 MiB against the API pod's 768 MiB. The count is taken around the
+    # real check.
+    running, most = [0], [0]
+    lock = threading.Lock()
+
+    def counted(secret: str, stored: str) -> bool:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        try:
+            return verify_secret(secret, stored)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(client_auth, "verify_secret", counted)
+
+    async def bad_sign_in() -> None:
+        async with sessions() as session:
+            assert await client_auth.authenticate(session, "nobody", "nothing") is None
+
+    await asyncio.gather(*(bad_sign_in() for _ in range(12)))
+    assert 1 <= most[0] <= client_auth.SECRET_CHECKS.total_tokens == 2
