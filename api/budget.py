@@ -1,6 +1,7 @@
 """A call with a budget is admitted only when its worst case fits: the input estimate plus the
-output allowance, priced at the profile's pricing revision for the first target. Otherwise it is
-Denied (a receipt, a 402) before any provider sees it."""
+output allowance, priced at the profile's pricing revision. Only the route's targets whose worst
+case fits may answer it (a fallback too); with none, it is Denied (a receipt, a 402) before any
+provider sees it."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from api.problems import Problem
 from core import metrics
 from domain.enums import InvocationOutcome
 from domain.hashing import canonical_json
-from domain.invocation import InvocationInput
+from domain.invocation import InvocationInput, Target
 from domain.pricing import worst_case_cost_usd
 from store import pricebook, receipts
 from store.receipt_statements import ReceiptStatements
@@ -29,24 +30,31 @@ async def admit(
     budget_usd: Decimal,
     max_output_tokens: int | None,
 ) -> None:
-    target = data.targets[0]
     async with sessions() as session:
         book = await pricebook.load(session, data.tenant_id, data.pricing_revision)
-    price = (
-        book.price_for(target.provider, target.model, datetime.now(UTC).date()) if book else None
-    )
-    if price is None:
-        reason = "no-price"
-        detail = f"{target.deployment_id} has no price in revision {data.pricing_revision}"
-    else:
+    today, estimate = datetime.now(UTC).date(), max(1, len(canonical_json(payload)) // 4)
+    fitting: list[Target] = []
+    refused: tuple[str, str] | None = None  # the first target's reason, should none fit
+    for target in data.targets:
+        price = book.price_for(target.provider, target.model, today) if book else None
+        if price is None:
+            said = f"{target.deployment_id} has no price in revision {data.pricing_revision}"
+            refused = refused or ("no-price", said)
+            continue
         worst = worst_case_cost_usd(
-            price,
-            input_tokens_estimate=max(1, len(canonical_json(payload)) // 4),
-            max_output_tokens=max_output_tokens or 4096,
+            price, input_tokens_estimate=estimate, max_output_tokens=max_output_tokens or 4096
         )
         if worst <= budget_usd:
-            return
-        reason, detail = "over-budget", f"worst case {worst:.6f} USD exceeds {budget_usd} USD"
+            fitting.append(target)
+        else:
+            said = f"worst case {worst:.6f} USD exceeds {budget_usd} USD"
+            refused = refused or ("over-budget", said)
+    if fitting:
+        # Only these may answer. The first target alone was priced: a fallback (or a retry's
+        # move to the next candidate) twenty times dearer answered within "the budget".
+        data.targets = fitting
+        return
+    reason, detail = refused or ("no-price", f"no target in revision {data.pricing_revision}")
     summary = await statements.deny(data, reason)
     if summary is None:
         # The key was claimed before. Its own denial, sent again, is denied again; anything

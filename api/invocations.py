@@ -169,9 +169,9 @@ class Invocations:
                 wait = partial(self._come_back.none_routable, tenant)
                 raise problem_of(refused, wait, call.profile_field) from None
             data = invocation_input(tenant, key, hash_, call, route, self._config)
-            first = route.targets[0].deployment_id
             allowance = cap_output(call, route)
             if call.budget_usd is not None:
+                # May narrow data.targets to those the budget covers.
                 await admit(
                     self._sessions,
                     self._activities.statements,
@@ -180,6 +180,7 @@ class Invocations:
                     call.budget_usd,
                     allowance,
                 )
+            first = data.targets[0].deployment_id
             if not self._gate.reachable:
                 # Known unreachable: refused before anything is held or claimed, unless the
                 # key was answered before, whose replay needs no workflow.

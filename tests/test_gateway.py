@@ -211,6 +211,50 @@ async def test_the_idempotency_key_header_keys_a_gateway_call_as_on_the_v1_surfa
     assert upstream.requests("gw-chat") == before + 1
 
 
+async def test_a_budget_covers_every_deployment_that_may_answer_not_only_the_first(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+) -> None:
+    # Only the first target was priced: when it failed, a fallback a hundred times dearer
+    # answered, its cost past the budget the call was admitted under.
+    entries = [
+        {"provider": "openai", "model": model, "inputUsdPerMtok": usd, "outputUsdPerMtok": usd,
+         "effectiveFrom": "2026-01-01"}
+        for model, usd in (("bud-cheap", "1000"), ("bud-dear", "100000"))
+    ]  # fmt: skip
+    prices = {"revision": "bud-1", "entries": entries}
+    assert (await http.post("/factory/pricebook-revisions", json=prices, headers=auth)).is_success
+    for dep, model in (("bud/cheap", "bud-cheap"), ("bud/dear", "bud-dear")):
+        await register(http, auth, dep, model=model, endpointRef=upstream.endpoint_ref)
+        await record_evidence(temporal_client, tenant, dep, {"tool-calling": 0.9})
+        approved = await http.post(f"/factory/model-deployments/{dep}/approve", headers=auth)
+        assert approved.status_code == 200, approved.text
+    dear = profile_event("bud-dear", ["bud/dear"], {}, priceBasis="bud-1")
+    assert (await publish(http, auth, dear)).status_code == 200
+    event = profile_event(
+        "bud", ["bud/cheap"], {}, fallbackEnabled=True, fallbackChain=["bud-dear"],
+        priceBasis="bud-1",
+    )  # fmt: skip
+    published = await publish(http, auth, event)
+    assert published.status_code == 200, published.text
+    upstream.inject("bud-cheap", Fault(kind=FaultKind.UNAVAILABLE))
+    try:
+        # Worst cases: about 0.04 USD on the cheap one, 4 USD on the dear one.
+        call = {"profileId": "bud", "budgetUsd": "1", "request": {**_chat(), "max_tokens": 10}}
+        failed = await http.post("/gateway/invoke", headers=auth, json=call)
+    finally:
+        upstream.state.clear_faults("bud-cheap")
+    assert failed.status_code == 503, failed.text
+    assert upstream.requests("bud-cheap") >= 1 and upstream.requests("bud-dear") == 0
+    # Without the budget the dear one is the fallback it was.
+    unbounded = {k: v for k, v in call.items() if k != "budgetUsd"}
+    answered = await http.post("/gateway/invoke", headers=auth, json=unbounded)
+    assert answered.status_code == 200, answered.text
+
+
 async def test_budget_denies_before_the_provider_and_leaves_a_receipt(
     http: httpx.AsyncClient,
     auth: dict[str, str],
