@@ -7,10 +7,25 @@ ensure_uv() {
   elif python3 -m uv --version >/dev/null 2>&1; then
     UV=(python3 -m uv)
   else
+    ensure_pip
     echo "installing uv with pip…" >&2
     python3 -m pip install --quiet uv 2>/dev/null \
       || python3 -m pip install --quiet --user --break-system-packages uv
     UV=(python3 -m uv)
+  fi
+}
+
+ensure_pip() {
+  # Debian's python3 comes without pip (and without ensurepip): installed from the
+  # distribution, as the suite installs PostgreSQL and Chromium, where we may.
+  python3 -m pip --version >/dev/null 2>&1 && return 0
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing python3-pip…" >&2
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip >/dev/null
+  else
+    echo "neither uv nor pip is installed: install uv, or python3-pip (apt-get install python3-pip)" >&2
+    return 1
   fi
 }
 

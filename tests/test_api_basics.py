@@ -2,20 +2,30 @@
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 import httpx
 import pytest
 import uvicorn
 
 from api.app import create_app
 from core.settings import Settings
+from store.migrate import schema_behind, upgrade
 from tests.conftest import free_port
+from tests.helpers.deadline import eventually
 
 
 async def test_healthz_and_readyz(http: httpx.AsyncClient) -> None:
     assert (await http.get("/healthz")).json() == {"status": "ok"}
     ready = await http.get("/readyz")
     assert ready.status_code == 200
-    assert ready.json()["checks"] == {"database": True, "temporal": True, "invocationWorkers": True}
+    assert ready.json()["checks"] == {
+        "database": True,
+        "schema": True,
+        "temporal": True,
+        "invocationWorkers": True,
+    }
 
 
 async def test_request_id_is_echoed_or_generated(http: httpx.AsyncClient) -> None:
@@ -63,6 +73,39 @@ async def test_readyz_is_503_when_a_dependency_is_down(settings: Settings, broke
     finally:
         server.should_exit = True
         await task
+
+
+async def test_readyz_is_503_while_the_database_lacks_a_migration(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # A rollout whose migration did not run (the last release's Job, which Kubernetes will not
+    # change) went ready and answered 500s on missing columns.
+    url = f"sqlite+aiosqlite:///{tmp_path / 'behind.db'}"
+    await asyncio.to_thread(upgrade, url, "0012")
+    behind = settings.model_copy(
+        update={
+            "database_url": url,
+            "temporal_address": f"127.0.0.1:{free_port()}",
+            "temporal_connect_timeout_seconds": 1.0,
+        }
+    )
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(behind), port=port, log_level="error"))
+    task = asyncio.create_task(server.serve())
+    try:
+        await eventually(lambda: server.started or task.done())
+        assert not task.done(), "the API did not start"
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
+            resp = await c.get("/readyz")
+            assert resp.status_code == 503 and resp.json()["checks"]["schema"] is False
+            assert "schema" in resp.json()["detail"]
+            await asyncio.to_thread(upgrade, url, "head")
+            assert (await c.get("/readyz")).json()["checks"]["schema"] is True
+    finally:
+        server.should_exit = True
+        await task
+    # A revision this code does not know is a later one: a rollback of the code stays ready.
+    assert not schema_behind("9999") and schema_behind("0012") and schema_behind(None)
 
 
 async def test_the_api_process_freezes_its_start_up_heap_before_it_serves(
