@@ -276,10 +276,20 @@ def _finish(reason: str) -> str:
     return reason if reason in ("stop", "length", "tool_calls", "content_filter") else "stop"
 
 
+def refused_finish(finish: str) -> str:
+    """A refusal's end on Chat Completions: `stop`, as OpenAI ends one (its SDK's `.parse()`
+    raised on `content_filter`); a cut (`length`) stays one."""
+    return "stop" if finish == "content_filter" else finish
+
+
 def completion_body(
     invocation_id: uuid.UUID, profile: str, completion: Completion, usage: dict[str, int] | None
 ) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": completion.text or None}
+    finish = _finish(completion.finish_reason)
+    if completion.refusal:  # OpenAI's own field for it (providers.types.RefusalDelta)
+        message["content"], message["refusal"] = None, completion.text
+        finish = refused_finish(finish)
     if completion.tool_calls:
         message["tool_calls"] = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
@@ -290,9 +300,7 @@ def completion_body(
         "object": "chat.completion",
         "created": int(time.time()),
         "model": profile,
-        "choices": [
-            {"index": 0, "message": message, "finish_reason": _finish(completion.finish_reason)}
-        ],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
     }
     if usage is not None:
         body["usage"] = usage

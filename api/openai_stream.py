@@ -20,12 +20,12 @@ import uuid
 from typing import Any
 
 from api import sse
-from api.openai_shapes import chunk, delta_of, usage_body
+from api.openai_shapes import chunk, delta_of, refused_finish, usage_body
 from api.wire import receipt_view
 from domain.close_reason import close_reason
 from domain.failures import error_class
 from domain.invocation import InvocationSummary
-from providers.types import Finish, TextDelta, ToolCallDelta
+from providers.types import Finish, RefusalDelta, TextDelta, ToolCallDelta
 
 
 class ChatChunks:
@@ -37,6 +37,7 @@ class ChatChunks:
         "_include_usage",
         "_live_call",
         "_profile",
+        "_refused",
         "text",
     )
 
@@ -51,6 +52,7 @@ class ChatChunks:
         self._finish: str | None = None  # the finish reason, sent at the end with the receipt
         self._live_call: int | None = None  # the tool call streaming live
         self._held: dict[int, dict[str, Any]] = {}  # calls begun while another streamed
+        self._refused = False  # the text is the model's refusal (RefusalDelta)
 
     def start(self) -> bytes:
         return sse.line(
@@ -62,12 +64,18 @@ class ChatChunks:
     def add(self, event: TextDelta | ToolCallDelta | Finish) -> bytes:
         if type(event) is TextDelta:
             return self.text(event.text)
+        if type(event) is RefusalDelta:
+            # OpenAI's own field for it, ending `stop` (below), as its SDK's helpers read it.
+            self._refused = True
+            return sse.line(
+                chunk(self._id, self._profile, {"refusal": event.text}, created=self._created)
+            )
         if type(event) is ToolCallDelta and self._live_call not in (None, event.index):
             self._hold(event)
             return b""
         delta, finish = delta_of(event)
         if finish is not None:
-            self._finish = finish
+            self._finish = refused_finish(finish) if self._refused else finish
             return self._held_calls()
         self._live_call = event.index if type(event) is ToolCallDelta else self._live_call
         return sse.line(chunk(self._id, self._profile, delta, created=self._created))

@@ -37,6 +37,7 @@ from providers.types import (
     EmbeddingResult,
     Finish,
     KeepAlive,
+    RefusalDelta,
     RerankResult,
     TextDelta,
     ToolCallDelta,
@@ -160,7 +161,7 @@ def replay_events(item: Replayed) -> list[TextDelta | ToolCallDelta | Finish]:
     done = Completion.model_validate_json(item.output)
     events: list[TextDelta | ToolCallDelta | Finish] = []
     if done.text:
-        events.append(TextDelta(text=done.text))
+        events.append((RefusalDelta if done.refusal else TextDelta)(text=done.text))
     for i, c in enumerate(done.tool_calls):
         events.append(ToolCallDelta(index=i, id=c.id, name=c.name, arguments_delta=c.arguments))
     events.append(Finish(reason=done.finish_reason, stop_sequence=done.stop_sequence))
@@ -199,7 +200,7 @@ async def relay(
     while True:
         if type(item) is TextDelta:
             yield text(item.text)  # the token path: one test, one call, as before relay
-        elif isinstance(item, ToolCallDelta | Finish):
+        elif isinstance(item, ToolCallDelta | Finish | RefusalDelta):
             yield add(item)
         elif isinstance(item, Replayed):
             replayed = replay_events(item)

@@ -49,6 +49,7 @@ from providers.types import (
     EmbeddingResult,
     Finish,
     ProviderTimeouts,
+    RefusalDelta,
     StreamEvent,
     TextDelta,
     ToolCallDelta,
@@ -229,7 +230,7 @@ class OpenAIAdapter(ProviderAdapter):
                     refusal = delta.get("refusal")
                     if refusal:  # its words, ended as filtered (openai_answer.finish_reason)
                         refused = True
-                        yield TextDelta(text=refusal)
+                        yield RefusalDelta(text=refusal)
                     for call in delta.get("tool_calls") or ():
                         saw_tools = True
                         index = call.get("index")

@@ -15,6 +15,7 @@ from providers.errors import ErrorKind, MalformedAnswer, ProviderError
 from providers.types import (
     Finish,
     FinishReason,
+    RefusalDelta,
     StreamEvent,
     TextDelta,
     ToolCallDelta,
@@ -113,7 +114,7 @@ def completion_events(
         yield TextDelta(text=choice.message.content)
     refusal = getattr(choice.message, "refusal", None)
     if refusal:
-        yield TextDelta(text=refusal)
+        yield RefusalDelta(text=refusal)
     calls = choice.message.tool_calls or []
     for index, call in enumerate(calls):
         function = getattr(call, "function", None)

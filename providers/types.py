@@ -137,6 +137,14 @@ class TextDelta(_Model):
     text: str
 
 
+class RefusalDelta(TextDelta):
+    """Words of the model's refusal (OpenAI's `refusal`: a structured-output request it
+    declined). Text on every surface, ended as content-filtered; on Chat Completions its own
+    `refusal` field ending `stop`, as OpenAI answers it and its SDK reads it (`.parse()` gives
+    `refusal` and no parsed object; as content, `.parse()` raised and `.stream()` tried the
+    words as JSON)."""
+
+
 class ToolCallDelta(_Model):
     """A fragment of tool call `index` (0-based, in call order). The first fragment of a call
     carries its id and name; `arguments_delta` fragments concatenate to the JSON arguments."""
@@ -215,6 +223,8 @@ class Completion(_Model):
     response_id: str | None = None
     response_model: str | None = None
     stop_sequence: str | None = None
+    # The text is the model's refusal (RefusalDelta); left out of the stored answer when not.
+    refusal: bool = Field(default=False, exclude_if=lambda v: not v)
 
 
 def minted_call_id() -> str:
@@ -234,12 +244,15 @@ class CompletionBuilder:
         self._calls: dict[int, dict[str, Any]] = {}
         self._usage: Usage | None = None
         self._finish: Finish | None = None
+        self._refusal = False
 
     def add(self, event: StreamEvent) -> None:
         if isinstance(event, Accepted | KeepAlive):
             return  # Finish repeats its request id; a keep-alive adds nothing
         if isinstance(event, TextDelta):
             self._text.append(event.text)
+            if type(event) is RefusalDelta:
+                self._refusal = True
         elif isinstance(event, ToolCallDelta):
             call = self._calls.setdefault(event.index, {"id": None, "name": None, "args": []})
             call["id"] = call["id"] or event.id
@@ -275,6 +288,7 @@ class CompletionBuilder:
             response_id=self._finish.response_id,
             response_model=self._finish.response_model,
             stop_sequence=self._finish.stop_sequence,
+            refusal=self._refusal,
         )
 
 

@@ -1,25 +1,35 @@
 """A model's refusal (OpenAI's `refusal` field: a structured-output request it declines, content
-null) was dropped: the caller got an empty answer ended `stop`. It is now answered as its words,
-ended as a content filter ends one, on every surface: Chat Completions `content_filter`,
-Messages `refusal` (the stop reason Anthropic's own refusals carry), Responses `incomplete`
-(`content_filter`); streamed and whole alike."""
+null) was dropped: the caller got an empty answer ended `stop`. It is now answered in its words
+on every surface: on Chat Completions in OpenAI's own `refusal` field, ending `stop`, so that the
+SDK's `.parse()` and `.stream()` helpers give it as a refusal (as content ending `content_filter`
+the first raised, the second tried the words as JSON); on Messages ending `refusal` (the stop
+reason Anthropic's own refusals carry), on Responses `incomplete` (`content_filter`); streamed,
+whole and replayed alike."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import httpx
 import pytest
 from anthropic import AsyncAnthropic
 from openai import AsyncOpenAI
+from pydantic import BaseModel
 from temporalio.client import Client
 
 from providers.upstream import UpstreamServer
 from providers.upstream.turn import ChatTurn, Reply
 from tests.conftest import TokenFactory
-from tests.helpers.catalog import simulated_profile
+from tests.helpers.catalog import profile_event, publish, record_evidence, register
 
 PROFILE, MODEL = "refuses", "refuses-sim"
+
+
+class Answer(BaseModel):
+    answer: str
+
+
 WORDS = "I can't help with that."
 
 
@@ -36,9 +46,15 @@ async def token(
     upstream: UpstreamServer,
 ) -> str:
     token = await token_for(tenant)
-    await simulated_profile(
-        http, token, temporal_client, tenant, upstream, PROFILE, MODEL, _refuses
-    )
+    auth = {"Authorization": f"Bearer {token}"}
+    upstream.register(MODEL, _refuses)
+    # Measured for structured output too: the SDK's parse helpers ask for a JSON schema.
+    await register(http, auth, "sim/refuses", model=MODEL, endpointRef=upstream.endpoint_ref)
+    evidence = {"tool-calling": 0.9, "json-schema": 1.0, "strict-json": 1.0}
+    await record_evidence(temporal_client, tenant, "sim/refuses", evidence)
+    approved = await http.post("/factory/model-deployments/sim/refuses/approve", headers=auth)
+    assert approved.status_code == 200, approved.text
+    assert (await publish(http, auth, profile_event(PROFILE, ["sim/refuses"]))).is_success
     return token
 
 
@@ -47,17 +63,28 @@ async def test_a_refusal_is_answered_in_its_words_on_every_surface(
 ) -> None:
     chat = AsyncOpenAI(base_url=f"{api_url}/v1", api_key=token, max_retries=0)
     ask: Any = {"model": PROFILE, "messages": [{"role": "user", "content": "x"}]}
-    whole = await chat.chat.completions.create(**ask)
-    assert (whole.choices[0].message.content, whole.choices[0].finish_reason) == (
-        WORDS,
-        "content_filter",
-    )
+    key = {"Idempotency-Key": f"refused-{uuid.uuid4().hex}"}
+    for _ in range(2):  # the call, then its replay from the stored answer
+        whole = await chat.chat.completions.create(**ask, extra_headers=key)
+        said = whole.choices[0].message
+        assert (said.content, said.refusal, whole.choices[0].finish_reason) == (
+            None,
+            WORDS,
+            "stop",
+        )
     pieces, finish = [], None
     async for chunk in await chat.chat.completions.create(**ask, stream=True):
         for choice in chunk.choices:
-            pieces.append(choice.delta.content or "")
+            assert choice.delta.content in (None, "")
+            pieces.append(choice.delta.refusal or "")
             finish = choice.finish_reason or finish
-    assert ("".join(pieces), finish) == (WORDS, "content_filter")
+    assert ("".join(pieces), finish) == (WORDS, "stop")
+    # The SDK's structured-output helpers give it as a refusal, with nothing parsed.
+    parsed = await chat.chat.completions.parse(**ask, response_format=Answer)
+    assert (parsed.choices[0].message.refusal, parsed.choices[0].message.parsed) == (WORDS, None)
+    async with chat.chat.completions.stream(**ask, response_format=Answer) as helper:
+        final = await helper.get_final_completion()
+    assert (final.choices[0].message.refusal, final.choices[0].message.parsed) == (WORDS, None)
 
     responses = await chat.responses.create(model=PROFILE, input="x")
     assert responses.status == "incomplete"
