@@ -69,7 +69,8 @@ async def test_workers_that_stop_are_built_again_and_calls_wait_for_them(
             assert workflow_worker in kept.current and caller_worker not in kept.current
             # Readiness names the stopped worker, not Temporal, which answered throughout.
             assert said and all(
-                checks == {"database": True, "temporal": True, "invocationWorkers": False}
+                checks
+                == {"database": True, "schema": True, "temporal": True, "invocationWorkers": False}
                 for checks in said
             ), said
 
