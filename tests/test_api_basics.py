@@ -13,7 +13,7 @@ from api.app import create_app
 from core.settings import Settings
 from store.migrate import schema_behind, upgrade
 from tests.conftest import free_port
-from tests.helpers.deadline import eventually
+from tests.helpers.stack import serve
 
 
 async def test_healthz_and_readyz(http: httpx.AsyncClient) -> None:
@@ -89,21 +89,12 @@ async def test_readyz_is_503_while_the_database_lacks_a_migration(
             "temporal_connect_timeout_seconds": 1.0,
         }
     )
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(behind), port=port, log_level="error"))
-    task = asyncio.create_task(server.serve())
-    try:
-        await eventually(lambda: server.started or task.done())
-        assert not task.done(), "the API did not start"
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
-            resp = await c.get("/readyz")
-            assert resp.status_code == 503 and resp.json()["checks"]["schema"] is False
-            assert "schema" in resp.json()["detail"]
-            await asyncio.to_thread(upgrade, url, "head")
-            assert (await c.get("/readyz")).json()["checks"]["schema"] is True
-    finally:
-        server.should_exit = True
-        await task
+    async with serve(behind) as api, httpx.AsyncClient(base_url=api.url, timeout=30) as c:
+        resp = await c.get("/readyz")
+        assert resp.status_code == 503 and resp.json()["checks"]["schema"] is False
+        assert "schema" in resp.json()["detail"]
+        await asyncio.to_thread(upgrade, url, "head")
+        assert (await c.get("/readyz")).json()["checks"]["schema"] is True
     # A revision this code does not know is a later one: a rollback of the code stays ready.
     assert not schema_behind("9999") and schema_behind("0012") and schema_behind(None)
 

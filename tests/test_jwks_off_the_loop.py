@@ -34,6 +34,7 @@ from core.settings import Settings
 from domain.enums import Role
 from tests.conftest import free_port
 from tests.helpers.deadline import eventually
+from tests.helpers.stack import serve
 
 
 class _Issuer:
@@ -520,25 +521,16 @@ async def test_with_an_external_issuer_nothing_mints_tokens_and_the_console_take
         }
     )
     assert alone.auth_jwt_secret is not None
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(alone), port=port, log_level="error"))
-    task = asyncio.create_task(server.serve())
-    try:
-        await eventually(lambda: server.started or task.done())
-        assert not task.done(), "the API did not start"
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
-            form = await http.get("/console/sign-in")
-            assert form.status_code == 200 and "external issuer" in form.text
-            minted = await http.post(
-                "/oauth/token", data={"grant_type": "client_credentials"}, auth=("any", "secret")
-            )
-            assert minted.status_code == 400, minted.text
-            assert "external issuer" in minted.json()["error_description"]
-            # Through an SSO proxy, the issuer's own token on each request is the session.
-            token = issuer.token(roles=["Observer"], scope=" ".join(ALL_SCOPES))
-            page = await http.get("/console/receipts", headers={"Authorization": f"Bearer {token}"})
-            assert page.status_code == 200, page.text[:300]
-            assert (await http.get("/console/receipts")).status_code == 303  # none: sign in
-    finally:
-        server.should_exit = True
-        await task
+    async with serve(alone) as api, httpx.AsyncClient(base_url=api.url, timeout=30) as http:
+        form = await http.get("/console/sign-in")
+        assert form.status_code == 200 and "external issuer" in form.text
+        minted = await http.post(
+            "/oauth/token", data={"grant_type": "client_credentials"}, auth=("any", "secret")
+        )
+        assert minted.status_code == 400, minted.text
+        assert "external issuer" in minted.json()["error_description"]
+        # Through an SSO proxy, the issuer's own token on each request is the session.
+        token = issuer.token(roles=["Observer"], scope=" ".join(ALL_SCOPES))
+        page = await http.get("/console/receipts", headers={"Authorization": f"Bearer {token}"})
+        assert page.status_code == 200, page.text[:300]
+        assert (await http.get("/console/receipts")).status_code == 303  # none: sign in
