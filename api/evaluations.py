@@ -155,15 +155,18 @@ async def _none_running_but(
     deployment_id: str,
     eid: str,
 ) -> None:
-    """A 409 naming the deployment's evaluation under way, unless it is `eid` (its key again).
+    """A 409 naming the deployment's evaluation under way, unless `eid` has one (its key again,
+    whichever evaluation runs now).
     A second one ran the whole suite against the provider again, billed twice, and the one to
     end last overwrote the other's evidence: the console's Evaluate, Back, Evaluate did it (its
     form has a new key each time it is shown). A row left Running by a run that ended is
     settled first, as when it is read. Two starts with different keys at the same moment can
     still both pass: this stops a second press, not a race."""
     async with sessions() as session:
+        if await session.get(EvaluationRow, eid) is not None:
+            return  # the key's own evaluation, running or ended: it answers as before
         row = await evaluations.running(session, tenant_id, deployment_id)
-    if row is None or row.evaluation_id == eid or await settled(client, sessions, row):
+    if row is None or await settled(client, sessions, row):
         return
     raise Problem(
         409,

@@ -59,11 +59,12 @@ PROBE_WINDOW_SECONDS = 60
 # A probe run that hangs this long is abandoned, so SKIP cannot block probing for good.
 PROBE_RUN_TIMEOUT = timedelta(minutes=10)
 # Its probes are cut this long before that, leaving the verdicts and the prune time to land:
-# at most 5 attempts of 40 s each for a verdict the store refuses, 60 s for the prune. A hanging
-# provider holds a probe about 25 s at the defaults (two 10 s attempts, 5 s apart), so at the
-# default concurrency of 8 some 190 deployments behind one hanging provider used the whole run
-# up, and it timed out with not one of them Degraded.
-PROBE_JUDGING_TIME = timedelta(minutes=3)
+# the verdicts go at once, each at most 5 attempts of 40 s (about 3.5 minutes for one the store
+# keeps refusing), then the prune, 60 s an attempt. A hanging provider holds a probe about 25 s
+# at the defaults (two 10 s attempts, 5 s apart), so at the default concurrency of 8 some 190
+# deployments behind one hanging provider used the whole run up, and it timed out with not one
+# of them Degraded.
+PROBE_JUDGING_TIME = timedelta(minutes=4, seconds=30)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -215,10 +215,14 @@ def _check_not_ahead(claims: dict[str, Any], now: float) -> None:
     for claim in ("iat", "nbf"):
         if claim not in claims:
             continue
+        value = claims[claim]
+        # A number, as PyJWT requires: not a numeric string, not a boolean.
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TokenError(f"the token's {claim} is not a number")
         try:
-            at = int(claims[claim])
-        except (ValueError, TypeError, OverflowError):
-            raise TokenError(f"the token's {claim} is not an integer") from None
+            at = int(value)
+        except (ValueError, OverflowError):  # inf, nan
+            raise TokenError(f"the token's {claim} is not a number") from None
         if at > now + CLOCK_SKEW_SECONDS:
             raise TokenError(f"the token is not yet valid ({claim})")
 

@@ -116,22 +116,33 @@ def own_network_suspected(probed: Sequence[tuple[ProbeTarget, ProbeResult]]) -> 
     Its Degrade verdicts are held: the deployments keep their state, and the next run decides.
     A provider-wide outage of one provider is not held: its deployments degrade as before.
 
-    A Degraded deployment that fails again is left out: its failure is its own outage, already
-    judged, and says nothing of this run's network. Counted, an hour-old outage of one provider
-    made a second provider's new one look like the worker's, and held its verdicts for as long
-    as the first lasted."""
-    ran = [
-        (target.provider, r)
-        for target, r in probed
-        if not r.replayed
-        and not (target.state is DeploymentState.DEGRADED and r.outcome is ProbeOutcome.FAILED)
+    A Degraded deployment that fails again is left out of the share: its failure is its own
+    outage, already judged. Counted, an hour-old outage of one provider made a second
+    provider's new one look like the worker's even where a third provider answered, and held
+    its verdicts for as long as the first lasted. Its provider still counts among those
+    unreachable: with no provider answering, an old outage and a new one cannot be told from
+    a worker that lost its egress, and degrading every deployment on that evidence is the
+    outage this rule prevents (a held deployment that is really down is still reported by
+    the API's breakers under traffic)."""
+    live = [r for r in probed if not r[1].replayed]
+    providers = {
+        target.provider
+        for target, r in live
+        if r.outcome is ProbeOutcome.FAILED and r.error_class in UNREACHABLE
+    }
+    fresh = [
+        r
+        for target, r in live
+        if not (target.state is DeploymentState.DEGRADED and r.outcome is ProbeOutcome.FAILED)
     ]
     unreachable = [
-        provider
-        for provider, r in ran
-        if r.outcome is ProbeOutcome.FAILED and r.error_class in UNREACHABLE
+        r for r in fresh if r.outcome is ProbeOutcome.FAILED and r.error_class in UNREACHABLE
     ]
-    return len(set(unreachable)) >= 2 and len(unreachable) >= OWN_NETWORK_SHARE * len(ran)
+    return (
+        len(providers) >= 2
+        and bool(unreachable)
+        and len(unreachable) >= OWN_NETWORK_SHARE * len(fresh)
+    )
 
 
 def degrade_held(result: ProbeResult, network_suspected: bool) -> bool:

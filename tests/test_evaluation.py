@@ -298,6 +298,8 @@ async def test_a_deployment_under_evaluation_is_not_evaluated_twice_at_once(
     # billed twice, the last to end overwriting the other's evidence. The console's form has a
     # new key each time it is shown: Evaluate, Back, Evaluate did it.
     await register(http, auth, "eval/twice", model="twice-sim", endpointRef=upstream.endpoint_ref)
+    ended = await _evaluate(http, auth, "eval/twice", "twice-0")
+    await _finished(http, auth, "eval/twice")
     upstream.inject("twice-sim", Fault(kind=FaultKind.SLOW_FIRST_TOKEN, delay=120))
     try:
         first = await _evaluate(http, auth, "eval/twice", "twice-1")
@@ -308,7 +310,9 @@ async def test_a_deployment_under_evaluation_is_not_evaluated_twice_at_once(
         )
         assert second.status_code == 409, second.text
         assert second.json()["evaluationId"] == first["evaluationId"]
-        # Its own key again is the same evaluation, as before.
+        # A key that has its evaluation answers with it, as before, whichever runs now.
+        again = await _evaluate(http, auth, "eval/twice", "twice-0")
+        assert again["evaluationId"] == ended["evaluationId"]
         assert (await _evaluate(http, auth, "eval/twice", "twice-1"))["evaluationId"] == first[
             "evaluationId"
         ]

@@ -262,7 +262,7 @@ async def test_probes_still_hanging_at_the_deadline_are_cut_and_the_rest_are_jud
     # A provider that hangs holds its probes for their whole timeout. The scheduled run has a
     # timeout of its own (10 minutes): judging only once every probe returned, a large fleet
     # behind a hanging provider timed the run out with no verdict applied at all. Here the run
-    # times out at 25 s, the hanging probes would hold 30 s, and the deadline is 5 s.
+    # times out at 25 s, the hanging probes would hold 30 s, and the deadline is 10 s.
     async with UpstreamServer() as upstream:
         upstream.inject(MODEL, Fault(kind=FaultKind.HANG))
         upstream.inject("probe-bad", Fault(kind=FaultKind.SERVER_ERROR))
@@ -283,7 +283,7 @@ async def test_probes_still_hanging_at_the_deadline_are_cut_and_the_rest_are_jud
                 timeout_seconds=30,
                 attempts=1,
                 concurrency=4,
-                deadline_seconds=5,
+                deadline_seconds=10,
             ),
             id=f"probe-test-{uuid.uuid4().hex[:8]}",
             task_queue=settings.temporal_task_queue,

@@ -277,7 +277,13 @@ async def test_an_issuer_whose_clock_runs_ahead_still_has_its_fresh_tokens_taken
     ahead = int(time.time()) + 5
     assert (await asyncio.to_thread(verifier.verify, issuer.token(iat=ahead, nbf=ahead))).tenant_id
     # Far ahead is still refused, and a claim that is no integer is a bad token.
-    for claims in ({"iat": ahead + 3600}, {"nbf": ahead + 3600}, {"nbf": "soon"}):
+    for claims in (
+        {"iat": ahead + 3600},
+        {"nbf": ahead + 3600},
+        {"nbf": "soon"},
+        {"iat": str(ahead)},  # a number, as PyJWT required: not a numeric string
+        {"nbf": True},
+    ):
         with pytest.raises(TokenError):
             await asyncio.to_thread(verifier.verify, issuer.token(**claims))
     # An `iat` of 400 digits on a key the set lacks was an OverflowError: a 500 to anyone.

@@ -421,7 +421,11 @@ def test_a_provider_already_degraded_does_not_make_a_new_outage_look_like_the_ne
     # OpenAI has been down an hour (its deployments Degraded, failing again); now Anthropic's
     # stop answering. That is Anthropic's outage: counted with OpenAI's, it was held.
     old = [_probed("openai", "connection", state=DeploymentState.DEGRADED)] * 8
-    assert not own_network_suspected([*old, _probed("anthropic", "timeout")] * 2)
+    answering = _probed("mistral", None)
+    assert not own_network_suspected([*old, *[_probed("anthropic", "timeout")] * 2, answering])
+    # With no provider answering, it cannot be told from the worker's own network lost while
+    # OpenAI is down: held, as degrading everything is the outage this rule prevents.
+    assert own_network_suspected([*old, *[_probed("anthropic", "timeout")] * 2])
     # The worker's own network lost while a provider is down: still two providers unreachable.
     lost = [_probed("anthropic", "timeout"), _probed("mistral", "connection")]
     assert own_network_suspected([*old, *lost])

@@ -139,10 +139,13 @@ class HealthProbeWorkflow:
         order = list(range(len(targets)))
         workflow.random().shuffle(order)
         tasks = {i: asyncio.ensure_future(probed(targets[i])) for i in order}
+        # Counted from the run's start, as the deadline is meant: listing the targets may have
+        # taken its retries already.
+        ran_for = workflow.now() - workflow.info().start_time
+        left = max(timedelta(seconds=data.deadline_seconds) - ran_for, timedelta(seconds=1))
         try:
             await workflow.wait_condition(
-                lambda: all(t.done() for t in tasks.values()),
-                timeout=timedelta(seconds=data.deadline_seconds),
+                lambda: all(t.done() for t in tasks.values()), timeout=left
             )
         except TimeoutError:
             workflow.logger.warning(

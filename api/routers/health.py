@@ -55,7 +55,8 @@ async def _schema_ok(request: Request, runtime: RuntimeDep) -> bool:
             current = (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalar()
     except Exception:
         current = None  # no version table: nothing migrated (or the store is down, said above)
-    if schema_behind(current):
+    # Off the loop: the first look reads the migration scripts from disk.
+    if await asyncio.to_thread(schema_behind, current):
         return False
     request.app.state.schema_current = True
     return True
