@@ -135,6 +135,18 @@ def rs256(settings: Settings, issuer: _Issuer) -> Settings:
     )
 
 
+def without_temporal(settings: Settings) -> Settings:
+    """For an app of its own, without Temporal (its routes read the catalog only): with the
+    suite's client it would register a second in-process worker on the suite's invocation
+    queue."""
+    return settings.model_copy(
+        update={
+            "temporal_address": f"127.0.0.1:{free_port()}",
+            "temporal_connect_timeout_seconds": 1.0,
+        }
+    )
+
+
 @dataclass
 class _Held:
     """A verifier on the test's clock that has fetched the issuer's key set once, for `token`."""
@@ -458,14 +470,7 @@ async def test_an_issuer_that_does_not_answer_is_given_up_on_after_the_fetch_tim
 async def test_a_route_answers_503_with_retry_after_when_the_issuer_cannot_be_reached(
     rs256: Settings, issuer: _Issuer
 ) -> None:
-    # An app of its own, without Temporal (the route reads the catalog only): with the suite's
-    # client it would register a second in-process worker on the suite's invocation queue.
-    alone = rs256.model_copy(
-        update={
-            "temporal_address": f"127.0.0.1:{free_port()}",
-            "temporal_connect_timeout_seconds": 1.0,
-        }
-    )
+    alone = without_temporal(rs256)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(alone), port=port, log_level="error"))
     task = asyncio.create_task(server.serve())
@@ -520,12 +525,7 @@ async def test_with_an_external_issuer_nothing_mints_tokens_and_the_console_take
     # With RS256 and the HS256 secret still set (the k8s manifest requires it), the console's
     # sign-in minted an HS256 cookie every page refused: back to the form, with no word. The
     # token endpoint minted the same, and the CLI got a 401 after a token it was given.
-    alone = rs256.model_copy(
-        update={
-            "temporal_address": f"127.0.0.1:{free_port()}",
-            "temporal_connect_timeout_seconds": 1.0,
-        }
-    )
+    alone = without_temporal(rs256)
     assert alone.auth_jwt_secret is not None
     async with serve(alone) as api, httpx.AsyncClient(base_url=api.url, timeout=30) as http:
         form = await http.get("/console/sign-in")
