@@ -1,23 +1,19 @@
 """Read-side queries the operator console needs beyond the repositories: the latest probe per
-deployment, a deployment's state history, receipts with filters, and the rows behind the
-overview's charts. Every query is filtered by the caller's tenant."""
+deployment, a deployment's state history and receipts with filters (the overview's sums are in
+store/overview_reads.py). Every query is filtered by the caller's tenant."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
-from decimal import Decimal
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sqlalchemy import func, literal_column, tuple_
-from sqlalchemy import select as sa_select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col, select
 
 from domain.enums import InvocationOutcome, UsageStatus
-from domain.statements import sent_nothing
 from store.ops_tables import ProbeSampleRow, ReceiptReconciliationRow
 from store.tables import (
     InvocationReceiptRow,
@@ -27,9 +23,6 @@ from store.tables import (
 )
 
 S = TypeVar("S", bound=Any)  # a select of receipts, ORM or Core
-
-# The overview reads at most this many receipts per window; past it the page says so.
-OVERVIEW_ROW_CAP = 50_000
 
 
 async def last_probes(session: AsyncSession, tenant_id: str) -> dict[str, ProbeSampleRow]:
@@ -122,14 +115,14 @@ async def receipts(
         older = (where.before.started_at, where.before.invocation_id)
         stmt = stmt.where(tuple_(started, invocation) < tuple_(*older))
     found: dict[uuid.UUID, InvocationReceiptRow] = {}
-    for part in _open_and_closed(stmt):
+    for part in open_and_closed(stmt):
         part = part.order_by(started.desc(), invocation.desc()).limit(where.limit + 1)
         found.update((row.invocation_id, row) for row in (await session.scalars(part)).all())
     newest = sorted(found.values(), key=lambda r: (r.started_at, r.invocation_id), reverse=True)
     return newest[: where.limit + 1]
 
 
-def _open_and_closed(stmt: S) -> tuple[S, S]:
+def open_and_closed(stmt: S) -> tuple[S, S]:
     """A read of a tenant's newest receipts as two: the open ones, few, through
     ix_receipts_open, then the closed ones, through the partial index ix_receipts_tenant_closed.
     As one read, PostgreSQL walked every receipt the tenant ever had (migration 0008). Open
@@ -170,68 +163,3 @@ async def distinct_values(session: AsyncSession, tenant_id: str) -> tuple[list[s
         sorted(set((await session.scalars(deployments)).all())),
         sorted(set((await session.scalars(profiles.distinct())).all())),
     )
-
-
-@dataclass(frozen=True)
-class ReceiptPoint:
-    """One receipt as the overview charts see it: no ids, no hashes, no refs."""
-
-    started_at: datetime
-    outcome: str
-    usage_status: str
-    profile_id: str
-    deployment_id: str
-    latency_ms: int | None
-    time_to_first_token_ms: int | None
-    cost: Decimal | None
-    # No provider saw the request (domain.statements.sent_nothing): its usage is known, so it
-    # awaits no statement, as the reconciler and its gauge count it.
-    sent_nothing: bool = False
-
-
-@dataclass
-class OverviewRows:
-    points: list[ReceiptPoint] = field(default_factory=list)
-    capped: bool = False
-
-
-async def overview_rows(session: AsyncSession, tenant_id: str, since: datetime) -> OverviewRows:
-    r = InvocationReceiptRow
-    stmt = (
-        sa_select(
-            col(r.started_at),
-            col(r.outcome),
-            col(r.usage_status),
-            col(r.profile_id),
-            col(r.deployment_id),
-            col(r.latency_ms),
-            col(r.time_to_first_token_ms),
-            col(r.estimated_cost_usd),
-            col(r.input_tokens),
-            col(r.output_tokens),
-            col(r.cached_input_tokens),
-            col(r.invocation_id),  # last: what the two reads are merged by
-        )
-        .where(col(r.tenant_id) == tenant_id)
-        .where(col(r.started_at) >= since)
-    )
-    found: dict[uuid.UUID, Any] = {}
-    for part in _open_and_closed(stmt):
-        part = part.order_by(col(r.started_at).desc()).limit(OVERVIEW_ROW_CAP + 1)
-        found.update((row.invocation_id, row) for row in (await session.execute(part)).all())
-    rows = sorted(found.values(), key=lambda row: row[0], reverse=True)
-    points = [
-        ReceiptPoint(
-            started_at=row[0],
-            outcome=str(getattr(row[1], "value", row[1])),
-            usage_status=str(getattr(row[2], "value", row[2])),
-            profile_id=row[3],
-            deployment_id=row[4],
-            latency_ms=row[5],
-            time_to_first_token_ms=row[6],
-            cost=row[7],
-            sent_nothing=sent_nothing(UsageStatus(row[2]), row[8], row[9], row[10]),
-        )
-        for row in rows[:OVERVIEW_ROW_CAP]
-    ]
-    return OverviewRows(points=points, capped=len(rows) > OVERVIEW_ROW_CAP)

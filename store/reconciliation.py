@@ -297,6 +297,19 @@ async def settle(
     return True
 
 
+def sent_nothing() -> Any:
+    """domain.statements.sent_nothing in SQL: the receipt records that no provider saw the
+    request (Estimated at exactly zero tokens)."""
+    r = InvocationReceiptRow
+    return and_(
+        col(r.usage_status) == UsageStatus.ESTIMATED,
+        # NULL is not zero (an unknown count awaits), and NOT over NULL would drop the row.
+        func.coalesce(col(r.input_tokens), -1) == 0,
+        func.coalesce(col(r.output_tokens), -1) == 0,
+        func.coalesce(col(r.cached_input_tokens), 0) == 0,
+    )
+
+
 async def awaiting_by_provider(session: AsyncSession, lookback_hours: float) -> dict[str, int]:
     """Receipts whose usage is Unknown or Estimated, started within the reconciler's lookback,
     per provider: the usage_unknown gauge. A receipt of a call that reached no
@@ -304,22 +317,14 @@ async def awaiting_by_provider(session: AsyncSession, lookback_hours: float) -> 
     alone made the gauge grow for ever. Nor does one past the lookback, which no run settles
     any more: counted, every such receipt stayed in the gauge for good, and an alert on it
     meant nothing (read through ix_receipts_usage_status, a range of it, not all of it)."""
-    r = InvocationReceiptRow
     since = utcnow() - timedelta(hours=lookback_hours)
-    nothing_sent = and_(
-        col(r.usage_status) == UsageStatus.ESTIMATED,
-        # NULL is not zero (an unknown count awaits), and NOT over NULL would drop the row.
-        func.coalesce(col(r.input_tokens), -1) == 0,
-        func.coalesce(col(r.output_tokens), -1) == 0,
-        func.coalesce(col(r.cached_input_tokens), 0) == 0,
-    )
     stmt = (
         select(ModelDeploymentRow.provider, func.count())
         .select_from(InvocationReceiptRow)
         .join(ModelDeploymentRow, _ITS_DEPLOYMENT)
         .where(col(InvocationReceiptRow.usage_status).in_(sorted(AWAITING)))
         .where(col(InvocationReceiptRow.started_at) >= since)
-        .where(not_(nothing_sent))
+        .where(not_(sent_nothing()))
         .group_by(ModelDeploymentRow.provider)
     )
     counts: dict[str, int] = defaultdict(int)

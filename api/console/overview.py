@@ -15,7 +15,7 @@ from api.console.session import ConsoleError, SignedIn
 from api.deps import RuntimeDep
 from domain.access import Action
 from domain.enums import Scope
-from store import console_reads
+from store import overview_reads
 
 router = APIRouter()
 
@@ -32,14 +32,16 @@ async def overview(
     if window not in overview_data.WINDOWS:
         raise ConsoleError(400, "window must be 24h or 7d.")
     now = datetime.now(UTC)
-    span, _ = overview_data.WINDOWS[window]
+    span, width = overview_data.WINDOWS[window]
     async with runtime.sessions() as session:
-        rows = await console_reads.overview_rows(session, operator.tenant_id, now - span)
-    points = rows.points
-    rate = overview_data.rate_by_outcome(points, now, window)
-    latency = overview_data.latency_per_deployment(points)
-    spend = overview_data.spend_per_profile_per_day(points, now, window)
-    awaiting = overview_data.awaiting_per_day(points, now, window)
+        figures = await overview_reads.overview_figures(
+            session, operator.tenant_id, now - span, width
+        )
+    cells = figures.cells
+    rate = overview_data.rate_by_outcome(cells, now, window)
+    latency = overview_data.latency_per_deployment(cells, figures.percentiles)
+    spend = overview_data.spend_per_profile_per_day(cells, now, window)
+    awaiting = overview_data.awaiting_per_day(cells, now, window)
     return page(
         request,
         "overview.html",
@@ -48,8 +50,7 @@ async def overview(
         nav="overview",
         window=window,
         windows=list(overview_data.WINDOWS),
-        capped=rows.capped,
-        total=len(points),
+        total=sum(c.count for c in cells),
         rate_chart=charts.stacked_bars(
             "chart-rate",
             "Invocations per minute by outcome (UTC)",
