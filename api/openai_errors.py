@@ -56,6 +56,9 @@ def error_envelope(status: int, problem: dict[str, Any]) -> tuple[dict[str, Any]
         message = f"{message} ({details})"
     kind = _OPENAI_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     error = problem.get("error") or {"message": message, "type": kind, "code": kind}
+    if status == 404 and param == "model" and "error" not in problem:
+        # OpenAI's own words for a model it does not serve, which clients look for.
+        error.update(type="invalid_request_error", code="model_not_found")
     return {**problem, "error": {"param": param, **error}}, no_retry(status, problem)
 
 
@@ -66,7 +69,4 @@ def problem_with_error(
     embeddings, models). Without it the SDK took the problem's own `type` (a URI) for the
     error's, with no `code` or `param`: `model_not_found` and the field at fault were lost."""
     body, headers = error_envelope(status, problem)
-    if status == 404 and body["error"]["param"] == "model" and "error" not in problem:
-        # OpenAI's own words for a model it does not serve, which clients look for.
-        body["error"].update(type="invalid_request_error", code="model_not_found")
     return body, {**headers, "content-type": PROBLEM_JSON}

@@ -9,7 +9,7 @@ the tenant's retention, so they are refused. So is what the normalised request c
 images, files, audio, reasoning items and settings, non-function tools, `top_p`, logprobs.
 Identifiers and hints that do not change the answer (`metadata`, `user`, `safety_identifier`,
 `prompt_cache_key`, `service_tier`, `include` of reasoning content that never exists here) are
-accepted.
+accepted; any other field is refused as unknown, as OpenAI refuses it.
 """
 
 from __future__ import annotations
@@ -46,7 +46,23 @@ _UNMAPPED = (
     "moderation",
     "access_programs",
 )
-_TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
+# Fields the SDK sends that change nothing here: identifiers and hints. Any other field this
+# model does not declare is refused: Chat Completions' `response_format`, `max_tokens` or `stop`,
+# dropped, left the answer unshaped and uncapped where OpenAI would have said 400.
+_HINTS = frozenset(
+    {
+        "user",
+        "safety_identifier",
+        "prompt_cache_key",
+        "prompt_cache_options",
+        "prompt_cache_retention",
+        "service_tier",
+        "stream_options",
+    }
+)
+# Content parts whose words the normalised message carries (an assistant's refusal, sent back
+# as history, among them), and the key each keeps them under.
+_TEXT_PARTS = {"input_text": "text", "output_text": "text", "text": "text", "refusal": "refusal"}
 
 
 class _Loose(BaseModel):
@@ -116,6 +132,8 @@ def _refusals(body: ResponsesIn) -> None:
     for name in _UNMAPPED:
         if extra.get(name) is not None:
             raise _refuse((name,), "cannot be mapped to the normalised request")
+    for name in extra.keys() - _HINTS:
+        raise _refuse((name,), "unknown parameter")
     if body.reasoning and any(v is not None for v in body.reasoning.values()):
         raise _refuse(("reasoning",), "reasoning settings cannot be mapped")
     if body.truncation == "auto":
@@ -137,9 +155,10 @@ def _text(content: Any, loc: tuple[str | int, ...]) -> str:
         # A type that is no string (a list, an object) cannot be looked up in the set: a 500.
         if not isinstance(kind, str) or kind not in _TEXT_PARTS:
             raise _refuse((*loc, i, "type"), f"{kind!r} content cannot be mapped")
-        text = part.get("text")
+        key = _TEXT_PARTS[kind]
+        text = part.get(key)
         if not isinstance(text, str):
-            raise _refuse((*loc, i, "text"), "a text part needs its text")
+            raise _refuse((*loc, i, key), f"a {kind} part needs its {key}")
         parts.append(text)
     return "".join(parts)
 
@@ -269,8 +288,10 @@ def usage(summary: InvocationSummary) -> dict[str, Any]:
     }
 
 
-def text_item(invocation_id: uuid.UUID, text: str, status: str) -> dict[str, Any]:
-    content = [] if status == "in_progress" else [text_part(text)]
+def text_item(
+    invocation_id: uuid.UUID, text: str, status: str, refusal: bool = False
+) -> dict[str, Any]:
+    content = [] if status == "in_progress" else [text_part(text, refusal)]
     return {
         "id": message_item_id(invocation_id),
         "type": "message",
@@ -280,7 +301,12 @@ def text_item(invocation_id: uuid.UUID, text: str, status: str) -> dict[str, Any
     }
 
 
-def text_part(text: str) -> dict[str, Any]:
+def text_part(text: str, refusal: bool = False) -> dict[str, Any]:
+    """An output_text part, or the model's refusal as OpenAI's own `refusal` part: as text,
+    the SDK's `.parse()` and `.stream(text_format=…)` read the refusal's words as JSON and
+    raised (providers.types.RefusalDelta)."""
+    if refusal:
+        return {"type": "refusal", "refusal": text}
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
 
@@ -296,17 +322,29 @@ def call_item(invocation_id: uuid.UUID, index: int, call: ToolCall, status: str)
 
 
 def output_items(invocation_id: uuid.UUID, completion: Completion) -> list[dict[str, Any]]:
-    items = [text_item(invocation_id, completion.text, "completed")] if completion.text else []
+    text = completion.text
+    items = [text_item(invocation_id, text, "completed", completion.refusal)] if text else []
     items += [
         call_item(invocation_id, i, c, "completed") for i, c in enumerate(completion.tool_calls)
     ]
+    if items and completion.finish_reason is FinishReason.LENGTH:
+        items[-1]["status"] = CUT  # the item the cut fell in
     return items
 
 
-def status_of(finish: FinishReason | None) -> tuple[str, dict[str, str] | None]:
+# The status of the item an answer cut by max_output_tokens ended in: a call marked
+# "completed" with half its arguments was run by agents as if whole.
+CUT = "incomplete"
+
+
+def status_of(
+    finish: FinishReason | None, refusal: bool = False
+) -> tuple[str, dict[str, str] | None]:
+    """The response's status. A refusal in OpenAI's own part is a completed response, as
+    OpenAI ends one; filtered text is incomplete."""
     if finish is FinishReason.LENGTH:
         return "incomplete", {"reason": "max_output_tokens"}
-    if finish is FinishReason.CONTENT_FILTER:
+    if finish is FinishReason.CONTENT_FILTER and not refusal:
         return "incomplete", {"reason": "content_filter"}
     return "completed", None
 

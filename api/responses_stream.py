@@ -2,7 +2,8 @@
 normalised events: `response.created`, `response.in_progress`, then per output item
 `response.output_item.added`, its deltas (`response.output_text.delta` inside a content part,
 or `response.function_call_arguments.delta`) and their `.done` events, then
-`response.completed` (or `response.incomplete` when the answer was cut by max_output_tokens)
+`response.completed` (or `response.incomplete` when the answer was cut by max_output_tokens,
+the item it was cut in marked incomplete; a refusal is a `refusal` part with its own events)
 with the receipt's usage and, on the response, the `model_router` object naming the receipt.
 A call that fails after `response.created` ends with `response.failed`, never a silent stop."""
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from api.responses_shapes import (
+    CUT,
     ResponsesIn,
     call_item,
     call_item_id,
@@ -28,7 +30,14 @@ from api.sse import KEEP_ALIVE_COMMENT
 from api.wire import receipt_view
 from domain.failures import error_class
 from domain.invocation import InvocationSummary
-from providers.types import Finish, FinishReason, TextDelta, ToolCall, ToolCallDelta
+from providers.types import (
+    Finish,
+    FinishReason,
+    RefusalDelta,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+)
 
 
 @dataclass
@@ -54,6 +63,10 @@ class ResponseEvents:
         self._text_index = -1
         self._text_id = ""
         self._text_done = False
+        # The open message holds the model's refusal (RefusalDelta), in OpenAI's `refusal`
+        # part and its own events, as the SDK's helpers read it; and whether any did.
+        self._text_refusal = False
+        self._refused = False
         self._calls: dict[int, _Call] = {}
         self._finish: FinishReason | None = None
         self._done: list[tuple[int, dict[str, Any]]] = []
@@ -71,28 +84,32 @@ class ResponseEvents:
             self._event("response.in_progress", response=self._response("in_progress"))
         )
 
-    def _close_text(self) -> bytes:
+    def _close_text(self, cut: int | None = None) -> bytes:
         if self._text is None or self._text_done:
             return b""
         self._text_done = True
-        text = "".join(self._text)
+        text, refusal = "".join(self._text), self._text_refusal
         where = {"item_id": self._text_id, "output_index": self._text_index}
-        item = {**text_item(self._id, text, "completed"), "id": self._text_id}
+        status = CUT if cut == self._text_index else "completed"
+        item = {**text_item(self._id, text, status, refusal), "id": self._text_id}
         self._done.append((self._text_index, item))
-        done = self._event(
-            "response.output_text.done", **where, content_index=0, text=text, logprobs=[]
-        )
+        if refusal:
+            done = self._event("response.refusal.done", **where, content_index=0, refusal=text)
+        else:
+            done = self._event(
+                "response.output_text.done", **where, content_index=0, text=text, logprobs=[]
+            )
+        part = text_part(text, refusal)
         return (
             done
-            + self._event(
-                "response.content_part.done", **where, content_index=0, part=text_part(text)
-            )
+            + self._event("response.content_part.done", **where, content_index=0, part=part)
             + self._event("response.output_item.done", output_index=self._text_index, item=item)
         )
 
-    def _close_call(self, index: int, call: _Call) -> bytes:
+    def _close_call(self, index: int, call: _Call, cut: int | None = None) -> bytes:
         call.done = True
-        item = call_item(self._id, index, call.call(), "completed")
+        status = CUT if cut == call.output_index else "completed"
+        item = call_item(self._id, index, call.call(), status)
         self._done.append((call.output_index, item))
         where = {"item_id": call_item_id(self._id, index), "output_index": call.output_index}
         return self._event(
@@ -102,11 +119,14 @@ class ResponseEvents:
             arguments=item["arguments"],
         ) + self._event("response.output_item.done", output_index=call.output_index, item=item)
 
-    def text(self, text: str) -> bytes:
+    def text(self, text: str, refusal: bool = False) -> bytes:
         out = b""
+        if self._text is not None and not self._text_done and refusal != self._text_refusal:
+            out += self._close_text()  # words of the other kind: a message of their own
         if self._text is None or self._text_done:
             # A message item opens (again, after a tool call: as a new item).
             self._text, self._text_index, self._text_done = [], self._items, False
+            self._text_refusal = refusal
             self._text_id = message_item_id(self._id, self._items)
             self._items += 1
             item = {**text_item(self._id, "", "in_progress"), "id": self._text_id}
@@ -118,9 +138,17 @@ class ResponseEvents:
                 item_id=self._text_id,
                 output_index=self._text_index,
                 content_index=0,
-                part=text_part(""),
+                part=text_part("", refusal),
             )
         self._text.append(text)
+        if refusal:
+            return out + self._event(
+                "response.refusal.delta",
+                item_id=self._text_id,
+                output_index=self._text_index,
+                content_index=0,
+                delta=text,
+            )
         return out + self._event(
             "response.output_text.delta",
             item_id=self._text_id,
@@ -135,7 +163,9 @@ class ResponseEvents:
             self._finish = event.reason
             return b""
         if isinstance(event, TextDelta):
-            return self.text(event.text)
+            refusal = type(event) is RefusalDelta
+            self._refused |= refusal
+            return self.text(event.text, refusal)
         out = self._close_text()
         call = self._calls.get(event.index)
         if call is None:
@@ -150,6 +180,9 @@ class ResponseEvents:
             out += self._event(
                 "response.output_item.added", output_index=call.output_index, item=item
             )
+        elif event.name and not call.name:
+            # A name on a later fragment, as the receipt's answer takes it (CompletionBuilder).
+            call.name = event.name
         if event.arguments_delta:
             call.arguments.append(event.arguments_delta)
             out += self._event(
@@ -161,10 +194,12 @@ class ResponseEvents:
         return out
 
     def _close_all(self) -> bytes:
-        out = self._close_text()
+        # Cut by max_output_tokens: the last item opened is the one the cut fell in.
+        cut = self._items - 1 if self._finish is FinishReason.LENGTH else None
+        out = self._close_text(cut)
         for index, call in sorted(self._calls.items()):
             if not call.done:
-                out += self._close_call(index, call)
+                out += self._close_call(index, call, cut)
         return out
 
     def keep_alive(self) -> bytes:
@@ -174,7 +209,7 @@ class ResponseEvents:
 
     async def end(self, summary: InvocationSummary) -> bytes:
         out = self._close_all()
-        status, incomplete = status_of(self._finish)
+        status, incomplete = status_of(self._finish, self._refused)
         output = [item for _, item in sorted(self._done, key=lambda pair: pair[0])]
         response = self._response(status, output=output, summary=summary, incomplete=incomplete)
         # On the final response, as on a failed one and a whole answer's body: an event of its

@@ -3,8 +3,9 @@ null) was dropped: the caller got an empty answer ended `stop`. It is now answer
 on every surface: on Chat Completions in OpenAI's own `refusal` field, ending `stop`, so that the
 SDK's `.parse()` and `.stream()` helpers give it as a refusal (as content ending `content_filter`
 the first raised, the second tried the words as JSON); on Messages ending `refusal` (the stop
-reason Anthropic's own refusals carry), on Responses `incomplete` (`content_filter`); streamed,
-whole and replayed alike."""
+reason Anthropic's own refusals carry), on Responses in OpenAI's own `refusal` part (a completed
+response, which `.parse()` and `.stream()` give as a refusal); streamed, whole and replayed
+alike."""
 
 from __future__ import annotations
 
@@ -86,11 +87,35 @@ async def test_a_refusal_is_answered_in_its_words_on_every_surface(
         final = await helper.get_final_completion()
     assert (final.choices[0].message.refusal, final.choices[0].message.parsed) == (WORDS, None)
 
-    responses = await chat.responses.create(model=PROFILE, input="x")
-    assert responses.status == "incomplete"
-    assert responses.incomplete_details is not None
-    assert responses.incomplete_details.reason == "content_filter"
-    assert responses.output_text == WORDS
+    # On Responses in OpenAI's own `refusal` part, a completed response: as text ended
+    # `content_filter`, `.parse()` and `.stream(text_format=…)` read the words as JSON and
+    # raised a ValidationError. A refusal sent back as history is taken as the words.
+    again = {"Idempotency-Key": f"refused-{uuid.uuid4().hex}"}
+    history: Any = [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": WORDS}]},
+        {"role": "user", "content": "x"},
+    ]
+    for _ in range(2):  # the call, then its replay
+        responses = await chat.responses.create(model=PROFILE, input=history, extra_headers=again)
+        assert (responses.status, responses.incomplete_details) == ("completed", None)
+        said_item: Any = responses.output[0]
+        assert said_item.type == "message" and len(responses.output) == 1
+        assert [(p.type, getattr(p, "refusal", None)) for p in said_item.content] == [
+            ("refusal", WORDS)
+        ]
+    parsed_response = await chat.responses.parse(model=PROFILE, input="x", text_format=Answer)
+    assert parsed_response.output_parsed is None
+    kinds: list[str] = []
+    async with chat.responses.stream(model=PROFILE, input="x", text_format=Answer) as helper:
+        async for event in helper:
+            kinds.append(event.type)
+        streamed_response = await helper.get_final_response()
+    assert "response.refusal.delta" in kinds and "response.refusal.done" in kinds
+    assert "response.output_text.delta" not in kinds
+    streamed_item: Any = streamed_response.output[0]
+    [part] = streamed_item.content
+    assert (part.type, getattr(part, "refusal", None)) == ("refusal", WORDS)
     await chat.close()
 
     messages = AsyncAnthropic(base_url=api_url, api_key=token, max_retries=0)

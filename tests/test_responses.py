@@ -18,7 +18,13 @@ from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
+from api.responses_shapes import ResponsesIn
+from api.responses_stream import ResponseEvents
+from domain.enums import InvocationOutcome
+from domain.invocation import InvocationSummary
+from providers.types import Finish, FinishReason, ToolCallDelta
 from providers.upstream import Fault, FaultKind, Reply, UpstreamServer, default_responder
+from providers.upstream.turn import ToolCallReply
 from store.tables import InvocationReceiptRow
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import approved_deployment, profile_event, publish
@@ -341,6 +347,56 @@ async def test_max_output_tokens_makes_an_incomplete_response(
     assert cut.incomplete_details.reason == "max_output_tokens"
 
 
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_call_cut_by_max_output_tokens_is_an_incomplete_item(
+    client: AsyncOpenAI, catalog: Catalog, upstream: UpstreamServer, protocol: str
+) -> None:
+    """Marked "completed" with half its arguments, agents ran the call as if whole."""
+    cut = ToolCallReply(name="get_weather", arguments='{"city": "Par')
+    upstream.register(
+        catalog.model(protocol),
+        lambda turn: Reply(text="Looking.", tool_calls=[cut], finish_reason="length"),
+    )
+    ask: Any = {"model": catalog.profile(protocol), "input": "weather?", "tools": [WEATHER]}
+    try:
+        whole = await client.responses.create(**ask)
+        streamed: Any = None
+        async with client.responses.stream(**ask) as stream:
+            async for event in stream:  # the SDK's final response needs response.completed
+                if event.type == "response.incomplete":
+                    streamed = event.response
+    finally:
+        upstream.register(catalog.model(protocol), default_responder)
+    for response in (whole, streamed):
+        assert response.status == "incomplete"
+        items: list[Any] = list(response.output)
+        assert [(i.type, i.status) for i in items] == [
+            ("message", "completed"),
+            ("function_call", "incomplete"),
+        ]
+
+
+async def test_a_tool_name_on_a_later_fragment_reaches_the_stream() -> None:
+    """Some servers send a call's id first and its name after: the stream kept the first
+    fragment's empty name, while the receipt's answer took the later one."""
+    events = ResponseEvents(uuid.uuid4(), ResponsesIn(model="p", input="x"))
+    events.start()
+    streamed = events.add(ToolCallDelta(index=0, id="call_1", name=None, arguments_delta=""))
+    streamed += events.add(ToolCallDelta(index=0, name="get_weather", arguments_delta="{}"))
+    streamed += events.add(Finish(reason=FinishReason.TOOL_CALLS))
+    summary = InvocationSummary(
+        invocation_id=uuid.uuid4(), outcome=InvocationOutcome.COMPLETED, deployment_id="d"
+    )
+    streamed += await events.end(summary)
+    done = [
+        json.loads(line.removeprefix(b"data: "))
+        for line in streamed.split(b"\n")
+        if line.startswith(b"data: ")
+    ]
+    [item] = [e["item"] for e in done if e["type"] == "response.output_item.done"]
+    assert (item["name"], item["status"]) == ("get_weather", "completed")
+
+
 async def test_what_cannot_be_served_statelessly_or_mapped_is_refused(
     client: AsyncOpenAI, catalog: Catalog, http: httpx.AsyncClient
 ) -> None:
@@ -348,6 +404,11 @@ async def test_what_cannot_be_served_statelessly_or_mapped_is_refused(
         await client.responses.create(model="no-such-profile", input="x")
     missing_body: Any = missing.value.body
     assert missing_body["param"] == "model", missing_body  # where OpenAI's clients look
+    # OpenAI's own words for a model it does not serve, as on Chat Completions.
+    assert (missing.value.code, missing_body["type"]) == (
+        "model_not_found",
+        "invalid_request_error",
+    )
     image: Any = {"type": "input_image", "image_url": "https://example.com/a.png"}
     for kwargs, param in (
         ({"previous_response_id": "resp_123"}, "previous_response_id"),
@@ -357,6 +418,10 @@ async def test_what_cannot_be_served_statelessly_or_mapped_is_refused(
         ({"tools": [{"type": "web_search"}]}, "tools.0"),
         ({"input": [{"role": "user", "content": [image]}]}, "input.0.content.0.type"),
         ({"input": [{"type": "reasoning", "summary": []}]}, "input.0.type"),
+        # Chat Completions' fields, unknown here: dropped, the answer was neither shaped nor
+        # capped.
+        ({"extra_body": {"response_format": {"type": "json_object"}}}, "response_format"),
+        ({"extra_body": {"max_tokens": 5}}, "max_tokens"),
         # A part's type that is no string: looked up in a set, it was a 500.
         ({"input": [{"role": "user", "content": [{"type": ["x"], "text": "hi"}]}]}, "input.0"),
     ):

@@ -58,7 +58,7 @@ async def create_response(
         return ResponseEvents(running.invocation_id, body)
 
     async def whole(running: Running, done: Completion, summary: InvocationSummary) -> Response:
-        status, incomplete = status_of(done.finish_reason)
+        status, incomplete = status_of(done.finish_reason, done.refusal)
         answer = response_body(
             running.invocation_id,
             body,
