@@ -62,10 +62,16 @@ def error_envelope(status: int, problem: dict[str, Any]) -> tuple[dict[str, Any]
     elif problem.get("field"):
         message = f"{message} (field {problem['field']})"
     error = problem.get("error")
+    reason = problem.get("reason")
     if isinstance(error, dict) and error.get("code") == "context_length_exceeded":
         # Anthropic's own words for it, which Claude Code-style clients look for to compact
         # the conversation and go on; the provider's reason follows.
-        message = f"prompt is too long: {problem.get('reason') or message}"
+        message = f"prompt is too long: {reason or message}"
+    elif isinstance(reason, str) and reason:
+        # The provider's own reason, where the SDK shows it (`error.message`): only in the
+        # `reason` member beside it, a refused history read "The model call failed
+        # (invalid_request)." and no more.
+        message = f"{message} {reason}"
     kind = ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
     extra = {k: v for k, v in problem.items() if k not in ("type", "error")}
     body = {"type": "error", "error": {"type": kind, "message": message}, **extra}

@@ -41,6 +41,13 @@ _STOP = {
 }
 # Fields of the Messages API the normalised request has no place for.
 _REFUSED = ("top_p", "top_k", "mcp_servers", "container", "context_management")
+# Fields the SDK may send that change nothing here: identifiers. Any other field the models
+# below do not declare is refused: `inference_geo` (where the data may be processed), `speed`,
+# a top-level `cache_control` were dropped, the request served as if they were not there.
+_HINTS = frozenset({"user_profile_id", "workspace_id"})
+# A tool's fields besides those ToolParam declares: only a streaming hint changes nothing here
+# (`defer_loading`, `input_examples`, `allowed_callers` would change what the model is shown).
+_TOOL_HINTS = frozenset({"eager_input_streaming"})
 
 
 class _Loose(BaseModel):
@@ -260,6 +267,11 @@ def _refusals(body: MessagesIn | CountTokensIn) -> None:
     for name in _REFUSED:
         if extra.get(name) is not None:
             raise _refuse((name,), "cannot be mapped to the normalised request")
+    for name in sorted(extra.keys() - _HINTS):
+        raise _refuse((name,), "unknown or unsupported parameter")
+    for index, tool in enumerate(body.tools or []):
+        for name in sorted((tool.model_extra or {}).keys() - _TOOL_HINTS):
+            raise _refuse(("tools", index, name), "unsupported tool parameter")
     if body.thinking is not None and body.thinking.type != "disabled":
         raise _refuse(("thinking", "type"), "extended thinking cannot be mapped")
 

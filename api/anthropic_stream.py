@@ -125,7 +125,7 @@ class MessageEvents:
         unsent, self._unsent, self._unsent_bytes = self._unsent, [], 0
         if not self._readable(self._live[0]):
             return b""
-        return b"".join(self._delta(d) for d in unsent)
+        return self._delta(_joined(unsent))
 
     def _tool_delta(self, delta: dict[str, Any]) -> bytes:
         self._unsent.append(delta)
@@ -230,6 +230,7 @@ class MessageEvents:
                     break
                 if not self._arguments(key).strip():
                     deltas = []  # blanks alone: the block's `{}`
+                deltas = [_joined(deltas)] if deltas else []
             out += self._begin(key, block) + b"".join(self._delta(d) for d in deltas)
             out += self._stop()
         self._held.clear()
@@ -277,3 +278,10 @@ class MessageEvents:
         }
         body["type"] = "error"
         return sse("error", body)
+
+
+def _joined(deltas: list[dict[str, Any]]) -> dict[str, Any]:
+    """A call's held fragments as one `input_json_delta`: the SDK parses its buffer after each
+    delta, and a blank first fragment sent alone (which some servers stream before the JSON)
+    raised `Unable to parse tool parameter JSON` mid-stream."""
+    return {"type": "input_json_delta", "partial_json": "".join(d["partial_json"] for d in deltas)}

@@ -497,6 +497,17 @@ async def test_errors_in_anthropics_envelope(
             "body.messages.0.content.0.type",
         ),
         ({**base, "max_tokens": 5, "top_k": 3}, "body.top_k"),
+        # Unknown here, they were dropped: served anywhere, at any speed, cached as we chose.
+        ({**base, "max_tokens": 5, "inference_geo": "eu"}, "body.inference_geo"),
+        ({**base, "max_tokens": 5, "cache_control": {"type": "ephemeral"}}, "body.cache_control"),
+        (
+            {
+                **base,
+                "max_tokens": 5,
+                "tools": [{"name": "t", "input_schema": {"type": "object"}, "defer_loading": True}],
+            },
+            "body.tools.0.defer_loading",
+        ),
         ({**base, "max_tokens": 5, "thinking": {"type": "enabled"}}, "body.thinking.type"),
         (
             {
@@ -698,6 +709,10 @@ async def test_provider_failures_keep_the_sdks_retry_logic_right(
     error = failed.value
     assert (error.status_code, error.type) == (status, kind)
     assert error.response.headers.get("x-should-retry") == retry
+    if fault is FaultKind.CONTENT_POLICY:
+        # The provider's reason where the SDK shows it, not only in a member beside it.
+        said: Any = error.body
+        assert "safety system" in said["error"]["message"], said
     assert error.response.headers["x-model-router-receipt-id"]
     if status == 503:
         assert int(error.response.headers["retry-after"]) >= 1

@@ -128,3 +128,15 @@ async def test_blank_arguments_are_the_empty_object(client: AsyncAnthropic) -> N
     async with client.messages.stream(**_call("  \n ")) as stream:
         final = await stream.get_final_message()
     assert final.content[0].type == "tool_use" and final.content[0].input == {}
+
+
+async def test_a_blank_first_fragment_before_the_json_streams_as_one_delta(
+    client: AsyncAnthropic,
+) -> None:
+    """A server that streams whitespace before a call's JSON (the simulator sends it as a
+    fragment of its own): held back, it was then sent as a delta by itself, and the SDK, which
+    parses its buffer after each delta, raised `Unable to parse tool parameter JSON`."""
+    arguments = " " * 12 + '{"cmd": "ls"}'  # the simulator's fragments are 12 characters
+    async with client.messages.stream(**_call(arguments)) as stream:
+        final = await stream.get_final_message()
+    assert final.content[0].type == "tool_use" and final.content[0].input == {"cmd": "ls"}
