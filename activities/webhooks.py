@@ -156,11 +156,11 @@ class WebhookActivities:
         except TargetRefused as exc:
             return f"receiver refused: {exc}"
         try:
-            resp = await post(self._http, target, content=body, headers=headers, seconds=seconds)
+            status = await post(self._http, target, content=body, headers=headers, seconds=seconds)
         except httpx.HTTPError as exc:
             return f"receiver unreachable: {type(exc).__name__}"
-        if resp.status_code >= 300:
-            return f"receiver answered {resp.status_code}"
+        if status >= 300:
+            return f"receiver answered {status}"
         return None
 
     @activity.defn(name="webhook_advance")
