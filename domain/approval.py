@@ -7,6 +7,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from domain.catalog import meets
 from domain.deployments import LicenseMetadata
 from domain.profiles import ModelProfile
 
@@ -74,7 +75,7 @@ def evidence_refusals(
                         threshold=threshold,
                     )
                 )
-            elif score < threshold:
+            elif not meets(score, threshold):
                 out.append(
                     Refusal(
                         code="below-threshold",

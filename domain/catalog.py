@@ -15,6 +15,8 @@ from domain.pricing import Pricebook
 from domain.profiles import ModelProfile
 
 PASS_VERDICT = "pass"  # noqa: S105 (an evaluation verdict, not a secret)
+# The verdicts the suite writes: each its measure against the suite's own default threshold.
+SUITE_VERDICTS = frozenset({PASS_VERDICT, "fail"})
 
 
 class CatalogDeployment(BaseModel):
@@ -66,7 +68,8 @@ class CapabilityScore(BaseModel):
     """One evaluated capability of one deployment (the spec's CapabilityScore plus its owner).
 
     A score of None is a pass/fail check without a number: it counts as 1.0 when it passed and
-    0.0 when it did not. A verdict other than "pass" never meets a threshold, whatever its score.
+    0.0 when it did not. A verdict the suite never writes (neither pass nor fail) never meets a
+    threshold, whatever its score.
     """
 
     model_config = ConfigDict(
@@ -90,6 +93,20 @@ class CapabilityScore(BaseModel):
         if self.score is not None:
             return self.score
         return 1.0 if self.passed else 0.0
+
+    def meets(self, threshold: float) -> bool:
+        """Whether this evidence meets a profile's threshold: the one rule of the approval gate
+        (domain/approval.py) and of routing. What was measured is judged against the profile's
+        own threshold; the suite's verdict is its measure against the suite's default (0.8).
+        Routing also asked for that verdict: a profile asking 0.7 of a deployment measured at
+        0.75 (3 of 4 cases) had it approved, every threshold shown met, and then never routed
+        to it ("failed evaluation")."""
+        return self.verdict.strip().lower() in SUITE_VERDICTS and meets(self.measured, threshold)
+
+
+def meets(measured: float, threshold: float) -> bool:
+    """A measure against a profile's threshold, for the gate and for routing alike."""
+    return measured >= threshold
 
 
 class DeploymentStats(BaseModel):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
-from domain.catalog import CapabilityScore, CatalogDeployment, PoolState
+from domain.catalog import SUITE_VERDICTS, CapabilityScore, CatalogDeployment, PoolState
 from domain.enums import DeploymentState, PrivacyClass
 from domain.exclusions import ExclusionCode
 from domain.pricing import Pricebook, dearest_input_usd_per_mtok
@@ -67,13 +67,14 @@ def capability_exclusion(
             "measured": None,
             "requiredBy": required_by,
         }
-    if ev.passed and ev.measured >= threshold:
+    if ev.meets(threshold):
         return None
     return ExclusionCode.CAPABILITY_BELOW_THRESHOLD, {
         "capability": capability,
         "threshold": threshold,
         "measured": ev.measured,
-        "verdict": "pass" if ev.passed else ev.verdict,
+        # Named only when it is no measure at all (not one the suite writes).
+        "verdict": "pass" if ev.verdict.strip().lower() in SUITE_VERDICTS else ev.verdict,
         "requiredBy": required_by,
     }
 

@@ -92,7 +92,7 @@ def satisfies_constraints(
         return False
     for cap, threshold in constraints.capabilities.items():
         ev = snapshot.capability(tenant_id, deployment_id, cap)
-        if ev is None or not ev.passed or ev.measured < threshold:
+        if ev is None or not ev.meets(threshold):
             return False
     return True
 

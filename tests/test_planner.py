@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from domain.approval import evidence_refusals
 from domain.catalog import (
     CapabilityScore,
     CatalogDeployment,
@@ -357,17 +358,32 @@ def test_capability_below_threshold_carries_the_numbers() -> None:
     assert d.candidate_ids == ("ok",)  # exactly at the threshold passes
 
 
-def test_failed_verdict_never_meets_a_threshold_and_missing_evidence_is_unmeasured() -> None:
+def test_a_threshold_is_judged_as_the_approval_gate_judges_it() -> None:
+    """The suite's verdict is its measure against its own default (0.8): a profile asking 0.7
+    of a deployment measured at 0.75 had it approved by the gate, and routing, which also
+    asked for the verdict, never served it. One rule now (CapabilityScore.meets)."""
+    ids = ["below-default", "unscored-fail", "no-measure", "unmeasured", "binary"]
     specs = [
-        Spec("failed", caps={"tool-calling": 0.99}, verdicts={"tool-calling": "fail"}),
+        Spec("below-default", caps={"tool-calling": 0.75}, verdicts={"tool-calling": "fail"}),
+        # A pass/fail check without a number that failed counts as 0.0.
+        Spec("unscored-fail", caps={"tool-calling": None}, verdicts={"tool-calling": "fail"}),
+        # A verdict the suite never writes (an import's) is no measure at all.
+        Spec("no-measure", caps={"tool-calling": 0.99}, verdicts={"tool-calling": "error"}),
         Spec("unmeasured", caps={}),
         Spec("binary", caps={"tool-calling": None}),  # a pass without a number counts as 1.0
     ]
-    d = plan(specs)
-    assert code_of(d, "failed") is Code.CAPABILITY_BELOW_THRESHOLD
-    assert "failed evaluation (verdict fail" in excluded(d)["failed"][1]
+    profile = make_profile(ids, required={"tool-calling": 0.7})
+    d = plan(specs, profile=profile)
+    assert set(d.candidate_ids) == {"below-default", "binary"}
+    assert code_of(d, "unscored-fail") is Code.CAPABILITY_BELOW_THRESHOLD
+    assert code_of(d, "no-measure") is Code.CAPABILITY_BELOW_THRESHOLD
+    assert "failed evaluation (verdict error" in excluded(d)["no-measure"][1]
     assert code_of(d, "unmeasured") is Code.CAPABILITY_UNMEASURED
-    assert d.candidate_ids == ("binary",)
+    # The approval gate says the same of the same numbers.
+    assert evidence_refusals({"tool-calling": 0.75}, [profile]) == []
+    assert [r.code for r in evidence_refusals({"tool-calling": 0.0}, [profile])] == [
+        "below-threshold"
+    ]
 
 
 def test_context_window_too_small_or_unknown() -> None:
