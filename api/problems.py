@@ -72,6 +72,12 @@ def problem_response(
     headers: dict[str, str] | None = None,
     **extensions: Any,
 ) -> JSONResponse:
+    render = envelope_for(request.app, request.url.path)
+    if render is not None and status == 422:
+        # The SDK surfaces answer a request they cannot take as OpenAI and Anthropic do: 400,
+        # which both SDKs raise as BadRequestError. As 422 it was UnprocessableEntityError,
+        # past a runtime's `except BadRequestError`.
+        status = 400
     body: dict[str, Any] = {
         "type": type_,
         "title": title or _TITLES.get(status, "Error"),
@@ -83,7 +89,6 @@ def problem_response(
     if request_id:
         body["requestId"] = request_id
     body.update(extensions)
-    render = envelope_for(request.app, request.url.path)
     if render is not None:
         body, more = render(status, body)
         return JSONResponse(body, status_code=status, headers={**(headers or {}), **more})

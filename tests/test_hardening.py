@@ -254,10 +254,10 @@ async def test_event_cursor_beyond_the_position_column_is_422(
         ({"response_format": {"type": "json_schema"}}, "body.response_format"),
     ],
 )
-async def test_chat_shapes_the_adapters_refuse_are_422_not_500(
+async def test_chat_shapes_the_adapters_refuse_are_400_not_500(
     http: httpx.AsyncClient, auth: dict[str, str], extra: dict[str, object], field: str
 ) -> None:
     body = {"model": "no-such-profile", "messages": [{"role": "user", "content": "hi"}], **extra}
     resp = await http.post("/v1/chat/completions", json=body, headers=auth)
-    problem = _problem(resp, 422)
+    problem = _problem(resp, 400)  # as OpenAI answers a request it cannot take
     assert [e["field"] for e in problem["errors"]] == [field]  # type: ignore[attr-defined]

@@ -381,22 +381,22 @@ async def test_unknown_profile_and_bad_input(sdk: AsyncOpenAI) -> None:
     assert missing.value.type == "invalid_request_error"
     assert missing.value.response.headers["content-type"] == "application/problem+json"
     assert missing.value.response.json()["field"] == "body.model"
-    with pytest.raises(openai.UnprocessableEntityError) as empty:
+    with pytest.raises(openai.BadRequestError) as empty:
         await sdk.chat.completions.create(model="chat", messages=[])
     assert (empty.value.type, empty.value.param) == ("invalid_request_error", "messages")
     # A choice that forces a tool needs the tool: dropped, `required` was answered in text.
     for choice in ("required", {"type": "function", "function": {"name": "absent"}}):
-        with pytest.raises(openai.UnprocessableEntityError) as forced:
+        with pytest.raises(openai.BadRequestError) as forced:
             await sdk.chat.completions.create(
                 model="chat",
                 messages=[{"role": "user", "content": "x"}],
                 tool_choice=cast(Any, choice),
             )
         assert forced.value.param == "tool_choice", forced.value.body
-    with pytest.raises(openai.UnprocessableEntityError) as many:
+    with pytest.raises(openai.BadRequestError) as many:
         await sdk.embeddings.create(model="embedding", input=["a"] * 2049)
     assert many.value.param == "input", many.value.body
-    with pytest.raises(openai.UnprocessableEntityError) as narrow:
+    with pytest.raises(openai.BadRequestError) as narrow:
         await sdk.embeddings.create(model="embedding", input="a", dimensions=0)
     assert narrow.value.param == "dimensions"
 
@@ -489,7 +489,7 @@ async def test_interleaved_parallel_tool_calls_reach_the_stream_helper_whole(
 async def test_a_part_that_is_not_text_is_refused_never_dropped(sdk: AsyncOpenAI) -> None:
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
     content: Any = [{"type": "text", "text": "what is this?"}, image]
-    with pytest.raises(openai.UnprocessableEntityError) as refused:
+    with pytest.raises(openai.BadRequestError) as refused:
         await sdk.chat.completions.create(
             model="chat", messages=[{"role": "user", "content": content}]
         )
@@ -504,7 +504,7 @@ async def test_a_part_that_is_not_text_is_refused_never_dropped(sdk: AsyncOpenAI
         ({"modalities": ["text", "audio"]}, "body.modalities"),
         ({"extra_body": {"functions": [{"name": "f", "parameters": {}}]}}, "body.functions"),
     ):
-        with pytest.raises(openai.UnprocessableEntityError) as refused:
+        with pytest.raises(openai.BadRequestError) as refused:
             await sdk.chat.completions.create(
                 model="chat", messages=[{"role": "user", "content": "x"}], **setting
             )
@@ -519,9 +519,9 @@ async def test_a_part_that_is_not_text_is_refused_never_dropped(sdk: AsyncOpenAI
         modalities=["text"],
     )
     assert off.choices[0].message.content
-    # A named tool choice whose function is not an object: the caller's 422, not a 500.
+    # A named tool choice whose function is not an object: the caller's 400, not a 500.
     choice: Any = {"type": "function", "function": "x"}
-    with pytest.raises(openai.UnprocessableEntityError):
+    with pytest.raises(openai.BadRequestError):
         await sdk.chat.completions.create(
             model="chat",
             messages=[{"role": "user", "content": "x"}],

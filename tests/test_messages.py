@@ -194,7 +194,7 @@ async def test_a_nul_in_a_tool_result_is_sent_on_and_one_in_the_model_is_refused
     assert _text(message) == "Tool result received: ELF\x00\x01"
     assert (await receipt(sessions, catalog.tenant, key)).outcome == "Completed"
     # What is stored refuses it, naming the field: the profile id is on the receipt.
-    with pytest.raises(anthropic.UnprocessableEntityError) as refused:
+    with pytest.raises(anthropic.BadRequestError) as refused:
         await client.messages.create(
             model=catalog.profile("anthropic") + "\x00",
             max_tokens=10,
@@ -483,7 +483,7 @@ async def test_errors_in_anthropics_envelope(
 
     base = {"model": catalog.profile("openai"), "messages": [{"role": "user", "content": "x"}]}
     no_max = await post(base)
-    assert no_max.status_code == 422
+    assert no_max.status_code == 400  # as Anthropic answers it: the SDK's BadRequestError
     assert no_max.headers["content-type"].startswith("application/json")
     envelope = no_max.json()
     assert envelope["type"] == "error"
@@ -524,7 +524,7 @@ async def test_errors_in_anthropics_envelope(
         ),
     ):
         refused = await post(body)
-        assert refused.status_code == 422, refused.text
+        assert refused.status_code == 400, refused.text
         assert refused.json()["error"]["type"] == "invalid_request_error"
         assert field in refused.json()["error"]["message"], refused.text
         assert field in [e["field"] for e in refused.json()["errors"]]
