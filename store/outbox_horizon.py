@@ -47,7 +47,7 @@ _HORIZON = sa.text(
           AND (backend_type = 'client backend' OR backend_type IS NULL)
           AND backend_xid IS NOT NULL AND pid <> pg_backend_pid()
     )
-    SELECT CASE WHEN unseen THEN 0 ELSE coalesce((
+    SELECT CASE WHEN unseen THEN -1 ELSE coalesce((
         SELECT position FROM outbox_events
         WHERE inserted_at IS NULL
            OR inserted_at < least(coalesce(oldest, now()), now())
@@ -60,9 +60,28 @@ _HORIZON = sa.text(
 ).bindparams(margin=MARGIN_SECONDS)
 
 
+class HorizonHidden(Exception):
+    """An open writer whose start this role cannot see, or a prepared transaction: which
+    positions are settled cannot be told until it ends."""
+
+
 async def settled_position(session: AsyncSession) -> int | None:
-    """The last outbox position with none still to appear at or below it; None where there is
-    no such bound to keep (SQLite)."""
+    """The last outbox position with none still to appear at or below it (0 while a writer is
+    hidden: readers then get nothing new); None where there is no such bound to keep
+    (SQLite)."""
+    try:
+        return await settled_or_hidden(session)
+    except HorizonHidden:
+        return 0
+
+
+async def settled_or_hidden(session: AsyncSession) -> int | None:
+    """As settled_position, but a hidden writer raises HorizonHidden instead of reading 0: a
+    new subscription that took 0 for its start replayed the tenant's whole history, days of
+    deliveries, where it asked for events from now on."""
     if session.get_bind().dialect.name != "postgresql":
         return None
-    return int((await session.scalar(_HORIZON)) or 0)
+    found = int((await session.scalar(_HORIZON)) or 0)
+    if found < 0:
+        raise HorizonHidden
+    return found

@@ -24,7 +24,7 @@ from domain.cloudevents import OutboxEvent, to_cloudevent
 from domain.enums import Scope
 from domain.events import TOPICS, readable, subscribed_types
 from store.db import transaction
-from store.outbox_horizon import settled_position
+from store.outbox_horizon import HorizonHidden, settled_or_hidden
 from store.repositories import (
     OutboxRepository,
     WebhookSubscriptionRepository,
@@ -36,6 +36,10 @@ from store.webhook_tables import WebhookSubscriptionRow
 
 log = logging.getLogger("model_router.api")
 router = APIRouter(tags=["events"])
+
+# A hidden writer is usually a migration or an operator's session under another role: ended
+# within seconds to minutes.
+HIDDEN_WRITER_RETRY_SECONDS = 10
 
 Reader = Annotated[Principal, Depends(require(Scope.MODELS_READ, Action.READ_DEPLOYMENTS))]
 Admin = Annotated[Principal, Depends(require(Scope.MODELS_ADMIN, Action.MANAGE_DEPLOYMENTS))]
@@ -205,7 +209,16 @@ async def create_subscription(
             # The end of the feed as readers see it: an event still being written below the
             # last position is delivered (its transaction may commit after this one).
             start = await last_position(session, principal.tenant_id)
-            settled = await settled_position(session)
+            try:
+                settled = await settled_or_hidden(session)
+            except HorizonHidden:
+                raise Problem(
+                    503,
+                    "A database transaction this role cannot see is open (another role's, or a "
+                    "prepared one): which events are settled cannot be told, and a subscription "
+                    "started now could miss one or replay them all. Retry when it has ended.",
+                    headers={"Retry-After": str(HIDDEN_WRITER_RETRY_SECONDS)},
+                ) from None
             start = start if settled is None else min(start, settled)
         row = WebhookSubscriptionRepository(session, principal.tenant_id).add(
             url=str(body.url),
