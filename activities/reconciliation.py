@@ -138,7 +138,12 @@ class ReconciliationActivities:
         by_statement = defaultdict(list)
         for settlement in outcome.settlements:
             by_statement[settlement.statement_ref].append(settlement)
-        result = WindowResult(pending=len(pending), skipped=len(outcome.skipped))
+        result = WindowResult(
+            pending=len(pending),
+            skipped=len(outcome.skipped),
+            unattributed_input_tokens=outcome.unattributed_input_tokens,
+            unattributed_output_tokens=outcome.unattributed_output_tokens,
+        )
         reason_of: dict[str, str] = {}
         for skip in outcome.skipped:
             reason_of.setdefault(skip.invocation_id, skip.reason)

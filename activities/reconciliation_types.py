@@ -42,6 +42,9 @@ class WindowResult(BaseModel):
     skipped_reasons: dict[str, int] = Field(default_factory=dict)
     # Waiting receipts no statement line has covered yet.
     unmatched: int = 0
+    # Bucket tokens no awaiting receipt could take (domain.reconciliation.Plan).
+    unattributed_input_tokens: int = 0
+    unattributed_output_tokens: int = 0
 
 
 class GaugeInput(BaseModel):
@@ -68,4 +71,6 @@ class ReconciliationReport(BaseModel):
     skipped: int = 0
     skipped_reasons: dict[str, int] = Field(default_factory=dict)
     unmatched: int = 0
+    unattributed_input_tokens: int = 0
+    unattributed_output_tokens: int = 0
     awaiting: dict[str, int] = Field(default_factory=dict)

@@ -113,6 +113,10 @@ class Skipped(_Frozen):
 class Plan(_Frozen):
     settlements: tuple[Settlement, ...] = ()
     skipped: tuple[Skipped, ...] = ()
+    # Bucket tokens that no awaiting receipt could take (each is bounded by its model's context
+    # window): someone's usage, but no receipt's.
+    unattributed_input_tokens: int = 0
+    unattributed_output_tokens: int = 0
 
 
 _SNAPSHOT = re.compile(r"\d{4}-\d{2}-\d{2}|\d{8}")
@@ -143,6 +147,31 @@ def allocate(total: int, weights: Sequence[int]) -> list[int]:
     order = sorted(range(len(weights)), key=lambda i: (-(quotas[i] % whole), i))
     for i in order[:left]:
         shares[i] += 1
+    return shares
+
+
+def allocate_capped(total: int, weights: Sequence[int], caps: Sequence[int | None]) -> list[int]:
+    """`allocate`, with no share past its cap (None: none): a capped share's excess goes to
+    the others by their weights, and what no share can take is left out (the sum may fall
+    short of `total`)."""
+    shares = [0] * len(weights)
+    free = list(range(len(weights)))
+    left = total
+    while left > 0 and free:
+        part = allocate(left, [weights[i] for i in free])
+        over = [
+            i
+            for i, share in zip(free, part, strict=True)
+            if (cap := caps[i]) is not None and share > cap
+        ]
+        if not over:
+            for i, share in zip(free, part, strict=True):
+                shares[i] = share
+            return shares
+        for i in over:
+            shares[i] = caps[i] or 0
+            left -= shares[i]
+        free = [i for i in free if i not in over]
     return shares
 
 
@@ -206,6 +235,9 @@ class _Ledger:
         }
         self.settlements: list[Settlement] = []
         self.skipped: list[Skipped] = []
+        # Bucket tokens past every awaiting receipt's bound (`_allocate_group`).
+        self.unattributed_input = 0
+        self.unattributed_output = 0
 
     def awaiting(self, r: ReceiptUsage) -> bool:
         return self.status[r.invocation_id] in AWAITING
@@ -302,7 +334,12 @@ def plan(
                     ledger.skip(r, ref, OPEN)
             continue
         _allocate_group(ledger, key, groups[key], settle_zero)
-    return Plan(settlements=tuple(ledger.settlements), skipped=tuple(ledger.skipped))
+    return Plan(
+        settlements=tuple(ledger.settlements),
+        skipped=tuple(ledger.skipped),
+        unattributed_input_tokens=ledger.unattributed_input,
+        unattributed_output_tokens=ledger.unattributed_output,
+    )
 
 
 def _allocate_group(
@@ -335,8 +372,16 @@ def _allocate_group(
     out_weights = estimate_weights(
         [r.output_tokens if est else None for r, est in zip(todo, estimated, strict=True)]
     )
-    inputs = allocate(unexplained[0], in_weights)
-    outputs = allocate(unexplained[1], out_weights)
+    # No request takes in, or gives out, more than its model's context window. Uncapped, a
+    # bucket's tokens no receipt explains (health probes and evaluations write none, nor do
+    # other users of a shared key) all went to the few receipts awaiting: one timed-out call
+    # was settled at 30 million tokens of other traffic. What no share can take is counted as
+    # unattributed, not charged to anyone.
+    caps = [r.context_window_tokens for r in todo]
+    inputs = allocate_capped(unexplained[0], in_weights, caps)
+    outputs = allocate_capped(unexplained[1], out_weights, caps)
+    ledger.unattributed_input += unexplained[0] - sum(inputs)
+    ledger.unattributed_output += unexplained[1] - sum(outputs)
     cached = [min(c, i) for c, i in zip(allocate(unexplained[2], in_weights), inputs, strict=True)]
     for r, i, o, c in zip(todo, inputs, outputs, cached, strict=True):
         if i + o == 0 and not settle_zero:

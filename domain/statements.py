@@ -121,6 +121,9 @@ class ReceiptUsage(_Frozen):
     provider_request_id: str | None = None
     # Not closed yet: its call may still be running, so its usage is not final.
     open: bool = False
+    # The deployment's context window: what one request can take in, or give out, at most.
+    # None: unknown, no bound.
+    context_window_tokens: int | None = None
 
 
 class RequestIdCarrier(_Frozen):

@@ -52,11 +52,12 @@ async def receipts_in_window(
 ) -> list[ReceiptInWindow]:
     """Receipts started in [start, end) with their deployment's provider, model and key."""
     stmt = (
-        select(
+        sa.select(  # five columns: sqlmodel's select types four at most
             InvocationReceiptRow,
-            ModelDeploymentRow.provider,
-            ModelDeploymentRow.model,
-            ModelDeploymentRow.endpoint_ref,
+            col(ModelDeploymentRow.provider),
+            col(ModelDeploymentRow.model),
+            col(ModelDeploymentRow.endpoint_ref),
+            col(ModelDeploymentRow.context_window_tokens),
         )
         .join(ModelDeploymentRow, _ITS_DEPLOYMENT)
         .where(col(InvocationReceiptRow.started_at) >= start)
@@ -67,7 +68,7 @@ async def receipts_in_window(
     if tenant_ids is not None:
         stmt = stmt.where(col(InvocationReceiptRow.tenant_id).in_(list(tenant_ids)))
     out = []
-    for row, provider, model, key in (await session.execute(stmt)).all():
+    for row, provider, model, key, window in (await session.execute(stmt)).all():
         out.append(
             ReceiptInWindow(
                 usage=ReceiptUsage(
@@ -83,6 +84,7 @@ async def receipts_in_window(
                     cached_input_tokens=row.cached_input_tokens,
                     provider_request_id=row.provider_request_id,
                     open=row.ended_at is None,
+                    context_window_tokens=window,
                 ),
                 row=row,
             )

@@ -352,8 +352,16 @@ async def test_a_settlement_whose_cost_a_receipt_cannot_hold_is_settled_with_the
 ) -> None:
     # 1.5 million tokens at the largest price a revision holds cost 1.5e10 USD, past the
     # receipt's NUMERIC(18, 8): the settlement failed in the store on every pass, and so did
-    # every other settlement of that pass.
-    await register(http, auth, "oa/gpt-4o", model="gpt-4o", endpointRef="env:OPENAI_KEY_A")
+    # every other settlement of that pass. (A window that holds them: no receipt is settled past
+    # its model's.)
+    await register(
+        http,
+        auth,
+        "oa/gpt-4o",
+        model="gpt-4o",
+        endpointRef="env:OPENAI_KEY_A",
+        contextWindowTokens=2_000_000,
+    )
     top = GPT.model_copy(update={"input_usd_per_mtok": Decimal("9999999999.99999999")})
     book = {"revision": "2026-11", "entries": [top.model_dump(mode="json", by_alias=True)]}
     assert (await http.post("/factory/pricebook-revisions", json=book, headers=auth)).is_success

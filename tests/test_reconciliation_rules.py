@@ -30,6 +30,7 @@ from domain.reconciliation import (
     Rule,
     Settlement,
     allocate,
+    allocate_capped,
     model_matches,
     plan,
 )
@@ -116,6 +117,45 @@ def test_allocation_is_exact_and_within_one_of_the_quota(total: int, weights: li
     for share, w in zip(shares, effective, strict=True):
         quota = total * w / sum(effective)
         assert quota - 1 < share < quota + 1
+
+
+def test_a_capped_share_passes_its_excess_on_and_what_none_can_take_is_left_out() -> None:
+    assert allocate_capped(100, [1, 1, 1], [10, None, None]) == [10, 45, 45]
+    assert allocate_capped(100, [1, 1], [30, 30]) == [30, 30]  # 40 left out
+    assert allocate_capped(10, [1, 1], [None, None]) == allocate(10, [1, 1])
+
+
+@given(
+    st.integers(0, 10**7),
+    st.lists(st.tuples(st.integers(0, 1000), st.none() | st.integers(0, 10**6)), min_size=1),
+)
+def test_capped_shares_never_pass_their_cap_nor_the_total(
+    total: int, weighted: list[tuple[int, int | None]]
+) -> None:
+    weights, caps = [w for w, _ in weighted], [c for _, c in weighted]
+    shares = allocate_capped(total, weights, caps)
+    assert sum(shares) <= total
+    assert all(c is None or share <= c for share, c in zip(shares, caps, strict=True))
+    if any(c is None for c in caps):
+        assert sum(shares) == total  # an uncapped share takes whatever is left
+
+
+def test_no_receipt_is_settled_past_its_models_context_window() -> None:
+    """Health probes and evaluations write no receipt, nor do others on a shared key: a bucket
+    of 30 million tokens went whole to the one receipt awaiting, a timed-out call settled at
+    30 million tokens (about $75 of someone else's usage)."""
+    lone = receipt(1, context_window_tokens=128_000)
+    result = plan([bucket(30_000_000, 200_000)], [lone])
+    assert tokens(result.settlements) == {"inv-01": (128_000, 128_000, 0)}
+    assert (result.unattributed_input_tokens, result.unattributed_output_tokens) == (
+        30_000_000 - 128_000,
+        200_000 - 128_000,
+    )
+    # Within the bound, the bucket is shared out whole, as before.
+    two = [receipt(1, context_window_tokens=128_000), receipt(2, context_window_tokens=128_000)]
+    shared = plan([bucket(1000, 100)], two)
+    assert sum(s.input_tokens for s in shared.settlements) == 1000
+    assert shared.unattributed_input_tokens == 0
 
 
 def test_dated_snapshots_match_their_alias_only() -> None:

@@ -133,6 +133,8 @@ class ReceiptReconcilerWorkflow:
             report.by_request_id += got.by_request_id
             report.skipped += got.skipped
             report.unmatched += got.unmatched
+            report.unattributed_input_tokens += got.unattributed_input_tokens
+            report.unattributed_output_tokens += got.unattributed_output_tokens
             for reason, count in got.skipped_reasons.items():
                 report.skipped_reasons[reason] = report.skipped_reasons.get(reason, 0) + count
             day += _DAY
