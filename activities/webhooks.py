@@ -38,6 +38,8 @@ log = logging.getLogger("model_router.worker")
 # What an attempt keeps of its Temporal timeout for the rest of its work once the POST is bounded
 # (reading the subscription, noting a failure): both are single statements.
 _ATTEMPT_MARGIN_SECONDS = 1.0
+# A receiver's answer that ends its subscription.
+GONE = "receiver answered 410 Gone"
 
 
 def delivery_settings(settings: Settings) -> DeliverySettings:
@@ -106,6 +108,13 @@ class WebhookActivities:
             "webhook-signature": sign_with(keys, data.event.event_id, timestamp, body),
         }
         failure = await self._attempt(sub.url, body, headers, self._post_seconds())
+        if failure == GONE:
+            # The receiver says it is gone for good (410, as Standard Webhooks senders take it):
+            # the subscription is ended as its DELETE ends it, and its workflow with it. Retried,
+            # a decommissioned receiver was called every minute, for ever.
+            metrics.webhook_delivery_failures.add(1, {"tenant": data.tenant_id})
+            await self._note(data.tenant_id, sub, f"{GONE}: the subscription was ended", end=True)
+            return
         if failure is None:
             if sub.failing_since is not None:  # a write only when a failing streak ends
                 # Not failing the delivery over it: the receiver has the event, and a retry
@@ -131,9 +140,12 @@ class WebhookActivities:
             seconds = min(seconds, max(room, _ATTEMPT_MARGIN_SECONDS))
         return seconds
 
-    async def _note(self, tenant_id: str, sub: WebhookSubscriptionRow, failure: str | None) -> None:
+    async def _note(
+        self, tenant_id: str, sub: WebhookSubscriptionRow, failure: str | None, end: bool = False
+    ) -> None:
         """Record a failed attempt (or the end of a failing streak) on the subscription, as far
-        as the store lets: a delivery is never failed or sent again over it."""
+        as the store lets: a delivery is never failed or sent again over it. `end`: the
+        subscription is ended too (its receiver is gone); that one is retried, by raising."""
         try:
             async with transaction(self._sessions) as session:
                 subscriptions = WebhookSubscriptionRepository(session, tenant_id)
@@ -141,7 +153,11 @@ class WebhookActivities:
                     await subscriptions.delivery_recovered(sub.subscription_id)
                 else:
                     await subscriptions.delivery_failed(sub.subscription_id, failure)
+                if end:
+                    await subscriptions.deactivate(sub.subscription_id)
         except Exception as exc:
+            if end:
+                raise
             log.warning("webhook delivery state not recorded: %s", type(exc).__name__)
 
     async def _attempt(
@@ -159,6 +175,8 @@ class WebhookActivities:
             status = await post(self._http, target, content=body, headers=headers, seconds=seconds)
         except httpx.HTTPError as exc:
             return f"receiver unreachable: {type(exc).__name__}"
+        if status == 410:
+            return GONE
         if status >= 300:
             return f"receiver answered {status}"
         return None

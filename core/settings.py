@@ -97,6 +97,11 @@ class Settings(BaseSettings):
         default=60.0, ge=0.5, description="Backoff cap while a receiver is failing."
     )
     webhook_timeout_seconds: float = Field(default=10.0, gt=0, description="Per-delivery timeout.")
+    # Every subscription's deliveries run on the worker's shared activity slots, beside probes,
+    # closes and sweeps: one tenant's hundreds of slow receivers held them all.
+    webhook_max_subscriptions_per_tenant: int = Field(
+        default=20, ge=1, le=10_000, description="Active webhook subscriptions a tenant may hold."
+    )
     webhook_allowed_private_networks: list[IPvAnyNetwork] = Field(
         default=[],
         description="Private networks (CIDR) webhook receivers may be on; every other receiver "

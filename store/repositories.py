@@ -210,6 +210,15 @@ class WebhookSubscriptionRepository(TenantRepository):
         )
         return (await self.session.scalars(stmt)).all()
 
+    async def active_count(self) -> int:
+        stmt = (
+            select(func.count())
+            .select_from(WebhookSubscriptionRow)
+            .where(col(WebhookSubscriptionRow.tenant_id) == self.tenant_id)
+            .where(col(WebhookSubscriptionRow.active))
+        )
+        return int(await self.session.scalar(stmt) or 0)
+
     async def get(self, subscription_id: Any) -> WebhookSubscriptionRow | None:
         row = await self.session.get(WebhookSubscriptionRow, subscription_id)
         return row if row is not None and row.tenant_id == self.tenant_id else None

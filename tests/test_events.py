@@ -28,6 +28,7 @@ from tests.conftest import TokenFactory, free_port
 from tests.helpers.catalog import profile_event, publish, register
 from tests.helpers.deadline import eventually
 from tests.helpers.receiver import Receiver
+from tests.helpers.stack import serve
 
 
 @pytest.fixture
@@ -303,6 +304,53 @@ async def test_deleting_a_subscription_stops_delivery_and_is_tenant_scoped(
     )
     assert bad.status_code == 422
     assert {e["field"] for e in bad.json()["errors"]} >= {"body.url", "body.eventTypes.0"}
+
+
+async def test_a_receiver_that_answers_410_gone_ends_its_subscription(
+    http: httpx.AsyncClient, auth: dict[str, str], tenant: str, temporal_client: Client
+) -> None:
+    """Retried, a decommissioned receiver was called every minute, for ever; 410 is how a
+    Standard Webhooks receiver says it is gone."""
+    receiver = Receiver(port=free_port(), failing=True, failing_status=410)
+    await receiver.start()
+    try:
+        created = await http.post(
+            "/factory/webhook-subscriptions", json={"url": receiver.url}, headers=auth
+        )
+        assert created.status_code == 201, created.text
+        sub = created.json()["subscriptionId"]
+        await register(http, auth, "gone/a")
+
+        async def ended() -> bool:
+            [row] = (await http.get("/factory/webhook-subscriptions", headers=auth)).json()
+            return row["active"] is False and "410" in (row["lastError"] or "")
+
+        await eventually(ended)
+        handle = temporal_client.get_workflow_handle(workflow_id(tenant, sub))
+        await handle.result()  # its delivery ends: nothing calls the receiver again
+        assert receiver.refused_while_failing == 1
+    finally:
+        await receiver.stop()
+
+
+async def test_a_tenant_holds_at_most_its_share_of_subscriptions(
+    settings: Settings, token_for: TokenFactory, tenant: str
+) -> None:
+    """Deliveries share the worker's activity slots with probes, closes and sweeps: one
+    tenant's hundreds of slow receivers held them all."""
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    own = settings.model_copy(update={"webhook_max_subscriptions_per_tenant": 1})
+    async with serve(own) as api, httpx.AsyncClient(base_url=api.url, headers=auth) as http:
+        body = {"url": "http://127.0.0.1:9/hook"}
+        first = await http.post("/factory/webhook-subscriptions", json=body)
+        assert first.status_code == 201, first.text
+        second = await http.post("/factory/webhook-subscriptions", json=body)
+        assert second.status_code == 409, second.text
+        assert "MAX_SUBSCRIPTIONS_PER_TENANT" in second.json()["detail"]
+        # A deleted one no longer counts.
+        gone = await http.delete(f"/factory/webhook-subscriptions/{first.json()['subscriptionId']}")
+        assert gone.status_code == 204
+        assert (await http.post("/factory/webhook-subscriptions", json=body)).status_code == 201
 
 
 async def test_a_rotated_secret_signs_beside_the_old_one_until_the_overlap_ends(

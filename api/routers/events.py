@@ -197,6 +197,14 @@ async def create_subscription(
     except ValueError as exc:
         raise field_refused("body.eventTypes", str(exc), f"eventTypes: {exc}.") from None
     async with transaction(runtime.sessions) as session:
+        subscriptions = WebhookSubscriptionRepository(session, principal.tenant_id)
+        most = settings.webhook_max_subscriptions_per_tenant
+        if await subscriptions.active_count() >= most:
+            raise Problem(
+                409,
+                f"This tenant holds {most} active webhook subscriptions, the most it may "
+                "(MODEL_ROUTER_WEBHOOK_MAX_SUBSCRIPTIONS_PER_TENANT): delete one first.",
+            )
         start = body.start_after
         if start is not None and start > await feed_end(session):
             # Events up to it would be passed over as they came: a typo dropped them silently.
@@ -220,7 +228,7 @@ async def create_subscription(
                     headers={"Retry-After": str(HIDDEN_WRITER_RETRY_SECONDS)},
                 ) from None
             start = start if settled is None else min(start, settled)
-        row = WebhookSubscriptionRepository(session, principal.tenant_id).add(
+        row = subscriptions.add(
             url=str(body.url),
             signing_secret=new_secret(),
             event_types=event_types,

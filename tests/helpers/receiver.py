@@ -25,6 +25,8 @@ class Receiver:
     port: int
     secret: str = ""
     failing: bool = False
+    # What the receiver answers while failing (410: gone for good).
+    failing_status: int = 503
     # Seconds the receiver takes before it answers a delivery, as a slow one does.
     delay: float = 0.0
     received: list[dict[str, Any]] = field(default_factory=list)
@@ -41,7 +43,7 @@ class Receiver:
             await asyncio.sleep(self.delay)
         if self.failing:
             self.refused_while_failing += 1
-            return Response(status_code=503)
+            return Response(status_code=self.failing_status)
         try:
             Webhook(self.secret).verify(body, dict(request.headers), json_parse=False)
         except WebhookVerificationError:
