@@ -42,11 +42,13 @@ from providers.types import (
 
 @dataclass
 class _Call:
-    output_index: int
     id: str
     name: str
+    output_index: int = -1  # given as its item is added
     arguments: list[str] = field(default_factory=list)
     done: bool = False
+    # Begun while another call streamed: sent whole, in turn, once that one is done.
+    held: bool = False
 
     def call(self) -> ToolCall:
         return ToolCall(id=self.id, name=self.name, arguments="".join(self.arguments) or "{}")
@@ -67,7 +69,10 @@ class ResponseEvents:
         # part and its own events, as the SDK's helpers read it; and whether any did.
         self._text_refusal = False
         self._refused = False
-        self._calls: dict[int, _Call] = {}
+        self._calls: dict[int, _Call] = {}  # in the order they began
+        # One item streams at a time, each done before the next is added, as OpenAI sends
+        # them and as runtimes acting on `output_item.done` expect: the call streaming now.
+        self._live_call: int | None = None
         self._finish: FinishReason | None = None
         self._done: list[tuple[int, dict[str, Any]]] = []
 
@@ -84,13 +89,13 @@ class ResponseEvents:
             self._event("response.in_progress", response=self._response("in_progress"))
         )
 
-    def _close_text(self, cut: int | None = None) -> bytes:
+    def _close_text(self, cut: bool = False) -> bytes:
         if self._text is None or self._text_done:
             return b""
         self._text_done = True
         text, refusal = "".join(self._text), self._text_refusal
         where = {"item_id": self._text_id, "output_index": self._text_index}
-        status = CUT if cut == self._text_index else "completed"
+        status = CUT if cut else "completed"
         item = {**text_item(self._id, text, status, refusal), "id": self._text_id}
         self._done.append((self._text_index, item))
         if refusal:
@@ -106,9 +111,41 @@ class ResponseEvents:
             + self._event("response.output_item.done", output_index=self._text_index, item=item)
         )
 
-    def _close_call(self, index: int, call: _Call, cut: int | None = None) -> bytes:
+    def _open_call(self, index: int, call: _Call) -> bytes:
+        call.output_index, call.held = self._items, False
+        self._items += 1
+        item = call_item(self._id, index, call.call(), "in_progress")
+        return self._event("response.output_item.added", output_index=call.output_index, item=item)
+
+    def _arguments_delta(self, index: int, call: _Call, delta: str) -> bytes:
+        return self._event(
+            "response.function_call_arguments.delta",
+            item_id=call_item_id(self._id, index),
+            output_index=call.output_index,
+            delta=delta,
+        )
+
+    def _close_live(self, cut: bool = False) -> bytes:
+        live = self._calls.get(self._live_call) if self._live_call is not None else None
+        if live is None or live.done:
+            return b""
+        assert self._live_call is not None
+        return self._close_call(self._live_call, live, cut)
+
+    def _send_held(self, cut_last: bool = False) -> bytes:
+        """The calls begun while another streamed, each whole, in the order they began."""
+        held = [(index, call) for index, call in self._calls.items() if call.held]
+        out = b""
+        for n, (index, call) in enumerate(held):
+            out += self._open_call(index, call)
+            if call.arguments:
+                out += self._arguments_delta(index, call, "".join(call.arguments))
+            out += self._close_call(index, call, cut_last and n == len(held) - 1)
+        return out
+
+    def _close_call(self, index: int, call: _Call, cut: bool = False) -> bytes:
         call.done = True
-        status = CUT if cut == call.output_index else "completed"
+        status = CUT if cut else "completed"
         item = call_item(self._id, index, call.call(), status)
         self._done.append((call.output_index, item))
         where = {"item_id": call_item_id(self._id, index), "output_index": call.output_index}
@@ -124,6 +161,7 @@ class ResponseEvents:
         if self._text is not None and not self._text_done and refusal != self._text_refusal:
             out += self._close_text()  # words of the other kind: a message of their own
         if self._text is None or self._text_done:
+            out += self._close_live() + self._send_held()  # the calls before it, done first
             # A message item opens (again, after a tool call: as a new item).
             self._text, self._text_index, self._text_done = [], self._items, False
             self._text_refusal = refusal
@@ -170,37 +208,36 @@ class ResponseEvents:
         call = self._calls.get(event.index)
         if call is None:
             call = _Call(
-                output_index=self._items,
-                id=event.id or f"call_{self._id.hex[:16]}_{event.index}",
-                name=event.name or "",
+                id=event.id or f"call_{self._id.hex[:16]}_{event.index}", name=event.name or ""
             )
-            self._items += 1
             self._calls[event.index] = call
-            item = call_item(self._id, event.index, call.call(), "in_progress")
-            out += self._event(
-                "response.output_item.added", output_index=call.output_index, item=item
-            )
+            live = self._calls.get(self._live_call) if self._live_call is not None else None
+            if live is None or live.done:
+                self._live_call = event.index
+                out += self._open_call(event.index, call)
+            else:
+                call.held = True
         elif event.name and not call.name:
             # A name on a later fragment, as the receipt's answer takes it (CompletionBuilder).
             call.name = event.name
         if event.arguments_delta:
+            # A fragment of a call already done (text came between it and its call) is kept
+            # for the final response; its done event has gone out.
             call.arguments.append(event.arguments_delta)
-            out += self._event(
-                "response.function_call_arguments.delta",
-                item_id=call_item_id(self._id, event.index),
-                output_index=call.output_index,
-                delta=event.arguments_delta,
-            )
+            if event.index == self._live_call and not call.done:
+                out += self._arguments_delta(event.index, call, event.arguments_delta)
         return out
 
     def _close_all(self) -> bytes:
-        # Cut by max_output_tokens: the last item opened is the one the cut fell in.
-        cut = self._items - 1 if self._finish is FinishReason.LENGTH else None
-        out = self._close_text(cut)
-        for index, call in sorted(self._calls.items()):
-            if not call.done:
-                out += self._close_call(index, call, cut)
-        return out
+        """Every item still open, in order. Cut by max_output_tokens, the last of them is the
+        one the cut fell in."""
+        cut = self._finish is FinishReason.LENGTH
+        held = any(call.held for call in self._calls.values())
+        live = self._calls.get(self._live_call) if self._live_call is not None else None
+        live_open = live is not None and not live.done
+        out = self._close_text(cut and not live_open and not held)
+        out += self._close_live(cut and not held)
+        return out + self._send_held(cut)
 
     def keep_alive(self) -> bytes:
         # The Responses stream has no keep-alive event of its own: a comment, which the

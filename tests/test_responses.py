@@ -22,7 +22,7 @@ from api.responses_shapes import ResponsesIn
 from api.responses_stream import ResponseEvents
 from domain.enums import InvocationOutcome
 from domain.invocation import InvocationSummary
-from providers.types import Finish, FinishReason, ToolCallDelta
+from providers.types import Finish, FinishReason, TextDelta, ToolCallDelta
 from providers.upstream import Fault, FaultKind, Reply, UpstreamServer, default_responder
 from providers.upstream.turn import ToolCallReply
 from store.tables import InvocationReceiptRow
@@ -397,6 +397,50 @@ async def test_a_tool_name_on_a_later_fragment_reaches_the_stream() -> None:
     assert (item["name"], item["status"]) == ("get_weather", "completed")
 
 
+async def test_each_item_is_done_before_the_next_is_added() -> None:
+    """Parallel calls whose fragments interleave, then text: call 0 stayed open to the end,
+    after message 1 was added and done, where runtimes acting on `output_item.done` expect
+    each item done before the next (as OpenAI sends them). A call begun while another
+    streams is now sent whole once that one is done."""
+    events = ResponseEvents(uuid.uuid4(), ResponsesIn(model="p", input="x"))
+    streamed = events.start()
+    for delta in (
+        ToolCallDelta(index=0, id="c0", name="a", arguments_delta='{"x":'),
+        ToolCallDelta(index=1, id="c1", name="b", arguments_delta='{"y":'),
+        ToolCallDelta(index=0, arguments_delta="1}"),
+        ToolCallDelta(index=1, arguments_delta="2}"),
+    ):
+        streamed += events.add(delta)
+    streamed += events.add(TextDelta(text="done"))
+    streamed += events.add(Finish(reason=FinishReason.STOP))
+    summary = InvocationSummary(
+        invocation_id=uuid.uuid4(), outcome=InvocationOutcome.COMPLETED, deployment_id="d"
+    )
+    streamed += await events.end(summary)
+    sent = [
+        json.loads(line.removeprefix(b"data: "))
+        for line in streamed.split(b"\n")
+        if line.startswith(b"data: ")
+    ]
+    order = [
+        (e["type"].rsplit(".", 1)[-1], e["output_index"])
+        for e in sent
+        if e["type"] in ("response.output_item.added", "response.output_item.done")
+    ]
+    assert order == [
+        ("added", 0),
+        ("done", 0),
+        ("added", 1),
+        ("done", 1),
+        ("added", 2),
+        ("done", 2),
+    ]
+    calls = [e["item"] for e in sent if e["type"] == "response.output_item.done"][:2]
+    assert [(c["name"], c["arguments"]) for c in calls] == [("a", '{"x":1}'), ("b", '{"y":2}')]
+    final = sent[-1]["response"]["output"]
+    assert [i["type"] for i in final] == ["function_call", "function_call", "message"]
+
+
 async def test_what_cannot_be_served_statelessly_or_mapped_is_refused(
     client: AsyncOpenAI, catalog: Catalog, http: httpx.AsyncClient
 ) -> None:
@@ -482,14 +526,26 @@ async def test_a_context_overflow_is_named_as_openai_names_it(
     # Codex and the Agents SDK compact the conversation on `context_length_exceeded`; under
     # the gateway's own name (`context_length`) they stopped.
     upstream.inject(catalog.model(protocol), Fault(kind=FaultKind.CONTEXT_LENGTH))
+    key = {"Idempotency-Key": f"too-long-{uuid.uuid4().hex}"}
     try:
         with pytest.raises(openai.BadRequestError) as failed:
             await client.responses.create(model=catalog.profile(protocol), input="too long")
         with pytest.raises(openai.BadRequestError) as chat:
             await client.chat.completions.create(
-                model=catalog.profile(protocol), messages=[{"role": "user", "content": "long"}]
+                model=catalog.profile(protocol),
+                messages=[{"role": "user", "content": "long"}],
+                extra_headers=key,
             )
     finally:
         upstream.state.clear_faults(catalog.model(protocol))
-    for error in (failed.value, chat.value):
+    # A runtime that keys its steps and runs one again gets the same answer from the receipt:
+    # replayed as the provider's failure (a 502), the overflow was nothing an agent acts on.
+    with pytest.raises(openai.BadRequestError) as replayed:
+        await client.chat.completions.create(
+            model=catalog.profile(protocol),
+            messages=[{"role": "user", "content": "long"}],
+            extra_headers=key,
+        )
+    assert replayed.value.response.json()["closeReason"] == "context-length"
+    for error in (failed.value, chat.value, replayed.value):
         assert (error.code, error.type) == ("context_length_exceeded", "invalid_request_error")
