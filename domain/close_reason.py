@@ -25,6 +25,13 @@ class CloseReason(StrEnum):
     UNAVAILABLE = "unavailable"
     SWEPT = "swept"  # still open past the invocation budget: closed by the sweeper
     INTERNAL = "internal"  # the gateway itself failed the call after claiming it
+    # The provider refused the request itself, the caller's to change: named apart from
+    # `provider`, so that a replay answers as the call did (a 400; a context overflow as
+    # `context_length_exceeded`, what agents compact the conversation on). Replayed as
+    # `provider`, each was a 502 that no agent acts on.
+    CONTEXT_LENGTH = "context-length"
+    CONTENT_POLICY = "content-policy"
+    INVALID_REQUEST = "invalid-request"
 
 
 # Error kinds that name our side (or the caller's), not the provider's.
@@ -40,12 +47,28 @@ _OURS = {
 }
 
 
+# Error kinds of a request the provider refused (domain.failures.CALLER_FAULT).
+_REFUSED = {
+    "context_length": CloseReason.CONTEXT_LENGTH,
+    "content_policy": CloseReason.CONTENT_POLICY,
+    "invalid_request": CloseReason.INVALID_REQUEST,
+}
+_KIND_OF = {reason.value: kind for kind, reason in _REFUSED.items()}
+
+
 def close_reason(outcome: InvocationOutcome | None, error_kind: str | None) -> CloseReason:
     if outcome is InvocationOutcome.COMPLETED:
         return CloseReason.COMPLETED
     if outcome is InvocationOutcome.DENIED:
         return CloseReason.DENIED
-    return _OURS.get(error_kind or "", CloseReason.PROVIDER)
+    kind = error_kind or ""
+    return _OURS.get(kind) or _REFUSED.get(kind) or CloseReason.PROVIDER
+
+
+def replayed_kind(reason: str | None) -> str | None:
+    """The error kind a replay answers with for a stored close reason: the reason itself, but
+    a refused request's, which names its kind."""
+    return _KIND_OF.get(reason or "", reason)
 
 
 # Closes that happened without an answer from our side: the key is spent and the usage stays

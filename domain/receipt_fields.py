@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 from pydantic.alias_generators import to_camel
 
-from domain.close_reason import close_reason
+from domain.close_reason import close_reason, replayed_kind
 from domain.enums import InvocationOutcome, UsageStatus
 from domain.events import TOPICS
 from domain.invocation import InvocationInput, InvocationSummary
@@ -132,7 +132,7 @@ def summary_of(receipt: Mapping[str, Any]) -> InvocationSummary:
     summary = InvocationSummary(**{n: receipt[n] for n in REPLAYED})
     summary.fallback_used = bool(summary.fallback_used)
     if summary.outcome is not InvocationOutcome.COMPLETED:
-        summary.error_kind = summary.close_reason
+        summary.error_kind = replayed_kind(summary.close_reason)
     return summary
 
 
