@@ -59,7 +59,12 @@ def evaluation_adapters(settings: Settings) -> AdapterPool:
     """The provider clients the evaluation suite calls through; whoever runs the worker closes
     them when it stops (each holds an aiohttp session)."""
     return AdapterPool(
-        endpoint_broker(settings), provider_timeouts(settings), settings.invoke_adapter_ttl_seconds
+        endpoint_broker(settings),
+        provider_timeouts(settings),
+        settings.invoke_adapter_ttl_seconds,
+        # The operator's setting, as invocations take it: left out, evaluations asked Anthropic
+        # to cache whatever PROMPT_CACHING said.
+        prompt_caching=settings.prompt_caching,
     )
 
 
