@@ -18,6 +18,10 @@ from tests.helpers.stack import serve
 
 async def test_healthz_and_readyz(http: httpx.AsyncClient) -> None:
     assert (await http.get("/healthz")).json() == {"status": "ok"}
+    assert (await http.get("/readyz/process")).json() == {
+        "status": "ready",
+        "checks": {"schema": True, "started": True},
+    }
     ready = await http.get("/readyz")
     assert ready.status_code == 200
     assert ready.json()["checks"] == {
@@ -66,6 +70,9 @@ async def test_readyz_is_503_when_a_dependency_is_down(settings: Settings, broke
             await asyncio.sleep(0.02)
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
             resp = await c.get("/readyz")
+            # Never started (Temporal never reached, or no schema to check): not fit either.
+            process = await c.get("/readyz/process")
+        assert process.status_code == 503, process.text
         assert resp.status_code == 503
         assert resp.headers["content-type"] == "application/problem+json"
         assert resp.json()["checks"][broken] is False

@@ -374,7 +374,8 @@ def test_api_probes_hit_healthz_and_readyz() -> None:
     ports = {p["name"]: p["containerPort"] for p in api["ports"]}
     assert ports == {"http": 8000}, "the port the image's MODEL_ROUTER_API_PORT sets"
     assert api["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    assert api["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    # The pod's own fitness: a shared dependency's outage must not empty the Service.
+    assert api["readinessProbe"]["httpGet"]["path"] == "/readyz/process"
     for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
         assert api[probe]["httpGet"]["port"] in (8000, "http")
 

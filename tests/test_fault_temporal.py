@@ -579,6 +579,13 @@ async def test_a_start_that_fails_after_its_answer_went_ahead_leaves_the_receipt
             return (await http.get("/readyz")).status_code == 503
 
     await eventually(unready, timeout=stack.bound + 30, interval=0.2)
+    # The process itself is fit to serve: a load balancer asking `/readyz/process` keeps it,
+    # so callers meet its own prompt 503 with Retry-After, and keyed retries its replays,
+    # where `/readyz` took every process out at once for an outage all of them share.
+    async with httpx.AsyncClient(base_url=stack.api.url, timeout=30) as http:
+        process = await http.get("/readyz/process")
+    assert process.status_code == 200, process.text
+    assert process.json()["checks"] == {"schema": True, "started": True}
     # The failed start changed nothing the caller was told: the receipt stays closed, as for a
     # call that ended before its start failed, and the key replays it.
     await _kept_then_replayed(stack, sdk, sessions, tenant, upstream, key, done, before)

@@ -1,4 +1,6 @@
-"""Liveness and readiness."""
+"""Liveness and readiness: `/readyz` says whether this process can serve an invocation now
+(every dependency answering), `/readyz/process` whether it is started and fit to serve once
+they answer (what a load balancer in front of several should ask)."""
 
 from __future__ import annotations
 
@@ -31,6 +33,26 @@ async def readyz(request: Request, runtime: RuntimeDep) -> JSONResponse | dict[s
         return {"status": "ready", "checks": checks}
     down = ", ".join(name for name, ok in checks.items() if not ok)
     return problem_response(request, 503, f"Not ready: {down} not available.", checks=checks)
+
+
+@router.get("/readyz/process", response_model=None)
+async def readyz_process(request: Request, runtime: RuntimeDep) -> JSONResponse | dict[str, object]:
+    """This process's own readiness, for a load balancer in front of several: what only this
+    process can lack. It has started (its invoke path was set up, Temporal reached once) on a
+    database with every migration it needs. A shared dependency's outage (the database,
+    Temporal) is every process's at once: `/readyz` then takes them all out of the Service
+    together, and callers met the ingress's bare 503 instead of this gateway's own prompt 503
+    with `Retry-After`, keyed retries that the store could replay included."""
+    checks = {
+        "schema": await _schema_ok(request, runtime),
+        # Connected once (a first connect is tried here, as on `/readyz`); later outages are
+        # every process's, and each answers them with its own 503.
+        "started": await runtime.temporal() is not None,
+    }
+    if all(checks.values()):
+        return {"status": "ready", "checks": checks}
+    down = ", ".join(name for name, ok in checks.items() if not ok)
+    return problem_response(request, 503, f"Not ready: {down}.", checks=checks)
 
 
 async def _database_ok(runtime: RuntimeDep) -> bool:
