@@ -77,8 +77,15 @@ class GivenUpClaims:
             for invocation_id in undone:  # landed and undone: it cannot land again
                 self._kept.pop(invocation_id, None)
 
-    async def aclose(self) -> None:
-        if self._loop is not None:
-            self._loop.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._loop
+    async def aclose(self, wait: float) -> None:
+        """Goes on undoing for at most `wait` more seconds, then stops. Cancelled at once, a
+        process stopping in an outage's wake (a rollout just after a failover) left the claims
+        it had given up to land: swept, each key then answered 409 `invocation-closed`, though
+        its caller had been told nothing was claimed."""
+        if self._loop is None:
+            return
+        with contextlib.suppress(TimeoutError, Exception):
+            await asyncio.wait_for(asyncio.shield(self._loop), wait)
+        self._loop.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._loop

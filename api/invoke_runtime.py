@@ -179,7 +179,7 @@ class InvokeRuntime:
         if self.gate is not None:
             await self.gate.aclose()
         if self.given_up is not None:
-            await self.given_up.aclose()
+            await self.given_up.aclose(STOP_WAIT_SECONDS)
         if self.recovery is not None:
             await self.recovery.aclose()
         if self.workers is not None:
