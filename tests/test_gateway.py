@@ -172,6 +172,14 @@ async def test_embed_and_rerank_with_receipts(
         len(embedded.json()["vectors"]) == 3
         and embedded.json()["receipt"]["outcome"] == "Completed"
     )
+    # The width asked for, as /v1/embeddings takes it: it was a 422 here.
+    narrow = await http.post(
+        "/gateway/embed",
+        headers=auth,
+        json={"profileId": "gw-embed", "inputs": ["a"], "dimensions": 8},
+    )
+    assert narrow.status_code == 200, narrow.text
+    assert len(narrow.json()["vectors"][0]) == 8 != len(embedded.json()["vectors"][0])
     ranked = await http.post(
         "/gateway/rerank",
         headers=auth,

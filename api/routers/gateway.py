@@ -98,6 +98,9 @@ class InvokeBody(_Scope):
 
 class EmbedBody(_Scope):
     inputs: list[str] = Field(min_length=1, max_length=MAX_EMBED_INPUTS)
+    # The vectors' width, as `/v1/embeddings` takes it: it changes the answer, so it is the
+    # request's (and its key's).
+    dimensions: int | None = Field(default=None, ge=1)
 
 
 class RerankBody(_Scope):
@@ -210,7 +213,12 @@ async def embed(
 ) -> Response:
     running = await service.start(
         principal,
-        body.call(Operation.EMBED, {"input": body.inputs}, (list(body.inputs), None), key),
+        body.call(
+            Operation.EMBED,
+            {"input": body.inputs, **({"dimensions": body.dimensions} if body.dimensions else {})},
+            (list(body.inputs), body.dimensions),
+            key,
+        ),
     )
     found, summary = await result(running)
     if found is None or summary.outcome is not InvocationOutcome.COMPLETED:
