@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 from decimal import Decimal
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from domain.enums import Role, Scope
+from domain.pricing import Pricebook
+from store import pricebook
 from tests.conftest import TokenFactory
+from tests.helpers.deadline import eventually
 
 
 def revision(name: str, input_price: str = "2.5") -> dict[str, Any]:
@@ -87,6 +93,41 @@ async def test_publish_read_and_immutability(
         await http.get("/factory/pricebook-revisions/2026-11", headers=other)
     ).status_code == 404
     assert (await http.get("/factory/pricebook-revisions", headers=other)).json() == []
+
+
+async def test_a_revision_named_with_a_slash_reads_back_and_a_racing_retry_is_a_replay(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    # Published with 201, it was a 404 to read, though receipts name it as their revision.
+    named = await http.post("/factory/pricebook-revisions", json=revision("2026/q1"), headers=auth)
+    assert named.status_code == 201, named.text
+    read = await http.get("/factory/pricebook-revisions/2026/q1", headers=auth)
+    assert read.status_code == 200 and read.json()["revision"] == "2026/q1"
+    # The same revision sent twice at once (a client's retry racing its first send): the first
+    # send's transaction is held open here, its rows written, while the retry arrives; the
+    # retry then meets them at its own insert. It was a 409 for the very same prices.
+    first_send = Pricebook.model_validate(revision("race"))
+    async with sessions() as held:
+        async with held.begin():
+            assert await pricebook.publish(held, tenant, first_send)
+            retry = asyncio.create_task(
+                http.post("/factory/pricebook-revisions", json=revision("race"), headers=auth)
+            )
+            # Committed only once the retry waits on the rows (the catalog's version row).
+            await eventually(lambda: _waiting_on_a_lock(sessions), timeout=10, interval=0.05)
+        answered = await retry
+    assert answered.status_code == 200, answered.text
+
+
+async def _waiting_on_a_lock(sessions: async_sessionmaker[AsyncSession]) -> bool:
+    async with sessions() as look:
+        waiting = await look.scalar(
+            text("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+        )
+    return bool(waiting)
 
 
 @pytest.mark.parametrize(

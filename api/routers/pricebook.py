@@ -33,15 +33,20 @@ async def publish_revision(
 ) -> Pricebook:
     if not body.entries:
         raise Problem(422, "A pricing revision needs at least one price.", field="body.entries")
-    try:
-        async with session.begin():
-            created = await pricebook.publish(session, principal.tenant_id, body)
-    except pricebook.RevisionConflict as exc:
-        raise Problem(409, f"{exc}; revisions are immutable.", field="body.revision") from None
-    except IntegrityError:
-        raise Problem(
-            409, "This revision was published concurrently.", field="body.revision"
-        ) from None
+    for attempt in range(2):
+        try:
+            async with session.begin():
+                created = await pricebook.publish(session, principal.tenant_id, body)
+            break
+        except pricebook.RevisionConflict as exc:
+            raise Problem(409, f"{exc}; revisions are immutable.", field="body.revision") from None
+        except IntegrityError:
+            # Published meanwhile (a client's retry racing its first send): read again, an
+            # identical revision is this one's replay (200), another is the conflict above.
+            if attempt:
+                raise Problem(
+                    409, "This revision was published concurrently.", field="body.revision"
+                ) from None
     response.status_code = 201 if created else 200
     return body
 
@@ -52,7 +57,8 @@ async def list_revisions(principal: Reader, session: SessionDep) -> list[Revisio
     return [RevisionSummary(revision=r, entries=n) for r, n in counts.items()]
 
 
-@router.get("/{revision}", response_model=Pricebook, operation_id="GetPricebookRevision")
+# A path parameter: a revision named with a `/` (which publishing takes) is read as well.
+@router.get("/{revision:path}", response_model=Pricebook, operation_id="GetPricebookRevision")
 async def get_revision(revision: str, principal: Reader, session: SessionDep) -> Pricebook:
     book = await pricebook.load(session, principal.tenant_id, revision)
     if book is None:
