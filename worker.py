@@ -115,6 +115,7 @@ def build_worker(
             lifecycle.check_approval,
             webhooks.pending,
             webhooks.deliver,
+            webhooks.deliver_batch,
             webhooks.advance,
             probes.targets,
             probes.probe,

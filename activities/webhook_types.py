@@ -61,6 +61,15 @@ class DeliverInput(BaseModel):
     timeout_seconds: float
 
 
+class DeliverBatchInput(BaseModel):
+    """A page of events to deliver in order, in one activity (`webhook_deliver_batch`)."""
+
+    tenant_id: str
+    subscription_id: str
+    events: list[OutboxEvent]
+    timeout_seconds: float  # as DeliverInput's
+
+
 class CursorInput(BaseModel):
     tenant_id: str
     subscription_id: str

@@ -306,6 +306,38 @@ async def test_deleting_a_subscription_stops_delivery_and_is_tenant_scoped(
     assert {e["field"] for e in bad.json()["errors"]} >= {"body.url", "body.eventTypes.0"}
 
 
+async def test_a_page_of_events_is_delivered_in_one_activity(
+    http: httpx.AsyncClient, auth: dict[str, str], tenant: str, temporal_client: Client
+) -> None:
+    """One activity per event held a subscription to some ten events a second (a round trip
+    through Temporal each), below one tenant's ModelInvoked events at 50 calls/s."""
+    for n in range(5):
+        await register(http, auth, f"page/{n}")
+    receiver = Receiver(port=free_port())
+    await receiver.start()
+    try:
+        created = await http.post(
+            "/factory/webhook-subscriptions",
+            json={"url": receiver.url, "startAfter": 0},  # the five, in its first page
+            headers=auth,
+        )
+        assert created.status_code == 201, created.text
+        receiver.secret = created.json()["signingSecret"]
+        await eventually(lambda: len(receiver.received) >= 5)
+    finally:
+        await receiver.stop()
+    handle = temporal_client.get_workflow_handle(
+        workflow_id(tenant, created.json()["subscriptionId"])
+    )
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        async for e in handle.fetch_history_events()
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert "webhook_deliver" not in scheduled
+    assert scheduled.count("webhook_deliver_batch") == 1, scheduled
+
+
 async def test_a_receiver_that_answers_410_gone_ends_its_subscription(
     http: httpx.AsyncClient, auth: dict[str, str], tenant: str, temporal_client: Client
 ) -> None:

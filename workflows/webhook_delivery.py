@@ -16,6 +16,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.webhook_types import (
         DELIVERY_WORKFLOW,
         CursorInput,
+        DeliverBatchInput,
         DeliverInput,
         DeliveryInput,
         DeliverySettings,
@@ -24,6 +25,8 @@ with workflow.unsafe.imports_passed_through():
     )
 
 ITERATIONS_PER_RUN = 300
+# Marks the histories where a page of events is one activity (activities/webhooks.py says why).
+BATCH_PATCH = "deliver-a-page-per-activity"
 
 
 @workflow.defn(name=DELIVERY_WORKFLOW)
@@ -55,18 +58,34 @@ class WebhookDeliveryWorkflow:
                 backoff_coefficient=2.0,
                 maximum_interval=timedelta(seconds=delivery.retry_max_interval_seconds),
             )
-            for event in pending.events:
+            # Each POST takes at most the timeout (activities/webhooks.py, `_post_seconds`).
+            per_event = delivery.timeout_seconds + 5
+            if pending.events and workflow.patched(BATCH_PATCH):
                 await workflow.execute_activity(
-                    "webhook_deliver",
-                    DeliverInput(
+                    "webhook_deliver_batch",
+                    DeliverBatchInput(
                         tenant_id=data.tenant_id,
                         subscription_id=data.subscription_id,
-                        event=event,
+                        events=pending.events,
                         timeout_seconds=delivery.timeout_seconds,
                     ),
-                    start_to_close_timeout=timedelta(seconds=delivery.timeout_seconds + 5),
+                    start_to_close_timeout=timedelta(seconds=per_event * len(pending.events)),
+                    heartbeat_timeout=timedelta(seconds=per_event),
                     retry_policy=retry,
                 )
+            else:
+                for event in pending.events:
+                    await workflow.execute_activity(
+                        "webhook_deliver",
+                        DeliverInput(
+                            tenant_id=data.tenant_id,
+                            subscription_id=data.subscription_id,
+                            event=event,
+                            timeout_seconds=delivery.timeout_seconds,
+                        ),
+                        start_to_close_timeout=timedelta(seconds=per_event),
+                        retry_policy=retry,
+                    )
             if pending.scanned_to > after:
                 after = pending.scanned_to
                 await workflow.execute_activity(
