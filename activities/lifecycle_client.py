@@ -10,7 +10,7 @@ policy: Temporal's errors come out as the three exceptions below, and each calle
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from temporalio.client import Client, WithStartWorkflowOperation, WorkflowUpdateFailedError
@@ -30,6 +30,7 @@ from activities.lifecycle_types import (
     workflow_id,
 )
 from domain.deployments import DeploymentRecord, DeploymentRegistration
+from domain.enums import DeploymentState
 from domain.lifecycle import Transition
 
 
@@ -57,6 +58,10 @@ class LifecycleClosed(Exception):
 
 class LifecycleTimeout(Exception):
     """The worker did not answer within the caller's bound."""
+
+
+# Where a lifecycle workflow runs, and the deployment as the store holds it (None: no such).
+Resume = tuple[str, Callable[[], Awaitable[DeploymentRecord | None]]]
 
 
 class LifecycleClient:
@@ -107,9 +112,55 @@ class LifecycleClient:
         return result
 
     async def transition(
+        self,
+        tenant_id: str,
+        deployment_id: str,
+        transition: Transition,
+        arg: Any = None,
+        *,
+        resume: Resume | None = None,
+    ) -> DeploymentRecord:
+        """Send one transition; the workflow validates it before it enters history. With
+        `resume` (the lifecycle's task queue, and a read of the deployment as the store holds
+        it), a deployment whose workflow is gone though it is not Retired has it started again
+        from that record, and the transition is sent to it: a workflow terminated by hand, or
+        a Temporal cluster restored without its histories, left the deployment in its state for
+        good, approvals, retirements and health verdicts all refused."""
+        try:
+            return await self._transition(tenant_id, deployment_id, transition, arg)
+        except LifecycleClosed:
+            if resume is None:
+                raise
+            task_queue, read = resume
+            record = await read()
+            if record is None or record.state is DeploymentState.RETIRED:
+                raise
+            await self._restart(task_queue, record)
+            return await self._transition(tenant_id, deployment_id, transition, arg)
+
+    async def _restart(self, task_queue: str, record: DeploymentRecord) -> None:
+        try:
+            await self._bounded(
+                self._client.start_workflow(
+                    WORKFLOW_NAME,
+                    LifecycleInput(
+                        tenant_id=record.tenant_id,
+                        deployment_id=record.deployment_id,
+                        record=record,
+                    ),
+                    id=workflow_id(record.tenant_id, record.deployment_id),
+                    task_queue=task_queue,
+                    # Its earlier run closed without retiring it (registration refuses the id).
+                    id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                )
+            )
+        except WorkflowAlreadyStartedError:
+            pass  # started again meanwhile, by another caller
+
+    async def _transition(
         self, tenant_id: str, deployment_id: str, transition: Transition, arg: Any = None
     ) -> DeploymentRecord:
-        """Send one transition; the workflow validates it before it enters history."""
         handle = self._client.get_workflow_handle(workflow_id(tenant_id, deployment_id))
         try:
             record: DeploymentRecord = await self._bounded(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from functools import partial
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
@@ -24,6 +25,7 @@ from activities.probe_types import (
     PruneInput,
 )
 from core import metrics
+from domain.deployments import DeploymentRecord
 from domain.enums import Modality
 from domain.health import ProbeOutcome, ProbeResult, ProbeTarget
 from providers.base import ProviderAdapter
@@ -33,6 +35,8 @@ from providers.secrets import SecretBroker, SecretResolutionError
 from providers.types import ChatRequest, Message, ProviderTimeouts
 from store import probes
 from store.db import transaction
+from store.repositories import ModelDeploymentRepository
+from store.views import deployment_record
 
 _PING = ChatRequest(messages=(Message(role="user", content="ping"),), max_tokens=1)
 CREDENTIALS = "credentials"
@@ -141,7 +145,12 @@ class ProbeActivities:
             # The worker's client as it is now: one connected with rotated TLS files
             # (core/temporal_rotation.py) once there is one.
             record = await LifecycleClient(activity.client()).transition(
-                data.tenant_id, data.deployment_id, transition
+                data.tenant_id,
+                data.deployment_id,
+                transition,
+                # A lifecycle whose workflow is gone is started again (on this queue, where the
+                # lifecycle workflows run), so that the verdict lands.
+                resume=(activity.info().task_queue, partial(self._stored, data)),
             )
         except LifecycleRefused as exc:
             if exc.illegal:
@@ -151,6 +160,11 @@ class ProbeActivities:
         except LifecycleClosed:
             return ApplyVerdictResult(applied=False, reason="lifecycle workflow closed")
         return ApplyVerdictResult(applied=True, state=record.state)
+
+    async def _stored(self, data: ApplyVerdictInput) -> DeploymentRecord | None:
+        async with self._sessions() as session:
+            row = await ModelDeploymentRepository(session, data.tenant_id).get(data.deployment_id)
+        return deployment_record(row) if row is not None else None
 
     @activity.defn(name="probe_prune")
     async def prune(self, data: PruneInput) -> int:

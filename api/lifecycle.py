@@ -20,6 +20,7 @@ from api.problems import Problem
 from domain.deployments import DeploymentRecord, DeploymentRegistration
 from domain.lifecycle import Transition
 from store.repositories import ModelDeploymentRepository
+from store.views import deployment_record
 
 # The API waits this long for the worker; past it the caller gets a 503 it can retry
 # (the keyed request then replays the same workflow, never a second one).
@@ -66,7 +67,12 @@ async def register(
             state="Retired",
         ) from None
     except LifecycleTimeout:
-        raise Problem(503, "The worker did not answer in time; retry with the same key.") from None
+        raise Problem(
+            503,
+            "The worker did not answer in time; retry with the same key.",
+            type_=_TYPE + "worker-unavailable",
+            headers={"Retry-After": TEMPORAL_RETRY_AFTER},
+        ) from None
     except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError):
         # Uncaught, a 500 for Temporal gone after the API had connected.
         raise _temporal_away("retry with the same key") from None
@@ -75,14 +81,20 @@ async def register(
 async def transition(
     client: Client,
     sessions: async_sessionmaker[AsyncSession],
+    task_queue: str,
     tenant_id: str,
     deployment_id: str,
     transition: Transition,
     arg: Any = None,
 ) -> DeploymentRecord:
+    async def stored() -> DeploymentRecord | None:
+        async with sessions() as session:
+            row = await ModelDeploymentRepository(session, tenant_id).get(deployment_id)
+        return deployment_record(row) if row is not None else None
+
     try:
         return await LifecycleClient(client, timeout=CALL_TIMEOUT_S).transition(
-            tenant_id, deployment_id, transition, arg
+            tenant_id, deployment_id, transition, arg, resume=(task_queue, stored)
         )
     except LifecycleRefused as exc:
         if exc.illegal:
@@ -114,7 +126,12 @@ async def transition(
         await _not_found_or_closed(sessions, tenant_id, deployment_id)
         raise
     except LifecycleTimeout:
-        raise Problem(503, "The worker did not answer in time; try again.") from None
+        raise Problem(
+            503,
+            "The worker did not answer in time; try again.",
+            type_=_TYPE + "worker-unavailable",
+            headers={"Retry-After": TEMPORAL_RETRY_AFTER},
+        ) from None
     except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError):
         raise _temporal_away("try again") from None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from functools import partial
 
 import httpx
 import pytest
@@ -16,8 +17,11 @@ from activities.lifecycle_client import LifecycleClient
 from activities.lifecycle_types import ApproveRequest, workflow_id
 from core.settings import Settings
 from domain.approval import IntendedUse
-from domain.deployments import DeploymentRegistration
+from domain.deployments import DeploymentRecord, DeploymentRegistration
+from domain.enums import DeploymentState
+from domain.lifecycle import Transition
 from store.tables import ModelDeploymentRow, OutboxEventRow
+from store.views import deployment_record
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import (
     deployment_body,
@@ -116,6 +120,46 @@ async def test_retire_from_every_non_final_state(
         await _probe(temporal_client, tenant, "d/r", "probe_failed")
     resp = await http.post("/factory/model-deployments/d/r/retire", headers=auth)
     assert resp.status_code == 200 and resp.json()["state"] == "Retired"
+
+
+async def test_a_deployment_whose_workflow_is_gone_gets_one_again_from_the_store(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    temporal_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    settings: Settings,
+) -> None:
+    """A lifecycle workflow terminated by hand, or a Temporal cluster restored without its
+    histories: the deployment kept its state for good, every approval, retirement and health
+    verdict refused as if it were retired."""
+    await register(http, auth, "d/lost")
+    await record_evidence(temporal_client, tenant, "d/lost", {"tool-calling": 0.9})
+    handle = temporal_client.get_workflow_handle(workflow_id(tenant, "d/lost"))
+    await handle.terminate(reason="an operator's clean-up")
+    approved = await http.post("/factory/model-deployments/d/lost/approve", headers=auth)
+    assert approved.status_code == 200, approved.text
+    assert approved.json()["state"] == "Approved"
+    # The health probe's verdicts land too (they go through the same client, with the store).
+    await temporal_client.get_workflow_handle(workflow_id(tenant, "d/lost")).terminate()
+    resume = (settings.temporal_task_queue, partial(_stored, sessions, tenant, "d/lost"))
+    degraded = await LifecycleClient(temporal_client).transition(
+        tenant, "d/lost", Transition.PROBE_FAILED, resume=resume
+    )
+    assert degraded.state is DeploymentState.DEGRADED
+    retired = await http.post("/factory/model-deployments/d/lost/retire", headers=auth)
+    assert retired.status_code == 200 and retired.json()["state"] == "Retired"
+    # A retired one is not brought back: its lifecycle has ended.
+    again = await http.post("/factory/model-deployments/d/lost/approve", headers=auth)
+    assert again.status_code == 409 and again.json()["state"] == "Retired"
+
+
+async def _stored(
+    sessions: async_sessionmaker[AsyncSession], tenant: str, deployment: str
+) -> DeploymentRecord | None:
+    async with sessions() as session:
+        row = await session.get(ModelDeploymentRow, (tenant, deployment))
+    return deployment_record(row) if row is not None else None
 
 
 async def test_a_retired_id_registered_again_is_a_409_naming_it(

@@ -257,6 +257,7 @@ async def record_license(
         await lifecycle.transition(
             await _temporal(runtime),
             runtime.sessions,
+            runtime.settings.temporal_task_queue,
             operator.tenant_id,
             id,
             Transition.RECORD_LICENSE,
@@ -310,6 +311,7 @@ async def approve(
         await lifecycle.transition(
             await _temporal(runtime),
             runtime.sessions,
+            runtime.settings.temporal_task_queue,
             operator.tenant_id,
             id,
             Transition.APPROVE,
@@ -330,7 +332,12 @@ async def retire(
     _manage(operator)
     try:
         await lifecycle.transition(
-            await _temporal(runtime), runtime.sessions, operator.tenant_id, id, Transition.RETIRE
+            await _temporal(runtime),
+            runtime.sessions,
+            runtime.settings.temporal_task_queue,
+            operator.tenant_id,
+            id,
+            Transition.RETIRE,
         )
     except Problem as problem:
         return await _refused(request, runtime, operator, id, problem)

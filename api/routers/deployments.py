@@ -106,7 +106,13 @@ async def approve_deployment(
 ) -> DeploymentRecord:
     request = ApproveRequest(intended_use=(body or ApproveBody()).intended_use)
     return await lifecycle.transition(
-        temporal, runtime.sessions, principal.tenant_id, deploymentId, Transition.APPROVE, request
+        temporal,
+        runtime.sessions,
+        runtime.settings.temporal_task_queue,
+        principal.tenant_id,
+        deploymentId,
+        Transition.APPROVE,
+        request,
     )
 
 
@@ -145,7 +151,12 @@ async def retire_deployment(
     runtime: RuntimeDep,
 ) -> DeploymentRecord:
     return await lifecycle.transition(
-        temporal, runtime.sessions, principal.tenant_id, deploymentId, Transition.RETIRE
+        temporal,
+        runtime.sessions,
+        runtime.settings.temporal_task_queue,
+        principal.tenant_id,
+        deploymentId,
+        Transition.RETIRE,
     )
 
 
@@ -164,6 +175,7 @@ async def record_license(
     return await lifecycle.transition(
         temporal,
         runtime.sessions,
+        runtime.settings.temporal_task_queue,
         principal.tenant_id,
         deploymentId,
         Transition.RECORD_LICENSE,
