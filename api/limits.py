@@ -26,7 +26,7 @@ from core.settings import Settings
 
 PROBLEM_JSON = b"application/problem+json"
 # Probes and scrapes must keep answering whatever a client does.
-_UNLIMITED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+_UNLIMITED_PATHS = frozenset({"/healthz", "/readyz", "/readyz/process", "/metrics"})
 # Where a larger body is the point: statement files have their own, larger limit.
 _LARGE_BODY_PATHS = ("/factory/usage-statements",)
 # Bodies of invoke surfaces are content for the provider, never stored: they may be as large as

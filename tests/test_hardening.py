@@ -15,6 +15,7 @@ from api.limits import TokenBuckets, json_depth_exceeds
 from core.security import mint_token
 from core.settings import Settings
 from tests.conftest import TokenFactory
+from tests.helpers.stack import serve
 from tests.helpers.surfaces import Catalog
 
 MIB = 1024 * 1024
@@ -201,8 +202,18 @@ async def test_rate_limit_per_client_then_429_with_retry_after(settings: Setting
         # address's, which is spent.
         d = {"x-api-key": _token(settings, "ta", "c3")}
         assert [(await c.get("/nope", headers=d)).status_code for _ in range(3)] == [404, 404, 429]
-        # Probes are never limited.
+        # Probes are never limited, the address's bucket spent as a node's kubelet shares it.
         assert (await c.get("/healthz", headers=a)).status_code == 200
+
+
+async def test_readiness_is_never_limited(settings: Settings) -> None:
+    """A node's kubelet probes from the address its other traffic may share: limited, the
+    probe's 429 took the pod out of the Service."""
+    own = settings.model_copy(update={"rate_limit_per_second": 0.01, "rate_limit_burst": 1})
+    async with serve(own) as api, httpx.AsyncClient(base_url=api.url, timeout=30) as c:
+        assert [(await c.get("/nope")).status_code for _ in range(2)] == [404, 429]
+        for probe in ("/healthz", "/readyz", "/readyz/process"):
+            assert (await c.get(probe)).status_code == 200, probe
 
 
 async def test_rate_limit_can_be_disabled(settings: Settings) -> None:

@@ -55,11 +55,14 @@ async def test_workers_that_stop_are_built_again_and_calls_wait_for_them(
             seen: list[int] = []
             said: list[dict[str, bool]] = []  # readiness's checks while not ready
 
+            process: list[int] = []  # the process's own readiness, meanwhile
+
             async def ready_again() -> bool:
                 ready = await http.get("/readyz")
                 seen.append(ready.status_code)
                 if ready.status_code == 503:
                     said.append(ready.json()["checks"])
+                    process.append((await http.get("/readyz/process")).status_code)
                 return 503 in seen and seen[-1] == 200
 
             # One stops: it alone is built again; the other, and the calls it holds, run on.
@@ -67,6 +70,9 @@ async def test_workers_that_stop_are_built_again_and_calls_wait_for_them(
             await caller_worker.shutdown()  # as a worker the SDK gave up on: its run ends
             await eventually(ready_again, timeout=30, interval=0.05)
             assert workflow_worker in kept.current and caller_worker not in kept.current
+            # This process's own worker, Temporal answering: the process itself is not ready
+            # either (a load balancer sends its share to the others) until its rebuild ends.
+            assert 503 in process, process
             # Readiness names the stopped worker, not Temporal, which answered throughout.
             assert said and all(
                 checks
