@@ -169,6 +169,12 @@ class ReconciliationActivities:
                 if rule == Rule.REQUEST_ID.value:
                     result.by_request_id += 1
                 metrics.receipts_reconciled.add(1, {"provider": provider, "rule": rule})
+        for direction, count in (
+            ("input", outcome.unattributed_input_tokens),
+            ("output", outcome.unattributed_output_tokens),
+        ):
+            if count:
+                metrics.reconcile_unattributed_tokens.add(count, {"direction": direction})
         return result
 
     @activity.defn(name="reconcile_gauge")

@@ -197,6 +197,14 @@ reconcile_windows_failed = Counter(
     "{day}",
     "Reconciler days left unreconciled after every attempt (tried again next run).",
 )
+# Not in the spec's table: statement tokens the reconciler left to no receipt (each share is
+# bounded by its deployment's context window; domain/reconciliation.py), by direction: the gap
+# between the provider's bill and the receipts, to alert on.
+reconcile_unattributed_tokens = Counter(
+    _PREFIX + "reconcile_unattributed_tokens",
+    "{token}",
+    "Statement tokens no awaiting receipt could take (by direction: input, output).",
+)
 reconcile_sources_failed = Counter(
     _PREFIX + "reconcile_sources_failed",
     "{run}",
@@ -238,6 +246,7 @@ INSTRUMENTS: tuple[Instrument, ...] = (
     receipts_reconciled,
     reconcile_windows_failed,
     reconcile_sources_failed,
+    reconcile_unattributed_tokens,
     webhook_delivery_failures,
     attempts_abandoned,
     refusals,

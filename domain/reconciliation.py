@@ -372,14 +372,15 @@ def _allocate_group(
     out_weights = estimate_weights(
         [r.output_tokens if est else None for r, est in zip(todo, estimated, strict=True)]
     )
-    # No request takes in, or gives out, more than its model's context window. Uncapped, a
-    # bucket's tokens no receipt explains (health probes and evaluations write none, nor do
-    # other users of a shared key) all went to the few receipts awaiting: one timed-out call
-    # was settled at 30 million tokens of other traffic. What no share can take is counted as
-    # unattributed, not charged to anyone.
-    caps = [r.context_window_tokens for r in todo]
-    inputs = allocate_capped(unexplained[0], in_weights, caps)
-    outputs = allocate_capped(unexplained[1], out_weights, caps)
+    # No request takes in and gives out more than its model's context window, both together.
+    # Uncapped, a bucket's tokens no receipt explains (health probes and evaluations write
+    # none, nor do other users of a shared key) all went to the few receipts awaiting: one
+    # timed-out call was settled at 30 million tokens of other traffic. What no share can take
+    # is counted as unattributed, not charged to anyone.
+    windows = [r.context_window_tokens for r in todo]
+    inputs = allocate_capped(unexplained[0], in_weights, windows)
+    room = [None if w is None else w - i for w, i in zip(windows, inputs, strict=True)]
+    outputs = allocate_capped(unexplained[1], out_weights, room)
     ledger.unattributed_input += unexplained[0] - sum(inputs)
     ledger.unattributed_output += unexplained[1] - sum(outputs)
     cached = [min(c, i) for c, i in zip(allocate(unexplained[2], in_weights), inputs, strict=True)]

@@ -393,6 +393,40 @@ async def test_a_settlement_whose_cost_a_receipt_cannot_hold_is_settled_with_the
     )
 
 
+async def test_a_bucket_past_its_receipts_windows_is_left_unattributed(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    settings: Settings,
+    sessions: async_sessionmaker[AsyncSession],
+    temporal_client: Client,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Probes, evaluations and other users of the key write no receipts: a bucket of their
+    tokens went whole to the one receipt awaiting."""
+    await register(
+        http, auth, "oa/gpt-4o", model="gpt-4o", endpointRef="env:OPENAI_KEY_A",
+        contextWindowTokens=128_000,
+    )  # fmt: skip
+    book = {"revision": "2026-11", "entries": [GPT.model_dump(mode="json", by_alias=True)]}
+    assert (await http.post("/factory/pricebook-revisions", json=book, headers=auth)).is_success
+    hour = AS_OF - timedelta(hours=3)
+    lone = await add_receipt(
+        sessions, tenant=tenant, deployment_id="oa/gpt-4o", started_at=hour,
+        usage_status=UsageStatus.UNKNOWN,
+    )  # fmt: skip
+    before = metrics.reconcile_unattributed_tokens.value({"direction": "input"})
+    async with StatementServer(admin_key=ADMIN_KEY, page_size=8) as server:
+        server.openai = [Usage(hour, "gpt-4o-2024-08-06", "key_A", {"input_tokens": 30_000_000})]
+        reconcile_settings = _sources(settings, server, monkeypatch)
+        async with build_worker(temporal_client, reconcile_settings, sessions):
+            report = await _reconcile(temporal_client, reconcile_settings, tenant)
+    assert report.settled == 1 and report.unattributed_input_tokens == 30_000_000 - 128_000
+    assert (await receipts(sessions, [lone]))[lone].input_tokens == 128_000
+    after = metrics.reconcile_unattributed_tokens.value({"direction": "input"})
+    assert after - before == 30_000_000 - 128_000
+
+
 async def test_a_day_with_more_request_ids_than_one_statement_binds_still_finds_its_lines(
     sessions: async_sessionmaker[AsyncSession], tenant: str
 ) -> None:

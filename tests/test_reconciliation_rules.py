@@ -146,11 +146,14 @@ def test_no_receipt_is_settled_past_its_models_context_window() -> None:
     30 million tokens (about $75 of someone else's usage)."""
     lone = receipt(1, context_window_tokens=128_000)
     result = plan([bucket(30_000_000, 200_000)], [lone])
-    assert tokens(result.settlements) == {"inv-01": (128_000, 128_000, 0)}
+    # The window holds input and output together: all of it went to input here.
+    assert tokens(result.settlements) == {"inv-01": (128_000, 0, 0)}
     assert (result.unattributed_input_tokens, result.unattributed_output_tokens) == (
         30_000_000 - 128_000,
-        200_000 - 128_000,
+        200_000,
     )
+    room = plan([bucket(100_000, 50_000)], [receipt(1, context_window_tokens=128_000)])
+    assert tokens(room.settlements) == {"inv-01": (100_000, 28_000, 0)}
     # Within the bound, the bucket is shared out whole, as before.
     two = [receipt(1, context_window_tokens=128_000), receipt(2, context_window_tokens=128_000)]
     shared = plan([bucket(1000, 100)], two)
