@@ -322,11 +322,15 @@ def call_item(invocation_id: uuid.UUID, index: int, call: ToolCall, status: str)
 
 
 def output_items(invocation_id: uuid.UUID, completion: Completion) -> list[dict[str, Any]]:
+    """The answer's items in the order it ended in (text after the calls when it came last,
+    as its stream sent them)."""
     text = completion.text
-    items = [text_item(invocation_id, text, "completed", completion.refusal)] if text else []
-    items += [
+    items = [
         call_item(invocation_id, i, c, "completed") for i, c in enumerate(completion.tool_calls)
     ]
+    if text:
+        message = text_item(invocation_id, text, "completed", completion.refusal)
+        items.insert(len(items) if completion.ends_in_text else 0, message)
     if items and completion.finish_reason is FinishReason.LENGTH:
         items[-1]["status"] = CUT  # the item the cut fell in
     return items

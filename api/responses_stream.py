@@ -47,6 +47,7 @@ class _Call:
     output_index: int = -1  # given as its item is added
     arguments: list[str] = field(default_factory=list)
     done: bool = False
+    minted: bool = False  # its id is ours: the provider's, sent on a later fragment, replaces it
     # Begun while another call streamed: sent whole, in turn, once that one is done.
     held: bool = False
 
@@ -75,6 +76,7 @@ class ResponseEvents:
         self._live_call: int | None = None
         self._finish: FinishReason | None = None
         self._done: list[tuple[int, dict[str, Any]]] = []
+        self._done_calls: dict[int, int] = {}  # a done call item's output index -> its index
 
     def _event(self, kind: str, **data: Any) -> bytes:
         payload = {"type": kind, "sequence_number": self._sequence, **data}
@@ -148,6 +150,7 @@ class ResponseEvents:
         status = CUT if cut else "completed"
         item = call_item(self._id, index, call.call(), status)
         self._done.append((call.output_index, item))
+        self._done_calls[call.output_index] = index
         where = {"item_id": call_item_id(self._id, index), "output_index": call.output_index}
         return self._event(
             "response.function_call_arguments.done",
@@ -208,7 +211,9 @@ class ResponseEvents:
         call = self._calls.get(event.index)
         if call is None:
             call = _Call(
-                id=event.id or f"call_{self._id.hex[:16]}_{event.index}", name=event.name or ""
+                id=event.id or f"call_{self._id.hex[:16]}_{event.index}",
+                name=event.name or "",
+                minted=event.id is None,
             )
             self._calls[event.index] = call
             live = self._calls.get(self._live_call) if self._live_call is not None else None
@@ -217,9 +222,13 @@ class ResponseEvents:
                 out += self._open_call(event.index, call)
             else:
                 call.held = True
-        elif event.name and not call.name:
-            # A name on a later fragment, as the receipt's answer takes it (CompletionBuilder).
-            call.name = event.name
+        else:
+            # A name or an id on a later fragment, as the receipt's answer takes them
+            # (CompletionBuilder): the call's done event and the final response carry them.
+            if event.name and not call.name:
+                call.name = event.name
+            if event.id and call.minted:
+                call.id, call.minted = event.id, False
         if event.arguments_delta:
             # A fragment of a call already done (text came between it and its call) is kept
             # for the final response; its done event has gone out.
@@ -239,6 +248,18 @@ class ResponseEvents:
         out += self._close_live(cut and not held)
         return out + self._send_held(cut)
 
+    def _output(self) -> list[dict[str, Any]]:
+        """The items done, in order; a call's as it stands now: fragments that came after its
+        done event (text came between) are the answer's too, as its receipt and replay say."""
+        output = []
+        for output_index, item in sorted(self._done, key=lambda pair: pair[0]):
+            index = self._done_calls.get(output_index)
+            if index is not None:
+                call = self._calls[index]
+                item = call_item(self._id, index, call.call(), item["status"])
+            output.append(item)
+        return output
+
     def keep_alive(self) -> bytes:
         # The Responses stream has no keep-alive event of its own: a comment, which the
         # openai SDK's reader skips (and which takes no sequence number).
@@ -247,8 +268,9 @@ class ResponseEvents:
     async def end(self, summary: InvocationSummary) -> bytes:
         out = self._close_all()
         status, incomplete = status_of(self._finish, self._refused)
-        output = [item for _, item in sorted(self._done, key=lambda pair: pair[0])]
-        response = self._response(status, output=output, summary=summary, incomplete=incomplete)
+        response = self._response(
+            status, output=self._output(), summary=summary, incomplete=incomplete
+        )
         # On the final response, as on a failed one and a whole answer's body: an event of its
         # own was cast by the SDK to the first event class of its union (an audio delta).
         response["model_router"] = receipt_view(summary)
@@ -263,7 +285,6 @@ class ResponseEvents:
             # As on the surface's error responses: whether the same request may succeed later.
             "errorClass": error_class(kind),
         }
-        output = [item for _, item in sorted(self._done, key=lambda pair: pair[0])]
-        response = self._response("failed", output=output, error=error)
+        response = self._response("failed", output=self._output(), error=error)
         response["model_router"] = receipt_view(summary)
         return self._event("response.failed", response=response)

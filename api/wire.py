@@ -159,11 +159,14 @@ def replay_events(item: Replayed) -> list[TextDelta | ToolCallDelta | Finish]:
     if not item.output:
         return []
     done = Completion.model_validate_json(item.output)
-    events: list[TextDelta | ToolCallDelta | Finish] = []
+    events: list[TextDelta | ToolCallDelta | Finish] = [
+        ToolCallDelta(index=i, id=c.id, name=c.name, arguments_delta=c.arguments)
+        for i, c in enumerate(done.tool_calls)
+    ]
     if done.text:
-        events.append((RefusalDelta if done.refusal else TextDelta)(text=done.text))
-    for i, c in enumerate(done.tool_calls):
-        events.append(ToolCallDelta(index=i, id=c.id, name=c.name, arguments_delta=c.arguments))
+        text = (RefusalDelta if done.refusal else TextDelta)(text=done.text)
+        # In the order the answer ended in: where a cut fell is the last item's.
+        events.insert(len(events) if done.ends_in_text else 0, text)
     events.append(Finish(reason=done.finish_reason, stop_sequence=done.stop_sequence))
     return events
 

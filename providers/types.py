@@ -225,6 +225,9 @@ class Completion(_Model):
     stop_sequence: str | None = None
     # The text is the model's refusal (RefusalDelta); left out of the stored answer when not.
     refusal: bool = Field(default=False, exclude_if=lambda v: not v)
+    # Text came after the tool calls (the answer ended in it): where a cut fell, for a surface
+    # that names the item (Responses); left out when not.
+    ends_in_text: bool = Field(default=False, exclude_if=lambda v: not v)
 
 
 def minted_call_id() -> str:
@@ -245,15 +248,18 @@ class CompletionBuilder:
         self._usage: Usage | None = None
         self._finish: Finish | None = None
         self._refusal = False
+        self._text_last = False
 
     def add(self, event: StreamEvent) -> None:
         if isinstance(event, Accepted | KeepAlive):
             return  # Finish repeats its request id; a keep-alive adds nothing
         if isinstance(event, TextDelta):
             self._text.append(event.text)
+            self._text_last = True
             if type(event) is RefusalDelta:
                 self._refusal = True
         elif isinstance(event, ToolCallDelta):
+            self._text_last = False
             call = self._calls.setdefault(event.index, {"id": None, "name": None, "args": []})
             call["id"] = call["id"] or event.id
             call["name"] = call["name"] or event.name
@@ -289,6 +295,7 @@ class CompletionBuilder:
             response_model=self._finish.response_model,
             stop_sequence=self._finish.stop_sequence,
             refusal=self._refusal,
+            ends_in_text=self._text_last and bool(self._calls),
         )
 
 

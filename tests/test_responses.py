@@ -18,11 +18,18 @@ from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from api.responses_shapes import ResponsesIn
+from api.responses_shapes import ResponsesIn, output_items
 from api.responses_stream import ResponseEvents
 from domain.enums import InvocationOutcome
 from domain.invocation import InvocationSummary
-from providers.types import Finish, FinishReason, TextDelta, ToolCallDelta
+from providers.types import (
+    Completion,
+    Finish,
+    FinishReason,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+)
 from providers.upstream import Fault, FaultKind, Reply, UpstreamServer, default_responder
 from providers.upstream.turn import ToolCallReply
 from store.tables import InvocationReceiptRow
@@ -439,6 +446,40 @@ async def test_each_item_is_done_before_the_next_is_added() -> None:
     assert [(c["name"], c["arguments"]) for c in calls] == [("a", '{"x":1}'), ("b", '{"y":2}')]
     final = sent[-1]["response"]["output"]
     assert [i["type"] for i in final] == ["function_call", "function_call", "message"]
+
+
+async def test_the_final_response_holds_a_calls_late_fragments_and_id() -> None:
+    """A call closed when text began still takes what comes after for it, as the receipt's
+    answer does, and a provider's id sent after the first fragment replaces ours."""
+    events = ResponseEvents(uuid.uuid4(), ResponsesIn(model="p", input="x"))
+    events.start()
+    events.add(ToolCallDelta(index=0, name="a", arguments_delta='{"x":'))
+    events.add(TextDelta(text="between"))
+    events.add(ToolCallDelta(index=0, id="call_real", arguments_delta="1}"))
+    events.add(Finish(reason=FinishReason.TOOL_CALLS))
+    summary = InvocationSummary(
+        invocation_id=uuid.uuid4(), outcome=InvocationOutcome.COMPLETED, deployment_id="d"
+    )
+    streamed = await events.end(summary)
+    final = json.loads(streamed.split(b"data: ")[-1])["response"]["output"]
+    assert [(i["type"], i.get("call_id"), i.get("arguments")) for i in final] == [
+        ("function_call", "call_real", '{"x":1}'),
+        ("message", None, None),
+    ]
+
+
+def test_a_whole_answer_cut_in_its_text_after_calls_marks_the_text() -> None:
+    """Text first, calls after, the last call marked cut: an answer that ended in its text
+    (cut there) had a whole call marked incomplete, which agents do not run."""
+    call = ToolCall(id="c1", name="a", arguments='{"x":1}')
+    cut = Completion(
+        text="and then", tool_calls=(call,), finish_reason=FinishReason.LENGTH, ends_in_text=True
+    )
+    items = output_items(uuid.uuid4(), cut)
+    assert [(i["type"], i["status"]) for i in items] == [
+        ("function_call", "completed"),
+        ("message", "incomplete"),
+    ]
 
 
 async def test_what_cannot_be_served_statelessly_or_mapped_is_refused(
