@@ -41,10 +41,11 @@ _STOP = {
 }
 # Fields of the Messages API the normalised request has no place for.
 _REFUSED = ("top_p", "top_k", "mcp_servers", "container", "context_management")
-# Fields the SDK may send that change nothing here: identifiers. Any other field the models
-# below do not declare is refused: `inference_geo` (where the data may be processed), `speed`,
-# a top-level `cache_control` were dropped, the request served as if they were not there.
-_HINTS = frozenset({"user_profile_id", "workspace_id"})
+# Fields the SDK may send that change nothing here: identifiers (and `output_format`, the
+# structured-outputs beta's name for `output_config.format`, mapped as it). Any other field the
+# models below do not declare is refused: `inference_geo` (where the data may be processed),
+# `speed`, a top-level `cache_control` were dropped, the request served as if not there.
+_HINTS = frozenset({"user_profile_id", "workspace_id", "output_format"})
 # A tool's fields besides those ToolParam declares: only a streaming hint changes nothing here
 # (`defer_loading`, `input_examples`, `allowed_callers` would change what the model is shown).
 _TOOL_HINTS = frozenset({"eager_input_streaming"})
@@ -245,6 +246,17 @@ def _choice(choice: ToolChoiceParam | None) -> tuple[ToolChoice | None, bool | N
     return normalised, parallel
 
 
+def _output_config(body: MessagesIn | CountTokensIn) -> dict[str, Any] | None:
+    """`output_config`, or the beta's `output_format` (`beta.messages.parse` sends it) as its
+    `format`; both at once is a refusal of the second."""
+    beta = (body.model_extra or {}).get("output_format")
+    if beta is None:
+        return body.output_config
+    if body.output_config and body.output_config.get("format") is not None:
+        raise _refuse(("output_format",), "send output_config.format or output_format, not both")
+    return {**(body.output_config or {}), "format": beta}
+
+
 def _format(config: dict[str, Any] | None) -> ResponseFormat | None:
     if not config:
         return None
@@ -267,11 +279,14 @@ def _refusals(body: MessagesIn | CountTokensIn) -> None:
     for name in _REFUSED:
         if extra.get(name) is not None:
             raise _refuse((name,), "cannot be mapped to the normalised request")
-    for name in sorted(extra.keys() - _HINTS):
+    # A field sent as null asks for nothing (clients that serialise unset options so).
+    for name in sorted(k for k, v in extra.items() if v is not None and k not in _HINTS):
         raise _refuse((name,), "unknown or unsupported parameter")
     for index, tool in enumerate(body.tools or []):
-        for name in sorted((tool.model_extra or {}).keys() - _TOOL_HINTS):
-            raise _refuse(("tools", index, name), "unsupported tool parameter")
+        tool_extra = tool.model_extra or {}
+        for name in sorted(k for k, v in tool_extra.items() if v is not None):
+            if name not in _TOOL_HINTS:
+                raise _refuse(("tools", index, name), "unsupported tool parameter")
     if body.thinking is not None and body.thinking.type != "disabled":
         raise _refuse(("thinking", "type"), "extended thinking cannot be mapped")
 
@@ -297,7 +312,7 @@ def to_chat_request(body: MessagesIn | CountTokensIn) -> ChatRequest:
             tools=_tools(body.tools),
             tool_choice=choice,
             parallel_tool_calls=parallel,
-            response_format=_format(body.output_config),
+            response_format=_format(_output_config(body)),
             max_tokens=max_tokens,
             temperature=temperature,
             stop=stop,

@@ -132,7 +132,8 @@ def _refusals(body: ResponsesIn) -> None:
     for name in _UNMAPPED:
         if extra.get(name) is not None:
             raise _refuse((name,), "cannot be mapped to the normalised request")
-    for name in extra.keys() - _HINTS:
+    # A field sent as null asks for nothing (clients that serialise unset options so).
+    for name in sorted(k for k, v in extra.items() if v is not None and k not in _HINTS):
         raise _refuse((name,), "unknown parameter")
     if body.reasoning and any(v is not None for v in body.reasoning.values()):
         raise _refuse(("reasoning",), "reasoning settings cannot be mapped")

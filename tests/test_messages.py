@@ -538,6 +538,33 @@ async def test_errors_in_anthropics_envelope(
     assert deep.json()["error"]["type"] == "invalid_request_error"
 
 
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_structured_output_by_either_name_and_null_options_are_taken(
+    client: AsyncAnthropic, catalog: Catalog, protocol: str
+) -> None:
+    """`output_format` is the structured-outputs beta's name for `output_config.format`
+    (`beta.messages.parse` sends it); a client that serialises unset options as null asks for
+    nothing by them. Both were refused as unknown fields."""
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+        "additionalProperties": False,
+    }
+    answered = await client.messages.create(
+        model=catalog.profile(protocol),
+        max_tokens=200,
+        messages=[{"role": "user", "content": "a city, as JSON"}],
+        extra_body={
+            "output_format": {"type": "json_schema", "schema": schema},
+            "top_k": None,
+            "inference_geo": None,
+        },
+    )
+    [block] = answered.content
+    assert block.type == "text" and isinstance(json.loads(block.text)["city"], str)
+
+
 async def test_a_budget_denial_is_a_billing_error(
     client: AsyncAnthropic, catalog: Catalog, upstream: UpstreamServer
 ) -> None:

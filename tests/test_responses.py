@@ -507,6 +507,7 @@ async def test_what_cannot_be_served_statelessly_or_mapped_is_refused(
         # capped.
         ({"extra_body": {"response_format": {"type": "json_object"}}}, "response_format"),
         ({"extra_body": {"max_tokens": 5}}, "max_tokens"),
+        ({"extra_body": {"max_tokens": 5, "zz_unknown": 1}}, "max_tokens"),  # the first, sorted
         # A part's type that is no string: looked up in a set, it was a 500.
         ({"input": [{"role": "user", "content": [{"type": ["x"], "text": "hi"}]}]}, "input.0"),
     ):
@@ -516,6 +517,12 @@ async def test_what_cannot_be_served_statelessly_or_mapped_is_refused(
         error: Any = refused.value.body
         assert str(error["param"]).startswith(param), error
         assert error["type"] == "invalid_request_error"
+    # A field sent as null asks for nothing (clients that serialise unset options so).
+    nulls: Any = {"previous_response_id": None, "top_p": None, "zz_unknown": None}
+    taken = await client.responses.create(
+        model=catalog.profile("openai"), input="x", extra_body=nulls
+    )
+    assert taken.status == "completed"
     # Refused before any route reads the body (too deep): OpenAI's error member all the same.
     deep = await http.post(
         "/v1/responses",
