@@ -30,7 +30,7 @@ class ErrorEnvelope(_Loose):
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorEnvelope, "description": "Anthropic's error envelope"}
-    for code in (422, "4XX", "5XX")
+    for code in (400, "4XX", "5XX")
 }
 
 

@@ -31,7 +31,7 @@ class ErrorEnvelope(_Loose):
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorEnvelope, "description": "OpenAI's error envelope"}
-    for code in (422, "4XX", "5XX")
+    for code in (400, "4XX", "5XX")
 }
 
 

@@ -78,6 +78,8 @@ def problem_response(
         # which both SDKs raise as BadRequestError. As 422 it was UnprocessableEntityError,
         # past a runtime's `except BadRequestError`.
         status = 400
+        if title in (None, _TITLES[422]):
+            title = _TITLES[400]
     body: dict[str, Any] = {
         "type": type_,
         "title": title or _TITLES.get(status, "Error"),

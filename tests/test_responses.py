@@ -517,6 +517,8 @@ async def test_what_cannot_be_served_statelessly_or_mapped_is_refused(
         error: Any = refused.value.body
         assert str(error["param"]).startswith(param), error
         assert error["type"] == "invalid_request_error"
+        problem = refused.value.response.json()  # its problem members say the same status
+        assert (problem["status"], problem["title"]) == (400, "Bad Request"), problem
     # A field sent as null asks for nothing (clients that serialise unset options so).
     nulls: Any = {"previous_response_id": None, "top_p": None, "zz_unknown": None}
     taken = await client.responses.create(
