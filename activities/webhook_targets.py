@@ -12,6 +12,7 @@ Resolution uses the host as the URL encodes it (IDNA), not a re-encoding of its 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import socket
 from collections.abc import Sequence
@@ -90,7 +91,14 @@ async def post(
                     )
                     answer = await client.send(request, stream=True)
                     try:
-                        await _drain(answer)
+                        # The status is in: the answer's body is read only so that the
+                        # connection may serve again, within a second (what is left of the
+                        # bound at most). A body that stalls, drips or breaks closes the
+                        # connection instead; it does not fail a delivery the receiver took.
+                        bound = min(ANSWER_READ_SECONDS, max(deadline - loop.time(), 0.001))
+                        with contextlib.suppress(httpx.HTTPError, TimeoutError):
+                            async with asyncio.timeout(bound):
+                                await _drain(answer)
                     finally:
                         await answer.aclose()
                     return answer.status_code
@@ -105,6 +113,7 @@ async def post(
 # What of a receiver's answer is read (raw, as sent) so that its connection may serve the next
 # delivery; past it the connection is closed instead.
 ANSWER_READ_BYTES = 64 * 1024
+ANSWER_READ_SECONDS = 1.0
 
 
 async def _drain(answer: httpx.Response) -> None:

@@ -84,7 +84,20 @@ async def test_a_named_receiver_is_reached_at_an_address_checked_with_its_host_h
     assert (named_tls.urls, named_tls.headers) == ([f"https://localhost:{port}/x"], {})
 
 
-async def test_a_receiver_that_drips_its_answer_is_given_the_timeout_in_all() -> None:
+@pytest.mark.parametrize(
+    ("head", "delivered"),
+    [
+        # Its headers never end: no status, the timeout in all.
+        (b"HTTP/1.1 200 OK\r\nX-Slow: ", False),
+        # Its status in, its body drips: the receiver took the event, and the connection is
+        # let go of within a second instead of read to the end.
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 60\r\n\r\n", True),
+    ],
+    ids=["headers", "body"],
+)
+async def test_a_receiver_that_drips_its_answer_is_given_the_timeout_in_all(
+    head: bytes, delivered: bool
+) -> None:
     """httpx's timeout is per read: a byte every half second kept the POST (and its pooled
     connection) for the whole drip, here 30 s, and it came back a 200."""
     port = free_port()
@@ -94,7 +107,7 @@ async def test_a_receiver_that_drips_its_answer_is_given_the_timeout_in_all() ->
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writers.append(writer)
         await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 60\r\n\r\n")
+        writer.write(head)
         dripping.set()
         with contextlib.suppress(ConnectionError):
             for _ in range(60):
@@ -109,8 +122,11 @@ async def test_a_receiver_that_drips_its_answer_is_given_the_timeout_in_all() ->
     target = await pinned(f"http://127.0.0.1:{port}/hook", LOOPBACK)
     try:
         async with httpx.AsyncClient() as client:
-            with pytest.raises(httpx.TimeoutException, match="in all"):
-                await post(client, target, content=b"{}", headers={}, seconds=1.5)
+            if delivered:
+                assert await post(client, target, content=b"{}", headers={}, seconds=1.5) == 200
+            else:
+                with pytest.raises(httpx.TimeoutException, match="in all"):
+                    await post(client, target, content=b"{}", headers={}, seconds=1.5)
     finally:
         server.close()
         for writer in writers:  # the drip ends with the connection
