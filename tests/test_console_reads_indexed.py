@@ -60,9 +60,10 @@ SINCE = datetime(2026, 12, 1, tzinfo=UTC)
             lambda s: overview_reads.overview_figures(
                 s, TENANT, SINCE - timedelta(days=7), timedelta(hours=2)
             ),
-            # The sums of the open receipts and of the closed ones, then the closed ones'
+            # The sums of the open receipts and of the closed ones in one statement (one
+            # moment: a receipt closing meanwhile is counted once), then the closed ones'
             # latency and time to first token, ranked.
-            ["ix_receipts_open", *["ix_receipts_tenant_closed"] * 3],
+            [("ix_receipts_open", "ix_receipts_tenant_closed"), *["ix_receipts_tenant_closed"] * 2],
         ),
         (
             lambda s: console_reads.deployment_history(s, TENANT, "openai/gpt"),
@@ -77,12 +78,13 @@ SINCE = datetime(2026, 12, 1, tzinfo=UTC)
     ids=["receipts-list", "overview", "deployment-history", "filter-lists"],
 )
 async def test_console_reads_use_an_index_of_the_tenants_history(
-    settings: Settings, read: Read, indexes: list[str]
+    settings: Settings, read: Read, indexes: list[str | tuple[str, ...]]
 ) -> None:
     # One statement per expected index (or table, read by an index since no plan may scan):
     # a read of receipts asks the open ones, then the closed ones.
     plans = await _plans(settings.database_url, read)
     assert len(plans) == len(indexes), plans
     for plan, index in zip(plans, indexes, strict=True):
-        assert index in plan, plan
+        for name in (index,) if isinstance(index, str) else index:
+            assert name in plan, plan
         assert "Seq Scan" not in plan, plan
