@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
-from domain.catalog import SUITE_VERDICTS, CapabilityScore, CatalogDeployment, PoolState
+from domain.catalog import CapabilityScore, CatalogDeployment, PoolState
 from domain.enums import DeploymentState, PrivacyClass
 from domain.exclusions import ExclusionCode
 from domain.pricing import Pricebook, dearest_input_usd_per_mtok
@@ -73,8 +73,7 @@ def capability_exclusion(
         "capability": capability,
         "threshold": threshold,
         "measured": ev.measured,
-        # Named only when it is no measure at all (not one the suite writes).
-        "verdict": "pass" if ev.verdict.strip().lower() in SUITE_VERDICTS else ev.verdict,
+        "verdict": ev.verdict,
         "requiredBy": required_by,
     }
 

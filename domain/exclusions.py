@@ -22,6 +22,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
+from domain.catalog import SUITE_VERDICTS
+
 
 class Meaning(StrEnum):
     """What an exclusion says when it leaves a route empty: who has to act before a call can
@@ -113,7 +115,9 @@ def _num(x: Any) -> str:
 
 def _capability(d: dict[str, Any]) -> str:
     cap, thr, measured = d["capability"], d["threshold"], d["measured"]
-    if d.get("verdict", "pass") != "pass":
+    # A verdict the suite never writes is no measure at all (CapabilityScore.meets); the
+    # suite's own pass or fail is its measure against its default, not the profile's.
+    if str(d.get("verdict", "pass")).strip().lower() not in SUITE_VERDICTS:
         return (
             f"capability {cap} failed evaluation (verdict {d['verdict']}, "
             f"measured {_num(measured)}, threshold {_num(thr)})"

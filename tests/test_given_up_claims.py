@@ -27,7 +27,7 @@ async def test_a_stopping_process_goes_on_undoing_within_its_bound() -> None:
     assert attempts == [1, 1] and len(kept) == 0  # failed once, then undone before it stopped
 
 
-async def test_a_stop_waits_no_longer_than_its_bound() -> None:
+async def test_a_stop_whose_store_stays_away_leaves_them_to_the_sweeper() -> None:
     async def release(claims: Sequence[tuple[uuid.UUID, datetime]]) -> set[uuid.UUID]:
         raise ConnectionError("the store away for good")
 
