@@ -87,7 +87,7 @@ def build_worker(
     # by the allow-list (activities/secret_policy.py).
     broker = default_broker(allow_upstream=settings.allow_upstream_endpoints)
     endpoints = endpoint_broker(settings)
-    probes = ProbeActivities(sessions, endpoints)
+    probes = ProbeActivities(sessions, endpoints, settings.temporal_task_queue)
     # Usage APIs answer slowly for long ranges; they are providers, never redirect targets.
     statements = httpx.AsyncClient(timeout=60.0, follow_redirects=False)
     reconciliation = ReconciliationActivities(sessions, settings, broker, statements)

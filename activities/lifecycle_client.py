@@ -150,8 +150,10 @@ class LifecycleClient:
                     ),
                     id=workflow_id(record.tenant_id, record.deployment_id),
                     task_queue=task_queue,
-                    # Its earlier run closed without retiring it (registration refuses the id).
-                    id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                    # Only over a run that did not complete (terminated, failed, timed out) or
+                    # none at all: a retired deployment's run completed, and a caller that read
+                    # the row before another retired it must not start one again from it.
+                    id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
                     id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                 )
             )

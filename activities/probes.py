@@ -97,7 +97,15 @@ async def send_probe(
 
 
 class ProbeActivities:
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], broker: SecretBroker) -> None:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        broker: SecretBroker,
+        lifecycle_queue: str | None = None,
+    ) -> None:
+        # Where the lifecycle workflows run, for one started again (LifecycleClient's
+        # `resume`): the worker's queue; None, this activity's own.
+        self._lifecycle_queue = lifecycle_queue
         self._sessions = sessions
         self._broker = broker
 
@@ -148,9 +156,11 @@ class ProbeActivities:
                 data.tenant_id,
                 data.deployment_id,
                 transition,
-                # A lifecycle whose workflow is gone is started again (on this queue, where the
-                # lifecycle workflows run), so that the verdict lands.
-                resume=(activity.info().task_queue, partial(self._stored, data)),
+                # A lifecycle whose workflow is gone is started again, so the verdict lands.
+                resume=(
+                    self._lifecycle_queue or activity.info().task_queue,
+                    partial(self._stored, data),
+                ),
             )
         except LifecycleRefused as exc:
             if exc.illegal:

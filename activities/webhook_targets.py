@@ -80,34 +80,36 @@ async def post(
     headers = {**headers, **target.headers, "Accept-Encoding": "identity"}
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
+    answer: httpx.Response | None = None
     try:
         async with asyncio.timeout(seconds):
             for index, url in enumerate(target.urls):
                 left = max(deadline - loop.time(), 0.001)
                 phases = httpx.Timeout(left, connect=left / (len(target.urls) - index))
+                request = client.build_request(
+                    "POST", url, content=content, headers=headers, timeout=phases
+                )
                 try:
-                    request = client.build_request(
-                        "POST", url, content=content, headers=headers, timeout=phases
-                    )
                     answer = await client.send(request, stream=True)
-                    try:
-                        # The status is in: the answer's body is read only so that the
-                        # connection may serve again, within a second (what is left of the
-                        # bound at most). A body that stalls, drips or breaks closes the
-                        # connection instead; it does not fail a delivery the receiver took.
-                        bound = min(ANSWER_READ_SECONDS, max(deadline - loop.time(), 0.001))
-                        with contextlib.suppress(httpx.HTTPError, TimeoutError):
-                            async with asyncio.timeout(bound):
-                                await _drain(answer)
-                    finally:
-                        await answer.aclose()
-                    return answer.status_code
+                    break
                 except (httpx.ConnectError, httpx.ConnectTimeout):
                     if index == len(target.urls) - 1:
                         raise
     except TimeoutError:
-        raise httpx.ReadTimeout(f"the receiver took longer than {seconds:g} s in all") from None
-    raise AssertionError("a pinned target names at least one address")
+        if answer is None:
+            raise httpx.ReadTimeout(f"the receiver took longer than {seconds:g} s in all") from None
+    if answer is None:
+        raise AssertionError("a pinned target names at least one address")
+    # The status is in: the body is read only so that the connection may serve again, within
+    # a second and outside the bound above (which, ending meanwhile, failed a delivery the
+    # receiver took). A body that stalls, drips or breaks closes the connection instead.
+    try:
+        with contextlib.suppress(httpx.HTTPError, TimeoutError):
+            async with asyncio.timeout(ANSWER_READ_SECONDS):
+                await _drain(answer)
+    finally:
+        await answer.aclose()
+    return answer.status_code
 
 
 # What of a receiver's answer is read (raw, as sent) so that its connection may serve the next

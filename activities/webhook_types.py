@@ -70,6 +70,12 @@ class DeliverBatchInput(BaseModel):
     timeout_seconds: float  # as DeliverInput's
 
 
+class Delivered(BaseModel):
+    """How many of a page's events, from its first, the receiver took in one activity."""
+
+    count: int
+
+
 class CursorInput(BaseModel):
     tenant_id: str
     subscription_id: str

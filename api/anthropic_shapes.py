@@ -125,6 +125,9 @@ class CountTokensIn(_Loose):
     output_config: dict[str, Any] | None = None
 
 
+_MESSAGES_FIELDS = frozenset(MessagesIn.model_fields)
+
+
 def _refuse(loc: tuple[str | int, ...], message: str) -> RequestValidationError:
     return RequestValidationError(
         [{"type": "value_error", "loc": ("body", *loc), "msg": message, "input": None}]
@@ -246,18 +249,23 @@ def _choice(choice: ToolChoiceParam | None) -> tuple[ToolChoice | None, bool | N
     return normalised, parallel
 
 
-def _output_config(body: MessagesIn | CountTokensIn) -> dict[str, Any] | None:
+def _output_config(
+    body: MessagesIn | CountTokensIn,
+) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
     """`output_config`, or the beta's `output_format` (`beta.messages.parse` sends it) as its
-    `format`; both at once is a refusal of the second."""
+    `format`, with where the format was sent (a refusal names it); both at once is a refusal
+    of the second."""
     beta = (body.model_extra or {}).get("output_format")
     if beta is None:
-        return body.output_config
+        return body.output_config, ("output_config", "format")
     if body.output_config and body.output_config.get("format") is not None:
         raise _refuse(("output_format",), "send output_config.format or output_format, not both")
-    return {**(body.output_config or {}), "format": beta}
+    return {**(body.output_config or {}), "format": beta}, ("output_format",)
 
 
-def _format(config: dict[str, Any] | None) -> ResponseFormat | None:
+def _format(
+    config: dict[str, Any] | None, where: tuple[str, ...] = ("output_config", "format")
+) -> ResponseFormat | None:
     if not config:
         return None
     unknown = sorted(set(config) - {"format"})
@@ -267,10 +275,10 @@ def _format(config: dict[str, Any] | None) -> ResponseFormat | None:
     if fmt is None:
         return None
     if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
-        raise _refuse(("output_config", "format", "type"), "only json_schema can be mapped")
+        raise _refuse((*where, "type"), "only json_schema can be mapped")
     schema = fmt.get("schema")
     if not isinstance(schema, dict):
-        raise _refuse(("output_config", "format", "schema"), "a JSON schema object is required")
+        raise _refuse((*where, "schema"), "a JSON schema object is required")
     return ResponseFormat(type="json_schema", name="output", json_schema=schema, strict=True)
 
 
@@ -279,8 +287,11 @@ def _refusals(body: MessagesIn | CountTokensIn) -> None:
     for name in _REFUSED:
         if extra.get(name) is not None:
             raise _refuse((name,), "cannot be mapped to the normalised request")
-    # A field sent as null asks for nothing (clients that serialise unset options so).
-    for name in sorted(k for k, v in extra.items() if v is not None and k not in _HINTS):
+    # A field sent as null asks for nothing (clients that serialise unset options so). Token
+    # counting takes a Messages body as it would be sent (`max_tokens`, `stream`, …): they
+    # change no count.
+    taken = _HINTS | (_MESSAGES_FIELDS if isinstance(body, CountTokensIn) else frozenset())
+    for name in sorted(k for k, v in extra.items() if v is not None and k not in taken):
         raise _refuse((name,), "unknown or unsupported parameter")
     for index, tool in enumerate(body.tools or []):
         tool_extra = tool.model_extra or {}
@@ -312,7 +323,7 @@ def to_chat_request(body: MessagesIn | CountTokensIn) -> ChatRequest:
             tools=_tools(body.tools),
             tool_choice=choice,
             parallel_tool_calls=parallel,
-            response_format=_format(_output_config(body)),
+            response_format=_format(*_output_config(body)),
             max_tokens=max_tokens,
             temperature=temperature,
             stop=stop,

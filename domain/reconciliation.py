@@ -377,8 +377,13 @@ def _allocate_group(
     # none, nor do other users of a shared key) all went to the few receipts awaiting: one
     # timed-out call was settled at 30 million tokens of other traffic. What no share can take
     # is counted as unattributed, not charged to anyone.
+    # The window is split between input and output as the bucket's tokens are: taken by input
+    # first, a bucket full of others' input left the receipt's own output (the dearer tokens)
+    # to nobody.
     windows = [r.context_window_tokens for r in todo]
-    inputs = allocate_capped(unexplained[0], in_weights, windows)
+    both = unexplained[0] + unexplained[1]
+    in_caps = [None if w is None else w * unexplained[0] // max(both, 1) for w in windows]
+    inputs = allocate_capped(unexplained[0], in_weights, in_caps)
     room = [None if w is None else w - i for w, i in zip(windows, inputs, strict=True)]
     outputs = allocate_capped(unexplained[1], out_weights, room)
     ledger.unattributed_input += unexplained[0] - sum(inputs)

@@ -20,7 +20,7 @@ async def test_healthz_and_readyz(http: httpx.AsyncClient) -> None:
     assert (await http.get("/healthz")).json() == {"status": "ok"}
     assert (await http.get("/readyz/process")).json() == {
         "status": "ready",
-        "checks": {"schema": True, "started": True, "invocationWorkers": True},
+        "checks": {"schema": True, "started": True},
     }
     ready = await http.get("/readyz")
     assert ready.status_code == 200

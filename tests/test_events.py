@@ -338,6 +338,31 @@ async def test_a_page_of_events_is_delivered_in_one_activity(
     assert scheduled.count("webhook_deliver_batch") == 1, scheduled
 
 
+async def test_a_page_stops_at_an_event_refused_and_goes_on_in_order(
+    http: httpx.AsyncClient, auth: dict[str, str]
+) -> None:
+    """The page's activity stops at the first event the receiver does not take; that one is
+    retried on its own, with its own backoff, and the rest follow it: none sent twice, none
+    out of order (a retry of the page beside it would have sent them again, reordered)."""
+    for n in range(5):
+        await register(http, auth, f"stop/{n}")
+    receiver = Receiver(port=free_port(), refuse_once_at=2)
+    await receiver.start()
+    try:
+        created = await http.post(
+            "/factory/webhook-subscriptions",
+            json={"url": receiver.url, "startAfter": 0},
+            headers=auth,
+        )
+        receiver.secret = created.json()["signingSecret"]
+        await eventually(lambda: len(receiver.received) >= 5)
+    finally:
+        await receiver.stop()
+    positions = [int(e["sequence"]) for e in receiver.received]
+    assert positions == sorted(set(positions)) and len(positions) == 5, positions
+    assert receiver.refused_while_failing == 1
+
+
 async def test_a_receiver_that_answers_410_gone_ends_its_subscription(
     http: httpx.AsyncClient, auth: dict[str, str], tenant: str, temporal_client: Client
 ) -> None:

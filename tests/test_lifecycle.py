@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col, select
 from temporalio.client import Client
 
-from activities.lifecycle_client import LifecycleClient
+from activities.lifecycle_client import LifecycleClient, LifecycleClosed
 from activities.lifecycle_types import ApproveRequest, workflow_id
 from core.settings import Settings
 from domain.approval import IntendedUse
@@ -152,6 +152,37 @@ async def test_a_deployment_whose_workflow_is_gone_gets_one_again_from_the_store
     # A retired one is not brought back: its lifecycle has ended.
     again = await http.post("/factory/model-deployments/d/lost/approve", headers=auth)
     assert again.status_code == 409 and again.json()["state"] == "Retired"
+
+
+async def test_a_row_read_before_its_retirement_starts_no_workflow_again(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    temporal_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    settings: Settings,
+) -> None:
+    """Two callers find the workflow gone; one starts it again and retires the deployment
+    before the other, holding the row as it read it (Approved), starts its own: that start
+    is refused (the retired run completed), not a new lifecycle from a stale row."""
+    await register(http, auth, "d/stale")
+    stale = await _stored(sessions, tenant, "d/stale")
+    assert stale is not None
+    retired = await http.post("/factory/model-deployments/d/stale/retire", headers=auth)
+    assert retired.status_code == 200
+
+    async def as_read_before() -> DeploymentRecord:
+        return stale
+
+    with pytest.raises(LifecycleClosed):
+        await LifecycleClient(temporal_client).transition(
+            tenant,
+            "d/stale",
+            Transition.RECORD_LICENSE,
+            resume=(settings.temporal_task_queue, as_read_before),
+        )
+    described = await temporal_client.get_workflow_handle(workflow_id(tenant, "d/stale")).describe()
+    assert described.status is not None and described.status.name == "COMPLETED"
 
 
 async def _stored(

@@ -146,14 +146,15 @@ def test_no_receipt_is_settled_past_its_models_context_window() -> None:
     30 million tokens (about $75 of someone else's usage)."""
     lone = receipt(1, context_window_tokens=128_000)
     result = plan([bucket(30_000_000, 200_000)], [lone])
-    # The window holds input and output together: all of it went to input here.
-    assert tokens(result.settlements) == {"inv-01": (128_000, 0, 0)}
+    # The window holds input and output together, split as the bucket's tokens are.
+    in_share = 128_000 * 30_000_000 // 30_200_000
+    assert tokens(result.settlements) == {"inv-01": (in_share, 128_000 - in_share, 0)}
     assert (result.unattributed_input_tokens, result.unattributed_output_tokens) == (
-        30_000_000 - 128_000,
-        200_000,
+        30_000_000 - in_share,
+        200_000 - (128_000 - in_share),
     )
     room = plan([bucket(100_000, 50_000)], [receipt(1, context_window_tokens=128_000)])
-    assert tokens(room.settlements) == {"inv-01": (100_000, 28_000, 0)}
+    assert tokens(room.settlements) == {"inv-01": (85_333, 42_667, 0)}  # 2:1, as the bucket
     # Within the bound, the bucket is shared out whole, as before.
     two = [receipt(1, context_window_tokens=128_000), receipt(2, context_window_tokens=128_000)]
     shared = plan([bucket(1000, 100)], two)

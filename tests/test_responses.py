@@ -18,8 +18,10 @@ from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
+from api.invocation_events import Replayed
 from api.responses_shapes import ResponsesIn, output_items
 from api.responses_stream import ResponseEvents
+from api.wire import replay_events
 from domain.enums import InvocationOutcome
 from domain.invocation import InvocationSummary
 from providers.types import (
@@ -29,6 +31,7 @@ from providers.types import (
     TextDelta,
     ToolCall,
     ToolCallDelta,
+    collect_events,
 )
 from providers.upstream import Fault, FaultKind, Reply, UpstreamServer, default_responder
 from providers.upstream.turn import ToolCallReply
@@ -599,3 +602,17 @@ async def test_a_context_overflow_is_named_as_openai_names_it(
     assert replayed.value.response.json()["closeReason"] == "context-length"
     for error in (failed.value, chat.value, replayed.value):
         assert (error.code, error.type) == ("context_length_exceeded", "invalid_request_error")
+
+
+def test_an_answer_remembers_it_ended_in_text_and_its_replay_streams_so() -> None:
+    """Whether text came after the calls is the answer's own (folded from its events), and a
+    replay on any surface streams the items in that order, so where a cut fell is the same
+    item again."""
+    call = ToolCallDelta(index=0, id="c1", name="a", arguments_delta="{}")
+    text, cut = TextDelta(text="and then"), Finish(reason=FinishReason.LENGTH)
+    done = collect_events([call, text, cut])
+    assert done.ends_in_text
+    assert not collect_events([text, call, cut]).ends_in_text
+    assert not collect_events([text, cut]).ends_in_text  # no calls
+    replayed = replay_events(Replayed(output=done.model_dump_json().encode()))
+    assert [type(e).__name__ for e in replayed] == ["ToolCallDelta", "TextDelta", "Finish"]

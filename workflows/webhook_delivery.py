@@ -17,6 +17,7 @@ with workflow.unsafe.imports_passed_through():
         DELIVERY_WORKFLOW,
         CursorInput,
         DeliverBatchInput,
+        Delivered,
         DeliverInput,
         DeliveryInput,
         DeliverySettings,
@@ -60,8 +61,11 @@ class WebhookDeliveryWorkflow:
             )
             # Each POST takes at most the timeout (activities/webhooks.py, `_post_seconds`).
             per_event = delivery.timeout_seconds + 5
+            one_by_one = pending.events
             if pending.events and workflow.patched(BATCH_PATCH):
-                await workflow.execute_activity(
+                # The page in one activity, up to the first event the receiver does not take;
+                # that one and the rest, one activity each, as before (retried with backoff).
+                delivered: Delivered = await workflow.execute_activity(
                     "webhook_deliver_batch",
                     DeliverBatchInput(
                         tenant_id=data.tenant_id,
@@ -69,23 +73,23 @@ class WebhookDeliveryWorkflow:
                         events=pending.events,
                         timeout_seconds=delivery.timeout_seconds,
                     ),
-                    start_to_close_timeout=timedelta(seconds=per_event * len(pending.events)),
-                    heartbeat_timeout=timedelta(seconds=per_event),
+                    result_type=Delivered,
+                    start_to_close_timeout=timedelta(seconds=per_event * len(pending.events) + 5),
                     retry_policy=retry,
                 )
-            else:
-                for event in pending.events:
-                    await workflow.execute_activity(
-                        "webhook_deliver",
-                        DeliverInput(
-                            tenant_id=data.tenant_id,
-                            subscription_id=data.subscription_id,
-                            event=event,
-                            timeout_seconds=delivery.timeout_seconds,
-                        ),
-                        start_to_close_timeout=timedelta(seconds=per_event),
-                        retry_policy=retry,
-                    )
+                one_by_one = pending.events[delivered.count :]
+            for event in one_by_one:
+                await workflow.execute_activity(
+                    "webhook_deliver",
+                    DeliverInput(
+                        tenant_id=data.tenant_id,
+                        subscription_id=data.subscription_id,
+                        event=event,
+                        timeout_seconds=delivery.timeout_seconds,
+                    ),
+                    start_to_close_timeout=timedelta(seconds=per_event),
+                    retry_policy=retry,
+                )
             if pending.scanned_to > after:
                 after = pending.scanned_to
                 await workflow.execute_activity(

@@ -43,16 +43,14 @@ async def readyz_process(request: Request, runtime: RuntimeDep) -> JSONResponse 
     Temporal) is every process's at once: `/readyz` then takes them all out of the Service
     together, and callers met the ingress's bare 503 instead of this gateway's own prompt 503
     with `Retry-After`, keyed retries that the store could replay included."""
-    started = await runtime.temporal() is not None
-    gate = runtime.invoke.gate
     checks = {
         "schema": await _schema_ok(request, runtime),
         # Connected once (a first connect is tried here, as on `/readyz`); later outages are
-        # every process's, and each answers them with its own 503.
-        "started": started,
-        # This process's own workers being built again (their run of poll errors was its
-        # own), unless Temporal itself is away: then every process's are.
-        "invocationWorkers": started and (_workers_ok(runtime) or (gate is not None and gate.down)),
+        # every process's, and each answers them with its own 503. Its in-process workers are
+        # not asked: they are built again after any Temporal outage, every process's at once
+        # and for up to their backoff after Temporal is back (counted, the Service emptied
+        # then), and a rebuild of this process's own ends by itself.
+        "started": await runtime.temporal() is not None,
     }
     if all(checks.values()):
         return {"status": "ready", "checks": checks}

@@ -27,6 +27,8 @@ class Receiver:
     failing: bool = False
     # What the receiver answers while failing (410: gone for good).
     failing_status: int = 503
+    # Refuse (503) the event that would be the n-th received, once.
+    refuse_once_at: int | None = None
     # Seconds the receiver takes before it answers a delivery, as a slow one does.
     delay: float = 0.0
     received: list[dict[str, Any]] = field(default_factory=list)
@@ -49,6 +51,10 @@ class Receiver:
         except WebhookVerificationError:
             self.bad_signatures += 1
             return Response(status_code=401)
+        if self.refuse_once_at is not None and len(self.received) == self.refuse_once_at:
+            self.refuse_once_at = None
+            self.refused_while_failing += 1
+            return Response(status_code=503)
         self.received.append(json.loads(body))
         self.events.append(JSONFormat().read(CloudEvent, body))
         return Response(status_code=204)
