@@ -126,6 +126,7 @@ def build_worker(
             reconciliation.window,
             reconciliation.gauge,
             sweeper.sweep,
+            sweeper.prune,
             evaluation.prepare,
             evaluation.run_case,
             evaluation.record,

@@ -22,13 +22,37 @@ from core import metrics
 from domain.invocation import invoke_workflow_id
 from domain.sweep import SweepInput, SweepReport, Workflow, to_sweep
 from store import receipts
+from store.db import transaction
+from store.event_retention import prune_run_events
 from store.receipt_statements import ReceiptStatements
+
+# One statement's deletions, and statements a run makes at most.
+PRUNE_BATCH = 5_000
+PRUNE_BATCHES = 10
 
 
 class SweeperActivities:
     def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
         self._sessions = sessions
         self._statements = ReceiptStatements(sessions.kw["bind"])
+
+    @activity.defn(name="prune_run_events")
+    async def prune(self, data: SweepInput) -> int:
+        """Run events past their retention, a batch at a time, at most PRUNE_BATCHES a run:
+        one run (a minute) deletes up to 50,000, past the 4 million a day 50 calls/s make."""
+        days = data.run_event_retention_days
+        if days is None:
+            return 0
+        older_than = datetime.now(UTC) - timedelta(days=days)
+        pruned = 0
+        for _ in range(PRUNE_BATCHES):
+            async with transaction(self._sessions) as session:
+                deleted = await prune_run_events(session, older_than, PRUNE_BATCH)
+            pruned += deleted
+            activity.heartbeat(pruned)
+            if deleted < PRUNE_BATCH:
+                break
+        return pruned
 
     @activity.defn(name="sweep_open_receipts")
     async def sweep(self, data: SweepInput) -> SweepReport:

@@ -43,6 +43,9 @@ class SweepInput(BaseModel):
     # Batches one run reads at most, each past the last: 20 of 500, about 10,000 open receipts
     # (a Temporal describe each) within the activity's five minutes.
     pages: int = Field(default=20, ge=1, le=1_000)
+    # A run's events older than this many days are deleted (store/event_retention.py); None:
+    # kept (schedules made before, or retention off).
+    run_event_retention_days: int | None = Field(default=None, ge=1)
 
     @property
     def shortest(self) -> float:
@@ -72,6 +75,8 @@ def to_sweep(workflow: Workflow, open_for_seconds: float, data: SweepInput) -> b
 
 
 class SweepReport(BaseModel):
+    # Run events past their retention deleted by this run.
+    events_pruned: int = 0
     found: int = 0
     closed: int = 0
     # Still open, but their InvokeModel workflow is running and will close them itself.

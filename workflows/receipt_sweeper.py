@@ -14,18 +14,31 @@ with workflow.unsafe.imports_passed_through():
     from domain.sweep import SweepInput, SweepReport
 
 
+# Marks the histories where a run also deletes run events past their retention.
+PRUNE_PATCH = "prune-run-events"
+# The store or Temporal may be down: retried until the run's own timeout.
+_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=15))
+
+
 @workflow.defn(name="ReceiptSweeper")
 class ReceiptSweeperWorkflow:
     @workflow.run
     async def run(self, data: SweepInput) -> SweepReport:
-        return await workflow.execute_activity(
+        report: SweepReport = await workflow.execute_activity(
             "sweep_open_receipts",
             data,
             result_type=SweepReport,
             start_to_close_timeout=timedelta(minutes=5),
             heartbeat_timeout=timedelta(seconds=60),
-            # The store or Temporal may be down: retried until the run's own timeout.
-            retry_policy=RetryPolicy(
-                initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=15)
-            ),
+            retry_policy=_RETRY,
         )
+        if data.run_event_retention_days is not None and workflow.patched(PRUNE_PATCH):
+            report.events_pruned = await workflow.execute_activity(
+                "prune_run_events",
+                data,
+                result_type=int,
+                start_to_close_timeout=timedelta(minutes=5),
+                heartbeat_timeout=timedelta(seconds=60),
+                retry_policy=_RETRY,
+            )
+        return report

@@ -1,0 +1,42 @@
+"""How long a run's events stay in the outbox: `RoutePlanResolved`, `ModelInvoked` and
+`ModelFallbackUsed`, one or more per invocation, some 4 million rows a day at 50 calls/s, kept
+for ever before. Past the retention they are deleted, a batch at a time, oldest first, unless
+an active webhook subscription of their tenant has not delivered them yet. The receipt is the
+call's durable record; these are its notifications. Catalog events (a deployment's or a
+profile's, a few a day) are kept: they are the console's history of each."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
+
+from domain.events import RUN_EVENTS
+from store.tables import OutboxEventRow
+from store.webhook_tables import WebhookSubscriptionRow
+
+
+async def prune_run_events(session: AsyncSession, older_than: datetime, limit: int) -> int:
+    """Deletes at most `limit` run events that occurred before `older_than`; how many."""
+    o, s = OutboxEventRow, WebhookSubscriptionRow
+    undelivered = (
+        sa.select(sa.literal(1))
+        .where(col(s.active))
+        .where(col(s.tenant_id) == col(o.tenant_id))
+        .where(col(s.delivered_position) < col(o.position))
+        .exists()
+    )
+    doomed = (
+        sa.select(col(o.position))
+        .where(col(o.event_type).in_(sorted(RUN_EVENTS)))
+        .where(col(o.occurred_at) < older_than)
+        .where(~undelivered)
+        .order_by(col(o.position))
+        .limit(limit)
+    )
+    deleted = await session.execute(
+        sa.delete(o).where(col(o.position).in_(doomed.scalar_subquery()))
+    )
+    return int(getattr(deleted, "rowcount", 0) or 0)
