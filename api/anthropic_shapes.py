@@ -1,7 +1,7 @@
-"""Anthropic Messages wire shapes: the request mapped to the normalised ChatRequest, and the
-answer (a Message, or its stream of typed events) built from normalised events and the receipt.
+"""Anthropic Messages wire shapes: the request mapped to the normalised ChatRequest (the answer
+built from normalised events and the receipt is api/anthropic_answers.py).
 
-What the normalised request cannot carry is refused with a 422 naming the field, never dropped:
+What the normalised request cannot carry is refused naming the field (a 400), never dropped:
 images, documents, thinking blocks and settings, server tools, `top_p`, `top_k`, MCP servers,
 containers. `cache_control` is carried to the turn (or tool) it marks, and a tool result's
 `is_error` to the tool message (providers/openai_request.py says how an OpenAI deployment reads
@@ -11,20 +11,15 @@ it); `metadata` and `service_tier` describe the call, not the answer, and are ac
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any, Literal
 
 from fastapi.exceptions import RequestValidationError
-from jiter import from_json
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.openai_shapes import field_errors
-from domain.invocation import InvocationSummary
 from domain.text import StoredName
 from providers.types import (
     ChatRequest,
-    Completion,
-    FinishReason,
     Message,
     ResponseFormat,
     Tool,
@@ -32,13 +27,6 @@ from providers.types import (
     ToolChoice,
 )
 
-_STOP = {
-    FinishReason.STOP: "end_turn",
-    FinishReason.LENGTH: "max_tokens",
-    FinishReason.TOOL_CALLS: "tool_use",
-    FinishReason.CONTENT_FILTER: "refusal",
-    FinishReason.OTHER: "end_turn",
-}
 # Fields of the Messages API the normalised request has no place for.
 _REFUSED = ("top_p", "top_k", "mcp_servers", "container", "context_management")
 # Fields the SDK may send that change nothing here: identifiers (and `output_format`, the
@@ -328,89 +316,3 @@ def to_chat_request(body: MessagesIn | CountTokensIn) -> ChatRequest:
             temperature=temperature,
             stop=stop,
         )
-
-
-def message_id(invocation_id: uuid.UUID) -> str:
-    return f"msg_{invocation_id.hex}"
-
-
-def stop_reason(reason: FinishReason | str, stop_sequence: str | None = None) -> str:
-    """Messages' stop reason; `stop_sequence` when the provider named the sequence that ended
-    the answer (an Anthropic deployment: it was `end_turn`, and a loop telling a stop sequence
-    from a natural end could not)."""
-    if stop_sequence is not None and FinishReason(reason) is FinishReason.STOP:
-        return "stop_sequence"
-    return _STOP.get(FinishReason(reason), "end_turn")
-
-
-def usage(summary: InvocationSummary) -> dict[str, Any]:
-    """The receipt's usage in Anthropic's split: `input_tokens` excludes what was read from and
-    written to the cache, as the provider reported them (they cost 0.1 and 1.25 times input).
-    A replay, from the receipt, which keeps no separate count of cache writes, leaves them
-    inside `input_tokens`."""
-    total = summary.input_tokens or 0
-    cached = min(summary.cached_input_tokens or 0, total)
-    written = min(summary.cache_write_input_tokens or 0, total - cached)
-    return {
-        "input_tokens": total - cached - written,
-        "output_tokens": summary.output_tokens or 0,
-        "cache_creation_input_tokens": written,
-        "cache_read_input_tokens": cached,
-    }
-
-
-class ToolInputInvalid(ValueError):
-    """A tool call whose arguments are no JSON object: Messages' `tool_use.input` is one."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(f"the tool call {name!r} has arguments that are not a JSON object")
-        self.name = name
-
-
-def tool_input(arguments: str, name: str, *, whole: bool = True) -> dict[str, Any]:
-    """A tool call's arguments as Messages' `input` object. Only an OpenAI-compatible
-    deployment's calls can fail here: their arguments are the model's own text. Such a call was
-    answered as `input: {}` (the agent ran the tool with no arguments), or with a list as is;
-    one holding NaN parsed, and the response could not be rendered (a 500). Raises
-    ToolInputInvalid instead.
-
-    `whole`: the call is complete, and must be one JSON object and nothing else. Otherwise
-    (a stream's call so far, or an answer cut at max_tokens) it is read as the anthropic SDK
-    reads a streamed call's fragments (jiter, partial): the members it holds whole. Blank
-    arguments are the empty object."""
-    text = arguments.strip() or "{}"
-    try:
-        value = from_json(text.encode(), partial_mode=not whole, allow_inf_nan=False)
-    except ValueError:
-        value = None
-    if not isinstance(value, dict):
-        raise ToolInputInvalid(name)
-    return value
-
-
-def message_body(
-    invocation_id: uuid.UUID, profile: str, completion: Completion, summary: InvocationSummary
-) -> dict[str, Any]:
-    content: list[dict[str, Any]] = []
-    whole = completion.finish_reason is not FinishReason.LENGTH  # not cut at max_tokens
-    if completion.text:
-        content.append({"type": "text", "text": completion.text})
-    content += [
-        {
-            "type": "tool_use",
-            "id": c.id,
-            "name": c.name,
-            "input": tool_input(c.arguments, c.name, whole=whole),
-        }
-        for c in completion.tool_calls
-    ]
-    return {
-        "id": message_id(invocation_id),
-        "type": "message",
-        "role": "assistant",
-        "model": profile,
-        "content": content,
-        "stop_reason": stop_reason(completion.finish_reason, completion.stop_sequence),
-        "stop_sequence": completion.stop_sequence,
-        "usage": usage(summary),
-    }

@@ -10,7 +10,7 @@ import json
 import uuid
 from typing import Any
 
-from api.anthropic_shapes import ToolInputInvalid, message_id, stop_reason, tool_input, usage
+from api.anthropic_answers import ToolInputInvalid, message_id, stop_reason, tool_input, usage
 from api.wire import receipt_view
 from domain.failures import error_class
 from domain.invocation import InvocationSummary

@@ -9,6 +9,7 @@ import secrets
 import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 
 import asyncpg
 import httpx
@@ -138,6 +139,26 @@ async def sessions(settings: Settings) -> AsyncIterator[async_sessionmaker[Async
     engine = create_engine(settings.database_url)
     yield session_factory(engine)
     await engine.dispose()
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+async def store(
+    request: pytest.FixtureRequest,
+    sessions: async_sessionmaker[AsyncSession],
+    tmp_path: Path,
+) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
+    """The session's PostgreSQL, then a migrated SQLite file (the embedded default): for the
+    reads each engine writes its own SQL for."""
+    if request.param == "postgresql":
+        yield sessions
+        return
+    url = f"sqlite+aiosqlite:///{tmp_path}/either.db"
+    await asyncio.to_thread(upgrade, url)
+    engine = create_engine(url)
+    try:
+        yield session_factory(engine)
+    finally:
+        await engine.dispose()
 
 
 @pytest.fixture(scope="session")

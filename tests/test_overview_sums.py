@@ -4,11 +4,8 @@ receipt of the window counted however many there are."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 from sqlalchemy import text
@@ -16,30 +13,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api.console import overview_data
 from domain.enums import InvocationOutcome, UsageStatus
-from store.db import create_engine, session_factory, transaction
-from store.migrate import upgrade
+from store.db import transaction
 from store.overview_reads import overview_figures
 from tests.helpers.receipts import add_receipt
 
 HALF_HOUR = timedelta(minutes=30)
-
-
-@pytest.fixture(params=["postgresql", "sqlite"])
-async def store(
-    request: pytest.FixtureRequest,
-    sessions: async_sessionmaker[AsyncSession],
-    tmp_path: Path,
-) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
-    if request.param == "postgresql":
-        yield sessions
-        return
-    url = f"sqlite+aiosqlite:///{tmp_path}/overview.db"
-    await asyncio.to_thread(upgrade, url)
-    engine = create_engine(url)
-    try:
-        yield session_factory(engine)
-    finally:
-        await engine.dispose()
 
 
 async def test_receipts_are_summed_per_bucket_day_and_deployment(

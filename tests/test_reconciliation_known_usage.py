@@ -3,43 +3,20 @@ both engines: the same shares as the receipts one by one, without loading the da
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
-import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from domain.enums import DeploymentState, PrivacyClass, UsageStatus
 from domain.reconciliation import plan
 from domain.statements import ReceiptUsage, StatementLine
 from store import reconciliation
-from store.db import create_engine, session_factory, transaction
-from store.migrate import upgrade
+from store.db import transaction
 from store.tables import ModelDeploymentRow
 from tests.helpers.receipts import add_receipt
 
 HOUR = datetime(2026, 11, 20, 10, tzinfo=UTC)
-
-
-@pytest.fixture(params=["postgresql", "sqlite"])
-async def store(
-    request: pytest.FixtureRequest,
-    sessions: async_sessionmaker[AsyncSession],
-    tmp_path: Path,
-) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
-    if request.param == "postgresql":
-        yield sessions
-        return
-    url = f"sqlite+aiosqlite:///{tmp_path}/known.db"
-    await asyncio.to_thread(upgrade, url)
-    engine = create_engine(url)
-    try:
-        yield session_factory(engine)
-    finally:
-        await engine.dispose()
 
 
 async def _deployment(sessions: async_sessionmaker[AsyncSession], tenant: str, dep: str) -> None:

@@ -11,14 +11,9 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
 from activities.invoke_outcomes import estimate_tokens
+from api.anthropic_answers import ToolInputInvalid, message_body
 from api.anthropic_errors import ERROR_RESPONSES, error_envelope
-from api.anthropic_shapes import (
-    CountTokensIn,
-    MessagesIn,
-    ToolInputInvalid,
-    message_body,
-    to_chat_request,
-)
+from api.anthropic_shapes import CountTokensIn, MessagesIn, to_chat_request
 from api.anthropic_stream import MessageEvents
 from api.deps import RuntimeDep, get_principal_or_api_key, require
 from api.invocations import Running
