@@ -143,8 +143,8 @@ class WebhookActivities:
         per event held a subscription to some ten events a second (each a round trip through
         Temporal, about 100 ms: DESIGN §5), below one tenant's ModelInvoked events at the
         spec's 50 calls/s: it fell behind for good. Each event is bounded (its POST by the
-        timeout, the rest by a margin), so the page ends within its own bound and no retry of
-        it runs beside it: none is made, the page reports how far it got."""
+        timeout, the rest by a margin), so the page ends within its own bound and no attempt of
+        it outlives that; a refusal ends it with how far it got, not with a retry."""
         for index, event in enumerate(data.events):
             try:
                 async with asyncio.timeout(data.timeout_seconds + EVENT_MARGIN_SECONDS):

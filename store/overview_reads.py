@@ -60,21 +60,19 @@ class OverviewFigures:
 def _bucket_and_day(dialect: str, start: datetime, width: timedelta) -> tuple[Any, Any]:
     started = col(R.started_at)
     since = sa.literal(start, UtcDateTime())
-    seconds: Any
+    bucket: Any
     day: Any
     if dialect == "postgresql":
         seconds = sa.extract("epoch", started - since)
+        bucket = sa.cast(sa.func.floor(seconds / width.total_seconds()), sa.Integer)
         day = sa.cast(sa.func.timezone("UTC", started), sa.Date)
     else:
-        # SQLite keeps UTC text without a zone (store.tables.UtcDateTime).
-        seconds = (sa.func.julianday(started) - sa.func.julianday(since)) * 86400.0
+        # SQLite keeps UTC text without a zone (store.tables.UtcDateTime), and has no floor()
+        # unless built with its math functions; a bucket is never negative (every receipt
+        # read started at or after `start`), so truncation is floor.
+        elapsed = (sa.func.julianday(started) - sa.func.julianday(since)) * 86400.0
+        bucket = sa.cast(elapsed / width.total_seconds(), sa.Integer)
         day = sa.func.date(started)
-    if dialect == "postgresql":
-        bucket = sa.cast(sa.func.floor(seconds / width.total_seconds()), sa.Integer)
-    else:
-        # SQLite has no floor() unless built with its math functions; a bucket is never
-        # negative (every receipt read started at or after `start`), so truncation is floor.
-        bucket = sa.cast(seconds / width.total_seconds(), sa.Integer)
     return bucket.label("bucket"), day.label("day")
 
 
