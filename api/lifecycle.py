@@ -47,6 +47,17 @@ def _temporal_away(retry: str) -> Problem:
     )
 
 
+def _worker_away(retry: str) -> Problem:
+    """The worker did not answer within the call's bound: as Temporal away, the same request
+    may be sent again."""
+    return Problem(
+        503,
+        f"The worker did not answer in time; {retry}.",
+        type_=_TYPE + "worker-unavailable",
+        headers={"Retry-After": TEMPORAL_RETRY_AFTER},
+    )
+
+
 async def register(
     client: Client,
     task_queue: str,
@@ -67,12 +78,7 @@ async def register(
             state="Retired",
         ) from None
     except LifecycleTimeout:
-        raise Problem(
-            503,
-            "The worker did not answer in time; retry with the same key.",
-            type_=_TYPE + "worker-unavailable",
-            headers={"Retry-After": TEMPORAL_RETRY_AFTER},
-        ) from None
+        raise _worker_away("retry with the same key") from None
     except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError):
         # Uncaught, a 500 for Temporal gone after the API had connected.
         raise _temporal_away("retry with the same key") from None
@@ -126,12 +132,7 @@ async def transition(
         await _not_found_or_closed(sessions, tenant_id, deployment_id)
         raise
     except LifecycleTimeout:
-        raise Problem(
-            503,
-            "The worker did not answer in time; try again.",
-            type_=_TYPE + "worker-unavailable",
-            headers={"Retry-After": TEMPORAL_RETRY_AFTER},
-        ) from None
+        raise _worker_away("try again") from None
     except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError):
         raise _temporal_away("try again") from None
 
