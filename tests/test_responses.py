@@ -386,23 +386,29 @@ async def test_a_call_cut_by_max_output_tokens_is_an_incomplete_item(
         ]
 
 
-async def test_a_tool_name_on_a_later_fragment_reaches_the_stream() -> None:
-    """Some servers send a call's id first and its name after: the stream kept the first
-    fragment's empty name, while the receipt's answer took the later one."""
-    events = ResponseEvents(uuid.uuid4(), ResponsesIn(model="p", input="x"))
-    events.start()
-    streamed = events.add(ToolCallDelta(index=0, id="call_1", name=None, arguments_delta=""))
-    streamed += events.add(ToolCallDelta(index=0, name="get_weather", arguments_delta="{}"))
-    streamed += events.add(Finish(reason=FinishReason.TOOL_CALLS))
+async def _streamed(*events: TextDelta | ToolCallDelta | Finish) -> list[dict[str, Any]]:
+    """A Responses stream of these normalised events, ended Completed: its events' data."""
+    writer = ResponseEvents(uuid.uuid4(), ResponsesIn(model="p", input="x"))
+    streamed = writer.start() + b"".join(writer.add(event) for event in events)
     summary = InvocationSummary(
         invocation_id=uuid.uuid4(), outcome=InvocationOutcome.COMPLETED, deployment_id="d"
     )
-    streamed += await events.end(summary)
-    done = [
+    streamed += await writer.end(summary)
+    return [
         json.loads(line.removeprefix(b"data: "))
         for line in streamed.split(b"\n")
         if line.startswith(b"data: ")
     ]
+
+
+async def test_a_tool_name_on_a_later_fragment_reaches_the_stream() -> None:
+    """Some servers send a call's id first and its name after: the stream kept the first
+    fragment's empty name, while the receipt's answer took the later one."""
+    done = await _streamed(
+        ToolCallDelta(index=0, id="call_1", name=None, arguments_delta=""),
+        ToolCallDelta(index=0, name="get_weather", arguments_delta="{}"),
+        Finish(reason=FinishReason.TOOL_CALLS),
+    )
     [item] = [e["item"] for e in done if e["type"] == "response.output_item.done"]
     assert (item["name"], item["status"]) == ("get_weather", "completed")
 
@@ -412,26 +418,14 @@ async def test_each_item_is_done_before_the_next_is_added() -> None:
     after message 1 was added and done, where runtimes acting on `output_item.done` expect
     each item done before the next (as OpenAI sends them). A call begun while another
     streams is now sent whole once that one is done."""
-    events = ResponseEvents(uuid.uuid4(), ResponsesIn(model="p", input="x"))
-    streamed = events.start()
-    for delta in (
+    sent = await _streamed(
         ToolCallDelta(index=0, id="c0", name="a", arguments_delta='{"x":'),
         ToolCallDelta(index=1, id="c1", name="b", arguments_delta='{"y":'),
         ToolCallDelta(index=0, arguments_delta="1}"),
         ToolCallDelta(index=1, arguments_delta="2}"),
-    ):
-        streamed += events.add(delta)
-    streamed += events.add(TextDelta(text="done"))
-    streamed += events.add(Finish(reason=FinishReason.STOP))
-    summary = InvocationSummary(
-        invocation_id=uuid.uuid4(), outcome=InvocationOutcome.COMPLETED, deployment_id="d"
+        TextDelta(text="done"),
+        Finish(reason=FinishReason.STOP),
     )
-    streamed += await events.end(summary)
-    sent = [
-        json.loads(line.removeprefix(b"data: "))
-        for line in streamed.split(b"\n")
-        if line.startswith(b"data: ")
-    ]
     order = [
         (e["type"].rsplit(".", 1)[-1], e["output_index"])
         for e in sent
@@ -454,17 +448,13 @@ async def test_each_item_is_done_before_the_next_is_added() -> None:
 async def test_the_final_response_holds_a_calls_late_fragments_and_id() -> None:
     """A call closed when text began still takes what comes after for it, as the receipt's
     answer does, and a provider's id sent after the first fragment replaces ours."""
-    events = ResponseEvents(uuid.uuid4(), ResponsesIn(model="p", input="x"))
-    events.start()
-    events.add(ToolCallDelta(index=0, name="a", arguments_delta='{"x":'))
-    events.add(TextDelta(text="between"))
-    events.add(ToolCallDelta(index=0, id="call_real", arguments_delta="1}"))
-    events.add(Finish(reason=FinishReason.TOOL_CALLS))
-    summary = InvocationSummary(
-        invocation_id=uuid.uuid4(), outcome=InvocationOutcome.COMPLETED, deployment_id="d"
+    sent = await _streamed(
+        ToolCallDelta(index=0, name="a", arguments_delta='{"x":'),
+        TextDelta(text="between"),
+        ToolCallDelta(index=0, id="call_real", arguments_delta="1}"),
+        Finish(reason=FinishReason.TOOL_CALLS),
     )
-    streamed = await events.end(summary)
-    final = json.loads(streamed.split(b"data: ")[-1])["response"]["output"]
+    final = sent[-1]["response"]["output"]
     assert [(i["type"], i.get("call_id"), i.get("arguments")) for i in final] == [
         ("function_call", "call_real", '{"x":1}'),
         ("message", None, None),
