@@ -194,12 +194,27 @@ class TokenVerifier:
         # another tenant's (domain/tenants.py).
         if not is_tenant_id(tenant):
             raise TokenError(f"token's tenant (tid) is not a tenant id: {TENANT_ID_RULE}")
-        roles = frozenset(Role(r) for r in claims.get("roles", []) if r in Role._value2member_map_)
-        scopes = frozenset(str(claims.get("scope", "")).split())
+        roles = frozenset(Role(r) for r in _words(claims, "roles") if r in Role._value2member_map_)
+        scopes = frozenset(w for s in _words(claims, "scope") for w in s.split())
         principal = Principal(
             client_id=str(claims["sub"]), tenant_id=tenant, roles=roles, scopes=scopes
         )
         return principal, float(claims["exp"])
+
+
+def _words(claims: dict[str, Any], claim: str) -> list[str]:
+    """A claim of words: absent or null is none, a string is split on spaces (RFC 8693's
+    `scope`), a list holds strings (`roles`, and the list some IdPs send as `scope`). Anything
+    else is a TokenError: a `roles` of null or a number raised a TypeError, a 500 on every route
+    the token was sent to, and a list-valued `scope` was read as its Python repr, a silent 403."""
+    value = claims.get(claim)
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return value.split()
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    raise TokenError(f"the token's {claim} is not a string or a list of strings")
 
 
 # How far ahead of this process's clock an issuer's may run: its fresh tokens' `iat` and `nbf`

@@ -153,6 +153,55 @@ async def test_no_token_invalid_token_and_expired_token_are_401(
         assert resp.headers["content-type"] == "application/problem+json"
 
 
+def _signed(settings: Settings, tenant: str, **claims: object) -> str:
+    assert settings.auth_jwt_secret is not None
+    now = int(time.time())
+    base = {
+        "iss": settings.auth_issuer,
+        "aud": settings.auth_audience,
+        "sub": "c",
+        "tid": tenant,
+        "iat": now,
+        "exp": now + 600,
+    }
+    return jwt.encode(
+        {**base, **claims}, settings.auth_jwt_secret.get_secret_value(), algorithm="HS256"
+    )
+
+
+@pytest.mark.parametrize(
+    "claims",
+    [
+        {"roles": 7, "scope": "factory.models.read"},
+        {"roles": [["Observer"]], "scope": "factory.models.read"},
+        {"roles": ["Observer"], "scope": {"read": True}},
+        {"roles": ["Observer"], "scope": ["factory.models.read", 3]},
+    ],
+)
+async def test_a_signed_token_with_malformed_roles_or_scope_is_a_401_not_a_500(
+    http: httpx.AsyncClient, settings: Settings, tenant: str, claims: dict[str, object]
+) -> None:
+    """The limits middleware reads every request's token, so a TypeError here was a 500 on
+    every route the token reached, liveness included."""
+    auth = {"Authorization": f"Bearer {_signed(settings, tenant, **claims)}"}
+    resp = await http.get("/factory/model-profiles", headers=auth)
+    assert resp.status_code == 401, resp.text
+    assert (await http.get("/healthz", headers=auth)).status_code == 200
+
+
+async def test_null_roles_are_none_and_a_list_scope_is_its_scopes(
+    http: httpx.AsyncClient, settings: Settings, tenant: str
+) -> None:
+    """An IdP that maps a user with no roles to `"roles": null` gets the 403 of no role; one
+    that sends `scope` as a list (Okta, Azure) gets those scopes, not the list's repr."""
+    nothing = _signed(settings, tenant, roles=None, scope="factory.models.read")
+    resp = await http.get("/factory/model-profiles", headers={"Authorization": f"Bearer {nothing}"})
+    assert resp.status_code == 403, resp.text
+    listed = _signed(settings, tenant, roles=["Observer"], scope=["factory.models.read"])
+    resp = await http.get("/factory/model-profiles", headers={"Authorization": f"Bearer {listed}"})
+    assert resp.status_code == 200, resp.text
+
+
 async def test_missing_scope_is_403_and_missing_role_is_403(
     http: httpx.AsyncClient, token_for: TokenFactory, tenant: str
 ) -> None:
