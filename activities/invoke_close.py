@@ -95,7 +95,7 @@ class ReceiptCloser:
                 log.warning(
                     "receipt finalize failed, handed to the workflow: %s", type(exc).__name__
                 )
-                return summary.model_copy(update={"disposition": Disposition.FINALIZE})
+                return summary.durable().model_copy(update={"disposition": Disposition.FINALIZE})
             if won and not won[-1]:
                 summary = await self._as_stored(data, summary)
             # A start refused now finds the receipt closed, and the caller has the answer the
@@ -105,7 +105,7 @@ class ReceiptCloser:
             if not self._ahead.take(pending.started):
                 await pending.start_resolved()
             self._hand_over(data, pending, summary)
-            return summary
+            return summary.durable()  # the activity's result: the workflow's history
         finally:
             if filing is not None:
                 await asyncio.shield(filing)  # never raises: a failed write is logged

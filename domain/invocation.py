@@ -144,6 +144,15 @@ class InvocationSummary(BaseModel):
     buffered: bool = False
     provider_attempt: int | None = None
 
+    def durable(self) -> InvocationSummary:
+        """This summary as a workflow's history keeps it: without the provider's words. No
+        redaction makes them certain to carry no content (llama.cpp's parse error quotes the
+        prompt unquoted, vLLM's validation error its short strings), and a history is kept for
+        its retention. The live caller is told them; a replay of the key is told the kind."""
+        if self.error_reason is None:
+            return self
+        return self.model_copy(update={"error_reason": None})
+
 
 class FinalizeInput(BaseModel):
     tenant_id: str

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
 from core import metrics
@@ -244,11 +245,51 @@ async def test_what_a_providers_error_quotes_of_the_request_is_not_kept_or_passe
     upstream.inject(A, Fault(kind=FaultKind.CONTENT_POLICY, message=quoted, times=1))
     resp, key = await _call(http, auth, "fr-solo")
     assert resp.status_code == 400, resp.text
+    assert "word1 " not in resp.text and "word12 " not in resp.text, resp.text
+    # What an operator needs of it stays: the field, the type of error.
+    assert "messages.0.content" in resp.text and "type=string_type" in resp.text, resp.text
     row = await _receipt(sessions, tenant, key)
-    # The workflow's result (history) carries the call's summary, the reason in it.
-    run = temporal_client.get_workflow_handle(invoke_workflow_id(tenant, row.invocation_id))
-    summary = json.dumps(await run.result())
-    for told in (resp.text, summary):
-        assert "word1 " not in told and "word12 " not in told, told
-        # What an operator needs of it stays: the field, the type of error.
-        assert "messages.0.content" in told and "type=string_type" in told, told
+    history = await _history(temporal_client, tenant, row.invocation_id)
+    assert "content_policy" in history  # the history holds the call's story: its kind
+    assert "messages.0.content" not in history and "word1 " not in history
+
+
+async def _history(client: Client, tenant: str, invocation_id: uuid.UUID) -> str:
+    """The invocation's whole history as raw protobuf bytes (payloads unencoded), as text."""
+    run = client.get_workflow_handle(invoke_workflow_id(tenant, invocation_id))
+    await run.result()
+    events = (await run.fetch_history()).events
+    return History(events=events).SerializeToString().decode("utf-8", "replace")
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        # llama.cpp's parse error: the prompt after a colon, quoted by nothing.
+        "Failed to parse input at pos 144: <tool_call><parameter=old_string>{marker}",
+        # vLLM's validation error as a dict: short quoted strings, each under any length rule.
+        "[{{'type': 'string_type', 'loc': ('body',), 'input': {{'content': '{marker}'}}}}]",
+    ],
+)
+async def test_no_words_of_a_providers_error_reach_the_workflows_history(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+    tenant: str,
+    temporal_client: Client,
+    message: str,
+) -> None:
+    """No redaction of a provider's words is certain to leave no content: a history keeps only
+    the failure's kind. The caller, whose request it was, is told them."""
+    marker = f"MRK{uuid.uuid4().hex[:8]}"
+    upstream.inject(
+        A, Fault(kind=FaultKind.CONTENT_POLICY, message=message.format(marker=marker), times=1)
+    )
+    resp, key = await _call(http, auth, "fr-solo")
+    assert resp.status_code == 400, resp.text
+    assert marker in resp.text  # the caller's own words, told to the caller alone
+    row = await _receipt(sessions, tenant, key)
+    history = await _history(temporal_client, tenant, row.invocation_id)
+    assert "content_policy" in history
+    assert marker not in history
