@@ -164,6 +164,13 @@ class EvaluationActivities:
         except ProviderError as exc:
             _raise_unless_unanswered(exc)
             return suite.unanswered(case)
+        except ApplicationError:
+            raise
+        except Exception as exc:
+            # Retried as any failure is, but named by its type alone: an exception's message
+            # may quote the answer, and it would go into the history, the spans and, once the
+            # evaluation fails, its stored reason on the console.
+            raise ApplicationError(f"the case could not be run ({type(exc).__name__})") from None
 
     @activity.defn(name="evaluation_rerank")
     async def rerank(self, data: RerankInput) -> list[RerankCaseResult]:

@@ -323,7 +323,11 @@ class AnthropicAdapter(ProviderAdapter):
             message = await raw.parse()
         except _FAILURES as exc:
             raise map_error(exc, self.provider) from None
-        return collect_events(_events(message, raw.headers.get("request-id")))
+        request_id = raw.headers.get("request-id")
+        try:
+            return collect_events(_events(message, request_id))
+        except UNREADABLE as exc:  # as the OpenAI adapter's: never a message quoting the answer
+            raise malformed_answer(self.provider, "messages", exc, request_id) from None
 
     async def count_tokens(self, request: ChatRequest, *, limits: CallLimits | None = None) -> int:
         # What shapes the prompt; no breakpoints of our own, which do not change the count.

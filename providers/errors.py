@@ -56,7 +56,13 @@ _TRANSIENT = frozenset(
 )
 
 _REASON_LIMIT = 300
-_CREDENTIALS = re.compile(r"(sk-[A-Za-z0-9_*.-]{4,}|(?i:bearer)\s+\S+|key[-_][A-Za-z0-9]{8,})")
+# Keys as providers echo them back in a 401's words: OpenAI's and Anthropic's `sk-`, Groq's
+# `gsk_`, Google's `AIza`, xAI's `xai-`, a bearer token, and `api_key=`/`token=` pairs.
+_CREDENTIALS = re.compile(
+    r"((?<![A-Za-z0-9])(?:sk-|gsk_|xai-|AIza)[A-Za-z0-9_*.-]{4,}"
+    r"|(?i:bearer)\s+\S+|key[-_][A-Za-z0-9]{8,}"
+    r"|(?<![A-Za-z0-9_])(?i:api[-_]?key|access[-_]?token|token|secret)\s*[=:]\s*['\"]?[^\s'\",;]{4,})"
+)
 # What a provider's message may quote of the request: a validation error's `input_value=…`
 # (pydantic's words, which OpenAI-compatible servers such as vLLM pass on, with up to 50
 # characters of the offending value: a message's text), and any longer quoted run (an

@@ -288,9 +288,15 @@ class OpenAIAdapter(ProviderAdapter):
             completion = raw.parse()
         except _FAILURES as exc:
             raise map_error(exc, self.provider) from None
-        return collect_events(
-            completion_events(completion, raw.headers.get("x-request-id"), self.provider)
-        )
+        request_id = raw.headers.get("x-request-id")
+        try:
+            return collect_events(completion_events(completion, request_id, self.provider))
+        except UNREADABLE as exc:
+            # The SDK does not validate what it parses: content as a list of parts, arguments
+            # as an object. The ValidationError quoted them, and evaluations and probes, which
+            # read answers whole here, took that message into their histories, spans and the
+            # evaluation's stored reason (the invoke path reads streams: resilience.py).
+            raise malformed_answer(self.provider, "chat", exc, request_id) from None
 
     async def embed(
         self,

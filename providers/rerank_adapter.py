@@ -67,7 +67,10 @@ def _items(body: Any, documents: int) -> list[RerankItem]:
     for row in rows:
         index, score = row["index"], float(row.get("relevance_score", row.get("score")))
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < documents:
-            raise MalformedAnswer(f"a result names document {index!r} of {documents}")
+            # Its number, never its value: a text `index` is the answer's words, and this
+            # reason reaches the receipt's story and the workflow's history.
+            named = index if isinstance(index, int) else f"of type {type(index).__name__}"
+            raise MalformedAnswer(f"a result names document {named} of {documents}")
         if not math.isfinite(score):
             raise MalformedAnswer("a score that is not a finite number")
         items.append(RerankItem(index=index, relevance_score=score))

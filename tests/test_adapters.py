@@ -20,7 +20,13 @@ from domain.enums import Modality
 from providers.anthropic_adapter import AnthropicAdapter
 from providers.anthropic_adapter import map_error as map_anthropic_error
 from providers.base import ProviderAdapter
-from providers.errors import ErrorKind, ProviderError, clean_reason, retry_after_seconds
+from providers.errors import (
+    ErrorKind,
+    MalformedAnswer,
+    ProviderError,
+    clean_reason,
+    retry_after_seconds,
+)
 from providers.openai_adapter import OpenAIAdapter, api_base_url
 from providers.openai_adapter import map_error as map_openai_error
 from providers.registry import build_adapter, resolve_adapter
@@ -606,6 +612,14 @@ def test_errors_pickle_and_scrub_credentials() -> None:
     clone = pickle.loads(pickle.dumps(error))
     assert (clone.kind, clone.retry_after, clone.reason) == (error.kind, 1.5, error.reason)
     assert clean_reason("Bearer abc.def") == "[redacted]"
+    # Other providers' keys, as their 401s echo them, and key=value pairs.
+    for key in ("gsk_abcdEFGH1234", "AIzaSyD-abc12345", "xai-abcd1234efgh", "api_key=abcd1234"):
+        assert (
+            clean_reason(f"Invalid credentials {key} given")
+            == "Invalid credentials [redacted] given"
+        )
+    # Words that only look like them stay.
+    assert clean_reason("max_token=4096 is too large") == "max_token=4096 is too large"
     assert retry_after_seconds({"retry-after-ms": "1500"}) == 1.5
     assert retry_after_seconds({"retry-after": "7"}) == 7.0
     assert retry_after_seconds({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0
@@ -634,3 +648,32 @@ def test_errors_inside_streams_are_classified_by_their_type() -> None:
         "x", request, body={"message": "too long", "code": "context_length_exceeded"}
     )
     assert map_openai_error(too_long, "openai").kind is ErrorKind.CONTEXT_LENGTH
+
+
+async def test_a_whole_answer_the_sdk_took_unvalidated_is_malformed_and_quotes_nothing(
+    upstream: UpstreamServer, connection: Connection
+) -> None:
+    """Chat Completions' content as a list of parts: the SDK parses it without validating, and
+    reading it raised pydantic's ValidationError, which quotes the answer. Evaluations and
+    probes read answers whole, and that message reached their histories, spans and the
+    evaluation's stored reason. It is the provider's malformed answer, in our own words."""
+    upstream.register(MODEL, lambda turn: Reply(text=SECRET_PROMPT))
+    upstream.inject(MODEL, Fault(kind=FaultKind.MALFORMED_ANSWER, endpoint="chat.completions"))
+    async with build_adapter("openai", MODEL, connection, timeouts=TIMEOUTS) as adapter:
+        with pytest.raises(ProviderError) as caught:
+            await adapter.complete(HELLO)
+    error = caught.value
+    assert error.kind is ErrorKind.SERVER and error.transient
+    assert "malformed" in str(error)
+    assert "PLUTO" not in str(error) and "PLUTO" not in repr(error.__dict__)
+    assert error.__cause__ is None and error.__suppress_context__
+
+
+def test_a_rerank_result_naming_a_document_by_text_is_told_by_its_type() -> None:
+    """The reason reaches the caller and, before this, the workflow's history: a text `index`
+    is the answer's words, so only its type is named."""
+    from providers.rerank_adapter import _items  # the answer's reading, alone
+
+    with pytest.raises(MalformedAnswer) as caught:
+        _items({"results": [{"index": "the launch code is PLUTO", "relevance_score": 1.0}]}, 3)
+    assert "PLUTO" not in str(caught.value) and "of type str" in str(caught.value)

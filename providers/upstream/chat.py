@@ -7,6 +7,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import cast
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -176,7 +177,14 @@ def _deliver(
     with_usage = FaultKind.NO_USAGE not in kinds
     slow = kinds.get(FaultKind.SLOW_FIRST_TOKEN)
     if not turn.stream:
-        response: Response = _json(codec.render(answer, turn, with_usage), headers)
+        body = codec.render(answer, turn, with_usage)
+        if FaultKind.MALFORMED_ANSWER in kinds and "choices" in body:
+            # Chat Completions' content as a list of parts, as Mistral's Magistral answers:
+            # the SDK takes it unvalidated, so only the adapter's reading can notice.
+            choices = cast("list[dict[str, dict[str, object]]]", body["choices"])
+            message = choices[0]["message"]
+            message["content"] = [{"type": "text", "text": message["content"] or ""}]
+        response: Response = _json(body, headers)
         if slow is not None:
             response = DelayedResponse(response, slow.delay, state.shutdown, state.released)
         return response

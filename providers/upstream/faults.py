@@ -52,7 +52,7 @@ class FaultKind(StrEnum):
     # them (stream and whole); Anthropic's always carry one
     NO_TOOL_CALL_IDS = "no_tool_call_ids"
     # embeddings, rerank and count_tokens: a 200 whose body the protocol does not allow, as
-    # `flaw` says
+    # `flaw` says; a whole Chat Completions answer: its content as a list of parts
     MALFORMED_ANSWER = "malformed_answer"
 
     @property
