@@ -92,6 +92,25 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=False, default=str)
 
 
+class PlainFormatter(logging.Formatter):
+    """`MODEL_ROUTER_LOG_JSON=false`'s lines, with the JSON lines' rule for exceptions: the
+    type only. The standard formatter wrote the traceback and its message (Temporal logs a
+    failed activity with its exception, uvicorn an unhandled one), which may quote content."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    def formatException(self, ei: Any) -> str:
+        return f"exception: {ei[0].__name__}" if ei and ei[0] is not None else ""
+
+    def formatStack(self, stack_info: str) -> str:
+        return ""
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.exc_text = None  # another handler's formatter may have cached the traceback
+        return super().format(record)
+
+
 _OWN_HANDLERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
 _CHATTY = ("httpx", "httpx2")
 
@@ -107,7 +126,7 @@ def configure_logging(level: str = "INFO", *, json_lines: bool = True) -> None:
     if json_lines:
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        handler.setFormatter(PlainFormatter())
     root.addHandler(handler)
     root.setLevel(level)
     # uvicorn installs its own plain-text handlers on its loggers before it loads the app;

@@ -11,6 +11,7 @@ import sys
 from dataclasses import dataclass
 
 import httpx
+import pytest
 
 from core.logging import configure_logging
 from core.settings import Settings
@@ -121,3 +122,27 @@ def test_cores_long_task_warning_is_dropped_for_invocations_only() -> None:
         root.setLevel(saved)
     # And the logger Core's lines are forwarded to carries the filter.
     assert any(isinstance(f, ExpectedCoreWarnings) for f in core_logs().filters)
+
+
+def test_plain_lines_name_an_exception_by_its_type_alone(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`MODEL_ROUTER_LOG_JSON=false` is allowed in production: its lines keep the JSON lines'
+    rule, an exception's type and never its message or traceback, which may quote content."""
+    root = logging.getLogger()
+    saved = root.level, list(root.handlers)
+    try:
+        configure_logging("INFO", json_lines=False)
+        try:
+            raise ValueError("input_value='the launch code is 0000-PLUTO'")
+        except ValueError:
+            logging.getLogger("temporalio.activity").warning(
+                "Completing activity as failed", exc_info=True
+            )
+        logging.getLogger("probe").warning("stack", stack_info=True)
+    finally:
+        root.handlers[:] = saved[1]
+        root.setLevel(saved[0])
+    written = capsys.readouterr().err
+    assert "Completing activity as failed" in written and "exception: ValueError" in written
+    assert "PLUTO" not in written and "Traceback" not in written and "Stack (most" not in written
