@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 import uuid
 from pathlib import Path
@@ -18,6 +19,7 @@ from rich.table import Table
 
 from cli.http import connect, err
 from domain.deployments import UNADDRESSABLE, addressable
+from domain.profile_releases import _NAME as _PROFILE_ID
 
 out = Console()
 deployments = typer.Typer(help="Deployments and their ModelOps lifecycle.", no_args_is_help=True)
@@ -51,6 +53,18 @@ def _deployment(deployment_id: str, action: str = "") -> str:
         err.print(f"[red]{escape(deployment_id)}: {UNADDRESSABLE}[/red]")
         raise typer.Exit(2)
     return f"/factory/model-deployments/{deployment_id}{action}"
+
+
+def profile_path(profile_id: str, action: str = "") -> str:
+    """The profile's URL path, refused (exit 2) for anything but a profile id: the id goes into
+    the path as it is, and `../model-deployments/prod/retire?` was sent as
+    POST /factory/model-deployments/prod/retire."""
+    if not re.fullmatch(_PROFILE_ID, profile_id):
+        err.print(
+            f"[red]PROFILE_ID {escape(profile_id)}: not a profile id ({escape(_PROFILE_ID)})[/red]"
+        )
+        raise typer.Exit(2)
+    return f"/factory/model-profiles/{profile_id}{action}"
 
 
 def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
@@ -244,8 +258,9 @@ def profiles_list() -> None:
 @profiles.command("show")
 def profiles_show(profile_id: str, version: Annotated[str | None, typer.Option()] = None) -> None:
     """A profile with its requirements and its deployments' evidence."""
+    path = profile_path(profile_id)  # refused before any request, the token's included
     params = {"version": version} if version else None
-    p = connect().call("GET", f"/factory/model-profiles/{profile_id}", params=params)
+    p = connect().call("GET", path, params=params)
     # The server's words, never read as rich markup: a price basis `per [/1k] tokens` raised
     # MarkupError (a traceback), and `per [token]` lost its word.
     head = escape(

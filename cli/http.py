@@ -43,7 +43,7 @@ class Api:
         try:
             resp = self._http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
-            err.print(f"[red]The API did not answer {method} {path}: {type(exc).__name__}[/red]")
+            err.print(f"[red]The API did not answer {method} {path}: {_failure(exc)}[/red]")
             raise typer.Exit(2) from None
         _raise_for_problem(resp)
         return resp
@@ -60,8 +60,15 @@ def connect() -> Api:
     try:
         return Api(s.api_url, s.client_id, s.client_secret.get_secret_value())
     except httpx.TransportError as exc:
-        err.print(f"[red]Cannot reach the API at {s.api_url}: {type(exc).__name__}[/red]")
+        err.print(f"[red]Cannot reach the API at {escape(s.api_url)}: {_failure(exc)}[/red]")
         raise typer.Exit(2) from None
+
+
+def _failure(exc: Exception) -> str:
+    """The transport failure's class and its reason, never read as markup: the class alone
+    (`ConnectError`) left a refused port, an unknown host and a TLS failure looking alike."""
+    said = str(exc)
+    return escape(f"{type(exc).__name__}: {said}" if said else type(exc).__name__)
 
 
 def _raise_for_problem(resp: httpx.Response) -> None:

@@ -5,15 +5,43 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
+from typer.core import TyperGroup
 
 from cli import catalog, receipts, route, schedules
 from core.settings import Settings, get_settings
 from domain.enums import Role, Scope
 
-app = typer.Typer(help="model-router: a model-access gateway on Temporal.", no_args_is_help=True)
+
+class _Commands(TyperGroup):
+    """Every command, with settings that do not validate reported as which and why (exit 2).
+    Settings are built inside the commands, when first needed; pydantic's traceback printed
+    every value read, a client secret among them."""
+
+    # ctx is typer's click Context (typer vendors click): Any, as no public name covers it.
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ValidationError as exc:
+            if exc.title != Settings.__name__:
+                raise
+            typer.echo("invalid settings:", err=True)
+            for error in exc.errors(include_url=False, include_context=False, include_input=False):
+                # A check across settings (RS256 needs a JWKS URL) has no single name: its
+                # message names them.
+                name = f"MODEL_ROUTER_{str(error['loc'][0]).upper()}: " if error["loc"] else ""
+                typer.echo(f"  {name}{error['msg']}", err=True)
+            raise typer.Exit(2) from None
+
+
+app = typer.Typer(
+    cls=_Commands,
+    help="model-router: a model-access gateway on Temporal.",
+    no_args_is_help=True,
+)
 db_app = typer.Typer(help="Database migrations.", no_args_is_help=True)
 clients_app = typer.Typer(help="OAuth clients.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
@@ -79,15 +107,33 @@ def worker() -> None:
 @db_app.command("upgrade")
 def db_upgrade(revision: str = "head") -> None:
     """Apply migrations up to REVISION (default head)."""
-    from store.migrate import upgrade
+    from store.migrate import code_head, upgrade
 
-    upgrade(get_settings().database_url, revision)
+    ahead = upgrade(get_settings().database_url, revision)
+    if ahead is not None:
+        # Exit 0: the migrate step after a rollback of the code must succeed, or what waits on
+        # it (compose's api and worker) never starts.
+        typer.echo(f"database at {ahead}, newer than this code's head {code_head()}; nothing to do")
+        return
     typer.echo(f"database at {revision}")
 
 
 @db_app.command("downgrade")
-def db_downgrade(revision: str) -> None:
-    """Revert migrations down to REVISION (e.g. base)."""
+def db_downgrade(
+    revision: str,
+    yes: Annotated[
+        bool, typer.Option("--yes", help="Confirm: reverting drops tables and their data")
+    ] = False,
+) -> None:
+    """Revert migrations down to REVISION (e.g. base); needs --yes."""
+    if not yes:
+        # Reverting drops tables with their rows: one mistyped command lost the data.
+        typer.echo(
+            f"db downgrade {revision} would revert every migration after {revision}, dropping "
+            "the tables and columns they added with their data: add --yes to do it",
+            err=True,
+        )
+        raise typer.Exit(2)
     from store.migrate import downgrade
 
     downgrade(get_settings().database_url, revision)

@@ -3,6 +3,7 @@ deployment answered, the outcome, the usage and how certain it is, the cost. No 
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated, Any
 
 import typer
@@ -10,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from cli.http import connect
+from cli.http import connect, err
 
 out = Console()
 receipts = typer.Typer(help="Invocation receipts.", no_args_is_help=True)
@@ -54,9 +55,16 @@ def receipts_list(
     run: Annotated[str, typer.Option("--run", help="The run id (a UUID)", show_default=False)],
 ) -> None:
     """The receipts of one run, oldest first (every page of them)."""
+    try:
+        # Checked before it goes into the URL's path, and sent in its plain form: a run of
+        # `../model-deployments/prod?` was sent as GET /factory/model-deployments/prod.
+        run_id = uuid.UUID(run)
+    except ValueError:
+        err.print(f"[red]--run {escape(run)}: not a run id (a UUID)[/red]")
+        raise typer.Exit(2) from None
     api = connect()
     items: list[dict[str, Any]] = []
-    url: str | None = f"/factory/runs/{run}/model-receipts"
+    url: str | None = f"/factory/runs/{run_id}/model-receipts"
     while url is not None:
         resp = api.request("GET", url)
         items += resp.json()

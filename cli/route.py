@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from cli.catalog import profile_path
 from cli.http import connect, err
 from domain.policy import DataClassification
 
@@ -31,6 +32,7 @@ def preview(
     ] = None,
 ) -> None:
     """Kept and excluded candidates with their reasons, without persisting anything."""
+    path = profile_path(profile_id, "/route-plan/preview")
     api = connect()
     if tenant is not None and tenant != api.tenant_id:
         err.print(f"[red]This client acts for tenant {api.tenant_id}, not {tenant}.[/red]")
@@ -42,7 +44,7 @@ def preview(
         "contextTokens": context_tokens,
         "budgetApplies": budget,
     }
-    plan = api.call("POST", f"/factory/model-profiles/{profile_id}/route-plan/preview", json=body)
+    plan = api.call("POST", path, json=body)
     out.print(
         escape(
             f"{plan['profileId']} v{plan['profileVersion']}  policy {plan['policyRevision']}"

@@ -16,6 +16,8 @@ class Settings(BaseSettings):
         env_file=".env",
         env_file_encoding="utf-8",
         extra="ignore",
+        # A validation error's text holds no value read: it printed the client secret.
+        hide_input_in_errors=True,
     )
 
     environment: Literal["development", "test", "production"] = Field(

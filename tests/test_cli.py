@@ -237,7 +237,7 @@ async def test_the_cli_records_a_license_and_lists_a_runs_receipts(
     empty = await run(cli_env, "receipts", "list", "--run", str(uuid.uuid4()))
     assert empty.exit_code == 0 and "no receipts" in empty.stdout
     bad = await run(cli_env, "receipts", "list", "--run", "not-a-uuid")
-    assert bad.exit_code == 1 and "runId" in bad.stderr
+    assert bad.exit_code == 2 and "--run" in bad.stderr  # refused before any request
 
 
 async def test_the_servers_words_are_printed_as_they_are_never_as_markup(
