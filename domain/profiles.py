@@ -29,6 +29,15 @@ class ModelProfile(BaseModel):
     status: ProfileStatus = ProfileStatus.ACTIVE
 
 
+def version_order(version: str) -> tuple[tuple[int, int | str], ...]:
+    """How a profile's versions order, newest last, wherever the newest is chosen (the API's
+    lists, and routing's snapshot): dotted parts compare as numbers where they are numbers,
+    so 1.10 is newer than 1.9 (as text it was older, and routing pinned new runs on 1.9
+    while the API listed 1.10 as current)."""
+    parts = version.replace("-", ".").split(".")
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts)
+
+
 # The guarantees a fallback must keep: a fallback that drops tool calling or structured output
 # would break the caller in ways a retry cannot fix.
 GUARANTEE_CAPABILITIES: tuple[str, ...] = (

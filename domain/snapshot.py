@@ -21,7 +21,7 @@ from domain.cohort import Cohort, CompiledDeployment, lifecycle_exclusion
 from domain.enums import ProfileStatus
 from domain.policy import CompiledPolicy
 from domain.pricing import Pricebook
-from domain.profiles import ModelProfile
+from domain.profiles import ModelProfile, version_order
 from domain.scoring import NEUTRAL, UNKNOWN, history_term, latency_log
 
 Key = tuple[str, str]  # (tenant id, object id)
@@ -49,10 +49,6 @@ def _latest(a: CapabilityScore, b: CapabilityScore) -> CapabilityScore:
         return (s.evaluated_at, s.suite_version, s.passed, s.measured, s.verdict)
 
     return a if rank(a) >= rank(b) else b
-
-
-def _version_key(version: str) -> tuple[int, int, str]:
-    return (1, int(version), "") if version.isdigit() else (0, 0, version)
 
 
 class CatalogSnapshot:
@@ -187,7 +183,7 @@ class CatalogSnapshot:
                 if t == owner and pid == profile_id and p.status is ProfileStatus.ACTIVE
             ]
             if active:
-                return max(active, key=lambda p: _version_key(p.version))
+                return max(active, key=lambda p: version_order(p.version))
         return None
 
     def profile_visible(self, tenant_id: str, profile: ModelProfile) -> bool:

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col, select
 
 from domain.enums import DeploymentState, ProfileStatus
+from domain.profiles import version_order
 from store.outbox_horizon import settled_position
 from store.tables import (
     CapabilityScoreRow,
@@ -91,7 +92,7 @@ class ModelProfileRepository(TenantRepository):
         latest: dict[str, ModelProfileRow] = {}
         for row in await self.list_active():
             current = latest.get(row.profile_id)
-            if current is None or _version_key(row.version) > _version_key(current.version):
+            if current is None or version_order(row.version) > version_order(current.version):
                 latest[row.profile_id] = row
         return [latest[k] for k in sorted(latest)]
 
@@ -112,12 +113,6 @@ class ModelProfileRepository(TenantRepository):
             .order_by(col(ModelProfileRow.profile_id), col(ModelProfileRow.version))
         )
         return (await self.session.scalars(stmt)).all()
-
-
-def _version_key(version: str) -> tuple[tuple[int, object], ...]:
-    # "10" sorts after "9": numeric parts compare as numbers, the rest as text.
-    parts = version.replace("-", ".").split(".")
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts)
 
 
 class InvocationReceiptRepository(TenantRepository):

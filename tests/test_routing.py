@@ -274,3 +274,24 @@ async def test_concurrent_first_writes_of_a_tenants_policy_are_one_document_and_
     assert set(statuses) <= {200, 409}, [a.text for a in answers]
     written = (await http.get("/factory/tenant-policy", headers=auth)).json()
     assert written["revision"] == "first"
+
+
+async def test_the_newest_version_is_the_same_one_to_the_api_and_to_routing(
+    http: httpx.AsyncClient, auth: dict[str, str], temporal_client: Client, tenant: str
+) -> None:
+    """Versions 1.9 then 1.10: the API listed 1.10 as current (its parts compared as numbers)
+    while routing chose 1.9 (the versions compared as text), so every new run routed and
+    pinned on the release the operator had replaced."""
+    await _approved(http, auth, temporal_client, tenant, "azure/we/old")
+    await _approved(http, auth, temporal_client, tenant, "azure/we/new")
+    for version, deployment in (("1.9", "azure/we/old"), ("1.10", "azure/we/new")):
+        event = profile_event("versioned", [deployment], {"tool-calling": 0.8}, version=version)
+        assert (await publish(http, auth, event)).status_code == 200
+    listed = await http.get("/factory/model-profiles/versioned", headers=auth)
+    assert listed.status_code == 200 and listed.json()["version"] == "1.10", listed.text
+    preview = await http.post(
+        "/factory/model-profiles/versioned/route-plan/preview", json={}, headers=auth
+    )
+    assert preview.status_code == 200, preview.text
+    assert preview.json()["profileVersion"] == "1.10"
+    assert [c["deploymentId"] for c in preview.json()["candidates"]] == ["azure/we/new"]
