@@ -52,6 +52,10 @@ async def admit(
     if fitting:
         # Only these may answer. The first target alone was priced: a fallback (or a retry's
         # move to the next candidate) twenty times dearer answered within "the budget".
+        if fitting[0] != data.targets[0] and data.primary_passed_over is None:
+            # The plan's first is not called: the receipt's fallback and its ModelFallbackUsed
+            # say why (they said nothing, the metric's reason "unknown").
+            data.primary_passed_over = refused[0] if refused else "over-budget"
         data.targets = fitting
         return
     reason, detail = refused or ("no-price", f"no target in revision {data.pricing_revision}")

@@ -263,6 +263,45 @@ async def test_a_budget_covers_every_deployment_that_may_answer_not_only_the_fir
     assert answered.status_code == 200, answered.text
 
 
+async def test_a_first_candidate_the_budget_passes_over_is_a_fallback_that_says_why(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+) -> None:
+    """The plan's first deployment is past the budget, so the next answers: the receipt's
+    fallback named no reason (ModelFallbackUsed's required `reason` null, the metric's
+    "unknown")."""
+    entries = [
+        {"provider": "openai", "model": model, "inputUsdPerMtok": usd, "outputUsdPerMtok": usd,
+         "effectiveFrom": "2026-01-01"}
+        for model, usd in (("bpo-cheap", "1000"), ("bpo-dear", "100000"))
+    ]  # fmt: skip
+    prices = {"revision": "bpo-1", "entries": entries}
+    assert (await http.post("/factory/pricebook-revisions", json=prices, headers=auth)).is_success
+    for dep, model in (("bpo/cheap", "bpo-cheap"), ("bpo/dear", "bpo-dear")):
+        await register(http, auth, dep, model=model, endpointRef=upstream.endpoint_ref)
+        await record_evidence(temporal_client, tenant, dep, {"tool-calling": 0.9})
+        approved = await http.post(f"/factory/model-deployments/{dep}/approve", headers=auth)
+        assert approved.status_code == 200, approved.text
+    cheap = profile_event("bpo-cheap", ["bpo/cheap"], {}, priceBasis="bpo-1")
+    assert (await publish(http, auth, cheap)).status_code == 200
+    event = profile_event(
+        "bpo", ["bpo/dear"], {}, fallbackEnabled=True, fallbackChain=["bpo-cheap"],
+        priceBasis="bpo-1",
+    )  # fmt: skip
+    assert (await publish(http, auth, event)).status_code == 200
+    # Worst cases: about 4 USD on the dear one, 0.04 USD on the cheap one.
+    call = {"profileId": "bpo", "budgetUsd": "1", "request": {**_chat(), "max_tokens": 10}}
+    answered = await http.post("/gateway/invoke", headers=auth, json=call)
+    assert answered.status_code == 200, answered.text
+    receipt = answered.json()["receipt"]
+    assert receipt["deploymentId"] == "bpo/cheap" and receipt["fallbackUsed"] is True
+    assert receipt["fallbackFrom"] == "bpo/dear" and receipt["fallbackReason"] == "over-budget"
+    assert upstream.requests("bpo-dear") == 0
+
+
 async def test_budget_denies_before_the_provider_and_leaves_a_receipt(
     http: httpx.AsyncClient,
     auth: dict[str, str],
