@@ -97,6 +97,10 @@ async def receipts(
     """The newest `limit` receipts matching (older than `before`), newest first, and one more
     when there are more: the page's caller tells an older page by it."""
     stmt = select(InvocationReceiptRow).where(col(InvocationReceiptRow.tenant_id) == tenant_id)
+    if where.outcome is not None or where.usage_status is not None:
+        # An open receipt's outcome and usage are its claim's placeholders (Failed, Unknown):
+        # a filter on either is on closed receipts (a call in flight listed as Failed).
+        stmt = stmt.where(col(InvocationReceiptRow.ended_at).is_not(None))
     if where.outcome is not None:
         stmt = stmt.where(col(InvocationReceiptRow.outcome) == where.outcome)
     if where.usage_status is not None:

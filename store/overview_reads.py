@@ -23,7 +23,7 @@ from store.reconciliation import sent_nothing
 from store.tables import InvocationReceiptRow, UtcDateTime
 
 R = InvocationReceiptRow
-_KEYS = ("bucket", "day", "outcome", "usage_status", "profile_id", "deployment_id")
+_KEYS = ("bucket", "day", "outcome", "usage_status", "profile_id", "deployment_id", "in_flight")
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,9 @@ class Cell:
     usage_status: str
     profile_id: str
     deployment_id: str
+    # Still open: its outcome and usage are the claim's placeholders (Failed, Unknown) until
+    # it closes, so it is counted apart, never as a failure nor as awaiting a statement.
+    in_flight: bool
     sent_nothing: bool  # domain.statements.sent_nothing: it awaits no statement
     count: int
     cost: Decimal | None
@@ -88,6 +91,7 @@ async def _cells(
             col(R.usage_status).label("usage_status"),
             col(R.profile_id).label("profile_id"),
             col(R.deployment_id).label("deployment_id"),
+            sa.case((col(R.ended_at).is_(None), 1), else_=0).label("in_flight"),
             sa.case((sent_nothing(), 1), else_=0).label("sent_nothing"),
             col(R.estimated_cost_usd).label("cost"),
         )
@@ -109,6 +113,7 @@ async def _cells(
             usage_status=str(getattr(row.usage_status, "value", row.usage_status)),
             profile_id=row.profile_id,
             deployment_id=row.deployment_id,
+            in_flight=bool(row.in_flight),
             sent_nothing=bool(row.sent_nothing),
             count=int(row.n),
             cost=None if row.cost is None else Decimal(str(row.cost)),

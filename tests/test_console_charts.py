@@ -23,6 +23,7 @@ def _cell(minutes_ago: float, count: int = 1, **over: object) -> Cell:
         "usage_status": "Reported",
         "profile_id": "code-agent",
         "deployment_id": "local/sim-chat",
+        "in_flight": False,
         "sent_nothing": False,
         "count": count,
         "cost": Decimal("0.001") * count,

@@ -7,16 +7,20 @@ in pages."""
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from decimal import Decimal
 
 import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
+from domain.enums import InvocationOutcome, UsageStatus
 from tests.helpers.browser import ConsoleSession
 from tests.helpers.catalog import profile_event, publish, record_evidence, register
-from tests.helpers.receipts import run_of
+from tests.helpers.receipts import add_receipt, run_of
 
 
 @pytest.fixture
@@ -134,3 +138,38 @@ async def test_receipts_come_in_pages_and_a_bad_run_id_keeps_the_filters(
     bad = _page(await console.get("/console/receipts", run_id="not-a-run", outcome="Failed"), 400)
     assert 'id="f-run-error"' in bad and 'value="not-a-run"' in bad
     assert '<option value="Failed" selected>' in bad
+
+
+async def test_a_call_in_flight_is_in_flight_and_costs_read_as_dollars(
+    console: ConsoleSession, sessions: async_sessionmaker[AsyncSession], tenant: str
+) -> None:
+    """An open receipt holds its claim's placeholders, Failed and usage Unknown: the console
+    showed a call still answering as a failure, and listed it under Failed. A cost is fixed
+    point: a Decimal's own text was `0E-8` and `1.2E-7`."""
+    run = uuid.uuid4()
+    now = datetime.now(UTC)
+    ids = {}
+    for name, outcome, cost, open_ in (
+        ("open", InvocationOutcome.FAILED, None, True),
+        ("failed", InvocationOutcome.FAILED, Decimal("0"), False),
+        ("tiny", InvocationOutcome.COMPLETED, Decimal("0.00000012"), False),
+    ):
+        ids[name] = await add_receipt(
+            sessions, tenant=tenant, deployment_id="edge/in-flight", started_at=now,
+            usage_status=UsageStatus.UNKNOWN if open_ else UsageStatus.REPORTED,
+            outcome=outcome, estimated_cost_usd=cost, open_=open_, run_id=run,
+        )  # fmt: skip
+    listed = _page(await console.get("/console/receipts", run_id=str(run)), 200)
+    rows = {
+        name: re.search(rf'data-receipt="{ids[name]}">(.*?)</tr>', listed, re.S).group(1)  # type: ignore[union-attr]
+        for name in ids
+    }
+    assert "In flight" in rows["open"] and "outcome-failed" not in rows["open"]
+    assert "outcome-failed" in rows["failed"] and "<td>0.00</td>" in rows["failed"]
+    assert "<td>0.00000012</td>" in rows["tiny"] and "E-" not in listed
+    failed = _page(await console.get("/console/receipts", run_id=str(run), outcome="Failed"), 200)
+    assert _ids(failed) == [str(ids["failed"])]
+    one = _page(await console.get(f"/console/receipts/{ids['open']}"), 200)
+    assert "In flight" in one and "outcome-failed" not in one
+    tiny = _page(await console.get(f"/console/receipts/{ids['tiny']}"), 200)
+    assert "0.00000012" in tiny and "E-" not in tiny

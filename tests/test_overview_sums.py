@@ -61,15 +61,19 @@ async def test_receipts_are_summed_per_bucket_day_and_deployment(
     assert sum(c.count for c in figures.cells) == 6
     rate = overview_data.rate_by_outcome(figures.cells, now, "24h")
     by_name = {s.name: s.values for s in rate.series}
-    # 23:50-00:10 is the last bucket (23:40-00:10): two Completed closed, one open, one Failed.
-    assert by_name["Completed"][-1] == 3 / 30 and by_name["Failed"][-1] == 1 / 30
+    # 23:50-00:10 is the last bucket (23:40-00:10): two Completed closed, one Failed, and one
+    # open, in flight: an open receipt's outcome is its claim's placeholder (it was counted
+    # as what the placeholder said, Failed on a real claim).
+    assert by_name["Completed"][-1] == 2 / 30 and by_name["Failed"][-1] == 1 / 30
+    assert by_name["In flight"][-1] == 1 / 30 and sum(by_name["In flight"]) == 1 / 30
     assert by_name["Denied"][-2] == 1 / 30 and by_name["Completed"][2] == 1 / 30
     spend = overview_data.spend_per_profile_per_day(figures.cells, now, "24h")
     assert spend.days == ["2026-12-01", "2026-12-02"]
     assert {s.name: s.values for s in spend.series} == {"code-agent": [1.25, 0.5]}
     awaiting = overview_data.awaiting_per_day(figures.cells, now, "24h")
+    # The open receipt awaits its close, not a statement.
     assert {s.name: s.values for s in awaiting.series} == {
-        "Unknown": [1.0, 1.0],
+        "Unknown": [1.0, 0.0],
         "Estimated": [1.0, 0.0],
     }
     (row,) = overview_data.latency_per_deployment(figures.cells, figures.percentiles)

@@ -20,6 +20,7 @@ WINDOWS = {
     "7d": (timedelta(days=7), timedelta(hours=2)),
 }
 AWAITING = (UsageStatus.UNKNOWN.value, UsageStatus.ESTIMATED.value)
+IN_FLIGHT = "In flight"  # open receipts: their outcome is not yet known
 
 
 @dataclass(frozen=True)
@@ -34,10 +35,12 @@ def rate_by_outcome(cells: Sequence[Cell], now: datetime, window: str) -> Rate:
     span, width = WINDOWS[window]
     start = now - span
     n = int(span / width)
-    counts: dict[str, list[float]] = {o.value: [0.0] * n for o in InvocationOutcome}
+    names = [*(o.value for o in InvocationOutcome), IN_FLIGHT]
+    counts: dict[str, list[float]] = {name: [0.0] * n for name in names}
     for c in cells:
-        if 0 <= c.bucket < n and c.outcome in counts:
-            counts[c.outcome][c.bucket] += c.count
+        name = IN_FLIGHT if c.in_flight else c.outcome
+        if 0 <= c.bucket < n and name in counts:
+            counts[name][c.bucket] += c.count
     minutes = width.total_seconds() / 60
     fmt = "%H:%M" if window == "24h" else "%a %H:%M"
     labels = [(start + width * i).strftime(fmt) for i in range(n)]
@@ -106,6 +109,6 @@ def awaiting_per_day(cells: Sequence[Cell], now: datetime, window: str) -> PerDa
     counts = {s: [0.0] * len(days) for s in AWAITING}
     for c in cells:
         day = c.day.isoformat()
-        if c.usage_status in counts and day in index and not c.sent_nothing:
+        if c.usage_status in counts and day in index and not c.sent_nothing and not c.in_flight:
             counts[c.usage_status][index[day]] += c.count
     return PerDay(days, [Series(s, counts[s]) for s in AWAITING])

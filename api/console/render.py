@@ -4,6 +4,7 @@ elsewhere."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,20 @@ from api.console.session import CSRF_FIELD, Operator
 
 HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=HERE / "templates")
+
+
+def usd(value: object) -> str:
+    """A cost in fixed-point dollars to the receipt's eight places, trailing zeros trimmed to
+    two: a Decimal's own text was `0E-8` and `1.2E-7`, and the Overview's '%.6f' showed a day
+    of small calls as 0.000000. None is a dash."""
+    if value is None:
+        return "—"
+    amount = Decimal(str(value)).quantize(Decimal("0.00000001"))
+    whole, _, places = f"{amount:f}".partition(".")
+    return f"{whole}.{places.rstrip('0').ljust(2, '0')}"
+
+
+templates.env.filters["usd"] = usd
 
 # No inline script or style anywhere: the pages load only their own static files.
 SECURITY_HEADERS = {
