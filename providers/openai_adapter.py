@@ -184,7 +184,14 @@ class OpenAIAdapter(ProviderAdapter):
         usage: UsageEvent | None = None
         finish: str | None = None
         indices: dict[str, int] = {}
-        named: set[int] = set()  # the calls whose first fragment was read
+        # Each call's id and name are said once, on its first fragment that has them, and
+        # calls are numbered from 0 in the order they begin. Some OpenAI-compatible servers
+        # repeat id and name on every fragment, or number calls from 1: passed on, the openai
+        # SDK's stream helper joined the repeats ("get_weatherget_weather") and raised
+        # IndexError on a first call numbered 1.
+        named: set[int] = set()  # the calls whose id was said
+        titled: set[int] = set()  # the calls whose name was said
+        order: dict[int, int] = {}  # the server's call index → ours
         refused = False
         saw_tools = False
         # Once the finish reason is in, only the usage chunk is still due: a server that never
@@ -242,14 +249,22 @@ class OpenAIAdapter(ProviderAdapter):
                                 index = indices.setdefault(call_id, len(indices))
                             else:
                                 index = max(indices.values(), default=0)
+                        index = order.setdefault(index, len(order))
                         if index not in named:  # a call's first fragment carries its id
                             named.add(index)
                             call_id = call_id or minted_call_id()
+                        else:
+                            call_id = None
                         fn = call.get("function") or {}
+                        name = fn.get("name") or None
+                        if name is not None and index in titled:
+                            name = None
+                        elif name is not None:
+                            titled.add(index)
                         yield ToolCallDelta(
                             index=index,
                             id=call_id,
-                            name=fn.get("name"),
+                            name=name,
                             arguments_delta=fn.get("arguments") or "",
                         )
                     finish = choice.get("finish_reason") or finish

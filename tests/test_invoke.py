@@ -433,12 +433,15 @@ async def test_the_stream_ends_as_openai_s_does_with_the_receipt_on_its_last_chu
             assert last.choices[0].finish_reason == "stop"
 
 
-async def test_interleaved_parallel_tool_calls_reach_the_stream_helper_whole(
-    sdk: AsyncOpenAI, upstream: UpstreamServer
+@pytest.mark.parametrize("shape", ["interleaved_tool_calls", "repeated_tool_call_heads"])
+async def test_parallel_tool_calls_as_servers_stream_them_reach_the_stream_helper_whole(
+    sdk: AsyncOpenAI, upstream: UpstreamServer, shape: str
 ) -> None:
     """An OpenAI deployment may interleave parallel calls' fragments; the SDK helper takes a call
     as done when a chunk of another index arrives. Passed through, its `arguments.done` fired
-    with half the arguments, and a strict tool's parse raised."""
+    with half the arguments, and a strict tool's parse raised. Other servers repeat a call's
+    id and name on every fragment and number calls from 1: passed through, the helper joined
+    the repeats into one name ("aa") and raised IndexError on the call numbered 1."""
     from providers.upstream import Fault, FaultKind, Reply, ToolCallReply, default_responder
 
     arguments = {"a": {"path": "src/some/long/file.py"}, "b": {"pattern": "needle in a haystack"}}
@@ -448,7 +451,7 @@ async def test_interleaved_parallel_tool_calls_reach_the_stream_helper_whole(
             tool_calls=[ToolCallReply(name=n, arguments=a) for n, a in arguments.items()]
         ),
     )
-    upstream.inject("gpt-sim", Fault(kind=FaultKind.INTERLEAVED_TOOL_CALLS, times=1))
+    upstream.inject("gpt-sim", Fault(kind=FaultKind(shape), times=1))
     tools: Any = [
         {
             "type": "function",
@@ -483,6 +486,8 @@ async def test_interleaved_parallel_tool_calls_reach_the_stream_helper_whole(
     assert done == list(arguments.items())
     calls: Any = final.choices[0].message.tool_calls
     assert [c.function.parsed_arguments for c in calls] == list(arguments.values())
+    assert [c.function.name for c in calls] == list(arguments)
+    assert len({c.id for c in calls}) == 2 and all(c.id.startswith("call_") for c in calls)
     assert final.choices[0].finish_reason == "tool_calls"
 
 

@@ -197,6 +197,8 @@ def _deliver(
     content_start = plan.content_start
     # Anthropic names its events, OpenAI does not.
     named = bool(frames) and frames[0].startswith(b"event:")
+    if FaultKind.REPEATED_TOOL_CALL_HEADS in kinds and not named:
+        frames = _repeat_call_heads(frames)
     failed = kinds.get(FaultKind.STREAM_ERROR)
     if failed is not None:
         del frames[failed.after_chunks :]
@@ -249,6 +251,28 @@ _PIECE = 64 * 2**10
 def _json(body: dict[str, object], headers: dict[str, str]) -> Response:
     content = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
     return Response(content, 200, headers=headers, media_type="application/json")
+
+
+def _repeat_call_heads(frames: list[bytes]) -> list[bytes]:
+    """Chat Completions frames with each call's head (id, type, name) on every fragment of it
+    and its index one more."""
+    heads: dict[int, dict[str, object]] = {}
+    out = []
+    for frame in frames:
+        if not frame.startswith(b"data: {"):
+            out.append(frame)
+            continue
+        body = json.loads(frame[len(b"data: ") :])
+        for choice in body.get("choices") or ():
+            for call in (choice.get("delta") or {}).get("tool_calls") or ():
+                head = heads.setdefault(call["index"], {})
+                if "id" in call:
+                    head.update(id=call["id"], type="function", name=call["function"]["name"])
+                call.update({k: v for k, v in head.items() if k != "name"})
+                call["function"]["name"] = head.get("name", "")
+                call["index"] += 1
+        out.append(sse(body))
+    return out
 
 
 def sse(data: object, event: str | None = None) -> bytes:

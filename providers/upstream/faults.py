@@ -48,6 +48,9 @@ class FaultKind(StrEnum):
     # Chat Completions streams: parallel tool calls' fragments sent interleaved (each call's
     # head, then their arguments in turns), as an OpenAI deployment may; Anthropic never does
     INTERLEAVED_TOOL_CALLS = "interleaved_tool_calls"
+    # Chat Completions streams: every fragment of a call repeats its id, type and name, and
+    # calls are numbered from 1, as some OpenAI-compatible servers stream them
+    REPEATED_TOOL_CALL_HEADS = "repeated_tool_call_heads"
     # Chat Completions: tool calls without an `id`, as some OpenAI-compatible servers answer
     # them (stream and whole); Anthropic's always carry one
     NO_TOOL_CALL_IDS = "no_tool_call_ids"
