@@ -13,6 +13,7 @@ from typing import Any, Literal
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from domain.invocation import InvocationSummary
 from domain.text import StoredName
 from providers.types import (
     ChatRequest,
@@ -49,6 +50,9 @@ class MessageIn(_Loose):
     content: str | list[dict[str, Any]] | None = None
     tool_calls: list[ToolCallIn] | None = None
     tool_call_id: str | None = None
+    # An assistant's refusal, as the SDK sends back a message it was answered with (content
+    # null): its words, as a refusal part's are (it was dropped, the turn left empty).
+    refusal: str | None = None
 
 
 class FunctionDef(_Loose):
@@ -89,9 +93,10 @@ class ChatCompletionIn(_Loose):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0, le=2)
     stop: str | list[str] | None = None
-    stream: bool = False
+    # null asks for nothing, as on the other surfaces: frameworks pass unset options through.
+    stream: bool | None = False
     stream_options: StreamOptions | None = None
-    n: int = Field(default=1, ge=1, le=1, description="Only one choice is supported")
+    n: int | None = Field(default=1, ge=1, le=1, description="Only one choice is supported")
 
 
 class EmbeddingsIn(_Loose):
@@ -221,7 +226,7 @@ def to_chat_request(body: ChatCompletionIn) -> ChatRequest:
             messages.append(
                 Message(
                     role=role,
-                    content=_text(m.content, index),
+                    content=_text(m.content, index) or (m.refusal or None),
                     tool_calls=tuple(
                         ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments)
                         for c in m.tool_calls or []
@@ -307,14 +312,20 @@ def completion_body(
     return body
 
 
-def usage_body(input_tokens: int | None, output_tokens: int | None) -> dict[str, int] | None:
+def usage_body(summary: InvocationSummary) -> dict[str, Any] | None:
+    """The call's usage as OpenAI words it, the prompt's cached part included (what cost
+    trackers read: it was left out, every cache read counted as none)."""
+    input_tokens, output_tokens = summary.input_tokens, summary.output_tokens
     if input_tokens is None or output_tokens is None:
         return None
-    return {
+    usage: dict[str, Any] = {
         "prompt_tokens": input_tokens,
         "completion_tokens": output_tokens,
         "total_tokens": input_tokens + output_tokens,
     }
+    if summary.cached_input_tokens is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": summary.cached_input_tokens}
+    return usage
 
 
 def chunk(

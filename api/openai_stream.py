@@ -107,7 +107,7 @@ class ChatChunks:
         last = chunk(self._id, self._profile, {}, self._finish or unsaid, created=self._created)
         if self._include_usage:
             out += sse.line(last)
-            usage = usage_body(summary.input_tokens, summary.output_tokens)
+            usage = usage_body(summary)
             last = chunk(self._id, self._profile, usage=usage, created=self._created)
         last["model_router"] = receipt_view(summary)
         return out + sse.line(last) + b"data: [DONE]\n\n"

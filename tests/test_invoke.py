@@ -303,6 +303,44 @@ async def test_embeddings_and_models(sdk: AsyncOpenAI) -> None:
     assert floats.data[0].embedding == pytest.approx(result.data[0].embedding, rel=1e-6)
     models = {m.id async for m in sdk.models.list()}
     assert models == {"chat", "claude", "embedding"}
+    # One of them, as the list names it (it was a 404 for every profile).
+    assert (await sdk.models.retrieve("chat")).id == "chat"
+    with pytest.raises(openai.NotFoundError) as missing:
+        await sdk.models.retrieve("no-such-profile")
+    assert missing.value.code == "model_not_found"
+
+
+async def test_what_the_sdk_sends_back_or_leaves_null_is_taken(
+    sdk: AsyncOpenAI, upstream: UpstreamServer
+) -> None:
+    """A refusal the gateway answered with, appended to the history as the SDK returns it
+    (content null, `refusal` its words), is the assistant's turn: it was dropped, the turn
+    left empty. `n` and `stream` sent as null ask for nothing, as other fields' nulls do
+    (they were a 400). The usage names the prompt's cached part."""
+    from providers.upstream import ChatTurn, Reply, default_responder
+
+    said: dict[str, str] = {}  # what the provider was sent, by role
+
+    def respond(turn: ChatTurn) -> Reply:
+        said.update({m.role: m.text for m in turn.messages})
+        return Reply(text="k")
+
+    upstream.register("gpt-sim", respond)
+    refused: Any = {"role": "assistant", "content": None, "refusal": "I cannot help with that."}
+    try:
+        answer = await sdk.chat.completions.create(
+            model="chat",
+            messages=[{"role": "user", "content": "q"}, refused, {"role": "user", "content": "ok"}],
+            n=None,
+            stream=None,
+        )
+    finally:
+        upstream.register("gpt-sim", default_responder)
+    assert answer.choices[0].message.content == "k"
+    assert said["assistant"] == "I cannot help with that."
+    usage: Any = answer.usage
+    assert usage.prompt_tokens_details is not None
+    assert usage.prompt_tokens_details.cached_tokens >= 0
 
 
 async def test_embeddings_give_the_dimensions_asked_for(sdk: AsyncOpenAI) -> None:

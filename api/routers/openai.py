@@ -63,7 +63,7 @@ async def chat_completions(
         return ChatChunks(running.invocation_id, body.model, include_usage)
 
     async def whole(running: Running, done: Completion, summary: InvocationSummary) -> Response:
-        usage = usage_body(summary.input_tokens, summary.output_tokens)
+        usage = usage_body(summary)
         out = completion_body(running.invocation_id, body.model, done, usage)
         out["model_router"] = receipt_view(summary)
         return JSONResponse(out, headers=receipt_headers(summary))
@@ -121,13 +121,21 @@ async def embeddings(
     )
 
 
+def _model(profile_id: str) -> dict[str, Any]:
+    return {"id": profile_id, "object": "model", "created": 0, "owned_by": "model-router"}
+
+
 @router.get("/models", operation_id="ListModels")
 async def models(principal: Invoker, session: SessionDep) -> dict[str, Any]:
     rows = await ModelProfileRepository(session, principal.tenant_id).latest_active()
-    return {
-        "object": "list",
-        "data": [
-            {"id": r.profile_id, "object": "model", "created": 0, "owned_by": "model-router"}
-            for r in rows
-        ],
-    }
+    return {"object": "list", "data": [_model(r.profile_id) for r in rows]}
+
+
+@router.get("/models/{model}", operation_id="RetrieveModel")
+async def model(model: str, principal: Invoker, session: SessionDep) -> dict[str, Any]:
+    """One profile as `/models` lists it (`client.models.retrieve`, which some clients ask
+    before they use a model: it was a 404 for every profile)."""
+    rows = await ModelProfileRepository(session, principal.tenant_id).latest_active()
+    if not any(r.profile_id == model for r in rows):
+        raise Problem(404, f"No active profile {model!r}.", field="model")
+    return _model(model)
