@@ -5,7 +5,12 @@ trials, evaluations), so an entry written before the allow-list existed is refus
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
+
+from pydantic import SecretStr
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from core.settings import Settings
 from providers.secrets import (
@@ -13,11 +18,26 @@ from providers.secrets import (
     CompositeSecretBroker,
     SecretPolicy,
     default_broker,
+    secret_digest,
 )
+
+
+def _own_secrets(settings: Settings) -> frozenset[str]:
+    """Digests of every secret this process holds: its SecretStr settings and the database
+    URL's password."""
+    values = [
+        value.get_secret_value()
+        for name in type(settings).model_fields
+        if isinstance(value := getattr(settings, name), SecretStr)
+    ]
+    with contextlib.suppress(ArgumentError, ValueError):
+        values.append(make_url(settings.database_url).password or "")
+    return frozenset(secret_digest(v) for v in values if v.strip())
 
 
 def secret_policy(settings: Settings) -> SecretPolicy:
     return SecretPolicy(
+        reserved_digests=_own_secrets(settings),
         file_dirs=tuple(Path(d).resolve() for d in settings.secret_file_dirs),
         env_names=frozenset(settings.secret_env_names),
         env_prefixes=tuple(settings.secret_env_prefixes),

@@ -13,6 +13,7 @@ signing key to a provider as its credential (issue 19).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import re
@@ -71,6 +72,14 @@ class SecretPolicy:
     env_prefixes: tuple[str, ...] = ()
     # The gateway's settings variables (MODEL_ROUTER_<FIELD>): never a provider credential.
     reserved_env: frozenset[str] = field(default_factory=frozenset)
+    # The gateway's own secrets (its signing key, database password, …), as SHA-256 digests:
+    # whatever file or variable holds one is never a provider credential. Compose mounts the
+    # database password and the signing key under /run/secrets, the default file directory,
+    # so `file:/run/secrets/jwt_secret` sent the signing key to a provider as its API key.
+    reserved_digests: frozenset[str] = field(default_factory=frozenset)
+
+    def reserved(self, key: str) -> bool:
+        return bool(self.reserved_digests) and secret_digest(key) in self.reserved_digests
 
     def refusal(self, endpoint_ref: str) -> str | None:
         """Why this reference may not be used, or None; other schemes are not judged here."""
@@ -102,6 +111,19 @@ class SecretPolicy:
         return "the file is outside the allowed secret directories (secret_file_dirs)"
 
 
+def secret_digest(value: str) -> str:
+    return hashlib.sha256(value.strip().encode()).hexdigest()
+
+
+def _refuse_reserved(policy: SecretPolicy, connection: Connection, endpoint_ref: str) -> Connection:
+    if policy.reserved(connection.api_key.get_secret_value()):
+        raise SecretResolutionError(
+            f"endpointRef {endpoint_ref!r}: holds the gateway's own secret, never a provider "
+            "credential"
+        )
+    return connection
+
+
 class EnvSecretBroker:
     """`env:NAME`: the key is $NAME; the base URL is $NAME_BASE_URL when set."""
 
@@ -123,7 +145,9 @@ class EnvSecretBroker:
         if not key:
             raise SecretResolutionError(f"endpointRef {endpoint_ref!r}: ${name} is not set")
         base_url = self._environ.get(f"{name}_BASE_URL", "").strip() or None
-        return Connection(api_key=SecretStr(key), base_url=base_url)
+        return _refuse_reserved(
+            self._policy, Connection(api_key=SecretStr(key), base_url=base_url), endpoint_ref
+        )
 
 
 class FileSecretBroker:
@@ -133,17 +157,22 @@ class FileSecretBroker:
     point the broker at an arbitrary file on the host.
     """
 
-    def __init__(self, allowed_dirs: Iterable[Path | str] | None = None) -> None:
+    def __init__(
+        self, allowed_dirs: Iterable[Path | str] | None = None, policy: SecretPolicy | None = None
+    ) -> None:
         self._allowed = (
             None if allowed_dirs is None else tuple(Path(d).resolve() for d in allowed_dirs)
         )
+        self._policy = policy or SecretPolicy()
 
     async def resolve(self, endpoint_ref: str) -> Connection:
         path = Path(_expect(endpoint_ref, "file"))
         if not path.is_absolute():
             raise SecretResolutionError(f"endpointRef {endpoint_ref!r}: path must be absolute")
         text = await asyncio.to_thread(self._read, path, endpoint_ref)
-        return _parse_secret_file(text.strip(), endpoint_ref)
+        return _refuse_reserved(
+            self._policy, _parse_secret_file(text.strip(), endpoint_ref), endpoint_ref
+        )
 
     def _read(self, path: Path, endpoint_ref: str) -> str:
         resolved = path.resolve()
@@ -226,7 +255,7 @@ def default_broker(
     dirs = policy.file_dirs if policy is not None else file_dirs
     brokers: dict[str, SecretBroker] = {
         "env": EnvSecretBroker(environ, policy),
-        "file": FileSecretBroker(dirs),
+        "file": FileSecretBroker(dirs, policy),
     }
     if allow_upstream:
         brokers["upstream"] = UpstreamSecretBroker()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from activities.secret_policy import endpoint_broker, secret_policy
 from core.settings import Settings
@@ -91,3 +92,36 @@ async def test_the_broker_refuses_what_the_allow_list_refuses_even_for_old_entri
             await broker.resolve(ref)
         assert secret.get_secret_value() not in str(caught.value)
     assert secret_policy(configured).refusal(f"file:{allowed / 'openai'}") is None
+
+
+async def test_a_file_or_variable_holding_the_gateways_own_secret_is_no_provider_credential(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Compose mounts the database password and the signing key under /run/secrets, the
+    default file directory: `file:/run/secrets/jwt_secret` resolved, and the signing key went
+    to a provider as its API key. Whatever holds one of this process's own secrets is refused,
+    whatever its name; a provider's key beside them resolves."""
+    allowed = tmp_path / "secrets"
+    allowed.mkdir()
+    signing, password = "signing-key-0123456789abcdef", "db-password-0123456789"
+    (allowed / "jwt_secret").write_text(signing + "\n")
+    (allowed / "postgres_password").write_text(password)
+    (allowed / "openai").write_text("sk-provider-0123456789")
+    monkeypatch.setenv("MODEL_ROUTER_PROVIDER_COPY", signing)
+    configured = settings.model_copy(
+        update={
+            "secret_file_dirs": [allowed],
+            "auth_jwt_secret": SecretStr(signing),
+            "database_url": f"postgresql+asyncpg://router:{password}@db:5432/router",
+        }
+    )
+    broker = endpoint_broker(configured)
+    for ref in (
+        f"file:{allowed / 'jwt_secret'}",
+        f"file:{allowed / 'postgres_password'}",
+        "env:MODEL_ROUTER_PROVIDER_COPY",
+    ):
+        with pytest.raises(SecretResolutionError, match="gateway's own secret") as refused:
+            await broker.resolve(ref)
+        assert signing not in str(refused.value) and password not in str(refused.value)
+    assert (await broker.resolve(f"file:{allowed / 'openai'}")).api_key.get_secret_value()
