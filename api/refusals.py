@@ -14,6 +14,7 @@ from routing.refusals import (
     PolicyDenied,
     Refusal,
     RunPlannedForOtherData,
+    RunPlannedWithoutNeed,
     UnknownProfile,
     WrongModality,
 )
@@ -41,6 +42,16 @@ def problem_of(
             "on a run of its own.",
             type_="https://model-router.dev/problems/policy-denied",
             field="dataClassification",
+            reason=refused.reason,
+            errorClass="permanent",
+        )
+    if isinstance(refused, RunPlannedWithoutNeed):
+        return Problem(
+            422,
+            f"Run {refused.run_id} was planned without {refused.capability} (its first call "
+            f"did not ask for it), and none of its deployments was measured for it. Send this "
+            "call on a run of its own.",
+            field="tools" if refused.capability == "tool-calling" else "response_format",
             reason=refused.reason,
             errorClass="permanent",
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from domain.cohort import Cohort
+from domain.cohort import Cohort, capability_exclusion
 from domain.enums import Capability
 from domain.policy import CompiledPolicy, DataClassification, PolicyVerdict
 from domain.route_plan import PlanConstraints
@@ -117,3 +117,30 @@ def serves_data_of(
         return False
     verdict = policy.verdict(call, d.privacy_class, d.provider, d.region)
     return verdict is PolicyVerdict.ALLOW
+
+
+def unpromised_needs(
+    constraints: PlanConstraints, needs_tools: bool, needs_structured: bool
+) -> Thresholds:
+    """What a call on a run needs that the run's plan does not promise of its candidates (a
+    plan pinned by a first call without tools, say), at the threshold a call without a run
+    would be planned with (`implied_capabilities`)."""
+    out = []
+    if needs_tools and constraints.tools != "strict":
+        out.append((Capability.TOOL_CALLING.value, IMPLIED_THRESHOLD))
+    if needs_structured and not constraints.structured_output:
+        out.append((Capability.JSON_SCHEMA.value, IMPLIED_THRESHOLD))
+    return tuple(out)
+
+
+def meets_needs(
+    snapshot: CatalogSnapshot, tenant_id: str, deployment_id: str, needed: Thresholds
+) -> bool:
+    """Does a pinned candidate's evidence meet what the call needs beyond its plan? Without
+    this, a run's later call with tools went to a deployment never measured for tool calling,
+    which the same call without a run is never routed to."""
+    return all(
+        capability_exclusion(snapshot.capability(tenant_id, deployment_id, c), c, t, "request")
+        is None
+        for c, t in needed
+    )

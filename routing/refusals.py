@@ -33,6 +33,21 @@ class WrongModality(Refusal):
         self.needed = needed
 
 
+class RunPlannedWithoutNeed(Refusal):
+    """A run's pinned plan promised no `capability` (its first call did not ask for it), and
+    none of its candidates was measured for it: a run of its own is needed."""
+
+    def __init__(self, profile_id: str, run_id: object, capability: str) -> None:
+        super().__init__(f"run {run_id} of profile {profile_id} was planned without {capability}")
+        self.profile_id = profile_id
+        self.run_id = run_id
+        self.capability = capability
+
+    @property
+    def reason(self) -> str:
+        return "run-planned-without-need"
+
+
 class RunPlannedForOtherData(Refusal):
     """A run's pinned plan was made for less sensitive data than this call carries, and the
     tenant's policy lets none of its candidates see this call's: a run of its own is needed."""

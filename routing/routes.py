@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from domain import modality
-from domain.constraints import serves_data_of
+from domain.constraints import meets_needs, serves_data_of, unpromised_needs
 from domain.enums import LatencyClass
 from domain.invocation import Operation, Target
 from domain.planner import PlanRequest
@@ -24,6 +24,7 @@ from routing.refusals import (
     PolicyDenied,
     Refusal,
     RunPlannedForOtherData,
+    RunPlannedWithoutNeed,
     WrongModality,
     policy_denial,
     unhealthy_ids,
@@ -142,6 +143,7 @@ class Routes:
             return decided[0]
 
         row = None
+        needed: tuple[tuple[str, float], ...] = ()
         if run_id is not None:
             pinned = (tenant, run_id, profile_id)
             row = self._plans.get(pinned)
@@ -168,6 +170,14 @@ class Routes:
                 if candidates and not kept:
                     raise RunPlannedForOtherData(profile_id, run_id, planned.value, call.value)
                 candidates = kept
+            # A call needing tools or structured output the plan does not promise keeps only
+            # the candidates measured for it; none left is a refusal, as for data above.
+            needed = unpromised_needs(constraints, needs.needs_tools, needs.needs_structured_output)
+            if needed:
+                kept = [d for d in candidates if meets_needs(view.snapshot, tenant, d, needed)]
+                if candidates and not kept:
+                    raise RunPlannedWithoutNeed(profile_id, run_id, needed[0][0])
+                candidates = kept
         else:
             plan = decided[0] if decided else await decide_now()
             version, plan_id, candidates = plan.profile_version, None, plan.candidate_ids
@@ -177,7 +187,12 @@ class Routes:
         profile = view.profile_at(profile_id, version)
         _check_modality(profile, operation)
         targets = view.targets(candidates, profile.embedding_compatibility, profile.modality)
-        targets += chain_targets(view, profile, needs, constraints, set(candidates))
+        chained = chain_targets(view, profile, needs, constraints, set(candidates))
+        if row is not None and needed:
+            chained = [
+                t for t in chained if meets_needs(view.snapshot, tenant, t.deployment_id, needed)
+            ]
+        targets += chained
         if not targets and not candidates and not decided:
             # The plan stores no exclusions: a pinned empty plan (ResolveRoutePlan pinned them
             # before empty routes stopped being pinned) is explained by deciding again with its

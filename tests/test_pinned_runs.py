@@ -22,7 +22,13 @@ from store import route_plans
 from store.receipts import by_key
 from store.tables import InvocationReceiptRow, RoutePlanRow
 from tests.conftest import TokenFactory
-from tests.helpers.catalog import approved_deployment, profile_event, publish
+from tests.helpers.catalog import (
+    approved_deployment,
+    profile_event,
+    publish,
+    record_evidence,
+    register,
+)
 from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow
 
 INTERNAL_NOT_EXTERNAL = {
@@ -101,6 +107,19 @@ class Ctx:
             json={"model": profile_id, "messages": [{"role": "user", "content": "pinned?"}]},
         )
         return resp, key
+
+    async def tool_call(self, profile_id: str, run: uuid.UUID) -> httpx.Response:
+        """A call on the run that asks for tools."""
+        tool = {"type": "function", "function": {"name": "look", "parameters": {"type": "object"}}}
+        return await self.http.post(
+            "/v1/chat/completions",
+            headers={**self.auth, "X-Run-Id": str(run), "X-Data-Classification": "Internal"},
+            json={
+                "model": profile_id,
+                "messages": [{"role": "user", "content": "?"}],
+                "tools": [tool],
+            },
+        )
 
     async def receipt(self, key: str) -> InvocationReceiptRow | None:
         async with self.sessions() as s:
@@ -413,3 +432,41 @@ async def test_a_run_that_starts_while_its_deployments_are_down_is_served_once_t
     assert served.status_code == 200, served.text
     pinned = await ctx.plan(run, "healing")
     assert pinned is not None and list(pinned.candidates) == ["heal/a"]
+
+
+async def test_a_runs_call_with_tools_goes_only_to_a_deployment_measured_for_them(
+    ctx: Ctx,
+) -> None:
+    """The run's first call asked for no tools, so its plan promised none: both deployments,
+    one never measured for tool calling. A later call with tools went to that one, the plan's
+    first, where the same call without a run is never routed."""
+    await register(
+        ctx.http, ctx.auth, "pin/untooled", model=ctx.model("a"),
+        endpointRef=ctx.upstream.endpoint_ref,
+    )  # fmt: skip
+    await record_evidence(ctx.temporal, ctx.tenant, "pin/untooled", {"json-schema": 0.9})
+    approved = await ctx.http.post(
+        "/factory/model-deployments/pin/untooled/approve", headers=ctx.auth
+    )
+    assert approved.status_code == 200, approved.text
+    await ctx.deployment("pin/tooled", "b")
+    await ctx.profile("needs", ["pin/untooled", "pin/tooled"])
+    run = uuid.uuid4()
+    first, first_key = await ctx.chat("needs", run)
+    assert first.status_code == 200, first.text
+    pinned = await ctx.receipt(first_key)
+    assert pinned is not None and pinned.deployment_id == "pin/untooled"  # the plan's first
+    tooled = await ctx.tool_call("needs", run)
+    assert tooled.status_code == 200, tooled.text
+    assert tooled.headers["X-Model-Router-Deployment"] == "pin/tooled"
+    assert ctx.requests("a") == 1  # the unmeasured one took only the call without tools
+
+    # A run pinned on the unmeasured deployment alone has none to give it: a refusal that
+    # says why, not a call to it.
+    await ctx.profile("untooled-only", ["pin/untooled"])
+    alone = uuid.uuid4()
+    assert (await ctx.chat("untooled-only", alone))[0].status_code == 200
+    refused = await ctx.tool_call("untooled-only", alone)
+    assert refused.status_code == 400, refused.text
+    assert "planned without tool-calling" in refused.text
+    assert ctx.requests("a") == 2
