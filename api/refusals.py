@@ -15,6 +15,7 @@ from routing.refusals import (
     Refusal,
     RunPlannedForOtherData,
     RunPlannedWithoutNeed,
+    RunPlanRetired,
     UnknownProfile,
     WrongModality,
 )
@@ -42,6 +43,15 @@ def problem_of(
             "on a run of its own.",
             type_="https://model-router.dev/problems/policy-denied",
             field="dataClassification",
+            reason=refused.reason,
+            errorClass="permanent",
+        )
+    if isinstance(refused, RunPlanRetired):
+        return Problem(
+            409,
+            f"Every deployment of run {refused.run_id}'s route plan is retired "
+            f"({', '.join(refused.retired)}): a run's plan never changes, so this run can take "
+            "no further call. Send it on a new run.",
             reason=refused.reason,
             errorClass="permanent",
         )

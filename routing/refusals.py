@@ -33,6 +33,21 @@ class WrongModality(Refusal):
         self.needed = needed
 
 
+class RunPlanRetired(Refusal):
+    """Every deployment of a run's pinned plan is Retired: the plan never changes and none of
+    them comes back, so the run can take no further call. A new run is planned afresh."""
+
+    def __init__(self, profile_id: str, run_id: object, retired: list[str]) -> None:
+        super().__init__(f"every deployment of run {run_id}'s plan is retired")
+        self.profile_id = profile_id
+        self.run_id = run_id
+        self.retired = retired
+
+    @property
+    def reason(self) -> str:
+        return "run-plan-retired"
+
+
 class RunPlannedWithoutNeed(Refusal):
     """A run's pinned plan promised no `capability` (its first call did not ask for it), and
     none of its candidates was measured for it: a run of its own is needed."""

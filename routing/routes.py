@@ -25,6 +25,7 @@ from routing.refusals import (
     Refusal,
     RunPlannedForOtherData,
     RunPlannedWithoutNeed,
+    RunPlanRetired,
     WrongModality,
     policy_denial,
     unhealthy_ids,
@@ -202,6 +203,9 @@ class Routes:
             # A plan decided now leaves Degraded deployments out; they may be back soonest.
             unhealthy = [d for p in decided for d in unhealthy_ids(p)]
             waiting_on = [*candidates, *unhealthy]
+            if candidates and row is not None and view.all_retired(candidates):
+                # A 503 to come back after was a retry for ever: Retired is for good.
+                raise RunPlanRetired(profile_id, run_id, candidates)
             if candidates:
                 raise NoneAvailable(profile_id, waiting_on)
             raise _empty(decided[0], profile_id, waiting_on)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from domain.enums import Modality, PrivacyClass
+from domain.enums import DeploymentState, Modality, PrivacyClass
 from domain.exclusions import ExclusionCode
 from domain.fallback import healed, passed_over
 from domain.invocation import Target
@@ -123,6 +123,15 @@ class CatalogView:
         if reason is None and (d is None or d.endpoint_ref is None):
             return "not_in_catalog"
         return reason
+
+    def all_retired(self, candidates: list[str]) -> bool:
+        """Every one of these deployments is Retired (or gone from the catalog): none comes
+        back, unlike a Degraded or unhealthy one."""
+        return all(
+            (d := self.snapshot.deployment(self.tenant_id, deployment_id)) is None
+            or d.state is DeploymentState.RETIRED
+            for deployment_id in candidates
+        )
 
     def targets(
         self,

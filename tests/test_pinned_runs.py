@@ -470,3 +470,23 @@ async def test_a_runs_call_with_tools_goes_only_to_a_deployment_measured_for_the
     assert refused.status_code == 400, refused.text
     assert "planned without tool-calling" in refused.text
     assert ctx.requests("a") == 2
+
+
+async def test_a_run_whose_deployments_are_all_retired_is_told_so_not_to_come_back(
+    ctx: Ctx,
+) -> None:
+    """A pinned plan never changes and a Retired deployment never returns: the run's calls
+    were 503s with Retry-After, a retry for ever. They are a permanent refusal saying why; a
+    new run is planned afresh."""
+    await ctx.deployment("pin/leaving", "a")
+    await ctx.profile("leaving", ["pin/leaving"])
+    run = uuid.uuid4()
+    assert (await ctx.chat("leaving", run))[0].status_code == 200
+    retired = await ctx.http.post("/factory/model-deployments/pin/leaving/retire", headers=ctx.auth)
+    assert retired.status_code == 200, retired.text
+    refused, _ = await ctx.chat("leaving", run)
+    assert refused.status_code == 409, refused.text
+    problem = _problem(refused)
+    assert problem["reason"] == "run-plan-retired" and problem["errorClass"] == "permanent"
+    assert "Retry-After" not in refused.headers
+    assert ctx.requests("a") == 1
