@@ -4,6 +4,7 @@ non-retryable error types the workflow's retry policy names."""
 
 from __future__ import annotations
 
+from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -11,6 +12,7 @@ from temporalio.exceptions import ApplicationError
 from activities.lifecycle_types import (
     CONFLICT,
     NOT_FOUND,
+    UNREADABLE,
     ApprovalCheckInput,
     RegisterCandidateInput,
     RegisterCandidateResult,
@@ -76,12 +78,22 @@ class LifecycleActivities:
                 data.deployment_id, row.capability_evidence_ref
             )
             profiles = await ModelProfileRepository(session, data.tenant_id).list_active()
-        listing = [
-            ModelProfile.model_validate(p)
-            for p in profiles
-            if data.deployment_id in (p.allowed_deployments or [])
-        ]
-        license_ = (
-            LicenseMetadata.model_validate(row.license_metadata) if row.license_metadata else None
-        )
+        try:
+            listing = [
+                ModelProfile.model_validate(p)
+                for p in profiles
+                if data.deployment_id in (p.allowed_deployments or [])
+            ]
+            license_ = (
+                LicenseMetadata.model_validate(row.license_metadata)
+                if row.license_metadata
+                else None
+            )
+        except ValidationError as exc:
+            fields = sorted({".".join(str(p) for p in e["loc"]) for e in exc.errors()})
+            raise ApplicationError(
+                f"a stored {exc.title} does not read ({', '.join(fields)})",
+                type=UNREADABLE,
+                non_retryable=True,
+            ) from None
         return approval_refusals(license_, data.intended_use, scores, listing)

@@ -23,6 +23,10 @@ REFUSED = "ApprovalRefused"
 # ApplicationError types of the store activities (non-retryable), inside the update's failure.
 CONFLICT = "ConcurrencyConflict"
 NOT_FOUND = "DeploymentNotFound"
+# A stored license or profile that no longer reads as its model (written before a rule was
+# tightened, or by hand): retried, it held the deployment's lock, and every later transition
+# waited behind it, for ever.
+UNREADABLE = "StoredRecordUnreadable"
 
 # The workflow update each transition is sent as.
 UPDATE_OF: dict[Transition, str] = {

@@ -15,7 +15,13 @@ from activities.lifecycle_client import (
     LifecycleRefused,
     LifecycleTimeout,
 )
-from activities.lifecycle_types import CONFLICT, NOT_FOUND, REFUSED, RegisterCandidateResult
+from activities.lifecycle_types import (
+    CONFLICT,
+    NOT_FOUND,
+    REFUSED,
+    UNREADABLE,
+    RegisterCandidateResult,
+)
 from api.problems import Problem
 from domain.deployments import DeploymentRecord, DeploymentRegistration
 from domain.lifecycle import Transition
@@ -114,6 +120,14 @@ async def transition(
             ) from None
         if exc.kind == NOT_FOUND:
             raise Problem(404, f"No deployment {deployment_id!r}.", field="deploymentId") from None
+        if exc.kind in (UNREADABLE, "ValidationError"):
+            raise Problem(
+                409,
+                f"Deployment {deployment_id!r}'s stored record does not read as this version "
+                "reads it (written before a rule was tightened, or by hand): correct the row "
+                "or the profile, then ask again.",
+                field="deploymentId",
+            ) from None
         if exc.kind == CONFLICT:
             raise Problem(
                 409,

@@ -543,3 +543,32 @@ async def test_history_stays_bounded_through_continue_as_new(
         ApproveRequest(intended_use=[IntendedUse.COMMERCIAL_USE]),
     )
     assert approved.state == "Approved" and approved.version == 4
+
+
+async def test_a_stored_license_that_no_longer_reads_is_refused_at_once_not_retried_for_ever(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    temporal_client: Client,
+    tenant: str,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """Written before a rule was tightened (or by hand), the license failed to read in the
+    approval check, which was retried for ever holding the deployment's lock: the approval
+    hung until the API's timeout, and every later transition queued behind it."""
+    await register(http, auth, "d/unread")
+    await record_evidence(temporal_client, tenant, "d/unread", {"tool-calling": 0.9})
+    async with sessions() as session:
+        row = (
+            await session.scalars(
+                select(ModelDeploymentRow)
+                .where(col(ModelDeploymentRow.tenant_id) == tenant)
+                .where(col(ModelDeploymentRow.deployment_id) == "d/unread")
+            )
+        ).one()
+        row.license_metadata = {"licenseName": "x", "notAField": True}
+        await session.commit()
+    # Each transition is refused at once, saying why: none waits behind another for ever.
+    for action in ("approve", "approve", "retire"):
+        refused = await http.post(f"/factory/model-deployments/d/unread/{action}", headers=auth)
+        assert refused.status_code == 409, refused.text
+        assert "does not read" in refused.json()["detail"]

@@ -39,7 +39,16 @@ T = TypeVar("T")
 _STORE_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=200),
     maximum_interval=timedelta(seconds=10),
-    non_retryable_error_types=["ConcurrencyConflict", "DeploymentNotFound"],
+    # An illegal transition and a record that does not read fail the same way every time:
+    # retried, the update held the deployment's lock for ever.
+    non_retryable_error_types=[
+        "ConcurrencyConflict",
+        "DeploymentNotFound",
+        "StoredRecordUnreadable",
+        "IllegalTransition",
+        # The deployment's own row read by a transition (its license, say) as pydantic refuses.
+        "ValidationError",
+    ],
 )
 
 
