@@ -13,8 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
-from domain.events import RUN_EVENTS
-from store.tables import OutboxEventRow
+from store.tables import RUN_EVENTS_SQL, OutboxEventRow
 from store.webhook_tables import WebhookSubscriptionRow
 
 
@@ -28,12 +27,15 @@ async def prune_run_events(session: AsyncSession, older_than: datetime, limit: i
         .where(col(s.delivered_position) < col(o.position))
         .exists()
     )
+    # Oldest first by age, through ix_outbox_run_events_age (its predicate written as the
+    # index's). In position order only the primary key served it: with fewer than `limit`
+    # expired, PostgreSQL walked the whole outbox every minute looking for more.
     doomed = (
         sa.select(col(o.position))
-        .where(col(o.event_type).in_(sorted(RUN_EVENTS)))
+        .where(RUN_EVENTS_SQL)
         .where(col(o.occurred_at) < older_than)
         .where(~undelivered)
-        .order_by(col(o.position))
+        .order_by(col(o.occurred_at), col(o.position))
         .limit(limit)
     )
     deleted = await session.execute(

@@ -23,6 +23,7 @@ from domain.enums import (
     ProfileStatus,
     UsageStatus,
 )
+from domain.events import RUN_EVENTS
 from domain.provider_reports import REQUEST_ID_MAX_LENGTH
 
 
@@ -244,6 +245,13 @@ class InvocationReceiptRow(SQLModel, table=True):
     provider_attempt: int | None = None
 
 
+# A run's events as a partial index's predicate (and the prune's, written the same so that the
+# planner proves one from the other whatever the statement binds): literal, sorted.
+RUN_EVENTS_SQL = sa.text(
+    "event_type IN (" + ", ".join(f"'{name}'" for name in sorted(RUN_EVENTS)) + ")"
+)
+
+
 class OutboxEventRow(SQLModel, table=True):
     """Integration events written in the same transaction as the state change they describe."""
 
@@ -258,6 +266,15 @@ class OutboxEventRow(SQLModel, table=True):
             "position",
             postgresql_where=sa.text("aggregate_type = 'ModelDeployment'"),
             sqlite_where=sa.text("aggregate_type = 'ModelDeployment'"),
+        ),
+        # The sweeper's prune of run events past their retention (store/event_retention.py,
+        # migration 0014): the oldest first, by age.
+        sa.Index(
+            "ix_outbox_run_events_age",
+            "occurred_at",
+            "position",
+            postgresql_where=RUN_EVENTS_SQL,
+            sqlite_where=RUN_EVENTS_SQL,
         ),
     )
 

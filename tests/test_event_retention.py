@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col, select
 from temporalio.client import Client
@@ -15,7 +17,7 @@ from temporalio.client import Client
 from core.schedules import sweep_input
 from core.settings import Settings
 from domain.sweep import SweepInput
-from store.db import transaction
+from store.db import create_engine, session_factory, transaction
 from store.event_retention import prune_run_events
 from store.tables import OutboxEventRow
 from store.webhook_tables import WebhookSubscriptionRow
@@ -108,3 +110,33 @@ async def test_the_sweeper_prunes_as_it_runs(
             select(OutboxEventRow.event_id).where(col(OutboxEventRow.event_id) == old.event_id)
         )
     assert found is None
+
+
+async def test_the_prune_reads_run_events_by_age_not_the_whole_outbox(settings: Settings) -> None:
+    """In position order only the primary key served the prune: with fewer expired events
+    than a batch (every minute at a steady rate), PostgreSQL walked the whole outbox looking
+    for more. Its statement, explained with sequential scans priced out, reads
+    ix_outbox_run_events_age (migration 0014)."""
+    engine = create_engine(settings.database_url)
+    seen: list[tuple[str, Any]] = []
+
+    def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        seen.append((statement, parameters))
+
+    try:
+        event.listen(engine.sync_engine, "before_cursor_execute", capture)
+        async with session_factory(engine)() as session:
+            await prune_run_events(session, OLD, 5000)
+            await session.rollback()
+        event.remove(engine.sync_engine, "before_cursor_execute", capture)
+        [(statement, parameters)] = [s for s in seen if s[0].lstrip().upper().startswith("DELETE")]
+        async with engine.connect() as conn:
+            await conn.exec_driver_sql("SET enable_seqscan = off")
+            rows = (await conn.exec_driver_sql("EXPLAIN " + statement, parameters)).all()
+    finally:
+        await engine.dispose()
+    plan = "\n".join(str(r[0]) for r in rows)
+    # Read in the index's order, the batch's limit stops the scan: no sort of every expired
+    # event, and no walk of the primary key (the delete itself finds each row by it).
+    assert "ix_outbox_run_events_age" in plan and "Sort" not in plan, plan
+    assert "outbox_events_pkey on outbox_events_1" not in plan, plan
