@@ -324,7 +324,12 @@ class ReceiptStatements:
             found = (await conn.execute(read)).mappings().first()
             if found is None:
                 return False
-            await conn.execute(sa.update(RECEIPTS).where(*in_flight).values(values))
+            closed = await conn.execute(sa.update(RECEIPTS).where(*in_flight).values(values))
+            if closed.rowcount == 0:
+                # SQLite renders no FOR UPDATE: another process's close landed between the read
+                # and this write. Its events are the receipt's; writing ours beside them said
+                # the call ended twice, and the caller was told a close the receipt contradicts.
+                return False
             now = datetime.now(UTC)
             receipt = {**found, **values}
             rows = [outbox_row(tenant_id, e, now) for e in events_of(receipt, summary)]

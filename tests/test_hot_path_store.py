@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sqlite3
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -287,6 +289,50 @@ async def test_a_denial_or_a_workflows_close_touches_only_its_own_claim_on_sqlit
     statements = ReceiptStatements(engine, direct=True)
     try:
         await _only_their_own_claim(engine, statements)
+    finally:
+        await statements.aclose()
+        await engine.dispose()
+
+
+async def test_on_sqlite_a_close_that_loses_the_race_writes_no_events(tmp_path: Path) -> None:
+    """SQLite renders no FOR UPDATE: the workflow's close read the receipt open, another
+    process (the API) closed it, and the close's update then matched nothing, yet it wrote a
+    second ModelInvoked and said it had closed the receipt. `make dev` runs the API and the
+    worker as two processes on one file."""
+    path = tmp_path / "race.db"
+    url = f"sqlite+aiosqlite:///{path}"
+    await asyncio.to_thread(upgrade, url)
+    engine = create_engine(url, pre_ping=False)
+    statements = ReceiptStatements(engine)
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    data, at = invocation_input(tenant), datetime.now(UTC)
+    raced: list[bool] = []
+
+    def other_process_closes_first(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
+        if statement.startswith("UPDATE invocation_receipts") and not raced:
+            raced.append(True)
+            with sqlite3.connect(path) as other:  # as the other process would, on its own
+                other.execute(
+                    "UPDATE invocation_receipts SET ended_at = ?, outcome = 'COMPLETED' "
+                    "WHERE invocation_id = ?",
+                    (at.isoformat(), data.invocation_id.hex),
+                )
+
+    try:
+        assert await statements.claim(data, "sim/a", at)
+        event.listen(engine.sync_engine, "before_cursor_execute", other_process_closes_first)
+        try:
+            assert not await statements.close_claim(tenant, at, completed(data))
+        finally:
+            event.remove(engine.sync_engine, "before_cursor_execute", other_process_closes_first)
+        assert raced
+        async with session_factory(engine)() as session:
+            events = (
+                await session.scalars(
+                    select(OutboxEventRow).where(col(OutboxEventRow.tenant_id) == tenant)
+                )
+            ).all()
+        assert events == []
     finally:
         await statements.aclose()
         await engine.dispose()
