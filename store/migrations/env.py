@@ -8,6 +8,9 @@ from alembic import context
 from sqlalchemy.engine import Connection
 from sqlmodel import SQLModel
 
+# Every module that puts tables on SQLModel.metadata: without store.ops_tables, autogenerate
+# would have written a drop of the probe, statement and reconciliation tables.
+import store.ops_tables
 import store.tables
 import store.webhook_tables  # noqa: F401
 from store.db import create_engine
