@@ -55,6 +55,11 @@ class IllegalTransition(Exception):
         self.transition = transition
 
 
+def transitions_from(state: S) -> frozenset[Transition]:
+    """The transitions that change something from `state`; a repeat (`_IDEMPOTENT`) is none."""
+    return frozenset(t for (s, t) in _NEXT if s is state)
+
+
 def next_state(state: S, transition: Transition) -> S:
     """The state after the transition; raises IllegalTransition naming the current state."""
     if (state, transition) in _IDEMPOTENT:

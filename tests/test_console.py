@@ -538,9 +538,9 @@ async def test_an_observer_sees_everything_and_can_approve_nothing(
         _open(browser, f"{api_url}/console")
         assert browser.find_elements(By.CSS_SELECTOR, f"li.card[data-deployment='{target}']")
         _open(browser, f"{api_url}/console/deployment?id={target}")
-        approve = browser.find_element(By.ID, "action-approve")
-        assert approve.tag_name == "button" and not approve.is_enabled()
-        assert "needs the role Operator or PlatformAdmin" in approve.text
+        retire = browser.find_element(By.ID, "action-retire")  # a Candidate's; no approval
+        assert retire.tag_name == "button" and not retire.is_enabled()
+        assert "needs the role Operator or PlatformAdmin" in retire.text
         assert "You can look but not change" in text(browser, "read-only")
         audit(browser, "deployment-observer")
         # Even the confirmation page, reached by its URL, offers no form.

@@ -173,3 +173,32 @@ async def test_a_call_in_flight_is_in_flight_and_costs_read_as_dollars(
     assert "In flight" in one and "outcome-failed" not in one
     tiny = _page(await console.get(f"/console/receipts/{ids['tiny']}"), 200)
     assert "0.00000012" in tiny and "E-" not in tiny
+
+
+async def test_a_deployment_offers_the_actions_its_state_takes(
+    console: ConsoleSession, http: httpx.AsyncClient, cli_env: dict[str, str]
+) -> None:
+    """Every action was offered in every state: Approve on a Candidate or a Retired
+    deployment, whose click could only be refused. An evaluation, once asked, is said to have
+    started (it said "done")."""
+    token = (
+        await http.post(
+            "/oauth/token",
+            data={"grant_type": "client_credentials"},
+            auth=(cli_env["MODEL_ROUTER_CLIENT_ID"], cli_env["MODEL_ROUTER_CLIENT_SECRET"]),
+        )
+    ).json()["access_token"]
+    auth = {"Authorization": f"Bearer {token}"}
+    target = f"edge-{uuid.uuid4().hex[:6]}/acts"
+    await register(http, auth, target)
+
+    def offered(html: str) -> set[str]:
+        return set(re.findall(r'id="action-(\w+)"', html))
+
+    candidate = _page(await console.get("/console/deployment", id=target), 200)
+    assert offered(candidate) == {"license", "evaluate", "retire"}
+    started = _page(await console.get("/console/deployment", id=target, done="evaluate"), 200)
+    assert "Evaluate: started" in started and ": done" not in started
+    assert (await http.post(f"/factory/model-deployments/{target}/retire", headers=auth)).is_success
+    retired = _page(await console.get("/console/deployment", id=target), 200)
+    assert offered(retired) == set() and 'id="no-actions"' in retired

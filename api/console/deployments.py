@@ -27,7 +27,7 @@ from domain.access import Action
 from domain.approval import IntendedUse, evidence_refusals
 from domain.deployments import LicenseMetadata
 from domain.enums import Capability, DeploymentState, Scope
-from domain.lifecycle import Transition
+from domain.lifecycle import Transition, transitions_from
 from domain.profiles import ModelProfile
 from store import console_reads
 from store.repositories import ModelDeploymentRepository, ModelProfileRepository
@@ -39,6 +39,21 @@ ACTIONS = {
     "evaluate": "Evaluate",
     "approve": "Approve",
     "retire": "Retire",
+}
+# What each action asks of the lifecycle: a page offers only those its state takes (Approve
+# was offered on a Retired deployment, and a double click showed the second click's refusal).
+_TRANSITION = {
+    "license": Transition.RECORD_LICENSE,
+    "evaluate": Transition.RECORD_EVIDENCE,
+    "approve": Transition.APPROVE,
+    "retire": Transition.RETIRE,
+}
+# What the page says once an action went through: an evaluation has only begun.
+DONE = {
+    "license": "Record license: done",
+    "evaluate": "Evaluate: started, its progress below",
+    "approve": "Approve: done",
+    "retire": "Retire: done",
 }
 _KEY = re.compile(r"^[A-Za-z0-9._:/-]{1,200}$")
 
@@ -119,7 +134,11 @@ async def _deployment_context(
         "history": history,
         "history_limit": console_reads.HISTORY_LIMIT,
         "probe": probe,
-        "actions": ACTIONS,
+        "actions": {
+            k: label
+            for k, label in ACTIONS.items()
+            if _TRANSITION[k] in transitions_from(view.state)
+        },
         "can_manage": operator.may(Scope.MODELS_ADMIN, Action.MANAGE_DEPLOYMENTS),
         "manage_needs": operator.needs(Action.MANAGE_DEPLOYMENTS),
     }
@@ -141,7 +160,7 @@ async def deployment_page(
         operator,
         title=f"Deployment {id}",
         nav="board",
-        done=ACTIONS.get(done or ""),
+        done=DONE.get(done or ""),
         **context,
     )
 
