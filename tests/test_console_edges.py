@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import httpx
@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from domain.enums import InvocationOutcome, UsageStatus
+from store.ops_tables import ProbeSampleRow
 from tests.helpers.browser import ConsoleSession
 from tests.helpers.catalog import profile_event, publish, record_evidence, register
 from tests.helpers.receipts import add_receipt, run_of
@@ -202,3 +203,37 @@ async def test_a_deployment_offers_the_actions_its_state_takes(
     assert (await http.post(f"/factory/model-deployments/{target}/retire", headers=auth)).is_success
     retired = _page(await console.get("/console/deployment", id=target), 200)
     assert offered(retired) == set() and 'id="no-actions"' in retired
+
+
+async def test_a_probe_says_how_old_it_is_and_an_old_one_is_stale(
+    console: ConsoleSession,
+    http: httpx.AsyncClient,
+    cli_env: dict[str, str],
+    sessions: async_sessionmaker[AsyncSession],
+    tenant: str,
+) -> None:
+    """With probes stopped (the schedule paused or deleted), the last "ok · 45 ms" stayed on
+    the board and the deployment's page with no time, as if current."""
+    token = (
+        await http.post(
+            "/oauth/token",
+            data={"grant_type": "client_credentials"},
+            auth=(cli_env["MODEL_ROUTER_CLIENT_ID"], cli_env["MODEL_ROUTER_CLIENT_SECRET"]),
+        )
+    ).json()["access_token"]
+    target = f"edge-{uuid.uuid4().hex[:6]}/probed"
+    await register(http, {"Authorization": f"Bearer {token}"}, target)
+    at = datetime.now(UTC) - timedelta(days=3, minutes=5)
+    async with sessions() as session:
+        session.add(
+            ProbeSampleRow(
+                tenant_id=tenant, deployment_id=target, window_start=at, probed_at=at,
+                outcome="ok", latency_ms=45,
+            )
+        )  # fmt: skip
+        await session.commit()
+    page = _page(await console.get("/console/deployment", id=target), 200)
+    assert re.search(r'id="probed-at"[^>]*>3 d ago</time> <span class="badge bad stale">', page)
+    board = _page(await console.get("/console"), 200)
+    card = board[board.index(f'data-deployment="{target}"') :]
+    assert "45 ms · <time" in card[:2000] and "3 d ago" in card[:2000] and "stale" in card[:2000]

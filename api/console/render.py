@@ -4,6 +4,7 @@ elsewhere."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,28 @@ def usd(value: object) -> str:
 
 
 templates.env.filters["usd"] = usd
+
+# A probe older than this says so: probes run every two minutes (the schedule's default), so
+# five missed runs mean the schedule is paused, deleted or failing, and the result on screen
+# ("ok · 45 ms", shown with no time) was days old.
+STALE_PROBE = timedelta(minutes=10)
+
+
+def ago(at: datetime) -> str:
+    """How long ago, in the largest whole unit: `12 s`, `5 min`, `3 h`, `2 d`."""
+    seconds = max(0, int((datetime.now(UTC) - at).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size} {unit} ago"
+    return f"{seconds} s ago"
+
+
+def stale(at: datetime) -> bool:
+    return datetime.now(UTC) - at > STALE_PROBE
+
+
+templates.env.filters["ago"] = ago
+templates.env.filters["stale"] = stale
 
 # No inline script or style anywhere: the pages load only their own static files.
 SECURITY_HEADERS = {
