@@ -21,16 +21,19 @@ _PROBLEM_KEYS = {"status", "title", "detail", "error"}
 class Api:
     def __init__(self, base_url: str, client_id: str, client_secret: str) -> None:
         self._http = httpx.Client(base_url=base_url, timeout=60)
+        self._credentials = (client_id, client_secret)
+        self.tenant_id = self._sign_in()
+
+    def _sign_in(self) -> str:
+        """A fresh token on every later request; the tenant it names."""
         resp = self._http.post(
-            "/oauth/token",
-            data={"grant_type": "client_credentials"},
-            auth=(client_id, client_secret),
+            "/oauth/token", data={"grant_type": "client_credentials"}, auth=self._credentials
         )
         _raise_for_problem(resp)
         token = resp.json()["access_token"]
         self._http.headers["Authorization"] = f"Bearer {token}"
         # Only to tell the operator which tenant they act for; the server verifies the token.
-        self.tenant_id = str(jwt.decode(token, options={"verify_signature": False}).get("tid"))
+        return str(jwt.decode(token, options={"verify_signature": False}).get("tid"))
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
         resp = self.request(method, path, **kwargs)
@@ -40,13 +43,21 @@ class Api:
         """The response itself (headers included), once it is known not to be a problem. A
         transport failure (the API restarting under `evaluate --wait`, a read timeout) exits 2
         with what failed, as when the API cannot be reached at all."""
+        resp = self._send(method, path, **kwargs)
+        if resp.status_code == 401:
+            # The token ran out under a long command (`evaluate --wait` polls for up to an
+            # hour, a token lives an hour by default): signed in again once, and asked again.
+            self._sign_in()
+            resp = self._send(method, path, **kwargs)
+        _raise_for_problem(resp)
+        return resp
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
-            resp = self._http.request(method, path, **kwargs)
+            return self._http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
             err.print(f"[red]The API did not answer {method} {path}: {_failure(exc)}[/red]")
             raise typer.Exit(2) from None
-        _raise_for_problem(resp)
-        return resp
 
 
 def connect() -> Api:
@@ -117,5 +128,6 @@ def _raise_for_problem(resp: httpx.Response) -> None:
         err.print(
             f"  - {diff['field']}: {diff['existing']!r} → {diff['published']!r}", markup=False
         )
-    # The API's own 503s (Temporal or the store away) say to come back, as no answer does.
-    raise typer.Exit(2 if resp.status_code == 503 else 1)
+    # The API's own 503s (Temporal or the store away) and 429s (its rate limit) say to come
+    # back, as no answer does: not a refusal.
+    raise typer.Exit(2 if resp.status_code in (429, 503) else 1)

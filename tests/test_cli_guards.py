@@ -209,3 +209,49 @@ async def test_an_api_out_of_reach_is_named_with_the_reason() -> None:
     assert re.search(r"Cannot reach the API at http://127\.0\.0\.1:\d+: ConnectError: \S", said), (
         said
     )
+
+
+class _Expiring(_Recording):
+    """An API whose first token runs out before the first GET is answered; then a 429."""
+
+    statuses: list[int]
+
+    def do_GET(self) -> None:
+        self._record()
+        status = self.statuses.pop(0) if self.statuses else 200
+        body = b"[]" if status == 200 else b'{"status": %d, "title": "no"}' % status
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.mark.parametrize(
+    ("statuses", "exit_code", "tokens"),
+    [([401], 0, 2), ([401, 401], 1, 2), ([429], 2, 1)],
+    ids=["expired-then-fresh", "refused-twice", "rate-limited"],
+)
+async def test_a_token_that_runs_out_is_taken_again_once_and_a_429_says_come_back(
+    statuses: list[int], exit_code: int, tokens: int
+) -> None:
+    """`evaluate --wait` polls for up to an hour with the token it signed in with, which
+    lives an hour by default: a 401 partway exited 1 as a refusal. A 429 is the API asking to
+    come back, not a refusal: exit 2 as a 503 is."""
+    seen: list[str] = []
+    handler = type("Handler", (_Expiring,), {"seen": seen, "statuses": list(statuses)})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    env = {
+        "MODEL_ROUTER_API_URL": f"http://127.0.0.1:{server.server_port}",
+        "MODEL_ROUTER_CLIENT_ID": "guards",
+        "MODEL_ROUTER_CLIENT_SECRET": "guards-secret",
+    }
+    try:
+        result = await run(env, "deployments", "list")
+    finally:
+        server.shutdown()
+        thread.join()
+    assert result.exit_code == exit_code, result.output
+    assert seen.count("POST /oauth/token") == tokens
