@@ -150,7 +150,7 @@ class EvaluationActivities:
 
     @activity.defn(name="evaluation_run_case")
     async def run_case(self, data: CaseInput) -> CaseResult:
-        suite = self._suite(data.context_tokens)
+        suite = _same(self._suite(data.context_tokens), data.suite_version)
         case = suite.case(data.case_id)
         await self._still_evaluable(data.tenant_id, data.target.deployment_id)
         await _ready(self._adapters, data.target)
@@ -254,7 +254,7 @@ class EvaluationActivities:
 
     @activity.defn(name="evaluation_record")
     async def record(self, data: RecordInput) -> str:
-        suite = self._suite(data.context_tokens)
+        suite = _same(self._suite(data.context_tokens), data.suite_version)
         scores = suite.score(data.results)
         record = canonical_json(
             {
@@ -332,6 +332,20 @@ async def _ready(adapters: AdapterPool, target: Target) -> None:
             type=CANNOT_RUN,
             non_retryable=True,
         ) from None
+
+
+def _same(suite: Suite, prepared: str | None) -> Suite:
+    """This worker's suite, if it is the one the evaluation was prepared with. A deploy that
+    changed the suite mid-evaluation raised KeyError on a removed case (retried to failure),
+    or recorded evidence from two suites under the new one's version."""
+    if prepared is not None and suite.suite_version != prepared:
+        raise ApplicationError(
+            f"the capability suite changed during the evaluation ({prepared} → "
+            f"{suite.suite_version}): evaluate again",
+            type=CANNOT_RUN,
+            non_retryable=True,
+        )
+    return suite
 
 
 def _raise_unless_unanswered(exc: ProviderError) -> None:

@@ -33,6 +33,10 @@ class CaseInput(BaseModel):
     target: Target
     context_tokens: int
     case_id: str
+    # The suite the evaluation was prepared with: a worker running another (a deploy between
+    # the cases) refuses the case rather than mix two suites' cases under one version. None in
+    # a history from before.
+    suite_version: str | None = None
 
 
 class RecordInput(BaseModel):
@@ -41,6 +45,7 @@ class RecordInput(BaseModel):
     deployment_id: str
     context_tokens: int
     results: list[CaseResult]
+    suite_version: str | None = None  # as CaseInput's
 
 
 class RerankInput(BaseModel):

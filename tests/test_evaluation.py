@@ -418,3 +418,37 @@ async def test_the_longest_tenant_and_deployment_ids_evaluate(
     body = await _finished(http, auth, dep)
     assert body["evaluation"]["evaluationId"] == started["evaluationId"]
     assert body["evaluation"]["status"] == "Failed"  # nothing listens on its endpoint
+
+
+async def test_a_case_or_record_on_a_worker_with_another_suite_is_refused(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """A deploy between an evaluation's cases runs them on a worker whose suite changed: a
+    removed case raised KeyError (retried to failure), and the record mixed two suites' cases
+    under the new version. The case and the record are refused, the evaluation cannot run."""
+    from temporalio.exceptions import ApplicationError
+    from temporalio.testing import ActivityEnvironment
+
+    from activities.evaluation import CANNOT_RUN, EvaluationActivities
+    from activities.evaluation_types import CaseInput, RecordInput
+    from domain.invocation import Target
+
+    # Neither step reaches the store, a provider, the artifacts or Temporal before the check.
+    unused: Any = None
+    acts = EvaluationActivities(sessions, unused, unused, unused, context_token_cap=16_000)
+    target = Target(deployment_id="d/x", provider="openai", model="m", endpoint_ref="env:X")
+    suite = Suite(max_context_tokens=4096, context_token_cap=16_000)
+    case = CaseInput(
+        tenant_id="t", target=target, context_tokens=4096, case_id=suite.cases[0].case_id,
+        suite_version="suite-before-this-one",
+    )  # fmt: skip
+    record = RecordInput(
+        evaluation_id="e", tenant_id="t", deployment_id="d/x", context_tokens=4096, results=[],
+        suite_version="suite-before-this-one",
+    )  # fmt: skip
+    env = ActivityEnvironment()
+    for step, arg in ((acts.run_case, case), (acts.record, record)):
+        with pytest.raises(ApplicationError) as refused:
+            await env.run(step, arg)  # type: ignore[arg-type]
+        assert refused.value.type == CANNOT_RUN and refused.value.non_retryable
+        assert "suite changed" in refused.value.message
