@@ -189,13 +189,16 @@ async def record_license(
 async def get_deployment(
     deploymentId: str,
     principal: Viewer,
-    session: SessionDep,
     runtime: RuntimeDep,
 ) -> DeploymentView:
-    row = await ModelDeploymentRepository(session, principal.tenant_id).get(deploymentId)
-    if row is None:
-        raise Problem(404, f"No deployment {deploymentId!r}.", field="deploymentId")
-    view = (await deployment_views(session, principal.tenant_id, [row]))[0]
+    # A session of its own, closed before Temporal is asked: held across those calls (the
+    # console asks every second while an evaluation runs), a slow Temporal held a pooled
+    # connection per request, the pool the invoke path's plan and replay reads share.
+    async with runtime.sessions() as session:
+        row = await ModelDeploymentRepository(session, principal.tenant_id).get(deploymentId)
+        if row is None:
+            raise Problem(404, f"No deployment {deploymentId!r}.", field="deploymentId")
+        view = (await deployment_views(session, principal.tenant_id, [row]))[0]
     view.evaluation = await evaluations.latest(
         await runtime.temporal(), runtime.sessions, principal.tenant_id, deploymentId
     )
