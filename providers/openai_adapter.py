@@ -39,6 +39,7 @@ from providers.openai_request import chat_body
 from providers.secrets import Connection
 from providers.sse import sse_data
 from providers.stream_tail import read_tail_then_close
+from providers.tool_call_fragments import CallNumbering
 from providers.transport import DEFAULT_TRANSPORT, HttpTransport, keeping_idle, resending
 from providers.types import (
     KEEP_ALIVE,
@@ -52,10 +53,8 @@ from providers.types import (
     RefusalDelta,
     StreamEvent,
     TextDelta,
-    ToolCallDelta,
     UsageEvent,
     collect_events,
-    minted_call_id,
 )
 from providers.usage_figures import count
 
@@ -183,15 +182,7 @@ class OpenAIAdapter(ProviderAdapter):
         response_model: str | None = None
         usage: UsageEvent | None = None
         finish: str | None = None
-        indices: dict[str, int] = {}
-        # Each call's id and name are said once, on its first fragment that has them, and
-        # calls are numbered from 0 in the order they begin. Some OpenAI-compatible servers
-        # repeat id and name on every fragment, or number calls from 1: passed on, the openai
-        # SDK's stream helper joined the repeats ("get_weatherget_weather") and raised
-        # IndexError on a first call numbered 1.
-        named: set[int] = set()  # the calls whose id was said
-        titled: set[int] = set()  # the calls whose name was said
-        order: dict[int, int] = {}  # the server's call index → ours
+        calls = CallNumbering()  # providers/tool_call_fragments.py
         refused = False
         saw_tools = False
         # Once the finish reason is in, only the usage chunk is still due: a server that never
@@ -240,33 +231,7 @@ class OpenAIAdapter(ProviderAdapter):
                         yield RefusalDelta(text=refusal)
                     for call in delta.get("tool_calls") or ():
                         saw_tools = True
-                        index = call.get("index")
-                        call_id = call.get("id")
-                        if index is None:
-                            # Some servers omit the index: a new id starts a call, and
-                            # fragments without one continue the latest.
-                            if call_id:
-                                index = indices.setdefault(call_id, len(indices))
-                            else:
-                                index = max(indices.values(), default=0)
-                        index = order.setdefault(index, len(order))
-                        if index not in named:  # a call's first fragment carries its id
-                            named.add(index)
-                            call_id = call_id or minted_call_id()
-                        else:
-                            call_id = None
-                        fn = call.get("function") or {}
-                        name = fn.get("name") or None
-                        if name is not None and index in titled:
-                            name = None
-                        elif name is not None:
-                            titled.add(index)
-                        yield ToolCallDelta(
-                            index=index,
-                            id=call_id,
-                            name=name,
-                            arguments_delta=fn.get("arguments") or "",
-                        )
+                        yield calls.delta(call)
                     finish = choice.get("finish_reason") or finish
                 if finish is not None and usage is not None:
                     break

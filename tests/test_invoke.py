@@ -471,7 +471,9 @@ async def test_the_stream_ends_as_openai_s_does_with_the_receipt_on_its_last_chu
             assert last.choices[0].finish_reason == "stop"
 
 
-@pytest.mark.parametrize("shape", ["interleaved_tool_calls", "repeated_tool_call_heads"])
+@pytest.mark.parametrize(
+    "shape", ["interleaved_tool_calls", "repeated_tool_call_heads", "shared_tool_call_index"]
+)
 async def test_parallel_tool_calls_as_servers_stream_them_reach_the_stream_helper_whole(
     sdk: AsyncOpenAI, upstream: UpstreamServer, shape: str
 ) -> None:
@@ -479,7 +481,9 @@ async def test_parallel_tool_calls_as_servers_stream_them_reach_the_stream_helpe
     as done when a chunk of another index arrives. Passed through, its `arguments.done` fired
     with half the arguments, and a strict tool's parse raised. Other servers repeat a call's
     id and name on every fragment and number calls from 1: passed through, the helper joined
-    the repeats into one name ("aa") and raised IndexError on the call numbered 1."""
+    the repeats into one name ("aa") and raised IndexError on the call numbered 1. Others
+    (Ollama, Dynamo) send every call at index 0, each with its own id: the second call's
+    arguments were appended to the first's."""
     from providers.upstream import Fault, FaultKind, Reply, ToolCallReply, default_responder
 
     arguments = {"a": {"path": "src/some/long/file.py"}, "b": {"pattern": "needle in a haystack"}}

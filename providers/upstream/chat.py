@@ -7,7 +7,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import cast
+from typing import Any, cast
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -198,7 +198,9 @@ def _deliver(
     # Anthropic names its events, OpenAI does not.
     named = bool(frames) and frames[0].startswith(b"event:")
     if FaultKind.REPEATED_TOOL_CALL_HEADS in kinds and not named:
-        frames = _repeat_call_heads(frames)
+        frames = _reshape_calls(frames, _repeat_head)
+    if FaultKind.SHARED_TOOL_CALL_INDEX in kinds and not named:
+        frames = _reshape_calls(frames, _index_zero)
     failed = kinds.get(FaultKind.STREAM_ERROR)
     if failed is not None:
         del frames[failed.after_chunks :]
@@ -253,10 +255,12 @@ def _json(body: dict[str, object], headers: dict[str, str]) -> Response:
     return Response(content, 200, headers=headers, media_type="application/json")
 
 
-def _repeat_call_heads(frames: list[bytes]) -> list[bytes]:
-    """Chat Completions frames with each call's head (id, type, name) on every fragment of it
-    and its index one more."""
-    heads: dict[int, dict[str, object]] = {}
+def _reshape_calls(
+    frames: list[bytes], reshape: Callable[[dict[str, Any], dict[object, dict[str, Any]]], None]
+) -> list[bytes]:
+    """Chat Completions frames with each tool-call fragment reshaped in place; `reshape` gets
+    the fragment and the heads (id, type, name) seen so far by index."""
+    heads: dict[object, dict[str, Any]] = {}
     out = []
     for frame in frames:
         if not frame.startswith(b"data: {"):
@@ -265,14 +269,23 @@ def _repeat_call_heads(frames: list[bytes]) -> list[bytes]:
         body = json.loads(frame[len(b"data: ") :])
         for choice in body.get("choices") or ():
             for call in (choice.get("delta") or {}).get("tool_calls") or ():
-                head = heads.setdefault(call["index"], {})
-                if "id" in call:
-                    head.update(id=call["id"], type="function", name=call["function"]["name"])
-                call.update({k: v for k, v in head.items() if k != "name"})
-                call["function"]["name"] = head.get("name", "")
-                call["index"] += 1
+                reshape(call, heads)
         out.append(sse(body))
     return out
+
+
+def _repeat_head(call: dict[str, Any], heads: dict[object, dict[str, Any]]) -> None:
+    """Its head on every fragment of a call, and its index one more."""
+    head = heads.setdefault(call["index"], {})
+    if "id" in call:
+        head.update(id=call["id"], type="function", name=call["function"]["name"])
+    call.update({k: v for k, v in head.items() if k != "name"})
+    call["function"]["name"] = head.get("name", "")
+    call["index"] += 1
+
+
+def _index_zero(call: dict[str, Any], _heads: dict[object, dict[str, Any]]) -> None:
+    call["index"] = 0
 
 
 def sse(data: object, event: str | None = None) -> bytes:

@@ -51,6 +51,9 @@ class FaultKind(StrEnum):
     # Chat Completions streams: every fragment of a call repeats its id, type and name, and
     # calls are numbered from 1, as some OpenAI-compatible servers stream them
     REPEATED_TOOL_CALL_HEADS = "repeated_tool_call_heads"
+    # Chat Completions streams: every parallel call at index 0, each with its own id, as
+    # Ollama and Dynamo stream them
+    SHARED_TOOL_CALL_INDEX = "shared_tool_call_index"
     # Chat Completions: tool calls without an `id`, as some OpenAI-compatible servers answer
     # them (stream and whole); Anthropic's always carry one
     NO_TOOL_CALL_IDS = "no_tool_call_ids"
