@@ -305,6 +305,11 @@ class WebhookSubscriptionRepository(TenantRepository):
         )
 
 
+async def feed_end(session: AsyncSession) -> int:
+    """The last position any tenant's event took: every later event takes a larger one."""
+    return int((await session.scalar(select(func.max(OutboxEventRow.position)))) or 0)
+
+
 async def last_position(session: AsyncSession, tenant_id: str) -> int:
     stmt = select(func.max(OutboxEventRow.position)).where(
         col(OutboxEventRow.tenant_id) == tenant_id

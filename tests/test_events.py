@@ -21,7 +21,7 @@ from core import metrics
 from core.settings import Settings
 from domain.enums import Role, Scope
 from store.outbox_horizon import MARGIN_SECONDS, HorizonHidden, settled_or_hidden, settled_position
-from store.repositories import OutboxRepository, last_position
+from store.repositories import OutboxRepository
 from store.tables import OutboxEventRow
 from store.webhook_tables import WebhookSubscriptionRow
 from tests.conftest import TokenFactory, free_port
@@ -704,30 +704,3 @@ async def test_a_subscriber_that_may_not_read_runs_gets_none_of_their_events(
     types = set(every.json()["eventTypes"])
     assert "DeploymentStateChanged" in types
     assert not types & {"ModelInvoked", "RoutePlanResolved", "ModelFallbackUsed"}
-
-
-async def test_start_after_is_judged_against_the_tenants_own_feed(
-    http: httpx.AsyncClient,
-    auth: dict[str, str],
-    token_for: TokenFactory,
-    tenant: str,
-    sessions: async_sessionmaker[AsyncSession],
-) -> None:
-    """A position past the tenant's last event, though not past another tenant's, names none
-    of its events: refused as past the end. Judged against every tenant's end, it was taken
-    (the tenant's next events below it passed over), and whether it was told the tenant how
-    many events others wrote."""
-    other_tenant = f"{tenant}-other"
-    other = {"Authorization": f"Bearer {await token_for(other_tenant)}"}
-    await register(http, auth, "own-end/a")
-    await register(http, other, "own-end/b")
-    async with sessions() as session:
-        mine, theirs = [await last_position(session, t) for t in (tenant, other_tenant)]
-    assert theirs > mine > 0
-    refused = await http.post(
-        "/factory/webhook-subscriptions",
-        json={"url": Receiver(port=free_port()).url, "startAfter": theirs},
-        headers=auth,
-    )
-    assert refused.status_code == 422, refused.text
-    assert refused.json()["errors"][0]["field"] == "body.startAfter"

@@ -28,6 +28,7 @@ from store.outbox_horizon import HorizonHidden, settled_or_hidden
 from store.repositories import (
     OutboxRepository,
     WebhookSubscriptionRepository,
+    feed_end,
     last_position,
 )
 from store.tables import utcnow
@@ -205,9 +206,8 @@ async def create_subscription(
                 "(MODEL_ROUTER_WEBHOOK_MAX_SUBSCRIPTIONS_PER_TENANT): delete one first.",
             )
         start = body.start_after
-        if start is not None and start > await last_position(session, principal.tenant_id):
+        if start is not None and start > await feed_end(session):
             # Events up to it would be passed over as they came: a typo dropped them silently.
-            # The tenant's own end: every tenant's told it how many events others wrote.
             raise field_refused(
                 "body.startAfter",
                 "is past the end of the feed: events up to it would never be delivered",
