@@ -27,6 +27,10 @@ NOT_FOUND = "DeploymentNotFound"
 # tightened, or by hand): retried, it held the deployment's lock, and every later transition
 # waited behind it, for ever.
 UNREADABLE = "StoredRecordUnreadable"
+# The same, met by a transition reading the deployment's own row: pydantic's error, its type.
+ROW_UNREADABLE = "ValidationError"
+# What a store activity fails with the same way every time: never retried.
+STORE_REFUSALS = (CONFLICT, NOT_FOUND, UNREADABLE, ROW_UNREADABLE, ILLEGAL)
 
 # The workflow update each transition is sent as.
 UPDATE_OF: dict[Transition, str] = {

@@ -19,6 +19,7 @@ from activities.lifecycle_types import (
     CONFLICT,
     NOT_FOUND,
     REFUSED,
+    ROW_UNREADABLE,
     UNREADABLE,
     RegisterCandidateResult,
 )
@@ -120,7 +121,7 @@ async def transition(
             ) from None
         if exc.kind == NOT_FOUND:
             raise Problem(404, f"No deployment {deployment_id!r}.", field="deploymentId") from None
-        if exc.kind in (UNREADABLE, "ValidationError"):
+        if exc.kind in (UNREADABLE, ROW_UNREADABLE):
             raise Problem(
                 409,
                 f"Deployment {deployment_id!r}'s stored record does not read as this version "

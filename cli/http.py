@@ -47,7 +47,11 @@ class Api:
         if resp.status_code == 401:
             # The token ran out under a long command (`evaluate --wait` polls for up to an
             # hour, a token lives an hour by default): signed in again once, and asked again.
-            self._sign_in()
+            try:
+                self._sign_in()
+            except httpx.TransportError as exc:
+                err.print(f"[red]The API did not answer a new sign-in: {_failure(exc)}[/red]")
+                raise typer.Exit(2) from None
             resp = self._send(method, path, **kwargs)
         _raise_for_problem(resp)
         return resp

@@ -35,3 +35,23 @@ def calendar_cron(calendar: ScheduleCalendarSpec) -> str:
 def spec_text(spec: ScheduleSpec) -> str:
     """The spec's cron expressions, each calendar written as the cron it came from."""
     return ", ".join([*spec.cron_expressions, *(calendar_cron(c) for c in spec.calendars)])
+
+
+def period_minutes(cron: str) -> int:
+    """About how often a cron fires, in minutes, read from its minute and hour fields: `*/N`
+    minutes every N, `*` every one, fixed minutes each hour, `*/H` hours every H hours, and
+    anything else once a day. Never shorter than the real gap, so a wait of a few periods is
+    a missed run, not a slow one."""
+    fields = cron.split()
+    if len(fields) < 2:
+        return 24 * 60
+    minute, hour = fields[0], fields[1]
+    if hour == "*":
+        if minute == "*":
+            return 1
+        if minute.startswith("*/") and minute[2:].isdigit():
+            return max(1, int(minute[2:]))
+        return 60
+    if hour.startswith("*/") and hour[2:].isdigit():
+        return max(1, int(hour[2:])) * 60
+    return 24 * 60

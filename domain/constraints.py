@@ -26,13 +26,25 @@ def implied_capabilities(cohort: Cohort, needs_tools: bool, needs_structured: bo
     if found is not None:
         return found
     required = dict(cohort.thresholds)
-    out = []
-    if needs_tools and Capability.TOOL_CALLING.value not in required:
-        out.append((Capability.TOOL_CALLING.value, IMPLIED_THRESHOLD))
-    if needs_structured and not any(c in required for c in STRUCTURED_OUTPUT):
-        out.append((Capability.JSON_SCHEMA.value, IMPLIED_THRESHOLD))
-    implied = cohort.memo[key] = tuple(out)
+    promises_tools = Capability.TOOL_CALLING.value in required
+    promises_structured = any(c in required for c in STRUCTURED_OUTPUT)
+    implied = cohort.memo[key] = _beyond(
+        promises_tools, promises_structured, needs_tools, needs_structured
+    )
     return implied
+
+
+def _beyond(
+    promises_tools: bool, promises_structured: bool, needs_tools: bool, needs_structured: bool
+) -> Thresholds:
+    """The one rule of what a request needs beyond what is promised of its candidates: tools
+    at least measured for tool calling, structured output at least for json-schema."""
+    out = []
+    if needs_tools and not promises_tools:
+        out.append((Capability.TOOL_CALLING.value, IMPLIED_THRESHOLD))
+    if needs_structured and not promises_structured:
+        out.append((Capability.JSON_SCHEMA.value, IMPLIED_THRESHOLD))
+    return tuple(out)
 
 
 def plan_constraints(
@@ -125,12 +137,9 @@ def unpromised_needs(
     """What a call on a run needs that the run's plan does not promise of its candidates (a
     plan pinned by a first call without tools, say), at the threshold a call without a run
     would be planned with (`implied_capabilities`)."""
-    out = []
-    if needs_tools and constraints.tools != "strict":
-        out.append((Capability.TOOL_CALLING.value, IMPLIED_THRESHOLD))
-    if needs_structured and not constraints.structured_output:
-        out.append((Capability.JSON_SCHEMA.value, IMPLIED_THRESHOLD))
-    return tuple(out)
+    return _beyond(
+        constraints.tools == "strict", constraints.structured_output, needs_tools, needs_structured
+    )
 
 
 def meets_needs(

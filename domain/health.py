@@ -193,3 +193,19 @@ def latency_stats(
         probes=len(samples),
         failures=sum(1 for outcome, _ in samples if outcome is ProbeOutcome.FAILED),
     )
+
+
+# A probe is stale past this many of its schedule's periods (and never before 10 minutes):
+# the schedule is paused, deleted or failing, and the result shown is that old.
+STALE_AFTER_PERIODS = 5
+
+
+def probe_stale(
+    state: DeploymentState, probed_at: datetime, now: datetime, period_minutes: int
+) -> bool:
+    """Whether a deployment's last probe is older than its probes' schedule explains. Only a
+    probed state's: a Retired or Candidate deployment is not probed, its last sample kept."""
+    if state not in PROBED_STATES:
+        return False
+    limit = max(timedelta(minutes=10), timedelta(minutes=period_minutes * STALE_AFTER_PERIODS))
+    return now - probed_at > limit

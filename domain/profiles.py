@@ -35,7 +35,9 @@ def version_order(version: str) -> tuple[tuple[int, int | str], ...]:
     so 1.10 is newer than 1.9 (as text it was older, and routing pinned new runs on 1.9
     while the API listed 1.10 as current)."""
     parts = version.replace("-", ".").split(".")
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts)
+    # The text itself last: "1.0" and "1-0", "01" and "1" order as equal by their parts, and
+    # each caller's first seen won, in an order of its own.
+    return (*((0, int(p)) if p.isdigit() else (1, p) for p in parts), (2, version))
 
 
 # The guarantees a fallback must keep: a fallback that drops tool calling or structured output

@@ -203,7 +203,9 @@ class Routes:
             # A plan decided now leaves Degraded deployments out; they may be back soonest.
             unhealthy = [d for p in decided for d in unhealthy_ids(p)]
             waiting_on = [*candidates, *unhealthy]
-            if candidates and row is not None and view.all_retired(candidates):
+            # The whole plan, not what this call's filters kept: a plan with one deployment
+            # left is not dead for calls that one takes.
+            if candidates and row is not None and view.all_retired(list(row.candidates)):
                 # A 503 to come back after was a retry for ever: Retired is for good.
                 raise RunPlanRetired(profile_id, run_id, candidates)
             if candidates:

@@ -17,10 +17,17 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
+from core.schedule_spec import period_minutes
 from domain.enums import InvocationOutcome, UsageStatus
 from store.ops_tables import ProbeSampleRow
 from tests.helpers.browser import ConsoleSession
-from tests.helpers.catalog import profile_event, publish, record_evidence, register
+from tests.helpers.catalog import (
+    approved_deployment,
+    profile_event,
+    publish,
+    record_evidence,
+    register,
+)
 from tests.helpers.receipts import add_receipt, run_of
 
 
@@ -211,9 +218,12 @@ async def test_a_probe_says_how_old_it_is_and_an_old_one_is_stale(
     cli_env: dict[str, str],
     sessions: async_sessionmaker[AsyncSession],
     tenant: str,
+    temporal_client: Client,
 ) -> None:
     """With probes stopped (the schedule paused or deleted), the last "ok · 45 ms" stayed on
-    the board and the deployment's page with no time, as if current."""
+    the board and the deployment's page with no time, as if current. Stale is judged against
+    the probe schedule's period, and only for a state that is probed: a Candidate keeps its
+    last sample without being probed."""
     token = (
         await http.post(
             "/oauth/token",
@@ -221,19 +231,30 @@ async def test_a_probe_says_how_old_it_is_and_an_old_one_is_stale(
             auth=(cli_env["MODEL_ROUTER_CLIENT_ID"], cli_env["MODEL_ROUTER_CLIENT_SECRET"]),
         )
     ).json()["access_token"]
-    target = f"edge-{uuid.uuid4().hex[:6]}/probed"
-    await register(http, {"Authorization": f"Bearer {token}"}, target)
+    auth = {"Authorization": f"Bearer {token}"}
+    probed, unprobed = (f"edge-{uuid.uuid4().hex[:6]}/{n}" for n in ("probed", "candidate"))
+    await approved_deployment(http, auth, temporal_client, tenant, probed)
+    await register(http, auth, unprobed)
     at = datetime.now(UTC) - timedelta(days=3, minutes=5)
     async with sessions() as session:
-        session.add(
-            ProbeSampleRow(
-                tenant_id=tenant, deployment_id=target, window_start=at, probed_at=at,
-                outcome="ok", latency_ms=45,
-            )
-        )  # fmt: skip
+        for target in (probed, unprobed):
+            session.add(
+                ProbeSampleRow(
+                    tenant_id=tenant, deployment_id=target, window_start=at, probed_at=at,
+                    outcome="ok", latency_ms=45,
+                )
+            )  # fmt: skip
         await session.commit()
-    page = _page(await console.get("/console/deployment", id=target), 200)
+    page = _page(await console.get("/console/deployment", id=probed), 200)
     assert re.search(r'id="probed-at"[^>]*>3 d ago</time> <span class="badge bad stale">', page)
+    quiet = _page(await console.get("/console/deployment", id=unprobed), 200)
+    assert "3 d ago" in quiet and "stale" not in quiet
     board = _page(await console.get("/console"), 200)
-    card = board[board.index(f'data-deployment="{target}"') :]
-    assert "45 ms · <time" in card[:2000] and "3 d ago" in card[:2000] and "stale" in card[:2000]
+    card = board[board.index(f'data-deployment="{probed}"') :][:2000]
+    assert "45 ms · <time" in card and "3 d ago" in card and "stale" in card
+
+
+def test_a_schedules_period_is_read_from_its_cron() -> None:
+    assert period_minutes("*/2 * * * *") == 2 and period_minutes("* * * * *") == 1
+    assert period_minutes("30 * * * *") == 60 and period_minutes("0 */6 * * *") == 360
+    assert period_minutes("0 3 * * 1") == 24 * 60

@@ -5,6 +5,7 @@ some 4 million rows a day at 50 calls/s, for ever."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,8 +20,10 @@ from core.settings import Settings
 from domain.sweep import SweepInput
 from store.db import create_engine, session_factory, transaction
 from store.event_retention import prune_run_events
+from store.migrate import upgrade
 from store.tables import OutboxEventRow
 from store.webhook_tables import WebhookSubscriptionRow
+from tests.conftest import create_database, drop_database
 from workflows.receipt_sweeper import ReceiptSweeperWorkflow
 
 NOW = datetime.now(UTC)
@@ -112,12 +115,15 @@ async def test_the_sweeper_prunes_as_it_runs(
     assert found is None
 
 
-async def test_the_prune_reads_run_events_by_age_not_the_whole_outbox(settings: Settings) -> None:
+async def test_the_prune_reads_run_events_by_age_not_the_whole_outbox() -> None:
     """In position order only the primary key served the prune: with fewer expired events
     than a batch (every minute at a steady rate), PostgreSQL walked the whole outbox looking
     for more. Its statement, explained with sequential scans priced out, reads
-    ix_outbox_run_events_age (migration 0014)."""
-    engine = create_engine(settings.database_url)
+    ix_outbox_run_events_age (migration 0014) in its order. On a database of its own, freshly
+    migrated and analyzed: the plan depends on nothing other tests wrote."""
+    url = await create_database("mr_prune")
+    await asyncio.to_thread(upgrade, url)
+    engine = create_engine(url)
     seen: list[tuple[str, Any]] = []
 
     def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
@@ -131,10 +137,12 @@ async def test_the_prune_reads_run_events_by_age_not_the_whole_outbox(settings: 
         event.remove(engine.sync_engine, "before_cursor_execute", capture)
         [(statement, parameters)] = [s for s in seen if s[0].lstrip().upper().startswith("DELETE")]
         async with engine.connect() as conn:
+            await conn.exec_driver_sql("ANALYZE outbox_events")
             await conn.exec_driver_sql("SET enable_seqscan = off")
             rows = (await conn.exec_driver_sql("EXPLAIN " + statement, parameters)).all()
     finally:
         await engine.dispose()
+        await drop_database(url)
     plan = "\n".join(str(r[0]) for r in rows)
     # Read in the index's order, the batch's limit stops the scan: no sort of every expired
     # event, and no walk of the primary key (the delete itself finds each row by it).

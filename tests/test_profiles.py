@@ -271,3 +271,14 @@ async def test_profiles_are_tenant_isolated(
     }
     assert (await http.post("/factory/asset-events", json=retire, headers=other)).status_code == 404
     assert len((await http.get("/factory/model-profiles", headers=auth)).json()) == 1
+
+
+def test_versions_equal_by_their_parts_still_have_one_order() -> None:
+    """ "1.0" and "1-0", "01" and "1" have the same parts: each reader kept whichever it saw
+    first, in an order of its own, so the API and routing could name different newest."""
+    from domain.profiles import version_order
+
+    for a, b in (("1.0", "1-0"), ("01", "1")):
+        assert version_order(a) != version_order(b)
+        assert max([a, b], key=version_order) == max([b, a], key=version_order)
+    assert version_order("1.10") > version_order("1.9") > version_order("1.0")

@@ -19,6 +19,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.lifecycle_types import (
         ILLEGAL,
         REFUSED,
+        STORE_REFUSALS,
         WORKFLOW_NAME,
         ApprovalCheckInput,
         ApproveRequest,
@@ -41,14 +42,7 @@ _STORE_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=10),
     # An illegal transition and a record that does not read fail the same way every time:
     # retried, the update held the deployment's lock for ever.
-    non_retryable_error_types=[
-        "ConcurrencyConflict",
-        "DeploymentNotFound",
-        "StoredRecordUnreadable",
-        "IllegalTransition",
-        # The deployment's own row read by a transition (its license, say) as pydantic refuses.
-        "ValidationError",
-    ],
+    non_retryable_error_types=list(STORE_REFUSALS),
 )
 
 

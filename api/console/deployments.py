@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import quote
 
@@ -23,10 +24,12 @@ from api.deps import RuntimeDep
 from api.problems import Problem
 from api.runtime import Runtime
 from api.views import deployment_views
+from core.schedule_spec import period_minutes
 from domain.access import Action
 from domain.approval import IntendedUse, evidence_refusals
 from domain.deployments import LicenseMetadata
 from domain.enums import Capability, DeploymentState, Scope
+from domain.health import probe_stale
 from domain.lifecycle import Transition, transitions_from
 from domain.profiles import ModelProfile
 from store import console_reads
@@ -81,6 +84,7 @@ async def board(request: Request, operator: SignedIn, runtime: RuntimeDep) -> Re
         rows = list(await ModelDeploymentRepository(session, operator.tenant_id).list())
         views = await deployment_views(session, operator.tenant_id, rows)
         probes = await console_reads.last_probes(session, operator.tenant_id)
+    stale = _stale_probes(runtime, {v.deployment_id: v.state for v in views}, probes)
     columns: dict[str, list[Any]] = {state.value: [] for state in DeploymentState}
     for view in views:
         columns[view.state.value].append(view)
@@ -92,8 +96,22 @@ async def board(request: Request, operator: SignedIn, runtime: RuntimeDep) -> Re
         nav="board",
         columns=columns,
         probes=probes,
+        stale_probes=stale,
         total=len(views),
     )
+
+
+def _stale_probes(
+    runtime: Runtime, states: dict[str, DeploymentState], probes: dict[str, Any]
+) -> set[str]:
+    """The deployments whose last probe is older than the probe schedule explains: with it
+    paused, "ok · 45 ms" stayed on screen for days, with no time."""
+    period, now = period_minutes(runtime.settings.health_probe_cron), datetime.now(UTC)
+    return {
+        d
+        for d, p in probes.items()
+        if d in states and probe_stale(states[d], p.probed_at, now, period)
+    }
 
 
 async def _deployment_context(
@@ -134,6 +152,9 @@ async def _deployment_context(
         "history": history,
         "history_limit": console_reads.HISTORY_LIMIT,
         "probe": probe,
+        "probe_stale": bool(
+            probe and _stale_probes(runtime, {deployment_id: view.state}, {deployment_id: probe})
+        ),
         "actions": {
             k: label
             for k, label in ACTIONS.items()

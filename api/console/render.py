@@ -4,7 +4,7 @@ elsewhere."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -32,11 +32,6 @@ def usd(value: object) -> str:
 
 templates.env.filters["usd"] = usd
 
-# A probe older than this says so: probes run every two minutes (the schedule's default), so
-# five missed runs mean the schedule is paused, deleted or failing, and the result on screen
-# ("ok · 45 ms", shown with no time) was days old.
-STALE_PROBE = timedelta(minutes=10)
-
 
 def ago(at: datetime) -> str:
     """How long ago, in the largest whole unit: `12 s`, `5 min`, `3 h`, `2 d`."""
@@ -47,12 +42,7 @@ def ago(at: datetime) -> str:
     return f"{seconds} s ago"
 
 
-def stale(at: datetime) -> bool:
-    return datetime.now(UTC) - at > STALE_PROBE
-
-
 templates.env.filters["ago"] = ago
-templates.env.filters["stale"] = stale
 
 # No inline script or style anywhere: the pages load only their own static files.
 SECURITY_HEADERS = {
