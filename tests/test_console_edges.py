@@ -41,6 +41,19 @@ async def console(api_url: str, cli_env: dict[str, str]) -> AsyncIterator[Consol
     await session.close()
 
 
+@pytest.fixture
+async def auth(http: httpx.AsyncClient, cli_env: dict[str, str]) -> dict[str, str]:
+    """The API's bearer header for the client the console signs in with (its tenant's)."""
+    token = (
+        await http.post(
+            "/oauth/token",
+            data={"grant_type": "client_credentials"},
+            auth=(cli_env["MODEL_ROUTER_CLIENT_ID"], cli_env["MODEL_ROUTER_CLIENT_SECRET"]),
+        )
+    ).json()["access_token"]
+    return {"Authorization": f"Bearer {token}"}
+
+
 def _page(resp: httpx.Response, status: int) -> str:
     assert resp.status_code == status, resp.text[:300]
     assert resp.headers["content-type"].startswith("text/html"), resp.headers["content-type"]
@@ -98,20 +111,12 @@ async def test_a_preview_with_no_profile_to_preview_says_so(console: ConsoleSess
 async def test_a_deployments_thresholds_are_every_active_versions(
     console: ConsoleSession,
     http: httpx.AsyncClient,
-    cli_env: dict[str, str],
+    auth: dict[str, str],
     tenant: str,
     temporal_client: Client,
 ) -> None:
     # Version 2 asks less than version 1, which stays active: the page showed version 2's
     # columns alone, every cell met, while approval was refused by version 1's threshold.
-    token = (
-        await http.post(
-            "/oauth/token",
-            data={"grant_type": "client_credentials"},
-            auth=(cli_env["MODEL_ROUTER_CLIENT_ID"], cli_env["MODEL_ROUTER_CLIENT_SECRET"]),
-        )
-    ).json()["access_token"]
-    auth = {"Authorization": f"Bearer {token}"}
     await register(http, auth, "edge/coder")
     for version, threshold in (("1", 0.9), ("2", 0.7)):
         event = profile_event(
@@ -184,19 +189,11 @@ async def test_a_call_in_flight_is_in_flight_and_costs_read_as_dollars(
 
 
 async def test_a_deployment_offers_the_actions_its_state_takes(
-    console: ConsoleSession, http: httpx.AsyncClient, cli_env: dict[str, str]
+    console: ConsoleSession, http: httpx.AsyncClient, auth: dict[str, str]
 ) -> None:
     """Every action was offered in every state: Approve on a Candidate or a Retired
     deployment, whose click could only be refused. An evaluation, once asked, is said to have
     started (it said "done")."""
-    token = (
-        await http.post(
-            "/oauth/token",
-            data={"grant_type": "client_credentials"},
-            auth=(cli_env["MODEL_ROUTER_CLIENT_ID"], cli_env["MODEL_ROUTER_CLIENT_SECRET"]),
-        )
-    ).json()["access_token"]
-    auth = {"Authorization": f"Bearer {token}"}
     target = f"edge-{uuid.uuid4().hex[:6]}/acts"
     await register(http, auth, target)
 
@@ -215,7 +212,7 @@ async def test_a_deployment_offers_the_actions_its_state_takes(
 async def test_a_probe_says_how_old_it_is_and_an_old_one_is_stale(
     console: ConsoleSession,
     http: httpx.AsyncClient,
-    cli_env: dict[str, str],
+    auth: dict[str, str],
     sessions: async_sessionmaker[AsyncSession],
     tenant: str,
     temporal_client: Client,
@@ -224,14 +221,6 @@ async def test_a_probe_says_how_old_it_is_and_an_old_one_is_stale(
     the board and the deployment's page with no time, as if current. Stale is judged against
     the probe schedule's period, and only for a state that is probed: a Candidate keeps its
     last sample without being probed."""
-    token = (
-        await http.post(
-            "/oauth/token",
-            data={"grant_type": "client_credentials"},
-            auth=(cli_env["MODEL_ROUTER_CLIENT_ID"], cli_env["MODEL_ROUTER_CLIENT_SECRET"]),
-        )
-    ).json()["access_token"]
-    auth = {"Authorization": f"Bearer {token}"}
     probed, unprobed = (f"edge-{uuid.uuid4().hex[:6]}/{n}" for n in ("probed", "candidate"))
     await approved_deployment(http, auth, temporal_client, tenant, probed)
     await register(http, auth, unprobed)

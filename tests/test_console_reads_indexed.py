@@ -8,41 +8,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
-from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.settings import Settings
 from store import console_reads, overview_reads
-from store.db import create_engine, session_factory
+from tests.helpers.plans import plans
 
 Read = Callable[[AsyncSession], Awaitable[object]]
-
-
-async def _plans(url: str, read: Read) -> list[str]:
-    engine = create_engine(url)
-    seen: list[tuple[str, Any]] = []
-
-    def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
-        seen.append((statement, parameters))
-
-    try:
-        event.listen(engine.sync_engine, "before_cursor_execute", capture)
-        async with session_factory(engine)() as session:
-            await read(session)
-        event.remove(engine.sync_engine, "before_cursor_execute", capture)
-        plans = []
-        async with engine.connect() as conn:
-            await conn.exec_driver_sql("SET enable_seqscan = off")
-            for statement, parameters in seen:
-                if statement.lstrip().upper().startswith("SELECT"):
-                    rows = (await conn.exec_driver_sql("EXPLAIN " + statement, parameters)).all()
-                    plans.append("\n".join(str(r[0]) for r in rows))
-        return plans
-    finally:
-        await engine.dispose()
 
 
 TENANT = f"tenant-{uuid.uuid4().hex[:8]}"
@@ -82,9 +56,9 @@ async def test_console_reads_use_an_index_of_the_tenants_history(
 ) -> None:
     # One statement per expected index (or table, read by an index since no plan may scan):
     # a read of receipts asks the open ones, then the closed ones.
-    plans = await _plans(settings.database_url, read)
-    assert len(plans) == len(indexes), plans
-    for plan, index in zip(plans, indexes, strict=True):
+    found = await plans(settings.database_url, read)
+    assert len(found) == len(indexes), found
+    for plan, index in zip(found, indexes, strict=True):
         for name in (index,) if isinstance(index, str) else index:
             assert name in plan, plan
         assert "Seq Scan" not in plan, plan

@@ -8,9 +8,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
-from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col, select
 from temporalio.client import Client
@@ -18,12 +16,13 @@ from temporalio.client import Client
 from core.schedules import sweep_input
 from core.settings import Settings
 from domain.sweep import SweepInput
-from store.db import create_engine, session_factory, transaction
+from store.db import create_engine, transaction
 from store.event_retention import prune_run_events
 from store.migrate import upgrade
 from store.tables import OutboxEventRow
 from store.webhook_tables import WebhookSubscriptionRow
 from tests.conftest import create_database, drop_database
+from tests.helpers.plans import plans
 from workflows.receipt_sweeper import ReceiptSweeperWorkflow
 
 NOW = datetime.now(UTC)
@@ -122,28 +121,15 @@ async def test_the_prune_reads_run_events_by_age_not_the_whole_outbox() -> None:
     ix_outbox_run_events_age (migration 0014) in its order. On a database of its own, freshly
     migrated and analyzed: the plan depends on nothing other tests wrote."""
     url = await create_database("mr_prune")
-    await asyncio.to_thread(upgrade, url)
-    engine = create_engine(url)
-    seen: list[tuple[str, Any]] = []
-
-    def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
-        seen.append((statement, parameters))
-
     try:
-        event.listen(engine.sync_engine, "before_cursor_execute", capture)
-        async with session_factory(engine)() as session:
-            await prune_run_events(session, OLD, 5000)
-            await session.rollback()
-        event.remove(engine.sync_engine, "before_cursor_execute", capture)
-        [(statement, parameters)] = [s for s in seen if s[0].lstrip().upper().startswith("DELETE")]
-        async with engine.connect() as conn:
+        await asyncio.to_thread(upgrade, url)
+        engine = create_engine(url)
+        async with engine.begin() as conn:  # committed: the statistics are transactional
             await conn.exec_driver_sql("ANALYZE outbox_events")
-            await conn.exec_driver_sql("SET enable_seqscan = off")
-            rows = (await conn.exec_driver_sql("EXPLAIN " + statement, parameters)).all()
-    finally:
         await engine.dispose()
+        [plan] = await plans(url, lambda s: prune_run_events(s, OLD, 5000), ("DELETE",))
+    finally:
         await drop_database(url)
-    plan = "\n".join(str(r[0]) for r in rows)
     # Read in the index's order, the batch's limit stops the scan: no sort of every expired
     # event, and no walk of the primary key (the delete itself finds each row by it).
     assert "ix_outbox_run_events_age" in plan and "Sort" not in plan, plan

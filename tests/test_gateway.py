@@ -219,6 +219,43 @@ async def test_the_idempotency_key_header_keys_a_gateway_call_as_on_the_v1_surfa
     assert upstream.requests("gw-chat") == before + 1
 
 
+async def _cheap_and_dear(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    temporal: Client,
+    upstream: UpstreamServer,
+    tag: str,
+    first: str,
+) -> None:
+    """Two approved deployments `{tag}/cheap` and `{tag}/dear` (models `{tag}-cheap`, a
+    thousand dollars a million tokens, and `{tag}-dear`, a hundred times more, in pricing
+    revision `{tag}-1`), and a profile `{tag}` on the `first` of them, falling back to a
+    profile on the other, `{tag}-dear` or `{tag}-cheap`."""
+    entries = [
+        {"provider": "openai", "model": f"{tag}-{kind}", "inputUsdPerMtok": usd,
+         "outputUsdPerMtok": usd, "effectiveFrom": "2026-01-01"}
+        for kind, usd in (("cheap", "1000"), ("dear", "100000"))
+    ]  # fmt: skip
+    prices = {"revision": f"{tag}-1", "entries": entries}
+    assert (await http.post("/factory/pricebook-revisions", json=prices, headers=auth)).is_success
+    for kind in ("cheap", "dear"):
+        dep = f"{tag}/{kind}"
+        await register(http, auth, dep, model=f"{tag}-{kind}", endpointRef=upstream.endpoint_ref)
+        await record_evidence(temporal, tenant, dep, {"tool-calling": 0.9})
+        approved = await http.post(f"/factory/model-deployments/{dep}/approve", headers=auth)
+        assert approved.status_code == 200, approved.text
+    other = "dear" if first == "cheap" else "cheap"
+    fallback = profile_event(f"{tag}-{other}", [f"{tag}/{other}"], {}, priceBasis=f"{tag}-1")
+    assert (await publish(http, auth, fallback)).status_code == 200
+    event = profile_event(
+        tag, [f"{tag}/{first}"], {}, fallbackEnabled=True, fallbackChain=[f"{tag}-{other}"],
+        priceBasis=f"{tag}-1",
+    )  # fmt: skip
+    published = await publish(http, auth, event)
+    assert published.status_code == 200, published.text
+
+
 async def test_a_budget_covers_every_deployment_that_may_answer_not_only_the_first(
     http: httpx.AsyncClient,
     auth: dict[str, str],
@@ -228,26 +265,7 @@ async def test_a_budget_covers_every_deployment_that_may_answer_not_only_the_fir
 ) -> None:
     # Only the first target was priced: when it failed, a fallback a hundred times dearer
     # answered, its cost past the budget the call was admitted under.
-    entries = [
-        {"provider": "openai", "model": model, "inputUsdPerMtok": usd, "outputUsdPerMtok": usd,
-         "effectiveFrom": "2026-01-01"}
-        for model, usd in (("bud-cheap", "1000"), ("bud-dear", "100000"))
-    ]  # fmt: skip
-    prices = {"revision": "bud-1", "entries": entries}
-    assert (await http.post("/factory/pricebook-revisions", json=prices, headers=auth)).is_success
-    for dep, model in (("bud/cheap", "bud-cheap"), ("bud/dear", "bud-dear")):
-        await register(http, auth, dep, model=model, endpointRef=upstream.endpoint_ref)
-        await record_evidence(temporal_client, tenant, dep, {"tool-calling": 0.9})
-        approved = await http.post(f"/factory/model-deployments/{dep}/approve", headers=auth)
-        assert approved.status_code == 200, approved.text
-    dear = profile_event("bud-dear", ["bud/dear"], {}, priceBasis="bud-1")
-    assert (await publish(http, auth, dear)).status_code == 200
-    event = profile_event(
-        "bud", ["bud/cheap"], {}, fallbackEnabled=True, fallbackChain=["bud-dear"],
-        priceBasis="bud-1",
-    )  # fmt: skip
-    published = await publish(http, auth, event)
-    assert published.status_code == 200, published.text
+    await _cheap_and_dear(http, auth, tenant, temporal_client, upstream, "bud", first="cheap")
     upstream.inject("bud-cheap", Fault(kind=FaultKind.UNAVAILABLE))
     try:
         # Worst cases: about 0.04 USD on the cheap one, 4 USD on the dear one.
@@ -273,25 +291,7 @@ async def test_a_first_candidate_the_budget_passes_over_is_a_fallback_that_says_
     """The plan's first deployment is past the budget, so the next answers: the receipt's
     fallback named no reason (ModelFallbackUsed's required `reason` null, the metric's
     "unknown")."""
-    entries = [
-        {"provider": "openai", "model": model, "inputUsdPerMtok": usd, "outputUsdPerMtok": usd,
-         "effectiveFrom": "2026-01-01"}
-        for model, usd in (("bpo-cheap", "1000"), ("bpo-dear", "100000"))
-    ]  # fmt: skip
-    prices = {"revision": "bpo-1", "entries": entries}
-    assert (await http.post("/factory/pricebook-revisions", json=prices, headers=auth)).is_success
-    for dep, model in (("bpo/cheap", "bpo-cheap"), ("bpo/dear", "bpo-dear")):
-        await register(http, auth, dep, model=model, endpointRef=upstream.endpoint_ref)
-        await record_evidence(temporal_client, tenant, dep, {"tool-calling": 0.9})
-        approved = await http.post(f"/factory/model-deployments/{dep}/approve", headers=auth)
-        assert approved.status_code == 200, approved.text
-    cheap = profile_event("bpo-cheap", ["bpo/cheap"], {}, priceBasis="bpo-1")
-    assert (await publish(http, auth, cheap)).status_code == 200
-    event = profile_event(
-        "bpo", ["bpo/dear"], {}, fallbackEnabled=True, fallbackChain=["bpo-cheap"],
-        priceBasis="bpo-1",
-    )  # fmt: skip
-    assert (await publish(http, auth, event)).status_code == 200
+    await _cheap_and_dear(http, auth, tenant, temporal_client, upstream, "bpo", first="dear")
     # Worst cases: about 4 USD on the dear one, 0.04 USD on the cheap one.
     call = {"profileId": "bpo", "budgetUsd": "1", "request": {**_chat(), "max_tokens": 10}}
     answered = await http.post("/gateway/invoke", headers=auth, json=call)
