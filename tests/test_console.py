@@ -287,8 +287,15 @@ async def test_license_evaluate_with_live_progress_then_approval_refused_with_th
         wait_until(finished, timeout=150, interval=0.3)
         assert seen, "the page never showed the evaluation's progress"
         assert len(set(seen)) >= 2, f"the progress never moved on the page: {seen}"
-        browser.refresh()
-        wait_until(lambda: browser.find_elements(By.ID, "scores"))
+        # The page itself follows, unasked: the state and the scores outside the panel were
+        # those from before the run until the operator reloaded.
+        wait_until(
+            lambda: browser.execute_script(
+                "const s = document.getElementById('state');"
+                "return Boolean(s && s.textContent === 'Evaluated'"
+                " && document.getElementById('scores') && !document.getElementById('done'));"
+            )
+        )
         short = browser.find_elements(By.CSS_SELECTOR, "#scores td.short")
         assert short and "tool-calling" in short[0].text, "the shortfall is not highlighted"
         rows = browser.find_elements(By.CSS_SELECTOR, "#scores tbody tr")

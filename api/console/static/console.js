@@ -1,6 +1,8 @@
 // model-router console: the only script. It refreshes the evaluation panel while an evaluation
-// runs (the page works without it; reload shows the same). No framework, nothing fetched from
-// elsewhere.
+// runs, and the page once it has ended (its scores, state and evidence are the page's, outside
+// the panel: they stayed as before the run), or when the panel is gone from the answer (the
+// sign-in expired: the page goes to sign in). The page works without it; reload shows the
+// same. No framework, nothing fetched from elsewhere.
 (function () {
   "use strict";
   var INTERVAL_MS = 1000;
@@ -21,10 +23,19 @@
         .then(function (html) {
           var doc = new DOMParser().parseFromString(html, "text/html");
           var fresh = doc.getElementById(panel.id);
-          if (fresh) {
-            panel.replaceWith(fresh);
-            poll(fresh);
+          if (!fresh) {
+            window.location.reload();
+            return;
           }
+          panel.replaceWith(fresh);
+          if (fresh.getAttribute("data-running") !== "true") {
+            // Ended: the whole page again, without the "started" notice it came with.
+            var page = new URL(window.location.href);
+            page.searchParams.delete("done");
+            window.location.replace(page.toString());
+            return;
+          }
+          poll(fresh);
         })
         .catch(function () {
           poll(panel); // a transient failure: try again on the next tick
