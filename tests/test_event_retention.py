@@ -43,45 +43,55 @@ def _event(tenant: str, event_type: str, aggregate: str, at: datetime) -> Outbox
 
 
 async def test_old_run_events_go_unless_a_subscription_still_owes_them(
-    sessions: async_sessionmaker[AsyncSession], tenant: str
+    store: async_sessionmaker[AsyncSession], tenant: str
 ) -> None:
+    """Held back only by a subscription that takes run events: every type, or a list naming
+    one. One taking only catalog events, failing for good, kept its tenant's run events for
+    ever. On PostgreSQL and SQLite alike."""
     held, free = f"{tenant}-held", f"{tenant}-free"
-    async with transaction(sessions) as session:
+    named, catalog = f"{tenant}-named", f"{tenant}-catalog"
+    async with transaction(store) as session:
         rows = {
             "old-invoked": _event(free, "ModelInvoked", "a", OLD),
             "old-plan": _event(free, "RoutePlanResolved", "b", OLD),
             "old-deployment": _event(free, "DeploymentStateChanged", "d", OLD),
             "new-invoked": _event(free, "ModelInvoked", "c", NOW),
             "owed": _event(held, "ModelInvoked", "e", OLD),
+            "owed-to-a-list": _event(named, "ModelFallbackUsed", "f", OLD),
+            "not-wanted": _event(catalog, "ModelInvoked", "g", OLD),
         }
         session.add_all(rows.values())
         await session.flush()
-        # The held tenant's subscriber has not got its event yet.
-        owed_at = int(rows["owed"].position or 0)
-        session.add(
-            WebhookSubscriptionRow(
-                tenant_id=held,
-                url="https://example.com/hook",
-                signing_secret="s",
-                event_types=[],
-                delivered_position=owed_at - 1,
+        # Each subscriber is behind its tenant's event.
+        for owner, types, row in (
+            (held, [], rows["owed"]),
+            (named, ["DeploymentStateChanged", "ModelFallbackUsed"], rows["owed-to-a-list"]),
+            (catalog, ["DeploymentStateChanged", "ModelProfileActivated"], rows["not-wanted"]),
+        ):
+            session.add(
+                WebhookSubscriptionRow(
+                    tenant_id=owner,
+                    url="https://example.com/hook",
+                    signing_secret="s",
+                    event_types=types,
+                    delivered_position=int(row.position or 0) - 1,
+                )
             )
-        )
     ids = {name: row.event_id for name, row in rows.items()}
-    async with transaction(sessions) as session:
+    async with transaction(store) as session:
         assert await prune_run_events(session, NOW - timedelta(days=30), limit=1) == 1
         await prune_run_events(session, NOW - timedelta(days=30), limit=1000)
-    async with sessions() as session:
+    async with store() as session:
         left = set(
             (
                 await session.scalars(
                     select(OutboxEventRow.event_id).where(
-                        col(OutboxEventRow.tenant_id).in_([held, free])
+                        col(OutboxEventRow.tenant_id).in_([held, free, named, catalog])
                     )
                 )
             ).all()
         )
-    assert left == {ids["old-deployment"], ids["new-invoked"], ids["owed"]}
+    assert left == {ids["old-deployment"], ids["new-invoked"], ids["owed"], ids["owed-to-a-list"]}
 
 
 def test_the_sweepers_schedule_carries_the_retention(settings: Settings) -> None:
