@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from domain.invocation import InvocationSummary
 from domain.text import StoredName
@@ -104,6 +104,19 @@ class EmbeddingsIn(_Loose):
     input: str | list[str] = Field(description="Text or texts (token arrays are not accepted)")
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(default=None, ge=1)
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _not_tokens(cls, value: Any) -> Any:
+        """Token arrays said as such: LangChain's OpenAIEmbeddings sends them by default, and
+        pydantic's words ("Input should be a valid string", twice) did not say what to do."""
+        if isinstance(value, list) and value and not isinstance(value[0], str):
+            raise ValueError(
+                "token arrays are not accepted, only text: the deployment behind a profile may "
+                "tokenize otherwise (with LangChain, OpenAIEmbeddings(check_embedding_ctx_length="
+                "False) sends text)"
+            )
+        return value
 
 
 # Content parts whose words the normalised message carries: text, and an assistant's refusal

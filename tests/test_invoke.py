@@ -343,6 +343,17 @@ async def test_what_the_sdk_sends_back_or_leaves_null_is_taken(
     assert usage.prompt_tokens_details.cached_tokens >= 0
 
 
+async def test_token_arrays_are_refused_saying_so(sdk: AsyncOpenAI) -> None:
+    """LangChain's OpenAIEmbeddings sends token arrays by default: the refusal said only
+    "Input should be a valid string", twice."""
+    with pytest.raises(openai.BadRequestError) as refused:
+        await sdk.embeddings.create(model="embedding", input=[[1, 2, 3]])
+    assert "token arrays are not accepted" in str(refused.value)
+    assert "check_embedding_ctx_length" in str(refused.value)
+    body: Any = refused.value.body
+    assert "input" in json.dumps(body)
+
+
 async def test_embeddings_give_the_dimensions_asked_for(sdk: AsyncOpenAI) -> None:
     # `dimensions` reaches the provider (text-embedding-3's shortened vectors for a narrower
     # index); it was accepted and dropped, and the index write failed on full-width vectors.
