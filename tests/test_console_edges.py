@@ -129,6 +129,12 @@ async def test_a_deployments_thresholds_are_every_active_versions(
     assert html.count('class="short"') == 1  # version 1's 0.9; version 2's 0.7 is met
     refused = await http.post("/factory/model-deployments/edge/coder/approve", headers=auth)
     assert refused.status_code == 409 and "0.9" in refused.text
+    # Each column opens the version it names (it opened the newest whatever was clicked),
+    # and the versions table links each.
+    link = re.search(r'href="(/console/profiles/edge-agent\?version=1)"', html)
+    assert link is not None, html
+    first = _page(await console.get(link.group(1).replace("&amp;", "&")), 200)
+    assert '<span id="version">1</span>' in first and "?version=2" in first
 
 
 def _ids(html: str) -> list[str]:
@@ -178,6 +184,9 @@ async def test_a_call_in_flight_is_in_flight_and_costs_read_as_dollars(
         for name in ids
     }
     assert "In flight" in rows["open"] and "outcome-failed" not in rows["open"]
+    # Each row links its profile and its deployment.
+    assert 'href="/console/deployment?id=edge/in-flight"' in rows["open"]
+    assert 'href="/console/profiles/code-agent"' in rows["open"]
     assert "outcome-failed" in rows["failed"] and "<td>0.00</td>" in rows["failed"]
     assert "<td>0.00000012</td>" in rows["tiny"] and "E-" not in listed
     failed = _page(await console.get("/console/receipts", run_id=str(run), outcome="Failed"), 200)

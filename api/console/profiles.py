@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Form, Request
+from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from pydantic import ValidationError
 
@@ -53,13 +53,21 @@ async def profile_list(request: Request, operator: SignedIn, runtime: RuntimeDep
 
 @router.get("/profiles/{profile_id}", response_class=HTMLResponse)
 async def profile_page(
-    request: Request, profile_id: str, operator: SignedIn, runtime: RuntimeDep
+    request: Request,
+    profile_id: str,
+    operator: SignedIn,
+    runtime: RuntimeDep,
+    # A version of the profile (a deployment page's column, a row of the versions table), as
+    # the REST read takes it: the page showed the newest whatever version was clicked.
+    version: Annotated[str | None, Query(max_length=50)] = None,
 ) -> Response:
     _read(operator)
     async with runtime.sessions() as session:
         try:
             # The REST read itself: the same rows, the same allowed-deployment summary.
-            detail = await profile_routes.get_profile(profile_id, operator.principal, session, None)
+            detail = await profile_routes.get_profile(
+                profile_id, operator.principal, session, version or None
+            )
         except Problem as problem:
             raise ConsoleError(problem.status, problem.detail) from None
         active = {
@@ -76,7 +84,7 @@ async def profile_page(
         request,
         "profile.html",
         operator,
-        title=f"Profile {profile_id}",
+        title=f"Profile {profile_id} v{detail.version}" if version else f"Profile {profile_id}",
         nav="profiles",
         profile=detail,
         chain=chain,
