@@ -183,8 +183,16 @@ async def test_sign_in_refuses_a_wrong_secret_and_accepts_the_right_one(
 
 
 async def test_board_shows_the_demo_catalog_with_counts(
-    api_url: str, demo: Demo, browser: WebDriver, sessions: async_sessionmaker[AsyncSession]
+    api_url: str,
+    demo: Demo,
+    browser: WebDriver,
+    sessions: async_sessionmaker[AsyncSession],
+    http: httpx.AsyncClient,
 ) -> None:
+    # An id as long as ids go, with no space to break at: it ran past its card into the next
+    # column, and past the page's heading.
+    long_id = f"long-{uuid.uuid4().hex[:6]}/" + "x" * 180
+    await register(http, demo.auth, long_id)
     # A probe of sim-chat, as the health probe's activity records it.
     async with transaction(sessions) as session:
         await record_sample(
@@ -212,6 +220,11 @@ async def test_board_shows_the_demo_catalog_with_counts(
         assert "local-upstream / sim-chat" in chat.text and "Local" in chat.text
         assert "healthy" in chat.text and "commercial" in chat.text
         assert "ok · 37 ms" in chat.text
+        overflowing = browser.execute_script(
+            "return [...document.querySelectorAll('li.card, h1')]"
+            ".filter(e => e.scrollWidth > e.clientWidth + 1).length;"
+        )
+        assert overflowing == 0, "a card or the heading runs past its box"
         audit(browser, "board")
         # The profiles and a profile's page.
         _open(browser, f"{api_url}/console/profiles")
