@@ -763,3 +763,24 @@ async def test_a_context_overflow_says_the_prompt_is_too_long(
     body: Any = failed.value.body
     assert body["error"]["type"] == "invalid_request_error"
     assert body["error"]["message"].startswith("prompt is too long: ")
+
+
+async def test_the_anthropic_sdk_lists_and_retrieves_profiles_as_models(
+    client: AsyncAnthropic, catalog: Catalog
+) -> None:
+    """The anthropic SDK lists models at /v1/models, the OpenAI SDK's path: it was answered
+    OpenAI's page, which it could not read. A key sent as `x-api-key` is taken there too."""
+    profile = catalog.profile("anthropic")
+    listed = [m async for m in client.models.list()]
+    assert profile in {m.id for m in listed}
+    assert all(m.type == "model" and m.display_name == m.id for m in listed)
+    one = await client.models.retrieve(profile)
+    assert one.id == profile and one.created_at.year == 1970
+    with pytest.raises(anthropic.NotFoundError):
+        await client.models.retrieve("no-such-profile")
+    key = client.api_key
+    async with httpx.AsyncClient(base_url=str(client.base_url)) as raw:
+        page = await raw.get(
+            "/v1/models", headers={"x-api-key": key or "", "anthropic-version": "2023-06-01"}
+        )
+    assert page.status_code == 200 and page.json()["first_id"], page.text

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
 from api.calls import Call
-from api.deps import SessionDep, require
+from api.deps import SessionDep, get_principal_or_api_key, require
 from api.invocations import Running
 from api.openai_errors import problem_with_error
 from api.openai_shapes import (
@@ -121,21 +121,48 @@ async def embeddings(
     )
 
 
-def _model(profile_id: str) -> dict[str, Any]:
+# Both SDKs list models at this one path. The anthropic SDK sends an `anthropic-version`
+# header and reads Anthropic's page of `ModelInfo`: it could not read OpenAI's. Its key may
+# come as `x-api-key`, as Anthropic's own examples send it, taken as on the Messages surface.
+ModelReader = Annotated[
+    Principal, Depends(require(Scope.MODELS_INVOKE, Action.INVOKE, get_principal_or_api_key))
+]
+
+
+def _model(profile_id: str, anthropic: bool) -> dict[str, Any]:
+    if anthropic:
+        # No creation time is kept for a profile: the epoch, as the OpenAI shape's 0.
+        created = "1970-01-01T00:00:00Z"
+        return {
+            "type": "model",
+            "id": profile_id,
+            "display_name": profile_id,
+            "created_at": created,
+        }
     return {"id": profile_id, "object": "model", "created": 0, "owned_by": "model-router"}
 
 
+def _anthropic(request: Request) -> bool:
+    return "anthropic-version" in request.headers
+
+
 @router.get("/models", operation_id="ListModels")
-async def models(principal: Invoker, session: SessionDep) -> dict[str, Any]:
+async def models(request: Request, principal: ModelReader, session: SessionDep) -> dict[str, Any]:
     rows = await ModelProfileRepository(session, principal.tenant_id).latest_active()
-    return {"object": "list", "data": [_model(r.profile_id) for r in rows]}
+    data = [_model(r.profile_id, _anthropic(request)) for r in rows]
+    if _anthropic(request):
+        first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
+        return {"data": data, "has_more": False, "first_id": first, "last_id": last}
+    return {"object": "list", "data": data}
 
 
 @router.get("/models/{model}", operation_id="RetrieveModel")
-async def model(model: str, principal: Invoker, session: SessionDep) -> dict[str, Any]:
+async def model(
+    model: str, request: Request, principal: ModelReader, session: SessionDep
+) -> dict[str, Any]:
     """One profile as `/models` lists it (`client.models.retrieve`, which some clients ask
     before they use a model: it was a 404 for every profile)."""
     rows = await ModelProfileRepository(session, principal.tenant_id).latest_active()
     if not any(r.profile_id == model for r in rows):
         raise Problem(404, f"No active profile {model!r}.", field="model")
-    return _model(model)
+    return _model(model, _anthropic(request))
