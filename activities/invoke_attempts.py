@@ -30,7 +30,7 @@ from activities.invoke_outcomes import (
     rerank_once,
 )
 from activities.resilience import Resilience, call_limits, timed_stream
-from core import metrics
+from core import metrics, timing
 from domain.breaker import Breaker
 from domain.enums import InvocationOutcome, UsageStatus
 from domain.failures import BUSY
@@ -110,7 +110,11 @@ async def attempts_on(
         )
         if delay is None or not breaker.allow():
             return result
-        await asyncio.sleep(delay)
+        # A wait the provider asked for (its Retry-After) or its failure caused: the provider's
+        # time in Server-Timing and the overhead histogram, not the gateway's (a 429 with
+        # Retry-After: 2 read as two seconds of gateway overhead).
+        with timing.waiting():
+            await asyncio.sleep(delay)
 
 
 async def attempt_once(

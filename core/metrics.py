@@ -107,9 +107,12 @@ def set_usage_unknown(counts: Mapping[str, int]) -> None:
 
 
 class Histogram(Instrument):
-    def __init__(self, name: str, unit: str, description: str) -> None:
+    def __init__(
+        self, name: str, unit: str, description: str, buckets: list[float] | None = None
+    ) -> None:
         super().__init__(name, unit, description)
         self._values: dict[_Key, list[float]] = {}
+        self._buckets = buckets
 
     def record(self, value: float, attributes: Attributes | None = None) -> None:
         key = _key(attributes)
@@ -127,7 +130,8 @@ class Histogram(Instrument):
             self.unit,
             self.description,
             # OTel's default boundaries are milliseconds-shaped; these instruments are seconds.
-            explicit_bucket_boundaries_advisory=_SECONDS_BUCKETS if self.unit == "s" else None,
+            explicit_bucket_boundaries_advisory=self._buckets
+            or (_SECONDS_BUCKETS if self.unit == "s" else None),
         )
 
     def values(self, attributes: Attributes | None = None) -> list[float]:
@@ -165,8 +169,18 @@ invocations = Counter(_PREFIX + "invocations", "{invocation}", "Invocations by o
 latency = Histogram(_PREFIX + "latency", "s", "Time to first token and completion.")
 # Not in the spec's table, in its family: the gateway's own time per invocation, up to the
 # response's first byte, without the time spent waiting on the provider (api/server_timing.py).
+# Its own bounds, a millisecond apart where it lives: 12-14 ms a call at c=1 on the benchmark's
+# machine (docs/benchmarks.md) fell in the latency buckets' 10-25 ms, which could not show a
+# millisecond's change.
+_OVERHEAD_BUCKETS = [
+    0.0005, 0.001, 0.002, 0.004, 0.006, 0.008, 0.010, 0.012, 0.014, 0.016, 0.020, 0.025,
+    0.030, 0.040, 0.050, 0.075, 0.100, 0.250, 0.500, 1.0,
+]  # fmt: skip
 overhead = Histogram(
-    _PREFIX + "overhead", "s", "The gateway's own time per invocation, provider time excluded."
+    _PREFIX + "overhead",
+    "s",
+    "The gateway's own time per invocation, provider time excluded.",
+    buckets=_OVERHEAD_BUCKETS,
 )
 tokens = Counter(_PREFIX + "tokens", "{token}", "Input and output tokens.")
 fallbacks = Counter(_PREFIX + "fallbacks", "{invocation}", "Fallbacks taken.")

@@ -102,6 +102,25 @@ async def test_server_timing_separates_the_provider_and_adds_up(
     await sdk.close()
 
 
+async def test_a_retry_wait_the_provider_asked_for_is_the_providers_time(
+    api_url: str, auth: dict[str, str], upstream: UpstreamServer
+) -> None:
+    """A 429 with Retry-After, then an answer: the wait was counted as the gateway's own
+    time, in Server-Timing and the overhead histogram."""
+    sdk = openai.AsyncOpenAI(base_url=f"{api_url}/v1", api_key="unused", max_retries=0)
+    upstream.inject(MODEL, Fault(kind=FaultKind.RATE_LIMIT, retry_after=DELAY, times=1))
+    raw = await sdk.chat.completions.with_raw_response.create(
+        model="timed",
+        messages=[{"role": "user", "content": "wait for me"}],
+        extra_headers={**auth, "Idempotency-Key": f"st-{uuid.uuid4().hex}"},
+    )
+    await sdk.close()
+    assert raw.parse().choices[0].message.content
+    found = parts(raw.headers["server-timing"])
+    assert_adds_up(found)
+    assert found["provider"] >= DELAY * 1000, found
+
+
 async def test_every_gateway_response_carries_server_timing(
     http: httpx.AsyncClient, auth: dict[str, str]
 ) -> None:

@@ -7,6 +7,7 @@ rely on OTLP export instead."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from fastapi import APIRouter, Request
@@ -39,12 +40,24 @@ async def metrics(request: Request, runtime: RuntimeDep) -> Response:
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 
+# How long a scrape waits on the store for the recount: Prometheus gives a scrape 10 s by
+# default, and a store that hangs (frozen, partitioned) rather than refuses held the scrape
+# for the pool's wait and the statement's bound, 30 s and more: every target read as down,
+# every other metric gone with it, in the outage they are for.
+RECOUNT_WAIT_SECONDS = 2.0
+
+
 async def recount_usage_unknown(runtime: RuntimeDep) -> None:
     """The usage_unknown gauge from the store (one grouped count over an indexed column); a
-    store that does not answer leaves the last count, and the scrape still succeeds."""
-    try:
+    store that does not answer, or not within RECOUNT_WAIT_SECONDS, leaves the last count,
+    and the scrape still succeeds."""
+
+    async def recount() -> None:
         async with runtime.sessions() as session:
             lookback = runtime.settings.reconciler_lookback_hours
             instruments.set_usage_unknown(await awaiting_by_provider(session, lookback))
+
+    try:
+        await asyncio.wait_for(recount(), RECOUNT_WAIT_SECONDS)
     except Exception as exc:
         log.warning("usage_unknown not recounted: %s", type(exc).__name__)
