@@ -68,14 +68,25 @@ async def admit(
             seen = await receipts.by_key(session, data.tenant_id, data.idempotency_key)
         if not _denied(seen, data.request_hash):
             return
-    metrics.denials.add(1, {"tenant": data.tenant_id, "reason": reason})
-    raise Problem(
+    else:
+        # Counted once, as its receipt is written: its key sent again is the same denial.
+        metrics.denials.add(1, {"tenant": data.tenant_id, "reason": reason})
+    raise denial(data.invocation_id, f"Denied: {detail}.", reason)
+
+
+# What a budget's denial says it was: past the budget, or no price to judge it by.
+BUDGET_REASONS = frozenset({"over-budget", "no-price"})
+
+
+def denial(invocation_id: object, detail: str, reason: str | None) -> Problem:
+    """The budget's 402, as the call was answered and as its key replays it."""
+    return Problem(
         402,
-        f"Denied: {detail}.",
+        detail,
         type_="https://model-router.dev/problems/budget",
         reason=reason,
-        receiptId=str(data.invocation_id),
-        headers={"X-Model-Router-Receipt-Id": str(data.invocation_id)},
+        receiptId=str(invocation_id),
+        headers={"X-Model-Router-Receipt-Id": str(invocation_id)},
     )
 
 

@@ -160,12 +160,13 @@ class Invocations:
                     needs, call.profile_id, call.run_id, call.operation, cached=cached
                 )
             except Refusal as refused:
-                if isinstance(refused, PolicyDenied | RunPlannedForOtherData):
-                    metrics.denials.add(1, {"tenant": tenant, "reason": refused.reason})
                 # A key used before replays its receipt, whatever the catalog says now.
                 seen = await self._replays.seen(tenant, key)
                 if seen is not None:
                     return self._replay_or_wait(tenant, key, hash_, seen, call)
+                # A denial, counted as it is answered (a replay above is none).
+                if isinstance(refused, PolicyDenied | RunPlannedForOtherData):
+                    metrics.denials.add(1, {"tenant": tenant, "reason": refused.reason})
                 wait = partial(self._come_back.none_routable, tenant)
                 raise problem_of(refused, wait, call.profile_field) from None
             data = invocation_input(tenant, key, hash_, call, route, self._config)

@@ -22,6 +22,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from activities.invoke_hub import ReceiptReady
+from api.budget import BUDGET_REASONS, denial
 from api.calls import Call
 from api.invocation_events import InvocationEvent, Replayed
 from api.invocations import Invocations, Running
@@ -278,6 +279,14 @@ def failure_response(
     """A call that did not complete, as the surface's error (its envelope, by path prefix).
     `retry_after` None: a replay of the key's failure, which says so (see below)."""
     kind = summary.error_kind or "provider_error"
+    if summary.outcome is InvocationOutcome.DENIED:
+        # Only a budget writes a denial's receipt: its key replays the 402 it was answered
+        # (it replayed as a 502, "the model call failed (denied)", to a runtime that then
+        # reported a provider failure).
+        reason = kind if kind in BUDGET_REASONS else None
+        raise denial(
+            summary.invocation_id, "Denied by the call's budget; its key replays it.", reason
+        )
     headers = {RECEIPT: str(summary.invocation_id), DEPLOYMENT: summary.deployment_id or ""}
     if kind in _SPENT:
         return _spent(request, summary, kind, headers)

@@ -310,19 +310,19 @@ async def test_budget_denies_before_the_provider_and_leaves_a_receipt(
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
     before = upstream.requests("gw-chat")
-    denied = await http.post(
-        "/gateway/invoke",
-        headers=auth,
-        json={
-            "profileId": "gw",
-            "idempotencyKey": "poor",
-            "budgetUsd": "0.0001",
-            "request": _chat(),
-        },
-    )
+    denials = metrics.denials.value({"tenant": tenant, "reason": "over-budget"})
+    poor = {"profileId": "gw", "idempotencyKey": "poor", "budgetUsd": "0.0001", "request": _chat()}
+    denied = await http.post("/gateway/invoke", headers=auth, json=poor)
     assert denied.status_code == 402, denied.text
     assert denied.json()["reason"] == "over-budget"
     assert upstream.requests("gw-chat") == before
+    # Its key sent again replays the same denial (it was a 502, "the model call failed"),
+    # counted once (it was counted each time).
+    again = await http.post("/gateway/invoke", headers=auth, json=poor)
+    assert again.status_code == 402, again.text
+    assert again.json()["receiptId"] == denied.json()["receiptId"]
+    assert again.json()["type"] == denied.json()["type"]
+    assert metrics.denials.value({"tenant": tenant, "reason": "over-budget"}) == denials + 1
     async with sessions() as s:
         row = await by_key(s, tenant, "poor")
     assert row is not None and (row.outcome, row.usage_status) == ("Denied", "Estimated")
