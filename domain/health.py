@@ -11,6 +11,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from domain.enums import DeploymentState, Modality
+from domain.failures import BUSY
 from domain.lifecycle import Transition
 
 PROBED_STATES = (DeploymentState.APPROVED, DeploymentState.DEGRADED)
@@ -151,6 +152,14 @@ def degrade_held(result: ProbeResult, network_suspected: bool) -> bool:
     which judged it (or held it) already. A second run in a window, replaying the failures the
     first one held, degraded them all after all."""
     return network_suspected or result.replayed
+
+
+def answered_busy(result: ProbeResult) -> bool:
+    """A probe answered as busy (a rate limit, Anthropic's overloaded): the deployment is there
+    and serving others. At its limit under real traffic, it went Degraded, the router sent its
+    traffic elsewhere, the next probe got through and it went Approved again, every few
+    minutes: the flap the breaker's trials were spared (domain/failures.py's BUSY)."""
+    return result.outcome is ProbeOutcome.FAILED and result.error_class in BUSY
 
 
 class LatencyStats(BaseModel):

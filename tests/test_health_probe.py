@@ -294,3 +294,36 @@ async def test_probes_still_hanging_at_the_deadline_are_cut_and_the_rest_are_jud
         assert upstream.requests(MODEL) == 3
     assert await _state(http, auth, "sim/bad") == "Degraded"
     assert await _state(http, auth, "sim/hung-1") == "Approved"
+
+
+@pytest.mark.parametrize("busy", [FaultKind.RATE_LIMIT, FaultKind.OVERLOADED])
+async def test_a_probe_answered_busy_degrades_nothing(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    settings: Settings,
+    temporal_client: Client,
+    busy: FaultKind,
+) -> None:
+    """At its rate limit under real traffic, a deployment's probe got a 429 (or Anthropic's
+    529): it went Degraded, its traffic went elsewhere, the next probe got through and it went
+    Approved again, every few minutes. A busy answer is the deployment serving others."""
+    model = f"busy-{uuid.uuid4().hex[:6]}"
+    async with UpstreamServer() as upstream:
+        await approved_deployment(
+            http, auth, temporal_client, tenant, "sim/busy", provider="anthropic", model=model,
+            endpointRef=upstream.endpoint_ref,
+        )  # fmt: skip
+        upstream.inject(model, Fault(kind=busy))
+        report: HealthProbeReport = await temporal_client.execute_workflow(
+            HealthProbeWorkflow.run,
+            HealthProbeInput(
+                tenant_ids=[tenant], timeout_seconds=5, attempts=2, retry_interval_seconds=0.2
+            ),
+            id=f"probe-test-{uuid.uuid4().hex[:8]}",
+            task_queue=settings.temporal_task_queue,
+        )
+        assert upstream.requests(model) >= 1
+    assert (report.failed, report.degraded) == (1, [])
+    assert report.held == [f"{tenant}/sim/busy"]
+    assert await _state(http, auth, "sim/busy") == "Approved"

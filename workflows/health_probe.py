@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         ProbeResult,
         ProbeTarget,
         ProbeVerdict,
+        answered_busy,
         degrade_held,
         own_network_suspected,
         probe_window,
@@ -48,6 +49,8 @@ _STORE = RetryPolicy(initial_interval=timedelta(milliseconds=500), maximum_attem
 VERDICTS_TOGETHER = "probe-verdicts-together"
 # Histories where probes start shuffled and are cut at HealthProbeInput.deadline_seconds.
 PROBES_CUT_AT_DEADLINE = "probes-cut-at-deadline"
+# Histories where a probe answered busy (rate limited, overloaded) degrades nothing.
+BUSY_IS_NO_VERDICT = "probe-busy-is-no-verdict"
 
 
 @workflow.defn(name="DeploymentHealthProbe")
@@ -105,7 +108,8 @@ class HealthProbeWorkflow:
             else:
                 report.failed += 1
             asked = verdict(target.state, result.outcome)
-            if asked is ProbeVerdict.DEGRADE and degrade_held(result, hold):
+            busy = answered_busy(result) and workflow.patched(BUSY_IS_NO_VERDICT)
+            if asked is ProbeVerdict.DEGRADE and (degrade_held(result, hold) or busy):
                 report.held.append(f"{target.tenant_id}/{target.deployment_id}")
             elif asked is not ProbeVerdict.NONE:
                 wanted.append((target, asked))
