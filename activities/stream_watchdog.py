@@ -18,7 +18,7 @@ class StreamWatchdog:
     before each wait, `idle()` after it; `expired()` tells, when the wait was cancelled, whether
     this watchdog did it (and takes its cancellation back, as a timeout scope would)."""
 
-    __slots__ = ("_deadline", "_fired", "_handle", "_loop", "_task", "_waiting")
+    __slots__ = ("_armed", "_deadline", "_fired", "_handle", "_loop", "_task", "_waiting")
 
     def __init__(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -27,6 +27,7 @@ class StreamWatchdog:
         self._waiting = False
         self._fired = False
         self._handle: asyncio.TimerHandle | None = None
+        self._armed = 0.0  # when the timer fires
 
     def waiting(self, limit: float) -> None:
         # The task that waits now: an async generator may be driven by one task, then another
@@ -35,7 +36,14 @@ class StreamWatchdog:
         self._deadline = self._loop.time() + limit
         self._waiting = True
         if self._handle is None:
-            self._handle = self._loop.call_at(self._deadline, self._check)
+            self._arm()
+        elif self._deadline < self._armed:
+            # A bound shorter than the one armed (the idle bound after the first token's):
+            # the timer fired at the old one, and a stream stalled after its first token was
+            # cut at the first token's bound (120 s) instead of the idle one. Once a stream:
+            # later deadlines only move on.
+            self._handle.cancel()
+            self._arm()
 
     def idle(self) -> None:
         self._waiting = False
@@ -52,12 +60,16 @@ class StreamWatchdog:
             self._handle.cancel()
             self._handle = None
 
+    def _arm(self) -> None:
+        self._armed = self._deadline
+        self._handle = self._loop.call_at(self._deadline, self._check)
+
     def _check(self) -> None:
         self._handle = None
         if not self._waiting:
             return  # re-armed by the next wait
         if self._loop.time() < self._deadline:
-            self._handle = self._loop.call_at(self._deadline, self._check)
+            self._arm()
             return
         if self._task is None:  # pragma: no cover - armed only by waiting(), inside a task
             return

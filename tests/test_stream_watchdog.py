@@ -111,3 +111,26 @@ async def test_the_bound_cancels_the_task_that_waits_now_not_the_first_reader() 
         await asyncio.create_task(_next(watchdog, stream, 0.2))  # another task, stalled past it
     watchdog.close()
     assert not first_reader.cancelled()
+
+
+async def test_a_shorter_bound_after_a_longer_one_holds_at_once() -> None:
+    """The first token's bound, then the idle one, shorter: the timer armed for the first
+    token's fired at its time, so a stream stalled right after its first token was cut at the
+    first token's bound (120 s by default) rather than the idle one."""
+
+    async def first_then_stall() -> AsyncIterator[int]:
+        yield 0
+        await asyncio.Event().wait()  # nothing more, the connection kept
+        yield 1  # pragma: no cover
+
+    watchdog = StreamWatchdog()
+    stream = first_then_stall()
+    try:
+        assert await _next(watchdog, stream, limit=30.0) == 0
+        stalled = asyncio.ensure_future(_next(watchdog, stream, limit=0.2))
+        # Cut by its own 0.2 s bound; armed at 30 s, it was still waiting past this test's 10.
+        done, _ = await asyncio.wait({stalled}, timeout=10.0)
+        assert stalled in done, "the stalled read outlasted its idle bound"
+        assert isinstance(stalled.exception(), TimeoutError)
+    finally:
+        watchdog.close()
