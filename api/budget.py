@@ -21,6 +21,10 @@ from store import pricebook, receipts
 from store.receipt_statements import ReceiptStatements
 from store.tables import InvocationReceiptRow
 
+# What a budget's denial says it was: past the budget, or no price to judge it by.
+OVER_BUDGET, NO_PRICE = "over-budget", "no-price"
+BUDGET_REASONS = frozenset({OVER_BUDGET, NO_PRICE})
+
 
 async def admit(
     sessions: async_sessionmaker[AsyncSession],
@@ -39,7 +43,7 @@ async def admit(
         price = book.price_for(target.provider, target.model, today) if book else None
         if price is None:
             said = f"{target.deployment_id} has no price in revision {data.pricing_revision}"
-            refused = refused or ("no-price", said)
+            refused = refused or (NO_PRICE, said)
             continue
         worst = worst_case_cost_usd(
             price, input_tokens_estimate=estimate, max_output_tokens=max_output_tokens or 4096
@@ -48,17 +52,17 @@ async def admit(
             fitting.append(target)
         else:
             said = f"worst case {worst:.6f} USD exceeds {budget_usd} USD"
-            refused = refused or ("over-budget", said)
+            refused = refused or (OVER_BUDGET, said)
     if fitting:
         # Only these may answer. The first target alone was priced: a fallback (or a retry's
         # move to the next candidate) twenty times dearer answered within "the budget".
         if fitting[0] != data.targets[0] and data.primary_passed_over is None:
             # The plan's first is not called: the receipt's fallback and its ModelFallbackUsed
             # say why (they said nothing, the metric's reason "unknown").
-            data.primary_passed_over = refused[0] if refused else "over-budget"
+            data.primary_passed_over = refused[0] if refused else OVER_BUDGET
         data.targets = fitting
         return
-    reason, detail = refused or ("no-price", f"no target in revision {data.pricing_revision}")
+    reason, detail = refused or (NO_PRICE, f"no target in revision {data.pricing_revision}")
     summary = await statements.deny(data, reason)
     if summary is None:
         # The key was claimed before. Its own denial, sent again, is denied again; anything
@@ -72,10 +76,6 @@ async def admit(
         # Counted once, as its receipt is written: its key sent again is the same denial.
         metrics.denials.add(1, {"tenant": data.tenant_id, "reason": reason})
     raise denial(data.invocation_id, f"Denied: {detail}.", reason)
-
-
-# What a budget's denial says it was: past the budget, or no price to judge it by.
-BUDGET_REASONS = frozenset({"over-budget", "no-price"})
 
 
 def denial(invocation_id: object, detail: str, reason: str | None) -> Problem:

@@ -18,6 +18,7 @@ from core.logging import bind
 from core.security import Principal, TokenError
 from core.settings import Settings
 from domain.access import Action, may, roles_for
+from domain.enums import Scope
 
 
 # Dependencies are `async def`: FastAPI runs a plain `def` dependency in its thread pool, a
@@ -140,3 +141,10 @@ def require(
     # the chosen source of the caller is not.
     check.__annotations__["principal"] = Annotated[Principal, Depends(caller)]
     return check
+
+
+# An invoking caller whose token may also come as `x-api-key` (what Anthropic's examples and
+# some anthropic SDKs send): the Messages surface, and `/v1/models`, which both SDKs ask.
+ApiKeyInvoker = Annotated[
+    Principal, Depends(require(Scope.MODELS_INVOKE, Action.INVOKE, get_principal_or_api_key))
+]

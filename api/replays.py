@@ -23,6 +23,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.invoke_hub import ReceiptReady
 from api.invocation_events import InvocationEvent, Replayed
 from api.problems import Problem
+from domain.enums import InvocationOutcome
 from domain.invocation import invocation_id, invoke_workflow_id
 from domain.sweep import unstarted_wait
 from store import receipts
@@ -101,6 +102,12 @@ class Replays:
                 "This Idempotency-Key was used with a different request.",
                 field="header.Idempotency-Key",
             )
+        if receipt.outcome is not InvocationOutcome.COMPLETED and not receipt.output_artifact_ref:
+            # A call that ended with no output (failed before any, or denied) replays as it
+            # was answered: its failure, before any stream. Behind an empty "answer", a stream
+            # was a 200 ending in an error event (a budget's 402 replayed so, streamed).
+            yield ReceiptReady(receipts.summary_of(receipt))
+            return
         if not with_output:
             yield Replayed(None, receipt.deployment_id)
             yield ReceiptReady(receipts.summary_of(receipt))

@@ -40,11 +40,16 @@ def spec_text(spec: ScheduleSpec) -> str:
 def period_minutes(cron: str) -> int:
     """About how often a cron fires, in minutes, read from its minute and hour fields: `*/N`
     minutes every N, `*` every one, fixed minutes each hour, `*/H` hours every H hours, and
-    anything else once a day. Never shorter than the real gap, so a wait of a few periods is
-    a missed run, not a slow one."""
+    anything else once a day; with its day or month fields restricted, a week (weekdays), a
+    month (days of the month) or a year (months). Never shorter than the real gap, so a wait
+    of a few periods is a missed run, not a slow one."""
     fields = cron.split()
-    if len(fields) < 2:
-        return 24 * 60
+    if len(fields) < 5:
+        return 366 * 24 * 60
+    day, month, weekday = fields[2:5]
+    for field, days in ((month, 366), (day, 31), (weekday, 7)):
+        if field != "*":
+            return days * 24 * 60
     minute, hour = fields[0], fields[1]
     if hour == "*":
         if minute == "*":

@@ -29,15 +29,15 @@ class ModelProfile(BaseModel):
     status: ProfileStatus = ProfileStatus.ACTIVE
 
 
-def version_order(version: str) -> tuple[tuple[int, int | str], ...]:
+def version_order(version: str) -> tuple[tuple[tuple[int, int | str], ...], str]:
     """How a profile's versions order, newest last, wherever the newest is chosen (the API's
     lists, and routing's snapshot): dotted parts compare as numbers where they are numbers,
     so 1.10 is newer than 1.9 (as text it was older, and routing pinned new runs on 1.9
-    while the API listed 1.10 as current)."""
+    while the API listed 1.10 as current). The text itself breaks a tie of equal parts
+    ("1.0" and "1-0", "01" and "1"), which each reader otherwise settled in an order of its
+    own."""
     parts = version.replace("-", ".").split(".")
-    # The text itself last: "1.0" and "1-0", "01" and "1" order as equal by their parts, and
-    # each caller's first seen won, in an order of its own.
-    return (*((0, int(p)) if p.isdigit() else (1, p) for p in parts), (2, version))
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts), version
 
 
 # The guarantees a fallback must keep: a fallback that drops tool calling or structured output

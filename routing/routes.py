@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -161,24 +162,30 @@ class Routes:
             version, plan_id, candidates = row.profile_version, row.route_plan_id, row.candidates
             constraints = PlanConstraints.model_validate(row.constraints)
             decision_id = row.policy_decision_id or uuid.uuid4()
+            if candidates and view.all_retired(candidates):
+                # A 503 to come back after was a retry for ever: Retired is for good, and a
+                # plan never changes.
+                raise RunPlanRetired(profile_id, run_id, candidates)
             # A call carrying more sensitive data than the run was planned for keeps only the
             # candidates the tenant's policy lets see it; none left is the policy's refusal.
             planned, call = constraints.data_classification, needs.data_classification
             if call.more_sensitive_than(planned):
-                kept = [
-                    d for d in candidates if serves_data_of(view.snapshot, tenant, d, planned, call)
-                ]
-                if candidates and not kept:
-                    raise RunPlannedForOtherData(profile_id, run_id, planned.value, call.value)
-                candidates = kept
+                candidates = _kept(
+                    view,
+                    candidates,
+                    lambda d: serves_data_of(view.snapshot, tenant, d, planned, call),
+                    RunPlannedForOtherData(profile_id, run_id, planned.value, call.value),
+                )
             # A call needing tools or structured output the plan does not promise keeps only
             # the candidates measured for it; none left is a refusal, as for data above.
             needed = unpromised_needs(constraints, needs.needs_tools, needs.needs_structured_output)
             if needed:
-                kept = [d for d in candidates if meets_needs(view.snapshot, tenant, d, needed)]
-                if candidates and not kept:
-                    raise RunPlannedWithoutNeed(profile_id, run_id, needed[0][0])
-                candidates = kept
+                candidates = _kept(
+                    view,
+                    candidates,
+                    lambda d: meets_needs(view.snapshot, tenant, d, needed),
+                    RunPlannedWithoutNeed(profile_id, run_id, needed[0][0]),
+                )
         else:
             plan = decided[0] if decided else await decide_now()
             version, plan_id, candidates = plan.profile_version, None, plan.candidate_ids
@@ -203,11 +210,6 @@ class Routes:
             # A plan decided now leaves Degraded deployments out; they may be back soonest.
             unhealthy = [d for p in decided for d in unhealthy_ids(p)]
             waiting_on = [*candidates, *unhealthy]
-            # The whole plan, not what this call's filters kept: a plan with one deployment
-            # left is not dead for calls that one takes.
-            if candidates and row is not None and view.all_retired(list(row.candidates)):
-                # A 503 to come back after was a retry for ever: Retired is for good.
-                raise RunPlanRetired(profile_id, run_id, candidates)
             if candidates:
                 raise NoneAvailable(profile_id, waiting_on)
             raise _empty(decided[0], profile_id, waiting_on)
@@ -234,6 +236,17 @@ class Routes:
         self._plans[pinned] = row
         if len(self._plans) > PINNED_PLANS:
             self._plans.popitem(last=False)
+
+
+def _kept(
+    view: CatalogView, candidates: list[str], takes: Callable[[str], bool], refusal: Refusal
+) -> list[str]:
+    """The run's candidates that take this call; `refusal` when none but Retired ones would
+    (those never answer again: kept, a call only they take waited on them for ever)."""
+    kept = [d for d in candidates if takes(d)]
+    if candidates and (not kept or view.all_retired(kept)):
+        raise refusal
+    return kept
 
 
 def _empty(

@@ -13,7 +13,6 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
-from domain.events import RUN_EVENTS
 from store.tables import RUN_EVENTS_SQL, OutboxEventRow
 from store.webhook_tables import WebhookSubscriptionRow
 
@@ -21,21 +20,21 @@ from store.webhook_tables import WebhookSubscriptionRow
 async def prune_run_events(session: AsyncSession, older_than: datetime, limit: int) -> int:
     """Deletes at most `limit` run events that occurred before `older_than`; how many."""
     o, s = OutboxEventRow, WebhookSubscriptionRow
-    # Only a subscription that takes run events holds them back: every type (stored as the
-    # empty list) or a list naming one. One taking only catalog events, failing for good,
-    # kept its tenant's run events for ever. Read as the list's JSON text, on both engines:
-    # the event names are words no other name holds.
+    # Only a subscription that takes the event holds it back: every type (stored as the empty
+    # list) or a list naming its type. One taking only catalog events, failing for good, kept
+    # its tenant's run events for ever. Read as the list's JSON text, on both engines: each
+    # event name is a quoted word no other name holds.
     listed = sa.cast(col(s.event_types), sa.Text)
-    takes_runs = sa.or_(
+    takes_it = sa.or_(
         sa.func.replace(listed, " ", "") == "[]",
-        *(listed.contains(f'"{name}"') for name in sorted(RUN_EVENTS)),
+        listed.contains(sa.literal('"') + col(o.event_type) + sa.literal('"')),
     )
     undelivered = (
         sa.select(sa.literal(1))
         .where(col(s.active))
         .where(col(s.tenant_id) == col(o.tenant_id))
         .where(col(s.delivered_position) < col(o.position))
-        .where(takes_runs)
+        .where(takes_it)
         .exists()
     )
     # Oldest first by age, through ix_outbox_run_events_age (its predicate written as the

@@ -255,4 +255,4 @@ async def test_a_probe_says_how_old_it_is_and_an_old_one_is_stale(
 def test_a_schedules_period_is_read_from_its_cron() -> None:
     assert period_minutes("*/2 * * * *") == 2 and period_minutes("* * * * *") == 1
     assert period_minutes("30 * * * *") == 60 and period_minutes("0 */6 * * *") == 360
-    assert period_minutes("0 3 * * 1") == 24 * 60
+    assert period_minutes("0 3 * * *") == 24 * 60 and period_minutes("0 3 * * 1") == 7 * 24 * 60

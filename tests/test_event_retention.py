@@ -45,9 +45,9 @@ def _event(tenant: str, event_type: str, aggregate: str, at: datetime) -> Outbox
 async def test_old_run_events_go_unless_a_subscription_still_owes_them(
     store: async_sessionmaker[AsyncSession], tenant: str
 ) -> None:
-    """Held back only by a subscription that takes run events: every type, or a list naming
-    one. One taking only catalog events, failing for good, kept its tenant's run events for
-    ever. On PostgreSQL and SQLite alike."""
+    """Held back only by a subscription that takes the event: every type, or a list naming
+    its type. One taking only catalog events, failing for good, kept its tenant's run events
+    for ever. On PostgreSQL and SQLite alike."""
     held, free = f"{tenant}-held", f"{tenant}-free"
     named, catalog = f"{tenant}-named", f"{tenant}-catalog"
     async with transaction(store) as session:
@@ -58,6 +58,7 @@ async def test_old_run_events_go_unless_a_subscription_still_owes_them(
             "new-invoked": _event(free, "ModelInvoked", "c", NOW),
             "owed": _event(held, "ModelInvoked", "e", OLD),
             "owed-to-a-list": _event(named, "ModelFallbackUsed", "f", OLD),
+            "not-on-the-list": _event(named, "ModelInvoked", "h", OLD),
             "not-wanted": _event(catalog, "ModelInvoked", "g", OLD),
         }
         session.add_all(rows.values())

@@ -322,6 +322,9 @@ async def test_budget_denies_before_the_provider_and_leaves_a_receipt(
     assert again.status_code == 402, again.text
     assert again.json()["receiptId"] == denied.json()["receiptId"]
     assert again.json()["type"] == denied.json()["type"]
+    # Streamed, the same (it was a 200 stream ending in an error event).
+    streamed = await http.post("/gateway/invoke", headers=auth, json={**poor, "stream": True})
+    assert streamed.status_code == 402, streamed.text
     assert metrics.denials.value({"tenant": tenant, "reason": "over-budget"}) == denials + 1
     async with sessions() as s:
         row = await by_key(s, tenant, "poor")

@@ -471,6 +471,15 @@ async def test_a_runs_call_with_tools_goes_only_to_a_deployment_measured_for_the
     assert "planned without tool-calling" in refused.text
     assert ctx.requests("a") == 2
 
+    # The one measured for tools retired: the first run has none left to take the call, for
+    # good (it was a 503 to come back after, waiting on a Retired deployment for ever), while
+    # its calls without tools still go to the other.
+    retired = await ctx.http.post("/factory/model-deployments/pin/tooled/retire", headers=ctx.auth)
+    assert retired.status_code == 200, retired.text
+    gone = await ctx.tool_call("needs", run)
+    assert gone.status_code == 400 and "planned without tool-calling" in gone.text, gone.text
+    assert (await ctx.chat("needs", run))[0].status_code == 200
+
 
 async def test_a_run_whose_deployments_are_all_retired_is_told_so_not_to_come_back(
     ctx: Ctx,

@@ -282,3 +282,8 @@ def test_versions_equal_by_their_parts_still_have_one_order() -> None:
         assert version_order(a) != version_order(b)
         assert max([a, b], key=version_order) == max([b, a], key=version_order)
     assert version_order("1.10") > version_order("1.9") > version_order("1.0")
+    # More parts after equal ones are newer, not older.
+    assert version_order("1.1") > version_order("1") and version_order("1.0.1") > version_order(
+        "1.0"
+    )
+    assert version_order("2.0.1") > version_order("2")

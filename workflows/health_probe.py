@@ -101,6 +101,7 @@ class HealthProbeWorkflow:
         report.unprobed = sum(r is None for r in results)
         ran = [(t, r) for t, r in zip(targets, results, strict=True) if r is not None]
         hold = own_network_suspected(ran)
+        held_for_network = 0
         wanted: list[tuple[ProbeTarget, ProbeVerdict]] = []
         for target, result in ran:
             if result.outcome is ProbeOutcome.OK:
@@ -111,6 +112,7 @@ class HealthProbeWorkflow:
             busy = answered_busy(result) and workflow.patched(BUSY_IS_NO_VERDICT)
             if asked is ProbeVerdict.DEGRADE and (degrade_held(result, hold) or busy):
                 report.held.append(f"{target.tenant_id}/{target.deployment_id}")
+                held_for_network += not busy
             elif asked is not ProbeVerdict.NONE:
                 wanted.append((target, asked))
         if hold:
@@ -119,7 +121,7 @@ class HealthProbeWorkflow:
                 "taken for this worker's own network, %d Degrade verdicts held",
                 report.failed,
                 len(ran),
-                len(report.held),
+                held_for_network,
             )
         await asyncio.gather(*(self._apply(t, v, report) for t, v in wanted))
 

@@ -5,9 +5,8 @@ idempotency, budgets and resilience as every surface; errors in Anthropic's enve
 from __future__ import annotations
 
 import json
-from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from activities.invoke_outcomes import estimate_tokens
@@ -15,7 +14,7 @@ from api.anthropic_answers import ToolInputInvalid, message_body
 from api.anthropic_errors import ERROR_RESPONSES, error_envelope
 from api.anthropic_shapes import CountTokensIn, MessagesIn, to_chat_request
 from api.anthropic_stream import MessageEvents
-from api.deps import RuntimeDep, get_principal_or_api_key, require
+from api.deps import ApiKeyInvoker, RuntimeDep
 from api.invocations import Running
 from api.problems import Problem
 from api.surface import CallHeaders, Service
@@ -25,17 +24,12 @@ from api.wire import (
     receipt_headers,
     receipt_view,
 )
-from core.security import Principal
-from domain.access import Action
-from domain.enums import Scope
 from domain.invocation import InvocationSummary
 from providers.types import Completion
 
 router = APIRouter(prefix="/v1", tags=["anthropic-messages"])
 
-Invoker = Annotated[
-    Principal, Depends(require(Scope.MODELS_INVOKE, Action.INVOKE, get_principal_or_api_key))
-]
+Invoker = ApiKeyInvoker
 # Every error under this prefix is rendered in Anthropic's envelope (api/problems.py).
 ENVELOPE = ("/v1/messages", error_envelope)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -36,7 +37,7 @@ async def metrics(request: Request, runtime: RuntimeDep) -> Response:
             headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
         )
     registry: CollectorRegistry = request.app.state.metrics_registry
-    await recount_usage_unknown(runtime)
+    await recount_usage_unknown(runtime, request.app.state)
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 
@@ -47,17 +48,25 @@ async def metrics(request: Request, runtime: RuntimeDep) -> Response:
 RECOUNT_WAIT_SECONDS = 2.0
 
 
-async def recount_usage_unknown(runtime: RuntimeDep) -> None:
-    """The usage_unknown gauge from the store (one grouped count over an indexed column); a
-    store that does not answer, or not within RECOUNT_WAIT_SECONDS, leaves the last count,
-    and the scrape still succeeds."""
+async def recount_usage_unknown(runtime: RuntimeDep, holder: Any) -> None:
+    """The usage_unknown gauge from the store (one grouped count over an indexed column), as
+    one recount at a time in its own task (kept on `holder`, the app's state), waited on for
+    at most RECOUNT_WAIT_SECONDS. A store that does not answer in time leaves the last count
+    and the scrape still succeeds; the recount is left to finish rather than cancelled (a
+    cancelled one still waited for its session's close on a hung server)."""
+    task: asyncio.Task[None] | None = getattr(holder, "usage_recount", None)
+    if task is None or task.done():
+        task = asyncio.ensure_future(_recount(runtime))
+        holder.usage_recount = task
+    done, _ = await asyncio.wait({task}, timeout=RECOUNT_WAIT_SECONDS)
+    if not done:
+        log.warning("usage_unknown recount still waiting on the store; the last count exported")
 
-    async def recount() -> None:
+
+async def _recount(runtime: RuntimeDep) -> None:
+    try:
         async with runtime.sessions() as session:
             lookback = runtime.settings.reconciler_lookback_hours
             instruments.set_usage_unknown(await awaiting_by_provider(session, lookback))
-
-    try:
-        await asyncio.wait_for(recount(), RECOUNT_WAIT_SECONDS)
     except Exception as exc:
         log.warning("usage_unknown not recounted: %s", type(exc).__name__)

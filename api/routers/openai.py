@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
 from api.calls import Call
-from api.deps import SessionDep, get_principal_or_api_key, require
+from api.deps import ApiKeyInvoker, SessionDep, require
 from api.invocations import Running
 from api.openai_errors import problem_with_error
 from api.openai_shapes import (
@@ -124,9 +124,6 @@ async def embeddings(
 # Both SDKs list models at this one path. The anthropic SDK sends an `anthropic-version`
 # header and reads Anthropic's page of `ModelInfo`: it could not read OpenAI's. Its key may
 # come as `x-api-key`, as Anthropic's own examples send it, taken as on the Messages surface.
-ModelReader = Annotated[
-    Principal, Depends(require(Scope.MODELS_INVOKE, Action.INVOKE, get_principal_or_api_key))
-]
 
 
 def _model(profile_id: str, anthropic: bool) -> dict[str, Any]:
@@ -147,10 +144,11 @@ def _anthropic(request: Request) -> bool:
 
 
 @router.get("/models", operation_id="ListModels")
-async def models(request: Request, principal: ModelReader, session: SessionDep) -> dict[str, Any]:
+async def models(request: Request, principal: ApiKeyInvoker, session: SessionDep) -> dict[str, Any]:
     rows = await ModelProfileRepository(session, principal.tenant_id).latest_active()
-    data = [_model(r.profile_id, _anthropic(request)) for r in rows]
-    if _anthropic(request):
+    anthropic = _anthropic(request)
+    data = [_model(r.profile_id, anthropic) for r in rows]
+    if anthropic:
         first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
         return {"data": data, "has_more": False, "first_id": first, "last_id": last}
     return {"object": "list", "data": data}
@@ -158,7 +156,7 @@ async def models(request: Request, principal: ModelReader, session: SessionDep) 
 
 @router.get("/models/{model}", operation_id="RetrieveModel")
 async def model(
-    model: str, request: Request, principal: ModelReader, session: SessionDep
+    model: str, request: Request, principal: ApiKeyInvoker, session: SessionDep
 ) -> dict[str, Any]:
     """One profile as `/models` lists it (`client.models.retrieve`, which some clients ask
     before they use a model: it was a 404 for every profile)."""
