@@ -102,10 +102,10 @@ class Replays:
                 "This Idempotency-Key was used with a different request.",
                 field="header.Idempotency-Key",
             )
-        if receipt.outcome is not InvocationOutcome.COMPLETED and not receipt.output_artifact_ref:
-            # A call that ended with no output (failed before any, or denied) replays as it
-            # was answered: its failure, before any stream. Behind an empty "answer", a stream
-            # was a 200 ending in an error event (a budget's 402 replayed so, streamed).
+        if receipt.outcome is InvocationOutcome.DENIED:
+            # A budget's denial replays as it was answered, a 402 before any stream. Behind an
+            # empty "answer", a streamed replay was a 200 ending in an error event. (A call
+            # that failed after its stream began replays as a stream, as it was answered.)
             yield ReceiptReady(receipts.summary_of(receipt))
             return
         if not with_output:
