@@ -26,7 +26,7 @@ from activities.invoke_close import ReceiptCloser, write_close
 from activities.invoke_hub import Attach, InvocationHub, PendingCall, ReceiptReady
 from activities.invoke_outcomes import Outcome as _Outcome
 from activities.invoke_outcomes import Route as _Route
-from activities.invoke_outcomes import ended_by_us, not_claimed, not_here
+from activities.invoke_outcomes import ended_by_us, not_claimed, not_here, record_metrics
 from activities.invoke_prices import Prices
 from activities.resilience import BreakerRegistry, Resilience
 from domain.enums import InvocationOutcome, UsageStatus
@@ -37,6 +37,7 @@ from domain.invocation import (
     InvocationInput,
     InvocationSummary,
     Target,
+    provider_of,
 )
 from domain.provider_reports import recordable_request_id
 from store.artifact_files import ArtifactFiles
@@ -266,9 +267,16 @@ class InvokeActivities:
         answers. The first close wins, so a retry after a lost reply changes nothing. Returns
         the summary written (`write_close`: without the provider's figures when the store
         refused them), which the workflow answers with."""
-        return await write_close(
-            lambda summary: self._statements.close(data.tenant_id, summary), data.summary
-        )
+        closed: list[bool] = []
+
+        async def close(summary: InvocationSummary) -> None:
+            closed.append(await self._statements.close(data.tenant_id, summary))
+
+        written = await write_close(close, data.summary)
+        # Counted by the close that wrote it: a retry after a lost reply finds it closed.
+        if closed and closed[-1] and data.profile_id is not None and data.provider is not None:
+            record_metrics(data.tenant_id, data.profile_id, data.provider, written)
+        return written
 
     async def _run(self, data: InvocationInput, pending: PendingCall, started: float) -> _Outcome:
         route = _Route()
@@ -372,14 +380,23 @@ class InvokeActivities:
         )
         if data.claimed_at is not None:
             if await self._statements.close_claim(data.tenant_id, data.claimed_at, summary):
+                self._count(data, summary)
                 return summary
             # Nothing of this execution's is open: closed by its call, or undone by the API.
             return summary.model_copy(update={"disposition": Disposition.NOT_CLAIMED})
         if await self._statements.claim(data, data.targets[0].deployment_id):
             summary.usage_status = UsageStatus.ESTIMATED
             summary.input_tokens = summary.output_tokens = 0
-        await self._statements.finalize(data, summary)
+        if await self._statements.finalize(data, summary):
+            self._count(data, summary)
         return summary
+
+    @staticmethod
+    def _count(data: InvocationInput, summary: InvocationSummary) -> None:
+        """An invocation the workflow closed counts as one, as a call's own close does: a
+        caller lost with its process was in no dashboard's failures."""
+        provider = provider_of(data, summary.deployment_id)
+        record_metrics(data.tenant_id, data.profile_id, provider, summary)
 
 
 async def _heartbeat() -> None:

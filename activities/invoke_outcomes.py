@@ -182,35 +182,27 @@ async def rerank_once(
     )
 
 
-def provider_of(data: InvocationInput, deployment_id: str | None) -> str:
-    """The provider of the target that answered (the first target when none did)."""
-    found = next((t for t in data.targets if t.deployment_id == deployment_id), data.targets[0])
-    return found.provider
-
-
-def record_metrics(data: InvocationInput, provider: str, summary: InvocationSummary) -> None:
-    """The spec's instruments, with ids and classes as dimensions (never content)."""
+def record_metrics(
+    tenant_id: str, profile_id: str, provider: str, summary: InvocationSummary
+) -> None:
+    """The spec's instruments, with ids and classes as dimensions (never content): counted by
+    whoever wrote the receipt's close, once (the call's own close as it hands the answer over,
+    the workflow's `finalize_receipt` or `close_abandoned_receipt` otherwise)."""
     outcome = summary.outcome.value if summary.outcome else "Unknown"
     metrics.invocations.add(
-        1,
-        {
-            "tenant": data.tenant_id,
-            "profile": data.profile_id,
-            "provider": provider,
-            "outcome": outcome,
-        },
+        1, {"tenant": tenant_id, "profile": profile_id, "provider": provider, "outcome": outcome}
     )
-    where = {"profile": data.profile_id, "provider": provider}
+    where = {"profile": profile_id, "provider": provider}
     if summary.time_to_first_token_ms is not None:
         metrics.latency.record(summary.time_to_first_token_ms / 1000, {**where, "phase": "ttft"})
     if summary.latency_ms is not None:
         metrics.latency.record(summary.latency_ms / 1000, {**where, "phase": "completion"})
     for direction, count in (("input", summary.input_tokens), ("output", summary.output_tokens)):
         if count:
-            metrics.tokens.add(count, {"tenant": data.tenant_id, **where, "direction": direction})
+            metrics.tokens.add(count, {"tenant": tenant_id, **where, "direction": direction})
     if summary.fallback_used:
         metrics.fallbacks.add(
-            1, {"profile": data.profile_id, "reason": summary.fallback_reason or "unknown"}
+            1, {"profile": profile_id, "reason": summary.fallback_reason or "unknown"}
         )
     # usage_unknown is recounted from the store when exported (core.metrics.set_usage_unknown),
     # not tallied here: a tally forgets every receipt written before a restart or elsewhere.

@@ -157,6 +157,17 @@ class InvocationSummary(BaseModel):
 class FinalizeInput(BaseModel):
     tenant_id: str
     summary: InvocationSummary
+    # The invocation's metric dimensions, counted once the workflow's close is written (the
+    # call's own close counts them as it hands the answer over). None in a history from before
+    # they were carried: that close is written, not counted.
+    profile_id: str | None = None
+    provider: str | None = None
+
+
+def provider_of(data: InvocationInput, deployment_id: str | None) -> str:
+    """The provider of the target that answered (the first target when none did)."""
+    found = next((t for t in data.targets if t.deployment_id == deployment_id), data.targets[0])
+    return found.provider
 
 
 # The workflow type every invocation starts (workflows/invoke.py).

@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
+from core import metrics
 from domain.invocation import invoke_workflow_id
 from providers.upstream import UpstreamServer
 from providers.upstream.turn import Reply
@@ -81,12 +82,16 @@ async def test_the_workflow_writes_a_close_refused_for_its_values_without_the_fi
     # meets the refusal for its values, and writes it without the provider's figures; the
     # caller's answer carries the receipt it wrote.
     key = f"rc-{uuid.uuid4().hex}"
+    counted = {"tenant": tenant, "profile": "refused", "provider": "openai"}
+    before = metrics.invocations.value({**counted, "outcome": "Completed"})
     async with refused_close(
         sessions, key, sqlstate=DATA_EXCEPTION, away_first=1, also=WITH_REPORTS
     ):
         text, receipt = await invoke(http, auth, "refused", stream=False, key=key)
     assert text == "a fine answer"
     _without_reports(receipt)
+    # The workflow's close counts the invocation, as the call's own close does; once.
+    assert metrics.invocations.value({**counted, "outcome": "Completed"}) == before + 1
     _without_reports(await stored(http, auth, receipt))
     handle = temporal_client.get_workflow_handle(
         invoke_workflow_id(tenant, receipt["invocationId"])

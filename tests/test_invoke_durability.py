@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
+from core import metrics
 from core.settings import Settings
 from providers.upstream import UpstreamServer
 from store.receipts import by_key
@@ -105,6 +106,8 @@ async def test_api_killed_mid_stream_closes_receipt_unknown_without_a_second_cal
 ) -> None:
     upstream.state.configure("slow-sim", chunk_delay=0.5)
     before = upstream.requests("slow-sim")
+    lost = {"tenant": tenant, "profile": "slow", "provider": "openai", "outcome": "Failed"}
+    failures = metrics.invocations.value(lost)
     port = free_port()
     api = _api_process(settings, port)
     try:
@@ -132,6 +135,9 @@ async def test_api_killed_mid_stream_closes_receipt_unknown_without_a_second_cal
     assert row.input_tokens is None and row.output_tokens is None  # Unknown is never zero
     assert row.close_reason == "caller-lost"
     assert upstream.requests("slow-sim") - before == 1
+    # The worker that closed it counts the invocation failed: a caller lost with its process
+    # is in the dashboards' failures (this test's process hosts the shared queue's worker).
+    assert metrics.invocations.value(lost) == failures + 1
 
     # After a restart the API serves the closed receipt; a retry with the key replays it.
     again = _api_process(settings, port)

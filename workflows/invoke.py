@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         FinalizeInput,
         InvocationInput,
         InvocationSummary,
+        provider_of,
     )
 
 ONCE = RetryPolicy(maximum_attempts=1)
@@ -108,7 +109,12 @@ class InvokeModelWorkflow:
         if summary is not None and summary.disposition is Disposition.FINALIZE:
             written = await workflow.execute_activity(
                 "finalize_receipt",
-                FinalizeInput(tenant_id=data.tenant_id, summary=summary),
+                FinalizeInput(
+                    tenant_id=data.tenant_id,
+                    summary=summary,
+                    profile_id=data.profile_id,
+                    provider=provider_of(data, summary.deployment_id),
+                ),
                 result_type=InvocationSummary,
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=UNTIL_STORED,
