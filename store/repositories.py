@@ -206,6 +206,15 @@ class WebhookSubscriptionRepository(TenantRepository):
         return (await self.session.scalars(stmt)).all()
 
     async def active_count(self) -> int:
+        """The tenant's active subscriptions, counted under a lock held to the end of the
+        transaction (PostgreSQL), so that a create that counts and adds is one at a time per
+        tenant: concurrent creates each counted the others' rows as not there yet, and a
+        tenant's script creating eight at once held eight past a cap of two."""
+        if self.session.get_bind().dialect.name == "postgresql":
+            key = literal(f"webhook-subscriptions:{self.tenant_id}")
+            await self.session.execute(
+                select(func.pg_advisory_xact_lock(func.hashtextextended(key, 0)))
+            )
         stmt = (
             select(func.count())
             .select_from(WebhookSubscriptionRow)

@@ -3,6 +3,7 @@ across a receiver outage."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from datetime import timedelta
@@ -408,6 +409,25 @@ async def test_a_tenant_holds_at_most_its_share_of_subscriptions(
         gone = await http.delete(f"/factory/webhook-subscriptions/{first.json()['subscriptionId']}")
         assert gone.status_code == 204
         assert (await http.post("/factory/webhook-subscriptions", json=body)).status_code == 201
+
+
+async def test_subscriptions_created_at_once_hold_no_more_than_the_share(
+    settings: Settings, token_for: TokenFactory, tenant: str
+) -> None:
+    """The cap is counted one create at a time: eight created at once each counted the others
+    as not there yet, and all eight were kept past a cap of two."""
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    own = settings.model_copy(update={"webhook_max_subscriptions_per_tenant": 2})
+    async with serve(own) as api, httpx.AsyncClient(base_url=api.url, headers=auth) as http:
+        body = {"url": "http://127.0.0.1:9/hook"}
+        answers = await asyncio.gather(
+            *(http.post("/factory/webhook-subscriptions", json=body) for _ in range(8))
+        )
+        assert sorted(a.status_code for a in answers) == [201] * 2 + [409] * 6, [
+            a.text for a in answers
+        ]
+        listed = (await http.get("/factory/webhook-subscriptions")).json()
+        assert len([s for s in listed if s["active"]]) == 2, listed
 
 
 async def test_a_rotated_secret_signs_beside_the_old_one_until_the_overlap_ends(
