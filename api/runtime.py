@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from temporalio.client import Client
@@ -15,7 +16,7 @@ from core.settings import Settings
 from core.temporal import connect
 from core.temporal_rotation import TlsRotation
 from routing.routes import Routes
-from routing.snapshots import SnapshotCache
+from routing.snapshots import SnapshotCache, StatsWindow
 from store.db import create_engine, session_factory
 from store.receipt_statements import ReceiptStatements
 
@@ -57,7 +58,14 @@ class Runtime:
         )
         # Shared with the limits middleware: a key set fetched here serves its checks too.
         self.verifier = verifier or TokenVerifier(settings)
-        self.snapshots = SnapshotCache(self.sessions, self.statements)
+        self.snapshots = SnapshotCache(
+            self.sessions,
+            self.statements,
+            StatsWindow(
+                window=timedelta(minutes=settings.routing_stats_window_minutes),
+                refresh=settings.routing_stats_refresh_seconds,
+            ),
+        )
         # Invoke and ResolveRoutePlan route through the one service.
         self.routes = Routes(self.sessions, self.snapshots)
         self.invoke = InvokeRuntime(settings, self.sessions, self.routes, self.statements)

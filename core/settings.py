@@ -115,6 +115,18 @@ class Settings(BaseSettings):
     client_id: str | None = Field(default=None, description="OAuth client the CLI acts as.")
     client_secret: SecretStr | None = Field(default=None, description="That client's secret.")
 
+    # Routing (ModelAccess:Routing): the probe statistics its latency and history terms score.
+    routing_stats_window_minutes: int = Field(
+        default=60,
+        ge=1,
+        le=10_080,
+        description="Probe samples routing scores latency and success rate over (last N min).",
+    )
+    routing_stats_refresh_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="A tenant's routing snapshot is compiled again once its stats are this old.",
+    )
     # Invocations (ModelAccess:Invocation)
     temporal_invocation_task_queue: str = Field(
         default="model-router-invocations",

@@ -10,6 +10,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from domain.catalog import DeploymentStats
 from domain.enums import DeploymentState, Modality
 from domain.failures import BUSY
 from domain.lifecycle import Transition
@@ -175,6 +176,21 @@ class LatencyStats(BaseModel):
     latency_samples: int = Field(default=0, ge=0)
     probes: int = Field(default=0, ge=0)
     failures: int = Field(default=0, ge=0)
+
+    def routing_stats(self) -> DeploymentStats:
+        """What routing scores (domain/scoring.py): the latency term on the successful probes'
+        p95, the history term on the probes that got an answer of any kind. A probe is a real
+        request to the deployment through its adapter, every two minutes whatever the traffic,
+        so a deployment nobody calls has a history too, and one call's luck does not make it."""
+        return DeploymentStats(
+            tenant_id=self.tenant_id,
+            deployment_id=self.deployment_id,
+            latency_p50_ms=self.latency_p50_ms,
+            latency_p95_ms=self.latency_p95_ms,
+            latency_samples=self.latency_samples,
+            attempts=self.probes,
+            successes=self.probes - self.failures,
+        )
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

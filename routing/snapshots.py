@@ -4,8 +4,10 @@ version moved, and the pure planner deciding against it with no I/O."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -23,40 +25,88 @@ from routing.refusals import UnknownProfile, self_clearing
 from store.catalog_loader import load_catalog, load_weights
 from store.receipt_statements import ReceiptStatements
 
+log = logging.getLogger("model_router.routing")
+
+
+@dataclass(frozen=True)
+class StatsWindow:
+    """The deployments' probe statistics routing scores (latency p95, success rate): measured
+    over the last `window`, and compiled into a tenant's snapshot again once it is `refresh`
+    seconds old (settings `routing_stats_window_minutes`, `routing_stats_refresh_seconds`)."""
+
+    window: timedelta = timedelta(hours=1)
+    refresh: float = 60.0
+
 
 class SnapshotCache:
     def __init__(
-        self, sessions: async_sessionmaker[AsyncSession], statements: ReceiptStatements
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        statements: ReceiptStatements,
+        stats: StatsWindow | None = None,
     ) -> None:
         self._sessions = sessions
         self._statements = statements
+        self._stats = stats or StatsWindow()
         self._cache: dict[str, CatalogView] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._refreshing: dict[str, asyncio.Task[None]] = {}
 
     def cached(self, tenant_id: str) -> CatalogView | None:
         """The tenant's snapshot as last compiled here, its version not read again: for a route
         whose claim checks that version (routing.routes, `cached`)."""
-        return self._cache.get(tenant_id)
+        found = self._cache.get(tenant_id)
+        if found is not None:
+            self._refresh_if_old(found)
+        return found
 
     async def view(self, tenant_id: str) -> CatalogView:
         """One small statement for the catalog version (no session, no ping); the catalog
         itself is read only when that version moved since this tenant's snapshot was compiled.
-        Every call sees every committed catalog write: no staleness bound to document."""
+        Every call sees every committed catalog write: no staleness bound to document. The
+        probe statistics are the exception: a snapshot serves with them until it is
+        `StatsWindow.refresh` old, then is compiled again beside the calls, not before one."""
         version = await self._statements.catalog_version()
         cached = self._cache.get(tenant_id)
         if cached is not None and cached.snapshot.version == version:
+            self._refresh_if_old(cached)
             return cached
         lock = self._locks.setdefault(tenant_id, asyncio.Lock())
         async with lock:
             cached = self._cache.get(tenant_id)
             if cached is not None and cached.snapshot.version >= version:
                 return cached
-            async with self._sessions() as session:
-                version, weights = await load_weights(session)
-                data = await load_catalog(session, tenant_id, version)
-            built = CatalogView(tenant_id, CatalogSnapshot(data), weights)
-            self._cache[tenant_id] = built
-            return built
+            return await self._build(tenant_id)
+
+    async def _build(self, tenant_id: str) -> CatalogView:
+        """The tenant's catalog at its current version, compiled and kept (under its lock)."""
+        compiled_at = time.monotonic()
+        since = datetime.now(UTC) - self._stats.window
+        async with self._sessions() as session:
+            version, weights = await load_weights(session)
+            data = await load_catalog(session, tenant_id, version, stats_since=since)
+        built = CatalogView(tenant_id, CatalogSnapshot(data), weights, compiled_at)
+        self._cache[tenant_id] = built
+        return built
+
+    def _refresh_if_old(self, view: CatalogView) -> None:
+        """Compile a snapshot whose statistics are past their refresh again, in a task of its
+        own: the calls meanwhile route on the one they have (its catalog is current; only the
+        statistics are that old)."""
+        tenant = view.tenant_id
+        if time.monotonic() - view.compiled_at < self._stats.refresh or tenant in self._refreshing:
+            return
+        task = asyncio.get_running_loop().create_task(self._refresh(tenant, view))
+        self._refreshing[tenant] = task
+        task.add_done_callback(lambda _: self._refreshing.pop(tenant, None))
+
+    async def _refresh(self, tenant_id: str, old: CatalogView) -> None:
+        try:
+            async with self._locks.setdefault(tenant_id, asyncio.Lock()):
+                if self._cache.get(tenant_id) is old:  # not compiled anew meanwhile
+                    await self._build(tenant_id)
+        except Exception as exc:  # the store away: the snapshot serves on, tried again later
+            log.warning("routing statistics not refreshed: %s", type(exc).__name__)
 
 
 @dataclass(frozen=True)
@@ -69,6 +119,8 @@ class CatalogView:
     tenant_id: str
     snapshot: CatalogSnapshot
     weights: Weights
+    # When it was compiled (time.monotonic()): its probe statistics are that old.
+    compiled_at: float = 0.0
     # The same catalog with every Degraded or unhealthy deployment well, compiled only when an
     # outage asks who the primary would have been (once per catalog version).
     _healed: list[CatalogSnapshot] = field(default_factory=list, compare=False, repr=False)

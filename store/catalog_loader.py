@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col, select
 
@@ -13,6 +15,7 @@ from domain.profiles import ModelProfile
 from domain.scoring import DEFAULT_WEIGHTS, Weights
 from store import pricebook
 from store.evidence import current_scores
+from store.probes import probe_latency
 from store.tables import CatalogStateRow, ModelDeploymentRow, ModelProfileRow, TenantPolicyRow
 
 
@@ -33,12 +36,25 @@ async def load_policy(session: AsyncSession, tenant_id: str) -> TenantPolicy:
     )
 
 
-async def load_catalog(session: AsyncSession, tenant_id: str, version: int) -> CatalogData:
+async def load_catalog(
+    session: AsyncSession, tenant_id: str, version: int, *, stats_since: datetime | None = None
+) -> CatalogData:
+    """The tenant's catalog at `version`, and its deployments' probe statistics since
+    `stats_since` (none when None): what routing's latency and history terms score."""
     deployments = (
         await session.scalars(
             select(ModelDeploymentRow).where(col(ModelDeploymentRow.tenant_id) == tenant_id)
         )
     ).all()
+    stats = []
+    if stats_since is not None and deployments:
+        measured = await probe_latency(
+            session,
+            since=stats_since,
+            tenant_id=tenant_id,
+            deployment_ids=[d.deployment_id for d in deployments],
+        )
+        stats = [m.routing_stats() for m in measured.values()]
     profiles = (
         await session.scalars(
             select(ModelProfileRow).where(col(ModelProfileRow.tenant_id) == tenant_id)
@@ -82,6 +98,7 @@ async def load_catalog(session: AsyncSession, tenant_id: str, version: int) -> C
             for rows in scores.values()
             for s in rows
         ),
+        stats=tuple(stats),
         pricebooks=tuple(books),
         tenant_policies=(await load_policy(session, tenant_id),),
         profiles=tuple(
