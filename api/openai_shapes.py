@@ -69,6 +69,7 @@ class ToolIn(_Loose):
 
 class JsonSchemaFormat(_Loose):
     name: str = "response"
+    description: str | None = None
     schema_: dict[str, Any] = Field(alias="schema")
     strict: bool | None = None  # OpenAI's default: not strict
 
@@ -263,6 +264,7 @@ def to_chat_request(body: ChatCompletionIn) -> ChatRequest:
                 type=body.response_format.type,
                 name=schema.name if schema else None,
                 json_schema=schema.schema_ if schema else None,
+                description=schema.description if schema else None,
                 # OpenAI's default is not strict: sent strict, a schema written for the
                 # default (not every property required, no additionalProperties: false) was
                 # a 400 from OpenAI that the same request sent to it directly was not.

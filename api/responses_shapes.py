@@ -224,6 +224,7 @@ def _format(text: TextConfig | None) -> ResponseFormat | None:
             type=fmt.type,
             name=fmt.name,
             json_schema=fmt.schema_ if fmt.type == "json_schema" else None,
+            description=fmt.description,
             # OpenAI's default is not strict: sent strict, a schema written for the default
             # (not every property required, no additionalProperties: false) was a 400.
             strict=bool(fmt.strict),

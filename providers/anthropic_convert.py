@@ -133,7 +133,10 @@ def convert(request: ChatRequest, model: str, *, prompt_caching: bool = True) ->
         params["tool_choice"] = tool_choice
     fmt = request.response_format
     if fmt is not None and fmt.type != "text":
-        schema = fmt.json_schema if fmt.type == "json_schema" else {"type": "object"}
+        schema: dict[str, Any] = fmt.json_schema or {"type": "object"}
+        if fmt.description and "description" not in schema:
+            # Messages' format has no description of its own: the schema's carries it.
+            schema = {**schema, "description": fmt.description}
         params["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
     if request.stop:
         params["stop_sequences"] = list(request.stop)

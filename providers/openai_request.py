@@ -67,6 +67,7 @@ def chat_body(request: ChatRequest, model: str, max_tokens_param: str) -> dict[s
                 "name": fmt.name or "response",
                 "schema": fmt.json_schema,
                 "strict": fmt.strict,
+                **({"description": fmt.description} if fmt.description else {}),
             },
         }
     if request.max_tokens is not None:

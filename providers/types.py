@@ -81,6 +81,9 @@ class ResponseFormat(_Model):
     name: str | None = None
     json_schema: dict[str, Any] | None = None
     strict: bool = True
+    # What the output is for, as the caller described it to the model (OpenAI's
+    # `json_schema.description`, Responses' `text.format.description`).
+    description: str | None = None
 
     @model_validator(mode="after")
     def _schema(self) -> ResponseFormat:

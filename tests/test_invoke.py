@@ -232,6 +232,32 @@ async def test_a_json_schema_is_strict_only_when_the_caller_says_so(
     assert [bool(s) for s in sent] == [False, True, False]
 
 
+async def test_a_json_schemas_description_reaches_the_provider(
+    sdk: AsyncOpenAI, upstream: UpstreamServer
+) -> None:
+    # It tells the model what the output is for; it was accepted and dropped.
+    from providers.upstream import ChatTurn, Reply, default_responder
+
+    sent: list[Any] = []
+
+    def record(turn: ChatTurn) -> Reply:
+        sent.append(turn.raw["response_format"]["json_schema"].get("description"))
+        return Reply(text='{"a": "b"}')
+
+    upstream.register("gpt-sim", record)
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    given = {"name": "r", "schema": schema, "description": "a city's name"}
+    try:
+        await sdk.chat.completions.create(
+            model="chat",
+            messages=[{"role": "user", "content": "json"}],
+            response_format=cast(Any, {"type": "json_schema", "json_schema": given}),
+        )
+    finally:
+        upstream.register("gpt-sim", default_responder)
+    assert sent == ["a city's name"]
+
+
 async def test_every_chunk_of_a_stream_carries_its_creation_time(
     sdk: AsyncOpenAI, upstream: UpstreamServer
 ) -> None:
