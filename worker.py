@@ -181,6 +181,7 @@ async def run(settings: Settings) -> None:
     engine = create_engine(
         settings.database_url,
         pool_size=settings.database_pool_size,
+        echo=settings.database_echo,
         statement_timeout=settings.database_statement_timeout_seconds,
     )
     polling: list[Worker] = []

@@ -12,6 +12,8 @@ Attributes carry ids and classes only (provider, deployment, outcome), never con
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -310,9 +312,12 @@ def configure_exporters(
                     export_interval_millis=otlp_interval_seconds * 1000,
                 )
             )
-        provider = MeterProvider(
-            metric_readers=readers, resource=Resource.create({"service.name": service_name})
-        )
+        # Each process its own instance: `model-router api --workers N` runs N processes of one
+        # service on one host, and their pushes under one identity were one series each
+        # process reset in turn (a counter jumping back and forth).
+        instance = f"{socket.gethostname()}-{os.getpid()}"
+        resource = Resource.create({"service.name": service_name, "service.instance.id": instance})
+        provider = MeterProvider(metric_readers=readers, resource=resource)
         meter = provider.get_meter("model_router")
         for instrument in INSTRUMENTS:
             instrument.bind(meter)

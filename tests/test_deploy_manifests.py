@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import ipaddress
 import json
 import os
 import re
@@ -348,6 +349,31 @@ def test_compose_configures_only_real_settings_and_keeps_state_in_named_volumes(
             if not source.startswith((".", "/")):
                 assert source in declared, f"{name}: volume {source} is not declared"
     assert any(m.startswith("postgres-data:") for m in compose["services"]["postgres"]["volumes"])
+
+
+def test_compose_postgres_takes_the_connections_the_stack_opens() -> None:
+    """Each API process's pools open up to 8 x the pool size, the worker's 2 x, and Temporal's
+    services their own on the same server: PostgreSQL's default 100 was less."""
+    command = load_compose()["services"]["postgres"]["command"]
+    limit = int(next(a for a in command if a.startswith("max_connections=")).split("=")[1])
+    pool = Settings.model_fields["database_pool_size"].default
+    assert limit >= 8 * pool + 2 * pool + 100  # Temporal's share at most 100
+
+
+def test_compose_api_believes_forwarded_headers_from_its_networks_gateway_only() -> None:
+    """A proxy on the host reaches the published port through Docker's proxy: the API's peer is
+    the network's gateway, not 127.0.0.1 (the setting's default), so its X-Forwarded-* were
+    ignored (the console cookie lost Secure, every anonymous caller shared one rate bucket)."""
+    compose = load_compose()
+    [network] = compose["networks"]["default"]["ipam"]["config"]
+    gateway = interpolate_defaults(network["gateway"])
+    assert ipaddress.ip_address(gateway) in ipaddress.ip_network(
+        interpolate_defaults(network["subnet"])
+    )
+    api = compose["services"]["api"]["environment"]
+    assert interpolate_defaults(api["MODEL_ROUTER_FORWARDED_ALLOW_IPS"]) == gateway
+    # The rest of the shared environment is still the API's.
+    assert api["MODEL_ROUTER_ENVIRONMENT"] == "production"
 
 
 def test_compose_secrets_are_files_kept_out_of_git() -> None:

@@ -209,11 +209,16 @@ def test_otlp_export_pushes_metrics_when_configured() -> None:
             time.sleep(1.0)
             """
         )
-        subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
-    assert any(
-        b.startswith(b"/v1/metrics ") and b"connectsoft.factory.model_gateway.invocations" in b
+        process = subprocess.Popen([sys.executable, "-c", script])
+        assert process.wait(timeout=60) == 0
+    pushed = [
+        b
         for b in bodies
-    )
+        if b.startswith(b"/v1/metrics ") and b"connectsoft.factory.model_gateway.invocations" in b
+    ]
+    assert pushed
+    # Each process pushes as its own instance (`api --workers N` runs N of them on one host).
+    assert all(b"service.instance.id" in b and f"-{process.pid}".encode() in b for b in pushed)
 
 
 def test_json_formatter_keeps_ids_and_drops_unknown_extras() -> None:
