@@ -4,6 +4,8 @@ transition is sent as, the error types it raises, and the inputs and outputs of 
 
 from __future__ import annotations
 
+import hashlib
+
 from pydantic import BaseModel, Field
 
 from domain.approval import IntendedUse
@@ -43,8 +45,20 @@ UPDATE_OF: dict[Transition, str] = {
 }
 
 
+# Temporal's SQL visibility keeps ids in VARCHAR(255), and such servers refuse longer ones
+# (`limit.maxIDLength`, deploy/temporal/dynamicconfig.yaml): a tenant id of up to 100 characters
+# and a deployment id of up to 200 made ids of up to 312, a registration Temporal refused.
+WORKFLOW_ID_MAX_LENGTH = 255
+
+
 def workflow_id(tenant_id: str, deployment_id: str) -> str:
-    return f"deployment/{tenant_id}/{deployment_id}"
+    """The deployment's lifecycle workflow: readable where it fits, else with the deployment
+    id's digest in its place (such an id was never accepted, so none running changes)."""
+    wid = f"deployment/{tenant_id}/{deployment_id}"
+    if len(wid) <= WORKFLOW_ID_MAX_LENGTH:
+        return wid
+    digest = hashlib.sha256(deployment_id.encode()).hexdigest()[:32]
+    return f"deployment/{tenant_id}/sha256:{digest}"
 
 
 class RegisterCandidateInput(BaseModel):

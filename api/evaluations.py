@@ -48,10 +48,11 @@ class EvaluationView(BaseModel):
     ended_at: datetime | None = Field(default=None, alias="endedAt")
 
 
-# `evaluations.evaluation_id` is VARCHAR(300). A tenant id (up to 100 characters) and a
-# deployment id (up to 200) make up to 335 with the rest: such an id reached PostgreSQL and was
-# a 500 (2026-12-04). The deployment id's digest stands in for it in an id that long.
-EVALUATION_ID_MAX_LENGTH = 300
+# `evaluations.evaluation_id` is VARCHAR(300), and the evaluation's workflow id, Temporal's SQL
+# visibility keeps in VARCHAR(255) (`limit.maxIDLength`). A tenant id (up to 100 characters)
+# and a deployment id (up to 200) make up to 335 with the rest: such an id reached PostgreSQL
+# and was a 500 (2026-12-04). The deployment id's digest stands in for it in an id that long.
+EVALUATION_ID_MAX_LENGTH = 255
 
 
 def _digest(text: str) -> str:

@@ -24,6 +24,9 @@ from __future__ import annotations
 # JSON values, as `--dynamic-config-value KEY=VALUE` takes them.
 DYNAMIC_CONFIG: dict[str, str] = {
     "system.forceSearchAttributesCacheRefreshOnRead": "false",
+    # As a server on SQL visibility refuses longer ids (deploy/temporal/dynamicconfig.yaml):
+    # the dev server's own limit (1000) let ids pass here that production refused.
+    "limit.maxIDLength": "255",
 }
 
 
