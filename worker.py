@@ -91,7 +91,7 @@ def build_worker(
     # Usage APIs answer slowly for long ranges; they are providers, never redirect targets.
     statements = httpx.AsyncClient(timeout=60.0, follow_redirects=False)
     reconciliation = ReconciliationActivities(sessions, settings, broker, statements)
-    sweeper = SweeperActivities(sessions)
+    sweeper = SweeperActivities(sessions, ArtifactStore(settings.artifact_root))
 
     async def this_client() -> Client:
         # The worker's client as it is now: one connected with rotated TLS files
@@ -127,6 +127,7 @@ def build_worker(
             reconciliation.gauge,
             sweeper.sweep,
             sweeper.prune,
+            sweeper.prune_artifacts,
             evaluation.prepare,
             evaluation.run_case,
             evaluation.record,

@@ -8,6 +8,7 @@ caller was told."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -20,8 +21,9 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from core import metrics
 from domain.invocation import invoke_workflow_id
-from domain.sweep import SweepInput, SweepReport, Workflow, to_sweep
+from domain.sweep import PruneArtifactsInput, SweepInput, SweepReport, Workflow, to_sweep
 from store import receipts
+from store.artifacts import ArtifactStore
 from store.db import transaction
 from store.event_retention import prune_run_events
 from store.receipt_statements import ReceiptStatements
@@ -32,9 +34,22 @@ PRUNE_BATCHES = 10
 
 
 class SweeperActivities:
-    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+    def __init__(
+        self, sessions: async_sessionmaker[AsyncSession], artifacts: ArtifactStore | None = None
+    ) -> None:
         self._sessions = sessions
         self._statements = ReceiptStatements(sessions.kw["bind"])
+        self._artifacts = artifacts
+
+    @activity.defn(name="prune_artifacts")
+    async def prune_artifacts(self, data: PruneArtifactsInput) -> int:
+        """Stored answers past their retention, in one folder of each tenant (the run's slot):
+        the artifact volume grew without end, and once full every answer's write failed (each
+        replay of those keys then had no answer). On a thread: it walks a directory."""
+        if self._artifacts is None:
+            return 0
+        days = timedelta(days=data.retention_days).total_seconds()
+        return await asyncio.to_thread(self._artifacts.purge_slot, data.slot, days)
 
     @activity.defn(name="prune_run_events")
     async def prune(self, data: SweepInput) -> int:

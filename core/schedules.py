@@ -107,6 +107,7 @@ def sweep_input(settings: Settings) -> SweepInput:
         open_longer_than_seconds=budget + settings.receipt_sweeper_grace_seconds,
         unstarted_longer_than_seconds=unstarted_bound(settings.invoke_start_wait_seconds),
         run_event_retention_days=settings.run_event_retention_days or None,
+        artifact_retention_days=settings.artifact_retention_days or None,
     )
 
 

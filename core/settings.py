@@ -296,6 +296,9 @@ class Settings(BaseSettings):
     # are deleted by the sweeper, but for those an active webhook subscription has not yet
     # delivered; 0 keeps them for ever (store/event_retention.py).
     run_event_retention_days: int = Field(default=30, ge=0)
+    # Stored answers (ARTIFACT_ROOT) not written again for this many days are deleted by the
+    # receipt sweeper; 0 keeps them for ever (activities/sweeper.py).
+    artifact_retention_days: int = Field(default=30, ge=0)
     reconciler_lookback_hours: int = Field(default=72, ge=1, le=24 * 31)
     reconciler_settle_delay_minutes: int = Field(
         default=15, ge=0, description="A statement bucket is used this long after it ended."

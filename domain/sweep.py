@@ -46,6 +46,9 @@ class SweepInput(BaseModel):
     # A run's events older than this many days are deleted (store/event_retention.py); None:
     # kept (schedules made before, or retention off).
     run_event_retention_days: int | None = Field(default=None, ge=1)
+    # Stored answers (the artifact store) older than this many days are deleted, one of their
+    # ARTIFACT_SLOTS folders a run; None: kept (schedules made before, or retention off).
+    artifact_retention_days: int | None = Field(default=None, ge=1)
 
     @property
     def shortest(self) -> float:
@@ -74,9 +77,27 @@ def to_sweep(workflow: Workflow, open_for_seconds: float, data: SweepInput) -> b
     return open_for_seconds >= limit
 
 
+# The artifact store's folders under a tenant (the hash's first two hex digits): a run purges
+# one of them, so a run's work is bounded whatever the store holds, and every stored answer is
+# looked at once in 256 runs (four and a quarter hours at the sweeper's minute).
+ARTIFACT_SLOTS = 256
+
+
+def artifact_slot(minute: int) -> str:
+    """The folder a run in this minute (minutes since the epoch) purges."""
+    return f"{minute % ARTIFACT_SLOTS:02x}"
+
+
+class PruneArtifactsInput(BaseModel):
+    retention_days: int = Field(ge=1)
+    slot: str = Field(pattern=r"^[0-9a-f]{2}$")
+
+
 class SweepReport(BaseModel):
     # Run events past their retention deleted by this run.
     events_pruned: int = 0
+    # Stored answers past their retention deleted by this run.
+    artifacts_pruned: int = 0
     found: int = 0
     closed: int = 0
     # Still open, but their InvokeModel workflow is running and will close them itself.

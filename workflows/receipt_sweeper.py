@@ -11,11 +11,13 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from domain.sweep import SweepInput, SweepReport
+    from domain.sweep import PruneArtifactsInput, SweepInput, SweepReport, artifact_slot
 
 
 # Marks the histories where a run also deletes run events past their retention.
 PRUNE_PATCH = "prune-run-events"
+# Marks the histories where a run also deletes stored answers past their retention.
+ARTIFACTS_PATCH = "prune-artifacts"
 # The store or Temporal may be down: retried until the run's own timeout.
 _RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=15))
 
@@ -39,6 +41,16 @@ class ReceiptSweeperWorkflow:
                 result_type=int,
                 start_to_close_timeout=timedelta(minutes=5),
                 heartbeat_timeout=timedelta(seconds=60),
+                retry_policy=_RETRY,
+            )
+        days = data.artifact_retention_days
+        if days is not None and workflow.patched(ARTIFACTS_PATCH):
+            minute = int(workflow.now().timestamp() // 60)
+            report.artifacts_pruned = await workflow.execute_activity(
+                "prune_artifacts",
+                PruneArtifactsInput(retention_days=days, slot=artifact_slot(minute)),
+                result_type=int,
+                start_to_close_timeout=timedelta(minutes=5),
                 retry_policy=_RETRY,
             )
         return report
