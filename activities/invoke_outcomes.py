@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from activities.invoke_hub import PendingCall
 from core import metrics, timing
 from domain.enums import InvocationOutcome, UsageStatus
+from domain.failures import refused_unbilled
 from domain.hashing import canonical_json
 from domain.invocation import Disposition, InvocationInput, InvocationSummary, Target
 from domain.provider_reports import recordable
@@ -92,9 +93,14 @@ def estimate_tokens(text: str) -> int:
 
 
 def failed(exc: ProviderError, outcome: InvocationOutcome = InvocationOutcome.FAILED) -> Outcome:
+    unbilled = outcome is InvocationOutcome.FAILED and refused_unbilled(
+        exc.kind.value, exc.status_code
+    )
     return Outcome(
         outcome,
-        UsageStatus.UNKNOWN,
+        UsageStatus.ESTIMATED if unbilled else UsageStatus.UNKNOWN,
+        input_tokens=0 if unbilled else None,
+        output_tokens=0 if unbilled else None,
         error_kind=exc.kind.value,
         error_reason=exc.reason,
         retry_after=exc.retry_after,

@@ -50,6 +50,25 @@ BUSY = frozenset({"rate_limit", "overloaded"})
 STORE_RETRY_AFTER_SECONDS = 2
 
 
+# Statuses a provider refuses with before it takes the request, billing nothing: its own limit,
+# the key, the quota, a model or route it does not have, a request it would not take, and
+# Anthropic's 529 (overloaded: not taken). Not 408 or 409 (the request may have been taken),
+# not a 5xx (it may have failed after doing work), and not a content filter (Azure bills a
+# prompt it filtered).
+_TAKEN_NOT = frozenset({"content_policy"})
+
+
+def refused_unbilled(kind: str, status_code: int | None) -> bool:
+    """Whether a failed call's provider answered with a refusal that bills nothing, so that its
+    receipt's usage is known (Estimated, zero tokens: `domain.statements.sent_nothing`), not
+    Unknown: only a timeout, a cut answer or a failure after work leaves usage uncertain
+    (DESIGN §4.6). As Unknown, every 429 of a rate-limited hour waited on the reconciler, took a
+    share of the hour's tokens nobody else explained, and counted in `usage_unknown`."""
+    if status_code is None or kind in _TAKEN_NOT:
+        return False
+    return status_code == 529 or (400 <= status_code < 500 and status_code not in (408, 409))
+
+
 def classify(kind: str | None) -> FailureClass:
     if kind in CALLER_FAULT:
         return FailureClass.CALLER

@@ -439,6 +439,34 @@ async def test_a_non_stream_call_falls_back_when_the_primary_keeps_breaking(
     assert metrics.attempts_abandoned.value(labels) == abandoned + primary_calls
 
 
+async def test_a_call_the_provider_refused_is_known_to_have_cost_nothing(ctx: Ctx) -> None:
+    """A 429 on every attempt, or a 401: the provider took nothing, so the receipt's usage is
+    known, Estimated at zero (awaiting no statement, in no reconciler's share, not in
+    usage_unknown). It was Unknown, as a timeout is. A 500 may follow work: Unknown still."""
+    http, auth, up, sessions, tenant = ctx
+    for kind in (FaultKind.RATE_LIMIT, FaultKind.AUTH):
+        up.inject(A, Fault(kind=kind))
+        try:
+            resp, key, _ = await _call(http, auth, "rs-solo")
+        finally:
+            up.state.clear_faults(A)
+        assert resp.status_code in (401, 403, 502, 503), resp.text
+        row = await _receipt(sessions, tenant, key)
+        assert (row.outcome, row.usage_status, row.close_reason) == (
+            "Failed",
+            "Estimated",
+            "provider",
+        )
+        assert (row.input_tokens, row.output_tokens) == (0, 0)
+    up.inject(A, Fault(kind=FaultKind.SERVER_ERROR))
+    try:
+        resp, key, _ = await _call(http, auth, "rs-solo")
+    finally:
+        up.state.clear_faults(A)
+    row = await _receipt(sessions, tenant, key)
+    assert (row.outcome, row.usage_status, row.input_tokens) == ("Failed", "Unknown", None)
+
+
 async def test_a_non_stream_call_stalled_mid_stream_fails_by_the_idle_bound(
     ctx: Ctx, attempt_bound: float
 ) -> None:
