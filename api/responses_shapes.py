@@ -4,9 +4,11 @@ message / function_call / function_call_output items, `instructions`, function t
 the Response object built from the answer and its receipt.
 
 Nothing is stored server-side (`store` is false): `previous_response_id`, `conversation`,
-`store: true` and background mode would need this gateway to keep prompts and outputs under
-the tenant's retention, so they are refused. So is what the normalised request cannot carry:
-images, files, audio, reasoning items and settings, non-function tools, `top_p`, logprobs.
+`store: true`, background mode and item references would need this gateway to keep prompts and
+outputs under the tenant's retention, so they are refused. So is what the normalised request
+cannot carry: images, files, audio, reasoning items and settings, non-function tools, a
+function tool's fields other than its name, description, parameters and strict, `top_p`,
+logprobs.
 Identifiers and hints that do not change the answer (`metadata`, `user`, `safety_identifier`,
 `prompt_cache_key`, `service_tier`, `include` of reasoning content that never exists here) are
 accepted; any other field is refused as unknown, as OpenAI refuses it.
@@ -108,7 +110,8 @@ class ResponsesIn(_Loose):
     truncation: Literal["auto", "disabled"] | None = None
     include: list[str] | None = None
     metadata: dict[str, str] | None = None
-    stream: bool = False
+    # Null asks for nothing (the SDK's non-stream overload types it Optional): a whole answer.
+    stream: bool | None = None
 
 
 def _refuse(loc: tuple[str | int, ...], message: str) -> RequestValidationError:
@@ -135,6 +138,7 @@ def _refusals(body: ResponsesIn) -> None:
     # A field sent as null asks for nothing (clients that serialise unset options so).
     for name in sorted(k for k, v in extra.items() if v is not None and k not in _HINTS):
         raise _refuse((name,), "unknown parameter")
+    _tool_refusals(body.tools or [])
     if body.reasoning and any(v is not None for v in body.reasoning.values()):
         raise _refuse(("reasoning",), "reasoning settings cannot be mapped")
     if body.truncation == "auto":
@@ -143,6 +147,16 @@ def _refusals(body: ResponsesIn) -> None:
         raise _refuse(("text", "verbosity"), "cannot be mapped")
     if "message.output_text.logprobs" in (body.include or []):
         raise _refuse(("include",), "logprobs cannot be mapped")
+
+
+def _tool_refusals(tools: list[FunctionTool]) -> None:
+    """A function tool's fields beyond those the normalised tool carries (`defer_loading`,
+    `allowed_callers`, `output_schema`, any unknown one): dropped, a deferred tool was sent
+    whole, its callers went unchecked, and the response echoed them as if honoured."""
+    for index, tool in enumerate(tools):
+        extra = tool.model_extra or {}
+        for name in sorted(k for k, v in extra.items() if v is not None):
+            raise _refuse(("tools", index, name), "cannot be mapped to a function tool here")
 
 
 def _text(content: Any, loc: tuple[str | int, ...]) -> str:
@@ -171,11 +185,30 @@ def _str(item: dict[str, Any], key: str, loc: tuple[str | int, ...]) -> str:
     return value
 
 
+# Said of an item_reference: refused for its missing role, or as an item that "cannot be
+# mapped", the caller was not told why no reference can be resolved here.
+_REFERENCE = (
+    "is a reference to a stored item, which this gateway cannot resolve: it is stateless and "
+    "stores no responses; send the item itself"
+)
+
+
+def _kind(item: dict[str, Any]) -> object:
+    """An item's type. Without one it is an easy message, or, holding an `id` and no `role`,
+    an item_reference (whose `type` is optional in the SDK). A null type asks for nothing."""
+    kind = item.get("type")
+    if kind is not None:
+        return kind
+    return "item_reference" if "id" in item and "role" not in item else "message"
+
+
 def _items(items: list[dict[str, Any]]) -> list[Message]:
     messages: list[Message] = []
     for index, item in enumerate(items):
         loc: tuple[str | int, ...] = ("input", index)
-        kind = item.get("type", "message")
+        kind = _kind(item)
+        if kind == "item_reference":
+            raise _refuse(loc, _REFERENCE)
         if kind == "message":
             role = item.get("role")
             if role not in ("user", "system", "developer", "assistant"):
@@ -275,15 +308,16 @@ def call_item_id(invocation_id: uuid.UUID, index: int) -> str:
 
 
 def usage(summary: InvocationSummary) -> dict[str, Any]:
-    """The receipt's usage: OpenAI counts cached tokens inside input_tokens, as receipts do.
-    Receipts keep no separate count of cache writes (0 here)."""
+    """The receipt's usage: OpenAI counts cached tokens and cache writes inside input_tokens,
+    as receipts do. The writes are the provider's report on the live answer (Anthropic bills
+    them dearer; they were always 0 here); a replay, from the receipt, which keeps no separate
+    count of them, says 0."""
     tokens_in, tokens_out = summary.input_tokens or 0, summary.output_tokens or 0
+    cached = summary.cached_input_tokens or 0
+    written = min(summary.cache_write_input_tokens or 0, max(0, tokens_in - cached))
     return {
         "input_tokens": tokens_in,
-        "input_tokens_details": {
-            "cached_tokens": summary.cached_input_tokens or 0,
-            "cache_write_tokens": 0,
-        },
+        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": written},
         "output_tokens": tokens_out,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": tokens_in + tokens_out,

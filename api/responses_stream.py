@@ -5,7 +5,8 @@ or `response.function_call_arguments.delta`) and their `.done` events, then
 `response.completed` (or `response.incomplete` when the answer was cut by max_output_tokens,
 the item it was cut in marked incomplete; a refusal is a `refusal` part with its own events)
 with the receipt's usage and, on the response, the `model_router` object naming the receipt.
-A call that fails after `response.created` ends with `response.failed`, never a silent stop."""
+A call that fails after `response.created` ends with `response.failed`, never a silent stop;
+its output holds the items streamed so far, the one open when it broke marked incomplete."""
 
 from __future__ import annotations
 
@@ -248,17 +249,35 @@ class ResponseEvents:
         out += self._close_live(cut and not held)
         return out + self._send_held(cut)
 
-    def _output(self) -> list[dict[str, Any]]:
+    def _output(self, broken: bool = False) -> list[dict[str, Any]]:
         """The items done, in order; a call's as it stands now: fragments that came after its
-        done event (text came between) are the answer's too, as its receipt and replay say."""
+        done event (text came between) are the answer's too, as its receipt and replay say.
+        `broken`: with the items open when the stream broke."""
+        items = [*self._done, *self._open_items()] if broken else self._done
         output = []
-        for output_index, item in sorted(self._done, key=lambda pair: pair[0]):
+        for output_index, item in sorted(items, key=lambda pair: pair[0]):
             index = self._done_calls.get(output_index)
             if index is not None:
                 call = self._calls[index]
                 item = call_item(self._id, index, call.call(), item["status"])
             output.append(item)
         return output
+
+    def _open_items(self) -> list[tuple[int, dict[str, Any]]]:
+        """The message or call open when the stream broke, as its deltas built it at the
+        caller, marked incomplete: `response.failed` listed only the items done, though the
+        words had reached the caller and the receipt is Partial. A call held behind the open
+        one was never sent: it is not among them."""
+        items = []
+        if self._text is not None and not self._text_done:
+            text = text_item(self._id, "".join(self._text), CUT, self._text_refusal)
+            items.append((self._text_index, {**text, "id": self._text_id}))
+        live = self._calls.get(self._live_call) if self._live_call is not None else None
+        if live is not None and not live.done:
+            assert self._live_call is not None
+            call = call_item(self._id, self._live_call, live.call(), CUT)
+            items.append((live.output_index, {**call, "arguments": "".join(live.arguments)}))
+        return items
 
     def keep_alive(self) -> bytes:
         # The Responses stream has no keep-alive event of its own: a comment, which the
@@ -285,6 +304,6 @@ class ResponseEvents:
             # As on the surface's error responses: whether the same request may succeed later.
             "errorClass": error_class(kind),
         }
-        response = self._response("failed", output=self._output(), error=error)
+        response = self._response("failed", output=self._output(broken=True), error=error)
         response["model_router"] = receipt_view(summary)
         return self._event("response.failed", response=response)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import openai
@@ -33,7 +33,14 @@ from providers.types import (
     ToolCallDelta,
     collect_events,
 )
-from providers.upstream import Fault, FaultKind, Reply, UpstreamServer, default_responder
+from providers.upstream import (
+    ChatTurn,
+    Fault,
+    FaultKind,
+    Reply,
+    UpstreamServer,
+    default_responder,
+)
 from providers.upstream.turn import ToolCallReply
 from store.tables import InvocationReceiptRow
 from tests.conftest import TokenFactory
@@ -295,6 +302,7 @@ async def test_a_stream_cut_after_output_is_response_failed_and_partial(
     key = f"resp-cut-{uuid.uuid4().hex}"
     kinds: list[str] = []
     seen = ""
+    added: Any = None
     failed: Any = None
     try:
         async with client.responses.stream(
@@ -304,6 +312,8 @@ async def test_a_stream_cut_after_output_is_response_failed_and_partial(
         ) as stream:
             async for event in stream:
                 kinds.append(event.type)
+                if event.type == "response.output_item.added":
+                    added = event.item
                 if event.type == "response.output_text.delta":
                     seen += event.delta
                 if event.type == "response.failed":
@@ -318,8 +328,36 @@ async def test_a_stream_cut_after_output_is_response_failed_and_partial(
     assert "stream_incomplete" in failed.response.error.message
     # Classified as on every surface's errors: a cut stream may succeed if asked again.
     assert (failed.response.error.model_extra or {}).get("errorClass") == "transient"
+    # The item the deltas built, as it stood when the stream broke: `output: []` said nothing
+    # had been answered, though the caller had the words and the receipt is Partial.
+    [item] = failed.response.output
+    assert (item.type, item.id, item.status) == ("message", added.id, "incomplete")
+    assert failed.response.output_text == seen
     row = await receipt(sessions, catalog.tenant, key)
     assert row.outcome == "Partial"
+
+
+async def test_a_call_open_when_the_stream_fails_is_in_the_failed_response() -> None:
+    """The call whose arguments were streaming, as far as they went, after the items done
+    before it: `response.failed` listed only the items done."""
+    writer = ResponseEvents(uuid.uuid4(), ResponsesIn(model="p", input="x"))
+    writer.start()
+    for event in (
+        ToolCallDelta(index=0, id="c0", name="a", arguments_delta="{}"),
+        TextDelta(text="and"),
+        ToolCallDelta(index=1, id="c1", name="b", arguments_delta='{"y":'),
+    ):
+        writer.add(event)
+    summary = InvocationSummary(
+        invocation_id=uuid.uuid4(), outcome=InvocationOutcome.PARTIAL, deployment_id="d"
+    )
+    [line] = [x for x in (await writer.fail(summary)).split(b"\n") if x.startswith(b"data: ")]
+    output = json.loads(line.removeprefix(b"data: "))["response"]["output"]
+    assert [(i["type"], i.get("arguments"), i["status"]) for i in output] == [
+        ("function_call", "{}", "completed"),
+        ("message", None, "completed"),
+        ("function_call", '{"y":', "incomplete"),
+    ]
 
 
 async def test_a_budget_denial_reaches_no_provider(
@@ -525,6 +563,110 @@ async def test_what_cannot_be_served_statelessly_or_mapped_is_refused(
         headers={**catalog.auth, "content-type": "application/json"},
     )
     assert deep.status_code == 400 and deep.json()["error"]["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize("field", ["defer_loading", "allowed_callers", "output_schema", "zz"])
+async def test_a_function_tools_unknown_fields_are_refused(
+    client: AsyncOpenAI, catalog: Catalog, field: str
+) -> None:
+    """Accepted and dropped, then echoed in `tools` as if honoured: a deferred tool was sent
+    to the model whole, an output schema never checked."""
+    values: dict[str, Any] = {
+        "defer_loading": True,
+        "allowed_callers": ["code_interpreter"],
+        "output_schema": {"type": "object"},
+        "zz": 1,
+    }
+    tool: Any = {**WEATHER, field: values[field]}
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.responses.create(model=catalog.profile("openai"), input="x", tools=[tool])
+    error: Any = refused.value.body
+    assert (error["param"], error["type"]) == (f"tools.0.{field}", "invalid_request_error")
+    # Sent as null it asks for nothing, as elsewhere on this surface.
+    nulled: Any = {**WEATHER, field: None}
+    taken = await client.responses.create(
+        model=catalog.profile("openai"), input="x", tools=[nulled]
+    )
+    assert taken.status == "completed" and getattr(taken.tools[0], field, None) is None
+
+
+@pytest.mark.parametrize(
+    "item",
+    [{"id": "msg_123"}, {"type": "item_reference", "id": "msg_123"}],
+    ids=["without-type", "explicit"],
+)
+async def test_an_item_reference_is_refused_as_needing_stored_state(
+    client: AsyncOpenAI, catalog: Catalog, item: dict[str, Any]
+) -> None:
+    """A reference (its `type` optional in the SDK) was refused for its missing `role`, or
+    as an item that cannot be mapped: neither said why no reference can be resolved here."""
+    request: Any = [item]
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.responses.create(model=catalog.profile("openai"), input=request)
+    error: Any = refused.value.body
+    assert error["param"] == "input.0", error
+    assert "stateless" in error["message"] and "stored" in error["message"], error
+
+
+async def test_stream_null_asks_for_a_whole_response(client: AsyncOpenAI, catalog: Catalog) -> None:
+    # The SDK's non-stream overload types `stream` as Optional; null was a 400.
+    whole = await client.responses.create(
+        model=catalog.profile("openai"), input="not streamed", stream=None
+    )
+    assert (whole.status, whole.output_text) == ("completed", "Echo: not streamed")
+
+
+async def test_text_formats_description_reaches_the_provider(
+    client: AsyncOpenAI, catalog: Catalog, upstream: UpstreamServer
+) -> None:
+    # It tells the model what the output is for; it was accepted and dropped.
+    sent: list[Any] = []
+
+    def record(turn: ChatTurn) -> Reply:
+        sent.append(turn.raw["response_format"]["json_schema"].get("description"))
+        return Reply(text='{"city": "Paris"}')
+
+    upstream.register(catalog.model("openai"), record)
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    given = {"type": "json_schema", "name": "x", "schema": schema, "description": "a city"}
+    try:
+        answer = await client.responses.create(
+            model=catalog.profile("openai"), input="json", text={"format": cast(Any, given)}
+        )
+    finally:
+        upstream.register(catalog.model("openai"), default_responder)
+    assert sent == ["a city"]
+    assert answer.output_text == '{"city": "Paris"}'
+
+
+async def test_cache_writes_are_reported_whole_and_streamed(
+    client: AsyncOpenAI, catalog: Catalog, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    """An Anthropic deployment writes the history to its prompt cache (the adapter's
+    breakpoint) and bills those tokens dearer: `cache_write_tokens` was always 0."""
+
+    def history() -> Any:
+        return [
+            {"role": "user", "content": f"first {uuid.uuid4().hex}"},  # nothing cached yet
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "second"},
+        ]
+
+    ask: Any = {"model": catalog.profile("anthropic"), "instructions": "A stable prompt."}
+    keyed: Any = {**ask, "input": history()}
+    keyed["extra_headers"] = {"Idempotency-Key": f"resp-cache-{uuid.uuid4().hex}"}
+    whole = await client.responses.create(**keyed)
+    async with client.responses.stream(**ask, input=history()) as stream:
+        streamed = await stream.get_final_response()
+    row = await receipt(sessions, catalog.tenant, keyed["extra_headers"]["Idempotency-Key"])
+    _usage_matches(whole.usage, row)  # written tokens are inside input_tokens, as OpenAI's
+    for response in (whole, streamed):
+        assert response.usage is not None
+        details = response.usage.input_tokens_details
+        assert 0 < details.cache_write_tokens <= response.usage.input_tokens, response.usage
+    # A replay, from the receipt, which keeps no separate count of cache writes: 0.
+    again = await client.responses.create(**keyed)
+    assert again.usage is not None and again.usage.input_tokens_details.cache_write_tokens == 0
 
 
 @pytest.mark.parametrize(
