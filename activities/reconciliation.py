@@ -5,9 +5,11 @@ do)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 
 import httpx
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -127,12 +129,18 @@ class ReconciliationActivities:
                 request_ids=sorted(named),
                 pending=[r.usage.invocation_id for r in pending],
             )
-        outcome = plan(
-            lines,
-            [*(r.usage for r in pending), *known],
-            settle_zero=data.settle_zero_usage,
-            bucket_cutoff=data.bucket_cutoff,
-            carriers=carriers,
+        # On a thread: the matching walks every receipt of the day per statement bucket, seconds
+        # of CPU on a busy day, and on the loop it held the worker's other activities (probes
+        # timing themselves, webhook posts, heartbeats, the closes of calls whose API died).
+        outcome = await asyncio.to_thread(
+            partial(
+                plan,
+                lines,
+                [*(r.usage for r in pending), *known],
+                settle_zero=data.settle_zero_usage,
+                bucket_cutoff=data.bucket_cutoff,
+                carriers=carriers,
+            )
         )
         by_id = {r.usage.invocation_id: r for r in pending}
         by_statement = defaultdict(list)

@@ -16,7 +16,9 @@ import contextlib
 import ipaddress
 import socket
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 
 import httpx
 
@@ -126,10 +128,24 @@ async def _drain(answer: httpx.Response) -> None:
             return
 
 
+# A receiver's name is looked up on threads of its own, within a bound: on the loop's default
+# pool (a few threads on a small machine, which the providers' connections resolve on too), a
+# name whose DNS servers never answered held a thread for the resolver's own timeouts (10-30 s),
+# and a tenant's admin subscribing a few such names stalled every tenant's new provider
+# connections in that process. Past the bound the lookup is a failure to resolve; its thread
+# finishes on its own.
+RESOLVE_SECONDS = 5.0
+_RESOLVER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="webhook-dns")
+
+
 async def _resolve(target: httpx.URL, host: str) -> list[Address]:
     port = target.port or (443 if target.scheme == "https" else 80)
+    lookup = partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
     try:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        async with asyncio.timeout(RESOLVE_SECONDS):
+            infos = await asyncio.get_running_loop().run_in_executor(_RESOLVER, lookup)
+    except TimeoutError:
+        raise TargetRefused(f"{host} did not resolve within {RESOLVE_SECONDS:g} s") from None
     except (OSError, UnicodeError):  # UnicodeError: a label empty or over 63 characters
         raise TargetRefused(f"{host} does not resolve") from None
     # getaddrinfo may name an address once per protocol: each is kept once, in its order.
