@@ -82,6 +82,7 @@ def build_worker(
         http or httpx.AsyncClient(follow_redirects=False),
         delivery_settings(settings),
         settings.webhook_allowed_private_networks,
+        settings.webhook_end_after_failing_hours,
     )
     # Statement admin keys are the operator's settings; deployments' endpointRefs are bounded
     # by the allow-list (activities/secret_policy.py).

@@ -29,6 +29,7 @@ from activities.webhook_types import (
 from core import metrics
 from core.settings import Settings
 from domain.cloudevents import OutboxEvent, to_cloudevent
+from domain.webhook_delivery import failing_too_long
 from domain.webhook_targets import Network
 from store.db import transaction
 from store.ops_tables import as_utc
@@ -64,11 +65,13 @@ class WebhookActivities:
         http: httpx.AsyncClient,
         delivery: DeliverySettings,
         allowed_private_networks: Sequence[Network] = (),
+        end_after_failing_hours: int = 0,
     ) -> None:
         self._sessions = sessions
         self._http = http
         self._delivery = delivery
         self._allowed = list(allowed_private_networks)
+        self._end_after_failing_hours = end_after_failing_hours
 
     async def _subscription(
         self, session: AsyncSession, tenant: str, sub_id: str
@@ -126,6 +129,13 @@ class WebhookActivities:
                 # Not failing the delivery over it: the receiver has the event, and a retry
                 # would only send it again.
                 await self._note(data.tenant_id, sub, None)
+            return
+        since = as_utc(sub.failing_since) if sub.failing_since is not None else None
+        if failing_too_long(since, utcnow(), self._end_after_failing_hours):
+            metrics.webhook_delivery_failures.add(1, {"tenant": data.tenant_id})
+            hours = self._end_after_failing_hours
+            ended = f"{failure}; failing for {hours} h or more: the subscription was ended"
+            await self._note(data.tenant_id, sub, ended, end=True)
             return
         # Every failure is retried (with backoff, by the workflow's policy): a receiver that
         # answers 4xx today may be fixed tomorrow, and order must not be broken by skipping.

@@ -101,6 +101,12 @@ class Settings(BaseSettings):
     webhook_timeout_seconds: float = Field(default=10.0, gt=0, description="Per-delivery timeout.")
     # Every subscription's deliveries run on the worker's shared activity slots, beside probes,
     # closes and sweeps: one tenant's hundreds of slow receivers held them all.
+    webhook_end_after_failing_hours: int = Field(
+        default=120,
+        ge=0,
+        description="A subscription whose receiver has failed every delivery this long is ended "
+        "(as a 410 ends it); 0: retried for ever.",
+    )
     webhook_max_subscriptions_per_tenant: int = Field(
         default=20, ge=1, le=10_000, description="Active webhook subscriptions a tenant may hold."
     )

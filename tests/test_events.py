@@ -21,9 +21,10 @@ from activities.webhook_types import workflow_id
 from core import metrics
 from core.settings import Settings
 from domain.enums import Role, Scope
+from store.db import transaction
 from store.outbox_horizon import MARGIN_SECONDS, HorizonHidden, settled_or_hidden, settled_position
 from store.repositories import OutboxRepository
-from store.tables import OutboxEventRow
+from store.tables import OutboxEventRow, utcnow
 from store.webhook_tables import WebhookSubscriptionRow
 from tests.conftest import TokenFactory, free_port
 from tests.helpers.catalog import profile_event, publish, register
@@ -387,6 +388,43 @@ async def test_a_receiver_that_answers_410_gone_ends_its_subscription(
         handle = temporal_client.get_workflow_handle(workflow_id(tenant, sub))
         await handle.result()  # its delivery ends: nothing calls the receiver again
         assert receiver.refused_while_failing == 1
+    finally:
+        await receiver.stop()
+
+
+async def test_a_receiver_failing_for_days_has_its_subscription_ended(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    temporal_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """A receiver gone without a 410 (a 404, a host that no longer resolves) was retried for
+    ever, its subscription holding every run event of its tenant from the retention prune.
+    Failing past WEBHOOK_END_AFTER_FAILING_HOURS (120), it is ended as a 410 ends it."""
+    receiver = Receiver(port=free_port(), failing=True, failing_status=404)
+    await receiver.start()
+    try:
+        created = await http.post(
+            "/factory/webhook-subscriptions", json={"url": receiver.url}, headers=auth
+        )
+        assert created.status_code == 201, created.text
+        sub = created.json()["subscriptionId"]
+        async with transaction(sessions) as session:
+            await session.execute(
+                sa.update(WebhookSubscriptionRow)
+                .where(col(WebhookSubscriptionRow.subscription_id) == uuid.UUID(sub))
+                .values(failing_since=utcnow() - timedelta(hours=121), failed_attempts=500)
+            )
+        await register(http, auth, "failing/a")
+
+        async def ended() -> dict[str, Any] | None:
+            [row] = (await http.get("/factory/webhook-subscriptions", headers=auth)).json()
+            return row if row["active"] is False else None
+
+        row = await eventually(ended)
+        assert "404" in row["lastError"] and "ended" in row["lastError"], row
+        await temporal_client.get_workflow_handle(workflow_id(tenant, sub)).result()
     finally:
         await receiver.stop()
 
