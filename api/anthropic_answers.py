@@ -82,11 +82,8 @@ def tool_input(arguments: str, name: str, *, whole: bool = True) -> dict[str, An
 def message_body(
     invocation_id: uuid.UUID, profile: str, completion: Completion, summary: InvocationSummary
 ) -> dict[str, Any]:
-    content: list[dict[str, Any]] = []
     whole = completion.finish_reason is not FinishReason.LENGTH  # not cut at max_tokens
-    if completion.text:
-        content.append({"type": "text", "text": completion.text})
-    content += [
+    content: list[dict[str, Any]] = [
         {
             "type": "tool_use",
             "id": c.id,
@@ -95,6 +92,12 @@ def message_body(
         }
         for c in completion.tool_calls
     ]
+    if completion.text:
+        # Where the text came: after the calls when the answer ended in it, as its stream and a
+        # replay's sent it (put first always, [tool_use, text] read [text, tool_use]). The
+        # answer keeps one text, so text on both sides of the calls comes after them, whole.
+        at = len(content) if completion.ends_in_text else 0
+        content.insert(at, {"type": "text", "text": completion.text})
     return {
         "id": message_id(invocation_id),
         "type": "message",

@@ -1,11 +1,16 @@
 """Anthropic's error envelope: a problem+json body as the anthropic SDK reads an error
-(`{"type": "error", "error": {"type", "message"}}`), the problem's own members alongside, and
-the `x-should-retry` header where a retry cannot help."""
+(`{"type": "error", "error": {"type", "message"}, "request_id"}`), the problem's own members
+alongside, and the `x-should-retry` header where a retry cannot help. A failed call's kind is
+answered with Anthropic's status and type for it (429 `rate_limit_error`, 529
+`overloaded_error`, …), whole and mid-stream alike."""
 
 from __future__ import annotations
 
+import json
+from http import HTTPStatus
 from typing import Any, Literal
 
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict
 
 from api.problems import no_retry
@@ -21,11 +26,12 @@ class ErrorObject(_Loose):
 
 
 class ErrorEnvelope(_Loose):
-    """Anthropic's error body; the problem's own members (errors[].field, receiptId,
-    errorClass, requestId) come alongside."""
+    """Anthropic's error body, with its `request_id` (the `request-id` header's); the
+    problem's own members (errors[].field, receiptId, errorClass, requestId) come alongside."""
 
     type: Literal["error"]
     error: ErrorObject
+    request_id: str | None = None
 
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -49,6 +55,45 @@ ERROR_TYPES = {
     503: "overloaded_error",
     504: "timeout_error",
 }
+
+# A failed call's kind (the receipt's error kind) as Anthropic answers it, status and type: the
+# gateway's own 503 for every transient kind read to the SDK as an overload whatever broke, so
+# a rate limit was retried as one and code telling a RateLimitError apart never saw one. The
+# one home for a whole answer (`error_envelope`) and a stream's `error` event
+# (api/anthropic_stream.py). The gateway's own outages (`store_unavailable`,
+# `temporal_unavailable`) keep its 503, as when they refuse a call before it is claimed.
+FAILURES: dict[str, tuple[int, str]] = {
+    "rate_limit": (429, "rate_limit_error"),
+    "overloaded": (529, "overloaded_error"),
+    "unavailable": (529, "overloaded_error"),  # no candidate may be called now
+    "timeout": (504, "timeout_error"),
+    "server_error": (500, "api_error"),
+    "connection": (500, "api_error"),
+    "stream_incomplete": (500, "api_error"),
+    "content_policy": (400, "invalid_request_error"),
+    "context_length": (400, "invalid_request_error"),
+    "invalid_request": (400, "invalid_request_error"),
+}
+
+
+def failure_type(kind: str) -> str:
+    """Anthropic's `error.type` for a failed call's kind."""
+    return FAILURES.get(kind, (500, "api_error"))[1]
+
+
+def _failure(status: int, problem: dict[str, Any]) -> tuple[int, str] | None:
+    """Anthropic's status and type for a call that failed before any output, when the
+    problem says its kind (api/wire.py `failure_response`: the kind in `error.type`); None for
+    every other problem, answered by its status alone."""
+    error = problem.get("error")
+    kind = error.get("type") if isinstance(error, dict) else None
+    if status < 500 or not isinstance(kind, str) or kind not in FAILURES:
+        return None
+    return FAILURES[kind]
+
+
+def _title(status: int) -> str:
+    return "Overloaded" if status == 529 else HTTPStatus(status).phrase
 
 
 def error_envelope(status: int, problem: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -74,5 +119,23 @@ def error_envelope(status: int, problem: dict[str, Any]) -> tuple[dict[str, Any]
         message = f"{message} {reason}"
     kind = ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
     extra = {k: v for k, v in problem.items() if k not in ("type", "error")}
+    failure = _failure(status, problem)
+    if failure is not None:
+        # The problem's `status` says what `anthropic_status` then answers with.
+        status, kind = failure
+        extra.update(status=status, title=_title(status))
     body = {"type": "error", "error": {"type": kind, "message": message}, **extra}
+    if problem.get("requestId"):
+        body["request_id"] = problem["requestId"]  # where Anthropic's error body has it
     return body, no_retry(status, problem)
+
+
+def anthropic_status(response: Response) -> Response:
+    """A call's failure answered with the status its envelope says (`error_envelope`): the
+    envelope renders the body, but the status was set before it, the gateway's for every
+    surface (api/wire.py)."""
+    if isinstance(response, JSONResponse) and response.status_code >= 500:
+        status = json.loads(bytes(response.body)).get("status")
+        if isinstance(status, int) and status != response.status_code:
+            response.status_code = status
+    return response

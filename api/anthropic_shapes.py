@@ -3,8 +3,9 @@ built from normalised events and the receipt is api/anthropic_answers.py).
 
 What the normalised request cannot carry is refused naming the field (a 400), never dropped:
 images, documents, thinking blocks and settings, server tools, `top_p`, `top_k`, MCP servers,
-containers. `cache_control` is carried to the turn (or tool) it marks, and a tool result's
-`is_error` to the tool message (providers/openai_request.py says how an OpenAI deployment reads
+containers. `cache_control` is carried to the turn (or tool) it marks (a top-level one to the
+last message's last block, where Anthropic applies it), and a tool result's `is_error` to the
+tool message (providers/openai_request.py says how an OpenAI deployment reads
 it); `metadata` and `service_tier` describe the call, not the answer, and are accepted.
 """
 
@@ -31,8 +32,8 @@ from providers.types import (
 _REFUSED = ("top_p", "top_k", "mcp_servers", "container", "context_management")
 # Fields the SDK may send that change nothing here: identifiers (and `output_format`, the
 # structured-outputs beta's name for `output_config.format`, mapped as it). Any other field the
-# models below do not declare is refused: `inference_geo` (where the data may be processed),
-# `speed`, a top-level `cache_control` were dropped, the request served as if not there.
+# models below do not declare is refused: `inference_geo` (where the data may be processed) and
+# `speed` were dropped, the request served as if not there.
 _HINTS = frozenset({"user_profile_id", "workspace_id", "output_format"})
 # A tool's fields besides those ToolParam declares: only a streaming hint changes nothing here
 # (`defer_loading`, `input_examples`, `allowed_callers` would change what the model is shown).
@@ -87,10 +88,14 @@ class ThinkingParam(_Loose):
     type: Literal["disabled", "enabled", "adaptive"]
 
 
+# As many messages as the Messages API takes in one request.
+MAX_MESSAGES = 100_000
+
+
 class MessagesIn(_Loose):
     model: StoredName = Field(min_length=1, max_length=200, description="A profile id")
     max_tokens: int = Field(ge=1, description="Required, as in the Messages API")
-    messages: list[MessageParam] = Field(min_length=1, max_length=10_000)
+    messages: list[MessageParam] = Field(min_length=1, max_length=MAX_MESSAGES)
     system: str | list[SystemBlock] | None = None
     stop_sequences: list[str] | None = Field(default=None, max_length=16)
     temperature: float | None = Field(default=None, ge=0, le=1)
@@ -98,6 +103,9 @@ class MessagesIn(_Loose):
     tool_choice: ToolChoiceParam | None = None
     thinking: ThinkingParam | None = None
     output_config: dict[str, Any] | None = None
+    cache_control: CacheControl | None = Field(
+        default=None, description="A breakpoint on the last message's last block"
+    )
     metadata: dict[str, Any] | None = None
     service_tier: str | None = None
     stream: bool = False
@@ -105,12 +113,15 @@ class MessagesIn(_Loose):
 
 class CountTokensIn(_Loose):
     model: StoredName = Field(min_length=1, max_length=200, description="A profile id")
-    messages: list[MessageParam] = Field(min_length=1, max_length=10_000)
+    messages: list[MessageParam] = Field(min_length=1, max_length=MAX_MESSAGES)
     system: str | list[SystemBlock] | None = None
     tools: list[ToolParam] | None = Field(default=None, max_length=512)
     tool_choice: ToolChoiceParam | None = None
     thinking: ThinkingParam | None = None
     output_config: dict[str, Any] | None = None
+    cache_control: CacheControl | None = Field(
+        default=None, description="A breakpoint on the last message's last block"
+    )
 
 
 _MESSAGES_FIELDS = frozenset(MessagesIn.model_fields)
@@ -140,7 +151,9 @@ def _tool_result_text(block: ContentBlock, loc: tuple[str | int, ...]) -> str:
         if not isinstance(part, dict) or part.get("type") != "text":
             raise _refuse((*loc, "content", i), "only text blocks can be mapped")
         parts.append(str(part.get("text", "")))
-    return "".join(parts)
+    # One text, as the normalised tool message holds: the blocks stay apart (joined end to end,
+    # "Found 2 files:" and "a.py" read "Found 2 files:a.py").
+    return "\n".join(parts)
 
 
 def _text(block: ContentBlock, loc: tuple[str | int, ...]) -> str:
@@ -256,7 +269,8 @@ def _format(
 ) -> ResponseFormat | None:
     if not config:
         return None
-    unknown = sorted(set(config) - {"format"})
+    # A key sent as null asks for nothing (`effort: null`, as clients serialise unset options).
+    unknown = sorted(k for k, v in config.items() if k != "format" and v is not None)
     if unknown:
         raise _refuse(("output_config", unknown[0]), "cannot be mapped")
     fmt = config.get("format")
@@ -290,13 +304,25 @@ def _refusals(body: MessagesIn | CountTokensIn) -> None:
         raise _refuse(("thinking", "type"), "extended thinking cannot be mapped")
 
 
+def _marked(blocks: list[ContentBlock], cache: CacheControl | None) -> list[ContentBlock]:
+    """The last message's blocks with a top-level `cache_control` on the last one, as if the
+    caller had put it there: Anthropic applies it to the request's last cacheable block, and
+    every block this surface maps can be cached. One the caller marked itself stays as marked."""
+    if cache is None or not blocks or blocks[-1].cache_control is not None:
+        return blocks
+    return [*blocks[:-1], blocks[-1].model_copy(update={"cache_control": cache})]
+
+
 def to_chat_request(body: MessagesIn | CountTokensIn) -> ChatRequest:
     _refusals(body)
     messages = _system(body.system)
+    last = len(body.messages) - 1
     for index, m in enumerate(body.messages):
         blocks = (
             [ContentBlock(type="text", text=m.content)] if isinstance(m.content, str) else m.content
         )
+        if index == last:
+            blocks = _marked(blocks, body.cache_control)
         if m.role == "user":
             messages += _user(index, blocks)
         else:

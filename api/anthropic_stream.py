@@ -11,19 +11,11 @@ import uuid
 from typing import Any
 
 from api.anthropic_answers import ToolInputInvalid, message_id, stop_reason, tool_input, usage
+from api.anthropic_errors import failure_type
 from api.wire import receipt_view
 from domain.failures import error_class
 from domain.invocation import InvocationSummary
 from providers.types import Finish, FinishReason, TextDelta, ToolCallDelta
-
-_ERRORS = {
-    "rate_limit": "rate_limit_error",
-    "overloaded": "overloaded_error",
-    "timeout": "timeout_error",
-    "content_policy": "invalid_request_error",
-    "context_length": "invalid_request_error",
-    "invalid_request": "invalid_request_error",
-}
 
 
 def sse(event: str, data: dict[str, Any]) -> bytes:
@@ -269,7 +261,7 @@ class MessageEvents:
         body = {
             "type": "error",
             "error": {
-                "type": _ERRORS.get(kind, "api_error"),
+                "type": failure_type(kind),
                 "message": f"model call failed after output began: {kind}",
             },
             **receipt_view(summary),

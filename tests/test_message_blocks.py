@@ -10,10 +10,13 @@ import json
 import uuid
 from typing import Any
 
+import pytest
+
+from api.anthropic_answers import message_body
 from api.anthropic_stream import MessageEvents
 from domain.enums import InvocationOutcome, UsageStatus
 from domain.invocation import InvocationSummary
-from providers.types import Finish, FinishReason, TextDelta, ToolCallDelta
+from providers.types import Finish, FinishReason, TextDelta, ToolCallDelta, collect_events
 
 
 def _events(raw: bytes) -> list[dict[str, Any]]:
@@ -25,11 +28,8 @@ def _events(raw: bytes) -> list[dict[str, Any]]:
     return out
 
 
-def _stream(parts: list[TextDelta | ToolCallDelta | Finish]) -> list[dict[str, Any]]:
-    invocation = uuid.uuid4()
-    writer = MessageEvents(invocation, "code-agent")
-    raw = writer.start() + b"".join(writer.add(p) for p in parts)
-    summary = InvocationSummary(
+def _summary(invocation: uuid.UUID) -> InvocationSummary:
+    return InvocationSummary(
         invocation_id=invocation,
         outcome=InvocationOutcome.COMPLETED,
         usage_status=UsageStatus.REPORTED,
@@ -37,7 +37,13 @@ def _stream(parts: list[TextDelta | ToolCallDelta | Finish]) -> list[dict[str, A
         input_tokens=1,
         output_tokens=2,
     )
-    return _events(raw + asyncio.run(writer.end(summary)))
+
+
+def _stream(parts: list[TextDelta | ToolCallDelta | Finish]) -> list[dict[str, Any]]:
+    invocation = uuid.uuid4()
+    writer = MessageEvents(invocation, "code-agent")
+    raw = writer.start() + b"".join(writer.add(p) for p in parts)
+    return _events(raw + asyncio.run(writer.end(_summary(invocation))))
 
 
 def _blocks(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -125,3 +131,25 @@ def test_a_held_call_whose_arguments_are_no_object_ends_the_stream_with_an_error
     assert events[-1]["type"] == "error" and events[-1]["error"]["type"] == "api_error"
     assert "'grep'" in events[-1]["error"]["message"]
     assert not any(e["type"] in ("message_delta", "message_stop") for e in events)
+
+
+@pytest.mark.parametrize("text_after", [False, True])
+def test_an_answer_given_whole_has_its_blocks_in_the_order_they_stream(text_after: bool) -> None:
+    """Text that came after the tool calls was put before them in an answer given whole,
+    though its stream (and a replay's) sent it after."""
+    call = ToolCallDelta(index=0, id="c0", name="read", arguments_delta='{"path": "a.py"}')
+    text = TextDelta(text="Reading it.")
+    parts: list[TextDelta | ToolCallDelta | Finish] = [call, text] if text_after else [text, call]
+    parts.append(Finish(reason=FinishReason.TOOL_CALLS))
+    invocation = uuid.uuid4()
+    whole = message_body(invocation, "code-agent", collect_events(parts), _summary(invocation))
+    given = [
+        {"type": "text", "text": b["text"]}
+        if b["type"] == "text"
+        else {"type": "tool_use", "name": b["name"], "input": b["input"]}
+        for b in whole["content"]
+    ]
+    assert given == _blocks(_stream(parts))
+    assert [b["type"] for b in given] == (
+        ["tool_use", "text"] if text_after else ["text", "tool_use"]
+    )

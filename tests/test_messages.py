@@ -477,6 +477,9 @@ async def test_errors_in_anthropics_envelope(
             model="no-such-profile", max_tokens=10, messages=[{"role": "user", "content": "x"}]
         )
     assert missing.value.type == "not_found_error"
+    # Where Anthropic's error body has it: the request id the headers carry.
+    said: Any = missing.value.body
+    assert said["request_id"] == missing.value.response.headers["request-id"]
 
     async def post(body: dict[str, Any]) -> httpx.Response:
         return await http.post("/v1/messages", json=body, headers=catalog.auth)
@@ -499,7 +502,10 @@ async def test_errors_in_anthropics_envelope(
         ({**base, "max_tokens": 5, "top_k": 3}, "body.top_k"),
         # Unknown here, they were dropped: served anywhere, at any speed, cached as we chose.
         ({**base, "max_tokens": 5, "inference_geo": "eu"}, "body.inference_geo"),
-        ({**base, "max_tokens": 5, "cache_control": {"type": "ephemeral"}}, "body.cache_control"),
+        (
+            {**base, "max_tokens": 5, "output_config": {"effort": "high"}},
+            "body.output_config.effort",
+        ),
         (
             {
                 **base,
@@ -706,11 +712,21 @@ def test_requests_without_breakpoints_dump_and_hash_as_before() -> None:
 
 
 @pytest.mark.parametrize(
-    ("fault", "status", "kind", "retry"),
+    ("fault", "status", "kind", "raised", "retry"),
     [
-        (FaultKind.CONTENT_POLICY, 400, "invalid_request_error", "false"),
-        (FaultKind.AUTH, 502, "api_error", "false"),
-        (FaultKind.UNAVAILABLE, 503, "overloaded_error", None),
+        (
+            FaultKind.CONTENT_POLICY,
+            400,
+            "invalid_request_error",
+            anthropic.BadRequestError,
+            "false",
+        ),
+        (FaultKind.AUTH, 502, "api_error", anthropic.InternalServerError, "false"),
+        # Each transient kind as Anthropic answers it (all were a 503 `overloaded_error`).
+        (FaultKind.RATE_LIMIT, 429, "rate_limit_error", anthropic.RateLimitError, None),
+        (FaultKind.OVERLOADED, 529, "overloaded_error", anthropic.OverloadedError, None),
+        (FaultKind.SERVER_ERROR, 500, "api_error", anthropic.InternalServerError, None),
+        (FaultKind.HANG, 504, "timeout_error", anthropic.GatewayTimeoutError, None),
     ],
 )
 async def test_provider_failures_keep_the_sdks_retry_logic_right(
@@ -720,6 +736,7 @@ async def test_provider_failures_keep_the_sdks_retry_logic_right(
     fault: FaultKind,
     status: int,
     kind: str,
+    raised: type[anthropic.APIStatusError],
     retry: str | None,
 ) -> None:
     upstream.inject(catalog.model("openai"), Fault(kind=fault))
@@ -735,14 +752,18 @@ async def test_provider_failures_keep_the_sdks_retry_logic_right(
         upstream.state.clear_faults(catalog.model("openai"))
     error = failed.value
     assert (error.status_code, error.type) == (status, kind)
+    assert type(error) is raised
     assert error.response.headers.get("x-should-retry") == retry
     if fault is FaultKind.CONTENT_POLICY:
         # The provider's reason where the SDK shows it, not only in a member beside it.
         said: Any = error.body
         assert "safety system" in said["error"]["message"], said
     assert error.response.headers["x-model-router-receipt-id"]
-    if status == 503:
+    body: Any = error.body
+    assert body["request_id"] == error.response.headers["request-id"]
+    if retry is None:  # transient: when to come back
         assert int(error.response.headers["retry-after"]) >= 1
+        assert body["errorClass"] == "transient" and body["status"] == status
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

@@ -55,7 +55,8 @@ class Outcome:
 
 
 def _is_gateway_verdict(response: schemathesis.Response) -> bool:
-    if response.status_code not in (502, 503, 504):
+    # Messages answers a failed call with Anthropic's status for its kind (500, 529 among them).
+    if response.status_code not in (500, 502, 503, 504, 529):
         return False
     try:
         body = response.json()

@@ -1,0 +1,141 @@
+"""Messages request fields the anthropic SDK sends that were refused or misread: a top-level
+`cache_control` (carried to the last message's last block, where Anthropic applies it), a tool
+result of several text blocks (kept apart, not run together), `output_config` keys sent as
+null (asking for nothing), and histories past 10,000 messages (Anthropic takes 100,000)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from anthropic import AsyncAnthropic
+
+from providers.upstream import ChatTurn, Reply, UpstreamServer, default_responder
+from tests.conftest import TokenFactory
+from tests.helpers.surfaces import PROTOCOLS, Catalog
+
+
+@pytest.fixture
+async def client(
+    api_url: str, token_for: TokenFactory, tenant: str, catalog: Catalog
+) -> AsyncIterator[AsyncAnthropic]:
+    async with AsyncAnthropic(
+        base_url=api_url, api_key=await token_for(tenant), max_retries=0
+    ) as c:
+        yield c
+
+
+def _text(message: Any) -> str:
+    return "".join(b.text for b in message.content if b.type == "text")
+
+
+HISTORY: Any = [
+    {"role": "user", "content": "first"},
+    {"role": "assistant", "content": "ok"},
+    {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+]
+
+
+async def test_a_top_level_cache_control_marks_the_last_block_for_anthropic(
+    client: AsyncAnthropic, catalog: Catalog, upstream: UpstreamServer
+) -> None:
+    """It was refused as an unknown field, though a typed parameter of the SDK's create and
+    count_tokens. An Anthropic deployment gets it on the last block of the last message, and
+    then no breakpoint of the adapter's own; an OpenAI deployment caches prefixes by itself."""
+    seen: list[dict[str, Any]] = []
+
+    def record(turn: ChatTurn) -> Reply:
+        seen.append(turn.raw)
+        return default_responder(turn)
+
+    marker: Any = {"type": "ephemeral", "ttl": "1h"}
+    upstream.register(catalog.model("anthropic"), record)
+    try:
+        for protocol in PROTOCOLS:
+            message = await client.messages.create(
+                model=catalog.profile(protocol),
+                max_tokens=50,
+                system="A stable system prompt.",
+                messages=HISTORY,
+                cache_control=marker,
+            )
+            # Answered (OpenAI's simulator echoes the last user message, Anthropic's the turn).
+            assert _text(message).startswith("Echo: ") and _text(message).endswith("b")
+            counted = await client.messages.count_tokens(
+                model=catalog.profile(protocol), messages=HISTORY, cache_control=marker
+            )
+            assert counted.input_tokens > 0
+    finally:
+        upstream.register(catalog.model("anthropic"), default_responder)
+    [sent] = seen
+    *before, last = sent["messages"][-1]["content"]
+    assert last == {"type": "text", "text": "b", "cache_control": marker}
+    assert "cache_control" not in str(before) + str(sent["messages"][:-1])
+    assert "cache_control" not in str(sent["system"])  # no breakpoint of the adapter's
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_tool_result_of_several_text_blocks_keeps_them_apart(
+    client: AsyncAnthropic, catalog: Catalog, protocol: str
+) -> None:
+    # Joined end to end, "Found 2 files:" and "a.py" reached the model as "Found 2 files:a.py".
+    history: Any = [
+        {"role": "user", "content": "which files?"},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_1", "name": "ls", "input": {}}],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_1",
+                    "content": [
+                        {"type": "text", "text": "Found 2 files:"},
+                        {"type": "text", "text": "a.py"},
+                    ],
+                }
+            ],
+        },
+    ]
+    message = await client.messages.create(
+        model=catalog.profile(protocol), max_tokens=100, messages=history
+    )
+    assert _text(message) == "Tool result received: Found 2 files:\na.py"
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_output_config_keys_sent_as_null_are_taken(
+    client: AsyncAnthropic, catalog: Catalog, protocol: str
+) -> None:
+    """`effort: null` asks for nothing, as any field sent as null; it was refused as a key that
+    cannot be mapped (a non-null effort still is: tests/test_messages.py)."""
+    message = await client.messages.create(
+        model=catalog.profile(protocol),
+        max_tokens=50,
+        messages=[{"role": "user", "content": "no effort said"}],
+        output_config={"effort": None},
+    )
+    assert _text(message) == "Echo: no effort said"
+    counted = await client.messages.count_tokens(
+        model=catalog.profile(protocol),
+        messages=[{"role": "user", "content": "no effort said"}],
+        output_config={"effort": None},
+    )
+    assert counted.input_tokens > 0
+
+
+async def test_a_history_past_ten_thousand_messages_is_taken(
+    client: AsyncAnthropic, catalog: Catalog
+) -> None:
+    # The Messages API takes 100,000 messages a request; 10,001 were refused here.
+    history: Any = [{"role": "user", "content": "x"} for _ in range(10_000)]
+    history.append({"role": "user", "content": "the last"})
+    message = await client.messages.create(
+        model=catalog.profile("openai"), max_tokens=50, messages=history
+    )
+    assert _text(message) == "Echo: the last"
+    counted = await client.messages.count_tokens(model=catalog.profile("openai"), messages=history)
+    assert counted.input_tokens > 10_000
