@@ -83,21 +83,20 @@ def message_body(
     invocation_id: uuid.UUID, profile: str, completion: Completion, summary: InvocationSummary
 ) -> dict[str, Any]:
     whole = completion.finish_reason is not FinishReason.LENGTH  # not cut at max_tokens
+    # The blocks in the order they came, as the stream and a replay send them (the text was put
+    # first always: [tool_use, text] read [text, tool_use], and text on both sides of the calls
+    # one block before them).
     content: list[dict[str, Any]] = [
-        {
+        {"type": "text", "text": part}
+        if isinstance(part, str)
+        else {
             "type": "tool_use",
-            "id": c.id,
-            "name": c.name,
-            "input": tool_input(c.arguments, c.name, whole=whole),
+            "id": part.id,
+            "name": part.name,
+            "input": tool_input(part.arguments, part.name, whole=whole),
         }
-        for c in completion.tool_calls
+        for part in completion.in_order()
     ]
-    if completion.text:
-        # Where the text came: after the calls when the answer ended in it, as its stream and a
-        # replay's sent it (put first always, [tool_use, text] read [text, tool_use]). The
-        # answer keeps one text, so text on both sides of the calls comes after them, whole.
-        at = len(content) if completion.ends_in_text else 0
-        content.insert(at, {"type": "text", "text": completion.text})
     return {
         "id": message_id(invocation_id),
         "type": "message",

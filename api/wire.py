@@ -160,14 +160,17 @@ def replay_events(item: Replayed) -> list[TextDelta | ToolCallDelta | Finish]:
     if not item.output:
         return []
     done = Completion.model_validate_json(item.output)
+    text_event = RefusalDelta if done.refusal else TextDelta
+    index = {id(c): i for i, c in enumerate(done.tool_calls)}
+    # In the order the answer came in (where a cut fell is the last item's).
     events: list[TextDelta | ToolCallDelta | Finish] = [
-        ToolCallDelta(index=i, id=c.id, name=c.name, arguments_delta=c.arguments)
-        for i, c in enumerate(done.tool_calls)
+        text_event(text=part)
+        if isinstance(part, str)
+        else ToolCallDelta(
+            index=index[id(part)], id=part.id, name=part.name, arguments_delta=part.arguments
+        )
+        for part in done.in_order()
     ]
-    if done.text:
-        text = (RefusalDelta if done.refusal else TextDelta)(text=done.text)
-        # In the order the answer ended in: where a cut fell is the last item's.
-        events.insert(len(events) if done.ends_in_text else 0, text)
     events.append(Finish(reason=done.finish_reason, stop_sequence=done.stop_sequence))
     return events
 

@@ -231,6 +231,33 @@ class Completion(_Model):
     # Text came after the tool calls (the answer ended in it): where a cut fell, for a surface
     # that names the item (Responses); left out when not.
     ends_in_text: bool = Field(default=False, exclude_if=lambda v: not v)
+    # For each tool call (by index), how many characters of `text` had come before it began:
+    # the order a whole answer and a replay give text and calls in, as the stream did. Left
+    # out when every call came after all the text (and in answers stored before it was kept:
+    # `in_order` then reads `ends_in_text`).
+    text_at_calls: tuple[int, ...] = Field(default=(), exclude_if=lambda v: not v)
+
+    def in_order(self) -> list[str | ToolCall]:
+        """The answer's text runs and tool calls in the order they came. A whole answer put
+        all its text first, so [text, tool_use, text] read [text, tool_use] with the second
+        run joined to the first, unlike its stream and its replay."""
+        calls = list(self.tool_calls)
+        text = self.text
+        positions = list(self.text_at_calls)
+        if len(positions) != len(calls):  # none kept: all the text on one side of the calls
+            at = 0 if self.ends_in_text else len(text)
+            positions = [at] * len(calls)
+        parts: list[str | ToolCall] = []
+        done = 0
+        for call, at in zip(calls, positions, strict=True):
+            at = min(max(at, done), len(text))
+            if at > done:
+                parts.append(text[done:at])
+            parts.append(call)
+            done = at
+        if done < len(text):
+            parts.append(text[done:])
+        return parts
 
 
 def minted_call_id() -> str:
@@ -252,18 +279,23 @@ class CompletionBuilder:
         self._finish: Finish | None = None
         self._refusal = False
         self._text_last = False
+        self._chars = 0  # characters of text so far: where each call begins in it
 
     def add(self, event: StreamEvent) -> None:
         if isinstance(event, Accepted | KeepAlive):
             return  # Finish repeats its request id; a keep-alive adds nothing
         if isinstance(event, TextDelta):
             self._text.append(event.text)
+            self._chars += len(event.text)
             self._text_last = True
             if type(event) is RefusalDelta:
                 self._refusal = True
         elif isinstance(event, ToolCallDelta):
             self._text_last = False
-            call = self._calls.setdefault(event.index, {"id": None, "name": None, "args": []})
+            call = self._calls.get(event.index)
+            if call is None:
+                call = {"id": None, "name": None, "args": [], "at": self._chars}
+                self._calls[event.index] = call
             call["id"] = call["id"] or event.id
             call["name"] = call["name"] or event.name
             call["args"].append(event.arguments_delta)
@@ -279,6 +311,7 @@ class CompletionBuilder:
     def build(self) -> Completion:
         if self._finish is None:
             raise ValueError("the stream has not finished")
+        ordered = sorted(self._calls.items())
         calls = tuple(
             ToolCall(
                 id=c["id"] or f"call_{i}",
@@ -286,10 +319,13 @@ class CompletionBuilder:
                 # A call without arguments streams none; its arguments are the empty object.
                 arguments="".join(c["args"]) or "{}",
             )
-            for i, c in sorted(self._calls.items())
+            for i, c in ordered
         )
+        positions = tuple(c["at"] for _, c in ordered)
         return Completion(
             text="".join(self._text),
+            # Kept only when some text came after a call began.
+            text_at_calls=positions if any(at < self._chars for at in positions) else (),
             tool_calls=calls,
             usage=self._usage,
             finish_reason=self._finish.reason,

@@ -14,6 +14,8 @@ import pytest
 
 from api.anthropic_answers import message_body
 from api.anthropic_stream import MessageEvents
+from api.invocation_events import Replayed
+from api.wire import replay_events
 from domain.enums import InvocationOutcome, UsageStatus
 from domain.invocation import InvocationSummary
 from providers.types import Finish, FinishReason, TextDelta, ToolCallDelta, collect_events
@@ -133,16 +135,34 @@ def test_a_held_call_whose_arguments_are_no_object_ends_the_stream_with_an_error
     assert not any(e["type"] in ("message_delta", "message_stop") for e in events)
 
 
-@pytest.mark.parametrize("text_after", [False, True])
-def test_an_answer_given_whole_has_its_blocks_in_the_order_they_stream(text_after: bool) -> None:
-    """Text that came after the tool calls was put before them in an answer given whole,
-    though its stream (and a replay's) sent it after."""
-    call = ToolCallDelta(index=0, id="c0", name="read", arguments_delta='{"path": "a.py"}')
-    text = TextDelta(text="Reading it.")
-    parts: list[TextDelta | ToolCallDelta | Finish] = [call, text] if text_after else [text, call]
+ORDERS = {
+    "text-call": ["text", "tool_use"],
+    "call-text": ["tool_use", "text"],
+    "text-call-text": ["text", "tool_use", "text"],
+}
+
+
+@pytest.mark.parametrize("order", list(ORDERS))
+def test_an_answer_given_whole_has_its_blocks_in_the_order_they_stream(order: str) -> None:
+    """Text that came after the tool calls was put before them in an answer given whole, and
+    text on both sides of a call was one block before it, though its stream (and a replay's)
+    sent the blocks as they came."""
+    parts: list[TextDelta | ToolCallDelta | Finish] = []
+    calls = texts = 0
+    for kind in order.split("-"):
+        if kind == "call":
+            arguments = f'{{"path": "{calls}.py"}}'
+            parts.append(
+                ToolCallDelta(index=calls, id=f"c{calls}", name="read", arguments_delta=arguments)
+            )
+            calls += 1
+        else:
+            parts.append(TextDelta(text=f"Run {texts}."))
+            texts += 1
     parts.append(Finish(reason=FinishReason.TOOL_CALLS))
     invocation = uuid.uuid4()
-    whole = message_body(invocation, "code-agent", collect_events(parts), _summary(invocation))
+    completion = collect_events(parts)
+    whole = message_body(invocation, "code-agent", completion, _summary(invocation))
     given = [
         {"type": "text", "text": b["text"]}
         if b["type"] == "text"
@@ -150,6 +170,7 @@ def test_an_answer_given_whole_has_its_blocks_in_the_order_they_stream(text_afte
         for b in whole["content"]
     ]
     assert given == _blocks(_stream(parts))
-    assert [b["type"] for b in given] == (
-        ["tool_use", "text"] if text_after else ["text", "tool_use"]
-    )
+    assert [b["type"] for b in given] == ORDERS[order]
+    # A replay of the stored answer streams the same blocks.
+    stored = Replayed(output=completion.model_dump_json().encode())
+    assert _blocks(_stream(replay_events(stored))) == given
