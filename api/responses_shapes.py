@@ -145,8 +145,18 @@ def _refusals(body: ResponsesIn) -> None:
         raise _refuse(("truncation",), "only truncation: disabled")
     if body.text is not None and body.text.verbosity is not None:
         raise _refuse(("text", "verbosity"), "cannot be mapped")
+    _unknown_keys(body.text, ("text",))
+    _unknown_keys(body.text.format if body.text else None, ("text", "format"))
     if "message.output_text.logprobs" in (body.include or []):
         raise _refuse(("include",), "logprobs cannot be mapped")
+
+
+def _unknown_keys(part: BaseModel | None, loc: tuple[str | int, ...]) -> None:
+    """Keys of a nested object this surface does not declare, sent not null: refused, as the
+    top level's are (they were taken and dropped, and `text` echoed them back)."""
+    extra = (part.model_extra or {}) if part is not None else {}
+    for name in sorted(k for k, v in extra.items() if v is not None):
+        raise _refuse((*loc, name), "unknown parameter")
 
 
 def _tool_refusals(tools: list[FunctionTool]) -> None:
@@ -245,6 +255,10 @@ def _choice(choice: str | dict[str, Any] | None) -> ToolChoice | None:
             return ToolChoice(mode=choice)
         if choice.get("type") != "function" or not isinstance(choice.get("name"), str):
             raise _refuse(("tool_choice",), "only auto, none, required or a named function")
+        for name in sorted(
+            k for k, v in choice.items() if k not in ("type", "name") and v is not None
+        ):
+            raise _refuse(("tool_choice", name), "unknown parameter")
         return ToolChoice(mode="tool", name=choice["name"])
 
 

@@ -591,6 +591,27 @@ async def test_a_function_tools_unknown_fields_are_refused(
 
 
 @pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"text": {"format": {"type": "json_object", "zz": 1}}}, "text.format.zz"),
+        ({"text": {"zz": 1}}, "text.zz"),
+        ({"tool_choice": {"type": "function", "name": "get_weather", "zz": 1}}, "tool_choice.zz"),
+    ],
+    ids=["text.format", "text", "tool_choice"],
+)
+async def test_unknown_keys_of_nested_objects_are_refused(
+    client: AsyncOpenAI, catalog: Catalog, extra: dict[str, Any], param: str
+) -> None:
+    """Taken and dropped (and `text` echoed back as if honoured), as top-level ones are not."""
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.responses.create(
+            model=catalog.profile("openai"), input="json", tools=[WEATHER], extra_body=extra
+        )
+    error: Any = refused.value.body
+    assert (error["param"], error["type"]) == (param, "invalid_request_error"), error
+
+
+@pytest.mark.parametrize(
     "item",
     [{"id": "msg_123"}, {"type": "item_reference", "id": "msg_123"}],
     ids=["without-type", "explicit"],
