@@ -129,7 +129,7 @@ class Settings(BaseSettings):
         description="Probe samples routing scores latency and success rate over (last N min).",
     )
     routing_stats_refresh_seconds: float = Field(
-        default=60.0,
+        default=120.0,
         gt=0,
         description="A tenant's routing snapshot is compiled again once its stats are this old.",
     )

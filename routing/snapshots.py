@@ -22,10 +22,14 @@ from domain.route_plan import RoutePlanResult
 from domain.scoring import Weights
 from domain.snapshot import CatalogSnapshot
 from routing.refusals import UnknownProfile, self_clearing
-from store.catalog_loader import load_catalog, load_weights
+from store.catalog_loader import load_catalog, load_stats, load_weights
 from store.receipt_statements import ReceiptStatements
 
 log = logging.getLogger("model_router.routing")
+
+# Tenants whose snapshot a process keeps: past it, those compiled longest ago are forgotten
+# (compiled again at their next call). Each holds the tenant's whole catalog, 100-300 KB.
+MAX_TENANTS = 2_000
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,7 @@ class StatsWindow:
     seconds old (settings `routing_stats_window_minutes`, `routing_stats_refresh_seconds`)."""
 
     window: timedelta = timedelta(hours=1)
-    refresh: float = 60.0
+    refresh: float = 120.0
 
 
 class SnapshotCache:
@@ -85,14 +89,27 @@ class SnapshotCache:
         async with self._sessions() as session:
             version, weights = await load_weights(session)
             data = await load_catalog(session, tenant_id, version, stats_since=since)
-        built = CatalogView(tenant_id, CatalogSnapshot(data), weights, compiled_at)
-        self._cache[tenant_id] = built
-        return built
+        return self._keep(CatalogView(tenant_id, CatalogSnapshot(data), weights, compiled_at))
+
+    def _keep(self, view: CatalogView) -> CatalogView:
+        """Keep `view` as its tenant's newest, and forget the tenants compiled longest ago
+        past MAX_TENANTS: each holds its whole catalog (profile versions, pricebooks), and a
+        process serving thousands of tenants kept every one it had ever served."""
+        tenant = view.tenant_id
+        self._cache.pop(tenant, None)  # to the end: the order is the order of compiling
+        self._cache[tenant] = view
+        while len(self._cache) > MAX_TENANTS:
+            oldest = next(iter(self._cache))
+            del self._cache[oldest]
+            lock = self._locks.get(oldest)
+            if lock is not None and not lock.locked():
+                del self._locks[oldest]
+        return view
 
     def _refresh_if_old(self, view: CatalogView) -> None:
-        """Compile a snapshot whose statistics are past their refresh again, in a task of its
-        own: the calls meanwhile route on the one they have (its catalog is current; only the
-        statistics are that old)."""
+        """Read a snapshot's statistics again once they are past their refresh, in a task of
+        its own: the calls meanwhile route on the one they have (its catalog is current; only
+        the statistics are that old)."""
         tenant = view.tenant_id
         if time.monotonic() - view.compiled_at < self._stats.refresh or tenant in self._refreshing:
             return
@@ -101,10 +118,21 @@ class SnapshotCache:
         task.add_done_callback(lambda _: self._refreshing.pop(tenant, None))
 
     async def _refresh(self, tenant_id: str, old: CatalogView) -> None:
+        """The statistics alone, one statement, the rest of the snapshot as it was (its
+        version is still current, or the next call compiles it whole anyway): reading the
+        whole catalog again took six statements and more a tenant, every refresh."""
         try:
             async with self._locks.setdefault(tenant_id, asyncio.Lock()):
-                if self._cache.get(tenant_id) is old:  # not compiled anew meanwhile
-                    await self._build(tenant_id)
+                if self._cache.get(tenant_id) is not old:  # compiled anew meanwhile
+                    return
+                compiled_at = time.monotonic()
+                since = datetime.now(UTC) - self._stats.window
+                ids = [d.deployment_id for d in old.snapshot.data.deployments]
+                async with self._sessions() as session:
+                    stats = await load_stats(session, tenant_id, ids, since)
+                data = old.snapshot.data.model_copy(update={"stats": stats})
+                snapshot = CatalogSnapshot(data)
+                self._keep(CatalogView(tenant_id, snapshot, old.weights, compiled_at))
         except Exception as exc:  # the store away: the snapshot serves on, tried again later
             log.warning("routing statistics not refreshed: %s", type(exc).__name__)
 

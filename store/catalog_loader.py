@@ -7,7 +7,7 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col, select
 
-from domain.catalog import CapabilityScore, CatalogData, CatalogDeployment
+from domain.catalog import CapabilityScore, CatalogData, CatalogDeployment, DeploymentStats
 from domain.enums import ProfileStatus
 from domain.policy import TenantPolicy, baseline_policy
 from domain.pricing import Pricebook
@@ -36,6 +36,18 @@ async def load_policy(session: AsyncSession, tenant_id: str) -> TenantPolicy:
     )
 
 
+async def load_stats(
+    session: AsyncSession, tenant_id: str, deployment_ids: list[str], since: datetime
+) -> tuple[DeploymentStats, ...]:
+    """The deployments' probe statistics since `since`: one statement."""
+    if not deployment_ids:
+        return ()
+    measured = await probe_latency(
+        session, since=since, tenant_id=tenant_id, deployment_ids=deployment_ids
+    )
+    return tuple(m.routing_stats() for m in measured.values())
+
+
 async def load_catalog(
     session: AsyncSession, tenant_id: str, version: int, *, stats_since: datetime | None = None
 ) -> CatalogData:
@@ -46,15 +58,10 @@ async def load_catalog(
             select(ModelDeploymentRow).where(col(ModelDeploymentRow.tenant_id) == tenant_id)
         )
     ).all()
-    stats = []
-    if stats_since is not None and deployments:
-        measured = await probe_latency(
-            session,
-            since=stats_since,
-            tenant_id=tenant_id,
-            deployment_ids=[d.deployment_id for d in deployments],
-        )
-        stats = [m.routing_stats() for m in measured.values()]
+    stats: tuple[DeploymentStats, ...] = ()
+    if stats_since is not None:
+        ids = [d.deployment_id for d in deployments]
+        stats = await load_stats(session, tenant_id, ids, stats_since)
     profiles = (
         await session.scalars(
             select(ModelProfileRow).where(col(ModelProfileRow.tenant_id) == tenant_id)
@@ -98,7 +105,7 @@ async def load_catalog(
             for rows in scores.values()
             for s in rows
         ),
-        stats=tuple(stats),
+        stats=stats,
         pricebooks=tuple(books),
         tenant_policies=(await load_policy(session, tenant_id),),
         profiles=tuple(

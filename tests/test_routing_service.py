@@ -17,6 +17,7 @@ from domain.invocation import Operation
 from domain.planner import PlanRequest
 from domain.policy import DataClassification
 from providers.upstream import UpstreamServer
+from routing import snapshots
 from routing.refusals import NoneAvailable, PolicyDenied, UnknownProfile, WrongModality
 from routing.routes import Route, Routes
 from routing.snapshots import SnapshotCache
@@ -33,6 +34,27 @@ async def routes(
     engine = create_engine(settings.database_url, pre_ping=False)
     yield Routes(sessions, SnapshotCache(sessions, ReceiptStatements(engine)))
     await engine.dispose()
+
+
+async def test_a_process_keeps_the_snapshots_of_the_tenants_it_compiled_last(
+    settings: Settings,
+    sessions: async_sessionmaker[AsyncSession],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each snapshot holds its tenant's whole catalog: a process kept every tenant it had ever
+    served (some 100-300 KB each, for its life)."""
+    monkeypatch.setattr(snapshots, "MAX_TENANTS", 2)
+    engine = create_engine(settings.database_url, pre_ping=False)
+    try:
+        cache = SnapshotCache(sessions, ReceiptStatements(engine))
+        tenants = [f"t-{uuid.uuid4().hex[:12]}" for _ in range(3)]
+        for tenant in tenants:
+            await cache.view(tenant)
+        assert [cache.cached(t) is not None for t in tenants] == [False, True, True]
+        assert (await cache.view(tenants[0])).tenant_id == tenants[0]  # compiled again
+        assert cache.cached(tenants[1]) is None
+    finally:
+        await engine.dispose()
 
 
 async def test_a_call_gets_a_typed_route_and_a_run_its_pinned_plan(
