@@ -26,7 +26,13 @@ from activities.invoke_close import ReceiptCloser, write_close
 from activities.invoke_hub import Attach, InvocationHub, PendingCall, ReceiptReady
 from activities.invoke_outcomes import Outcome as _Outcome
 from activities.invoke_outcomes import Route as _Route
-from activities.invoke_outcomes import ended_by_us, not_claimed, not_here, record_metrics
+from activities.invoke_outcomes import (
+    circuit_open,
+    ended_by_us,
+    not_claimed,
+    not_here,
+    record_metrics,
+)
 from activities.invoke_prices import Prices
 from activities.resilience import BreakerRegistry, Resilience
 from domain.enums import InvocationOutcome, UsageStatus
@@ -356,7 +362,7 @@ class InvokeActivities:
             input_tokens=0,
             output_tokens=0,
             error_kind="unavailable",
-            error_reason="no candidate available: circuit open for " + ", ".join(skipped),
+            error_reason=circuit_open(skipped),
         )
 
     @activity.defn(name="close_abandoned_receipt")

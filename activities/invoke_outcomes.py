@@ -214,6 +214,24 @@ def record_metrics(
     # not tallied here: a tally forgets every receipt written before a restart or elsewhere.
 
 
+def circuit_open(deployment_ids: list[str]) -> str:
+    """Why nothing was called when every candidate's breaker refused."""
+    return "no candidate available: circuit open for " + ", ".join(deployment_ids)
+
+
+def refused_by_breakers(data: InvocationInput) -> InvocationSummary:
+    """The answer to a call every candidate's breaker refuses before its claim: nothing claimed
+    or called, the key unused for the retry the caller is told to make."""
+    return InvocationSummary(
+        invocation_id=data.invocation_id,
+        disposition=Disposition.NOT_CLAIMED,
+        outcome=InvocationOutcome.FAILED,
+        deployment_id=data.targets[0].deployment_id,
+        error_kind="unavailable",
+        error_reason=circuit_open([t.deployment_id for t in data.targets]),
+    )
+
+
 def not_claimed(data: InvocationInput) -> InvocationSummary:
     """The answer to a call whose receipt could not be claimed (the store is unreachable):
     nothing was claimed or called."""

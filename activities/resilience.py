@@ -76,6 +76,12 @@ class BreakerRegistry:
         ]
         return min(waits, default=None)
 
+    def refusing_all(self, tenant_id: str, deployment_ids: Iterable[str]) -> bool:
+        """Whether every one of these deployments' breakers would refuse a call now (none
+        taken: a deployment never called has no breaker, and is not refused)."""
+        found = [self._breakers.get((tenant_id, d)) for d in deployment_ids]
+        return bool(found) and all(b is not None and b.refuses() for b in found)
+
     def get(self, tenant_id: str, deployment_id: str) -> Breaker:
         # Deployment ids are tenant-scoped: two tenants' "primary" are different providers.
         key = (tenant_id, deployment_id)

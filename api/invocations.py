@@ -33,7 +33,7 @@ from activities.invoke_hub import (
     PendingCall,
     ReceiptReady,
 )
-from activities.invoke_outcomes import not_claimed
+from activities.invoke_outcomes import not_claimed, refused_by_breakers
 from activities.stream_watchdog import StreamWatchdog
 from api.budget import admit
 from api.calls import Call, cap_output, invocation_input
@@ -182,6 +182,18 @@ class Invocations:
                     allowance,
                 )
             first = data.targets[0].deployment_id
+            targets = tuple(t.deployment_id for t in data.targets)
+            if self._activities.breakers.refusing_all(tenant, targets):
+                # Every candidate's breaker refuses now: nothing would be called. Refused
+                # before the claim, as when no candidate is routable, so that the key stays
+                # unused for the retry its Retry-After asks for. Claimed, the key was spent on
+                # a call that called nothing, and that retry replayed the 503, told to use a
+                # new key. A key used before replays.
+                seen = await self._replays.seen(tenant, key)
+                if seen is not None:
+                    return self._replay_or_wait(tenant, key, hash_, seen, call)
+                answer = _refused(refused_by_breakers(data))
+                return Running(data.invocation_id, first, answer, targets)
             if not self._gate.reachable:
                 # Known unreachable: refused before anything is held or claimed, unless the
                 # key was answered before, whose replay needs no workflow.

@@ -56,6 +56,15 @@ class Breaker:
         self.trial_started = now
         return True
 
+    def refuses(self) -> bool:
+        """Whether `allow` would refuse a call now, asked without taking a trial's place."""
+        now = self.clock()
+        if self.state is BreakerState.OPEN:
+            return now - self.opened_at < self.cooldown
+        if self.state is BreakerState.HALF_OPEN:
+            return self.trial_started is not None and now - self.trial_started < self.cooldown
+        return False
+
     def wait(self) -> float:
         """Seconds until this deployment may next be tried: the rest of an open cool-down (or
         of a trial in flight), or of the provider's Retry-After, whichever ends later."""

@@ -17,6 +17,7 @@ from temporalio.client import Client
 from core import metrics
 from core.settings import Settings
 from providers.upstream import Fault, FaultKind, UpstreamServer
+from store.receipts import by_key
 from store.tables import InvocationReceiptRow, OutboxEventRow
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import approved_deployment, profile_event, publish
@@ -155,13 +156,19 @@ async def test_persistent_503_fails_transient_or_falls_back(ctx: Ctx) -> None:
     assert row.input_tokens is None  # failed attempts are never billed
 
     # Three transient failures opened the primary's breaker: with no other candidate the
-    # caller hears a transient error naming why, and still gets a receipt; nothing was called.
+    # caller hears a transient error naming why, with when to come back; nothing was claimed
+    # or called, so the key is still the caller's: sent again once the cool-down has passed,
+    # it is answered (below). (Claimed, the key was spent, and that retry replayed the 503.)
     seen = Seen(up)
-    resp, key, _ = await _call(http, auth, "rs-solo")
+    key = f"rs-{uuid.uuid4().hex}"
+    body = {"model": "rs-solo", "messages": [{"role": "user", "content": "hello"}]}
+    keyed = {**auth, "Idempotency-Key": key}
+    resp = await http.post("/v1/chat/completions", headers=keyed, json=body)
     assert resp.status_code == 503 and seen() == (0, 0)
     assert "circuit open for rs/a" in resp.json()["reason"]
-    row = await _receipt(sessions, tenant, key)
-    assert (row.outcome, row.usage_status, row.input_tokens) == ("Failed", "Estimated", 0)
+    assert int(resp.headers["Retry-After"]) >= 1 and "x-should-retry" not in resp.headers
+    async with sessions() as session:
+        assert await by_key(session, tenant, key) is None
 
     before = metrics.fallbacks.value({"profile": "rs-fb", "reason": "circuit_open"})
     seen = Seen(up)
@@ -187,6 +194,16 @@ async def test_persistent_503_fails_transient_or_falls_back(ctx: Ctx) -> None:
         "toDeploymentId": "rs/b",
         "reason": "circuit_open",
     }
+
+    up.state.clear_faults(A)
+    seen = Seen(up)
+
+    async def answered() -> httpx.Response | None:
+        again = await http.post("/v1/chat/completions", headers=keyed, json=body)
+        return again if again.status_code == 200 else None
+
+    await eventually(answered, timeout=20, interval=0.3)
+    assert seen() == (1, 0)
 
 
 async def test_a_silent_provider_is_bounded_and_not_retried(ctx: Ctx) -> None:
@@ -444,26 +461,32 @@ async def test_a_call_the_provider_refused_is_known_to_have_cost_nothing(ctx: Ct
     known, Estimated at zero (awaiting no statement, in no reconciler's share, not in
     usage_unknown). It was Unknown, as a timeout is. A 500 may follow work: Unknown still."""
     http, auth, up, sessions, tenant = ctx
-    for kind in (FaultKind.RATE_LIMIT, FaultKind.AUTH):
+
+    async def refused(kind: FaultKind) -> InvocationReceiptRow:
+        """A call the provider fails so, once the breaker the last one opened lets it through
+        (one it refuses is claimed and called nothing: no receipt)."""
         up.inject(A, Fault(kind=kind))
         try:
-            resp, key, _ = await _call(http, auth, "rs-solo")
+
+            async def called() -> InvocationReceiptRow | None:
+                _, key, _ = await _call(http, auth, "rs-solo")
+                async with sessions() as session:
+                    return await by_key(session, tenant, key)
+
+            row: InvocationReceiptRow = await eventually(called, timeout=20, interval=0.3)
+            return row
         finally:
             up.state.clear_faults(A)
-        assert resp.status_code in (401, 403, 502, 503), resp.text
-        row = await _receipt(sessions, tenant, key)
+
+    for kind in (FaultKind.RATE_LIMIT, FaultKind.AUTH):
+        row = await refused(kind)
         assert (row.outcome, row.usage_status, row.close_reason) == (
             "Failed",
             "Estimated",
             "provider",
         )
         assert (row.input_tokens, row.output_tokens) == (0, 0)
-    up.inject(A, Fault(kind=FaultKind.SERVER_ERROR))
-    try:
-        resp, key, _ = await _call(http, auth, "rs-solo")
-    finally:
-        up.state.clear_faults(A)
-    row = await _receipt(sessions, tenant, key)
+    row = await refused(FaultKind.SERVER_ERROR)
     assert (row.outcome, row.usage_status, row.input_tokens) == ("Failed", "Unknown", None)
 
 
