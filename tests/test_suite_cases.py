@@ -157,7 +157,7 @@ def test_suite_covers_all_13_capabilities_with_at_least_3_cases_each() -> None:
     for capability in Capability:
         assert len(SUITE.cases_for(capability)) >= 3, capability
     assert len(SUITE.cases) <= 60
-    assert SUITE.suite_version == "2026.11.1"
+    assert SUITE.suite_version == "2026.11.2"
 
 
 def test_case_ids_are_stable_and_unique() -> None:

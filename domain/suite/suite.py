@@ -18,7 +18,7 @@ from domain.suite.reasons import Verdict, Why, is_rendered_reason
 
 # Bump whenever a case, a check or a threshold default changes: scores from different
 # versions are different evidence.
-SUITE_VERSION = "2026.11.1"
+SUITE_VERSION = "2026.11.2"
 DEFAULT_THRESHOLD = 0.8
 # Long-context requests are the suite's cost: its context size is the profile's
 # maxContextTokens, but never more than this unless the operator raises it.
