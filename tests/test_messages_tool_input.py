@@ -8,6 +8,7 @@ SDK reads a streamed one, keeping its whole members."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import anthropic
@@ -98,6 +99,26 @@ async def test_arguments_that_are_no_object_are_an_api_error_whole_and_streamed(
         if e.type == "content_block_delta" and e.delta.type == "input_json_delta"
     )
     assert arguments[: len(sent)] == sent
+
+
+async def test_a_keyed_call_answered_so_is_told_its_key_only_replays_it(
+    client: AsyncAnthropic, upstream: UpstreamServer
+) -> None:
+    """Unkeyed, another try is a new call that may be answered well: the SDK retries it. With
+    a key, a retry replays the same answer and the same 502 for good: the SDK's retries were
+    replays, nothing telling the caller to take a new key."""
+    key = {"Idempotency-Key": f"ti-{uuid.uuid4().hex}"}
+    before = upstream.requests(MODEL)
+    for attempt in range(2):  # the call, then its key sent again: a replay
+        with pytest.raises(anthropic.APIStatusError) as refused:
+            await client.messages.create(**_call("[1]"), extra_headers=key)
+        assert refused.value.status_code == 502, attempt
+        assert refused.value.response.headers["x-should-retry"] == "false", attempt
+        assert "new Idempotency-Key" in str(refused.value), attempt
+    with pytest.raises(anthropic.APIStatusError) as unkeyed:
+        await client.messages.create(**_call("[1]"))
+    assert "x-should-retry" not in unkeyed.value.response.headers
+    assert upstream.requests(MODEL) == before + 2  # the replay called nothing
 
 
 async def test_a_long_call_streams_whole_and_one_cut_short_keeps_its_whole_members(

@@ -57,11 +57,20 @@ async def create_message(
             answer = message_body(running.invocation_id, body.model, done, summary)
         except ToolInputInvalid as exc:
             # The provider answered (its receipt says so, and what it cost), in words Messages
-            # cannot carry; another try may be answered well, so the SDK retries it.
+            # cannot carry; another try may be answered well, so the SDK retries it. Not with
+            # the same key: that replays this answer, and the same 502, for good (the SDK's two
+            # retries were two replays, nothing telling the caller to use a new key).
+            keyed = call.idempotency_key is not None or running.replay
+            detail = f"The model's answer cannot be given as a message: {exc}."
+            if keyed:
+                detail += " This key replays it: retry with a new Idempotency-Key."
             raise Problem(
                 502,
-                f"The model's answer cannot be given as a message: {exc}.",
-                headers=receipt_headers(summary),
+                detail,
+                headers={
+                    **receipt_headers(summary),
+                    **({"x-should-retry": "false"} if keyed else {}),
+                },
                 **receipt_view(summary),
                 errorClass="transient",
             ) from None
