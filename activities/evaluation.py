@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from functools import partial
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
@@ -26,7 +27,7 @@ from activities.evaluation_types import (
 from activities.lifecycle_client import LifecycleClient, LifecycleClosed, LifecycleRefused
 from activities.suite_mapping import to_answer, to_chat
 from domain.approval import evidence_refusals
-from domain.deployments import CapabilityMeasurement, EvidenceInput
+from domain.deployments import CapabilityMeasurement, DeploymentRecord, EvidenceInput
 from domain.enums import Modality
 from domain.hashing import canonical_json
 from domain.invocation import Target
@@ -56,12 +57,26 @@ from store.db import transaction
 from store.outage import is_outage
 from store.repositories import ModelDeploymentRepository, ModelProfileRepository
 from store.tables import ModelDeploymentRow
+from store.views import deployment_record
 
 log = logging.getLogger("model_router.evaluation")
 CANNOT_RUN = "CannotRun"
 # A provider that refuses the credentials, or does not know the model, will not do better on a
 # retry: the run stops and the operator is told. Other refusals are the model failing a case.
 _FATAL = {ErrorKind.AUTH, ErrorKind.NOT_FOUND, ErrorKind.UNSUPPORTED, ErrorKind.QUOTA}
+# A provider that refuses a case's request (a parameter the model does not take, such as a
+# reasoning model's 400 to `temperature: 0`; a feature its server has not enabled; a content
+# filter tripping on the suite's benign text) has not answered it wrongly: scored as the model's
+# failure, every such case made an all-zero scorecard that moved the deployment to Evaluated on
+# evidence of nothing. The first refusal ends the run, naming the kind and the case: no
+# threshold, because refusals below one would still be recorded as wrong answers, and the cases
+# after it would most likely be refused as well. A context-length refusal is not among them:
+# the reliable-context cases are sized to what the listing profiles need, and a deployment
+# whose window is smaller fails those cases, as the router would fail those requests.
+_REFUSED = {ErrorKind.INVALID_REQUEST, ErrorKind.CONTENT_POLICY}
+# The longest a provider's Retry-After defers a case's next attempt: one that asks for longer
+# (or for hours) is tried again after this, and fails the run if it still refuses.
+RETRY_AFTER_CAP_SECONDS = 60.0
 
 
 class EvaluationActivities:
@@ -72,7 +87,11 @@ class EvaluationActivities:
         artifacts: ArtifactStore,
         client: Callable[[], Awaitable[Client]],
         context_token_cap: int,
+        lifecycle_queue: str | None = None,
     ) -> None:
+        # Where the lifecycle workflows run, for one started again (LifecycleClient's
+        # `resume`): None, this activity's own queue (the worker runs both on one queue).
+        self._lifecycle_queue = lifecycle_queue
         self._sessions = sessions
         self._adapters = adapters
         self._artifacts = artifacts
@@ -100,7 +119,7 @@ class EvaluationActivities:
             if listing and all(p.modality is Modality.RERANK for p in listing)
             else None
         )
-        if adapter_kind(row.provider, modality) == "rerank":
+        if _adapter_kind(row.provider, modality) == "rerank":
             # A reranker: the rerank check's cases, through the rerank adapter.
             return Prepared(
                 target=Target(
@@ -162,7 +181,7 @@ class EvaluationActivities:
         try:
             return await run_case_async(case, ask)
         except ProviderError as exc:
-            _raise_unless_unanswered(exc)
+            _raise_unless_unanswered(exc, case.case_id)
             return suite.unanswered(case)
         except ApplicationError:
             raise
@@ -183,7 +202,7 @@ class EvaluationActivities:
                 try:
                     answer = await adapter.rerank(case.query, case.documents, top_n=case.top_n)
                 except ProviderError as exc:
-                    _raise_unless_unanswered(exc)
+                    _raise_unless_unanswered(exc, case.case_id)
                     results.append(
                         RerankCaseResult(case_id=case.case_id, passed=False, reason="no answer")
                     )
@@ -238,19 +257,35 @@ class EvaluationActivities:
         lifecycle = LifecycleClient(await self._client())
         try:
             await lifecycle.transition(
-                tenant_id, deployment_id, Transition.RECORD_EVIDENCE, evidence
+                tenant_id,
+                deployment_id,
+                Transition.RECORD_EVIDENCE,
+                evidence,
+                # A lifecycle whose workflow is gone (terminated by hand, a cluster restored
+                # without its histories) is started again from the stored row, so the evidence
+                # the suite paid for lands; without, it failed as "retired" after every case.
+                resume=(
+                    self._lifecycle_queue or activity.info().task_queue,
+                    partial(self._stored, tenant_id, deployment_id),
+                ),
             )
         except LifecycleRefused as exc:
             raise ApplicationError(
                 f"evidence not recorded: {exc.message}", type=CANNOT_RUN, non_retryable=True
             ) from None
         except LifecycleClosed:
-            # The lifecycle ended while the suite ran: the deployment was retired.
+            # Not started again: the row says Retired (or is gone), so the lifecycle ended
+            # while the suite ran.
             raise ApplicationError(
                 "evidence not recorded: the deployment was retired during the evaluation",
                 type=CANNOT_RUN,
                 non_retryable=True,
             ) from None
+
+    async def _stored(self, tenant_id: str, deployment_id: str) -> DeploymentRecord | None:
+        async with self._sessions() as session:
+            row = await ModelDeploymentRepository(session, tenant_id).get(deployment_id)
+        return deployment_record(row) if row is not None else None
 
     @activity.defn(name="evaluation_record")
     async def record(self, data: RecordInput) -> str:
@@ -348,15 +383,53 @@ def _same(suite: Suite, prepared: str | None) -> Suite:
     return suite
 
 
-def _raise_unless_unanswered(exc: ProviderError) -> None:
-    """A provider that refuses the evaluation ends it; one that is unavailable is retried with
-    backoff by the workflow's policy (past it, the run cannot run); any other failure leaves
-    the case unanswered, which its verifier scores."""
+def _adapter_kind(provider: str, modality: Modality | None) -> str:
+    """The adapter the deployment is evaluated through; CannotRun for a provider none serves
+    (registration takes any provider name). Raised as the adapter's ProviderError, it was
+    retried for good, the evaluation Running for ever and every later one of the deployment
+    a 409."""
+    try:
+        return adapter_kind(provider, modality)
+    except ProviderError as exc:
+        raise ApplicationError(
+            f"no adapter serves provider {provider!r} ({exc.kind.value}): register the "
+            "deployment with a supported provider",
+            type=CANNOT_RUN,
+            non_retryable=True,
+        ) from None
+
+
+def _raise_unless_unanswered(exc: ProviderError, case_id: str) -> None:
+    """A provider that refuses the evaluation, or a case's request, ends it; one that is
+    unavailable is retried by the workflow's policy, after the provider's Retry-After when it
+    gave one (past the policy, the run cannot run); a context-length refusal leaves the case
+    unanswered, which its verifier scores. Reasons name the error's kind and status, never
+    the provider's message (it may quote the request)."""
     if exc.kind in _FATAL:
         raise ApplicationError(
             f"provider refused the evaluation ({exc.kind.value})",
             type=CANNOT_RUN,
             non_retryable=True,
         ) from None
+    if exc.kind in _REFUSED:
+        status = f", status {exc.status_code}" if exc.status_code is not None else ""
+        raise ApplicationError(
+            f"provider refused the request of case {case_id} ({exc.kind.value}{status}): "
+            "a refused request is not a wrong answer; correct the deployment, then evaluate "
+            "again",
+            type=CANNOT_RUN,
+            non_retryable=True,
+        ) from None
     if exc.transient:
-        raise ApplicationError(f"provider unavailable ({exc.kind.value})") from None
+        raise ApplicationError(
+            f"provider unavailable ({exc.kind.value})", next_retry_delay=_retry_delay(exc)
+        ) from None
+
+
+def _retry_delay(exc: ProviderError) -> timedelta | None:
+    """When to try the case again, as the provider asked (bounded); None: the policy's backoff.
+    Retried at 1, 2 and 4 s whatever it asked, a rate-limited case failed the run within 7 s
+    where waiting as told would have had it answered."""
+    if exc.retry_after is None or exc.retry_after <= 0:
+        return None
+    return timedelta(seconds=min(exc.retry_after, RETRY_AFTER_CAP_SECONDS))

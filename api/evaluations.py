@@ -96,11 +96,20 @@ async def start(
     inserted = False
     try:
         async with transaction(sessions) as session:
+            # Looked for again, and inserted, under the deployment's lock held to the commit:
+            # two keys at the same moment each found none running above, and both ran the
+            # suite. No Temporal call under the lock: a row still Running here was settled
+            # above if its run had ended, or is a start that got in first.
+            await evaluations.lock_deployment(session, tenant_id, deployment_id)
+            if await session.get(EvaluationRow, eid) is None:
+                under_way = await evaluations.running(session, tenant_id, deployment_id)
+                if under_way is not None:
+                    raise _running(deployment_id, under_way)
             inserted = await evaluations.insert_running(
                 session, eid, tenant_id, deployment_id, SUITE_VERSION
             )
     except IntegrityError:
-        pass  # a concurrent request with the same key inserted it first
+        pass  # a concurrent request with the same key inserted it first (SQLite: no lock)
     try:
         await client.start_workflow(
             EvaluateDeploymentWorkflow.run,
@@ -161,15 +170,19 @@ async def _none_running_but(
     A second one ran the whole suite against the provider again, billed twice, and the one to
     end last overwrote the other's evidence: the console's Evaluate, Back, Evaluate did it (its
     form has a new key each time it is shown). A row left Running by a run that ended is
-    settled first, as when it is read. Two starts with different keys at the same moment can
-    still both pass: this stops a second press, not a race."""
+    settled first, as when it is read. Two starts with different keys at the same moment both
+    pass here: `start` looks again under the deployment's lock before it inserts."""
     async with sessions() as session:
         if await session.get(EvaluationRow, eid) is not None:
             return  # the key's own evaluation, running or ended: it answers as before
         row = await evaluations.running(session, tenant_id, deployment_id)
     if row is None or await settled(client, sessions, row):
         return
-    raise Problem(
+    raise _running(deployment_id, row)
+
+
+def _running(deployment_id: str, row: EvaluationRow) -> Problem:
+    return Problem(
         409,
         f"Deployment {deployment_id!r} is being evaluated already ({row.evaluation_id}); "
         "follow that evaluation, or start another once it ended.",

@@ -6,11 +6,22 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import func, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
 from store.tables import EvaluationRow
+
+
+async def lock_deployment(session: AsyncSession, tenant_id: str, deployment_id: str) -> None:
+    """Hold the deployment's evaluation lock to the end of the transaction (PostgreSQL), so a
+    start that looks for a running evaluation and inserts its own is one at a time per
+    deployment: two keys at the same moment each found none running and both ran the suite,
+    billed twice. Two deployments whose keys hash alike only wait for each other's start.
+    SQLite, a development store, takes no lock (as webhook subscriptions' `active_count`)."""
+    if session.get_bind().dialect.name == "postgresql":
+        key = literal(f"evaluations:{tenant_id}/{deployment_id}")
+        await session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(key, 0))))
 
 
 async def insert_running(

@@ -82,7 +82,7 @@ async def test_gates_hold_end_to_end(
     assert (await publish(http, auth, coder)).status_code == 200
 
     started = await _evaluate(http, auth, "eval/bad", "bad-1")
-    assert started["status"] == "Running" and started["suiteVersion"] == "2026.11.1"
+    assert started["status"] == "Running" and started["suiteVersion"] == "2026.11.2"
     await _evaluate(http, auth, "eval/good", "good-1")
     bad, good = await _finished(http, auth, "eval/bad"), await _finished(http, auth, "eval/good")
 

@@ -48,6 +48,21 @@ RECORD_RETRY = RetryPolicy(
 )
 RECORD_IN_ALL = timedelta(minutes=30)
 
+# Preparing reads the deployment and its listing profiles: retried while the store is away,
+# up to five minutes in all (no case has been paid for yet: evaluating again costs nothing).
+# With Temporal's default policy, unbounded, a failure that was not CannotRun (a provider with
+# no adapter raised the adapter's error) was retried for good: the evaluation stayed Running,
+# and every later one of the deployment was a 409.
+PREPARE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    non_retryable_error_types=["CannotRun"],
+)
+PREPARE_IN_ALL = timedelta(minutes=5)
+# Histories from before PREPARE_RETRY schedule the prepare activity with the default policy.
+PREPARE_RETRY_PATCH = "evaluation-prepare-bounded-retry"
+
 
 def _reason(exc: ActivityError) -> str:
     cause = exc.cause
@@ -77,9 +92,19 @@ class EvaluateDeploymentWorkflow:
     async def run(self, data: EvaluationInput) -> str | None:
         quick = timedelta(seconds=30)
         try:
-            prepared = await workflow.execute_activity(
-                "evaluation_prepare", data, result_type=Prepared, start_to_close_timeout=quick
-            )
+            if workflow.patched(PREPARE_RETRY_PATCH):
+                prepared = await workflow.execute_activity(
+                    "evaluation_prepare",
+                    data,
+                    result_type=Prepared,
+                    start_to_close_timeout=quick,
+                    schedule_to_close_timeout=PREPARE_IN_ALL,
+                    retry_policy=PREPARE_RETRY,
+                )
+            else:
+                prepared = await workflow.execute_activity(
+                    "evaluation_prepare", data, result_type=Prepared, start_to_close_timeout=quick
+                )
         except ActivityError as exc:
             await self._fail(data, _reason(exc))
             return None
