@@ -62,7 +62,11 @@ class Prices:
         """The answering attempt's cost; None when its model has no price in the revision.
         Raises when the pricebook cannot be read (in time)."""
         book = await self._book(data.tenant_id, data.pricing_revision)
-        price = book.price_for(provider, model, datetime.now(UTC).date()) if book else None
+        # The price of the day the call was claimed, as its admission priced it and as the
+        # reconciler prices its receipt (started_at): a call across midnight into a new price
+        # was admitted at one price, recorded at another and reconciled at the first.
+        day = (data.claimed_at or datetime.now(UTC)).date()
+        price = book.price_for(provider, model, day) if book else None
         if price is None:
             return None
         total = result.input_tokens or 0

@@ -215,11 +215,17 @@ class Routes:
             raise _empty(decided[0], profile_id, waiting_on)
         pinned_primary = (candidates[0] if candidates else "") if row is not None else None
         primary, passed_over = _primary(view, profile, needs, targets, pinned_primary, decided)
+        # The revision the decision priced the candidates at (domain/snapshot.py
+        # `pricebook_for`: the profile's priceBasis, else the current one): admission and the
+        # receipt price the call at the same. On the priceBasis as written, a profile naming a
+        # revision never published was routed on the current prices while every budgeted call
+        # was denied `no-price` and every other receipt went without a cost, for good.
+        book = view.snapshot.pricebook_for(profile)
         return Route(
             targets=targets,
             route_plan_id=plan_id,
             policy_decision_id=decision_id,
-            pricing_revision=profile.price_basis,
+            pricing_revision=book.revision if book is not None else profile.price_basis,
             fallback_enabled=profile.fallback_enabled,
             allowed_privacy_classes=[c.value for c in constraints.allowed_privacy_classes],
             primary_deployment_id=primary,

@@ -302,6 +302,28 @@ async def test_a_first_candidate_the_budget_passes_over_is_a_fallback_that_says_
     assert upstream.requests("bpo-dear") == 0
 
 
+async def test_a_price_basis_never_published_prices_as_routing_did(
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+) -> None:
+    """Routing priced the candidates at the tenant's current revision (its only one) when the
+    profile's priceBasis names none published; admission and the receipt used the priceBasis
+    as written: every budgeted call was denied `no-price`, every other receipt had no cost."""
+    tenant = f"tenant-{uuid.uuid4().hex[:8]}"  # one pricing revision only: it is the current
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    await _cheap_and_dear(http, auth, tenant, temporal_client, upstream, "pbm", first="cheap")
+    event = profile_event("pbm-unpriced", ["pbm/cheap"], {}, priceBasis="never-published")
+    assert (await publish(http, auth, event)).status_code == 200
+    call = {"profileId": "pbm-unpriced", "budgetUsd": "1", "request": {**_chat(), "max_tokens": 10}}
+    answered = await http.post("/gateway/invoke", headers=auth, json=call)
+    assert answered.status_code == 200, answered.text
+    receipt = answered.json()["receipt"]
+    assert receipt["pricingRevision"] == "pbm-1", receipt
+    assert receipt["estimatedCostUsd"] is not None and Decimal(receipt["estimatedCostUsd"]) > 0
+
+
 async def test_budget_denies_before_the_provider_and_leaves_a_receipt(
     http: httpx.AsyncClient,
     auth: dict[str, str],

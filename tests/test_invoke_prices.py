@@ -4,7 +4,7 @@ receipt went without a cost until a restart. A missing revision is read again af
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -96,3 +96,39 @@ async def test_input_written_to_the_prompt_cache_is_priced_at_the_write_price(
     assert worst_case_cost_usd(price, input_tokens_estimate=1_000_000, max_output_tokens=0) == (
         Decimal("3.75")
     )
+
+
+async def test_a_call_is_priced_on_the_day_it_was_claimed(
+    sessions: async_sessionmaker[AsyncSession], tenant: str
+) -> None:
+    """A call claimed before a new price took effect and ended after it was recorded at the new
+    price, though admitted at the old one and reconciled (by its start) at the old one too."""
+    today = datetime.now(UTC).date()
+    book = Pricebook.model_validate(
+        {
+            "revision": "dated",
+            "entries": [
+                {
+                    "provider": "openai",
+                    "model": "gpt-4.1",
+                    "inputUsdPerMtok": price,
+                    "outputUsdPerMtok": "10",
+                    "effectiveFrom": day,
+                }
+                for price, day in (("2", datetime(2026, 1, 1, tzinfo=UTC).date()), ("5", today))
+            ],
+        }
+    )
+    async with transaction(sessions) as session:
+        assert await pricebook.publish(session, tenant, book)
+    answered = Outcome(
+        outcome=InvocationOutcome.COMPLETED,
+        usage=UsageStatus.REPORTED,
+        input_tokens=1_000_000,
+        output_tokens=0,
+    )
+    for claimed, price in ((datetime.now(UTC) - timedelta(days=1), "2"), (datetime.now(UTC), "5")):
+        call = InvocationInput.model_construct(  # type: ignore[call-arg]
+            tenant_id=tenant, pricing_revision="dated", claimed_at=claimed
+        )
+        assert await Prices(sessions).cost(call, "openai", "gpt-4.1", answered) == Decimal(price)
