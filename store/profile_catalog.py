@@ -109,6 +109,15 @@ async def retire(
     row = await _version(session, tenant_id, event.profile_id, event.version)
     if row is None:
         return None
+    if row.release_id != event.release_id:
+        # Each version belongs to the one release that activated it: a Deprecated or Revoked
+        # event naming another release retired it all the same (a release's revocation
+        # reaching versions it never published).
+        raise VersionConflict(
+            f"Version {event.version} of {event.profile_id} was activated by release "
+            f"{row.release_id}, not {event.release_id}",
+            [Difference(field="releaseId", existing=row.release_id, published=event.release_id)],
+        )
     if row.status is ProfileStatus.RETIRED:
         return Outcome(ModelProfile.model_validate(row), changed=False)
     # Retired only if still Active as the statement runs: of two retirements at once, the

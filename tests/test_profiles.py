@@ -90,6 +90,14 @@ async def test_publish_list_get_versions_and_retire(
         "releaseId": "rel-code-agent-1",
         "version": "1",
     }
+    # A release's revocation reaches only the versions it activated: naming another release,
+    # it is refused and the version stays (it was retired all the same).
+    other = await http.post(
+        "/factory/asset-events", json={**revoke, "releaseId": "rel-other"}, headers=auth
+    )
+    assert other.status_code == 409, other.text
+    assert other.json()["differences"][0]["field"] == "releaseId"
+    assert (await http.get("/factory/model-profiles", headers=auth)).json()[0]["version"] == "1"
     assert (await http.post("/factory/asset-events", json=revoke, headers=auth)).status_code == 200
     assert (await http.get("/factory/model-profiles", headers=auth)).json() == []
     assert (await http.get("/factory/model-profiles/code-agent", headers=auth)).status_code == 404
