@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from api.problems import Problem
 from store import idempotency
 from store.db import transaction
+from store.idempotency import RESERVED
 from store.tables import IdempotencyRecordRow
 
 IdempotencyKey = Annotated[
@@ -52,20 +53,31 @@ class IdempotencyStore:
         )
 
     async def replay(self, key: str, hash_: str) -> JSONResponse | None:
-        async with self._sessions() as session:
-            record = await self._find(session, key)
-        return None if record is None else self._answer(record, hash_)
+        """The key's stored answer (a 409 for another body), or None: the key is reserved for
+        this body, before the write runs. A key checked and then written to, its answer stored
+        after, let the same key with another body run a second write: two requests at once,
+        or one after an answer lost to a store blip, registered two deployments under one key.
+        A key reserved by the same body whose answer was never stored (a 503 after the write)
+        is this request's: the write runs again, which it takes as a replay."""
+        try:
+            async with transaction(self._sessions) as session:
+                record = await self._find(session, key)
+                if record is None:
+                    idempotency.add(
+                        session, self._tenant, self._operation, key, hash_, RESERVED, {}
+                    )
+        except IntegrityError:  # reserved by a request at the same moment
+            async with self._sessions() as session:
+                record = await self._find(session, key)
+            assert record is not None
+        if record is None or (record.status_code == RESERVED and record.request_hash == hash_):
+            return None
+        return self._answer(record, hash_)
 
     async def remember(
         self, key: str, hash_: str, status: int, body: dict[str, Any]
     ) -> JSONResponse:
-        """Store the answer; if a concurrent request stored one first, answer with that."""
-        try:
-            async with transaction(self._sessions) as session:
-                idempotency.add(session, self._tenant, self._operation, key, hash_, status, body)
-        except IntegrityError:
-            async with self._sessions() as session:
-                record = await self._find(session, key)
-            assert record is not None
-            return self._answer(record, hash_)
+        """Store the answer of the key this request reserved."""
+        async with transaction(self._sessions) as session:
+            await idempotency.answer(session, self._tenant, self._operation, key, status, body)
         return JSONResponse(body, status_code=status)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlmodel import col, select
+from sqlmodel import col, select, update
 
 from store.tables import IdempotencyRecordRow
 
@@ -42,4 +42,26 @@ def add(
             status_code=status_code,
             response=response,
         )
+    )
+
+
+# The status of a key reserved by a request still under way (its answer not stored yet).
+RESERVED = 0
+
+
+async def answer(
+    session: AsyncSession,
+    tenant_id: str,
+    operation: str,
+    key: str,
+    status_code: int,
+    response: dict[str, Any],
+) -> None:
+    """Store the answer of a key its request reserved."""
+    await session.execute(
+        update(IdempotencyRecordRow)
+        .where(col(IdempotencyRecordRow.tenant_id) == tenant_id)
+        .where(col(IdempotencyRecordRow.operation) == operation)
+        .where(col(IdempotencyRecordRow.key) == key)
+        .values(status_code=status_code, response=response)
     )

@@ -214,6 +214,31 @@ async def test_idempotency_key_is_required_replays_and_refuses_another_body(
     assert await _count(sessions, tenant) == (1, 1)
 
 
+async def test_one_key_with_two_bodies_at_once_registers_one_of_them(
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    tenant: str,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """The key was checked, then the write ran, then its answer was stored: two bodies under
+    one key at the same moment both passed the check and registered two deployments (the
+    second told 409 though its deployment existed). The key is reserved before the write."""
+    import asyncio
+
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}", **key("two-bodies")}
+    responses = await asyncio.gather(
+        *(
+            http.post("/factory/model-deployments", json=registration(f"tb/{i % 2}"), headers=auth)
+            for i in range(6)
+        )
+    )
+    statuses = sorted(r.status_code for r in responses)
+    assert 201 in statuses and 409 in statuses, [r.text for r in responses]
+    registered = {r.json()["deploymentId"] for r in responses if r.status_code == 201}
+    assert len(registered) == 1, registered
+    assert await _count(sessions, tenant) == (1, 1)
+
+
 async def test_concurrent_registrations_with_one_key_make_one_deployment(
     http: httpx.AsyncClient,
     token_for: TokenFactory,
