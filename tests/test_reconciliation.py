@@ -223,6 +223,7 @@ async def test_provider_statements_settle_receipts_with_tokens_and_cost_once(
     paths = {path for path, _ in server.requests}
     assert paths == {
         "/v1/organization/usage/completions",
+        "/v1/organization/usage/embeddings",
         "/v1/organizations/usage_report/messages",
     }
     openai_params = next(p for path, p in server.requests if "completions" in path)
@@ -230,8 +231,8 @@ async def test_provider_statements_settle_receipts_with_tokens_and_cost_once(
     assert ("bucket_width", "1h") in openai_params and ("batch", "false") in openai_params
     # 12 buckets in pages of 8: a run asks each source twice, the second time for its next page.
     asked = [path for path, _ in asked_first]
-    assert sorted(asked.count(path) for path in paths) == [2, 2]
-    assert sum(1 for _, p in asked_first if any(name == "page" for name, _ in p)) == 2
+    assert sorted(asked.count(path) for path in paths) == [2, 2, 2]
+    assert sum(1 for _, p in asked_first if any(name == "page" for name, _ in p)) == 3
 
     rows = await receipts(sessions, [reported, timed_out, estimated, no_usage, *sonnet, outside])
     assert rows[reported].usage_status is UsageStatus.REPORTED
@@ -266,6 +267,44 @@ async def test_provider_statements_settle_receipts_with_tokens_and_cost_once(
     assert second.awaiting == {
         p: int(metrics.usage_unknown.value({"provider": p})) for p in second.awaiting
     }
+
+
+async def test_an_embedding_receipt_settles_from_the_embeddings_usage(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    settings: Settings,
+    sessions: async_sessionmaker[AsyncSession],
+    temporal_client: Client,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """OpenAI reports embeddings apart from completions, and only completions were read: an
+    embedding receipt (a bulk ingestion's 429s, a timeout) never matched a line and stayed
+    Unknown, in usage_unknown, until its lookback passed."""
+    model = "text-embedding-3-small"
+    await register(http, auth, "oa/embed", model=model, endpointRef="env:OPENAI_KEY_A")
+    price = {"provider": "openai", "model": model, "inputUsdPerMtok": "0.02"}
+    entry = {**price, "outputUsdPerMtok": "0", "effectiveFrom": "2026-01-01"}
+    book = {"revision": "2026-11", "entries": [entry]}
+    assert (await http.post("/factory/pricebook-revisions", json=book, headers=auth)).is_success
+    at = AS_OF - timedelta(hours=3)
+    unknown = await add_receipt(
+        sessions,
+        tenant=tenant,
+        deployment_id="oa/embed",
+        started_at=at,
+        usage_status=UsageStatus.UNKNOWN,
+    )
+    async with StatementServer(admin_key=ADMIN_KEY, page_size=8) as server:
+        server.openai_embeddings = [Usage(at, model, "key_A", {"input_tokens": 420})]
+        reconcile_settings = _sources(settings, server, monkeypatch)
+        async with build_worker(temporal_client, reconcile_settings, sessions):
+            report = await _reconcile(temporal_client, reconcile_settings, tenant)
+    assert report.failed_sources == {} and report.settled == 1
+    row = (await receipts(sessions, [unknown]))[unknown]
+    assert row.usage_status is UsageStatus.RECONCILED
+    assert (row.input_tokens, row.output_tokens) == (420, 0)
+    assert row.statement_ref and row.statement_ref.startswith("openai-usage/embeddings/")
 
 
 async def test_a_failing_statement_source_is_retried_with_exponential_backoff(
@@ -328,8 +367,9 @@ async def test_a_failing_statement_source_is_retried_with_exponential_backoff(
                 )
 
     assert report.failed_sources == {} and "openai-usage" in report.sources
-    # Three refusals, then one successful page (11:00-12:00 back to midnight: 12 of 50 buckets).
-    assert server.fail_next == 0 and attempts == 4
+    # Three refusals, then one successful page (11:00-12:00 back to midnight: 12 of 50 buckets)
+    # of completions and one of embeddings.
+    assert server.fail_next == 0 and attempts == 5
     assert timedelta(seconds=60 + 120 + 240) <= virtual_elapsed < timedelta(seconds=600)
     assert real_elapsed < 30
     assert len(server.requests) == attempts + 1  # a refused credential is asked once

@@ -1,4 +1,4 @@
-"""OpenAI's organization Usage API, completions usage (admin key):
+"""OpenAI's organization Usage API, completions and embeddings usage (admin key):
 
 GET /v1/organization/usage/completions?start_time=<unix s>&end_time=<unix s>&bucket_width=1h
     &group_by=model&group_by=api_key_id&batch=false&limit=<buckets>[&page=<next_page>]
@@ -6,6 +6,12 @@ GET /v1/organization/usage/completions?start_time=<unix s>&end_time=<unix s>&buc
    "results": [{"object": "organization.usage.completions.result", "input_tokens": …,
    "output_tokens": …, "input_cached_tokens": …, "num_model_requests": …, "model": …,
    "api_key_id": …, "project_id": …, …}]}], "has_more": …, "next_page": …}
+
+GET /v1/organization/usage/embeddings (the same, without `batch`) → results of
+"organization.usage.embeddings.result" with `input_tokens` and `num_model_requests`: the
+embeddings the router's Embed calls made. Read only from the completions endpoint, an embedding
+receipt never matched a line, and stayed Unknown (counted in usage_unknown) until its lookback
+passed.
 
 `input_tokens` includes the cached ones, as receipts count them. Batch jobs are excluded
 (`batch=false`): the router never submits any, so they would only inflate the buckets.
@@ -39,10 +45,16 @@ class OpenAIUsageSource:
         self._http = http
         self._connection = connection
         self._key_refs = dict(key_refs or {})
-        self._url = api_root(connection.base_url, "https://api.openai.com")
-        self._url += "/v1/organization/usage/completions"
+        self._root = api_root(connection.base_url, "https://api.openai.com")
+        self._root += "/v1/organization/usage/"
 
     async def fetch(self, start: datetime, end: datetime, bucket_width: str) -> list[StatementLine]:
+        lines = await self._fetch("completions", start, end, bucket_width)
+        return lines + await self._fetch("embeddings", start, end, bucket_width)
+
+    async def _fetch(
+        self, kind: str, start: datetime, end: datetime, bucket_width: str
+    ) -> list[StatementLine]:
         lines: list[StatementLine] = []
         page: str | None = None
         for _ in range(_MAX_PAGES):
@@ -52,26 +64,27 @@ class OpenAIUsageSource:
                 ("bucket_width", bucket_width),
                 ("group_by", "model"),
                 ("group_by", "api_key_id"),
-                ("batch", "false"),
                 ("limit", BUCKET_LIMIT[bucket_width]),
             ]
+            if kind == "completions":
+                params.append(("batch", "false"))
             if page:
                 params.append(("page", page))
             body = await get_json(
                 self._http,
                 self.name,
-                self._url,
+                self._root + kind,
                 params=params,
                 headers={"Authorization": f"Bearer {self._connection.api_key.get_secret_value()}"},
             )
             for bucket in body["data"]:
-                lines.extend(self._lines(bucket, bucket_width, end))
+                lines.extend(self._lines(bucket, bucket_width, end, kind))
             page = body.get("next_page") if body.get("has_more") else None
             if not page:
                 break
         return lines
 
-    def _lines(self, bucket: dict, width: str, end: datetime) -> list[StatementLine]:
+    def _lines(self, bucket: dict, width: str, end: datetime, kind: str) -> list[StatementLine]:
         start_at = datetime.fromtimestamp(int(bucket["start_time"]), UTC)
         end_at = datetime.fromtimestamp(int(bucket["end_time"]), UTC)
         if end_at > end:
@@ -88,8 +101,11 @@ class OpenAIUsageSource:
                     continue  # a key the router does not use: someone else's usage
             out.append(
                 StatementLine(
+                    # Completions keep the reference they always had (a settled line is known
+                    # by it); an embeddings line's names its endpoint.
                     statement_ref=(
-                        f"{self.name}/{start_at:%Y-%m-%dT%H:%MZ}/{width}/{model}/{key_id or '-'}"
+                        f"{self.name}{'' if kind == 'completions' else '/' + kind}"
+                        f"/{start_at:%Y-%m-%dT%H:%MZ}/{width}/{model}/{key_id or '-'}"
                     ),
                     source=self.name,
                     provider=self.provider,

@@ -2,7 +2,8 @@
 
 - OpenAI `GET /v1/organization/usage/completions` (admin key as Bearer; `start_time`/`end_time`
   in unix seconds, `bucket_width`, repeated `group_by`, `batch`, `limit`, `page`; buckets
-  `{"object": "bucket", "start_time", "end_time", "results": [...]}`, `has_more`/`next_page`);
+  `{"object": "bucket", "start_time", "end_time", "results": [...]}`, `has_more`/`next_page`),
+  and `…/usage/embeddings` likewise (no `batch`; results of `input_tokens`, `num_model_requests`);
 - Anthropic `GET /v1/organizations/usage_report/messages` (`x-api-key`, `anthropic-version`;
   RFC 3339 `starting_at`/`ending_at`, `bucket_width`, `group_by[]`, `limit`, `page`; results
   with `uncached_input_tokens`, `cache_creation`, `cache_read_input_tokens`, `output_tokens`).
@@ -56,6 +57,7 @@ class StatementServer:
     fail_next: int = 0
     fail_status: int = 503
     openai: list[Usage] = field(default_factory=list)
+    openai_embeddings: list[Usage] = field(default_factory=list)
     anthropic: list[Usage] = field(default_factory=list)
     requests: list[tuple[str, list[tuple[str, str]]]] = field(default_factory=list)
     _server: uvicorn.Server | None = None
@@ -105,6 +107,12 @@ class StatementServer:
         ]
 
     async def _openai(self, request: Request) -> Response:
+        return await self._openai_usage(request, self.openai, "completions")
+
+    async def _openai_embeddings(self, request: Request) -> Response:
+        return await self._openai_usage(request, self.openai_embeddings, "embeddings")
+
+    async def _openai_usage(self, request: Request, usage: list[Usage], kind: str) -> Response:
         self.requests.append((request.url.path, list(request.query_params.multi_items())))
         if request.headers.get("authorization") != f"Bearer {self.admin_key}":
             return JSONResponse({"error": {"message": "Incorrect API key provided"}}, 401)
@@ -120,12 +128,12 @@ class StatementServer:
         groups = q.getlist("group_by")
         data = []
         for at in starts[first:last]:
-            rows = [u for u in self.openai if at <= u.start < at + timedelta(seconds=WIDTH[width])]
+            rows = [u for u in usage if at <= u.start < at + timedelta(seconds=WIDTH[width])]
             if q.get("batch") == "false":
                 rows = [u for u in rows if u.service_tier != "batch"]
             results = [
                 {
-                    "object": "organization.usage.completions.result",
+                    "object": f"organization.usage.{kind}.result",
                     "input_audio_tokens": 0,
                     "output_audio_tokens": 0,
                     "project_id": None,
@@ -216,6 +224,9 @@ class StatementServer:
         app = Starlette(
             routes=[
                 Route("/v1/organization/usage/completions", self._openai, methods=["GET"]),
+                Route(
+                    "/v1/organization/usage/embeddings", self._openai_embeddings, methods=["GET"]
+                ),
                 Route("/v1/organizations/usage_report/messages", self._anthropic, methods=["GET"]),
             ]
         )
