@@ -25,12 +25,17 @@ def message_id(invocation_id: uuid.UUID) -> str:
     return f"msg_{invocation_id.hex}"
 
 
-def stop_reason(reason: FinishReason | str, stop_sequence: str | None = None) -> str:
+def stop_reason(
+    reason: FinishReason | str, stop_sequence: str | None = None, context_full: bool = False
+) -> str:
     """Messages' stop reason; `stop_sequence` when the provider named the sequence that ended
     the answer (an Anthropic deployment: it was `end_turn`, and a loop telling a stop sequence
-    from a natural end could not)."""
+    from a natural end could not); `model_context_window_exceeded` when it said the context
+    window was full (it was `max_tokens`, and a client raised max_tokens and went on, in vain)."""
     if stop_sequence is not None and FinishReason(reason) is FinishReason.STOP:
         return "stop_sequence"
+    if context_full and FinishReason(reason) is FinishReason.LENGTH:
+        return "model_context_window_exceeded"
     return _STOP.get(FinishReason(reason), "end_turn")
 
 
@@ -103,7 +108,9 @@ def message_body(
         "role": "assistant",
         "model": profile,
         "content": content,
-        "stop_reason": stop_reason(completion.finish_reason, completion.stop_sequence),
+        "stop_reason": stop_reason(
+            completion.finish_reason, completion.stop_sequence, completion.context_full
+        ),
         "stop_sequence": completion.stop_sequence,
         "usage": usage(summary),
     }

@@ -61,6 +61,7 @@ class MessageEvents:
         self._held: dict[_Key, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
         self._finish: FinishReason = FinishReason.STOP
         self._stop_sequence: str | None = None
+        self._context_full = False
         self._args: dict[_Key, list[str]] = {}  # each tool call's fragments so far
         self._arg_bytes: dict[_Key, int] = {}
         self._names: dict[_Key, str] = {}
@@ -180,6 +181,7 @@ class MessageEvents:
     def add(self, event: TextDelta | ToolCallDelta | Finish) -> bytes:
         if isinstance(event, Finish):
             self._finish, self._stop_sequence = event.reason, event.stop_sequence
+            self._context_full = event.context_full
             return b""
         if isinstance(event, TextDelta):
             return self.text(event.text)
@@ -231,7 +233,7 @@ class MessageEvents:
         delta = {
             "type": "message_delta",
             "delta": {
-                "stop_reason": stop_reason(self._finish, self._stop_sequence),
+                "stop_reason": stop_reason(self._finish, self._stop_sequence, self._context_full),
                 "stop_sequence": self._stop_sequence,
             },
             "usage": usage(summary),

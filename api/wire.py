@@ -171,7 +171,13 @@ def replay_events(item: Replayed) -> list[TextDelta | ToolCallDelta | Finish]:
         )
         for part in done.in_order()
     ]
-    events.append(Finish(reason=done.finish_reason, stop_sequence=done.stop_sequence))
+    events.append(
+        Finish(
+            reason=done.finish_reason,
+            stop_sequence=done.stop_sequence,
+            context_full=done.context_full,
+        )
+    )
     return events
 
 

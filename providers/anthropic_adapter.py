@@ -51,6 +51,7 @@ from providers.types import (
 from providers.usage_figures import counts
 
 _FAILURES = (anthropic.AnthropicError, httpx2.HTTPError, aiohttp.ClientError, OSError)
+CONTEXT_FULL = "model_context_window_exceeded"
 _STOP = {
     "end_turn": FinishReason.STOP,
     "stop_sequence": FinishReason.STOP,
@@ -307,6 +308,7 @@ class AnthropicAdapter(ProviderAdapter):
             response_id=response_id,
             response_model=response_model,
             stop_sequence=stop_sequence if isinstance(stop_sequence, str) else None,
+            context_full=stop_reason == CONTEXT_FULL,
         )
 
     async def complete(
@@ -375,4 +377,5 @@ def _events(message: AnthropicMessage, request_id: str | None) -> Iterator[Strea
         response_id=message.id,
         response_model=message.model,
         stop_sequence=getattr(message, "stop_sequence", None),
+        context_full=message.stop_reason == CONTEXT_FULL,
     )

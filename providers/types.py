@@ -184,6 +184,10 @@ class Finish(_Model):
     # Which of the request's stop sequences ended the answer, where the provider says
     # (Anthropic); an OpenAI deployment does not.
     stop_sequence: str | None = None
+    # LENGTH because the model's context window was full, not because of max_tokens, where the
+    # provider says (Anthropic's `model_context_window_exceeded`): raising max_tokens and going
+    # on, as a client does after max_tokens, cannot help then.
+    context_full: bool = Field(default=False, exclude_if=lambda v: not v)
 
 
 class KeepAlive(_Model):
@@ -226,6 +230,8 @@ class Completion(_Model):
     response_id: str | None = None
     response_model: str | None = None
     stop_sequence: str | None = None
+    # Cut because the context window was full (Finish.context_full); left out when not.
+    context_full: bool = Field(default=False, exclude_if=lambda v: not v)
     # The text is the model's refusal (RefusalDelta); left out of the stored answer when not.
     refusal: bool = Field(default=False, exclude_if=lambda v: not v)
     # Text came after the tool calls (the answer ended in it): where a cut fell, for a surface
@@ -333,6 +339,7 @@ class CompletionBuilder:
             response_id=self._finish.response_id,
             response_model=self._finish.response_model,
             stop_sequence=self._finish.stop_sequence,
+            context_full=self._finish.context_full,
             refusal=self._refusal,
             ends_in_text=self._text_last and bool(self._calls),
         )

@@ -805,3 +805,29 @@ async def test_the_anthropic_sdk_lists_and_retrieves_profiles_as_models(
             "/v1/models", headers={"x-api-key": key or "", "anthropic-version": "2023-06-01"}
         )
     assert page.status_code == 200 and page.json()["first_id"], page.text
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_full_context_window_is_its_own_stop_reason(
+    client: AsyncAnthropic, catalog: Catalog, upstream: UpstreamServer, protocol: str
+) -> None:
+    """An Anthropic deployment that stopped because the context window was full said so
+    (`model_context_window_exceeded`); it reached the caller as `max_tokens`, and a client
+    raised max_tokens and went on, in vain. An OpenAI deployment says `length` for both."""
+    model = catalog.model(protocol)
+    upstream.register(model, lambda turn: Reply(text="so far", finish_reason="context_window"))
+    expected = "model_context_window_exceeded" if protocol == "anthropic" else "max_tokens"
+    key = {"Idempotency-Key": f"ctx-{uuid.uuid4().hex}"}
+    call: Any = {
+        "model": catalog.profile(protocol),
+        "max_tokens": 50,
+        "messages": [{"role": "user", "content": "a long one"}],
+    }
+    try:
+        whole = await client.messages.create(**call, extra_headers=key)
+        async with client.messages.stream(**call) as stream:
+            streamed = await stream.get_final_message()
+        replayed = await client.messages.create(**call, extra_headers=key)
+    finally:
+        upstream.register(model, default_responder)
+    assert whole.stop_reason == streamed.stop_reason == replayed.stop_reason == expected

@@ -12,7 +12,9 @@ from typing import Literal
 from providers.upstream.tokens import count_tokens, truncate_tokens
 from providers.upstream.turn import ChatTurn, Figure, Reply
 
-Finish = Literal["stop", "length", "tool_calls", "content_filter"]
+# `context_window`: cut because the context window was full (Anthropic's
+# model_context_window_exceeded; OpenAI says `length`, as for max_tokens).
+Finish = Literal["stop", "length", "tool_calls", "content_filter", "context_window"]
 
 
 @dataclass(frozen=True)

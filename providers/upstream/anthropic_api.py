@@ -22,6 +22,7 @@ _STOP = {
     "length": "max_tokens",
     "tool_calls": "tool_use",
     "content_filter": "refusal",
+    "context_window": "model_context_window_exceeded",
 }
 _ERROR_TYPES = {401: "authentication_error", 500: "api_error"}
 

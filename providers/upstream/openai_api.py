@@ -147,6 +147,8 @@ def _base(answer: Answer, turn: ChatTurn, obj: str) -> dict[str, Any]:
 
 
 def _finish(answer: Answer) -> str:
+    if answer.finish == "context_window":
+        return "length"  # OpenAI says no more than that
     return "stop" if answer.refused else answer.finish  # OpenAI ends a refusal as any answer
 
 

@@ -82,7 +82,9 @@ class Reply(BaseModel):
 
     text: str = ""
     tool_calls: list[ToolCallReply] = Field(default_factory=list)
-    finish_reason: Literal["stop", "length", "tool_calls", "content_filter"] | None = None
+    finish_reason: (
+        Literal["stop", "length", "tool_calls", "content_filter", "context_window"] | None
+    ) = None
     cached_input_tokens: int | None = None
     # The usage to report instead of the counted one, as a provider with a broken meter would
     # (negative, past any real prompt, a fraction, a string): the figures are sent exactly as
