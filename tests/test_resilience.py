@@ -489,6 +489,14 @@ async def test_a_call_the_provider_refused_is_known_to_have_cost_nothing(ctx: Ct
     row = await refused(FaultKind.SERVER_ERROR)
     assert (row.outcome, row.usage_status, row.input_tokens) == ("Failed", "Unknown", None)
 
+    # The breaker these failures opened is closed again by an answer: left open, this
+    # process's recovery trials called the simulator's model in the tests after this one.
+    async def answered() -> bool:
+        resp, _, _ = await _call(http, auth, "rs-solo")
+        return resp.status_code == 200
+
+    await eventually(answered, timeout=20, interval=0.3)
+
 
 async def test_a_non_stream_call_stalled_mid_stream_fails_by_the_idle_bound(
     ctx: Ctx, attempt_bound: float
