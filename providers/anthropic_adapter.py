@@ -89,7 +89,7 @@ def _status_error(
     # Errors inside a stream arrive with the stream's status, 200: the type decides.
     kind = _ERROR_TYPES.get(error_type or "")
     if kind is None:
-        kind = kind_from_status(status if status >= 400 else 500, error_type, message)
+        kind = kind_from_status(status if status >= 300 else 500, error_type, message)
     return ProviderError(
         kind,
         provider=provider,
@@ -209,10 +209,15 @@ class AnthropicAdapter(ProviderAdapter):
             timeout=timeout,
             max_retries=0,
             open_telemetry=_TELEMETRY,
+            # Redirects are not followed (providers/openai_adapter.py says why).
             http_client=resending(
-                anthropic.DefaultAioHttpClient(timeout=timeout, limits=limits)
+                anthropic.DefaultAioHttpClient(
+                    timeout=timeout, limits=limits, follow_redirects=False
+                )
                 if transport == "aiohttp"
-                else anthropic.DefaultAsyncHttpxClient(timeout=timeout, limits=limits)
+                else anthropic.DefaultAsyncHttpxClient(
+                    timeout=timeout, limits=limits, follow_redirects=False
+                )
             ),
         )
 

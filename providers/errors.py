@@ -196,6 +196,10 @@ def kind_from_status(status: int, code: str | None, message: str | None) -> Erro
     """Status-code classification shared by every HTTP provider, refined by code and message."""
     code_l = (code or "").lower()
     text = f"{code_l} {(message or '').lower()}"
+    if 300 <= status < 400:
+        # A redirect, not followed (providers/openai_adapter.py): the endpoint is not where the
+        # deployment says, a permanent fault on the provider's side, not the caller's request.
+        return ErrorKind.NOT_FOUND
     if status == 429:
         return ErrorKind.QUOTA if code_l == "insufficient_quota" else ErrorKind.RATE_LIMIT
     if status in (401, 403):

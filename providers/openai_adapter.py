@@ -138,10 +138,15 @@ class OpenAIAdapter(ProviderAdapter):
             base_url=api_base_url(connection.base_url),
             timeout=timeout,
             max_retries=0,
+            # Redirects are not followed (the SDK's client would): a 307 from a hostile or
+            # moved endpoint re-sent the prompt to wherever it named, an internal address or
+            # the cloud's metadata service, and its error's words came back to the caller.
             http_client=resending(
-                openai.DefaultAioHttpClient(timeout=timeout, limits=limits)
+                openai.DefaultAioHttpClient(timeout=timeout, limits=limits, follow_redirects=False)
                 if transport == "aiohttp"
-                else openai.DefaultAsyncHttpxClient(timeout=timeout, limits=limits)
+                else openai.DefaultAsyncHttpxClient(
+                    timeout=timeout, limits=limits, follow_redirects=False
+                )
             ),
         )
 

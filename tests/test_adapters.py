@@ -53,7 +53,9 @@ from providers.types import (
     collect_stream,
 )
 from providers.upstream import ChatTurn, Fault, FaultKind, Reply, ToolCallReply, UpstreamServer
+from tests.conftest import free_port
 from tests.helpers.deadline import UNBOUNDED
+from tests.helpers.receiver import Receiver
 from tests.helpers.schema_check import violations
 
 MODEL = "sim-model"
@@ -330,6 +332,30 @@ async def test_gate_faults_are_classified(
     assert error.__cause__ is None and error.__suppress_context__
     assert (await adapter.complete(HELLO)).text  # healthy again: the fault applied once
     assert upstream.requests(MODEL) == 2
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["stream", "complete"])
+async def test_a_redirect_is_not_followed(
+    adapter: ProviderAdapter, upstream: UpstreamServer, streamed: bool
+) -> None:
+    """The SDKs' clients follow redirects: a 307 from a hostile or moved endpoint re-sent the
+    prompt to wherever it named (an internal address, the cloud's metadata service), and that
+    answer's words came back to the caller. Not followed, it is the provider's fault."""
+    canary = Receiver(port=free_port(), failing=True, failing_status=200)
+    await canary.start()
+    try:
+        upstream.inject(MODEL, Fault(kind=FaultKind.REDIRECT, location=canary.url, times=1))
+        secret = ChatRequest(messages=(Message(role="user", content=SECRET_PROMPT),))
+        with pytest.raises(ProviderError) as caught:
+            if streamed:
+                await drain(adapter, secret)
+            else:
+                await adapter.complete(secret)
+    finally:
+        await canary.stop()
+    assert caught.value.kind is ErrorKind.NOT_FOUND and not caught.value.transient
+    assert canary.refused_while_failing == 0  # nothing reached where it pointed
+    assert upstream.requests(MODEL) == 1
 
 
 async def test_server_error_twice_then_healthy(

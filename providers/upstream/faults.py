@@ -28,6 +28,7 @@ class FaultKind(StrEnum):
     CONTEXT_LENGTH = "context_length"  # 400 the provider's context-length error
     CONTENT_POLICY = "content_policy"  # 400 the provider's content-policy error
     AUTH = "auth"  # 401
+    REDIRECT = "redirect"  # 307 to `location`, as a hostile or moved endpoint answers
     # shape faults
     SLOW_FIRST_TOKEN = "slow_first_token"  # noqa: S105 - `delay` seconds before the first content
     STREAM_CUT = "stream_cut"  # connection dropped after `after_chunks` SSE events
@@ -76,6 +77,7 @@ _GATES = frozenset(
         FaultKind.CONTEXT_LENGTH,
         FaultKind.CONTENT_POLICY,
         FaultKind.AUTH,
+        FaultKind.REDIRECT,
     }
 )
 
@@ -104,6 +106,8 @@ class Fault(BaseModel):
     # document past the last (rerank) or leaves the count out (count_tokens); `not_finite` puts
     # NaN in a vector, a score or the count; `unreadable` sends an HTML page as the body.
     flaw: Flaw = "unreadable"
+    # redirect only: where to.
+    location: str | None = None
     # endless_line only: how many bytes the line runs to.
     size: int = Field(default=32 * 2**20, ge=1)
 

@@ -134,6 +134,8 @@ def fault_response(
 ) -> Response:
     if fault.kind is FaultKind.HANG:
         return HangResponse(shutdown)
+    if fault.kind is FaultKind.REDIRECT:
+        return Response(status_code=307, headers={**headers, "location": fault.location or "/"})
     if fault.kind is FaultKind.CONTEXT_LENGTH:
         return context_length_error(
             api, used=200_001, window=200_000, headers=headers, request_id=request_id
