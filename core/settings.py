@@ -261,6 +261,11 @@ class Settings(BaseSettings):
         description="Prefixes of the variables an env: endpointRef may name. The gateway's own "
         "settings variables are refused whatever these say.",
     )
+    secret_ref_tenants: dict[str, list[str]] = Field(
+        default={},
+        description="endpointRef -> the tenants that may name it; a reference not listed is "
+        "shared, but a file: under an allowed directory's tenants/<tenant>/ is that tenant's.",
+    )
     allow_upstream_endpoints: bool = Field(
         default=False,
         description="Accept endpointRef upstream:HOST:PORT (the local simulator): dev and tests.",

@@ -77,6 +77,10 @@ class SecretPolicy:
     # database password and the signing key under /run/secrets, the default file directory,
     # so `file:/run/secrets/jwt_secret` sent the signing key to a provider as its API key.
     reserved_digests: frozenset[str] = field(default_factory=frozenset)
+    # References kept for some tenants (settings `secret_ref_tenants`): any other tenant naming
+    # one is refused. A `file:` under an allowed directory's `tenants/<tenant>/` is that
+    # tenant's without being listed.
+    ref_tenants: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     def reserved(self, key: str) -> bool:
         return bool(self.reserved_digests) and secret_digest(key) in self.reserved_digests
@@ -88,6 +92,30 @@ class SecretPolicy:
             return self.env_refusal(rest)
         if scheme == "file":
             return self.file_refusal(rest)
+        return None
+
+    def tenant_refusal(self, endpoint_ref: str, tenant_id: str) -> str | None:
+        """Why `tenant_id` may not name this reference (another tenant's credential), or None.
+        The allow-lists were the platform's alone: any tenant's operator could register another
+        tenant's key, or private endpoint, and spend it. One answer whatever the reason, and
+        whether or not the secret exists: the refusal says nothing of other tenants' secrets."""
+        owners = self.ref_tenants.get(endpoint_ref)
+        if owners is None:
+            owners = self._file_owner(endpoint_ref)
+        if owners is None or tenant_id in owners:
+            return None
+        return "the reference is kept for other tenants (secret_ref_tenants, tenants/<tenant>/)"
+
+    def _file_owner(self, endpoint_ref: str) -> frozenset[str] | None:
+        scheme, _, path = endpoint_ref.partition(":")
+        if scheme != "file" or not Path(path).is_absolute():
+            return None
+        resolved = Path(path).resolve()
+        for base in self.file_dirs or ():
+            if resolved.is_relative_to(base):
+                parts = resolved.relative_to(base).parts
+                if len(parts) >= 3 and parts[0] == "tenants":
+                    return frozenset({parts[1]})
         return None
 
     def env_refusal(self, name: str) -> str | None:
@@ -207,6 +235,14 @@ def _parse_secret_file(text: str, endpoint_ref: str) -> Connection:
     if not text or any(c.isspace() for c in text):
         raise SecretResolutionError(f"endpointRef {endpoint_ref!r}: expected a single-line key")
     return Connection(api_key=SecretStr(text))
+
+
+def key_in_file(text: str) -> str:
+    """The key a secret file holds (its text, or its JSON's api_key), or "" if it holds none."""
+    try:
+        return _parse_secret_file(text.strip(), "file:").api_key.get_secret_value()
+    except SecretResolutionError:
+        return ""
 
 
 class UpstreamSecretBroker:

@@ -125,3 +125,64 @@ async def test_a_file_or_variable_holding_the_gateways_own_secret_is_no_provider
             await broker.resolve(ref)
         assert signing not in str(refused.value) and password not in str(refused.value)
     assert (await broker.resolve(f"file:{allowed / 'openai'}")).api_key.get_secret_value()
+
+
+async def test_the_usage_statements_admin_keys_are_no_provider_credential(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The organization admin keys the reconciler reads statements with are references, not
+    settings secrets: kept under /run/secrets or the provider prefix (where the manifests can
+    put them), any operator could name one as a deployment's credential."""
+    allowed = tmp_path / "secrets"
+    allowed.mkdir()
+    openai_admin, anthropic_admin = "sk-admin-openai-0123456789", "sk-ant-admin-0123456789"
+    (allowed / "openai_admin").write_text(f'{{"api_key": "{openai_admin}"}}')
+    monkeypatch.setenv("MODEL_ROUTER_PROVIDER_ANTHROPIC_ADMIN", anthropic_admin)
+    monkeypatch.setenv("MODEL_ROUTER_PROVIDER_COPY", openai_admin)
+    configured = settings.model_copy(
+        update={
+            "secret_file_dirs": [allowed],
+            "statements_openai_admin_ref": f"file:{allowed / 'openai_admin'}",
+            "statements_anthropic_admin_ref": "env:MODEL_ROUTER_PROVIDER_ANTHROPIC_ADMIN",
+        }
+    )
+    broker = endpoint_broker(configured)
+    for ref in (
+        f"file:{allowed / 'openai_admin'}",
+        "env:MODEL_ROUTER_PROVIDER_ANTHROPIC_ADMIN",
+        "env:MODEL_ROUTER_PROVIDER_COPY",
+    ):
+        with pytest.raises(SecretResolutionError, match="gateway's own secret"):
+            await broker.resolve(ref)
+
+
+async def test_a_tenants_own_secrets_are_named_by_it_alone(
+    http: httpx.AsyncClient, token_for: TokenFactory, tenant: str, settings: Settings
+) -> None:
+    """The allow-lists were the platform's: any tenant's operator could register another
+    tenant's key (or private endpoint) and spend it. A file under `tenants/<tenant>/` of an
+    allowed directory is that tenant's; `secret_ref_tenants` keeps any reference for some."""
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    base = settings.secret_file_dirs[0]
+
+    async def register_with(ref: str) -> httpx.Response:
+        return await http.post(
+            "/factory/model-deployments",
+            json=deployment_body(f"secret/{uuid.uuid4().hex[:6]}", endpointRef=ref),
+            headers={**auth, "Idempotency-Key": uuid.uuid4().hex},
+        )
+
+    others = await register_with(f"file:{base}/tenants/tenant-other/openai")
+    assert others.status_code == 422, others.text
+    assert [e["field"] for e in others.json()["errors"]] == ["body.endpointRef"]
+    # One answer whatever the reason, whether or not such a secret exists.
+    assert "kept for other tenants" in others.json()["errors"][0]["message"]
+    assert (await register_with(f"file:{base}/tenants/{tenant}/openai")).status_code == 201
+
+    listed = settings.model_copy(
+        update={"secret_ref_tenants": {"env:MODEL_ROUTER_PROVIDER_A": ["tenant-a"]}}
+    )
+    policy = secret_policy(listed)
+    assert policy.tenant_refusal("env:MODEL_ROUTER_PROVIDER_A", "tenant-b") is not None
+    assert policy.tenant_refusal("env:MODEL_ROUTER_PROVIDER_A", "tenant-a") is None
+    assert policy.tenant_refusal("env:MODEL_ROUTER_PROVIDER_SHARED", "tenant-b") is None

@@ -48,7 +48,10 @@ async def register_deployment(
     temporal: TemporalDep,
     runtime: RuntimeDep,
 ) -> JSONResponse:
-    refused = secret_policy(runtime.settings).refusal(body.endpoint_ref)
+    policy = secret_policy(runtime.settings)
+    refused = policy.refusal(body.endpoint_ref) or policy.tenant_refusal(
+        body.endpoint_ref, principal.tenant_id
+    )
     if refused:
         raise field_refused(
             "body.endpointRef",
