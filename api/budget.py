@@ -15,7 +15,7 @@ from api.problems import Problem
 from core import metrics
 from domain.enums import InvocationOutcome
 from domain.hashing import canonical_json
-from domain.invocation import InvocationInput, Target
+from domain.invocation import InvocationInput, Operation, Target
 from domain.pricing import worst_case_cost_usd
 from store import pricebook, receipts
 from store.receipt_statements import ReceiptStatements
@@ -37,6 +37,11 @@ async def admit(
     async with sessions() as session:
         book = await pricebook.load(session, data.tenant_id, data.pricing_revision)
     today, estimate = datetime.now(UTC).date(), max(1, len(canonical_json(payload)) // 4)
+    # A chat with no output allowance is reserved 4,096 output tokens; an embedding or a
+    # rerank produces none (its receipt records 0), and was reserved those 4,096 too: a
+    # wrongful over-budget 402 for any priced with an output price.
+    chat = data.operation is Operation.CHAT
+    outputs = max_output_tokens if max_output_tokens is not None else (4096 if chat else 0)
     fitting: list[Target] = []
     refused: tuple[str, str] | None = None  # the first target's reason, should none fit
     for target in data.targets:
@@ -46,7 +51,7 @@ async def admit(
             refused = refused or (NO_PRICE, said)
             continue
         worst = worst_case_cost_usd(
-            price, input_tokens_estimate=estimate, max_output_tokens=max_output_tokens or 4096
+            price, input_tokens_estimate=estimate, max_output_tokens=outputs
         )
         if worst <= budget_usd:
             fitting.append(target)

@@ -98,6 +98,9 @@ async def test_invoke_json_and_sse_end_with_the_receipt(
     assert resp.status_code == 200, resp.text
     body = resp.json()
     assert body["output"]["text"] == "Echo: gateway hello"
+    # Callers name profiles: the provider's model and ids are on no answer (the receipt names
+    # the deployment).
+    assert not {"response_model", "provider_request_id", "response_id"} & set(body["output"])
     receipt = body["receipt"]
     assert receipt["outcome"] == "Completed" and receipt["deploymentId"] == "gw/chat"
     assert Decimal(receipt["estimatedCostUsd"]) > 0  # priced from revision gw-1
@@ -122,6 +125,10 @@ async def test_invoke_json_and_sse_end_with_the_receipt(
         lines = [line async for line in sse.aiter_lines()]
     events = [line.removeprefix("event: ") for line in lines if line.startswith("event: ")]
     assert events[0] == "text_delta" and events[-1] == "receipt" and "finish" in events
+    finish = json.loads(lines[lines.index("event: finish") + 1].removeprefix("data: "))
+    assert (
+        finish["reason"] and "response_model" not in finish and "provider_request_id" not in finish
+    )
     [*_, last] = [line for line in lines if line.startswith("data: ")]
     final = json.loads(last.removeprefix("data: "))
     assert final["invocationId"] and final["usageStatus"] and final["deploymentId"] == "gw/chat"
@@ -300,6 +307,45 @@ async def test_a_first_candidate_the_budget_passes_over_is_a_fallback_that_says_
     assert receipt["deploymentId"] == "bpo/cheap" and receipt["fallbackUsed"] is True
     assert receipt["fallbackFrom"] == "bpo/dear" and receipt["fallbackReason"] == "over-budget"
     assert upstream.requests("bpo-dear") == 0
+
+
+async def test_an_embedding_budget_reserves_no_output(
+    http: httpx.AsyncClient, auth: dict[str, str], upstream: UpstreamServer
+) -> None:
+    """Embeddings produce no output tokens (their receipts record 0), but their budget was
+    reserved 4,096 of them, as a chat's without an allowance: any embedding model priced with
+    an output price was a wrongful over-budget 402."""
+    entry = {"provider": "openai", "model": "gw-embed", "inputUsdPerMtok": "1000",
+             "outputUsdPerMtok": "1000", "effectiveFrom": "2026-01-01"}  # fmt: skip
+    prices = {"revision": "emb-1", "entries": [entry]}
+    assert (await http.post("/factory/pricebook-revisions", json=prices, headers=auth)).is_success
+    event = profile_event("emb-priced", ["gw/embed"], {}, modality="Embedding", priceBasis="emb-1")
+    assert (await publish(http, auth, event)).status_code == 200
+    # Worst case: a few input tokens at 1,000 USD a million, well within 0.1 USD; with 4,096
+    # output tokens reserved, 4.1 USD.
+    embed = {"profileId": "emb-priced", "inputs": ["x"], "budgetUsd": "0.1"}
+    answered = await http.post("/gateway/embed", headers=auth, json=embed)
+    assert answered.status_code == 200, answered.text
+
+
+async def test_an_empty_text_to_embed_is_refused_before_any_call(
+    http: httpx.AsyncClient, auth: dict[str, str], upstream: UpstreamServer
+) -> None:
+    """OpenAI refuses an empty input ("cannot be an empty string"): it was claimed and sent,
+    the key spent on that 400, and a self-hosted server answered a vector for nothing."""
+    before = upstream.requests(endpoint="embeddings")
+    for body, field in (({"input": ""}, "body.input"), ({"input": ["a", ""]}, "body.input.1")):
+        refused = await http.post(
+            "/v1/embeddings", headers=auth, json={"model": "gw-embed", **body}
+        )
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["param"] == field.removeprefix("body."), refused.text
+    refused = await http.post(
+        "/gateway/embed", headers=auth, json={"profileId": "gw-embed", "inputs": ["a", ""]}
+    )
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["errors"][0]["field"] == "body.inputs.1"
+    assert upstream.requests(endpoint="embeddings") == before
 
 
 async def test_a_price_basis_never_published_prices_as_routing_did(

@@ -126,6 +126,7 @@ async def test_fifty_concurrent_resolves_make_one_plan(
     assert all(r.status_code in (200, 201) for r in responses), {r.status_code for r in responses}
     assert [r.status_code for r in responses].count(201) == 1
     assert len({r.json()["routePlanId"] for r in responses}) == 1
+    assert {r.json()["tenantId"] for r in responses} == {tenant}  # the spec's RoutePlan field
     async with sessions() as s:
         plans = await s.scalar(
             select(func.count())

@@ -97,7 +97,11 @@ class InvokeBody(_Scope):
 
 
 class EmbedBody(_Scope):
-    inputs: list[str] = Field(min_length=1, max_length=MAX_EMBED_INPUTS)
+    # No empty input: OpenAI refuses one (after the call was claimed, its key spent), and a
+    # self-hosted server answered a vector for nothing.
+    inputs: list[Annotated[str, Field(min_length=1)]] = Field(
+        min_length=1, max_length=MAX_EMBED_INPUTS
+    )
     # The vectors' width, as `/v1/embeddings` takes it: it changes the answer, so it is the
     # request's (and its key's).
     dimensions: int | None = Field(default=None, ge=1)
@@ -149,7 +153,7 @@ async def invoke(
     async def whole(running: Running, done: Completion, summary: InvocationSummary) -> Response:
         return JSONResponse(
             {
-                "output": done.model_dump(mode="json", exclude={"usage"}),
+                "output": done.model_dump(mode="json", exclude=_PROVIDERS_OWN | {"usage"}),
                 "receipt": await _receipt(runtime, principal.tenant_id, summary),
             },
             # The deployment that answered, which a fallback may have changed.
@@ -158,6 +162,12 @@ async def invoke(
 
     stream = events if body.stream else None
     return await answer_chat(request, service, principal, call, stream=stream, whole=whole)
+
+
+# What the provider says of itself: callers name profiles, never provider models, and the
+# receipt is where the answering deployment is named (spec, ModelProfile; DESIGN §1). The
+# answer and the stream's finish carried the provider's model name and request id.
+_PROVIDERS_OWN = {"response_model", "provider_request_id", "response_id"}
 
 
 def _sse(event: str, data: Any) -> bytes:
@@ -178,7 +188,7 @@ class _Events:
         return _sse("text_delta", {"type": "text_delta", "text": text})  # TextDelta's dump
 
     def add(self, event: TextDelta | ToolCallDelta | Finish) -> bytes:
-        return _sse(event.type, event.model_dump(mode="json"))
+        return _sse(event.type, event.model_dump(mode="json", exclude=_PROVIDERS_OWN))
 
     def keep_alive(self) -> bytes:
         return KEEP_ALIVE_COMMENT  # a comment: no event name beyond the spec's

@@ -79,6 +79,12 @@ async def embeddings(
     inputs = [body.input] if isinstance(body.input, str) else list(body.input)
     if not inputs:
         raise Problem(422, "input must not be empty.", field="body.input")
+    empty = next((i for i, text in enumerate(inputs) if not text), None)
+    if empty is not None:
+        # As OpenAI refuses it ("cannot be an empty string"), before anything is claimed: it
+        # was claimed and sent, the key spent on OpenAI's 400, a self-hosted server's vector.
+        field = "body.input" if isinstance(body.input, str) else f"body.input.{empty}"
+        raise Problem(422, "input cannot be an empty string.", field=field)
     if len(inputs) > MAX_EMBED_INPUTS:
         # As /gateway/embed and OpenAI take: uncapped, one call held any number of texts.
         raise Problem(422, f"input holds at most {MAX_EMBED_INPUTS} texts.", field="body.input")

@@ -56,6 +56,7 @@ class RoutePlanView(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
 
     route_plan_id: uuid.UUID = Field(alias="routePlanId")
+    tenant_id: str = Field(alias="tenantId")  # the spec's RoutePlan field
     run_id: uuid.UUID = Field(alias="runId")
     profile_id: str = Field(alias="profileId")
     profile_version: str = Field(alias="profileVersion")
