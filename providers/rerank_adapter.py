@@ -135,7 +135,9 @@ class RerankAdapter(ProviderAdapter):
             raise _status_error(response, self.provider)
         try:
             payload = response.json()
-            items = _items(payload, len(documents))
+            # At most top_n, whatever the server sent: one that ignores top_n (TEI has none)
+            # answered every document.
+            items = _items(payload, len(documents))[:top_n]
         except UNREADABLE as exc:
             raise malformed_answer(self.provider, "rerank", exc, _request_id(response)) from None
         usage = payload.get("usage") if isinstance(payload, dict) else None

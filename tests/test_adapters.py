@@ -695,6 +695,16 @@ async def test_a_whole_answer_the_sdk_took_unvalidated_is_malformed_and_quotes_n
     assert error.__cause__ is None and error.__suppress_context__
 
 
+async def test_a_reranker_that_ignores_top_n_is_cut_to_it(upstream: UpstreamServer) -> None:
+    """TEI has no top_n: it answered every document, and so did the call asking for two."""
+    connection = Connection(api_key="k", base_url=upstream.base_url)
+    documents = ["quarterly revenue", "router retries and timeouts", "timeouts in routers"]
+    upstream.inject("rr-all", Fault(kind=FaultKind.MALFORMED_ANSWER, flaw="untrimmed", times=1))
+    async with build_adapter("tei", "rr-all", connection, timeouts=TIMEOUTS) as reranker:
+        result = await reranker.rerank("router timeouts", documents, top_n=2)
+    assert [r.index for r in result.results] == [1, 2]
+
+
 def test_a_rerank_result_naming_a_document_by_text_is_told_by_its_type() -> None:
     """The reason reaches the caller and, before this, the workflow's history: a text `index`
     is the answer's words, so only its type is named."""

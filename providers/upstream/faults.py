@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 Endpoint = Literal["chat.completions", "messages", "count_tokens", "embeddings", "rerank"]
-Flaw = Literal["missing", "not_finite", "unreadable"]
+Flaw = Literal["missing", "not_finite", "unreadable", "untrimmed"]
 ANY_MODEL = "*"
 
 
@@ -104,7 +104,8 @@ class Fault(BaseModel):
     graceful: bool = False
     # malformed_answer only: `missing` leaves one input's vector out (embeddings), names a
     # document past the last (rerank) or leaves the count out (count_tokens); `not_finite` puts
-    # NaN in a vector, a score or the count; `unreadable` sends an HTML page as the body.
+    # NaN in a vector, a score or the count; `unreadable` sends an HTML page as the body;
+    # `untrimmed` (rerank) answers every document whatever top_n says, as TEI does.
     flaw: Flaw = "unreadable"
     # redirect only: where to.
     location: str | None = None

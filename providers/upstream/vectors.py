@@ -181,7 +181,7 @@ async def rerank(request: Request) -> Response:
         ((i, relevance(query, t)) for i, t in enumerate(texts)), key=lambda p: (-p[1], p[0])
     )
     top_n = call.body.get("top_n")
-    if isinstance(top_n, int) and top_n > 0:
+    if isinstance(top_n, int) and top_n > 0 and call.flaw != "untrimmed":
         ranked = ranked[:top_n]
     results = []
     for index, score in ranked:
