@@ -23,6 +23,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.invoke_hub import ReceiptReady
 from api.invocation_events import InvocationEvent, Replayed
 from api.problems import Problem
+from domain.close_reason import failed_before_output
 from domain.enums import InvocationOutcome
 from domain.invocation import invocation_id, invoke_workflow_id
 from domain.sweep import unstarted_wait
@@ -102,10 +103,13 @@ class Replays:
                 "This Idempotency-Key was used with a different request.",
                 field="header.Idempotency-Key",
             )
-        if receipt.outcome is InvocationOutcome.DENIED:
-            # A budget's denial replays as it was answered, a 402 before any stream. Behind an
-            # empty "answer", a streamed replay was a 200 ending in an error event. (A call
-            # that failed after its stream began replays as a stream, as it was answered.)
+        if receipt.outcome is InvocationOutcome.DENIED or failed_before_output(
+            receipt.outcome, receipt.close_reason
+        ):
+            # A budget's denial, or a call that failed before any output, replays as it was
+            # answered: its status before any stream. Behind an empty "answer", a streamed
+            # replay was a 200 ending in an error event. (A call that failed after its stream
+            # began, or that our side lost, replays as a stream, as it may have been answered.)
             yield ReceiptReady(receipts.summary_of(receipt))
             return
         if not with_output:

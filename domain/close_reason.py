@@ -74,3 +74,26 @@ def replayed_kind(reason: str | None) -> str | None:
 # Closes that happened without an answer from our side: the key is spent and the usage stays
 # Unknown until reconciled, so the caller retries with a new key.
 GATEWAY_CLOSES = frozenset({CloseReason.CALLER_LOST, CloseReason.SWEPT, CloseReason.INTERNAL})
+
+
+# Closes of a call that failed before any output reached its caller, when it failed at all
+# (outcome Failed, not Partial: output sent makes it Partial): its caller was answered with the
+# failure's status, before any stream. Not a close our side made without an answer
+# (GATEWAY_CLOSES), nor a cancellation: those may have come after output was streamed.
+_BEFORE_OUTPUT = frozenset(
+    {
+        CloseReason.PROVIDER,
+        CloseReason.TIMEOUT,
+        CloseReason.UNAVAILABLE,
+        CloseReason.CONTEXT_LENGTH,
+        CloseReason.CONTENT_POLICY,
+        CloseReason.INVALID_REQUEST,
+    }
+)
+
+
+def failed_before_output(outcome: InvocationOutcome | None, reason: str | None) -> bool:
+    """Whether a call was answered with its failure before any stream, so that a replay of its
+    key is that failure again, not a stream (a 200 ending in an error event, where the call
+    itself was a 503 the SDK could read)."""
+    return outcome is InvocationOutcome.FAILED and reason in {r.value for r in _BEFORE_OUTPUT}

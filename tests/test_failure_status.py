@@ -172,3 +172,28 @@ async def test_a_replayed_transient_failure_tells_the_caller_to_use_a_new_key(
     assert "new key" in replayed.json()["detail"]
     # Told not to, the SDK did not retry (it would have twice); nor did the gateway call again.
     assert len(sent) == 2 and upstream.requests("fs-stall") == calls
+
+
+@pytest.mark.parametrize("surface", ["openai-stream", "gateway-stream"])
+async def test_a_streamed_replay_of_a_failure_before_output_is_that_failure(
+    http: httpx.AsyncClient, auth: dict[str, str], surface: str
+) -> None:
+    """A streamed call that failed before any output was answered a 503; its key sent again
+    with stream was a 200 stream ending in an error event, which an SDK retrying on the
+    status never saw as the failure it was."""
+    key = {"Idempotency-Key": f"fs-{uuid.uuid4().hex}"}
+    messages: Any = [{"role": "user", "content": "status please"}]
+    if surface == "gateway-stream":
+        url = "/gateway/invoke"
+        body: dict[str, Any] = {"profileId": "fs-stall", "request": {"messages": messages}}
+        body["stream"] = True
+    else:
+        url, body = "/v1/chat/completions", {"model": "fs-stall", "messages": messages}
+        body["stream"] = True
+    first = await http.post(url, headers={**auth, **key}, json=body)
+    assert first.status_code == 503, first.text
+    again = await http.post(url, headers={**auth, **key}, json=body)
+    assert again.status_code == 503, again.text
+    assert again.headers["content-type"].startswith("application/problem+json")
+    assert again.headers["x-should-retry"] == "false"
+    assert again.json()["closeReason"] == "timeout"
