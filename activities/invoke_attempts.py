@@ -71,13 +71,16 @@ async def attempts_on(
         except SecretResolutionError as exc:
             # The credentials are missing or not allowed (docs/runbook.md): not called now.
             # A retry's used to escape the call as our own failure (`internal`).
-            return Outcome(
-                InvocationOutcome.FAILED,
-                UsageStatus.ESTIMATED if attempt == 1 else UsageStatus.UNKNOWN,
-                input_tokens=0 if attempt == 1 else None,
-                output_tokens=0 if attempt == 1 else None,
-                error_kind=ErrorKind.AUTH.value,
-                error_reason=str(exc),
+            first = attempt == 1
+            return route.usage_of(
+                Outcome(
+                    InvocationOutcome.FAILED,
+                    UsageStatus.ESTIMATED if first else UsageStatus.UNKNOWN,
+                    input_tokens=0 if first else None,
+                    output_tokens=0 if first else None,
+                    error_kind=ErrorKind.AUTH.value,
+                    error_reason=str(exc),
+                )
             )
         route.attempt_starts()
         remaining = started + data.timeout_seconds - time.monotonic()
@@ -94,6 +97,9 @@ async def attempts_on(
         kind = result.error_kind or "server_error"
         metrics.provider_errors.add(1, {"provider": target.provider, "class": kind})
         route.attempt_failed(target.provider, kind)
+        # Judged by the attempts before this one; then this one's uncertainty counts too.
+        result = route.usage_of(result)
+        route.uncertain = route.uncertain or result.usage is UsageStatus.UNKNOWN
         transient = kind in TRANSIENT
         if transient:
             breaker.failure(result.retry_after, busy=kind in BUSY)

@@ -67,6 +67,18 @@ class Route:
     provider_request_id: str | None = None
     # Provider attempts started so far: the last is the one that answered, if one did.
     attempts: int = 0
+    # An attempt before this one ended with its usage uncertain (a timeout, a cut stream, a
+    # 5xx): the provider may have billed it, so a later refusal does not make the receipt's
+    # usage known (Estimated at zero would have taken it out of reconciliation).
+    uncertain: bool = False
+
+    def usage_of(self, out: Outcome) -> Outcome:
+        """`out` as the receipt may say it: a failure known to have cost nothing is Unknown
+        when an earlier attempt of the call may have been billed."""
+        if self.uncertain and out.outcome is InvocationOutcome.FAILED:
+            if out.usage is UsageStatus.ESTIMATED:
+                out.usage, out.input_tokens, out.output_tokens = UsageStatus.UNKNOWN, None, None
+        return out
 
     def attempt_starts(self) -> None:
         """A new attempt (a retry or a fallback) replaces the last failed one, whose usage no

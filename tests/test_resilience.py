@@ -58,6 +58,9 @@ async def auth(
     assert (await publish(http, auth, only_b)).status_code == 200
     chain = profile_event("rs-chain", ["rs/a"], fallbackEnabled=True, fallbackChain=["rs-only-b"])
     assert (await publish(http, auth, chain)).status_code == 200
+    # Two candidates, no fallback between them: only rs/a is ever called.
+    nofb = profile_event("rs-nofb", ["rs/a", "rs/b"], fallbackEnabled=False)
+    assert (await publish(http, auth, nofb)).status_code == 200
     return auth
 
 
@@ -204,6 +207,31 @@ async def test_persistent_503_fails_transient_or_falls_back(ctx: Ctx) -> None:
 
     await eventually(answered, timeout=20, interval=0.3)
     assert seen() == (1, 0)
+
+
+async def test_a_breaker_refusal_before_the_claim_follows_the_fallback_rules(ctx: Ctx) -> None:
+    """The refusal before the claim asked whether every target's breaker refused; with no
+    fallback between them, a second target's closed breaker let the call be claimed, the
+    route then called no one (the first's breaker open) and the key was spent on a 503."""
+    http, auth, up, sessions, tenant = ctx
+    up.inject(A, Fault(kind=FaultKind.UNAVAILABLE))
+    try:
+        resp, _, _ = await _call(http, auth, "rs-nofb")  # three 503s open rs/a's breaker
+        assert resp.status_code == 503
+        seen = Seen(up)
+        resp, key, _ = await _call(http, auth, "rs-nofb")
+        assert resp.status_code == 503 and seen() == (0, 0)
+        assert "circuit open for rs/a" in resp.json()["reason"], resp.text
+        async with sessions() as session:
+            assert await by_key(session, tenant, key) is None  # the key is still the caller's
+    finally:
+        up.state.clear_faults(A)
+
+    async def answered() -> bool:  # the breaker closed again, for the tests after this one
+        resp, _, _ = await _call(http, auth, "rs-nofb")
+        return resp.status_code == 200
+
+    await eventually(answered, timeout=20, interval=0.3)
 
 
 async def test_a_silent_provider_is_bounded_and_not_retried(ctx: Ctx) -> None:
@@ -462,9 +490,11 @@ async def test_a_call_the_provider_refused_is_known_to_have_cost_nothing(ctx: Ct
     usage_unknown). It was Unknown, as a timeout is. A 500 may follow work: Unknown still."""
     http, auth, up, sessions, tenant = ctx
 
-    async def refused(kind: FaultKind) -> InvocationReceiptRow:
-        """A call the provider fails so, once the breaker the last one opened lets it through
-        (one it refuses is claimed and called nothing: no receipt)."""
+    async def refused(kind: FaultKind, *first: Fault) -> InvocationReceiptRow:
+        """A call the provider fails so (after `first`), once the breaker the last one opened
+        lets it through (one it refuses is claimed and called nothing: no receipt)."""
+        for fault in first:
+            up.inject(A, fault)
         up.inject(A, Fault(kind=kind))
         try:
 
@@ -495,6 +525,19 @@ async def test_a_call_the_provider_refused_is_known_to_have_cost_nothing(ctx: Ct
         resp, _, _ = await _call(http, auth, "rs-solo")
         return resp.status_code == 200
 
+    await eventually(answered, timeout=20, interval=0.3)
+
+    # A 500 (which may follow work), then 429s: the receipt is the last attempt's, but the
+    # first may have been billed, so its usage is not known to be nothing. (The breaker is
+    # closed again: the call retries on the same deployment.)
+    up.inject(A, Fault(kind=FaultKind.SERVER_ERROR, times=1))
+    up.inject(A, Fault(kind=FaultKind.RATE_LIMIT, times=2))
+    try:
+        _, key, _ = await _call(http, auth, "rs-solo")
+    finally:
+        up.state.clear_faults(A)
+    row = await _receipt(sessions, tenant, key)
+    assert (row.outcome, row.usage_status, row.input_tokens) == ("Failed", "Unknown", None)
     await eventually(answered, timeout=20, interval=0.3)
 
 
