@@ -17,7 +17,8 @@ from activities.stream_watchdog import StreamWatchdog
 from core import timing
 from core.settings import Settings
 from domain.breaker import Breaker, BreakerState
-from domain.invocation import AttemptTimeouts
+from domain.fallback import may_answer
+from domain.invocation import AttemptTimeouts, InvocationInput, Target
 from domain.retry import RetryRules
 from providers.base import ProviderAdapter
 from providers.errors import ErrorKind, ProviderError
@@ -76,11 +77,20 @@ class BreakerRegistry:
         ]
         return min(waits, default=None)
 
-    def refusing_all(self, tenant_id: str, deployment_ids: Iterable[str]) -> bool:
-        """Whether every one of these deployments' breakers would refuse a call now (none
-        taken: a deployment never called has no breaker, and is not refused)."""
-        found = [self._breakers.get((tenant_id, d)) for d in deployment_ids]
-        return bool(found) and all(b is not None and b.refuses() for b in found)
+    def none_callable(self, data: InvocationInput) -> bool:
+        """Whether the call would call no one now: each target its route would come to
+        (domain.fallback `may_answer` after a refused one, as `InvokeActivities._route` walks
+        them) refused by its breaker. Asked without taking a trial's place; a deployment never
+        called has no breaker, and is not refused."""
+        refused: Target | None = None
+        for target in data.targets:
+            if refused is not None and not may_answer(data, refused, target, "circuit_open"):
+                continue
+            found = self._breakers.get((data.tenant_id, target.deployment_id))
+            if found is None or not found.refuses():
+                return False
+            refused = target
+        return True
 
     def get(self, tenant_id: str, deployment_id: str) -> Breaker:
         # Deployment ids are tenant-scoped: two tenants' "primary" are different providers.

@@ -182,8 +182,7 @@ class Invocations:
                     allowance,
                 )
             first = data.targets[0].deployment_id
-            targets = tuple(t.deployment_id for t in data.targets)
-            if self._activities.breakers.refusing_all(tenant, targets):
+            if self._activities.breakers.none_callable(data):
                 # Every candidate's breaker refuses now: nothing would be called. Refused
                 # before the claim, as when no candidate is routable, so that the key stays
                 # unused for the retry its Retry-After asks for. Claimed, the key was spent on
@@ -192,7 +191,11 @@ class Invocations:
                 seen = await self._replays.seen(tenant, key)
                 if seen is not None:
                     return self._replay_or_wait(tenant, key, hash_, seen, call)
+                # Counted, as the calls refused for Temporal are: claimed, each was an
+                # invocation Failed in the dashboards; unclaimed, it is in none otherwise.
+                metrics.refusals.add(1, {"reason": "circuit-open"})
                 answer = _refused(refused_by_breakers(data))
+                targets = tuple(t.deployment_id for t in data.targets)
                 return Running(data.invocation_id, first, answer, targets)
             if not self._gate.reachable:
                 # Known unreachable: refused before anything is held or claimed, unless the
