@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from typing import Annotated, Any
 
 from fastapi import Header
@@ -17,6 +18,8 @@ from store import idempotency
 from store.db import transaction
 from store.idempotency import RESERVED
 from store.tables import IdempotencyRecordRow
+
+log = logging.getLogger("model_router.api")
 
 IdempotencyKey = Annotated[
     str,
@@ -73,6 +76,17 @@ class IdempotencyStore:
         if record is None or (record.status_code == RESERVED and record.request_hash == hash_):
             return None
         return self._answer(record, hash_)
+
+    async def release(self, key: str, hash_: str) -> None:
+        """The key this request reserved, given up: its write failed (refused, or its answer
+        not known), and a request correcting the body may use the key. Kept, it was that
+        body's for good: each corrected request a 409 for a key nothing was done under. A
+        store that cannot take it leaves the reservation, which the same body still passes."""
+        try:
+            async with transaction(self._sessions) as session:
+                await idempotency.release(session, self._tenant, self._operation, key, hash_)
+        except Exception as exc:
+            log.warning("idempotency key not released: %s", type(exc).__name__)
 
     async def remember(
         self, key: str, hash_: str, status: int, body: dict[str, Any]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlmodel import col, select, update
+from sqlmodel import col, delete, select, update
 
 from store.tables import IdempotencyRecordRow
 
@@ -64,4 +64,18 @@ async def answer(
         .where(col(IdempotencyRecordRow.operation) == operation)
         .where(col(IdempotencyRecordRow.key) == key)
         .values(status_code=status_code, response=response)
+    )
+
+
+async def release(
+    session: AsyncSession, tenant_id: str, operation: str, key: str, request_hash: str
+) -> None:
+    """Give up the key this body reserved, its request having failed with nothing to replay."""
+    await session.execute(
+        delete(IdempotencyRecordRow)
+        .where(col(IdempotencyRecordRow.tenant_id) == tenant_id)
+        .where(col(IdempotencyRecordRow.operation) == operation)
+        .where(col(IdempotencyRecordRow.key) == key)
+        .where(col(IdempotencyRecordRow.request_hash) == request_hash)
+        .where(col(IdempotencyRecordRow.status_code) == RESERVED)
     )

@@ -239,6 +239,26 @@ async def test_one_key_with_two_bodies_at_once_registers_one_of_them(
     assert await _count(sessions, tenant) == (1, 1)
 
 
+async def test_a_key_whose_registration_was_refused_may_register_a_corrected_body(
+    http: httpx.AsyncClient, token_for: TokenFactory, tenant: str
+) -> None:
+    """The key is reserved before the write; a write refused left it that body's for good,
+    and the corrected request was a 409 for a key nothing was registered under."""
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    taken = await http.post(
+        "/factory/model-deployments", json=registration("rk/1"), headers={**auth, **key("a")}
+    )
+    assert taken.status_code == 201, taken.text
+    again = await http.post(
+        "/factory/model-deployments", json=registration("rk/1"), headers={**auth, **key("b")}
+    )
+    assert again.status_code == 409 and again.json()["field"] == "deploymentId", again.text
+    corrected = await http.post(
+        "/factory/model-deployments", json=registration("rk/2"), headers={**auth, **key("b")}
+    )
+    assert corrected.status_code == 201, corrected.text
+
+
 async def test_concurrent_registrations_with_one_key_make_one_deployment(
     http: httpx.AsyncClient,
     token_for: TokenFactory,

@@ -63,6 +63,23 @@ async def register_deployment(
     replay = await keys.replay(idempotency_key, hash_)
     if replay is not None:
         return replay
+    try:
+        return await _register(runtime, temporal, principal, idempotency_key, body, keys, hash_)
+    except Exception:
+        await keys.release(idempotency_key, hash_)
+        raise
+
+
+async def _register(
+    runtime: RuntimeDep,
+    temporal: TemporalDep,
+    principal: Admin,
+    idempotency_key: str,
+    body: DeploymentRegistration,
+    keys: IdempotencyStore,
+    hash_: str,
+) -> JSONResponse:
+    """The registration the key reserved, and its answer stored."""
     result = await lifecycle.register(
         temporal, runtime.settings.temporal_task_queue, principal.tenant_id, idempotency_key, body
     )
