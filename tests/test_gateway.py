@@ -467,7 +467,10 @@ async def test_a_call_whose_receipt_another_closed_is_told_what_it_says(
         assert answered.status_code == 200  # the stream had begun: it ends with the failure
         events = [line for line in answered.text.splitlines() if line.startswith("event: ")]
         assert events[-1] == "event: error", events  # not the receipt of an answer
-        assert "swept" in answered.text.rsplit("event: error", 1)[1]
+        data = answered.text.rsplit("event: error", 1)[1].split("data: ", 1)[1].split("\n")[0]
+        error = json.loads(data)
+        # As every surface's stream error: why it closed and whether to come back.
+        assert (error["closeReason"], error["errorClass"]) == ("swept", "permanent"), error
     else:
         assert answered.status_code == 409, answered.text
         assert answered.json()["closeReason"] == "swept"

@@ -28,6 +28,7 @@ from api.wire import (
 )
 from core.security import Principal
 from domain.access import Action
+from domain.close_reason import close_reason
 from domain.enums import InvocationOutcome, Scope
 from domain.failures import error_class
 from domain.invocation import MAX_EMBED_INPUTS, Disposition, InvocationSummary, Operation
@@ -167,7 +168,16 @@ async def invoke(
 # What the provider says of itself: callers name profiles, never provider models, and the
 # receipt is where the answering deployment is named (spec, ModelProfile; DESIGN §1). The
 # answer and the stream's finish carried the provider's model name and request id.
-_PROVIDERS_OWN = {"response_model", "provider_request_id", "response_id"}
+# Nor what the gateway keeps for its own replays (where text fell among the calls, whether it
+# ended the answer, why a cut came).
+_PROVIDERS_OWN = {
+    "response_model",
+    "provider_request_id",
+    "response_id",
+    "text_at_calls",
+    "ends_in_text",
+    "context_full",
+}
 
 
 def _sse(event: str, data: Any) -> bytes:
@@ -209,7 +219,14 @@ class _Events:
                     "receiptKept": False,
                 },
             )
-        return _sse("error", await _receipt(self._runtime, self._tenant_id, summary))
+        # The receipt, with what every surface's stream error carries (README: a stream's
+        # error event names the close reason and the failure's class): it had neither.
+        receipt = await _receipt(self._runtime, self._tenant_id, summary)
+        reason = summary.close_reason or close_reason(summary.outcome, summary.error_kind).value
+        return _sse(
+            "error",
+            {**receipt, "closeReason": reason, "errorClass": error_class(summary.error_kind)},
+        )
 
 
 @router.post("/embed", operation_id="Embed", response_model=None)
