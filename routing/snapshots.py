@@ -55,6 +55,9 @@ class SnapshotCache:
         self._cache: dict[str, CatalogView] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._refreshing: dict[str, asyncio.Task[None]] = {}
+        # A tenant whose refresh failed is tried again after another refresh period, not at
+        # its next call (the store away, each call of each tenant started one).
+        self._retry_at: dict[str, float] = {}
 
     def cached(self, tenant_id: str) -> CatalogView | None:
         """The tenant's snapshot as last compiled here, its version not read again: for a route
@@ -80,7 +83,12 @@ class SnapshotCache:
             cached = self._cache.get(tenant_id)
             if cached is not None and cached.snapshot.version >= version:
                 return cached
-            return await self._build(tenant_id)
+            try:
+                return await self._build(tenant_id)
+            except BaseException:
+                if tenant_id not in self._cache:
+                    self._locks.pop(tenant_id, None)  # a tenant kept nowhere keeps no lock
+                raise
 
     async def _build(self, tenant_id: str) -> CatalogView:
         """The tenant's catalog at its current version, compiled and kept (under its lock)."""
@@ -98,9 +106,11 @@ class SnapshotCache:
         tenant = view.tenant_id
         self._cache.pop(tenant, None)  # to the end: the order is the order of compiling
         self._cache[tenant] = view
+        self._retry_at.pop(tenant, None)
         while len(self._cache) > MAX_TENANTS:
             oldest = next(iter(self._cache))
             del self._cache[oldest]
+            self._retry_at.pop(oldest, None)
             lock = self._locks.get(oldest)
             if lock is not None and not lock.locked():
                 del self._locks[oldest]
@@ -111,7 +121,10 @@ class SnapshotCache:
         its own: the calls meanwhile route on the one they have (its catalog is current; only
         the statistics are that old)."""
         tenant = view.tenant_id
-        if time.monotonic() - view.compiled_at < self._stats.refresh or tenant in self._refreshing:
+        now = time.monotonic()
+        if now - view.compiled_at < self._stats.refresh or tenant in self._refreshing:
+            return
+        if now < self._retry_at.get(tenant, 0.0):
             return
         task = asyncio.get_running_loop().create_task(self._refresh(tenant, view))
         self._refreshing[tenant] = task
@@ -121,8 +134,11 @@ class SnapshotCache:
         """The statistics alone, one statement, the rest of the snapshot as it was (its
         version is still current, or the next call compiles it whole anyway): reading the
         whole catalog again took six statements and more a tenant, every refresh."""
+        lock = self._locks.get(tenant_id)
+        if lock is None or self._cache.get(tenant_id) is not old:
+            return  # forgotten, or compiled anew meanwhile: nothing to refresh
         try:
-            async with self._locks.setdefault(tenant_id, asyncio.Lock()):
+            async with lock:
                 if self._cache.get(tenant_id) is not old:  # compiled anew meanwhile
                     return
                 compiled_at = time.monotonic()
@@ -134,6 +150,7 @@ class SnapshotCache:
                 snapshot = CatalogSnapshot(data)
                 self._keep(CatalogView(tenant_id, snapshot, old.weights, compiled_at))
         except Exception as exc:  # the store away: the snapshot serves on, tried again later
+            self._retry_at[tenant_id] = time.monotonic() + self._stats.refresh
             log.warning("routing statistics not refreshed: %s", type(exc).__name__)
 
 
