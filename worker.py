@@ -33,7 +33,7 @@ from core.settings import Settings, get_settings
 from core.temporal import connect
 from core.temporal_rotation import TlsRotation
 from providers.secrets import default_broker
-from store.artifacts import ArtifactStore
+from store.artifacts import EVIDENCE_DIR, ArtifactStore
 from store.db import create_engine, session_factory
 from store.reconciliation import awaiting_by_provider
 from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow
@@ -102,7 +102,9 @@ def build_worker(
     evaluation = EvaluationActivities(
         sessions,
         adapters or evaluation_adapters(settings),
-        ArtifactStore(settings.artifact_root),
+        # Evaluation records apart from answers: the answers' retention (the receipt sweeper)
+        # deleted them with the answers, the evidence a deployment's approval rests on.
+        ArtifactStore(settings.artifact_root / EVIDENCE_DIR),
         this_client,
         settings.evaluation_context_token_cap,
     )

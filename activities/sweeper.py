@@ -48,8 +48,12 @@ class SweeperActivities:
         replay of those keys then had no answer). On a thread: it walks a directory."""
         if self._artifacts is None:
             return 0
-        days = timedelta(days=data.retention_days).total_seconds()
-        return await asyncio.to_thread(self._artifacts.purge_slot, data.slot, days)
+        artifacts, age = self._artifacts, timedelta(days=data.retention_days).total_seconds()
+
+        def purge() -> int:
+            return sum(artifacts.purge_slot(slot, age) for slot in data.slots)
+
+        return await asyncio.to_thread(purge)
 
     @activity.defn(name="prune_run_events")
     async def prune(self, data: SweepInput) -> int:

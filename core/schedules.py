@@ -43,6 +43,7 @@ from temporalio.client import (
     ScheduleUpdateInput,
 )
 
+from core.schedule_spec import period_minutes
 from core.settings import Settings
 from domain.health import HealthProbeInput
 from domain.statements import ReconcilerInput
@@ -108,6 +109,7 @@ def sweep_input(settings: Settings) -> SweepInput:
         unstarted_longer_than_seconds=unstarted_bound(settings.invoke_start_wait_seconds),
         run_event_retention_days=settings.run_event_retention_days or None,
         artifact_retention_days=settings.artifact_retention_days or None,
+        period_minutes=period_minutes(settings.receipt_sweeper_cron),
     )
 
 

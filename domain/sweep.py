@@ -49,6 +49,8 @@ class SweepInput(BaseModel):
     # Stored answers (the artifact store) older than this many days are deleted, one of their
     # ARTIFACT_SLOTS folders a run; None: kept (schedules made before, or retention off).
     artifact_retention_days: int | None = Field(default=None, ge=1)
+    # How often the schedule runs (minutes): the artifact folders a run purges.
+    period_minutes: int = Field(default=1, ge=1)
 
     @property
     def shortest(self) -> float:
@@ -83,14 +85,19 @@ def to_sweep(workflow: Workflow, open_for_seconds: float, data: SweepInput) -> b
 ARTIFACT_SLOTS = 256
 
 
-def artifact_slot(minute: int) -> str:
-    """The folder a run in this minute (minutes since the epoch) purges."""
-    return f"{minute % ARTIFACT_SLOTS:02x}"
+def artifact_slots(minute: int, period_minutes: int = 1) -> list[str]:
+    """The folders a run in this minute (minutes since the epoch) purges, its schedule running
+    every `period_minutes`: the period's worth, so that every folder is purged once in 256
+    minutes whatever the schedule (one a minute, by the minute, left the odd folders to a
+    schedule every two minutes, three quarters of them to an hourly one)."""
+    count = max(1, min(period_minutes, ARTIFACT_SLOTS))
+    first = minute - minute % count
+    return [f"{(first + i) % ARTIFACT_SLOTS:02x}" for i in range(count)]
 
 
 class PruneArtifactsInput(BaseModel):
     retention_days: int = Field(ge=1)
-    slot: str = Field(pattern=r"^[0-9a-f]{2}$")
+    slots: list[str] = Field(min_length=1, max_length=ARTIFACT_SLOTS)
 
 
 class SweepReport(BaseModel):

@@ -19,6 +19,9 @@ from pathlib import Path
 from domain.tenants import is_tenant_id
 
 _REF = re.compile(r"^sha256:([0-9a-f]{64})$")
+# Where evaluation records are kept, beside the tenants' answers: no tenant id starts with an
+# underscore (domain/tenants.py), and the answers' purge passes it over.
+EVIDENCE_DIR = "_evidence"
 
 
 # A temporary name unique to this process and write: the pid tells processes apart.
@@ -111,8 +114,8 @@ class ArtifactStore:
         removed = 0
         for tenant in os.scandir(self.root):
             folder = os.path.join(tenant.path, slot)
-            if not tenant.is_dir() or not os.path.isdir(folder):
-                continue
+            if not is_tenant_id(tenant.name) or not tenant.is_dir() or not os.path.isdir(folder):
+                continue  # a tenant's answers only: never the evaluation records (EVIDENCE_DIR)
             for entry in os.scandir(folder):
                 try:
                     if entry.is_file() and entry.stat().st_mtime < cutoff:

@@ -10,12 +10,13 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
 from temporalio.client import Client
 
 from core.schedules import sweep_input
 from core.settings import Settings
-from domain.sweep import ARTIFACT_SLOTS, SweepInput, artifact_slot
-from store.artifacts import ArtifactStore
+from domain.sweep import ARTIFACT_SLOTS, SweepInput, artifact_slots
+from store.artifacts import EVIDENCE_DIR, ArtifactStore
 from workflows.receipt_sweeper import ReceiptSweeperWorkflow
 
 DAY = 86_400.0
@@ -57,9 +58,25 @@ def test_answers_past_retention_go_and_one_stored_again_stays(tmp_path: Path) ->
     assert old_path.exists()
 
 
-def test_every_folder_has_its_minute() -> None:
-    slots = {artifact_slot(m) for m in range(ARTIFACT_SLOTS)}
-    assert len(slots) == ARTIFACT_SLOTS and artifact_slot(ARTIFACT_SLOTS) == artifact_slot(0)
+@pytest.mark.parametrize("period", [1, 2, 5, 60, 1440])
+def test_every_folder_is_purged_in_256_minutes_whatever_the_schedule(period: int) -> None:
+    """By the minute alone, a schedule every two minutes purged the even folders only, an
+    hourly one a quarter of them: the rest kept every answer for ever."""
+    runs = range(0, 256 + period, period)  # the minutes the schedule fires at
+    slots = {slot for minute in runs for slot in artifact_slots(minute, period)}
+    assert len(slots) == ARTIFACT_SLOTS
+
+
+def test_evaluation_records_are_kept_apart_from_answers(tmp_path: Path) -> None:
+    """Evaluation records were stored among the answers and purged with them: the evidence a
+    deployment's approval rests on, gone after the answers' retention."""
+    answers = ArtifactStore(tmp_path)
+    evidence = ArtifactStore(tmp_path / EVIDENCE_DIR)
+    ref = evidence.put("t-1", b"an evaluation record")
+    old = _age(evidence, "t-1", ref, 400)
+    for n in range(ARTIFACT_SLOTS):
+        answers.purge_slot(f"{n:02x}", 30 * DAY)
+    assert old.exists() and evidence.get("t-1", ref) == b"an evaluation record"
 
 
 def test_the_sweepers_schedule_carries_the_artifacts_retention(settings: Settings) -> None:

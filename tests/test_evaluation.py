@@ -19,6 +19,7 @@ from domain.enums import Capability
 from domain.suite import Oracle, Suite
 from providers.upstream import Fault, FaultKind, UpstreamServer
 from providers.upstream.suite_responders import competent_responder, failing_responder
+from store.artifacts import EVIDENCE_DIR
 from store.db import transaction
 from store.tables import EvaluationRow
 from tests.conftest import TokenFactory, free_port
@@ -207,6 +208,7 @@ async def test_a_running_row_whose_run_is_not_running_is_settled_when_read(
     upstream: UpstreamServer,
     sessions: async_sessionmaker[AsyncSession],
     tenant: str,
+    settings: Settings,
 ) -> None:
     """A start refused after Temporal took it discards the row, and the run then records into
     none; the same key again inserts a Running row that nothing ends (its run has ended, or,
@@ -216,6 +218,10 @@ async def test_a_running_row_whose_run_is_not_running_is_settled_when_read(
     done = await _evaluate(http, auth, "eval/settle", "settle-1")
     ended = (await _finished(http, auth, "eval/settle"))["evaluation"]
     assert ended["status"] == "Completed"
+    # The record is kept apart from the answers, which their retention deletes.
+    digest = ended["evidenceRef"].removeprefix("sha256:")
+    kept = settings.artifact_root / EVIDENCE_DIR / tenant / digest[:2] / digest
+    assert kept.is_file() and not (settings.artifact_root / tenant / digest[:2] / digest).exists()
     # The row as the lost start leaves it: Running, its run ended.
     async with transaction(sessions) as session:
         row = await session.get(EvaluationRow, done["evaluationId"])

@@ -11,7 +11,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from domain.sweep import PruneArtifactsInput, SweepInput, SweepReport, artifact_slot
+    from domain.sweep import PruneArtifactsInput, SweepInput, SweepReport, artifact_slots
 
 
 # Marks the histories where a run also deletes run events past their retention.
@@ -48,7 +48,9 @@ class ReceiptSweeperWorkflow:
             minute = int(workflow.now().timestamp() // 60)
             report.artifacts_pruned = await workflow.execute_activity(
                 "prune_artifacts",
-                PruneArtifactsInput(retention_days=days, slot=artifact_slot(minute)),
+                PruneArtifactsInput(
+                    retention_days=days, slots=artifact_slots(minute, data.period_minutes)
+                ),
                 result_type=int,
                 start_to_close_timeout=timedelta(minutes=5),
                 retry_policy=_RETRY,
