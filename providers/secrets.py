@@ -99,24 +99,28 @@ class SecretPolicy:
         The allow-lists were the platform's alone: any tenant's operator could register another
         tenant's key, or private endpoint, and spend it. One answer whatever the reason, and
         whether or not the secret exists: the refusal says nothing of other tenants' secrets."""
-        owners = self.ref_tenants.get(endpoint_ref)
-        if owners is None:
-            owners = self._file_owner(endpoint_ref)
-        if owners is None or tenant_id in owners:
+        ref = normal_ref(endpoint_ref)
+        owners = {t for r, ts in self.ref_tenants.items() if normal_ref(r) == ref for t in ts}
+        owners |= self._file_owners(ref)
+        if not owners or tenant_id in owners:
             return None
         return "the reference is kept for other tenants (secret_ref_tenants, tenants/<tenant>/)"
 
-    def _file_owner(self, endpoint_ref: str) -> frozenset[str] | None:
+    def _file_owners(self, endpoint_ref: str) -> set[str]:
+        """The tenants whose `tenants/<tenant>/` folder the file is in, as written (a mounted
+        Secret's files are symlinks into its `..data`, so only the written path says) and
+        as it resolves (a link of another folder's pointing there)."""
         scheme, _, path = endpoint_ref.partition(":")
         if scheme != "file" or not Path(path).is_absolute():
-            return None
-        resolved = Path(path).resolve()
-        for base in self.file_dirs or ():
-            if resolved.is_relative_to(base):
-                parts = resolved.relative_to(base).parts
-                if len(parts) >= 3 and parts[0] == "tenants":
-                    return frozenset({parts[1]})
-        return None
+            return set()
+        owners = set()
+        for candidate in (Path(path), Path(path).resolve()):
+            for base in self.file_dirs or ():
+                if candidate.is_relative_to(base):
+                    parts = candidate.relative_to(base).parts
+                    if len(parts) >= 3 and parts[0] == "tenants":
+                        owners.add(parts[1])
+        return owners
 
     def env_refusal(self, name: str) -> str | None:
         gateway = name.startswith(GATEWAY_ENV_PREFIX) and not name.startswith(PROVIDER_ENV_PREFIX)
@@ -137,6 +141,16 @@ class SecretPolicy:
         if any(resolved.is_relative_to(d) for d in self.file_dirs):
             return None
         return "the file is outside the allowed secret directories (secret_file_dirs)"
+
+
+def normal_ref(endpoint_ref: str) -> str:
+    """A reference as one spelling: a `file:` path without `.`, `..` or doubled separators (as
+    written, not resolved), so that `file:/run/secrets/./x` and `file://run/secrets/x` are
+    `file:/run/secrets/x`."""
+    scheme, _, rest = endpoint_ref.partition(":")
+    if scheme != "file" or not rest:
+        return endpoint_ref
+    return "file:" + os.path.normpath("/" + rest.lstrip("/"))
 
 
 def secret_digest(value: str) -> str:

@@ -180,9 +180,19 @@ async def test_a_tenants_own_secrets_are_named_by_it_alone(
     assert (await register_with(f"file:{base}/tenants/{tenant}/openai")).status_code == 201
 
     listed = settings.model_copy(
-        update={"secret_ref_tenants": {"env:MODEL_ROUTER_PROVIDER_A": ["tenant-a"]}}
+        update={
+            "secret_ref_tenants": {
+                "env:MODEL_ROUTER_PROVIDER_A": ["tenant-a"],
+                f"file:{base}/acme-openai": ["tenant-a"],
+            }
+        }
     )
     policy = secret_policy(listed)
+    # However the path is spelled.
+    for spelled in (f"file:{base}/./acme-openai", f"file:/{base}//acme-openai"):
+        assert policy.tenant_refusal(spelled, "tenant-b") is not None, spelled
+    # A tenant's folder named in a roundabout way is still that tenant's.
+    assert policy.tenant_refusal(f"file:{base}/tenants/tenant-a/../tenant-a/k", "tenant-b")
     assert policy.tenant_refusal("env:MODEL_ROUTER_PROVIDER_A", "tenant-b") is not None
     assert policy.tenant_refusal("env:MODEL_ROUTER_PROVIDER_A", "tenant-a") is None
     assert policy.tenant_refusal("env:MODEL_ROUTER_PROVIDER_SHARED", "tenant-b") is None
