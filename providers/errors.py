@@ -188,7 +188,18 @@ def error_field(body: object, *path: str) -> str | None:
     return node if isinstance(node, str) else None
 
 
-_CONTEXT_HINTS = ("context length", "context_length", "prompt is too long", "too many tokens")
+# llama.cpp says "the request exceeds the available context size" (exceed_context_size_error),
+# TGI "`inputs` tokens + `max_new_tokens` must be <= …": read as invalid requests, an
+# evaluation's long-context case failed the whole evaluation as a refusal.
+_CONTEXT_HINTS = (
+    "context length",
+    "context_length",
+    "prompt is too long",
+    "too many tokens",
+    "context size",
+    "exceed_context",
+    "max_new_tokens",
+)
 _POLICY_HINTS = ("content_policy", "content policy", "content filter", "safety system")
 
 

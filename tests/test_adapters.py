@@ -713,3 +713,21 @@ def test_a_rerank_result_naming_a_document_by_text_is_told_by_its_type() -> None
     with pytest.raises(MalformedAnswer) as caught:
         _items({"results": [{"index": "the launch code is PLUTO", "relevance_score": 1.0}]}, 3)
     assert "PLUTO" not in str(caught.value) and "of type str" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        (400, "the request exceeds the available context size, try increasing it"),
+        (422, "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096"),
+    ],
+    ids=["llama.cpp", "tgi"],
+)
+def test_self_hosted_servers_context_overflows_are_context_length(
+    status: int, message: str
+) -> None:
+    """Read as invalid requests, these ended an evaluation whose long-context case overflowed
+    the server's window as a refusal of the whole suite, not that case failed."""
+    from providers.errors import kind_from_status
+
+    assert kind_from_status(status, None, message) is ErrorKind.CONTEXT_LENGTH
