@@ -250,8 +250,9 @@ attempts_abandoned = Counter(
     "Replaced attempts the provider may bill (by provider and reason).",
 )
 
-# Not in the spec's table: invocations refused before anything was claimed because a dependency
-# of the invoke path was unreachable (reason temporal-unreachable).
+# Not in the spec's table: invocations refused before anything was claimed: a dependency of the
+# invoke path unreachable (temporal-unreachable, worker-restarting) or every callable
+# candidate's breaker open (circuit-open).
 refusals = Counter(
     _PREFIX + "refusals", "{invocation}", "Invocations refused before they started, by reason."
 )
