@@ -16,9 +16,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from api.responses_shapes import (
+from api.responses_answers import (
     CUT,
-    ResponsesIn,
     call_item,
     call_item_id,
     message_item_id,
@@ -27,6 +26,7 @@ from api.responses_shapes import (
     text_item,
     text_part,
 )
+from api.responses_shapes import ResponsesIn
 from api.sse import KEEP_ALIVE_COMMENT
 from api.wire import receipt_view
 from domain.failures import error_class

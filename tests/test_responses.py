@@ -19,7 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from api.invocation_events import Replayed
-from api.responses_shapes import ResponsesIn, output_items
+from api.responses_answers import output_items
+from api.responses_shapes import ResponsesIn
 from api.responses_stream import ResponseEvents
 from api.wire import replay_events
 from domain.enums import InvocationOutcome

@@ -13,13 +13,8 @@ from fastapi.responses import JSONResponse, Response
 from api.deps import require
 from api.invocations import Running
 from api.openai_errors import ERROR_RESPONSES, error_envelope
-from api.responses_shapes import (
-    ResponsesIn,
-    output_items,
-    response_body,
-    status_of,
-    to_chat_request,
-)
+from api.responses_answers import output_items, response_body, status_of
+from api.responses_shapes import ResponsesIn, to_chat_request
 from api.responses_stream import ResponseEvents
 from api.surface import CallHeaders, Service
 from api.wire import (
