@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from functools import partial
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -15,6 +15,14 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from activities.adapter_pool import AdapterPool
+from activities.evaluation_refusals import (
+    CANNOT_RUN,
+    evaluable,
+    evaluated_through,
+    raise_unless_unanswered,
+    ready,
+    same_suite,
+)
 from activities.evaluation_types import (
     CaseInput,
     EvaluationInput,
@@ -31,7 +39,7 @@ from domain.deployments import CapabilityMeasurement, DeploymentRecord, Evidence
 from domain.enums import Modality
 from domain.hashing import canonical_json
 from domain.invocation import Target
-from domain.lifecycle import Transition, can_evaluate
+from domain.lifecycle import Transition
 from domain.profiles import ModelProfile
 from domain.suite import (
     SUITE_VERSION,
@@ -48,35 +56,15 @@ from domain.suite.rerank import (
     rerank_passed,
     verify_rerank,
 )
-from providers.errors import ErrorKind, ProviderError
-from providers.registry import adapter_kind
-from providers.secrets import SecretResolutionError
+from providers.errors import ProviderError
 from store import evaluations
 from store.artifacts import ArtifactStore
 from store.db import transaction
 from store.outage import is_outage
 from store.repositories import ModelDeploymentRepository, ModelProfileRepository
-from store.tables import ModelDeploymentRow
 from store.views import deployment_record
 
 log = logging.getLogger("model_router.evaluation")
-CANNOT_RUN = "CannotRun"
-# A provider that refuses the credentials, or does not know the model, will not do better on a
-# retry: the run stops and the operator is told. Other refusals are the model failing a case.
-_FATAL = {ErrorKind.AUTH, ErrorKind.NOT_FOUND, ErrorKind.UNSUPPORTED, ErrorKind.QUOTA}
-# A provider that refuses a case's request (a parameter the model does not take, such as a
-# reasoning model's 400 to `temperature: 0`; a feature its server has not enabled; a content
-# filter tripping on the suite's benign text) has not answered it wrongly: scored as the model's
-# failure, every such case made an all-zero scorecard that moved the deployment to Evaluated on
-# evidence of nothing. The first refusal ends the run, naming the kind and the case: no
-# threshold, because refusals below one would still be recorded as wrong answers, and the cases
-# after it would most likely be refused as well. A context-length refusal is not among them:
-# the reliable-context cases are sized to what the listing profiles need, and a deployment
-# whose window is smaller fails those cases, as the router would fail those requests.
-_REFUSED = {ErrorKind.INVALID_REQUEST, ErrorKind.CONTENT_POLICY}
-# The longest a provider's Retry-After defers a case's next attempt: one that asks for longer
-# (or for hours) is tried again after this, and fails the run if it still refuses.
-RETRY_AFTER_CAP_SECONDS = 60.0
 
 
 class EvaluationActivities:
@@ -112,14 +100,14 @@ class EvaluationActivities:
             row = await ModelDeploymentRepository(session, data.tenant_id).get(data.deployment_id)
             profiles = await ModelProfileRepository(session, data.tenant_id).list_active()
         # Retired since the API accepted the request: no case is sent to the provider.
-        row = _evaluable(row)
+        row = evaluable(row)
         listing = [p for p in profiles if data.deployment_id in p.allowed_deployments]
         modality = (
             Modality.RERANK
             if listing and all(p.modality is Modality.RERANK for p in listing)
             else None
         )
-        if _adapter_kind(row.provider, modality) == "rerank":
+        if evaluated_through(row.provider, modality) == "rerank":
             # A reranker: the rerank check's cases, through the rerank adapter.
             return Prepared(
                 target=Target(
@@ -151,7 +139,7 @@ class EvaluationActivities:
             capability_of={c.case_id: c.capability.value for c in suite.cases},
         )
 
-    async def _still_evaluable(self, tenant_id: str, deployment_id: str) -> None:
+    async def _stillevaluable(self, tenant_id: str, deployment_id: str) -> None:
         """Each case asks first: a deployment retired while its evaluation runs stops the
         cases not yet sent (one primary-key read each, against a provider call), where every
         case went on to the provider for evidence the import then refused. A store that does
@@ -165,14 +153,14 @@ class EvaluationActivities:
                 raise
             log.warning("evaluation case: the store did not answer (%s)", type(exc).__name__)
             return
-        _evaluable(row)
+        evaluable(row)
 
     @activity.defn(name="evaluation_run_case")
     async def run_case(self, data: CaseInput) -> CaseResult:
-        suite = _same(self._suite(data.context_tokens), data.suite_version)
+        suite = same_suite(self._suite(data.context_tokens), data.suite_version)
         case = suite.case(data.case_id)
-        await self._still_evaluable(data.tenant_id, data.target.deployment_id)
-        await _ready(self._adapters, data.target)
+        await self._stillevaluable(data.tenant_id, data.target.deployment_id)
+        await ready(self._adapters, data.target)
 
         async def ask(request: SuiteRequest) -> SuiteAnswer:
             async with self._adapters.lease(data.target) as adapter:
@@ -181,7 +169,7 @@ class EvaluationActivities:
         try:
             return await run_case_async(case, ask)
         except ProviderError as exc:
-            _raise_unless_unanswered(exc, case.case_id)
+            raise_unless_unanswered(exc, case.case_id)
             return suite.unanswered(case)
         except ApplicationError:
             raise
@@ -194,15 +182,15 @@ class EvaluationActivities:
     @activity.defn(name="evaluation_rerank")
     async def rerank(self, data: RerankInput) -> list[RerankCaseResult]:
         """The rerank check's cases against a reranker (a handful of small requests)."""
-        await self._still_evaluable(data.tenant_id, data.target.deployment_id)
-        await _ready(self._adapters, data.target)
+        await self._stillevaluable(data.tenant_id, data.target.deployment_id)
+        await ready(self._adapters, data.target)
         results = []
         async with self._adapters.lease(data.target) as adapter:
             for case in RERANK_CASES:
                 try:
                     answer = await adapter.rerank(case.query, case.documents, top_n=case.top_n)
                 except ProviderError as exc:
-                    _raise_unless_unanswered(exc, case.case_id)
+                    raise_unless_unanswered(exc, case.case_id)
                     results.append(
                         RerankCaseResult(case_id=case.case_id, passed=False, reason="no answer")
                     )
@@ -289,7 +277,7 @@ class EvaluationActivities:
 
     @activity.defn(name="evaluation_record")
     async def record(self, data: RecordInput) -> str:
-        suite = _same(self._suite(data.context_tokens), data.suite_version)
+        suite = same_suite(self._suite(data.context_tokens), data.suite_version)
         scores = suite.score(data.results)
         record = canonical_json(
             {
@@ -341,95 +329,3 @@ class EvaluationActivities:
     async def fail(self, data: FailInput) -> None:
         async with transaction(self._sessions) as session:
             await evaluations.fail(session, data.tenant_id, data.evaluation_id, data.reason)
-
-
-def _evaluable(row: ModelDeploymentRow | None) -> ModelDeploymentRow:
-    """The deployment, when it exists in a state whose evidence can be recorded; otherwise
-    CannotRun."""
-    if row is None:
-        raise ApplicationError("deployment not found", type=CANNOT_RUN, non_retryable=True)
-    if not can_evaluate(row.state):
-        raise ApplicationError(
-            f"the deployment is {row.state.value}; it cannot be evaluated",
-            type=CANNOT_RUN,
-            non_retryable=True,
-        )
-    return row
-
-
-async def _ready(adapters: AdapterPool, target: Target) -> None:
-    """The deployment's credentials resolve, or the evaluation cannot run at all."""
-    try:
-        await adapters.ready(target)
-    except SecretResolutionError:
-        raise ApplicationError(
-            f"credentials for endpointRef {target.endpoint_ref} are missing",
-            type=CANNOT_RUN,
-            non_retryable=True,
-        ) from None
-
-
-def _same(suite: Suite, prepared: str | None) -> Suite:
-    """This worker's suite, if it is the one the evaluation was prepared with. A deploy that
-    changed the suite mid-evaluation raised KeyError on a removed case (retried to failure),
-    or recorded evidence from two suites under the new one's version."""
-    if prepared is not None and suite.suite_version != prepared:
-        raise ApplicationError(
-            f"the capability suite changed during the evaluation ({prepared} → "
-            f"{suite.suite_version}): evaluate again",
-            type=CANNOT_RUN,
-            non_retryable=True,
-        )
-    return suite
-
-
-def _adapter_kind(provider: str, modality: Modality | None) -> str:
-    """The adapter the deployment is evaluated through; CannotRun for a provider none serves
-    (registration takes any provider name). Raised as the adapter's ProviderError, it was
-    retried for good, the evaluation Running for ever and every later one of the deployment
-    a 409."""
-    try:
-        return adapter_kind(provider, modality)
-    except ProviderError as exc:
-        raise ApplicationError(
-            f"no adapter serves provider {provider!r} ({exc.kind.value}): register the "
-            "deployment with a supported provider",
-            type=CANNOT_RUN,
-            non_retryable=True,
-        ) from None
-
-
-def _raise_unless_unanswered(exc: ProviderError, case_id: str) -> None:
-    """A provider that refuses the evaluation, or a case's request, ends it; one that is
-    unavailable is retried by the workflow's policy, after the provider's Retry-After when it
-    gave one (past the policy, the run cannot run); a context-length refusal leaves the case
-    unanswered, which its verifier scores. Reasons name the error's kind and status, never
-    the provider's message (it may quote the request)."""
-    if exc.kind in _FATAL:
-        raise ApplicationError(
-            f"provider refused the evaluation ({exc.kind.value})",
-            type=CANNOT_RUN,
-            non_retryable=True,
-        ) from None
-    if exc.kind in _REFUSED:
-        status = f", status {exc.status_code}" if exc.status_code is not None else ""
-        raise ApplicationError(
-            f"provider refused the request of case {case_id} ({exc.kind.value}{status}): "
-            "a refused request is not a wrong answer; correct the deployment, then evaluate "
-            "again",
-            type=CANNOT_RUN,
-            non_retryable=True,
-        ) from None
-    if exc.transient:
-        raise ApplicationError(
-            f"provider unavailable ({exc.kind.value})", next_retry_delay=_retry_delay(exc)
-        ) from None
-
-
-def _retry_delay(exc: ProviderError) -> timedelta | None:
-    """When to try the case again, as the provider asked (bounded); None: the policy's backoff.
-    Retried at 1, 2 and 4 s whatever it asked, a rate-limited case failed the run within 7 s
-    where waiting as told would have had it answered."""
-    if exc.retry_after is None or exc.retry_after <= 0:
-        return None
-    return timedelta(seconds=min(exc.retry_after, RETRY_AFTER_CAP_SECONDS))

@@ -437,7 +437,8 @@ async def test_a_case_or_record_on_a_worker_with_another_suite_is_refused(
     from temporalio.exceptions import ApplicationError
     from temporalio.testing import ActivityEnvironment
 
-    from activities.evaluation import CANNOT_RUN, EvaluationActivities
+    from activities.evaluation import EvaluationActivities
+    from activities.evaluation_refusals import CANNOT_RUN
     from activities.evaluation_types import CaseInput, RecordInput
     from domain.invocation import Target
 

@@ -20,7 +20,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.evaluation import RETRY_AFTER_CAP_SECONDS, _retry_delay
+from activities.evaluation_refusals import RETRY_AFTER_CAP_SECONDS, retry_delay
 from activities.evaluation_types import EvaluationInput, FailInput, Prepared
 from activities.lifecycle_types import workflow_id
 from core.payload_converter import data_converter
@@ -251,10 +251,10 @@ def test_a_retry_after_defers_the_next_attempt_within_a_bound() -> None:
     def limited(after: float | None) -> ProviderError:
         return ProviderError(ErrorKind.RATE_LIMIT, provider="openai", retry_after=after)
 
-    assert _retry_delay(limited(None)) is None  # the policy's backoff
-    assert _retry_delay(limited(0)) is None
-    assert _retry_delay(limited(2.5)) == timedelta(seconds=2.5)
-    assert _retry_delay(limited(86_400)) == timedelta(seconds=RETRY_AFTER_CAP_SECONDS)
+    assert retry_delay(limited(None)) is None  # the policy's backoff
+    assert retry_delay(limited(0)) is None
+    assert retry_delay(limited(2.5)) == timedelta(seconds=2.5)
+    assert retry_delay(limited(86_400)) == timedelta(seconds=RETRY_AFTER_CAP_SECONDS)
 
 
 async def test_two_starts_at_the_same_moment_run_one_evaluation(
