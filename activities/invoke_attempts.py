@@ -37,16 +37,10 @@ from domain.failures import BUSY
 from domain.invocation import AttemptTimeouts, InvocationInput, Operation, Target
 from domain.retry import retry_delay
 from providers.base import ProviderAdapter
+from providers.completion_fold import CompletionBuilder
 from providers.errors import ErrorKind, ProviderError
 from providers.secrets import SecretResolutionError
-from providers.types import (
-    Accepted,
-    ChatRequest,
-    CompletionBuilder,
-    KeepAlive,
-    TextDelta,
-    ToolCallDelta,
-)
+from providers.types import Accepted, ChatRequest, KeepAlive, TextDelta, ToolCallDelta
 
 
 async def attempts_on(

@@ -32,9 +32,9 @@ from domain.close_reason import GATEWAY_CLOSES, close_reason
 from domain.enums import InvocationOutcome
 from domain.failures import FailureClass, classify, error_class
 from domain.invocation import InvocationSummary
+from providers.completion_fold import CompletionBuilder
 from providers.types import (
     Completion,
-    CompletionBuilder,
     EmbeddingResult,
     Finish,
     KeepAlive,

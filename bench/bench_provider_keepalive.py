@@ -29,9 +29,10 @@ sys.path.insert(0, str(ROOT))
 
 from bench.child_process import port_open  # noqa: E402
 from core.local_ports import free_port  # noqa: E402
+from providers.completion_fold import collect_stream  # noqa: E402
 from providers.openai_adapter import OpenAIAdapter  # noqa: E402
 from providers.secrets import Connection  # noqa: E402
-from providers.types import ChatRequest, Message, ProviderTimeouts, collect_stream  # noqa: E402
+from providers.types import ChatRequest, Message, ProviderTimeouts  # noqa: E402
 
 REQUEST = ChatRequest(messages=(Message(role="user", content="hello there, how are you today"),))
 SDK_KEEPALIVE, PRODUCT_KEEPALIVE = 5.0, 120.0

@@ -16,6 +16,7 @@ from domain.provider_reports import token_count
 from providers import log_guard
 from providers.anthropic_convert import convert
 from providers.base import ProviderAdapter
+from providers.completion_fold import collect_events
 from providers.errors import (
     UNREADABLE,
     ErrorKind,
@@ -46,7 +47,6 @@ from providers.types import (
     TextDelta,
     ToolCallDelta,
     UsageEvent,
-    collect_events,
 )
 from providers.usage_figures import counts
 

@@ -16,6 +16,7 @@ import openai
 
 from providers import log_guard
 from providers.base import ProviderAdapter
+from providers.completion_fold import collect_events
 from providers.errors import (
     UNREADABLE,
     ErrorKind,
@@ -54,7 +55,6 @@ from providers.types import (
     StreamEvent,
     TextDelta,
     UsageEvent,
-    collect_events,
 )
 from providers.usage_figures import count
 

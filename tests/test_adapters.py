@@ -20,6 +20,7 @@ from domain.enums import Modality
 from providers.anthropic_adapter import AnthropicAdapter
 from providers.anthropic_adapter import map_error as map_anthropic_error
 from providers.base import ProviderAdapter
+from providers.completion_fold import collect_events, collect_stream
 from providers.errors import (
     ErrorKind,
     MalformedAnswer,
@@ -49,8 +50,6 @@ from providers.types import (
     ToolCallDelta,
     ToolChoice,
     UsageEvent,
-    collect_events,
-    collect_stream,
 )
 from providers.upstream import ChatTurn, Fault, FaultKind, Reply, ToolCallReply, UpstreamServer
 from tests.conftest import free_port

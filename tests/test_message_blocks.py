@@ -18,7 +18,8 @@ from api.invocation_events import Replayed
 from api.wire import replay_events
 from domain.enums import InvocationOutcome, UsageStatus
 from domain.invocation import InvocationSummary
-from providers.types import Finish, FinishReason, TextDelta, ToolCallDelta, collect_events
+from providers.completion_fold import collect_events
+from providers.types import Finish, FinishReason, TextDelta, ToolCallDelta
 
 
 def _events(raw: bytes) -> list[dict[str, Any]]:

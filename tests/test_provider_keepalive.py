@@ -14,9 +14,10 @@ import pytest
 from activities.invoke_setup import provider_timeouts
 from core.settings import Settings
 from providers.base import ProviderAdapter
+from providers.completion_fold import collect_stream
 from providers.registry import build_adapter
 from providers.secrets import UpstreamSecretBroker
-from providers.types import ChatRequest, Message, ProviderTimeouts, collect_stream
+from providers.types import ChatRequest, Message, ProviderTimeouts
 from providers.upstream import UpstreamServer
 from tests.helpers.hang_up_proxy import HangUpProxy
 from tests.helpers.sdk_adapters import SDK_TRANSPORTS, TIMEOUTS, sdk_adapter

@@ -25,15 +25,8 @@ from api.responses_stream import ResponseEvents
 from api.wire import replay_events
 from domain.enums import InvocationOutcome
 from domain.invocation import InvocationSummary
-from providers.types import (
-    Completion,
-    Finish,
-    FinishReason,
-    TextDelta,
-    ToolCall,
-    ToolCallDelta,
-    collect_events,
-)
+from providers.completion_fold import collect_events
+from providers.types import Completion, Finish, FinishReason, TextDelta, ToolCall, ToolCallDelta
 from providers.upstream import (
     ChatTurn,
     Fault,

@@ -21,12 +21,13 @@ from temporalio.client import Client
 
 from domain.enums import InvocationOutcome
 from providers.base import ProviderAdapter
+from providers.completion_fold import collect_stream
 from providers.errors import ErrorKind, ProviderError
 from providers.registry import build_adapter
 from providers.rerank_adapter import RerankAdapter
 from providers.secrets import UpstreamSecretBroker
 from providers.transport import ResendOnHangUp, ResendOnHangUpHttpx, resending
-from providers.types import ChatRequest, Message, ProviderTimeouts, collect_stream
+from providers.types import ChatRequest, Message, ProviderTimeouts
 from providers.upstream import UpstreamServer
 from store.tables import InvocationReceiptRow
 from tests.conftest import TokenFactory

@@ -13,8 +13,9 @@ import pytest
 from temporalio.client import Client
 
 from providers.base import ProviderAdapter
+from providers.completion_fold import collect_stream
 from providers.stream_tail import TAIL_SECONDS, tails_being_read
-from providers.types import ChatRequest, Finish, Message, collect_stream
+from providers.types import ChatRequest, Finish, Message
 from providers.upstream import UpstreamServer
 from providers.upstream.faults import Fault, FaultKind
 from tests.conftest import TokenFactory
