@@ -28,6 +28,7 @@ from activities.invoke_outcomes import Outcome as _Outcome
 from activities.invoke_outcomes import Route as _Route
 from activities.invoke_outcomes import (
     circuit_open,
+    count_invocation,
     ended_by_us,
     not_claimed,
     not_here,
@@ -43,7 +44,6 @@ from domain.invocation import (
     InvocationInput,
     InvocationSummary,
     Target,
-    provider_of,
 )
 from domain.provider_reports import recordable_request_id
 from store.artifact_files import ArtifactFiles
@@ -386,7 +386,7 @@ class InvokeActivities:
         )
         if data.claimed_at is not None:
             if await self._statements.close_claim(data.tenant_id, data.claimed_at, summary):
-                self._count(data, summary)
+                count_invocation(data, summary)
                 return summary
             # Nothing of this execution's is open: closed by its call, or undone by the API.
             return summary.model_copy(update={"disposition": Disposition.NOT_CLAIMED})
@@ -394,15 +394,8 @@ class InvokeActivities:
             summary.usage_status = UsageStatus.ESTIMATED
             summary.input_tokens = summary.output_tokens = 0
         if await self._statements.finalize(data, summary):
-            self._count(data, summary)
+            count_invocation(data, summary)
         return summary
-
-    @staticmethod
-    def _count(data: InvocationInput, summary: InvocationSummary) -> None:
-        """An invocation the workflow closed counts as one, as a call's own close does: a
-        caller lost with its process was in no dashboard's failures."""
-        provider = provider_of(data, summary.deployment_id)
-        record_metrics(data.tenant_id, data.profile_id, provider, summary)
 
 
 async def _heartbeat() -> None:

@@ -18,8 +18,8 @@ from collections.abc import Awaitable, Callable
 
 from activities.answers_ahead import AnswersAhead
 from activities.invoke_hub import PendingCall, ReceiptReady
-from activities.invoke_outcomes import record_metrics
-from domain.invocation import Disposition, InvocationInput, InvocationSummary, provider_of
+from activities.invoke_outcomes import count_invocation
+from domain.invocation import Disposition, InvocationInput, InvocationSummary
 from domain.provider_reports import without_reports
 from store.artifact_files import ArtifactFiles
 from store.outage import is_outage
@@ -169,8 +169,7 @@ class ReceiptCloser:
         """The receipt is durable: its caller's answer can end."""
         pending.answered = True
         pending.events.put_nowait(ReceiptReady(summary))
-        provider = provider_of(data, summary.deployment_id)
-        record_metrics(data.tenant_id, data.profile_id, provider, summary)
+        count_invocation(data, summary)
 
     async def _store_output(self, tenant_id: str, ref: str, output: bytes) -> None:
         """The stored answer a replay of this key serves. A write that fails (a full, broken or

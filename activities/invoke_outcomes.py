@@ -13,7 +13,13 @@ from core import metrics, timing
 from domain.enums import InvocationOutcome, UsageStatus
 from domain.failures import refused_unbilled
 from domain.hashing import canonical_json
-from domain.invocation import Disposition, InvocationInput, InvocationSummary, Target
+from domain.invocation import (
+    Disposition,
+    InvocationInput,
+    InvocationSummary,
+    Target,
+    provider_of,
+)
 from domain.provider_reports import recordable
 from providers.base import ProviderAdapter
 from providers.errors import ErrorKind, ProviderError
@@ -198,6 +204,13 @@ async def rerank_once(
         artifact=canonical_json({"results": [r.model_dump() for r in result.results]}),
         provider_request_id=result.provider_request_id,
     )
+
+
+def count_invocation(data: InvocationInput, summary: InvocationSummary) -> None:
+    """`record_metrics` for an invocation whose input is at hand: its provider the answering
+    target's."""
+    provider = provider_of(data, summary.deployment_id)
+    record_metrics(data.tenant_id, data.profile_id, provider, summary)
 
 
 def record_metrics(

@@ -146,12 +146,14 @@ def _refusals(body: ResponsesIn) -> None:
         raise _refuse(("include",), "logprobs cannot be mapped")
 
 
-def _unknown_keys(part: BaseModel | None, loc: tuple[str | int, ...]) -> None:
+def _unknown_keys(
+    part: BaseModel | None, loc: tuple[str | int, ...], message: str = "unknown parameter"
+) -> None:
     """Keys of a nested object this surface does not declare, sent not null: refused, as the
     top level's are (they were taken and dropped, and `text` echoed them back)."""
     extra = (part.model_extra or {}) if part is not None else {}
     for name in sorted(k for k, v in extra.items() if v is not None):
-        raise _refuse((*loc, name), "unknown parameter")
+        raise _refuse((*loc, name), message)
 
 
 def _tool_refusals(tools: list[FunctionTool]) -> None:
@@ -159,9 +161,7 @@ def _tool_refusals(tools: list[FunctionTool]) -> None:
     `allowed_callers`, `output_schema`, any unknown one): dropped, a deferred tool was sent
     whole, its callers went unchecked, and the response echoed them as if honoured."""
     for index, tool in enumerate(tools):
-        extra = tool.model_extra or {}
-        for name in sorted(k for k, v in extra.items() if v is not None):
-            raise _refuse(("tools", index, name), "cannot be mapped to a function tool here")
+        _unknown_keys(tool, ("tools", index), "cannot be mapped to a function tool here")
 
 
 def _text(content: Any, loc: tuple[str | int, ...]) -> str:
