@@ -32,6 +32,7 @@ from core.schedules import ensure_schedules
 from core.settings import Settings, get_settings
 from core.temporal import connect
 from core.temporal_rotation import TlsRotation
+from domain.invocation import closer_queue
 from providers.secrets import default_broker
 from store.artifacts import EVIDENCE_DIR, ArtifactStore
 from store.db import create_engine, session_factory
@@ -167,6 +168,23 @@ def build_invocation_worker(
     )
 
 
+def build_closer_worker(
+    client: Client, settings: Settings, sessions: async_sessionmaker[AsyncSession]
+) -> Worker:
+    """Polls the closers queue (domain/invocation.closer_queue), which no API process polls: the
+    closes an API process's store refused, retried here on this process's own connections."""
+    from activities.invoke_hub import InvocationHub
+    from activities.invoke_setup import invoke_activities
+
+    activities, _ = invoke_activities(settings, sessions, InvocationHub())
+    return Worker(
+        client,
+        task_queue=closer_queue(settings.temporal_invocation_task_queue),
+        activities=[activities.finalize_receipt],
+        graceful_shutdown_timeout=timedelta(seconds=20),
+    )
+
+
 def follow_tls_rotation(settings: Settings, workers: list[Worker]) -> TlsRotation:
     """The workers poll on a client connected with the TLS files as they are rotated
     (core/temporal_rotation.py); their activities ask `activity.client()` for it. Made before
@@ -198,7 +216,8 @@ async def run(settings: Settings) -> None:
     adapters = evaluation_adapters(settings)
     worker = build_worker(client, settings, sessions, adapters=adapters)
     invocations = build_invocation_worker(client, settings, sessions)
-    polling += [worker, invocations]
+    closers = build_closer_worker(client, settings, sessions)
+    polling += [worker, invocations, closers]
     rotation.start()
     # Every active webhook subscription has its delivery running (activities/webhook_runs.py).
     upkeep = asyncio.create_task(keep_deliveries(lambda: worker.client, settings, sessions))
@@ -228,12 +247,13 @@ async def run(settings: Settings) -> None:
             log.info("worker metrics on http://%s:%s/metrics", host, port)
         await stack.enter_async_context(worker)
         await stack.enter_async_context(invocations)
+        await stack.enter_async_context(closers)
         log.info("worker polling task queue %s", settings.temporal_task_queue)
         await stop.wait()
         log.info("worker draining")
         # Both at once, each within its 20 s: unwound by the stack, one drained after the other
         # (up to 40 s, past the platforms' grace) while the other kept taking new activities.
-        await asyncio.gather(worker.shutdown(), invocations.shutdown())
+        await asyncio.gather(worker.shutdown(), invocations.shutdown(), closers.shutdown())
     await engine.dispose()
     log.info("worker stopped")
 

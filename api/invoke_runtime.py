@@ -29,6 +29,7 @@ from api.replays import Replays
 from api.runtime_types import InvokeConfig
 from api.temporal_gate import TemporalGate
 from core.settings import Settings
+from domain.invocation import closer_queue
 from domain.sweep import unstarted_bound
 from routing.routes import Routes
 from store.receipt_statements import ReceiptStatements
@@ -60,6 +61,7 @@ class InvokeRuntime:
         self.config = InvokeConfig(
             workflow_queue=settings.temporal_invocation_task_queue,
             caller_queue=f"{settings.temporal_invocation_task_queue}-api-{uuid.uuid4().hex[:12]}",
+            closer_queue=closer_queue(settings.temporal_invocation_task_queue),
             timeout_seconds=settings.default_timeout_seconds,
         )
         self.service: Invocations | None = None

@@ -72,6 +72,10 @@ class InvocationInput(BaseModel):
     # task queue only that process polls.
     caller_token: str
     caller_queue: str
+    # The standalone workers' closers queue (`closer_queue`), which no API process polls: a
+    # close the caller's process could not write (its store gone silent or away) is retried
+    # there first. None: a history from before the field.
+    closer_queue: str | None = None
     # When the API process claimed the receipt, before it started this workflow (the receipt's
     # `started_at`): the workflow's closer closes that claim only and claims nothing itself. A
     # claim that is gone was undone by the API when it gave up on the start (the caller was
@@ -177,6 +181,16 @@ INVOKE_WORKFLOW = "InvokeModel"
 def invocation_id(tenant_id: str, idempotency_key: str) -> uuid.UUID:
     """Stable per (tenant, key): every retry of a keyed request names the same invocation."""
     return uuid.uuid5(_NAMESPACE, f"{tenant_id}\x00{idempotency_key}")
+
+
+def closer_queue(invocation_queue: str) -> str:
+    """The queue only the standalone workers poll, for the closes an API process's store refused
+    (workflows/invoke.py). On the shared invocation queue their retries went to that very
+    process as often as not, eagerly at first: in one CI run six attempts in a row failed on its
+    severed connection, and its caller waited 36 s. A queue of its own rather than the shared
+    worker's: a worker from before it never polls it (the close falls back to the invocation
+    queue), where the shared worker would take the task and fail it as unregistered."""
+    return f"{invocation_queue}-closers"
 
 
 def invoke_workflow_id(tenant_id: str, invocation: uuid.UUID | str) -> str:

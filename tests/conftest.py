@@ -31,7 +31,12 @@ from store.db import create_engine, session_factory
 from store.migrate import upgrade
 from tests.helpers import spans as span_helpers
 from tests.helpers.surfaces import Catalog, build_catalog
-from worker import build_invocation_worker, build_worker, evaluation_adapters
+from worker import (
+    build_closer_worker,
+    build_invocation_worker,
+    build_worker,
+    evaluation_adapters,
+)
 
 # pytest-xdist hands its test processes COLUMNS=80, and rich fixes a console's width from it when
 # the console is made: the CLI's consoles, made at import, would print 80-column tables whatever
@@ -176,7 +181,8 @@ async def worker(
     # Its own connection, as in production where it is another process (one client may not
     # run two workers on one queue).
     invocations = build_invocation_worker(await connect(settings), settings, sessions)
-    async with w, invocations:
+    closers = build_closer_worker(temporal_client, settings, sessions)
+    async with w, invocations, closers:
         yield
     await adapters.aclose()
 

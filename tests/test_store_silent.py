@@ -28,6 +28,7 @@ from temporalio.client import Client
 
 from core.settings import Settings
 from domain.failures import STORE_RETRY_AFTER_SECONDS
+from domain.invocation import closer_queue, invoke_workflow_id
 from providers.upstream import Fault, FaultKind, UpstreamServer
 from store.receipts import by_key
 from tests.conftest import TokenFactory
@@ -238,10 +239,39 @@ async def test_a_call_ending_as_the_store_goes_silent_is_answered_within_the_inv
         assert done.choices[0].message.content
         proxy.restore()
         await sdk.close()
+        standalone = closer_queue(api.app.state.runtime.settings.temporal_invocation_task_queue)
     async with sessions() as session:
         row = await by_key(session, tenant, key)
     assert row is not None and row.outcome == "Completed"
     assert row.estimated_cost_usd is None  # left unknown: its pricebook could not be read
+    # The close the API's store refused was written by the standalone worker, on its own
+    # connections, at its first attempt: on the queue the API's worker polls too, that worker
+    # took the first attempt and, in one CI run, the next five, each failing on its silence.
+    assert await _close_attempts(temporal_client, tenant, row.invocation_id) == [
+        ("finalize_receipt", standalone, 1)
+    ]
+
+
+async def _close_attempts(
+    client: Client, tenant: str, invocation: uuid.UUID
+) -> list[tuple[str, str, int]]:
+    """Each close activity of the invocation's workflow: its type, its queue and the attempt
+    that completed it."""
+    handle = client.get_workflow_handle(invoke_workflow_id(tenant, invocation))
+    scheduled: dict[int, tuple[str, str]] = {}
+    attempts: dict[int, int] = {}
+    done: list[tuple[str, str, int]] = []
+    async for e in handle.fetch_history_events():
+        if e.HasField("activity_task_scheduled_event_attributes"):
+            a = e.activity_task_scheduled_event_attributes
+            scheduled[e.event_id] = (a.activity_type.name, a.task_queue.name)
+        elif e.HasField("activity_task_started_event_attributes"):
+            started = e.activity_task_started_event_attributes
+            attempts[started.scheduled_event_id] = started.attempt
+        elif e.HasField("activity_task_completed_event_attributes"):
+            at = e.activity_task_completed_event_attributes.scheduled_event_id
+            done.append((*scheduled[at], attempts[at]))
+    return [c for c in done if c[0] != "call_provider"]
 
 
 async def test_an_operators_read_on_a_silent_connection_is_a_503_and_the_next_is_served(

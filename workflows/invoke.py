@@ -14,9 +14,10 @@ lives; whatever happens to that process, the workflow closes the receipt.
    still that claim, and nothing is claimed: one the API undid stays undone, a retry's claim
    is the retry's. The provider is never called twice: the claim is a unique row.
 4. If the call ended but its receipt could not be written (the database was unreachable), the
-   workflow writes it from the summary, retried until the store answers, and answers with what
-   it wrote (without the provider's figures, if the store refused those). If the claim itself
-   could not be written, nothing was claimed or called, and there is nothing to close.
+   workflow writes it from the summary, retried until the store answers (on the standalone
+   worker, which reaches the store on connections of its own), and answers with what it wrote
+   (without the provider's figures, if the store refused those). If the claim itself could not
+   be written, nothing was claimed or called, and there is nothing to close.
 """
 
 from __future__ import annotations
@@ -25,7 +26,13 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    TimeoutType,
+)
+from temporalio.exceptions import TimeoutError as TemporalTimeout
 
 with workflow.unsafe.imports_passed_through():
     from domain.invocation import (
@@ -50,6 +57,39 @@ UNTIL_STORED = RetryPolicy(
 _FAILED = (ActivityError, ApplicationError)
 # Marks the histories where a cancelled local activity's call was adopted on the caller queue.
 READOPT_PATCH = "readopt-let-go-call"
+# Marks the histories whose refused close is retried on the standalone worker's queue first.
+CLOSE_APART_PATCH = "finalize-on-standalone-queue"
+
+
+async def _finalize(data: InvocationInput, closing: FinalizeInput) -> InvocationSummary | None:
+    """The close the caller's process could not write, retried until the store answers: on the
+    standalone worker's queue first, which no API process polls (that process's store had just
+    failed it; on the shared queue its own worker took the first attempt, eagerly, and most
+    retries), and on the shared queue when no standalone worker takes it within 10 s."""
+    if data.closer_queue is not None and workflow.patched(CLOSE_APART_PATCH):
+        try:
+            return await workflow.execute_activity(
+                "finalize_receipt",
+                closing,
+                result_type=InvocationSummary,
+                task_queue=data.closer_queue,
+                schedule_to_start_timeout=timedelta(seconds=10),
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=UNTIL_STORED,
+            )
+        except ActivityError as failure:
+            unpolled = isinstance(failure.cause, TemporalTimeout) and (
+                failure.cause.type is TimeoutType.SCHEDULE_TO_START
+            )
+            if not unpolled:
+                raise
+    return await workflow.execute_activity(
+        "finalize_receipt",
+        closing,
+        result_type=InvocationSummary,
+        start_to_close_timeout=timedelta(seconds=30),
+        retry_policy=UNTIL_STORED,
+    )
 
 
 def _let_go(failure: BaseException) -> bool:
@@ -107,17 +147,14 @@ class InvokeModelWorkflow:
         if summary is not None and summary.disposition is Disposition.NOT_CLAIMED:
             return summary
         if summary is not None and summary.disposition is Disposition.FINALIZE:
-            written = await workflow.execute_activity(
-                "finalize_receipt",
+            written = await _finalize(
+                data,
                 FinalizeInput(
                     tenant_id=data.tenant_id,
                     summary=summary,
                     profile_id=data.profile_id,
                     provider=provider_of(data, summary.deployment_id),
                 ),
-                result_type=InvocationSummary,
-                start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=UNTIL_STORED,
             )
             # What the close wrote (without the provider's figures, if the store refused them);
             # None in a history from before the activity returned it.

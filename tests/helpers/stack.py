@@ -26,7 +26,12 @@ from core.local_ports import free_port
 from core.settings import Settings
 from core.temporal import connect
 from core.temporal_dev_server import dynamic_config_args
-from worker import build_invocation_worker, build_worker, evaluation_adapters
+from worker import (
+    build_closer_worker,
+    build_invocation_worker,
+    build_worker,
+    evaluation_adapters,
+)
 
 
 @dataclass
@@ -66,14 +71,15 @@ async def serve(settings: Settings, client: Client | None = None) -> AsyncIterat
 async def workers(
     settings: Settings, sessions: async_sessionmaker[AsyncSession]
 ) -> AsyncIterator[Client]:
-    """The shared worker and the standalone invocation worker of `settings`, on their own
-    connections; yields a client for the test's own use."""
+    """The shared worker and the standalone invocation and closer workers of `settings`, on
+    their own connections; yields a client for the test's own use."""
     client = await connect(settings)
     adapters = evaluation_adapters(settings)
     shared = build_worker(client, settings, sessions, adapters=adapters)
     invocations = build_invocation_worker(await connect(settings), settings, sessions)
+    closers = build_closer_worker(client, settings, sessions)
     try:
-        async with shared, invocations:
+        async with shared, invocations, closers:
             yield client
     finally:
         await adapters.aclose()
