@@ -41,6 +41,9 @@ OnFatal = Callable[[BaseException], Awaitable[None]]
 # How long a stopping process waits for the calls it let go of (their runs evicted) to close
 # their receipts once stopped: one statement each.
 STOP_WAIT_SECONDS = 5.0
+# Activities the caller queue runs at once: each is a coroutine waiting on a call of this
+# process, so the bound is what one process holds in memory, not what it computes.
+CALLER_QUEUE_SLOTS = 4096
 
 
 class InvokeRuntime:
@@ -164,6 +167,9 @@ class InvokeRuntime:
             # free slot is not eager (its task goes round the standalone worker and the caller
             # queue: 1.03 RespondWorkflowTaskCompleted per call at 64).
             max_concurrent_workflow_tasks=256,
+            # One local activity per eager workflow task: fewer slots (Temporal's default 100)
+            # kept the calls past 100 waiting for one, their workflows' completion held back.
+            max_concurrent_local_activities=256,
             on_fatal_error=failing,
         )
 
@@ -174,6 +180,12 @@ class InvokeRuntime:
             client,
             task_queue=self.config.caller_queue,
             activities=[self.activities.call_provider],
+            # Each activity here only waits on a call already running in this process; one that
+            # found no free slot within 10 s (the workflow's schedule-to-start) was taken for
+            # lost and its receipt closed `caller-lost` beside the call that then answered. With
+            # Temporal's default 100 slots that began past 356 calls held at once
+            # (tests/test_invoke_many_held.py).
+            max_concurrent_activities=CALLER_QUEUE_SLOTS,
             on_fatal_error=failing,
         )
 
