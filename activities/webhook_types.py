@@ -29,6 +29,9 @@ class PendingInput(BaseModel):
     subscription_id: str
     after: int
     limit: int = 50
+    # How long to wait for something to deliver, looking every poll interval, before answering
+    # that nothing is pending (a long poll, heartbeating). 0: look once (histories from before).
+    wait_seconds: float = 0.0
 
 
 class DeliverySettings(BaseModel):

@@ -315,6 +315,14 @@ async def test_a_page_of_events_is_delivered_in_one_activity(
     through Temporal each), below one tenant's ModelInvoked events at 50 calls/s."""
     for n in range(5):
         await register(http, auth, f"page/{n}")
+
+    async def readable() -> bool:
+        # Each is readable about a second after it was written (store/outbox_horizon.py): the
+        # subscription, which looks every poll interval, finds the five together only then.
+        page = (await http.get("/factory/events", headers=auth)).json()
+        return len(page["events"]) >= 5
+
+    await eventually(readable)
     receiver = Receiver(port=free_port())
     await receiver.start()
     try:

@@ -28,6 +28,11 @@ with workflow.unsafe.imports_passed_through():
 ITERATIONS_PER_RUN = 300
 # Marks the histories where a page of events is one activity (activities/webhooks.py says why).
 BATCH_PATCH = "deliver-a-page-per-activity"
+# Marks the histories where an idle subscription waits inside `webhook_pending` (a long poll)
+# rather than in a timer between polls.
+LONG_POLL_PATCH = "pending-long-poll"
+# How long one `webhook_pending` waits for events before answering that there are none.
+IDLE_WAIT_SECONDS = 30.0
 
 
 @workflow.defn(name=DELIVERY_WORKFLOW)
@@ -40,14 +45,23 @@ class WebhookDeliveryWorkflow:
             retry_max_interval_seconds=data.retry_max_interval_seconds,
             timeout_seconds=data.timeout_seconds,
         )
+        long_poll = workflow.patched(LONG_POLL_PATCH)
         for _ in range(ITERATIONS_PER_RUN):
+            wait = IDLE_WAIT_SECONDS if long_poll else 0.0
             pending: Pending = await workflow.execute_activity(
                 "webhook_pending",
                 PendingInput(
-                    tenant_id=data.tenant_id, subscription_id=data.subscription_id, after=after
+                    tenant_id=data.tenant_id,
+                    subscription_id=data.subscription_id,
+                    after=after,
+                    wait_seconds=wait,
                 ),
                 result_type=Pending,
-                start_to_close_timeout=timedelta(seconds=15),
+                start_to_close_timeout=timedelta(seconds=15 + wait),
+                # A worker gone mid-wait is noticed within a poll or two, not at the timeout.
+                heartbeat_timeout=(
+                    timedelta(seconds=delivery.poll_interval_seconds + 10) if long_poll else None
+                ),
             )
             if not pending.active:
                 return
@@ -101,7 +115,7 @@ class WebhookDeliveryWorkflow:
                     ),
                     start_to_close_timeout=timedelta(seconds=15),
                 )
-            else:
+            elif not long_poll:
                 await workflow.sleep(timedelta(seconds=delivery.poll_interval_seconds))
             if workflow.info().is_continue_as_new_suggested():
                 break
