@@ -33,6 +33,8 @@ class ProbeSampleRow(SQLModel, table=True):
             "tenant_id", "deployment_id", "window_start", name="uq_probe_samples_window"
         ),
         sa.Index("ix_probe_samples_probed_at", "probed_at"),
+        # The prune of samples past their retention (store/probes.prune_samples), migration 0015.
+        sa.Index("ix_probe_samples_window_start", "window_start"),
     )
 
     id: int | None = Field(default=None, primary_key=True, sa_type=BIGID)

@@ -1,11 +1,16 @@
-"""Alembic environment: async engines for both PostgreSQL and SQLite."""
+"""Alembic environment: async engines for both PostgreSQL and SQLite. On PostgreSQL one run at a
+time (an advisory lock), each migration in its own transaction, and a lock timeout on its
+statements (store/migrate.py says why and retries a run that met it)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from alembic import context
+from sqlalchemy import text
 from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlmodel import SQLModel
 
 # Every module that puts tables on SQLModel.metadata: without store.ops_tables, autogenerate
@@ -14,8 +19,15 @@ import store.ops_tables
 import store.tables
 import store.webhook_tables  # noqa: F401
 from store.db import create_engine
+from store.migrate import LOCK_TIMEOUT_SECONDS, MIGRATION_LOCK_KEY
 
 target_metadata = SQLModel.metadata
+
+log = logging.getLogger("store.migrate")
+
+# How often a run waiting for another tries the migration lock again: a migration run takes
+# seconds to minutes, so this adds little to the wait.
+_LOCK_POLL_SECONDS = 0.5
 
 
 def _run(connection: Connection) -> None:
@@ -24,23 +36,57 @@ def _run(connection: Connection) -> None:
         target_metadata=target_metadata,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
+        # A migration's locks end with it, and one that failed leaves those before it applied
+        # (a retry resumes there): all pending ones in one transaction held every ALTER's
+        # ACCESS EXCLUSIVE lock until the last had run, and a failure undid them all.
+        transaction_per_migration=True,
     )
     with context.begin_transaction():
         context.run_migrations()
 
 
-async def _run_async(url: str) -> None:
+async def _one_runner_at_a_time(connection: AsyncConnection, lock_timeout_ms: int) -> None:
+    """Take the migration lock (held by this session until it ends), then bound lock waits.
+    The wait for another runner is not bounded: it ends when that run does, and the run that
+    waited then reads the version that run left and has nothing to do.
+
+    Polled, not waited for in pg_advisory_lock: a statement waiting holds a snapshot, and the
+    other run's CREATE INDEX CONCURRENTLY (0008, 0014, 0015) waits for every older snapshot
+    in the database to go. Each waited for the other, and PostgreSQL failed one of them with
+    "deadlock detected" (tests/test_migrate_locking.py, three runs on a fresh database)."""
+    waiting = False
+    while not await connection.scalar(text(f"SELECT pg_try_advisory_lock({MIGRATION_LOCK_KEY})")):
+        await connection.commit()  # no snapshot held between tries
+        if not waiting:
+            log.warning("another migration run holds the migration lock: waiting for it to end")
+            waiting = True
+        await asyncio.sleep(_LOCK_POLL_SECONDS)
+    await connection.execute(text(f"SET lock_timeout = {int(lock_timeout_ms)}"))
+    # Session-level settings and lock outlive this transaction; Alembic begins its own.
+    await connection.commit()
+
+
+async def _run_async(url: str, lock_timeout_ms: int) -> None:
     engine = create_engine(url)
-    async with engine.connect() as connection:
-        await connection.run_sync(_run)
-        await connection.commit()
-    await engine.dispose()
+    try:
+        async with engine.connect() as connection:
+            if connection.dialect.name == "postgresql":
+                await _one_runner_at_a_time(connection, lock_timeout_ms)
+            await connection.run_sync(_run)
+            await connection.commit()
+    finally:
+        # Closes the connection, which ends its session and so releases the advisory lock,
+        # whether the run succeeded or not.
+        await engine.dispose()
 
 
 def run_migrations_online() -> None:
     url = context.config.get_main_option("sqlalchemy.url")
     assert url, "sqlalchemy.url must be set"
-    asyncio.run(_run_async(url))
+    lock_timeout_ms = context.config.attributes.get(
+        "lock_timeout_ms", round(LOCK_TIMEOUT_SECONDS * 1000)
+    )
+    asyncio.run(_run_async(url, lock_timeout_ms))
 
 
 if context.is_offline_mode():

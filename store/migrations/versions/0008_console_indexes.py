@@ -20,6 +20,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from store.migrate import concurrent_index_block
+
 revision = "0008"
 down_revision = "0007"
 branch_labels = None
@@ -31,8 +33,17 @@ _CLOSED = sa.text("ended_at IS NOT NULL")
 
 def upgrade() -> None:
     # Built concurrently on PostgreSQL, outside the migration's transaction: a plain CREATE
-    # INDEX on the receipts table would hold every claim and close until it is built.
-    with op.get_context().autocommit_block():
+    # INDEX on the receipts table would hold every claim and close until it is built. A build
+    # that was interrupted (a lock timeout, a cancelled Job, a dropped connection) leaves an
+    # INVALID index of the same name, and every later run failed "relation already exists":
+    # each is dropped first, as 0014 does, so a run of this migration can always be repeated.
+    with concurrent_index_block():
+        op.drop_index(
+            "ix_receipts_tenant_closed",
+            table_name="invocation_receipts",
+            postgresql_concurrently=True,
+            if_exists=True,
+        )
         op.create_index(
             "ix_receipts_tenant_closed",
             "invocation_receipts",
@@ -40,6 +51,12 @@ def upgrade() -> None:
             postgresql_where=_CLOSED,
             sqlite_where=_CLOSED,
             postgresql_concurrently=True,
+        )
+        op.drop_index(
+            "ix_outbox_deployment_events",
+            table_name="outbox_events",
+            postgresql_concurrently=True,
+            if_exists=True,
         )
         op.create_index(
             "ix_outbox_deployment_events",
@@ -52,7 +69,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.get_context().autocommit_block():
+    with concurrent_index_block():
         op.drop_index(
             "ix_outbox_deployment_events", table_name="outbox_events", postgresql_concurrently=True
         )

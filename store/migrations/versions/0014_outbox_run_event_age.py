@@ -15,6 +15,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from store.migrate import concurrent_index_block
+
 revision = "0014"
 down_revision = "0013"
 branch_labels = None
@@ -27,8 +29,8 @@ _RUN_EVENTS = sa.text("event_type IN ('ModelFallbackUsed', 'ModelInvoked', 'Rout
 def upgrade() -> None:
     # Built concurrently on PostgreSQL, outside the migration's transaction, as 0008's: the
     # outbox takes a row per invocation. If a build failed it left an invalid index: dropped,
-    # then built again.
-    with op.get_context().autocommit_block():
+    # then built again. No lock timeout: the build's waits hold up no read or write.
+    with concurrent_index_block():
         op.drop_index(
             "ix_outbox_run_events_age",
             table_name="outbox_events",
@@ -46,7 +48,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.get_context().autocommit_block():
+    with concurrent_index_block():
         op.drop_index(
             "ix_outbox_run_events_age", table_name="outbox_events", postgresql_concurrently=True
         )
