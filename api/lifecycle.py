@@ -1,8 +1,12 @@
 """The API's calls into the per-deployment lifecycle workflow (REST and console), with the
-lifecycle client's refusals turned into problems an operator can act on."""
+lifecycle client's refusals turned into problems an operator can act on, and one audit line per
+state change asked for: who asked (the client id), of which tenant, for which deployment and
+transition, and what came of it. Nothing else records the actor: the deployment's events name
+the state, not who asked for it."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -24,8 +28,9 @@ from activities.lifecycle_types import (
     RegisterCandidateResult,
 )
 from api.problems import Problem
+from core.security import Principal
 from domain.deployments import DeploymentRecord, DeploymentRegistration
-from domain.lifecycle import Transition
+from domain.lifecycle import Transition, target_of
 from store.repositories import ModelDeploymentRepository
 from store.views import deployment_record
 
@@ -37,6 +42,11 @@ _TYPE = "https://model-router.dev/problems/"
 ILLEGAL_TRANSITION = _TYPE + "illegal-transition"
 # How soon to come back when Temporal did not answer: a restart or failover takes seconds.
 TEMPORAL_RETRY_AFTER = "5"
+# The operator's own words on a change (the console's Retire asks for them), logged, never
+# stored: the spec has no field for them. Bounded so a line stays a line.
+REASON_MAX = 200
+
+audit = logging.getLogger("model_router.audit")
 
 
 def _temporal_away(retry: str) -> Problem:
@@ -91,6 +101,50 @@ async def register(
         raise _temporal_away("retry with the same key") from None
 
 
+def already_done(problem: Problem, transition: Transition) -> bool:
+    """The refusal says the deployment is already where the transition leads: a repeat (a
+    double-clicked Retire, a retry after a timeout that applied it after all), not a failure."""
+    target = target_of(transition)
+    return (
+        problem.type == ILLEGAL_TRANSITION
+        and target is not None
+        and problem.extensions.get("state") == target.value
+    )
+
+
+def _said(reason: str | None) -> str | None:
+    """The reason as one bounded, printable line: it is the operator's free text."""
+    if not reason:
+        return None
+    line = "".join(c for c in " ".join(reason.split()) if c.isprintable())
+    return line[:REASON_MAX] or None
+
+
+def _audit(
+    actor: Principal | None,
+    tenant_id: str,
+    deployment_id: str,
+    transition: Transition,
+    outcome: str,
+    reason: str | None,
+) -> None:
+    client = actor.client_id if actor is not None else None
+    audit.info(
+        "lifecycle %s of %s asked by %s: %s",
+        transition.value,
+        deployment_id,
+        client or "an unnamed caller",
+        outcome,
+        extra={
+            "client": client,
+            "tenant": tenant_id,
+            "deployment": deployment_id,
+            "outcome": outcome,
+            "reason": _said(reason),
+        },
+    )
+
+
 async def transition(
     client: Client,
     sessions: async_sessionmaker[AsyncSession],
@@ -99,6 +153,39 @@ async def transition(
     deployment_id: str,
     transition: Transition,
     arg: Any = None,
+    *,
+    actor: Principal | None = None,
+    reason: str | None = None,
+) -> DeploymentRecord:
+    """The transition applied, or refused as a problem; either way one audit line naming
+    `actor` (every caller should pass the principal that asked) and the operator's `reason`."""
+    try:
+        record = await _transition(
+            client, sessions, task_queue, tenant_id, deployment_id, transition, arg
+        )
+    except Problem as problem:
+        repeat = already_done(problem, transition)
+        state = problem.extensions.get("state")
+        said = f"already {state}" if repeat else f"refused {problem.status}"
+        _audit(actor, tenant_id, deployment_id, transition, said, reason)
+        raise
+    except Exception as exc:
+        _audit(
+            actor, tenant_id, deployment_id, transition, f"failed ({type(exc).__name__})", reason
+        )
+        raise
+    _audit(actor, tenant_id, deployment_id, transition, f"done: {record.state.value}", reason)
+    return record
+
+
+async def _transition(
+    client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    task_queue: str,
+    tenant_id: str,
+    deployment_id: str,
+    transition: Transition,
+    arg: Any,
 ) -> DeploymentRecord:
     async def stored() -> DeploymentRecord | None:
         async with sessions() as session:

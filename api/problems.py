@@ -10,11 +10,10 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
-from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from domain.failures import STORE_RETRY_AFTER_SECONDS
-from store.outage import is_outage
+from store.outage import OUTAGE_KINDS, is_outage
 
 log = logging.getLogger("model_router.api")
 
@@ -190,8 +189,9 @@ async def _on_http(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _on_store_down(request: Request, exc: Exception) -> JSONResponse:
-    """The database is unreachable (an outage, a failover): the caller may come back. Answered
-    here rather than by the catch-all, which lets the server drop the connection after it."""
+    """The database is unreachable (an outage, a failover) or has no connection free within the
+    pool's timeout: the caller may come back. Answered here rather than by the catch-all, which
+    lets the server drop the connection after it."""
     # Our statement or our data at fault is a bug, not an outage; everything else the driver
     # raises (refused, shutting down, starting up, connection lost) is the store being away.
     if not is_outage(exc):
@@ -223,6 +223,6 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(Problem, _on_problem)
     app.add_exception_handler(RequestValidationError, _on_validation)
     app.add_exception_handler(StarletteHTTPException, _on_http)
-    app.add_exception_handler(DBAPIError, _on_store_down)
-    app.add_exception_handler(OSError, _on_store_down)
+    for kind in OUTAGE_KINDS:
+        app.add_exception_handler(kind, _on_store_down)
     app.add_exception_handler(Exception, _on_unexpected)

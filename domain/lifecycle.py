@@ -90,3 +90,12 @@ def can_evaluate(state: S) -> bool:
 
 def is_routable(state: S, healthy: bool) -> bool:
     return state is S.APPROVED and healthy
+
+
+def target_of(transition: Transition) -> S | None:
+    """The one state the transition leads to from wherever it is legal (Retire: Retired), or
+    None when that depends on where it starts (a license recorded keeps the state). A refusal
+    that finds the deployment there already is a repeat, not a failure (a double-clicked
+    Retire, a retry after a timeout that applied it after all)."""
+    targets = {next_state(s, transition) for s in S if transition in transitions_from(s)}
+    return targets.pop() if len(targets) == 1 else None

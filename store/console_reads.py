@@ -1,6 +1,7 @@
 """Read-side queries the operator console needs beyond the repositories: the latest probe per
-deployment, a deployment's state history and receipts with filters (the overview's sums are in
-store/overview_reads.py). Every query is filtered by the caller's tenant."""
+deployment, a deployment's state history, receipts with filters and the backlog of receipts
+awaiting reconciliation (the overview's sums are in store/overview_reads.py). Every query is
+filtered by the caller's tenant."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import func, literal_column, tuple_
+from sqlalchemy import func, literal_column, not_, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col, select
 
 from domain.enums import InvocationOutcome, UsageStatus
+from domain.statements import AWAITING
 from store.ops_tables import ProbeSampleRow, ReceiptReconciliationRow
+from store.reconciliation import sent_nothing
 from store.tables import (
     InvocationReceiptRow,
     ModelDeploymentRow,
@@ -167,3 +170,31 @@ async def distinct_values(session: AsyncSession, tenant_id: str) -> tuple[list[s
         sorted(set((await session.scalars(deployments)).all())),
         sorted(set((await session.scalars(profiles.distinct())).all())),
     )
+
+
+# The most the overview counts of the backlog: past it the page says "more than".
+BACKLOG_CAP = 10_000
+
+
+async def awaiting_reconciliation(
+    session: AsyncSession, tenant_id: str, cap: int = BACKLOG_CAP
+) -> int:
+    """The tenant's closed receipts whose usage is still Unknown or Estimated, over all time
+    (counted within the overview's window, one older than the window dropped out of the
+    backlog while it still awaited its statement); a call that reached no provider awaits
+    nothing (store.reconciliation.sent_nothing). Counted up to `cap` + 1: an Estimated receipt
+    past the reconciler's lookback stays so for good, and the count must not grow into a walk
+    of the tenant's history on every view. Read through an index (ix_receipts_usage_status or
+    the tenant's closed receipts, as the planner prices them): neither holds both tenant and
+    status, so below the cap a tenant's count reads one or the other whole."""
+    r = InvocationReceiptRow
+    awaiting = (
+        select(r.invocation_id)
+        .where(col(r.usage_status).in_(sorted(AWAITING)))
+        .where(col(r.tenant_id) == tenant_id)
+        .where(col(r.ended_at).is_not(None))
+        .where(not_(sent_nothing()))
+        .limit(cap + 1)
+        .subquery()
+    )
+    return int((await session.execute(select(func.count()).select_from(awaiting))).scalar_one())

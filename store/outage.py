@@ -7,11 +7,27 @@ data exception (SQLSTATE class 22: a value beyond its column's length or precisi
 plain `DBAPIError`, like a refused or lost connection, and was answered as an outage: a 503
 that asks the caller to retry a request that can never succeed (a pricing revision name of 101
 characters did, 2026-12-04). So the SQLSTATE the driver reports decides.
+
+A checkout that waited out the pool's timeout (every pooled connection busy: a burst, or
+statements held up by a slow server) is SQLAlchemy's own `TimeoutError`, neither a DBAPIError
+nor an OSError: it was a 500, though nothing is wrong with the request and the same request
+succeeds once a connection is free.
 """
 
 from __future__ import annotations
 
-from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, OperationalError, ProgrammingError
+from sqlalchemy.exc import (
+    DataError,
+    DBAPIError,
+    IntegrityError,
+    OperationalError,
+    ProgrammingError,
+)
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+# Every exception is_outage may call an outage, for the handlers that map them (api/problems.py
+# and the console's): one list, so a kind added here is answered as a 503 everywhere.
+OUTAGE_KINDS: tuple[type[Exception], ...] = (DBAPIError, OSError, PoolTimeout)
 
 
 class StatementUnanswered(OperationalError):
@@ -27,7 +43,8 @@ _AT_FAULT = ("22", "23", "42")
 
 def is_outage(exc: BaseException) -> bool:
     if not isinstance(exc, DBAPIError):
-        return isinstance(exc, OSError)  # a refused connect
+        # A refused connect, or no pooled connection free within the pool's timeout.
+        return isinstance(exc, OSError | PoolTimeout)
     if exc.connection_invalidated:
         return True
     if isinstance(exc, IntegrityError | ProgrammingError | DataError):

@@ -16,7 +16,6 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
-from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.console import (
@@ -29,7 +28,7 @@ from api.console import (
 )
 from api.console.render import HERE, page
 from api.console.session import PATH, ConsoleError, Operator, SignInRequired, signed_in
-from store.outage import is_outage
+from store.outage import OUTAGE_KINDS, is_outage
 
 Handler = Callable[[Request, Any], Response | Awaitable[Response]]
 PageOf = Callable[[Exception], ConsoleError | None]
@@ -49,7 +48,10 @@ async def _on_console_error(request: Request, exc: Exception) -> Response:
     operator: Operator | None
     try:
         operator = await signed_in(request, request.app.state.runtime)
-    except SignInRequired:
+    except Exception:
+        # No session, or one that cannot be checked now: the issuer's key set out of reach (the
+        # 503 this page may be reporting) or the store away. Raised here, it was a 500 with no
+        # page at all; without an operator the page has no navigation, its message intact.
         operator = None
     return page(
         request,
@@ -107,8 +109,7 @@ def install(app: FastAPI) -> None:
     pages: tuple[tuple[type[Exception], PageOf], ...] = (
         (RequestValidationError, _invalid),
         (StarletteHTTPException, _http),
-        (DBAPIError, _store_down),
-        (OSError, _store_down),
+        *((kind, _store_down) for kind in OUTAGE_KINDS),
     )
     for kind, page_of in pages:
         app.add_exception_handler(kind, _on_console(page_of, app.exception_handlers[kind]))

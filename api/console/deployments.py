@@ -275,6 +275,39 @@ async def _temporal(runtime: Runtime) -> Any:
     return client
 
 
+async def _apply(
+    request: Request,
+    runtime: Runtime,
+    operator: Operator,
+    deployment_id: str,
+    action: str,
+    arg: Any = None,
+    *,
+    reason: str = "",
+) -> Response:
+    """One lifecycle action, as the REST route applies it, on behalf of the operator (whom the
+    audit line names), then back to the deployment's page saying it is done."""
+    transition = _TRANSITION[action]
+    try:
+        await lifecycle.transition(
+            await _temporal(runtime),
+            runtime.sessions,
+            runtime.settings.temporal_task_queue,
+            operator.tenant_id,
+            deployment_id,
+            transition,
+            arg,
+            actor=operator.principal,
+            reason=reason,
+        )
+    except Problem as problem:
+        # Already where the action leads (a double-clicked Retire: the second POST was
+        # refused, and the page said "Refused (409)" although the first had done it).
+        if not lifecycle.already_done(problem, transition):
+            return await _refused(request, runtime, operator, deployment_id, problem)
+    return _done(deployment_id, action)
+
+
 @router.post("/deployment/license", response_class=HTMLResponse)
 async def record_license(
     request: Request,
@@ -293,19 +326,7 @@ async def record_license(
         {u.value: u.value in chosen for u in IntendedUse}
         | {"licenseName": license_name.strip() or None}
     )
-    try:
-        await lifecycle.transition(
-            await _temporal(runtime),
-            runtime.sessions,
-            runtime.settings.temporal_task_queue,
-            operator.tenant_id,
-            id,
-            Transition.RECORD_LICENSE,
-            body,
-        )
-    except Problem as problem:
-        return await _refused(request, runtime, operator, id, problem)
-    return _done(id, "license")
+    return await _apply(request, runtime, operator, id, "license", body)
 
 
 @router.post("/deployment/evaluate", response_class=HTMLResponse)
@@ -347,19 +368,9 @@ async def approve(
         uses = [IntendedUse(u) for u in (intended_use or [IntendedUse.COMMERCIAL_USE.value])]
     except ValueError:
         raise ConsoleError(400, "Unknown intended use.") from None
-    try:
-        await lifecycle.transition(
-            await _temporal(runtime),
-            runtime.sessions,
-            runtime.settings.temporal_task_queue,
-            operator.tenant_id,
-            id,
-            Transition.APPROVE,
-            ApproveRequest(intended_use=uses),
-        )
-    except Problem as problem:
-        return await _refused(request, runtime, operator, id, problem)
-    return _done(id, "approve")
+    return await _apply(
+        request, runtime, operator, id, "approve", ApproveRequest(intended_use=uses)
+    )
 
 
 @router.post("/deployment/retire", response_class=HTMLResponse)
@@ -368,17 +379,7 @@ async def retire(
     operator: Changing,
     runtime: RuntimeDep,
     id: Annotated[str, Form(max_length=200)],
+    reason: Annotated[str, Form(max_length=lifecycle.REASON_MAX)] = "",
 ) -> Response:
     _manage(operator)
-    try:
-        await lifecycle.transition(
-            await _temporal(runtime),
-            runtime.sessions,
-            runtime.settings.temporal_task_queue,
-            operator.tenant_id,
-            id,
-            Transition.RETIRE,
-        )
-    except Problem as problem:
-        return await _refused(request, runtime, operator, id, problem)
-    return _done(id, "retire")
+    return await _apply(request, runtime, operator, id, "retire", reason=reason)

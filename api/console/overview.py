@@ -15,7 +15,7 @@ from api.console.session import ConsoleError, SignedIn
 from api.deps import RuntimeDep
 from domain.access import Action
 from domain.enums import Scope
-from store import overview_reads
+from store import console_reads, overview_reads
 
 router = APIRouter()
 
@@ -37,6 +37,7 @@ async def overview(
         figures = await overview_reads.overview_figures(
             session, operator.tenant_id, now - span, width
         )
+        backlog = await console_reads.awaiting_reconciliation(session, operator.tenant_id)
     cells = figures.cells
     rate = overview_data.rate_by_outcome(cells, now, window)
     latency = overview_data.latency_per_deployment(cells, figures.percentiles)
@@ -73,7 +74,8 @@ async def overview(
             "chart-spend", "Spend per profile per day (UTC)", spend.days, spend.series, "USD"
         ),
         awaiting=awaiting,
-        awaiting_total=int(sum(sum(s.values) for s in awaiting.series)),
+        awaiting_total=overview_data.backlog(backlog, console_reads.BACKLOG_CAP),
+        awaiting_in_window=int(sum(sum(s.values) for s in awaiting.series)),
         awaiting_chart=charts.stacked_bars(
             "chart-awaiting",
             "Receipts awaiting reconciliation (usage Unknown or Estimated) per day (UTC)",

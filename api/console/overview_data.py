@@ -1,7 +1,7 @@
 """The overview's numbers, laid out from the sums the store made (store/overview_reads.py):
 invocation rate per minute by outcome, latency and time to first token per deployment, spend
 per profile per day, and the receipts still awaiting reconciliation (usage Unknown or
-Estimated)."""
+Estimated): per day in the window, and the whole backlog."""
 
 from __future__ import annotations
 
@@ -112,3 +112,9 @@ def awaiting_per_day(cells: Sequence[Cell], now: datetime, window: str) -> PerDa
         if c.usage_status in counts and day in index and not c.sent_nothing and not c.in_flight:
             counts[c.usage_status][index[day]] += c.count
     return PerDay(days, [Series(s, counts[s]) for s in AWAITING])
+
+
+def backlog(count: int, cap: int) -> str:
+    """The backlog as the page says it: counted up to `cap` and one more
+    (store/console_reads.awaiting_reconciliation), so one past the cap is "more than"."""
+    return f"more than {cap:,}" if count > cap else f"{count:,}"

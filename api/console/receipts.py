@@ -12,6 +12,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from api.console.overview_data import IN_FLIGHT
 from api.console.render import page
 from api.console.session import ConsoleError, Operator, SignedIn
 from api.deps import RuntimeDep
@@ -141,6 +142,10 @@ async def receipt_page(
     receipt = Receipt.model_validate(row)
     fields = receipt.model_dump(mode="json", by_alias=True)
     fields["statementRef"] = row.statement_ref
+    if row.ended_at is None:
+        # An open receipt holds its claim's placeholders (outcome Failed, usage Unknown) until
+        # the call closes: under the "In flight" badge the table said Failed and Unknown.
+        fields |= {"outcome": IN_FLIGHT, "usageStatus": None, "estimatedCostUsd": None}
     return page(
         request,
         "receipt.html",

@@ -133,6 +133,7 @@ async def approve_deployment(
         deploymentId,
         Transition.APPROVE,
         request,
+        actor=principal,
     )
 
 
@@ -177,6 +178,7 @@ async def retire_deployment(
         principal.tenant_id,
         deploymentId,
         Transition.RETIRE,
+        actor=principal,
     )
 
 
@@ -200,6 +202,7 @@ async def record_license(
         deploymentId,
         Transition.RECORD_LICENSE,
         body,
+        actor=principal,
     )
 
 

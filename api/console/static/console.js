@@ -1,7 +1,9 @@
 // model-router console: the only script. It refreshes the evaluation panel while an evaluation
 // runs, and the page once it has ended (its scores, state and evidence are the page's, outside
 // the panel: they stayed as before the run), or when the panel is gone from the answer (the
-// sign-in expired: the page goes to sign in). The page works without it; reload shows the
+// sign-in expired: the page goes to sign in). It also disables a form's submit buttons once the
+// form is sent: a double click sent a lifecycle action twice (the server takes a repeat as
+// done, but each still asked the workflow). The page works without it; reload shows the
 // same. No framework, nothing fetched from elsewhere.
 (function () {
   "use strict";
@@ -42,6 +44,35 @@
         });
     }, INTERVAL_MS);
   }
+
+  // Disabled while the form is sent, not before: the submit event fires once the browser has
+  // decided to send it (a form its own checks refuse is left as it was).
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (event.defaultPrevented || (form.getAttribute("method") || "").toLowerCase() !== "post") {
+      return;
+    }
+    var found = form.querySelectorAll('button:not([type]), button[type="submit"], input[type="submit"]');
+    for (var i = 0; i < found.length; i++) {
+      if (!found[i].disabled) {
+        found[i].disabled = true;
+        found[i].setAttribute("data-sent", "true");
+      }
+    }
+  });
+
+  // Back to a page the browser kept whole (the back button): the buttons this script disabled
+  // are usable again; those the page itself disabled stay so.
+  window.addEventListener("pageshow", function (event) {
+    if (!event.persisted) {
+      return;
+    }
+    var sent = document.querySelectorAll("[data-sent]");
+    for (var i = 0; i < sent.length; i++) {
+      sent[i].disabled = false;
+      sent[i].removeAttribute("data-sent");
+    }
+  });
 
   document.addEventListener("DOMContentLoaded", function () {
     var panels = document.querySelectorAll("[data-poll]");
