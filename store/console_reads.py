@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import func, literal_column, not_, tuple_
@@ -177,20 +178,19 @@ BACKLOG_CAP = 10_000
 
 
 async def awaiting_reconciliation(
-    session: AsyncSession, tenant_id: str, cap: int = BACKLOG_CAP
+    session: AsyncSession, tenant_id: str, since: datetime, cap: int = BACKLOG_CAP
 ) -> int:
-    """The tenant's closed receipts whose usage is still Unknown or Estimated, over all time
-    (counted within the overview's window, one older than the window dropped out of the
-    backlog while it still awaited its statement); a call that reached no provider awaits
-    nothing (store.reconciliation.sent_nothing). Counted up to `cap` + 1: an Estimated receipt
-    past the reconciler's lookback stays so for good, and the count must not grow into a walk
-    of the tenant's history on every view. Read through an index (ix_receipts_usage_status or
-    the tenant's closed receipts, as the planner prices them): neither holds both tenant and
-    status, so below the cap a tenant's count reads one or the other whole."""
+    """The tenant's closed receipts started since `since` (the reconciler's lookback: one older
+    is settled by no run any more, final as it is) whose usage is still Unknown or Estimated.
+    Counted within the overview's window instead, one a day older than the 24 h window dropped
+    out of the backlog while it still awaited its statement. A call that reached no provider
+    awaits nothing (store.reconciliation.sent_nothing). Read through ix_receipts_usage_status,
+    a range of it, as the usage_unknown gauge is; counted up to `cap` + 1."""
     r = InvocationReceiptRow
     awaiting = (
         select(r.invocation_id)
         .where(col(r.usage_status).in_(sorted(AWAITING)))
+        .where(col(r.started_at) >= since)
         .where(col(r.tenant_id) == tenant_id)
         .where(col(r.ended_at).is_not(None))
         .where(not_(sent_nothing()))

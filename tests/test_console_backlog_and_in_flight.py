@@ -67,51 +67,59 @@ async def test_an_open_receipts_page_shows_no_placeholder_outcome_usage_or_cost(
     assert _field(closed, "estimatedCostUsd") == "0.25"
 
 
-async def test_the_backlog_awaiting_reconciliation_is_of_all_time(
+async def test_the_backlog_awaiting_reconciliation_is_the_reconcilers_lookback(
     console: ConsoleSession, sessions: async_sessionmaker[AsyncSession], tenant: str
 ) -> None:
+    # The suite's lookback is the default, 72 h: a receipt two days old still awaits its
+    # statement, though it is older than the 24 h window.
     now = datetime.now(UTC)
-    old, recent = now - timedelta(days=30), now - timedelta(hours=1)
+    past, older, recent = (
+        now - timedelta(days=30),
+        now - timedelta(hours=48),
+        now - timedelta(hours=1),
+    )
     for started, status, tokens, open_ in (
-        (old, UsageStatus.UNKNOWN, None, False),  # awaits: older than either window
-        (old, UsageStatus.ESTIMATED, 12, False),  # awaits: an estimate to settle
-        (recent, UsageStatus.UNKNOWN, None, False),  # awaits, in the window
-        (old, UsageStatus.ESTIMATED, 0, False),  # reached no provider: awaits nothing
-        (old, UsageStatus.REPORTED, 5, False),  # settled
+        (older, UsageStatus.UNKNOWN, None, False),  # awaits: older than the 24 h window
+        (older, UsageStatus.ESTIMATED, 12, False),  # awaits: an estimate to settle
+        (recent, UsageStatus.UNKNOWN, None, False),  # awaits, in both windows
+        (past, UsageStatus.UNKNOWN, None, False),  # past the lookback: final, no run settles it
+        (older, UsageStatus.ESTIMATED, 0, False),  # reached no provider: awaits nothing
+        (older, UsageStatus.REPORTED, 5, False),  # settled
         (recent, UsageStatus.UNKNOWN, None, True),  # in flight: nothing to settle yet
     ):
         await add_receipt(
             sessions, tenant=tenant, deployment_id="edge/backlog", started_at=started,
             usage_status=status, input_tokens=tokens, output_tokens=tokens, open_=open_,
         )  # fmt: skip
-    for window in ("24h", "7d"):
+    for window, charted in (("24h", "1"), ("7d", "3")):
         html = _html(await console.get("/console/overview", window=window))
         total = re.search(r'<strong id="awaiting-total">([^<]*)</strong>', html)
         assert total is not None and total.group(1) == "3", html[:2000]
         in_window = re.search(r'<span id="awaiting-window">([^<]*)</span>', html)
-        assert in_window is not None and in_window.group(1) == "1"
-        assert "of all time" in html
+        assert in_window is not None and in_window.group(1) == charted
+        assert "lookback of 72 h" in html
 
 
 async def test_the_backlog_is_counted_up_to_its_cap(
     sessions: async_sessionmaker[AsyncSession], tenant: str
 ) -> None:
+    since = datetime.now(UTC) - timedelta(hours=72)
     for _ in range(3):
         await add_receipt(
             sessions, tenant=tenant, deployment_id="edge/cap",
-            started_at=datetime.now(UTC) - timedelta(days=400), usage_status=UsageStatus.UNKNOWN,
+            started_at=datetime.now(UTC) - timedelta(hours=2), usage_status=UsageStatus.UNKNOWN,
         )  # fmt: skip
     async with sessions() as session:
-        assert await console_reads.awaiting_reconciliation(session, tenant) == 3
-        assert await console_reads.awaiting_reconciliation(session, tenant, cap=1) == 2
+        assert await console_reads.awaiting_reconciliation(session, tenant, since) == 3
+        assert await console_reads.awaiting_reconciliation(session, tenant, since, cap=1) == 2
 
 
 async def test_the_backlog_is_read_through_an_index(settings: Settings) -> None:
-    # Over all time, never a scan of every receipt of every tenant. (No index holds both the
-    # tenant and the status: the planner reads ix_receipts_usage_status or the tenant's closed
-    # receipts, whichever it prices lower.)
+    # Never a scan of every receipt of every tenant.
+    since = datetime.now(UTC) - timedelta(hours=72)
     found = await plans(
-        settings.database_url, lambda s: console_reads.awaiting_reconciliation(s, "tenant-plan")
+        settings.database_url,
+        lambda s: console_reads.awaiting_reconciliation(s, "tenant-plan", since),
     )
     assert len(found) == 1, found
     assert "Index" in found[0] and "Seq Scan" not in found[0], found[0]

@@ -3,7 +3,7 @@ server-side SVG."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -37,7 +37,10 @@ async def overview(
         figures = await overview_reads.overview_figures(
             session, operator.tenant_id, now - span, width
         )
-        backlog = await console_reads.awaiting_reconciliation(session, operator.tenant_id)
+        lookback = runtime.settings.reconciler_lookback_hours
+        backlog = await console_reads.awaiting_reconciliation(
+            session, operator.tenant_id, now - timedelta(hours=lookback)
+        )
     cells = figures.cells
     rate = overview_data.rate_by_outcome(cells, now, window)
     latency = overview_data.latency_per_deployment(cells, figures.percentiles)
@@ -75,6 +78,7 @@ async def overview(
         ),
         awaiting=awaiting,
         awaiting_total=overview_data.backlog(backlog, console_reads.BACKLOG_CAP),
+        lookback_hours=lookback,
         awaiting_in_window=int(sum(sum(s.values) for s in awaiting.series)),
         awaiting_chart=charts.stacked_bars(
             "chart-awaiting",
