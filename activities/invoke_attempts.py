@@ -14,6 +14,7 @@ provider's first token. A passed-through stream does no extra work per event for
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 
@@ -42,6 +43,11 @@ from providers.errors import ErrorKind, ProviderError
 from providers.secrets import SecretResolutionError
 from providers.types import Accepted, ChatRequest, KeepAlive, TextDelta, ToolCallDelta
 
+log = logging.getLogger("model_router.invoke")
+
+# What the caller (and the receipt) is told of a deployment whose credentials did not resolve.
+CREDENTIALS_UNRESOLVED = "the deployment's credentials could not be resolved"
+
 
 async def attempts_on(
     target: Target,
@@ -64,7 +70,11 @@ async def attempts_on(
             await adapters.ready(target)
         except SecretResolutionError as exc:
             # The credentials are missing or not allowed (docs/runbook.md): not called now.
-            # A retry's used to escape the call as our own failure (`internal`).
+            # A retry's used to escape the call as our own failure (`internal`). The caller
+            # hears only that; which reference and why (never a secret: the broker's messages
+            # name none) is the operator's, in the log. As the reason, the caller's 502 named
+            # the deployment's endpointRef and the variable or file behind it.
+            log.warning("deployment %s: credentials not resolved: %s", target.deployment_id, exc)
             first = attempt == 1
             return route.usage_of(
                 Outcome(
@@ -73,7 +83,7 @@ async def attempts_on(
                     input_tokens=0 if first else None,
                     output_tokens=0 if first else None,
                     error_kind=ErrorKind.AUTH.value,
-                    error_reason=str(exc),
+                    error_reason=CREDENTIALS_UNRESOLVED,
                 )
             )
         route.attempt_starts()

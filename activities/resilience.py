@@ -163,6 +163,7 @@ async def timed_stream(
     clock = timing.current()
     quiet_since = 0.0  # since when the bound in force counts
     restart = True  # the last event restarts it
+    heard = False  # the adapter has yielded an event: the provider answered
     try:
         while True:
             phase = "stream idle" if started else "first token"
@@ -191,6 +192,13 @@ async def timed_stream(
             except ProviderError:
                 raise
             except Exception as exc:
+                if not heard:
+                    # Nothing came from the provider yet (an adapter's first event is its
+                    # Accepted, once the headers are in): our own request failed to build or
+                    # send (a value its JSON encoding refuses, a bug of ours). Not the provider's
+                    # failure, so no retry, fallback or breaker strike: it escapes the attempts,
+                    # and the call closes as our own (`internal`, activities/invoke.py).
+                    raise
                 # Garbage from a provider (or its SDK) is a failed attempt, never a crash.
                 raise ProviderError(
                     ErrorKind.STREAM_INCOMPLETE,
@@ -201,6 +209,7 @@ async def timed_stream(
                 watchdog.idle()
                 if clock is not None:
                     clock.leave()
+            heard = True
             if isinstance(event, KeepAlive):
                 restart = started
                 if started:

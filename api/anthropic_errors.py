@@ -6,11 +6,9 @@ answered with Anthropic's status and type for it (429 `rate_limit_error`, 529
 
 from __future__ import annotations
 
-import json
 from http import HTTPStatus
 from typing import Any, Literal
 
-from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict
 
 from api.problems import no_retry
@@ -121,21 +119,10 @@ def error_envelope(status: int, problem: dict[str, Any]) -> tuple[dict[str, Any]
     extra = {k: v for k, v in problem.items() if k not in ("type", "error")}
     failure = _failure(status, problem)
     if failure is not None:
-        # The problem's `status` says what `anthropic_status` then answers with.
+        # The problem's `status` says what api/wire.failure_response then answers with.
         status, kind = failure
         extra.update(status=status, title=_title(status))
     body = {"type": "error", "error": {"type": kind, "message": message}, **extra}
     if problem.get("requestId"):
         body["request_id"] = problem["requestId"]  # where Anthropic's error body has it
     return body, no_retry(status, problem)
-
-
-def anthropic_status(response: Response) -> Response:
-    """A call's failure answered with the status its envelope says (`error_envelope`): the
-    envelope renders the body, but the status was set before it, the gateway's for every
-    surface (api/wire.py)."""
-    if isinstance(response, JSONResponse) and response.status_code >= 500:
-        status = json.loads(bytes(response.body)).get("status")
-        if isinstance(status, int) and status != response.status_code:
-            response.status_code = status
-    return response

@@ -1,7 +1,8 @@
 """Hostile-input limits, enforced before the app does any work: rate (token bucket per client
 whose token verifies, per address otherwise),
 body size (by Content-Length and by counting what arrives), JSON nesting depth, encoding and NUL
-characters. Pure ASGI so streaming responses are not buffered.
+characters, numbers JSON cannot carry (NaN, Infinity, 1e400: api/non_finite.py). Pure ASGI so
+streaming responses are not buffered.
 
 Request bodies are read here in full (they are bounded by the size limit and every route reads
 its body whole anyway) so a refusal is a clean 413/400 before any route code runs; the app then
@@ -19,6 +20,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.non_finite import non_finite_field
 from api.problems import envelope_for
 from core.logging import bind
 from core.security import Principal, TokenError, TokenVerifier
@@ -188,14 +190,15 @@ class LimitsMiddleware:
         if body and (not content_type or b"json" in content_type):
             refusal = self._check_json(bytes(body), nul_allowed=path.startswith(_CONTENT_PATHS))
             if refusal:
+                detail, field = refusal
                 await _problem(
                     scope,
                     send,
                     400,
                     "Bad Request",
-                    refusal,
+                    detail,
                     type_="https://model-router.dev/problems/validation",
-                    errors=[{"field": "body", "message": refusal}],
+                    errors=[{"field": field, "message": detail}],
                 )
                 return
 
@@ -217,17 +220,26 @@ class LimitsMiddleware:
 
         await self.app(scope, replay, send_binding_tenant)
 
-    def _check_json(self, body: bytes, *, nul_allowed: bool) -> str | None:
+    def _check_json(self, body: bytes, *, nul_allowed: bool) -> tuple[str, str] | None:
+        """Why the body is refused, and the field it names; None when it is not."""
         try:
             body.decode("utf-8")
         except UnicodeDecodeError:
-            return "The body is not valid UTF-8."
+            return "The body is not valid UTF-8.", "body"
         if not nul_allowed and (
             b"\x00" in body or (b"\\u0000" in body and _NUL_ESCAPE.search(body))
         ):
-            return "The body contains a NUL character."
+            return "The body contains a NUL character.", "body"
         if json_depth_exceeds(body, self.settings.max_json_depth):
-            return f"The body nests deeper than {self.settings.max_json_depth} levels."
+            return f"The body nests deeper than {self.settings.max_json_depth} levels.", "body"
+        # After the depth check: finding where one is walks the parsed body.
+        field = non_finite_field(body)
+        if field is not None:
+            return (
+                "A number is not finite (NaN, Infinity, or out of a float's range): JSON "
+                "cannot carry it to the provider.",
+                field,
+            )
         return None
 
 

@@ -5,11 +5,13 @@ and models keep problem+json's content type with the member added."""
 
 from __future__ import annotations
 
+from http import HTTPStatus
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from api.problems import PROBLEM_JSON, no_retry
+from domain.failures import TRANSIENT
 
 
 class _Loose(BaseModel):
@@ -44,9 +46,37 @@ _OPENAI_TYPES = {
 }
 
 
+# A call that failed before any output with a transient kind (api/wire.py `failure_response`
+# names it in `error.code`), as OpenAI answers its own: status, `error.type`, `error.code`. All
+# were the gateway's 503 under its own names (`rate_limit` …): the SDK raised a rate limit as an
+# InternalServerError, and code reading `code == "rate_limit_exceeded"` never saw one. OpenAI's
+# 429 body is `{"type": "requests", "code": "rate_limit_exceeded"}` (providers/upstream speaks
+# it); its 5xx are `server_error` with no code of their own, so the gateway's kind stays as the
+# code. A timeout is the gateway's 504, as on Messages. Retry-After and x-should-retry are the
+# failure's, whatever the status.
+FAILURES: dict[str, tuple[int, str, str]] = {
+    "rate_limit": (429, "requests", "rate_limit_exceeded"),
+    "timeout": (504, "server_error", "timeout"),
+}
+
+
+def _failure(problem: dict[str, Any]) -> tuple[int, str, str] | None:
+    """OpenAI's status, type and code for a transient failure's problem; None for any other."""
+    error = problem.get("error")
+    kind = error.get("code") if isinstance(error, dict) else None
+    if (
+        problem.get("errorClass") != "transient"
+        or not isinstance(kind, str)
+        or kind not in TRANSIENT
+    ):
+        return None
+    return FAILURES.get(kind, (503, "server_error", kind))
+
+
 def error_envelope(status: int, problem: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """A problem+json body with OpenAI's `error` member added (what the SDK reads): the field
-    at fault as `param`. The problem's own members stay."""
+    at fault as `param`. The problem's own members stay; a transient failure's `status` says
+    OpenAI's for its kind (`FAILURES`), which api/wire.py then answers with."""
     errors = [e for e in problem.get("errors", []) if isinstance(e, dict)]
     field = errors[0]["field"] if errors else problem.get("field")
     param = field.removeprefix("body.") if isinstance(field, str) else None
@@ -56,6 +86,11 @@ def error_envelope(status: int, problem: dict[str, Any]) -> tuple[dict[str, Any]
         message = f"{message} ({details})"
     kind = _OPENAI_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     error = problem.get("error") or {"message": message, "type": kind, "code": kind}
+    failure = _failure(problem)
+    if failure is not None:
+        status, kind, code = failure
+        error = {**error, "type": kind, "code": code}
+        problem = {**problem, "status": status, "title": HTTPStatus(status).phrase}
     if status == 404 and param == "model" and "error" not in problem:
         # OpenAI's own words for a model it does not serve, which clients look for.
         error.update(type="invalid_request_error", code="model_not_found")

@@ -1,4 +1,5 @@
-"""OpenAI chat-completions wire shapes: requests in, responses and stream chunks out."""
+"""OpenAI chat-completions wire shapes: requests in, responses and stream chunks out. What the
+request model accepts but the normalised request cannot carry is refused in chat_refusals.py."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any, Literal
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from api.chat_refusals import refuse_choice_type, refuse_unmapped
 from domain.invocation import InvocationSummary
 from domain.text import StoredName
 from providers.types import (
@@ -179,60 +181,8 @@ def _where(loc: tuple[str | int, ...], within: tuple[str | int, ...]) -> tuple[s
     return ("tool_choice",)
 
 
-# Settings that change the answer and that the normalised request cannot carry: refused with a
-# 422 naming the field when set, never dropped (dropped, `logprobs: true` came back as None and
-# `reasoning_effort` or `web_search_options` were silently lost).
-_UNMAPPED = (
-    "top_k",
-    "top_logprobs",
-    "reasoning_effort",
-    "verbosity",
-    "web_search_options",
-    "audio",
-    "prediction",
-    "seed",
-    # The legacy function-calling fields: dropped, the model answered without the functions.
-    "functions",
-    "function_call",
-)
-# Accepted at the value that asks for nothing (what some clients send explicitly).
-_UNMAPPED_UNLESS_OFF: dict[str, Any] = {
-    "top_p": 1,
-    "logprobs": False,
-    "frequency_penalty": 0,
-    "presence_penalty": 0,
-    "logit_bias": {},
-}
-
-
-def _refusals(body: ChatCompletionIn) -> None:
-    extra = body.model_extra or {}
-    refused = [name for name in _UNMAPPED if extra.get(name) is not None]
-    refused += [
-        name
-        for name, off in _UNMAPPED_UNLESS_OFF.items()
-        if extra.get(name) is not None and extra[name] != off
-    ]
-    modalities = extra.get("modalities")
-    if modalities is not None and modalities != ["text"]:
-        refused.append("modalities")
-    if refused:
-        raise RequestValidationError(
-            [
-                {
-                    "type": "value_error",
-                    "loc": ("body", name),
-                    "msg": "cannot be mapped to the normalised request; it is refused, never "
-                    "dropped",
-                    "input": None,
-                }
-                for name in refused
-            ]
-        )
-
-
 def to_chat_request(body: ChatCompletionIn) -> ChatRequest:
-    _refusals(body)
+    refuse_unmapped(body.model_extra or {})
     messages = []
     for index, m in enumerate(body.messages):
         role = "system" if m.role == "developer" else m.role
@@ -253,6 +203,7 @@ def to_chat_request(body: ChatCompletionIn) -> ChatRequest:
         if isinstance(body.tool_choice, str):
             choice = ToolChoice(mode=body.tool_choice)
         elif isinstance(body.tool_choice, dict):
+            refuse_choice_type(body.tool_choice)
             function = body.tool_choice.get("function")
             name = function.get("name") if isinstance(function, dict) else None
             choice = ToolChoice(mode="tool", name=name)

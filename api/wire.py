@@ -28,9 +28,9 @@ from api.invocation_events import InvocationEvent, Replayed
 from api.invocations import Invocations, Running
 from api.problems import problem_response
 from core.security import Principal
-from domain.close_reason import GATEWAY_CLOSES, close_reason
+from domain.close_reason import close_reason
 from domain.enums import InvocationOutcome
-from domain.failures import FailureClass, classify, error_class
+from domain.failures import KEY_CLOSED, FailureClass, classify, error_class
 from domain.invocation import InvocationSummary
 from providers.completion_fold import CompletionBuilder
 from providers.types import (
@@ -45,6 +45,10 @@ from providers.types import (
 )
 
 RECEIPT, DEPLOYMENT = "X-Model-Router-Receipt-Id", "X-Model-Router-Deployment"
+# Every event stream's (every surface's streams start here, in `answer_chat`): never stored, and
+# never held by a proxy on the caller's side. nginx buffers a proxied response unless told
+# otherwise, and held a stream's tokens until its buffer filled or the answer ended.
+SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 # Reported (the provider said), Estimated (our count) or Unknown, as on the receipt.
 USAGE_STATUS = "X-Model-Router-Usage-Status"
 
@@ -258,7 +262,7 @@ async def answer_chat(
             media_type="text/event-stream",
             # The deployment is named only once the output says who answered; the stream's
             # final `model_router` object names it in any case.
-            headers={**stream_headers(running, first), "Cache-Control": "no-store"},
+            headers={**stream_headers(running, first), **SSE_HEADERS},
         )
     completion, summary = await collect(running, first)
     if summary.outcome is not InvocationOutcome.COMPLETED or completion is None:
@@ -270,16 +274,14 @@ async def answer_chat(
 # failure — a candidate busy, down, timed out, a dropped connection or a stream cut before
 # output — is a 503 with Retry-After, whatever broke, since the caller's only question is whether
 # and when to come back; a permanent one on the provider's side (auth, quota, a model gone) is a
-# 502 without Retry-After.
+# 502 without Retry-After. A surface whose SDK tells transient failures apart by status gives
+# each kind its own in its envelope (OpenAI's 429 for a rate limit, Anthropic's 529 for an
+# overload), which the response then takes (`_with_envelope_status`).
 _STATUS = {FailureClass.CALLER: 400, FailureClass.TRANSIENT: 503, FailureClass.PERMANENT: 502}
 # OpenAI's own names for a failure agents act on: a context overflow is what makes Codex and the
 # Agents SDK compact the conversation and go on (they look for `context_length_exceeded`);
 # under the gateway's name they stopped the session. Other kinds keep the gateway's name.
 _OPENAI_NAMES = {"context_length": ("invalid_request_error", "context_length_exceeded")}
-# Our side closed the call without an answer (the process holding it died, the sweeper found it
-# open past its budget, the gateway failed after the claim): the key is spent and the provider
-# may have billed, so the same key can only replay this. Never reported as a provider error.
-_SPENT = frozenset(c.value for c in GATEWAY_CLOSES)
 
 
 def failure_response(
@@ -297,7 +299,7 @@ def failure_response(
             summary.invocation_id, "Denied by the call's budget; its key replays it.", reason
         )
     headers = {RECEIPT: str(summary.invocation_id), DEPLOYMENT: summary.deployment_id or ""}
-    if kind in _SPENT:
+    if kind in KEY_CLOSED:  # closed before its answer was whole: never the provider's failure
         return _spent(request, summary, kind, headers)
     failure = classify(kind)
     status = _STATUS[failure]
@@ -314,7 +316,7 @@ def failure_response(
     elif failure is FailureClass.TRANSIENT:
         headers["Retry-After"] = str(retry_after)
     error_type, code = _OPENAI_NAMES.get(kind, (kind, kind))
-    return problem_response(
+    response = problem_response(
         request,
         status,
         detail,
@@ -325,6 +327,17 @@ def failure_response(
         closeReason=summary.close_reason or close_reason(summary.outcome, summary.error_kind),
         errorClass=error_class(kind),
     )
+    return _with_envelope_status(response)
+
+
+def _with_envelope_status(response: JSONResponse) -> JSONResponse:
+    """The failure answered with the status its surface's envelope gave its kind (OpenAI's 429
+    for a rate limit, Anthropic's 529 for an overload: api/openai_errors.py, anthropic_errors.py):
+    the envelope renders the body, but the status was set before it, the gateway's own."""
+    status = json.loads(bytes(response.body)).get("status")
+    if isinstance(status, int) and status != response.status_code:
+        response.status_code = status
+    return response
 
 
 def _spent(
@@ -334,8 +347,8 @@ def _spent(
     return problem_response(
         request,
         409,
-        f"The invocation with this key was closed without an answer ({reason}); its usage "
-        "stays Unknown until reconciled. Retry with a new Idempotency-Key.",
+        f"The invocation with this key was closed before its answer was whole ({reason}); its "
+        "usage stays Unknown until reconciled. Retry with a new Idempotency-Key.",
         type_="https://model-router.dev/problems/invocation-closed",
         # The SDKs retry 409s by default; retrying this key can only replay this answer.
         headers={**headers, "x-should-retry": "false"},

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from domain.close_reason import GATEWAY_CLOSES, CloseReason
+
 
 class FailureClass(StrEnum):
     CALLER = "caller"
@@ -67,6 +69,15 @@ def refused_unbilled(kind: str, status_code: int | None) -> bool:
     if status_code is None or kind in _TAKEN_NOT:
         return False
     return status_code == 529 or (400 <= status_code < 500 and status_code not in (408, 409))
+
+
+# Kinds of a call closed before its answer was whole by our side (GATEWAY_CLOSES: the process
+# holding it died, the sweeper closed it, the gateway failed after the claim) or by its caller's
+# leaving (`cancelled`, mid-stream): the key is spent, the provider may have billed, and the
+# key can only replay this. Every surface answers them alike: a 409 saying the call is closed
+# and to retry with a new key, never a provider's failure (a Cancelled key replayed as a 502
+# "model call failed: cancelled", errorClass permanent, blaming the provider).
+KEY_CLOSED = frozenset({*(c.value for c in GATEWAY_CLOSES), CloseReason.CANCELLED.value})
 
 
 def classify(kind: str | None) -> FailureClass:

@@ -122,7 +122,7 @@ async def test_a_connection_dropped_after_output_is_a_cut_stream(
     # retried; only when every attempt is cut does the caller hear of it.
     upstream.inject(model, Fault(kind=FaultKind.STREAM_CUT, after_chunks=4, times=3))
     resp, _ = await _call(http, auth, profile)
-    assert resp.status_code == 503 and resp.json()["error"]["type"] == "stream_incomplete"
+    assert resp.status_code == 503 and resp.json()["error"]["code"] == "stream_incomplete"
     # Transient like every other: a 503, and the caller is told when to come back.
     assert resp.json()["errorClass"] == "transient" and int(resp.headers["Retry-After"]) >= 1
 
@@ -130,14 +130,15 @@ async def test_a_connection_dropped_after_output_is_a_cut_stream(
 async def test_a_503_says_when_a_candidate_may_be_tried_again(
     http: httpx.AsyncClient, auth: dict[str, str], upstream: UpstreamServer
 ) -> None:
-    # The provider's Retry-After, longer than the router waits itself, is passed on.
+    # The provider's Retry-After, longer than the router waits itself, is passed on (with the
+    # rate limit's 429, as OpenAI answers it: api/openai_errors.FAILURES).
     upstream.inject(A, Fault(kind=FaultKind.RATE_LIMIT, retry_after=3, times=1))
     resp, _ = await _call(http, auth, "fr-solo")
-    assert resp.status_code == 503 and resp.headers["Retry-After"] == "3"
+    assert resp.status_code == 429 and resp.headers["Retry-After"] == "3"
     # Within the cap.
     upstream.inject(A, Fault(kind=FaultKind.RATE_LIMIT, retry_after=600, times=1))
     resp, _ = await _call(http, auth, "fr-solo")
-    assert resp.status_code == 503 and resp.headers["Retry-After"] == "60"
+    assert resp.status_code == 429 and resp.headers["Retry-After"] == "60"
     # An answer clears the provider's word; an open breaker's rest of cool-down (1 s in
     # tests) is what is left.
     resp, _ = await _call(http, auth, "fr-solo")
@@ -147,7 +148,7 @@ async def test_a_503_says_when_a_candidate_may_be_tried_again(
         resp, _ = await _call(http, auth, "fr-solo")  # three failures open the breaker
         assert resp.status_code == 503 and resp.headers["Retry-After"] == "1"
         resp, _ = await _call(http, auth, "fr-solo")
-        assert resp.json()["error"]["type"] == "unavailable"
+        assert resp.json()["error"]["code"] == "unavailable"
         assert resp.headers["Retry-After"] == "1"
     finally:
         upstream.state.clear_faults(A)
@@ -158,13 +159,13 @@ async def test_a_retry_after_that_names_no_time_is_not_passed_on(
     http: httpx.AsyncClient, auth: dict[str, str], upstream: UpstreamServer, text: str
 ) -> None:
     # A provider (or a proxy before it) whose Retry-After is not a time: the caller still gets
-    # the transient 503 with a Retry-After of the router's own, never a 500; and so does the
-    # next caller, once the breaker has the provider's word on record.
+    # the transient 429 with a Retry-After of the router's own, never a 500; and so does the
+    # next caller, once the breaker has the provider's word on record (a 503, nothing called).
     upstream.inject(A, Fault(kind=FaultKind.RATE_LIMIT, retry_after_text=text))
     try:
-        for told in ("rate_limit", "unavailable"):  # the second finds the breaker open
+        for told, status in (("rate_limit_exceeded", 429), ("unavailable", 503)):
             resp, _ = await _call(http, auth, "fr-solo")
-            assert resp.status_code == 503 and resp.json()["error"]["type"] == told
+            assert resp.status_code == status and resp.json()["error"]["code"] == told
             assert 1 <= int(resp.headers["Retry-After"]) <= 60
     finally:
         upstream.state.clear_faults(A)
@@ -186,7 +187,7 @@ async def test_an_event_without_end_is_a_malformed_stream_not_a_process_filling_
         resp, _ = await _call(http, auth, profile)
     finally:
         upstream.state.clear_faults(model)
-    assert resp.status_code == 503 and resp.json()["error"]["type"] == "stream_incomplete", (
+    assert resp.status_code == 503 and resp.json()["error"]["code"] == "stream_incomplete", (
         resp.text
     )
     assert "EventTooLarge" in resp.json()["error"]["message"], resp.text
@@ -220,7 +221,7 @@ async def test_replaced_attempts_a_provider_may_bill_are_counted(
     # Not replaced: the receipt itself carries it (Failed, usage Unknown on the primary).
     upstream.inject(A, Fault(kind=FaultKind.HANG, times=1))
     resp, key = await _call(http, auth, "fr-solo")
-    assert resp.status_code == 503
+    assert resp.status_code == 504  # a timeout, as Chat Completions answers one
     row = await _receipt(sessions, tenant, key)
     assert (row.deployment_id, row.usage_status) == ("fr/a", "Unknown")
     assert metrics.attempts_abandoned.value(timeouts) == before + 1

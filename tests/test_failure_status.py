@@ -1,7 +1,8 @@
 """One mapping of failures to status codes, the same on every surface (domain.failures): a
 transient failure — refused connection, a stream cut before output, a stalled first token, a
-provider 5xx — is a 503 with Retry-After; a permanent one on the provider's side is a 502
-without; the caller's own fault is a 400. Through the real API against the local upstream."""
+provider 5xx — is a 503 with Retry-After (on Chat Completions, OpenAI's status for its kind: a
+timeout a 504); a permanent one on the provider's side is a 502 without; the caller's own fault
+is a 400. Through the real API against the local upstream."""
 
 from __future__ import annotations
 
@@ -105,10 +106,16 @@ async def test_every_transient_failure_is_a_503_with_retry_after_on_every_surfac
 ) -> None:
     for profile, kind in TRANSIENT_CASES.items():
         resp = await _chat(http, auth, surface, profile)
-        assert resp.status_code == 503, (profile, resp.status_code, resp.text)
+        # Chat Completions answers as OpenAI does (api/openai_errors.FAILURES): a timeout the
+        # gateway's 504, every other kind a 503 `server_error`, the kind as the code.
+        status, named = 503, kind
+        if surface != "gateway":
+            status, named = (504 if kind == "timeout" else 503), "server_error"
+        assert resp.status_code == status, (profile, resp.status_code, resp.text)
         assert int(resp.headers["Retry-After"]) >= 1, profile
         body = resp.json()
-        assert body["errorClass"] == "transient" and body["error"]["type"] == kind, body
+        assert body["errorClass"] == "transient" and body["error"]["type"] == named, body
+        assert body["error"]["code"] == kind and body["status"] == status, body
         assert resp.headers["content-type"].startswith("application/problem+json")
 
     permanent = await _chat(http, auth, surface, "fs-auth")
@@ -164,8 +171,8 @@ async def test_a_replayed_transient_failure_tells_the_caller_to_use_a_new_key(
                 model="fs-stall", messages=messages, extra_headers=key
             )
     replayed = again.value.response
-    # Replayed, the failure is told by its close reason (a timeout: still transient, a 503).
-    assert replayed.json()["closeReason"] == "timeout" and replayed.status_code == 503
+    # Replayed, the failure is told by its close reason (a timeout: still transient, a 504).
+    assert replayed.json()["closeReason"] == "timeout" and replayed.status_code == 504
     assert "Retry-After" not in replayed.headers
     assert replayed.headers["x-should-retry"] == "false"
     assert replayed.json()["receiptId"] == first.value.response.json()["receiptId"]
@@ -190,10 +197,12 @@ async def test_a_streamed_replay_of_a_failure_before_output_is_that_failure(
     else:
         url, body = "/v1/chat/completions", {"model": "fs-stall", "messages": messages}
         body["stream"] = True
+    # A timeout: the gateway's 503, Chat Completions' 504 (api/openai_errors.FAILURES).
+    status = 503 if surface == "gateway-stream" else 504
     first = await http.post(url, headers={**auth, **key}, json=body)
-    assert first.status_code == 503, first.text
+    assert first.status_code == status, first.text
     again = await http.post(url, headers={**auth, **key}, json=body)
-    assert again.status_code == 503, again.text
+    assert again.status_code == status, again.text
     assert again.headers["content-type"].startswith("application/problem+json")
     assert again.headers["x-should-retry"] == "false"
     assert again.json()["closeReason"] == "timeout"

@@ -85,9 +85,9 @@ async def test_keep_alives_before_the_first_token_do_not_hold_its_bound(
                 messages=[{"role": "user", "content": LONG}],
                 extra_headers={"Idempotency-Key": key},
             )
-    assert failed.value.status_code == 503
+    assert failed.value.status_code == 504  # a timeout, as Chat Completions answers one
     body = failed.value.response.json()["error"]
-    assert body["type"] == "timeout" and "first token" in body["message"], body
+    assert body["code"] == "timeout" and "first token" in body["message"], body
     assert upstream.requests(model) - calls == 1
     row = await _receipt(sessions, catalog.tenant, key)
     assert (row.outcome, row.usage_status) == ("Failed", "Unknown")

@@ -239,8 +239,9 @@ async def test_a_silent_provider_is_bounded_and_not_retried(ctx: Ctx) -> None:
     up.inject(A, Fault(kind=FaultKind.HANG))
     seen = Seen(up)
     resp, key, took = await _call(http, auth, "rs-solo")
-    # Ended by the first token's bound (2 s here), the first of the attempt's bounds to run out.
-    assert resp.status_code == 503 and seen() == (1, 0) and took >= 2.0
+    # Ended by the first token's bound (2 s here), the first of the attempt's bounds to run out:
+    # a timeout, Chat Completions' 504.
+    assert resp.status_code == 504 and seen() == (1, 0) and took >= 2.0
     assert "first token timeout" in resp.json()["reason"], resp.text
     assert (await _receipt(sessions, tenant, key)).usage_status == "Unknown"
     seen = Seen(up)
@@ -549,7 +550,7 @@ async def test_a_non_stream_call_stalled_mid_stream_fails_by_the_idle_bound(
     seen = Seen(up)
     resp, key, took = await _call(http, auth, "rs-solo", LONG)
     # No fallback on this profile: a transient failure the caller may retry, not a Partial.
-    assert resp.status_code == 503 and resp.json()["error"]["type"] == "timeout"
+    assert resp.status_code == 504 and resp.json()["error"]["code"] == "timeout"
     assert seen() == (1, 0) and 2.0 <= took < attempt_bound
     assert "stream idle timeout" in resp.json()["reason"], resp.text
     row = await _receipt(sessions, tenant, key)

@@ -157,7 +157,8 @@ async def test_a_failover_that_leaves_connections_silent_costs_a_prompt_503_not_
             assert int(refused.response.headers["retry-after"]) == STORE_RETRY_AFTER_SECONDS
             problem = refused.response.json()
             assert (problem["closeReason"], problem["errorClass"]) == ("unavailable", "transient")
-            assert problem["error"]["type"] == "store_unavailable"
+            # OpenAI's type for a 503, the kind as its code (api/openai_errors.FAILURES).
+            assert problem["error"]["code"] == "store_unavailable"
         assert time.monotonic() - started < 30  # the SDK's own timeout: it did not hang
 
         # Calls go on, each on a connection that answers or refused as that one was.

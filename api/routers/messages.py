@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, Response
 
 from activities.invoke_outcomes import estimate_tokens
 from api.anthropic_answers import ToolInputInvalid, message_body
-from api.anthropic_errors import ERROR_RESPONSES, anthropic_status, error_envelope
+from api.anthropic_errors import ERROR_RESPONSES, error_envelope
 from api.anthropic_shapes import CountTokensIn, MessagesIn, to_chat_request
 from api.anthropic_stream import MessageEvents
 from api.deps import ApiKeyInvoker, RuntimeDep
@@ -78,8 +78,8 @@ async def create_message(
         return JSONResponse(answer, headers=receipt_headers(summary))
 
     stream = events if body.stream else None
-    answered = await answer_chat(request, service, principal, call, stream=stream, whole=whole)
-    return anthropic_status(answered)  # a failure's status, as Anthropic answers its kind
+    # A failure's status is Anthropic's for its kind (the envelope's, api/wire.failure_response).
+    return await answer_chat(request, service, principal, call, stream=stream, whole=whole)
 
 
 @router.post("/messages/count_tokens", operation_id="CountMessageTokens", responses=ERROR_RESPONSES)

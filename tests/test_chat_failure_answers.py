@@ -1,0 +1,160 @@
+"""How Chat Completions answers a call that did not complete, against the local upstream's
+faults: a failure before any output with OpenAI's status, type and code for its kind (a rate
+limit a 429 the openai SDK raises as RateLimitError; a timeout a 504; the rest a 503
+`server_error`), keeping Retry-After; a replay of a key whose caller left mid-stream (Cancelled)
+as a closed key, never a provider's failure; and every event stream unbuffered by a proxy
+(`X-Accel-Buffering: no`)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from providers.upstream import Fault, FaultKind, UpstreamServer
+from store.receipts import by_key
+from tests.conftest import TokenFactory
+from tests.helpers.deadline import eventually
+from tests.helpers.surfaces import Catalog
+
+MESSAGES: Any = [{"role": "user", "content": "status please"}]
+
+
+@pytest.fixture
+async def sdk(api_url: str, token_for: TokenFactory, tenant: str) -> AsyncIterator[Any]:
+    async with openai.AsyncOpenAI(
+        base_url=f"{api_url}/v1", api_key=await token_for(tenant), max_retries=0
+    ) as client:
+        yield client
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_provider_rate_limit_is_openais_429(
+    sdk: Any, catalog: Catalog, upstream: UpstreamServer, stream: bool
+) -> None:
+    model = catalog.model("openai")
+    # Its Retry-After is past what the router waits itself: the caller hears of it at once.
+    upstream.inject(model, Fault(kind=FaultKind.RATE_LIMIT, retry_after=3, times=1))
+    try:
+        with pytest.raises(openai.RateLimitError) as limited:
+            await sdk.chat.completions.create(
+                model=catalog.profile("openai"), messages=MESSAGES, stream=stream
+            )
+    finally:
+        upstream.state.clear_faults(model)
+    error = limited.value
+    assert error.status_code == 429
+    assert (error.type, error.code) == ("requests", "rate_limit_exceeded")
+    assert error.response.headers["Retry-After"] == "3"
+    assert "x-should-retry" not in error.response.headers  # the SDK may come back
+    body = error.response.json()
+    assert (body["status"], body["errorClass"]) == (429, "transient"), body
+    assert body["receiptId"] == error.response.headers["X-Model-Router-Receipt-Id"]
+
+
+async def test_a_timeout_is_a_504_and_other_transient_failures_a_503_server_error(
+    http: httpx.AsyncClient, catalog: Catalog, upstream: UpstreamServer
+) -> None:
+    model, profile = catalog.model("openai"), catalog.profile("openai")
+
+    async def call() -> httpx.Response:
+        key = {"Idempotency-Key": f"fa-{uuid.uuid4().hex}"}
+        body = {"model": profile, "messages": MESSAGES}
+        return await http.post("/v1/chat/completions", headers={**catalog.auth, **key}, json=body)
+
+    # Silence after the role chunk: the first token's bound (2 s in tests) ends the attempt.
+    upstream.inject(model, Fault(kind=FaultKind.STREAM_STALL, after_chunks=1, times=1))
+    timed_out = await call()
+    assert timed_out.status_code == 504, timed_out.text
+    error = timed_out.json()["error"]
+    assert (error["type"], error["code"]) == ("server_error", "timeout"), error
+    assert timed_out.json()["status"] == 504
+    assert int(timed_out.headers["Retry-After"]) >= 1
+
+    # A 500 on every attempt: the provider's server error, retried, then answered.
+    upstream.inject(model, Fault(kind=FaultKind.SERVER_ERROR, times=3))
+    try:
+        failed = await call()
+    finally:
+        upstream.state.clear_faults(model)
+    assert failed.status_code == 503, failed.text
+    error = failed.json()["error"]
+    assert (error["type"], error["code"]) == ("server_error", "server_error"), error
+    assert int(failed.headers["Retry-After"]) >= 1
+
+
+async def test_a_replay_of_a_call_its_caller_left_is_a_closed_key_not_a_provider_failure(
+    api_url: str,
+    http: httpx.AsyncClient,
+    catalog: Catalog,
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+    tenant: str,
+) -> None:
+    model, key = catalog.model("openai"), f"left-{uuid.uuid4().hex}"
+    upstream.state.configure(model, chunk_delay=0.5)
+    body = {
+        "model": catalog.profile("openai"),
+        "messages": [{"role": "user", "content": "a " * 40}],
+    }
+    headers = {**catalog.auth, "Idempotency-Key": key}
+    try:
+        async with httpx.AsyncClient(base_url=api_url, timeout=30) as caller:
+            async with caller.stream(
+                "POST", "/v1/chat/completions", json={**body, "stream": True}, headers=headers
+            ) as resp:
+                async for line in resp.aiter_lines():
+                    if '"content":"E' in line:
+                        break  # one token, then the caller goes away
+
+        async def closed() -> Any:
+            async with sessions() as session:
+                row = await by_key(session, tenant, key)
+            return row if row is not None and row.ended_at is not None else None
+
+        row = await eventually(closed, timeout=30)
+    finally:
+        upstream.state.configure(model, chunk_delay=0.0)
+    assert row.outcome == "Cancelled"
+    calls = upstream.requests(model)
+    again = await http.post("/v1/chat/completions", json=body, headers=headers)
+    # It was a 502 "model call failed: cancelled", errorClass permanent: the provider blamed.
+    assert again.status_code == 409, again.text
+    problem = again.json()
+    assert problem["type"].endswith("/invocation-closed")
+    assert (problem["closeReason"], problem["errorClass"]) == ("cancelled", "permanent")
+    assert "new Idempotency-Key" in problem["detail"]
+    assert problem["receiptId"] == str(row.invocation_id)
+    assert again.headers["x-should-retry"] == "false"
+    assert upstream.requests(model) == calls  # a replay: the provider is not called again
+
+
+async def test_every_event_stream_tells_a_proxy_not_to_buffer_it(
+    http: httpx.AsyncClient, catalog: Catalog
+) -> None:
+    text: Any = [{"role": "user", "content": "hello"}]
+    requests: list[tuple[str, dict[str, Any]]] = [
+        ("/v1/chat/completions", {"model": catalog.profile("openai"), "messages": text}),
+        ("/v1/messages", {"model": catalog.profile("anthropic"), "messages": text}),
+        ("/v1/responses", {"model": catalog.profile("openai"), "input": "hello"}),
+        (
+            "/gateway/invoke",
+            {"profileId": catalog.profile("openai"), "request": {"messages": text}},
+        ),
+    ]
+    for path, body in requests:
+        if path == "/v1/messages":
+            body["max_tokens"] = 50
+        async with http.stream(
+            "POST", path, json={**body, "stream": True}, headers=catalog.auth
+        ) as resp:
+            assert resp.status_code == 200, (path, await resp.aread())
+            assert resp.headers["content-type"].startswith("text/event-stream"), path
+            assert resp.headers.get("x-accel-buffering") == "no", (path, resp.headers)
+            assert resp.headers["cache-control"] == "no-store", path
+            await resp.aread()
