@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from activities.invoke_hub import ReceiptReady
 from api.budget import BUDGET_REASONS, denial
+from api.caller_gone import CLIENT_CLOSED, CallerGone, unless_gone
 from api.calls import Call
 from api.invocation_events import InvocationEvent, Replayed
 from api.invocations import Invocations, Running
@@ -252,22 +253,39 @@ async def answer_chat(
     any output as the failure response; a stream (when the surface gives its writer) relayed
     through it; else the completed answer, in the surface's body (`whole`), or the failure."""
     running = await service.start(principal, call)
+    if stream is None:
+        # Without the caller's key nobody can come back for the answer: stopped when it leaves.
+        answer = _folded(running)
+        try:
+            completion, summary = await (
+                answer if call.idempotency_key else unless_gone(request, answer)
+            )
+        except CallerGone:
+            return Response(status_code=CLIENT_CLOSED)
+        if summary.outcome is not InvocationOutcome.COMPLETED or completion is None:
+            retry_after = service.retry_after(principal, running, summary)
+            return failure_response(request, summary, retry_after)
+        return await whole(running, completion, summary)
     first = await first_event(running)
     early = failed_early(first)
     if early is not None:
         return failure_response(request, early, service.retry_after(principal, running, early))
-    if stream is not None:
-        return StreamingResponse(
-            relay(running, first, stream(running)),
-            media_type="text/event-stream",
-            # The deployment is named only once the output says who answered; the stream's
-            # final `model_router` object names it in any case.
-            headers={**stream_headers(running, first), **SSE_HEADERS},
-        )
-    completion, summary = await collect(running, first)
-    if summary.outcome is not InvocationOutcome.COMPLETED or completion is None:
-        return failure_response(request, summary, service.retry_after(principal, running, summary))
-    return await whole(running, completion, summary)
+    return StreamingResponse(
+        relay(running, first, stream(running)),
+        media_type="text/event-stream",
+        # The deployment is named only once the output says who answered; the stream's
+        # final `model_router` object names it in any case.
+        headers={**stream_headers(running, first), **SSE_HEADERS},
+    )
+
+
+async def _folded(running: Running) -> tuple[Completion | None, InvocationSummary]:
+    """The whole answer and its receipt, or no answer and the failure before any output."""
+    first = await first_event(running)
+    early = failed_early(first)
+    if early is not None:
+        return None, early
+    return await collect(running, first)
 
 
 # One mapping for every surface (domain.failures): the caller's fault is a 400; a transient

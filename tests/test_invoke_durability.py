@@ -13,7 +13,9 @@ import uuid
 
 import httpx
 import pytest
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlmodel import col
 from temporalio.client import Client
 
 from core import metrics
@@ -253,6 +255,54 @@ async def test_client_disconnect_cancels_the_call_and_records_cancelled(
         row = await eventually(closed, timeout=30)
         assert (row.outcome, row.usage_status) == ("Cancelled", "Unknown")
         assert row.latency_ms is not None and row.latency_ms < 10_000  # not the whole answer
+    finally:
+        upstream.state.configure("slow-sim", chunk_delay=0.0)
+
+
+async def _latest(
+    sessions: async_sessionmaker[AsyncSession], tenant: str
+) -> InvocationReceiptRow | None:
+    """The tenant's latest receipt once it is closed (the call's key is the gateway's own)."""
+    async with sessions() as s:
+        row = (
+            await s.scalars(
+                select(InvocationReceiptRow)
+                .where(col(InvocationReceiptRow.tenant_id) == tenant)
+                .order_by(col(InvocationReceiptRow.started_at).desc())
+            )
+        ).first()
+    return row if row is not None and row.ended_at is not None else None
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["no-key", "key"])
+async def test_a_non_stream_caller_that_leaves_stops_its_call_unless_it_can_come_back(
+    auth: dict[str, str],
+    tenant: str,
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+    api_url: str,
+    keyed: bool,
+) -> None:
+    """The SDK's own timeout, then its retries (each without a key, so each a new call), paid
+    for every answer in full and delivered none. Without a key the call stops when its caller
+    leaves, as a stream's does; with one it runs on, and the key gets its answer."""
+    upstream.state.configure("slow-sim", chunk_delay=0.5)
+    key = f"left-{uuid.uuid4().hex[:8]}"
+    body = {"model": "slow", "messages": [{"role": "user", "content": "long answer " * 20}]}
+    headers = {**auth, "Idempotency-Key": key} if keyed else auth
+    try:
+        async with httpx.AsyncClient(base_url=api_url, timeout=1.0) as c:
+            with pytest.raises(httpx.ReadTimeout):  # the caller gives up, and its socket closes
+                await c.post("/v1/chat/completions", json=body, headers=headers)
+        row = await eventually(lambda: _latest(sessions, tenant), timeout=60)
+        if not keyed:
+            assert (row.outcome, row.usage_status) == ("Cancelled", "Unknown"), row.latency_ms
+            assert row.latency_ms < 10_000  # not the whole answer
+        else:
+            assert row.outcome == "Completed"
+            async with httpx.AsyncClient(base_url=api_url, timeout=30) as c:
+                again = await c.post("/v1/chat/completions", json=body, headers=headers)
+            assert again.status_code == 200 and again.json()["choices"][0]["message"]["content"]
     finally:
         upstream.state.configure("slow-sim", chunk_delay=0.0)
 
