@@ -23,7 +23,9 @@ from activities.probes import ProbeActivities
 from activities.reconciliation import ReconciliationActivities
 from activities.secret_policy import endpoint_broker
 from activities.sweeper import SweeperActivities
+from activities.webhook_polls import WebhookPolls
 from activities.webhook_runs import keep_deliveries
+from activities.webhook_types import polls_queue
 from activities.webhooks import WebhookActivities, delivery_settings
 from core import metrics, tracing
 from core.logging import configure_logging
@@ -45,6 +47,11 @@ from workflows.receipt_sweeper import ReceiptSweeperWorkflow
 from workflows.webhook_delivery import WebhookDeliveryWorkflow
 
 log = logging.getLogger("model_router.worker")
+
+# Subscriptions one worker's long polls may wait for at once: each slot is a coroutine asleep
+# between looks (one statement a poll interval), not work, so the bound is the statements a
+# second the database takes: 2,048 idle subscriptions at 2 s are some 1,000 a second.
+WEBHOOK_POLL_SLOTS = 2048
 
 WORKFLOWS = [
     DeploymentLifecycleWorkflow,
@@ -117,7 +124,8 @@ def build_worker(
             lifecycle.register_candidate,
             lifecycle.apply_transition,
             lifecycle.check_approval,
-            webhooks.pending,
+            # Histories from before the long poll look once, on this queue.
+            WebhookPolls(sessions, delivery_settings(settings)).pending,
             webhooks.deliver,
             webhooks.deliver_batch,
             webhooks.advance,
@@ -164,6 +172,20 @@ def build_invocation_worker(
             activities.close_abandoned,
             activities.finalize_receipt,
         ],
+        graceful_shutdown_timeout=timedelta(seconds=20),
+    )
+
+
+def build_webhook_poll_worker(
+    client: Client, settings: Settings, sessions: async_sessionmaker[AsyncSession]
+) -> Worker:
+    """The subscriptions' long polls (activities/webhook_polls.py), on a queue of their own:
+    each idle subscription holds one slot while it waits, one statement a poll interval."""
+    return Worker(
+        client,
+        task_queue=polls_queue(settings.temporal_task_queue),
+        activities=[WebhookPolls(sessions, delivery_settings(settings)).pending],
+        max_concurrent_activities=WEBHOOK_POLL_SLOTS,
         graceful_shutdown_timeout=timedelta(seconds=20),
     )
 
@@ -217,7 +239,8 @@ async def run(settings: Settings) -> None:
     worker = build_worker(client, settings, sessions, adapters=adapters)
     invocations = build_invocation_worker(client, settings, sessions)
     closers = build_closer_worker(client, settings, sessions)
-    polling += [worker, invocations, closers]
+    polls = build_webhook_poll_worker(client, settings, sessions)
+    polling += [worker, invocations, closers, polls]
     rotation.start()
     # Every active webhook subscription has its delivery running (activities/webhook_runs.py).
     upkeep = asyncio.create_task(keep_deliveries(lambda: worker.client, settings, sessions))
@@ -248,12 +271,13 @@ async def run(settings: Settings) -> None:
         await stack.enter_async_context(worker)
         await stack.enter_async_context(invocations)
         await stack.enter_async_context(closers)
+        await stack.enter_async_context(polls)
         log.info("worker polling task queue %s", settings.temporal_task_queue)
         await stop.wait()
         log.info("worker draining")
-        # Both at once, each within its 20 s: unwound by the stack, one drained after the other
-        # (up to 40 s, past the platforms' grace) while the other kept taking new activities.
-        await asyncio.gather(worker.shutdown(), invocations.shutdown(), closers.shutdown())
+        # All at once, each within its 20 s: unwound by the stack, one drained after the other
+        # (up to 40 s, past the platforms' grace) while the others kept taking new activities.
+        await asyncio.gather(*(w.shutdown() for w in (worker, invocations, closers, polls)))
     await engine.dispose()
     log.info("worker stopped")
 

@@ -24,6 +24,12 @@ def workflow_id(tenant_id: str, subscription_id: str) -> str:
     return f"webhook/{tenant_id}/{subscription_id}"
 
 
+def polls_queue(task_queue: str) -> str:
+    """The queue of the subscriptions' long polls (activities/webhook_polls.py says why), beside
+    the shared queue `task_queue` their workflows run on."""
+    return f"{task_queue}-webhook-polls"
+
+
 class PendingInput(BaseModel):
     tenant_id: str
     subscription_id: str

@@ -23,18 +23,16 @@ from activities.webhook_types import (
     Delivered,
     DeliverInput,
     DeliverySettings,
-    Pending,
-    PendingInput,
 )
 from core import metrics
 from core.settings import Settings
-from domain.cloudevents import OutboxEvent, to_cloudevent
+from domain.cloudevents import to_cloudevent
 from domain.webhook_delivery import failing_too_long
 from domain.webhook_targets import Network
 from store.db import transaction
 from store.ops_tables import as_utc
-from store.repositories import OutboxRepository, WebhookSubscriptionRepository
-from store.tables import OutboxEventRow, utcnow
+from store.repositories import WebhookSubscriptionRepository
+from store.tables import utcnow
 from store.webhook_tables import WebhookSubscriptionRow
 
 log = logging.getLogger("model_router.worker")
@@ -77,50 +75,6 @@ class WebhookActivities:
         self, session: AsyncSession, tenant: str, sub_id: str
     ) -> WebhookSubscriptionRow | None:
         return await WebhookSubscriptionRepository(session, tenant).get(_uuid(sub_id))
-
-    @activity.defn(name="webhook_pending")
-    async def pending(self, data: PendingInput) -> Pending:
-        """What the subscription has to deliver after `data.after`; when nothing, looked for
-        again every poll interval for up to `data.wait_seconds` (heartbeating), and answered at
-        once when the worker begins to stop. Each look is one indexed statement; the workflow
-        runs one activity per wait rather than one activity and one timer per poll (an idle
-        subscription cost about 11 history events every 2 s: 500 of them, 250 activities a
-        second)."""
-        until = time.monotonic() + data.wait_seconds
-        while True:
-            found = await self._pending_once(data)
-            if not found.active or found.events or found.scanned_to > data.after:
-                return found
-            left = until - time.monotonic()
-            if left <= 0 or activity.is_worker_shutdown():
-                return found
-            activity.heartbeat()
-            stopping = asyncio.ensure_future(activity.wait_for_worker_shutdown())
-            try:
-                await asyncio.wait(
-                    {stopping}, timeout=min(left, self._delivery.poll_interval_seconds)
-                )
-            finally:
-                stopping.cancel()
-
-    async def _pending_once(self, data: PendingInput) -> Pending:
-        async with self._sessions() as session:
-            sub = await self._subscription(session, data.tenant_id, data.subscription_id)
-            if sub is None or not sub.active:
-                return Pending(
-                    active=False, events=[], scanned_to=data.after, delivery=self._delivery
-                )
-            rows = await OutboxRepository(session, data.tenant_id).list_after(
-                max(data.after, sub.delivered_position), data.limit
-            )
-        wanted = set(sub.event_types)
-        return Pending(
-            active=True,
-            events=[_event(r) for r in rows if not wanted or r.event_type in wanted],
-            # The cursor passes events the subscriber did not ask for, too.
-            scanned_to=int(rows[-1].position or 0) if rows else data.after,
-            delivery=self._delivery,
-        )
 
     @activity.defn(name="webhook_deliver")
     async def deliver(self, data: DeliverInput) -> None:
@@ -257,17 +211,3 @@ class WebhookActivities:
 
 def _uuid(value: str) -> uuid.UUID:
     return uuid.UUID(value)
-
-
-def _event(row: OutboxEventRow) -> OutboxEvent:
-    return OutboxEvent(
-        position=int(row.position or 0),
-        event_id=str(row.event_id),
-        tenant_id=row.tenant_id,
-        event_type=row.event_type,
-        topic=row.topic,
-        aggregate_type=row.aggregate_type,
-        aggregate_id=row.aggregate_id,
-        payload=row.payload,
-        occurred_at=row.occurred_at,
-    )

@@ -79,7 +79,6 @@ def invocation_input(
         pricing_revision=route.pricing_revision,
         caller_token="",
         caller_queue=config.caller_queue,
-        closer_queue=config.closer_queue,
         timeout_seconds=config.timeout_seconds,
         data_classification=call.data_classification.value,
         buffered=holds_answer(

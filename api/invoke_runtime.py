@@ -29,7 +29,6 @@ from api.replays import Replays
 from api.runtime_types import InvokeConfig
 from api.temporal_gate import TemporalGate
 from core.settings import Settings
-from domain.invocation import closer_queue
 from domain.sweep import unstarted_bound
 from routing.routes import Routes
 from store.receipt_statements import ReceiptStatements
@@ -42,7 +41,11 @@ OnFatal = Callable[[BaseException], Awaitable[None]]
 # their receipts once stopped: one statement each.
 STOP_WAIT_SECONDS = 5.0
 # Activities the caller queue runs at once: each is a coroutine waiting on a call of this
-# process, so the bound is what one process holds in memory, not what it computes.
+# process, so the bound is what one process holds in memory, not what it computes. Nothing caps
+# the calls a process holds: past this many adopted on the caller queue (plus the 256 eager
+# ones) a call waits for a slot, and one that waits past its 10 s schedule-to-start is taken
+# for lost (closed caller-lost) again. One process at 4,352 calls held at once is far past
+# what its core serves (tens of streams a second, docs/benchmarks.md).
 CALLER_QUEUE_SLOTS = 4096
 
 
@@ -64,7 +67,6 @@ class InvokeRuntime:
         self.config = InvokeConfig(
             workflow_queue=settings.temporal_invocation_task_queue,
             caller_queue=f"{settings.temporal_invocation_task_queue}-api-{uuid.uuid4().hex[:12]}",
-            closer_queue=closer_queue(settings.temporal_invocation_task_queue),
             timeout_seconds=settings.default_timeout_seconds,
         )
         self.service: Invocations | None = None

@@ -92,6 +92,10 @@ def problem_response(
     body.update(extensions)
     if render is not None:
         body, more = render(status, body)
+        # The status the envelope gives the failure's kind (OpenAI's 429 for a rate limit,
+        # Anthropic's 529 for an overload: api/openai_errors.py, anthropic_errors.py).
+        told = body.get("status")
+        status = told if isinstance(told, int) else status
         return JSONResponse(body, status_code=status, headers={**(headers or {}), **more})
     # Paths with no envelope of their own (the factory API, the gateway): plain problem+json.
     headers = {**(headers or {}), **no_retry(status, body)}

@@ -9,5 +9,4 @@ from dataclasses import dataclass
 class InvokeConfig:
     workflow_queue: str  # shared: the API's in-process workers and the standalone worker poll it
     caller_queue: str  # this process's own queue, for calls that must run where the request is
-    closer_queue: str  # the standalone workers' alone: a close this process's store refused
     timeout_seconds: float

@@ -294,7 +294,7 @@ async def _folded(running: Running) -> tuple[Completion | None, InvocationSummar
 # and when to come back; a permanent one on the provider's side (auth, quota, a model gone) is a
 # 502 without Retry-After. A surface whose SDK tells transient failures apart by status gives
 # each kind its own in its envelope (OpenAI's 429 for a rate limit, Anthropic's 529 for an
-# overload), which the response then takes (`_with_envelope_status`).
+# overload), which the response then takes (api/problems.problem_response).
 _STATUS = {FailureClass.CALLER: 400, FailureClass.TRANSIENT: 503, FailureClass.PERMANENT: 502}
 # OpenAI's own names for a failure agents act on: a context overflow is what makes Codex and the
 # Agents SDK compact the conversation and go on (they look for `context_length_exceeded`);
@@ -334,7 +334,7 @@ def failure_response(
     elif failure is FailureClass.TRANSIENT:
         headers["Retry-After"] = str(retry_after)
     error_type, code = _OPENAI_NAMES.get(kind, (kind, kind))
-    response = problem_response(
+    return problem_response(
         request,
         status,
         detail,
@@ -345,17 +345,6 @@ def failure_response(
         closeReason=summary.close_reason or close_reason(summary.outcome, summary.error_kind),
         errorClass=error_class(kind),
     )
-    return _with_envelope_status(response)
-
-
-def _with_envelope_status(response: JSONResponse) -> JSONResponse:
-    """The failure answered with the status its surface's envelope gave its kind (OpenAI's 429
-    for a rate limit, Anthropic's 529 for an overload: api/openai_errors.py, anthropic_errors.py):
-    the envelope renders the body, but the status was set before it, the gateway's own."""
-    status = json.loads(bytes(response.body)).get("status")
-    if isinstance(status, int) and status != response.status_code:
-        response.status_code = status
-    return response
 
 
 def _spent(

@@ -72,10 +72,6 @@ class InvocationInput(BaseModel):
     # task queue only that process polls.
     caller_token: str
     caller_queue: str
-    # The standalone workers' closers queue (`closer_queue`), which no API process polls: a
-    # close the caller's process could not write (its store gone silent or away) is retried
-    # there first. None: a history from before the field.
-    closer_queue: str | None = None
     # When the API process claimed the receipt, before it started this workflow (the receipt's
     # `started_at`): the workflow's closer closes that claim only and claims nothing itself. A
     # claim that is gone was undone by the API when it gave up on the start (the caller was

@@ -18,6 +18,7 @@ from domain.invocation import closer_queue, invoke_workflow_id
 from providers.upstream import UpstreamServer
 from providers.upstream.turn import Reply
 from tests.conftest import TokenFactory
+from tests.helpers.activity_history import activity_runs
 from tests.helpers.catalog import approved_profile
 from tests.helpers.deadline import eventually
 from tests.helpers.gateway_calls import invoke
@@ -26,24 +27,6 @@ from tests.helpers.stack import serve
 from worker import build_invocation_worker, build_worker
 
 MODEL = "close-apart"
-
-
-async def _closes(client: Client, tenant: str, invocation: str) -> list[tuple[str, str, str]]:
-    """Each close activity the invocation's workflow scheduled: its type, its queue, and how it
-    ended (the event that ended it)."""
-    handle = client.get_workflow_handle(invoke_workflow_id(tenant, invocation))
-    scheduled: dict[int, tuple[str, str]] = {}
-    ended: list[tuple[str, str, str]] = []
-    async for e in handle.fetch_history_events():
-        if e.HasField("activity_task_scheduled_event_attributes"):
-            a = e.activity_task_scheduled_event_attributes
-            scheduled[e.event_id] = (a.activity_type.name, a.task_queue.name)
-        kind = e.WhichOneof("attributes") or ""
-        for end in ("completed", "timed_out", "failed"):
-            if kind == f"activity_task_{end}_event_attributes":
-                at = getattr(e, kind).scheduled_event_id
-                ended.append((*scheduled[at], end))
-    return ended
 
 
 async def test_a_close_no_standalone_worker_takes_is_written_on_the_invocation_queue(
@@ -86,7 +69,8 @@ async def test_a_close_no_standalone_worker_takes_is_written_on_the_invocation_q
         text, receipt = await call
     assert text == "closed all the same"
     assert receipt["outcome"] == "Completed"
-    closes = await _closes(temporal_client, tenant, receipt["invocationId"])
+    runs = await activity_runs(temporal_client, invoke_workflow_id(tenant, receipt["invocationId"]))
+    closes = [(r.activity, r.queue, r.end) for r in runs]
     assert closes == [
         ("finalize_receipt", closer_queue(own.temporal_invocation_task_queue), "timed_out"),
         ("finalize_receipt", own.temporal_invocation_task_queue, "completed"),

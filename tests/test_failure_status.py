@@ -101,7 +101,7 @@ async def _chat(
 
 
 @pytest.mark.parametrize("surface", ["openai", "openai-stream", "gateway"])
-async def test_every_transient_failure_is_a_503_with_retry_after_on_every_surface(
+async def test_every_transient_failure_is_retryable_with_retry_after_on_every_surface(
     http: httpx.AsyncClient, auth: dict[str, str], surface: str
 ) -> None:
     for profile, kind in TRANSIENT_CASES.items():

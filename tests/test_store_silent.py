@@ -32,6 +32,7 @@ from domain.invocation import closer_queue, invoke_workflow_id
 from providers.upstream import Fault, FaultKind, UpstreamServer
 from store.receipts import by_key
 from tests.conftest import TokenFactory
+from tests.helpers.activity_history import activity_runs
 from tests.helpers.catalog import approved_profile
 from tests.helpers.deadline import eventually
 from tests.helpers.receipts import all_closed
@@ -248,31 +249,8 @@ async def test_a_call_ending_as_the_store_goes_silent_is_answered_within_the_inv
     # The close the API's store refused was written by the standalone worker, on its own
     # connections, at its first attempt: on the queue the API's worker polls too, that worker
     # took the first attempt and, in one CI run, the next five, each failing on its silence.
-    assert await _close_attempts(temporal_client, tenant, row.invocation_id) == [
-        ("finalize_receipt", standalone, 1)
-    ]
-
-
-async def _close_attempts(
-    client: Client, tenant: str, invocation: uuid.UUID
-) -> list[tuple[str, str, int]]:
-    """Each close activity of the invocation's workflow: its type, its queue and the attempt
-    that completed it."""
-    handle = client.get_workflow_handle(invoke_workflow_id(tenant, invocation))
-    scheduled: dict[int, tuple[str, str]] = {}
-    attempts: dict[int, int] = {}
-    done: list[tuple[str, str, int]] = []
-    async for e in handle.fetch_history_events():
-        if e.HasField("activity_task_scheduled_event_attributes"):
-            a = e.activity_task_scheduled_event_attributes
-            scheduled[e.event_id] = (a.activity_type.name, a.task_queue.name)
-        elif e.HasField("activity_task_started_event_attributes"):
-            started = e.activity_task_started_event_attributes
-            attempts[started.scheduled_event_id] = started.attempt
-        elif e.HasField("activity_task_completed_event_attributes"):
-            at = e.activity_task_completed_event_attributes.scheduled_event_id
-            done.append((*scheduled[at], attempts[at]))
-    return [c for c in done if c[0] != "call_provider"]
+    runs = await activity_runs(temporal_client, invoke_workflow_id(tenant, row.invocation_id))
+    assert [(r.activity, r.queue, r.attempt) for r in runs] == [("finalize_receipt", standalone, 1)]
 
 
 async def test_an_operators_read_on_a_silent_connection_is_a_503_and_the_next_is_served(

@@ -10,7 +10,7 @@ import asyncio
 import httpx
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from activities.webhook_types import workflow_id
+from activities.webhook_types import polls_queue, workflow_id
 from core.settings import Settings
 from tests.conftest import TokenFactory, free_port
 from tests.helpers.catalog import register
@@ -51,15 +51,16 @@ async def test_an_idle_subscription_waits_in_one_activity_and_still_delivers_at_
             )
 
             async def polls() -> int:
-                return len(
-                    [
-                        e
-                        async for e in handle.fetch_history_events()
-                        if e.HasField("activity_task_scheduled_event_attributes")
-                        and e.activity_task_scheduled_event_attributes.activity_type.name
-                        == "webhook_pending"
-                    ]
-                )
+                queues = [
+                    e.activity_task_scheduled_event_attributes.task_queue.name
+                    async for e in handle.fetch_history_events()
+                    if e.HasField("activity_task_scheduled_event_attributes")
+                    and e.activity_task_scheduled_event_attributes.activity_type.name
+                    == "webhook_pending"
+                ]
+                # On the polls' own queue: on the shared one each wait held one of its slots.
+                assert set(queues) <= {polls_queue(own.temporal_task_queue)}, queues
+                return len(queues)
 
             await eventually(polls, timeout=30)  # the first look is under way
             await asyncio.sleep(IDLE_SECONDS)  # the subscription idles (see IDLE_SECONDS)

@@ -26,13 +26,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import (
-    ActivityError,
-    ApplicationError,
-    CancelledError,
-    TimeoutType,
-)
-from temporalio.exceptions import TimeoutError as TemporalTimeout
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from domain.invocation import (
@@ -41,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
         FinalizeInput,
         InvocationInput,
         InvocationSummary,
+        closer_queue,
         provider_of,
     )
 
@@ -63,25 +58,25 @@ CLOSE_APART_PATCH = "finalize-on-standalone-queue"
 
 async def _finalize(data: InvocationInput, closing: FinalizeInput) -> InvocationSummary | None:
     """The close the caller's process could not write, retried until the store answers: on the
-    standalone worker's queue first, which no API process polls (that process's store had just
-    failed it; on the shared queue its own worker took the first attempt, eagerly, and most
-    retries), and on the shared queue when no standalone worker takes it within 10 s."""
-    if data.closer_queue is not None and workflow.patched(CLOSE_APART_PATCH):
+    closers queue first, which no API process polls (that process's store had just failed it;
+    on the shared queue its own worker took the first attempt, eagerly, and most retries), and
+    on the shared queue when no standalone worker takes it within 10 s or it still fails there
+    after a minute (the standalone workers cut off from the store while API processes reach
+    it)."""
+    if workflow.patched(CLOSE_APART_PATCH):
         try:
             return await workflow.execute_activity(
                 "finalize_receipt",
                 closing,
                 result_type=InvocationSummary,
-                task_queue=data.closer_queue,
+                task_queue=closer_queue(workflow.info().task_queue),
                 schedule_to_start_timeout=timedelta(seconds=10),
                 start_to_close_timeout=timedelta(seconds=30),
+                schedule_to_close_timeout=timedelta(seconds=60),
                 retry_policy=UNTIL_STORED,
             )
         except ActivityError as failure:
-            unpolled = isinstance(failure.cause, TemporalTimeout) and (
-                failure.cause.type is TimeoutType.SCHEDULE_TO_START
-            )
-            if not unpolled:
+            if isinstance(failure.cause, CancelledError):
                 raise
     return await workflow.execute_activity(
         "finalize_receipt",

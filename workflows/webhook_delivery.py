@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
         DeliverySettings,
         Pending,
         PendingInput,
+        polls_queue,
     )
 
 ITERATIONS_PER_RUN = 300
@@ -31,8 +32,10 @@ BATCH_PATCH = "deliver-a-page-per-activity"
 # Marks the histories where an idle subscription waits inside `webhook_pending` (a long poll)
 # rather than in a timer between polls.
 LONG_POLL_PATCH = "pending-long-poll"
-# How long one `webhook_pending` waits for events before answering that there are none.
+# How long one `webhook_pending` waits for events before answering that there are none, and
+# the silence after which its worker is taken for gone (it heartbeats every 5 s or sooner).
 IDLE_WAIT_SECONDS = 30.0
+WAIT_HEARTBEAT_TIMEOUT = timedelta(seconds=20)
 
 
 @workflow.defn(name=DELIVERY_WORKFLOW)
@@ -57,11 +60,10 @@ class WebhookDeliveryWorkflow:
                     wait_seconds=wait,
                 ),
                 result_type=Pending,
+                # The waits on a queue of their own (activities/webhook_polls.py says why).
+                task_queue=polls_queue(workflow.info().task_queue) if long_poll else None,
                 start_to_close_timeout=timedelta(seconds=15 + wait),
-                # A worker gone mid-wait is noticed within a poll or two, not at the timeout.
-                heartbeat_timeout=(
-                    timedelta(seconds=delivery.poll_interval_seconds + 10) if long_poll else None
-                ),
+                heartbeat_timeout=WAIT_HEARTBEAT_TIMEOUT if long_poll else None,
             )
             if not pending.active:
                 return

@@ -29,6 +29,7 @@ from core.temporal_dev_server import dynamic_config_args
 from worker import (
     build_closer_worker,
     build_invocation_worker,
+    build_webhook_poll_worker,
     build_worker,
     evaluation_adapters,
 )
@@ -71,15 +72,16 @@ async def serve(settings: Settings, client: Client | None = None) -> AsyncIterat
 async def workers(
     settings: Settings, sessions: async_sessionmaker[AsyncSession]
 ) -> AsyncIterator[Client]:
-    """The shared worker and the standalone invocation and closer workers of `settings`, on
-    their own connections; yields a client for the test's own use."""
+    """The standalone worker's workers of `settings` (shared, invocations, closers, webhook
+    polls), on their own connections; yields a client for the test's own use."""
     client = await connect(settings)
     adapters = evaluation_adapters(settings)
     shared = build_worker(client, settings, sessions, adapters=adapters)
     invocations = build_invocation_worker(await connect(settings), settings, sessions)
     closers = build_closer_worker(client, settings, sessions)
+    polls = build_webhook_poll_worker(client, settings, sessions)
     try:
-        async with shared, invocations, closers:
+        async with shared, invocations, closers, polls:
             yield client
     finally:
         await adapters.aclose()
