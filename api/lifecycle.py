@@ -121,26 +121,31 @@ def _said(reason: str | None) -> str | None:
 
 
 def _audit(
-    actor: Principal | None,
+    actor: Principal,
     tenant_id: str,
     deployment_id: str,
     transition: Transition,
     outcome: str,
     reason: str | None,
 ) -> None:
-    client = actor.client_id if actor is not None else None
+    # Tenant and reason in the message as well as in `extra`: the plain-text lines
+    # (MODEL_ROUTER_LOG_JSON=false) print the message only, and the console tells the operator
+    # their reason is written to the audit log. The reason is repr-quoted, so its end is plain.
+    said = _said(reason)
     audit.info(
-        "lifecycle %s of %s asked by %s: %s",
+        "lifecycle %s of %s for tenant %s asked by %s: %s%s",
         transition.value,
         deployment_id,
-        client or "an unnamed caller",
+        tenant_id,
+        actor.client_id,
         outcome,
+        f"; reason {said!r}" if said else "",
         extra={
-            "client": client,
+            "client": actor.client_id,
             "tenant": tenant_id,
             "deployment": deployment_id,
             "outcome": outcome,
-            "reason": _said(reason),
+            "reason": said,
         },
     )
 
@@ -154,11 +159,12 @@ async def transition(
     transition: Transition,
     arg: Any = None,
     *,
-    actor: Principal | None = None,
+    actor: Principal,
     reason: str | None = None,
 ) -> DeploymentRecord:
     """The transition applied, or refused as a problem; either way one audit line naming
-    `actor` (every caller should pass the principal that asked) and the operator's `reason`."""
+    `actor`, the principal that asked (required: a line with no one named records nothing),
+    and the operator's `reason`."""
     try:
         record = await _transition(
             client, sessions, task_queue, tenant_id, deployment_id, transition, arg

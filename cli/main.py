@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -104,12 +106,42 @@ def worker() -> None:
     worker_module.main()
 
 
-@db_app.command("upgrade")
+# `db upgrade`'s and `db downgrade`'s exit status when a statement's wait for a table lock
+# outlasted every attempt: distinct from 1 (any other failure) and 2 (usage, settings), so that
+# the migrate Job fails at once on it (deploy/k8s/migrate-job.yaml's podFailurePolicy) rather
+# than running the same stall again in every pod its backoffLimit allows.
+LOCK_TIMEOUT_EXIT = 3
+
+_LOCK_TIMEOUT_HELP = (
+    f" Exits {LOCK_TIMEOUT_EXIT} when another transaction held a table lock through every"
+    " attempt (the message names the statement, the query to find the transaction and the"
+    " command to run again once it has ended)."
+)
+
+
+@contextmanager
+def _lock_timeout_exit() -> Iterator[None]:
+    """MigrationLockTimeout as its message and LOCK_TIMEOUT_EXIT, not a traceback: the message
+    is what the operator acts on."""
+    from store.migrate import MigrationLockTimeout
+
+    try:
+        yield
+    except MigrationLockTimeout as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(LOCK_TIMEOUT_EXIT) from None
+
+
+@db_app.command(
+    "upgrade",
+    short_help="Apply migrations up to REVISION (default head).",
+    help="Apply migrations up to REVISION (default head)." + _LOCK_TIMEOUT_HELP,
+)
 def db_upgrade(revision: str = "head") -> None:
-    """Apply migrations up to REVISION (default head)."""
     from store.migrate import code_head, upgrade
 
-    ahead = upgrade(get_settings().database_url, revision)
+    with _lock_timeout_exit():
+        ahead = upgrade(get_settings().database_url, revision)
     if ahead is not None:
         # Exit 0: the migrate step after a rollback of the code must succeed, or what waits on
         # it (compose's api and worker) never starts.
@@ -118,14 +150,17 @@ def db_upgrade(revision: str = "head") -> None:
     typer.echo(f"database at {revision}")
 
 
-@db_app.command("downgrade")
+@db_app.command(
+    "downgrade",
+    short_help="Revert migrations down to REVISION (e.g. base); needs --yes.",
+    help="Revert migrations down to REVISION (e.g. base); needs --yes." + _LOCK_TIMEOUT_HELP,
+)
 def db_downgrade(
     revision: str,
     yes: Annotated[
         bool, typer.Option("--yes", help="Confirm: reverting drops tables and their data")
     ] = False,
 ) -> None:
-    """Revert migrations down to REVISION (e.g. base); needs --yes."""
     if not yes:
         # Reverting drops tables with their rows: one mistyped command lost the data.
         typer.echo(
@@ -136,7 +171,8 @@ def db_downgrade(
         raise typer.Exit(2)
     from store.migrate import downgrade
 
-    downgrade(get_settings().database_url, revision)
+    with _lock_timeout_exit():
+        downgrade(get_settings().database_url, revision)
     typer.echo(f"database at {revision}")
 
 

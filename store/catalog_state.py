@@ -18,6 +18,18 @@ async def bump(session: AsyncSession) -> None:
     )
 
 
+async def lock(session: AsyncSession) -> None:
+    """Lock the version row until the transaction ends, so that a check and the change it
+    decides are one step among writers that lock it first (store/pricebook.publish). An UPDATE
+    that changes nothing: the version, and so every process's catalog snapshot, stays as it
+    was. The row lock is PostgreSQL's; on SQLite the UPDATE takes the database's write lock."""
+    await session.execute(
+        update(CatalogStateRow)
+        .where(col(CatalogStateRow.id) == 1)
+        .values(version=col(CatalogStateRow.version))
+    )
+
+
 async def current(session: AsyncSession) -> int:
     stmt = select(CatalogStateRow.version).where(col(CatalogStateRow.id) == 1)
     return int((await session.scalar(stmt)) or 0)

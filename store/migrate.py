@@ -75,7 +75,8 @@ def upgrade(
     if ahead is not None:
         return ahead
     cfg = alembic_config(database_url, lock_timeout)
-    _retrying(lambda: command.upgrade(cfg, revision), revision, lock_timeout, attempts)
+    again = "model-router db upgrade" + ("" if revision == "head" else f" --revision {revision}")
+    _retrying(lambda: command.upgrade(cfg, revision), revision, again, lock_timeout, attempts)
     return None
 
 
@@ -83,10 +84,17 @@ def downgrade(
     database_url: str, revision: str = "base", *, lock_timeout: float = LOCK_TIMEOUT_SECONDS
 ) -> None:
     cfg = alembic_config(database_url, lock_timeout)
-    _retrying(lambda: command.downgrade(cfg, revision), revision, lock_timeout, LOCK_ATTEMPTS)
+    again = f"model-router db downgrade {revision} --yes"
+    _retrying(
+        lambda: command.downgrade(cfg, revision), revision, again, lock_timeout, LOCK_ATTEMPTS
+    )
 
 
-def _retrying(run: Callable[[], None], target: str, lock_timeout: float, attempts: int) -> None:
+def _retrying(
+    run: Callable[[], None], target: str, again: str, lock_timeout: float, attempts: int
+) -> None:
+    """`run`, tried again while its statements meet the lock timeout; `again` is the command
+    the operator runs once the lock is free (the upgrade or the downgrade that gave up)."""
     for attempt in range(1, attempts + 1):
         try:
             run()
@@ -99,10 +107,9 @@ def _retrying(run: Callable[[], None], target: str, lock_timeout: float, attempt
                 raise MigrationLockTimeout(
                     f"migrating to {target} gave up {attempts} times after waiting "
                     f"{lock_timeout:g}s for a table lock another transaction holds (while "
-                    f"running: {statement}). Migrations applied before it stay applied. Find "
+                    f"running: {statement}). Each migration done before it stays done. Find "
                     f"the transaction with `{_OLDEST_TRANSACTIONS}`, let it finish or end it "
-                    "(pg_cancel_backend), then run the migration (`model-router db upgrade`) "
-                    "again."
+                    f"(pg_cancel_backend), then run `{again}` again."
                 ) from exc
             # The pause grows with each attempt so that the statements the migration held up
             # while it waited run before it queues again.

@@ -6,13 +6,12 @@ from collections import defaultdict
 from datetime import UTC, datetime, time
 from decimal import Decimal
 
-from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col, select
 
 from domain.pricing import Pricebook, PriceEntry
 from store import catalog_state
-from store.tables import CatalogStateRow, PricebookEntryRow
+from store.tables import PricebookEntryRow
 
 
 class RevisionConflict(Exception):
@@ -101,9 +100,8 @@ async def publish(session: AsyncSession, tenant_id: str, book: Pricebook) -> boo
     bumps anyway) is locked before the check, so a second publish of the revision waits for
     the first to commit and then finds it. Checked first, two publishes of one revision with
     different prices both found none and both inserted: their rows differ in model or date,
-    so no key kept them apart, and the "immutable" revision held both sets of prices. The
-    row lock is PostgreSQL's; on SQLite the same UPDATE takes the database's write lock."""
-    await _lock_catalog(session)
+    so no key kept them apart, and the "immutable" revision held both sets of prices."""
+    await catalog_state.lock(session)
     existing = await load(session, tenant_id, book.revision)
     if existing is not None:
         if _canonical(existing) != _canonical(book):
@@ -113,13 +111,3 @@ async def publish(session: AsyncSession, tenant_id: str, book: Pricebook) -> boo
     await catalog_state.bump(session)
     await session.flush()
     return True
-
-
-async def _lock_catalog(session: AsyncSession) -> None:
-    # An UPDATE that changes nothing: a replay of a published revision leaves the version, and
-    # so every process's catalog snapshot, as it was.
-    await session.execute(
-        update(CatalogStateRow)
-        .where(col(CatalogStateRow.id) == 1)
-        .values(version=col(CatalogStateRow.version))
-    )

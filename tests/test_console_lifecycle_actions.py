@@ -71,15 +71,45 @@ async def test_a_console_retire_is_audited_with_its_client_and_reason_and_a_repe
         assert done.status_code == 303, done.text[:500]
         assert done.headers["location"].endswith("&done=retire")
     first, second = _lines(caplog, target)
+    said = "superseded by v2 " + "x" * 150
     for line in (first, second):
         assert getattr(line, "client", None) == cli_env["MODEL_ROUTER_CLIENT_ID"]
         assert getattr(line, "tenant", None) == tenant
         assert "retire" in line.getMessage()
-        assert getattr(line, "reason", None) == "superseded by v2 " + "x" * 150
+        assert getattr(line, "reason", None) == said
+        # The message alone carries them too: plain-text logs print nothing else.
+        assert f"tenant {tenant} " in line.getMessage()
+        assert line.getMessage().endswith(f"; reason {said!r}")
     assert getattr(first, "outcome", None) == "done: Retired"
     assert getattr(second, "outcome", None) == "already Retired"
     page = await console.get(done.headers["location"])
     assert "Retire: done" in page.text and "Refused" not in page.text
+
+
+async def test_a_reason_longer_than_the_form_takes_is_cut_not_a_refused_retire(
+    console: ConsoleSession,
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A client without the form's maxlength (a script, an old page) sends 300 characters: the
+    # Retire is done and the audit line keeps the first REASON_MAX (200) of them.
+    caplog.set_level(logging.INFO, logger=AUDIT)
+    target = f"audit-{uuid.uuid4().hex[:6]}/long"
+    await register(http, auth, target)
+    # The form says as much as the line keeps.
+    form = await console.get("/console/deployment/confirm", id=target, action="retire")
+    assert 'name="reason" maxlength="200"' in form.text
+    reason = "".join(chr(ord("a") + i % 26) for i in range(300))
+    done = await console.post(
+        "/console/deployment/retire", {"id": target, "csrf_token": console.csrf, "reason": reason}
+    )
+    assert done.status_code == 303, done.text[:500]
+    assert done.headers["location"].endswith("&done=retire")
+    (line,) = _lines(caplog, target)
+    assert getattr(line, "outcome", None) == "done: Retired"
+    assert getattr(line, "reason", None) == reason[:200]
+    assert line.getMessage().endswith(f"; reason {reason[:200]!r}")
 
 
 async def test_a_refusal_that_is_no_repeat_still_shows_and_is_audited(
@@ -119,5 +149,6 @@ async def test_a_rest_retire_is_audited(
     first, second = _lines(caplog, target)
     assert getattr(first, "client", None) == cli_env["MODEL_ROUTER_CLIENT_ID"]
     assert getattr(first, "tenant", None) == tenant
+    assert f"tenant {tenant} " in first.getMessage() and "reason" not in first.getMessage()
     assert getattr(first, "outcome", None) == "done: Retired"
     assert getattr(second, "outcome", None) == "already Retired"

@@ -21,14 +21,22 @@ from sqlalchemy.engine import make_url
 
 from bench.local_postgres import LocalPostgres
 from store.db import create_engine
-from store.migrate import MigrationLockTimeout, _current, code_head, upgrade
+from store.migrate import (
+    MIGRATION_LOCK_KEY,
+    MigrationLockTimeout,
+    _current,
+    code_head,
+    downgrade,
+    upgrade,
+)
 from tests.helpers.deadline import UNBOUNDED, eventually
-from tests.helpers.tcp_proxy import SeverableProxy
 
 OwnDatabase = Callable[..., AbstractAsyncContextManager[str]]
 
 # Short, so that the tests see several attempts in a second or two; production's is 5 s.
 LOCK_TIMEOUT = 0.3
+# What a run logs once it found the migration lock taken (store/migrations/env.py).
+WAITED = "another migration run holds the migration lock: waiting for it to end"
 
 
 @pytest.fixture(scope="module")
@@ -106,48 +114,60 @@ def _retries(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 async def test_concurrent_upgrades_of_a_fresh_database_all_succeed_and_apply_once(
-    own_database: OwnDatabase,
+    own_database: OwnDatabase, tmp_path: Path
 ) -> None:
     # An operator's `db upgrade` during the migrate Job, or a replaced Job pod: without the
     # migration lock each read "no version" and ran 0001, and all but one failed half-way.
-    # Processes, as in production: Alembic's `context` is one per process. They reach the
-    # database through a proxy that holds their first connections until all three have come,
-    # then lets them go at once: however slowly each process started, the runs overlap.
+    # Processes, as in production: Alembic's `context` is one per process. The test holds the
+    # migration lock itself until each run has tried it and logged that it waits (the only
+    # sign of it: between tries a run's session is idle, and pg_stat_activity shows its
+    # COMMIT), then lets go: the three runs contend for it however slowly each one started.
     async with own_database() as url:
-        server = make_url(url)
-        assert server.host and server.port
-        async with SeverableProxy(server.host, server.port) as proxy:
-            proxy.sever(partition=True)
-            through = server.set(host="127.0.0.1", port=proxy.port)
-            runs = [
-                asyncio.ensure_future(_db_upgrade(through.render_as_string(hide_password=False)))
-                for _ in range(3)
-            ]
-            # (The proxy counts the connections it holds; nothing else says they have come.)
-            await eventually(lambda: len(proxy._held) == 3, timeout=UNBOUNDED)
-            proxy.restore()
-            outputs = await asyncio.gather(*runs)
-        for code, output in outputs:
+        logs = [tmp_path / f"upgrade-{n}.log" for n in range(3)]
+        engine = create_engine(url)
+        runs: list[asyncio.subprocess.Process] = []
+        try:
+            async with engine.connect() as holder:
+                await holder.execute(text(f"SELECT pg_advisory_lock({MIGRATION_LOCK_KEY})"))
+                await holder.commit()  # the lock is the session's: it outlives the transaction
+                runs = [await _db_upgrade(url, log) for log in logs]
+                await eventually(
+                    lambda: all(WAITED in _read(log) for log in logs), timeout=UNBOUNDED
+                )
+                await holder.execute(text(f"SELECT pg_advisory_unlock({MIGRATION_LOCK_KEY})"))
+                await holder.commit()
+            codes = [await asyncio.wait_for(run.wait(), 5 * UNBOUNDED) for run in runs]
+        finally:
+            for run in runs:
+                if run.returncode is None:
+                    run.kill()
+                    await run.wait()
+            await engine.dispose()
+        for code, log in zip(codes, logs, strict=True):
+            output = _read(log)
             assert code == 0, output
-            assert "database at head" in output
-        assert any("waiting for it to end" in output for _, output in outputs)
+            assert WAITED in output and "database at head" in output
         assert await _versions(url) == [code_head()]
 
 
-async def _db_upgrade(url: str) -> tuple[int, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "cli.main",
-        "db",
-        "upgrade",
-        cwd=Path(__file__).parents[1],
-        env={**os.environ, "MODEL_ROUTER_DATABASE_URL": url},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    out, _ = await asyncio.wait_for(proc.communicate(), 5 * UNBOUNDED)
-    return proc.returncode or 0, out.decode()
+def _read(log: Path) -> str:
+    return log.read_text() if log.exists() else ""
+
+
+async def _db_upgrade(url: str, log: Path) -> asyncio.subprocess.Process:
+    """`model-router db upgrade` started, its stdout and stderr written to `log` as they come."""
+    with log.open("wb") as out:  # the child holds its own copy of the file
+        return await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "cli.main",
+            "db",
+            "upgrade",
+            cwd=Path(__file__).parents[1],
+            env={**os.environ, "MODEL_ROUTER_DATABASE_URL": url},
+            stdout=out,
+            stderr=asyncio.subprocess.STDOUT,
+        )
 
 
 async def test_a_migration_meeting_a_held_lock_gives_up_and_succeeds_once_it_is_released(
@@ -201,6 +221,29 @@ async def test_a_lock_never_released_fails_the_run_naming_what_to_look_for(
         # Once the lock is gone the same command finishes the job.
         assert await asyncio.to_thread(upgrade, url) is None
         assert await _versions(url) == [code_head()]
+
+
+async def test_a_downgrade_that_gives_up_names_the_downgrade_to_run_again(
+    own_database: OwnDatabase,
+) -> None:
+    # The message is what `db downgrade` prints (exit 3): it named `db upgrade`, which would
+    # have undone nothing the operator asked for.
+    async with own_database(at="0013") as url:
+        run: asyncio.Future[None] | None = None
+        try:
+            async with holding(url, "LOCK TABLE webhook_subscriptions IN ACCESS SHARE MODE"):
+                run = asyncio.ensure_future(
+                    asyncio.to_thread(downgrade, url, "0012", lock_timeout=LOCK_TIMEOUT)
+                )
+                with pytest.raises(MigrationLockTimeout) as failed:
+                    await asyncio.wait_for(asyncio.shield(run), UNBOUNDED)
+        finally:
+            if run is not None:
+                await asyncio.gather(run, return_exceptions=True)
+        message = str(failed.value)
+        assert "run `model-router db downgrade 0012 --yes` again" in message
+        assert "db upgrade" not in message
+        assert await asyncio.to_thread(_current, url) == ("0013",)
 
 
 async def test_a_concurrent_index_build_waits_for_a_writer_past_the_lock_timeout(

@@ -43,15 +43,20 @@ async def _on_sign_in_required(request: Request, exc: Exception) -> Response:
     return auth_pages.sign_in_redirect(exc.next_path)
 
 
+# Why the error page may have no operator to name: no session, or one that cannot be checked
+# now (the issuer's key set out of reach, the 503 the page may be reporting; or the store
+# away). Raised from the page, each was a 500 with no page at all; without an operator the
+# page has no navigation, its message intact. Anything else is a bug of ours: it propagates,
+# a 500 logged as one, not an anonymous error page.
+_NO_OPERATOR: tuple[type[Exception], ...] = (SignInRequired, ConsoleError, *OUTAGE_KINDS)
+
+
 async def _on_console_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ConsoleError)
     operator: Operator | None
     try:
         operator = await signed_in(request, request.app.state.runtime)
-    except Exception:
-        # No session, or one that cannot be checked now: the issuer's key set out of reach (the
-        # 503 this page may be reporting) or the store away. Raised here, it was a 500 with no
-        # page at all; without an operator the page has no navigation, its message intact.
+    except _NO_OPERATOR:
         operator = None
     return page(
         request,

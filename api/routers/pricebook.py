@@ -6,7 +6,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Response
 from pydantic import BaseModel
-from sqlalchemy.exc import IntegrityError
 
 from api.deps import SessionDep, require
 from api.problems import Problem
@@ -33,20 +32,15 @@ async def publish_revision(
 ) -> Pricebook:
     if not body.entries:
         raise Problem(422, "A pricing revision needs at least one price.", field="body.entries")
-    for attempt in range(2):
-        try:
-            async with session.begin():
-                created = await pricebook.publish(session, principal.tenant_id, body)
-            break
-        except pricebook.RevisionConflict as exc:
-            raise Problem(409, f"{exc}; revisions are immutable.", field="body.revision") from None
-        except IntegrityError:
-            # Published meanwhile (a client's retry racing its first send): read again, an
-            # identical revision is this one's replay (200), another is the conflict above.
-            if attempt:
-                raise Problem(
-                    409, "This revision was published concurrently.", field="body.revision"
-                ) from None
+    # No retry on an IntegrityError: publish locks the catalog version row before its check,
+    # so a second publish of the revision (a client's retry racing its first send) waits and
+    # then finds it, a replay (200) or a conflict (409); its rows break no key otherwise (a
+    # revision holds one price per model and day).
+    try:
+        async with session.begin():
+            created = await pricebook.publish(session, principal.tenant_id, body)
+    except pricebook.RevisionConflict as exc:
+        raise Problem(409, f"{exc}; revisions are immutable.", field="body.revision") from None
     response.status_code = 201 if created else 200
     return body
 

@@ -54,7 +54,9 @@
     }
     var found = form.querySelectorAll('button:not([type]), button[type="submit"], input[type="submit"]');
     for (var i = 0; i < found.length; i++) {
-      if (!found[i].disabled) {
+      // A named button is left as it is: the browser builds the form's data after this event,
+      // and a disabled submitter's name=value would be missing from what is sent.
+      if (!found[i].disabled && !found[i].hasAttribute("name")) {
         found[i].disabled = true;
         found[i].setAttribute("data-sent", "true");
       }
