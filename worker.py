@@ -17,6 +17,7 @@ from temporalio.worker import Worker
 
 from activities.adapter_pool import AdapterPool
 from activities.evaluation import EvaluationActivities
+from activities.invoke_closers import WorkflowCloses
 from activities.invoke_setup import provider_timeouts
 from activities.lifecycle import LifecycleActivities
 from activities.probes import ProbeActivities
@@ -38,6 +39,7 @@ from domain.invocation import closer_queue
 from providers.secrets import default_broker
 from store.artifacts import EVIDENCE_DIR, ArtifactStore
 from store.db import create_engine, session_factory
+from store.receipt_statements import ReceiptStatements
 from store.reconciliation import awaiting_by_provider
 from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow
 from workflows.evaluate import EvaluateDeploymentWorkflow
@@ -169,8 +171,8 @@ def build_invocation_worker(
         workflow_runner=INVOKE_WORKFLOW_RUNNER,
         activities=[
             activities.call_provider,
-            activities.close_abandoned,
-            activities.finalize_receipt,
+            activities.closes.close_abandoned,
+            activities.closes.finalize_receipt,
         ],
         graceful_shutdown_timeout=timedelta(seconds=20),
     )
@@ -195,14 +197,11 @@ def build_closer_worker(
 ) -> Worker:
     """Polls the closers queue (domain/invocation.closer_queue), which no API process polls: the
     closes an API process's store refused, retried here on this process's own connections."""
-    from activities.invoke_hub import InvocationHub
-    from activities.invoke_setup import invoke_activities
-
-    activities, _ = invoke_activities(settings, sessions, InvocationHub())
+    closes = WorkflowCloses(ReceiptStatements(sessions.kw["bind"]))
     return Worker(
         client,
         task_queue=closer_queue(settings.temporal_invocation_task_queue),
-        activities=[activities.finalize_receipt],
+        activities=[closes.finalize_receipt],
         graceful_shutdown_timeout=timedelta(seconds=20),
     )
 

@@ -22,17 +22,16 @@ from activities.adapter_pool import AdapterPool
 from activities.answers_ahead import AnswersAhead
 from activities.invoke_attempts import attempts_on
 from activities.invoke_cancel import CancelledCalls
-from activities.invoke_close import ReceiptCloser, write_close
+from activities.invoke_close import ReceiptCloser
+from activities.invoke_closers import WorkflowCloses
 from activities.invoke_hub import Attach, InvocationHub, PendingCall, ReceiptReady
 from activities.invoke_outcomes import Outcome as _Outcome
 from activities.invoke_outcomes import Route as _Route
 from activities.invoke_outcomes import (
     circuit_open,
-    count_invocation,
     ended_by_us,
     not_claimed,
     not_here,
-    record_metrics,
 )
 from activities.invoke_prices import Prices
 from activities.resilience import BreakerRegistry, Resilience
@@ -40,7 +39,6 @@ from domain.enums import InvocationOutcome, UsageStatus
 from domain.fallback import Next, after_failure, may_answer
 from domain.invocation import (
     Disposition,
-    FinalizeInput,
     InvocationInput,
     InvocationSummary,
     Target,
@@ -91,6 +89,8 @@ class InvokeActivities:
         self._adapters = adapters
         self._files = ArtifactFiles(artifacts)
         self._closer = ReceiptCloser(self._statements, self._files, AnswersAhead(answers_ahead))
+        # The closes the workflow runs itself (activities/invoke_closers.py).
+        self.closes = WorkflowCloses(self._statements)
 
     @property
     def breakers(self) -> BreakerRegistry:
@@ -267,23 +267,6 @@ class InvokeActivities:
                 log.warning("pricing failed, cost left unknown: %s", type(exc).__name__)
         return summary, result.artifact
 
-    @activity.defn(name="finalize_receipt")
-    async def finalize_receipt(self, data: FinalizeInput) -> InvocationSummary:
-        """The close `call_provider` could not write: retried by the workflow until the store
-        answers. The first close wins, so a retry after a lost reply changes nothing. Returns
-        the summary written (`write_close`: without the provider's figures when the store
-        refused them), which the workflow answers with."""
-        closed: list[bool] = []
-
-        async def close(summary: InvocationSummary) -> None:
-            closed.append(await self._statements.close(data.tenant_id, summary))
-
-        written = await write_close(close, data.summary)
-        # Counted by the close that wrote it: a retry after a lost reply finds it closed.
-        if closed and closed[-1] and data.profile_id is not None and data.provider is not None:
-            record_metrics(data.tenant_id, data.profile_id, data.provider, written)
-        return written
-
     async def _run(self, data: InvocationInput, pending: PendingCall, started: float) -> _Outcome:
         route = _Route()
         work = asyncio.create_task(self._route(data, pending, started, route))
@@ -364,38 +347,6 @@ class InvokeActivities:
             error_kind="unavailable",
             error_reason=circuit_open(skipped),
         )
-
-    @activity.defn(name="close_abandoned_receipt")
-    async def close_abandoned(self, data: InvocationInput) -> InvocationSummary:
-        """The process that held the call is gone (or never ran it). A claimed receipt is closed
-        Failed with usage Unknown: the provider may have done billable work. An unclaimed one
-        means the provider was never called; its receipt says so with an estimate of zero.
-
-        A claim the API made before starting this workflow (`claimed_at`) is closed only if it
-        is still that claim, and nothing is claimed here. The API undoes its claim when it gives
-        up on a start that Temporal then took after all (its reply late past the bound): this
-        workflow runs on, finds no call anywhere, and claiming here spent a key its caller had
-        been told was unused (the retry was a 409), or closed the retry's own claim Failed
-        beside the answer the retry got (tests/test_fault_temporal_late_start.py)."""
-        summary = InvocationSummary(
-            invocation_id=data.invocation_id,
-            outcome=InvocationOutcome.FAILED,
-            usage_status=UsageStatus.UNKNOWN,
-            deployment_id=data.targets[0].deployment_id,
-            error_kind="caller-lost",
-        )
-        if data.claimed_at is not None:
-            if await self._statements.close_claim(data.tenant_id, data.claimed_at, summary):
-                count_invocation(data, summary)
-                return summary
-            # Nothing of this execution's is open: closed by its call, or undone by the API.
-            return summary.model_copy(update={"disposition": Disposition.NOT_CLAIMED})
-        if await self._statements.claim(data, data.targets[0].deployment_id):
-            summary.usage_status = UsageStatus.ESTIMATED
-            summary.input_tokens = summary.output_tokens = 0
-        if await self._statements.finalize(data, summary):
-            count_invocation(data, summary)
-        return summary
 
 
 async def _heartbeat() -> None:

@@ -16,7 +16,6 @@ import asyncio
 import logging
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -39,7 +38,7 @@ from api.budget import admit
 from api.calls import Call, cap_output, invocation_input
 from api.come_back import ComeBack
 from api.given_up_claims import GivenUpClaims
-from api.invocation_events import InvocationEvent, Replayed
+from api.invocation_events import InvocationEvent, Running
 from api.invocation_start import Started, WorkflowStarts
 from api.problems import Problem
 from api.refusals import problem_of
@@ -72,31 +71,6 @@ log = logging.getLogger("model_router.api")
 QUIET_SECONDS = 2.0
 # How long a call begun here stays in the hub for its activity after the caller left.
 ADOPT_GRACE_SECONDS = 30.0
-
-
-@dataclass
-class Running:
-    """An invocation this request started (events arrive live) or attached to (replayed)."""
-
-    invocation_id: uuid.UUID
-    deployment_id: str
-    events: AsyncIterator[InvocationEvent]
-    # The deployments it may be answered by, in route order (empty for a replay).
-    candidates: tuple[str, ...] = ()
-    # The live call's hub entry: it names the deployment whose events are arriving.
-    pending: PendingCall | None = None
-    # The key's earlier call, replayed (or waited for): its answer is the key's for good.
-    replay: bool = False
-
-    def answering(self, first: InvocationEvent) -> str | None:
-        """The deployment that produced `first` (the first item of `events`), as the receipt
-        will name it; None until output or the receipt says (the first target is only a
-        plan, and a fallback may answer instead)."""
-        if isinstance(first, ReceiptReady):
-            return first.summary.deployment_id
-        if isinstance(first, Replayed):
-            return first.deployment_id
-        return self.pending.answering if self.pending is not None else None
 
 
 class Invocations:

@@ -163,7 +163,11 @@ class InvokeRuntime:
             workflows=[InvokeModelWorkflow],
             workflow_runner=INVOKE_WORKFLOW_RUNNER,
             workflow_task_executor=InlineWorkflowTasks(first_activation_hold(self.hub)),
-            activities=[acts.call_provider, acts.close_abandoned, acts.finalize_receipt],
+            activities=[
+                acts.call_provider,
+                acts.closes.close_abandoned,
+                acts.closes.finalize_receipt,
+            ],
             # Each call holds a slot from its eager start until its workflow completes, now
             # after the response: under load those tails pile up, and a start that finds no
             # free slot is not eager (its task goes round the standalone worker and the caller

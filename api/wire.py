@@ -25,8 +25,8 @@ from activities.invoke_hub import ReceiptReady
 from api.budget import BUDGET_REASONS, denial
 from api.caller_gone import CLIENT_CLOSED, CallerGone, unless_gone
 from api.calls import Call
-from api.invocation_events import InvocationEvent, Replayed
-from api.invocations import Invocations, Running
+from api.invocation_events import InvocationEvent, Replayed, Running
+from api.invocations import Invocations
 from api.problems import problem_response
 from core.security import Principal
 from domain.close_reason import close_reason

@@ -392,10 +392,6 @@ class Settings(BaseSettings):
                 )
         return self
 
-    @property
-    def is_sqlite(self) -> bool:
-        return self.database_url.startswith("sqlite")
-
 
 @lru_cache
 def get_settings() -> Settings:

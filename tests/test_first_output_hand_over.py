@@ -15,8 +15,7 @@ import pytest
 from activities.invoke_attempts import attempt_once
 from activities.invoke_hub import InvocationHub, PendingCall, ReceiptReady
 from activities.invoke_outcomes import Route
-from api.invocation_events import InvocationEvent
-from api.invocations import Running
+from api.invocation_events import InvocationEvent, Running
 from api.openai_stream import ChatChunks
 from api.wire import relay
 from domain.enums import InvocationOutcome

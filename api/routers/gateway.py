@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.calls import Call
 from api.deps import RuntimeDep, require
-from api.invocations import Running
+from api.invocation_events import Running
 from api.problems import field_refused
 from api.receipt_views import call_receipt
 from api.runtime import Runtime

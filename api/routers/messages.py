@@ -15,7 +15,7 @@ from api.anthropic_errors import ERROR_RESPONSES, error_envelope
 from api.anthropic_shapes import CountTokensIn, MessagesIn, to_chat_request
 from api.anthropic_stream import MessageEvents
 from api.deps import ApiKeyInvoker, RuntimeDep
-from api.invocations import Running
+from api.invocation_events import Running
 from api.problems import Problem
 from api.surface import CallHeaders, Service
 from api.token_count import count_input_tokens

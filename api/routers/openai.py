@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, Response
 
 from api.calls import Call
 from api.deps import ApiKeyInvoker, SessionDep, require
-from api.invocations import Running
+from api.invocation_events import Running
 from api.openai_errors import problem_with_error
 from api.openai_shapes import (
     ChatCompletionIn,

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
 from api.deps import require
-from api.invocations import Running
+from api.invocation_events import Running
 from api.openai_errors import ERROR_RESPONSES, error_envelope
 from api.responses_answers import output_items, response_body, status_of
 from api.responses_shapes import ResponsesIn, to_chat_request
