@@ -21,9 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.webhook_types import DeliverySettings, Pending, PendingInput
-from domain.cloudevents import OutboxEvent
 from store.repositories import OutboxRepository, WebhookSubscriptionRepository
-from store.tables import OutboxEventRow
+from store.views import outbox_event
 
 # Longest pause between two heartbeats of a wait (its workflow's heartbeat timeout is 20 s).
 HEARTBEAT_EVERY_SECONDS = 5.0
@@ -77,17 +76,3 @@ class WebhookPolls:
             scanned_to=int(rows[-1].position or 0) if rows else data.after,
             delivery=self._delivery,
         )
-
-
-def outbox_event(row: OutboxEventRow) -> OutboxEvent:
-    return OutboxEvent(
-        position=int(row.position or 0),
-        event_id=str(row.event_id),
-        tenant_id=row.tenant_id,
-        event_type=row.event_type,
-        topic=row.topic,
-        aggregate_type=row.aggregate_type,
-        aggregate_id=row.aggregate_id,
-        payload=row.payload,
-        occurred_at=row.occurred_at,
-    )

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from domain.cloudevents import OutboxEvent
 from domain.deployments import DeploymentRecord, LicenseMetadata
-from store.tables import ModelDeploymentRow
+from store.tables import ModelDeploymentRow, OutboxEventRow
 
 
 def deployment_record(row: ModelDeploymentRow) -> DeploymentRecord:
@@ -24,4 +25,19 @@ def deployment_record(row: ModelDeploymentRow) -> DeploymentRecord:
         healthy=row.healthy,
         version=row.version,
         context_window_tokens=row.context_window_tokens,
+    )
+
+
+def outbox_event(row: OutboxEventRow) -> OutboxEvent:
+    """An outbox row as the event its readers take (`/factory/events`, webhook delivery)."""
+    return OutboxEvent(
+        position=int(row.position or 0),
+        event_id=str(row.event_id),
+        tenant_id=row.tenant_id,
+        event_type=row.event_type,
+        topic=row.topic,
+        aggregate_type=row.aggregate_type,
+        aggregate_id=row.aggregate_id,
+        payload=row.payload,
+        occurred_at=row.occurred_at,
     )

@@ -20,7 +20,7 @@ from api.deps import RuntimeDep, SessionDep, TemporalDep, holds, require
 from api.problems import Problem, field_refused
 from core.security import Principal
 from domain.access import Action
-from domain.cloudevents import OutboxEvent, to_cloudevent
+from domain.cloudevents import to_cloudevent
 from domain.enums import Scope
 from domain.events import TOPICS, readable, subscribed_types
 from store.db import transaction
@@ -32,6 +32,7 @@ from store.repositories import (
     last_position,
 )
 from store.tables import utcnow
+from store.views import outbox_event
 from store.webhook_tables import WebhookSubscriptionRow
 
 log = logging.getLogger("model_router.api")
@@ -81,19 +82,7 @@ async def list_events(
     # cursor still moves past them.
     reads_runs = holds(principal, Scope.RUNS_READ, Action.READ_RUNS)
     events = [
-        to_cloudevent(
-            OutboxEvent(
-                position=int(r.position or 0),
-                event_id=str(r.event_id),
-                tenant_id=r.tenant_id,
-                event_type=r.event_type,
-                topic=r.topic,
-                aggregate_type=r.aggregate_type,
-                aggregate_id=r.aggregate_id,
-                payload=r.payload,
-                occurred_at=r.occurred_at,
-            )
-        )
+        to_cloudevent(outbox_event(r))
         for r in rows
         if readable(r.event_type, reads_runs=reads_runs)
     ]
