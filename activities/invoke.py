@@ -129,15 +129,19 @@ class InvokeActivities:
         without the API's claim, claim and begin it here) and await its outcome, the receipt
         closed by the call's task or handed back here as FINALIZE. Cancelling this activity
         cancels the call."""
-        pending = self._hub.claim(data.caller_token)
+        token = data.caller_token
+        # Or the call a stale activity of this run's evicted execution still holds here.
+        pending = self._hub.claim(token) or self._hub.share(token)
         if pending is None:
             return not_here(data)
         try:
             return await self._adopt(data, pending)
         except asyncio.CancelledError:
             # Stopped, or let go of when the SDK evicted the run (activities/invoke_cancel.py).
-            await self._cancelled.after_cancel(data.caller_token, pending)
+            await self._cancelled.after_cancel(token, pending)
             raise
+        finally:
+            self._hub.release(token, pending)
 
     async def _adopt(self, data: InvocationInput, pending: PendingCall) -> InvocationSummary:
         if pending.caller_claims:

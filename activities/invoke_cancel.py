@@ -16,7 +16,9 @@ workflow's record stops the call (its close written before the activity's cancel
 on, as when the cancel went straight to the call). Otherwise the call is let go of: it goes on,
 closes its own receipt and answers its caller, and waits in the hub for the run's next
 execution to adopt it. A next execution handed this activity's cancellation (it found it still
-finishing) adopts the call on the caller queue (workflows/invoke.py). When Temporal does not
+finishing) adopts the call on the caller queue (workflows/invoke.py). One whose activity reached
+the call before this activity was cancelled already awaits it (InvocationHub.share): the call is
+left to it, neither stopped nor put back. When Temporal does not
 answer (it is the thing away) the call is let go of and Temporal asked again in the background
 for up to ASK_SECONDS: a cancel request cannot have reached the activity without Temporal
 having been there to take it, but one may be on record all the same.
@@ -82,6 +84,9 @@ class CancelledCalls:
             asked = True
         if asked or self._hub.stopping:
             await stop(pending)
+            return
+        if self._hub.shared(pending):  # the run's next execution awaits it already
+            log.warning("call's run evicted: the call goes on, adopted by its next execution")
             return
         self._hub.let_go(token, pending, LET_GO_KEEP_SECONDS)
         log.warning("call's run evicted: the call goes on, for the run's next execution")

@@ -62,6 +62,9 @@ class PendingCall:
     # Its adopting activity let go of it (the SDK evicted the run): back in the hub for the
     # run's next execution, and kept there by the hub alone (InvocationHub.let_go).
     let_go: bool = False
+    # The activities awaiting the call: one, or two while a run's next execution shares it
+    # with the stale activity its evicted run left (InvocationHub.share).
+    adopters: int = 0
 
     def settle(self) -> None:
         if self.settled is not None and not self.settled.done():
@@ -121,6 +124,8 @@ class InvocationHub:
         self._calls: dict[str, PendingCall] = {}
         # The calls the API began, by invocation, until their activity adopts them.
         self._begun: dict[uuid.UUID, PendingCall] = {}
+        # The calls an activity has adopted, by token, until the last one awaiting it returns.
+        self._held: dict[str, PendingCall] = {}
         # Set as the process stops its workers: a call whose activity is cancelled then stops
         # with it (activities/invoke.py), rather than being kept for an execution to come.
         self.stopping = False
@@ -147,14 +152,45 @@ class InvocationHub:
 
     def claim(self, token: str) -> PendingCall | None:
         """The call for this token, once: a second execution finds nothing to run. The entry
-        leaves the hub with it (the activity holds it from then on)."""
+        leaves the waiting calls with it (the activity holds it from then on)."""
         call = self._calls.pop(token, None)
         if call is None or call.claimed:
             return None
         call.claimed = True
         call.let_go = False
+        call.adopters = 1
+        self._held[token] = call
         self._forget(call)
         return call
+
+    def share(self, token: str) -> PendingCall | None:
+        """The call an activity of an earlier execution still holds, for the run's next one.
+        When Temporal times a workflow task out (its process starved under load, the task's
+        heartbeat late), the server hands the run to a next execution at once, while the
+        process holding the call learns of the eviction only as its own late reply is refused
+        — and then asks Temporal whether the workflow was cancelled, for up to 2.5 s. A next
+        execution arriving meanwhile found nothing here and reported NOT_HERE, and the workflow
+        closed the receipt Failed `caller-lost` beside the answer the call went on to give (seen
+        in CI). It now awaits the same call: both activities get its one outcome, and the stale
+        one, once cancelled, leaves the call to it (invoke_cancel.py). Only a call the API
+        claimed is shared: its claim and its task are the API's, not the activity's."""
+        call = self._held.get(token)
+        if call is None or not call.caller_claims:
+            return None
+        call.adopters += 1
+        return call
+
+    def shared(self, call: PendingCall) -> bool:
+        """Whether another activity besides the one asking awaits this call."""
+        return call.adopters > 1
+
+    def release(self, token: str, call: PendingCall) -> None:
+        """An activity awaiting the call returned: the last one out takes it off the hub."""
+        if self._held.get(token) is not call:
+            return  # let go of since, or never held
+        call.adopters -= 1
+        if call.adopters <= 0:
+            del self._held[token]
 
     def let_go(self, token: str, call: PendingCall, keep_seconds: float) -> None:
         """Give back a call whose adopting activity let go of it (its run evicted, the call left
@@ -164,6 +200,8 @@ class InvocationHub:
         Output its caller left unread goes with the entry."""
         call.claimed = False
         call.let_go = True
+        call.adopters = 0
+        self._held.pop(token, None)
         self._calls[token] = call
         work = call.work
         if work is None:
