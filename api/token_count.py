@@ -34,8 +34,12 @@ async def count_input_tokens(
         needs_structured_output=chat.response_format is not None,
     )
     try:
-        # Routed as a chat call without a run is: the rule lives in routing, not here.
-        route = await runtime.routes.route(needs, profile_id, None, Operation.CHAT, cached=True)
+        # Routed as a chat call without a run is: the rule lives in routing, not here. On the
+        # catalog's current version, read now: a call's route planned on this process's
+        # snapshot is checked by its receipt's claim, and a count has no claim. Planned on the
+        # snapshot, a count sent the prompt to a deployment retired, or denied by a policy
+        # changed, since the snapshot was built.
+        route = await runtime.routes.route(needs, profile_id, None, Operation.CHAT)
     except (PolicyDenied, NoneAvailable):
         return None
     except Refusal as refused:  # UnknownProfile, WrongModality: the caller's request is wrong

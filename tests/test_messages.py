@@ -678,6 +678,26 @@ async def test_count_tokens_from_the_deployment_or_our_estimate(
         )
 
 
+async def test_a_count_never_reaches_a_deployment_retired_since_the_last_one(
+    client: AsyncAnthropic, catalog: Catalog, upstream: UpstreamServer, http: httpx.AsyncClient
+) -> None:
+    # The count has no receipt whose claim would check the catalog's version: it reads it.
+    prompt: Any = {"messages": [{"role": "user", "content": "how many tokens is this"}]}
+    model = catalog.model("anthropic")
+    await client.messages.count_tokens(model=catalog.profile("anthropic"), **prompt)
+    before = upstream.requests(model, endpoint="count_tokens")
+    retired = await http.post(
+        f"/factory/model-deployments/{catalog.deployment('anthropic')}/retire",
+        headers=catalog.auth,
+    )
+    assert retired.status_code == 200, retired.text
+    raw = await client.messages.with_raw_response.count_tokens(
+        model=catalog.profile("anthropic"), **prompt
+    )
+    assert raw.headers["x-model-router-token-count"] == "estimate"
+    assert upstream.requests(model, endpoint="count_tokens") == before  # the prompt went nowhere
+
+
 @pytest.mark.parametrize("flaw", ["missing", "not_finite", "unreadable"])
 async def test_a_count_the_deployment_cannot_give_is_our_estimate(
     client: AsyncAnthropic, catalog: Catalog, upstream: UpstreamServer, flaw: str
