@@ -10,11 +10,15 @@ from domain.enums import Capability
 from domain.policy import CompiledPolicy, DataClassification, PolicyVerdict
 from domain.route_plan import PlanConstraints
 from domain.snapshot import CatalogSnapshot
+from domain.suite.suite import DEFAULT_THRESHOLD
 
 STRUCTURED_OUTPUT = (Capability.STRICT_JSON.value, Capability.JSON_SCHEMA.value)
 # A request asking for something its profile does not guarantee needs at least a passing
-# evaluation of it; the profile's threshold applies when the profile lists the capability.
-IMPLIED_THRESHOLD = 0.0
+# evaluation of it: measured at the suite's own pass mark. The profile's threshold applies when
+# the profile lists the capability. At 0.0 any evaluation would do, a failed one included: a
+# deployment whose tool calling scored 0.0 was routed every call with tools (the plan still
+# said `tools: strict`).
+IMPLIED_THRESHOLD = DEFAULT_THRESHOLD
 
 Thresholds = tuple[tuple[str, float], ...]
 
@@ -38,7 +42,7 @@ def _beyond(
     promises_tools: bool, promises_structured: bool, needs_tools: bool, needs_structured: bool
 ) -> Thresholds:
     """The one rule of what a request needs beyond what is promised of its candidates: tools
-    at least measured for tool calling, structured output at least for json-schema."""
+    a passing evaluation of tool calling, structured output one of json-schema."""
     out = []
     if needs_tools and not promises_tools:
         out.append((Capability.TOOL_CALLING.value, IMPLIED_THRESHOLD))

@@ -447,20 +447,23 @@ def test_no_tenant_policy_fails_closed() -> None:
 
 
 def test_request_needs_add_capability_filters() -> None:
-    prof = make_profile(["tools", "plain", "json"], required={})
+    prof = make_profile(["tools", "plain", "json", "failed"], required={})
     specs = [
-        Spec("tools", caps={"tool-calling": 0.3}),
+        Spec("tools", caps={"tool-calling": 0.85}),
         Spec("plain", caps={}),
         Spec("json", caps={"tool-calling": 0.9, "json-schema": 0.9}),
+        # Measured, and failed: a tool call is not sent where tool calling failed the suite.
+        Spec("failed", caps={"tool-calling": 0.0}, verdicts={"tool-calling": "fail"}),
     ]
     d = plan(specs, profile=prof, needs_tools=True)
-    assert d.candidate_ids == ("tools", "json")  # any passing evaluation will do
+    assert d.candidate_ids == ("tools", "json")  # a passing evaluation will do
     assert excluded(d)["plain"][2]["requiredBy"] == "request"
+    assert code_of(d, "failed") is Code.CAPABILITY_BELOW_THRESHOLD
     assert d.constraints.tools == "strict"
     d = plan(specs, profile=prof, needs_tools=True, needs_structured_output=True)
     assert d.candidate_ids == ("json",)
     assert d.constraints.structured_output is True
-    assert d.constraints.capabilities == {"json-schema": 0.0, "tool-calling": 0.0}
+    assert d.constraints.capabilities == {"json-schema": 0.8, "tool-calling": 0.8}
     assert plan(specs, profile=prof).constraints.tools == "none"
 
 
