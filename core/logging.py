@@ -73,13 +73,26 @@ def current() -> dict[str, str]:
     return dict(_context.get() or {})
 
 
+def _message(record: logging.LogRecord) -> str:
+    """The record's message; asyncio's to its first line, up to the first repr. Its default
+    handler puts the object in the message itself, not in `exc_info`: "Task exception was never
+    retrieved\nfuture: <Task … exception=ValueError('…')>" carried the exception's text, which
+    may quote content, past the rule that an exception is named by its type alone."""
+    message = record.getMessage()
+    if record.name != "asyncio":
+        return message
+    first = message.split("\n", 1)[0]
+    cut = min((i for i in (first.find("<"), first.find("(")) if i >= 0), default=len(first))
+    return first[:cut].rstrip()
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": _message(record),
         }
         line.update(current())
         for name in (*_CONTEXT_FIELDS, *EXTRA_FIELDS):
@@ -108,6 +121,9 @@ class PlainFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         record.exc_text = None  # another handler's formatter may have cached the traceback
+        if record.name == "asyncio":  # a copy: other handlers see the record as it was
+            record = logging.makeLogRecord({**record.__dict__, "msg": _message(record)})
+            record.args = None
         return super().format(record)
 
 
@@ -116,10 +132,15 @@ _CHATTY = ("httpx", "httpx2")
 
 
 def configure_logging(level: str = "INFO", *, json_lines: bool = True) -> None:
-    """Installs one stderr handler on the root logger (idempotent: replaces its own)."""
+    """Installs one stderr handler on the root logger (idempotent: replaces its own, and a
+    plain one another library put there)."""
     root = logging.getLogger()
     for handler in list(root.handlers):
-        if handler.get_name() == _HANDLER_NAME:
+        # Ours from an earlier call, and a plain one `logging.basicConfig` put there: the
+        # anthropic and openai SDKs call it as they are imported (before this runs) when
+        # ANTHROPIC_LOG or OPENAI_LOG is set, and its standard formatter wrote every line a
+        # second time, tracebacks and exception messages included.
+        if handler.get_name() == _HANDLER_NAME or type(handler) is logging.StreamHandler:
             root.removeHandler(handler)
     handler = logging.StreamHandler(sys.stderr)
     handler.set_name(_HANDLER_NAME)

@@ -31,6 +31,10 @@ async def test_every_line_of_the_api_process_is_json(settings: Settings) -> None
         "MODEL_ROUTER_TEMPORAL_ADDRESS": settings.temporal_address,
         "MODEL_ROUTER_AUTH_JWT_SECRET": "x" * 40,
         "MODEL_ROUTER_ARTIFACT_ROOT": str(settings.artifact_root),
+        # An operator debugging the SDKs: each puts a plain handler on the root logger as it is
+        # imported (logging.basicConfig), which wrote every line again, tracebacks included.
+        "ANTHROPIC_LOG": "info",
+        "OPENAI_LOG": "info",
     }
     # As cli/dev.py starts it (access log on here, to have uvicorn's request lines too).
     argv = [sys.executable, "-m", "uvicorn", "--factory", "api.app:create_app"]
@@ -146,3 +150,28 @@ def test_plain_lines_name_an_exception_by_its_type_alone(
     written = capsys.readouterr().err
     assert "Completing activity as failed" in written and "exception: ValueError" in written
     assert "PLUTO" not in written and "Traceback" not in written and "Stack (most" not in written
+
+
+def test_asyncio_lines_carry_no_objects_text(capsys: pytest.CaptureFixture[str]) -> None:
+    """asyncio's default handler writes the task, and its exception's text, into the message
+    itself ("Task exception was never retrieved\nfuture: <Task … exception=…('…')>"): the
+    line keeps the first words, never the objects."""
+    root = logging.getLogger()
+    saved = root.level, list(root.handlers)
+    exc = ValueError("input_value='the launch code is 0000-PLUTO'")
+    try:
+        for json_lines in (True, False):
+            configure_logging("INFO", json_lines=json_lines)
+            logging.getLogger("asyncio").error(
+                "Task exception was never retrieved\nfuture: <Task finished exception=%r>",
+                exc,
+                exc_info=(ValueError, exc, None),
+            )
+            logging.getLogger("asyncio").error("Exception in callback f(%r)", str(exc))
+    finally:
+        root.handlers[:] = saved[1]
+        root.setLevel(saved[0])
+    written = capsys.readouterr().err
+    assert "PLUTO" not in written
+    assert written.count("Task exception was never retrieved") == 2
+    assert written.count("Exception in callback f") == 2
