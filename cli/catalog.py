@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import time
 import uuid
@@ -12,16 +13,15 @@ from typing import Annotated, Any
 
 import typer
 import yaml
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-from rich.table import Table
 
 from cli.http import connect, err
+from cli.output import JSON_HELP, print_json, stdout
+from cli.output import print_table as _table
 from domain.deployments import UNADDRESSABLE, addressable
 from domain.profile_releases import _NAME as _PROFILE_ID
 
-out = Console()
 deployments = typer.Typer(help="Deployments and their ModelOps lifecycle.", no_args_is_help=True)
 profiles = typer.Typer(help="Model profiles.", no_args_is_help=True)
 
@@ -38,12 +38,76 @@ _Loader.yaml_implicit_resolvers = {
 }
 
 
-def _load(file: Path) -> Any:
+def _load(file: Path) -> dict[str, Any]:
+    """The file's mapping, refused (exit 2, naming the file and the problem) unless it is what
+    JSON can carry: it is sent as JSON, and a non-UTF-8 file, `.nan`, `!!binary`, `!!set` or a
+    key that is not text ended in a traceback (or, for `.nan`, a body the API cannot read)."""
     try:
-        return yaml.load(file.read_text(), Loader=_Loader)  # noqa: S506 - a SafeLoader
-    except (OSError, yaml.YAMLError) as exc:
-        err.print(f"[red]Cannot read {file}: {escape(str(exc))}[/red]")
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        err.print(
+            f"[red]Cannot read {escape(str(file))}: not UTF-8 text (byte {exc.start} is "
+            f"{exc.object[exc.start : exc.start + 1]!r})[/red]"
+        )
         raise typer.Exit(2) from None
+    except OSError as exc:
+        err.print(f"[red]Cannot read {escape(str(file))}: {escape(str(exc))}[/red]")
+        raise typer.Exit(2) from None
+    try:
+        document = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader
+    except yaml.YAMLError as exc:
+        err.print(f"[red]Cannot read {escape(str(file))}: {escape(str(exc))}[/red]")
+        raise typer.Exit(2) from None
+    except RecursionError:
+        err.print(f"[red]Cannot read {escape(str(file))}: nested too deeply[/red]")
+        raise typer.Exit(2) from None
+    if document is None:
+        problem: str | None = "empty"
+    elif not isinstance(document, dict):
+        problem = "not a mapping of fields (a YAML mapping or a JSON object)"
+    else:
+        problem = _not_json(document, "", set())
+    if problem:
+        err.print(f"[red]Cannot send {escape(str(file))}: {escape(problem)}[/red]")
+        raise typer.Exit(2)
+    return document
+
+
+def _not_json(value: Any, at: str, open_: set[int]) -> str | None:
+    """What keeps value (at its path in the file) from being strict JSON, or None: only text
+    keys, finite numbers and JSON's types. `open_` holds the collections being checked, as an
+    alias (`&a [*a]`) can make one contain itself."""
+    where = at or "the top level"
+    if value is None or isinstance(value, bool | int | str):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{where}: {value} is not a JSON number"
+    if not isinstance(value, dict | list):
+        if isinstance(value, bytes):
+            kind = "binary data (!!binary)"
+        elif isinstance(value, set):
+            kind = "a set (!!set)"
+        else:
+            kind = f"a {type(value).__name__}"
+        return f"{where}: {kind} has no JSON form"
+    if id(value) in open_:
+        return f"{where}: contains itself (a YAML alias)"
+    open_.add(id(value))
+    try:
+        if isinstance(value, list):
+            items = [(f"{at}[{i}]", v) for i, v in enumerate(value)]
+        else:
+            for key in value:
+                if not isinstance(key, str):
+                    return f"{where}: key {key!r} is not text (JSON keys are strings: quote it)"
+            items = [(f"{at}.{k}" if at else k, v) for k, v in value.items()]
+        for path, item in items:
+            problem = _not_json(item, path, open_)
+            if problem:
+                return problem
+        return None
+    finally:
+        open_.discard(id(value))
 
 
 def _deployment(deployment_id: str, action: str = "") -> str:
@@ -67,13 +131,7 @@ def profile_path(profile_id: str, action: str = "") -> str:
     return f"/factory/model-profiles/{profile_id}{action}"
 
 
-def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
-    table = Table(title=title, show_lines=False)
-    for column in columns:
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*("" if v is None else escape(str(v)) for v in row))
-    out.print(table)
+AsJson = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
 
 
 def _deployment_rows(items: list[dict[str, Any]]) -> list[list[Any]]:
@@ -98,9 +156,12 @@ def _deployment_rows(items: list[dict[str, Any]]) -> list[list[Any]]:
 
 
 @deployments.command("list")
-def deployments_list() -> None:
+def deployments_list(as_json: AsJson = False) -> None:
     """List the tenant's deployments."""
     items = connect().call("GET", "/factory/model-deployments")
+    if as_json:
+        print_json(items)
+        return
     _table(
         "deployments",
         ["ID", "PROVIDER", "MODEL", "REGION", "PRIVACY", "STATE", "HEALTHY", "LICENSE", "EVIDENCE"],
@@ -109,9 +170,12 @@ def deployments_list() -> None:
 
 
 @deployments.command("show")
-def deployments_show(deployment_id: str) -> None:
+def deployments_show(deployment_id: str, as_json: AsJson = False) -> None:
     """One deployment with its capability evidence."""
     d = connect().call("GET", _deployment(deployment_id))
+    if as_json:
+        print_json(d)
+        return
     _table(
         "deployment",
         ["ID", "PROVIDER", "MODEL", "REGION", "PRIVACY", "STATE", "HEALTHY", "LICENSE", "EVIDENCE"],
@@ -142,7 +206,7 @@ def deployments_register(
     d = connect().call(
         "POST", "/factory/model-deployments", json=body, headers={"Idempotency-Key": key}
     )
-    out.print(f"registered {d['deploymentId']} ({d['state']})")
+    stdout().print(f"registered {d['deploymentId']} ({d['state']})")
 
 
 @deployments.command("license")
@@ -213,20 +277,38 @@ def deployments_approve(
     """Approve an Evaluated deployment (license and evidence gates)."""
     body = {"intendedUse": intended_use} if intended_use else None
     d = connect().call("POST", _deployment(deployment_id, "/approve"), json=body)
-    out.print(f"approved {d['deploymentId']} (version {d['version']})")
+    stdout().print(f"approved {d['deploymentId']} (version {d['version']})")
 
 
 @deployments.command("retire")
-def deployments_retire(deployment_id: str) -> None:
-    """Retire a deployment."""
-    d = connect().call("POST", _deployment(deployment_id, "/retire"))
-    out.print(f"retired {d['deploymentId']}")
+def deployments_retire(
+    deployment_id: str,
+    yes: Annotated[
+        bool,
+        typer.Option("--yes", help="Confirm: Retired is final (never routed or approved again)"),
+    ] = False,
+) -> None:
+    """Retire a deployment for good; needs --yes."""
+    path = _deployment(deployment_id, "/retire")  # refused before anything else
+    if not yes:
+        # Retired is the lifecycle's end: one mistyped id took a serving deployment out of
+        # every route, with no way back but registering it again under another id.
+        err.print(
+            f"[red]deployments retire {escape(deployment_id)} would retire it for good (Retired "
+            "is final: it is never routed or approved again): add --yes to do it[/red]"
+        )
+        raise typer.Exit(2)
+    d = connect().call("POST", path)
+    stdout().print(f"retired {d['deploymentId']}")
 
 
 @profiles.command("list")
-def profiles_list() -> None:
+def profiles_list(as_json: AsJson = False) -> None:
     """Active profiles (the newest active version of each)."""
     items = connect().call("GET", "/factory/model-profiles")
+    if as_json:
+        print_json(items)
+        return
     _table(
         "profiles",
         [
@@ -256,18 +338,25 @@ def profiles_list() -> None:
 
 
 @profiles.command("show")
-def profiles_show(profile_id: str, version: Annotated[str | None, typer.Option()] = None) -> None:
+def profiles_show(
+    profile_id: str,
+    version: Annotated[str | None, typer.Option()] = None,
+    as_json: AsJson = False,
+) -> None:
     """A profile with its requirements and its deployments' evidence."""
     path = profile_path(profile_id)  # refused before any request, the token's included
     params = {"version": version} if version else None
     p = connect().call("GET", path, params=params)
+    if as_json:
+        print_json(p)
+        return
     # The server's words, never read as rich markup: a price basis `per [/1k] tokens` raised
     # MarkupError (a traceback), and `per [token]` lost its word.
     head = escape(
         f"{p['profileId']} v{p['version']} ({p['status']}), {p['modality']}, "
         f"privacy {p['privacyClass']}, price basis {p['priceBasis']}"
     )
-    out.print(f"[bold]{head}[/bold]")
+    stdout().print(f"[bold]{head}[/bold]")
     _table(
         "required capabilities",
         ["CAPABILITY", "THRESHOLD"],
@@ -291,9 +380,9 @@ def profiles_publish(
     resp = connect().request("POST", "/factory/asset-events", json=_load(file))
     p = resp.json()
     if resp.headers.get("Idempotent-Replay") == "true":
-        out.print(f"unchanged: {p['profileId']} version {p['version']} is already published")
+        stdout().print(f"unchanged: {p['profileId']} version {p['version']} is already published")
     else:
-        out.print(f"activated {p['profileId']} version {p['version']}")
+        stdout().print(f"activated {p['profileId']} version {p['version']}")
 
 
 @profiles.command("retire")
@@ -302,10 +391,18 @@ def profiles_retire(
     version: str,
     release_id: Annotated[str, typer.Option(help="The release being retired")],
     revoked: Annotated[
-        bool, typer.Option(help="Revoked (immediately) rather than deprecated")
+        bool, typer.Option(help="Revoked (immediately) rather than deprecated; needs --yes")
     ] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="Confirm a revocation (final)")] = False,
 ) -> None:
     """Retire a profile version (runs pinned to it finish on their plans)."""
+    if revoked and not yes:
+        # A revocation cannot be undone: asked for by a slip of the flag, it ended a release.
+        err.print(
+            f"[red]profiles retire {escape(profile_id)} {escape(version)} --revoked would revoke "
+            "the version for good: add --yes to do it[/red]"
+        )
+        raise typer.Exit(2)
     event = {
         "eventType": "AssetReleaseRevoked" if revoked else "AssetReleaseDeprecated",
         "releaseId": release_id,
@@ -313,7 +410,7 @@ def profiles_retire(
         "version": version,
     }
     p = connect().call("POST", "/factory/asset-events", json=event)
-    out.print(f"retired {p['profileId']} version {p['version']}")
+    stdout().print(f"retired {p['profileId']} version {p['version']}")
 
 
 @deployments.command("evaluate")
@@ -336,29 +433,29 @@ def deployments_evaluate(
         headers={"Idempotency-Key": key},
     )
     started = ev["evaluationId"]
-    out.print(f"evaluation {started} ({ev['status']}, suite {ev['suiteVersion']})")
+    stdout().print(f"evaluation {started} ({ev['status']}, suite {ev['suiteVersion']})")
     if not wait:
         return
     # Only the evaluation this command started (or, with a key used before, replayed) is waited
     # on and shown. The deployment's view shows its latest: a replayed evaluation that had ended
     # was waited past, and another started meanwhile (the console's) was shown as this one.
-    d = api.call("GET", _deployment(deployment_id))
+    # Bounded: with no worker polling, the evaluation never ends, and the command waited for
+    # good. Each poll rides out the API's restart or outage until then (Api.poll).
+    deadline = time.monotonic() + timeout
+    d = api.poll("GET", _deployment(deployment_id), deadline)
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=out
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=stdout()
     ) as bar:
         task = bar.add_task("cases", total=None)
-        # Bounded: with no worker polling, the evaluation never ends, and the command waited
-        # for good.
-        deadline = time.monotonic() + timeout
         while ev.get("status") not in ("Completed", "Failed"):
+            time.sleep(0.5)  # polling the API at a human pace
             if time.monotonic() > deadline:
                 err.print(
                     f"[red]evaluation {escape(started)} is still running after {timeout:g} s "
                     "(is a worker up?)[/red]"
                 )
                 raise typer.Exit(1)
-            time.sleep(0.5)  # polling the API at a human pace
-            d = api.call("GET", _deployment(deployment_id))
+            d = api.poll("GET", _deployment(deployment_id), deadline)
             latest = d.get("evaluation") or {}
             if latest.get("evaluationId") != started:
                 err.print(

@@ -138,10 +138,16 @@ def _lock_timeout_exit() -> Iterator[None]:
     help="Apply migrations up to REVISION (default head)." + _LOCK_TIMEOUT_HELP,
 )
 def db_upgrade(revision: str = "head") -> None:
+    from cli.database import database_exit, revision_exit
     from store.migrate import code_head, upgrade
 
-    with _lock_timeout_exit():
-        ahead = upgrade(get_settings().database_url, revision)
+    url = get_settings().database_url
+    with (
+        _lock_timeout_exit(),
+        database_exit(url),
+        revision_exit(f"db upgrade --revision {revision} (this code's newest is {code_head()})"),
+    ):
+        ahead = upgrade(url, revision)
     if ahead is not None:
         # Exit 0: the migrate step after a rollback of the code must succeed, or what waits on
         # it (compose's api and worker) never starts.
@@ -169,21 +175,31 @@ def db_downgrade(
             err=True,
         )
         raise typer.Exit(2)
+    from cli.database import database_exit, revision_exit
     from store.migrate import downgrade
 
-    with _lock_timeout_exit():
-        downgrade(get_settings().database_url, revision)
+    url = get_settings().database_url
+    with _lock_timeout_exit(), database_exit(url), revision_exit(f"db downgrade {revision}"):
+        downgrade(url, revision)
     typer.echo(f"database at {revision}")
 
 
 @clients_app.command("create")
 def clients_create(
-    tenant: Annotated[str, typer.Option(help="Tenant the client acts for")],
+    tenant: Annotated[str, typer.Option(help="Tenant the client acts for (created if new)")],
     client_id: Annotated[str, typer.Option("--client-id")],
     role: Annotated[list[Role], typer.Option(help="Role (repeatable)")],
     scope: Annotated[list[Scope], typer.Option(help="Allowed scope (repeatable)")],
+    rotate: Annotated[
+        bool,
+        typer.Option(
+            "--rotate",
+            help="Re-key an existing client: a new secret (the old one stops working), these "
+            "roles and scopes; a disabled client stays disabled",
+        ),
+    ] = False,
 ) -> None:
-    """Create (or re-key) an OAuth client; prints its secret once."""
+    """Create an OAuth client (or, with --rotate, re-key one); prints its secret once."""
     from core.security import new_client_secret
     from domain.tenants import TENANT_ID_RULE, is_tenant_id
 
@@ -194,35 +210,63 @@ def clients_create(
         raise typer.BadParameter(
             "1 to 100 printable characters, no colon", param_hint="--client-id"
         )
-    from sqlalchemy.exc import DBAPIError
+    from sqlalchemy.exc import IntegrityError
 
-    from store.clients import upsert_client
+    from cli.database import database_exit
+    from store.clients import ClientExists, ClientWritten, create_client
     from store.db import create_engine, session_factory
 
     secret = new_client_secret()
+    url = get_settings().database_url
 
-    async def _run() -> None:
-        engine = create_engine(get_settings().database_url)
+    async def _run() -> ClientWritten:
+        engine = create_engine(url)
         try:
-            await upsert_client(
+            return await create_client(
                 session_factory(engine),
                 tenant_id=tenant,
                 client_id=client_id,
                 secret=secret,
                 roles=role,
                 scopes=scope,
+                rotate=rotate,
             )
         finally:
             await engine.dispose()
 
-    try:
-        asyncio.run(_run())
-    except ValueError as exc:  # the client id belongs to another tenant
-        typer.echo(f"refused: {exc}", err=True)
-        raise typer.Exit(1) from None
-    except (OSError, DBAPIError) as exc:
-        typer.echo(f"cannot reach the database: {type(exc).__name__}", err=True)
-        raise typer.Exit(2) from None
+    # A database failure (out of reach, never migrated) as its message; the refusals first,
+    # IntegrityError being a database error too.
+    with database_exit(url):
+        try:
+            written = asyncio.run(_run())
+        except ValueError as exc:  # the client id belongs to another tenant
+            typer.echo(f"refused: {exc}", err=True)
+            raise typer.Exit(1) from None
+        except ClientExists:
+            # Re-keying replaced the secret the service using it signs in with, and its roles.
+            typer.echo(
+                f"client {client_id!r} of tenant {tenant!r} exists; nothing changed. Add "
+                "--rotate to give it a new secret (the old one stops working), these roles and "
+                "these scopes",
+                err=True,
+            )
+            raise typer.Exit(2) from None
+        except IntegrityError:
+            typer.echo(
+                f"client {client_id!r} or tenant {tenant!r} was created by another run at the "
+                "same time; nothing changed by this one: run it again",
+                err=True,
+            )
+            raise typer.Exit(2) from None
+    # Said apart: a typo in --tenant made a new, empty tenant without a word.
+    whose = f"new tenant {tenant}" if written.new_tenant else f"tenant {tenant}"
+    typer.echo(f"{'re-keyed' if written.rekeyed else 'created'} client {client_id} of {whose}")
+    if written.disabled:
+        typer.echo(
+            f"client {client_id} is disabled and stays so: the new secret signs in only once it "
+            "is enabled again",
+            err=True,
+        )
     typer.echo(f"client_id={client_id}\nclient_secret={secret}")
 
 

@@ -7,13 +7,11 @@ import uuid
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from cli.http import connect, err
+from cli.output import JSON_HELP, print_json, print_table, stdout
 
-out = Console()
 receipts = typer.Typer(help="Invocation receipts.", no_args_is_help=True)
 
 _COLUMNS = (
@@ -53,6 +51,9 @@ def _row(r: dict[str, Any]) -> list[str]:
 @receipts.command("list")
 def receipts_list(
     run: Annotated[str, typer.Option("--run", help="The run id (a UUID)", show_default=False)],
+    as_json: Annotated[
+        bool, typer.Option("--json", help=JSON_HELP + " (every page's receipts in one array)")
+    ] = False,
 ) -> None:
     """The receipts of one run, oldest first (every page of them)."""
     try:
@@ -69,11 +70,9 @@ def receipts_list(
         resp = api.request("GET", url)
         items += resp.json()
         url = resp.links.get("next", {}).get("url")
-    table = Table(title=f"receipts of run {run}")
-    for column in _COLUMNS:
-        table.add_column(column)
-    for r in items:
-        table.add_row(*(escape(cell) for cell in _row(r)))
-    out.print(table)
+    if as_json:
+        print_json(items)
+        return
+    print_table(f"receipts of run {run_id}", _COLUMNS, map(_row, items))
     if not items:
-        out.print("no receipts for this run (a run id of another tenant looks the same)")
+        stdout().print("no receipts for this run (a run id of another tenant looks the same)")

@@ -5,15 +5,13 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from cli.catalog import profile_path
 from cli.http import connect, err
+from cli.output import JSON_HELP, print_json, stdout, table
 from domain.policy import DataClassification
 
-out = Console()
 route = typer.Typer(help="Route plans.", no_args_is_help=True)
 
 
@@ -30,6 +28,7 @@ def preview(
     tenant: Annotated[
         str | None, typer.Option(help="Must be the client's own tenant (previews never cross)")
     ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Kept and excluded candidates with their reasons, without persisting anything."""
     path = profile_path(profile_id, "/route-plan/preview")
@@ -45,15 +44,20 @@ def preview(
         "budgetApplies": budget,
     }
     plan = api.call("POST", path, json=body)
+    if as_json:
+        print_json(plan)
+        return
+    out = stdout()
     out.print(
         escape(
             f"{plan['profileId']} v{plan['profileVersion']}  policy {plan['policyRevision']}"
             f"  snapshot {plan['snapshotVersion']}  decision {plan['policyDecisionId']}"
         )
     )
-    kept = Table(title="kept (in route order)")
-    for column in ("RANK", "DEPLOYMENT", "SCORE", "CAPABILITY", "COST", "LATENCY", "HISTORY"):
-        kept.add_column(column)
+    kept = table(
+        "kept (in route order)",
+        ("RANK", "DEPLOYMENT", "SCORE", "CAPABILITY", "COST", "LATENCY", "HISTORY"),
+    )
     for c in plan["candidates"]:
         t = c["terms"]
         kept.add_row(
@@ -66,9 +70,7 @@ def preview(
             f"{t['history']:.2f}",
         )
     out.print(kept)
-    excluded = Table(title="excluded")
-    for column in ("DEPLOYMENT", "CODE", "REASON"):
-        excluded.add_column(column)
+    excluded = table("excluded", ("DEPLOYMENT", "CODE", "REASON"))
     for e in plan["excluded"]:
         excluded.add_row(escape(e["deploymentId"]), e["code"], escape(e["reason"]))
     out.print(excluded)

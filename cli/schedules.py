@@ -18,12 +18,12 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from cli.output import print_json, stdout, table
 from core.schedule_spec import spec_text
 from core.schedules import NAMES, schedule_id
 from core.settings import get_settings
 from core.temporal import connect
 
-out = Console()
 err = Console(stderr=True)
 schedules = typer.Typer(help="The health-probe and reconciler schedules.", no_args_is_help=True)
 T = TypeVar("T")
@@ -72,11 +72,20 @@ def _id(name: str) -> str:
 
 
 @schedules.command("list")
-def list_() -> None:
+def list_(
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print the schedules as one JSON array (id, spec, state, overlap, lastRun, "
+            "nextRun, note; null where there is none) instead of a table, for scripts",
+        ),
+    ] = False,
+) -> None:
     """The schedules with their spec, state, last and next run."""
 
-    async def describe(client: Client) -> list[list[Any]]:
-        rows = []
+    async def describe(client: Client) -> list[dict[str, Any]]:
+        found = []
         for name in NAMES:
             sid = schedule_id(get_settings(), name)
             try:
@@ -84,31 +93,40 @@ def list_() -> None:
             except RPCError as exc:
                 if exc.status is not RPCStatusCode.NOT_FOUND:
                     raise
-                rows.append([sid, "-", "missing (start a worker)", "-", "-", "-", "-"])
+                found.append(dict.fromkeys(_FIELDS) | {"id": sid, "state": "missing"})
                 continue
-            cron = spec_text(d.schedule.spec)
             recent = d.info.recent_actions
             nxt = d.info.next_action_times
-            rows.append(
-                [
-                    sid,
-                    cron,
-                    "paused" if d.schedule.state.paused else "active",
-                    d.schedule.policy.overlap.name,
-                    recent[-1].scheduled_at.isoformat() if recent else "-",
-                    nxt[0].isoformat() if nxt else "-",
-                    d.schedule.state.note or "",
-                ]
+            found.append(
+                {
+                    "id": sid,
+                    "spec": spec_text(d.schedule.spec),
+                    "state": "paused" if d.schedule.state.paused else "active",
+                    "overlap": d.schedule.policy.overlap.name,
+                    "lastRun": recent[-1].scheduled_at.isoformat() if recent else None,
+                    "nextRun": nxt[0].isoformat() if nxt else None,
+                    "note": d.schedule.state.note or None,
+                }
             )
-        return rows
+        return found
 
-    table = Table(title="schedules")
-    for column in ("ID", "SPEC (UTC)", "STATE", "OVERLAP", "LAST RUN", "NEXT RUN", "NOTE"):
-        table.add_column(column)
-    for row in _run(describe):
+    found = _run(describe)
+    if as_json:
+        print_json(found)
+        return
+    t = table("schedules", ("ID", "SPEC (UTC)", "STATE", "OVERLAP", "LAST RUN", "NEXT RUN", "NOTE"))
+    for row in found:
+        shown = row | {
+            "state": "missing (start a worker)" if row["state"] == "missing" else row["state"],
+            "note": row["note"] or "",
+        }
         # A pause note is the operator's own text: "[ops] …" is not markup.
-        table.add_row(*(escape(str(v)) for v in row))
-    out.print(table)
+        t.add_row(*(escape("-" if shown[f] is None else str(shown[f])) for f in _FIELDS))
+    stdout().print(t)
+
+
+# A schedule's fields, in the table's column order.
+_FIELDS = ("id", "spec", "state", "overlap", "lastRun", "nextRun", "note")
 
 
 def _on_handle(name: str, action: Callable[[ScheduleHandle], Awaitable[None]], done: str) -> None:
@@ -118,7 +136,7 @@ def _on_handle(name: str, action: Callable[[ScheduleHandle], Awaitable[None]], d
         await action(client.get_schedule_handle(sid))
 
     _run(go)
-    out.print(f"{done} {sid}")
+    stdout().print(f"{done} {sid}")
 
 
 @schedules.command("trigger")
@@ -163,6 +181,7 @@ def trigger(
             await asyncio.sleep(0.3)  # polling Temporal for the run the trigger started
 
     workflow_id, result = _run(go)
+    out = stdout()
     out.print(f"triggered {sid}: {workflow_id}")
     out.print(_report_table(result))
     failed = left_undone(result)
@@ -193,8 +212,8 @@ def _report_table(result: Any) -> Table:
     """A run's report as rows: counters, and each mapping (skipped reasons, sources) spelled
     out, so an operator sees what was left as it is and why."""
     table = Table(show_header=False, box=None)
-    table.add_column("", style="bold")
-    table.add_column("")
+    table.add_column("", style="bold", overflow="fold")
+    table.add_column("", overflow="fold")
     for key, value in (result or {}).items() if isinstance(result, dict) else []:
         if isinstance(value, dict):
             if not value:

@@ -1,8 +1,10 @@
-"""Tenants and OAuth clients: creation used by the CLI, `make dev` and the tests."""
+"""Tenants and OAuth clients: `clients create`'s refusing creation, and the re-keying upsert
+`make dev`, the benchmarks and the tests use."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -27,25 +29,76 @@ async def upsert_client(
     roles: Iterable[Role | str],
     scopes: Iterable[Scope | str],
 ) -> None:
-    """Create the client, or reset its secret, roles and scopes if it exists."""
+    """Create the client, or reset its secret, roles and scopes (and enable it) if it exists:
+    what `make dev`, the benchmarks and the tests ask for on every run."""
+    await create_client(
+        sessions,
+        tenant_id=tenant_id,
+        client_id=client_id,
+        secret=secret,
+        roles=roles,
+        scopes=scopes,
+        rotate=True,
+        enable=True,
+    )
+
+
+class ClientExists(Exception):
+    """The client id is taken in its tenant, and re-keying it was not asked for."""
+
+
+@dataclass(frozen=True)
+class ClientWritten:
+    """What `create_client` did: created or re-keyed the client, whether the tenant is new,
+    and whether the client is disabled (a re-key keeps it so)."""
+
+    rekeyed: bool
+    new_tenant: bool
+    disabled: bool
+
+
+async def create_client(
+    sessions: async_sessionmaker[AsyncSession],
+    *,
+    tenant_id: str,
+    client_id: str,
+    secret: str,
+    roles: Iterable[Role | str],
+    scopes: Iterable[Scope | str],
+    rotate: bool = False,
+    enable: bool = False,
+) -> ClientWritten:
+    """The operator's `clients create`: a new client (and its tenant, if new), or with
+    `rotate` an existing client's new secret, roles and scopes. Without `rotate` an existing
+    client is refused (ClientExists): re-keying it silently locked out the service using it.
+    A re-key leaves a disabled client disabled (who disabled it had a reason) unless `enable`.
+    """
     role_values = [Role(r).value for r in roles]
     scope_values = [Scope(s).value for s in scopes]
     async with transaction(sessions) as session:
-        await ensure_tenant(session, tenant_id)
-        client = await session.get(OAuthClient, client_id)
+        # Locked: a concurrent re-key waits for this one. Two runs creating one id (or one new
+        # tenant) at once both find it absent: the second meets the primary key, IntegrityError.
+        client = await session.get(OAuthClient, client_id, with_for_update=True)
         if client is not None and client.tenant_id != tenant_id:
             raise ValueError(f"client {client_id!r} belongs to another tenant")
+        if client is not None and not rotate:
+            raise ClientExists(client_id)
+        new_tenant = await session.get(Tenant, tenant_id) is None
+        await ensure_tenant(session, tenant_id)
         if client is None:
-            client = OAuthClient(
-                client_id=client_id,
-                tenant_id=tenant_id,
-                secret_hash=hash_secret(secret),
-                roles=role_values,
-                scopes=scope_values,
+            session.add(
+                OAuthClient(
+                    client_id=client_id,
+                    tenant_id=tenant_id,
+                    secret_hash=hash_secret(secret),
+                    roles=role_values,
+                    scopes=scope_values,
+                )
             )
-            session.add(client)
-        else:
-            client.secret_hash = hash_secret(secret)
-            client.roles = role_values
-            client.scopes = scope_values
+            return ClientWritten(rekeyed=False, new_tenant=new_tenant, disabled=False)
+        client.secret_hash = hash_secret(secret)
+        client.roles = role_values
+        client.scopes = scope_values
+        if enable:
             client.disabled = False
+        return ClientWritten(rekeyed=True, new_tenant=new_tenant, disabled=client.disabled)

@@ -71,7 +71,7 @@ async def test_operator_flow_through_the_cli(
     detail = await run(cli_env, "profiles", "show", "cli-agent")
     assert "cli/coder" in detail.stdout and "Evaluated" in detail.stdout
 
-    retired = await run(cli_env, "deployments", "retire", "cli/coder")
+    retired = await run(cli_env, "deployments", "retire", "cli/coder", "--yes")
     assert retired.exit_code == 0 and "retired cli/coder" in retired.stdout
     after = await run(cli_env, "deployments", "approve", "cli/coder")
     assert after.exit_code == 1 and "Retired" in after.stderr

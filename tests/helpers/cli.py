@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 
 from typer.testing import CliRunner, Result
 
@@ -10,11 +11,13 @@ from cli.main import app
 from core.settings import get_settings
 
 
-async def run(env: dict[str, str], *args: str) -> Result:
+async def run(env: Mapping[str, str | None], *args: str) -> Result:
+    """The CLI's result; a variable given as None is unset for the command."""
+
     def invoke() -> Result:
         get_settings.cache_clear()
         try:
-            return CliRunner().invoke(app, list(args), env=env)
+            return CliRunner().invoke(app, list(args), env=dict(env))
         finally:
             get_settings.cache_clear()
 

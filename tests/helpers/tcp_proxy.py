@@ -37,8 +37,12 @@ class SeverableProxy:
         # cut_request_with: the bytes a request to cut carries, until one has been cut.
         self._cut: bytes | None = None
         self._cut_then_down = False
-        # Set while new connections are turned away at once (reset before any byte).
+        # Set while new connections are turned away at once (reset before any byte), and how
+        # many have been.
         self._refusing = False
+        self.refused = 0
+        # The start of every chunk a client sent on (its request line, for a request's first).
+        self.sent: list[bytes] = []
         # Set while what the server sends passes (hold_replies).
         self._replies = asyncio.Event()
         self._replies.set()
@@ -105,6 +109,7 @@ class SeverableProxy:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._refusing:
+            self.refused += 1
             writer.transport.abort()
             return
         try:
@@ -124,6 +129,7 @@ class SeverableProxy:
         own.set()
 
         def forwarded(chunk: bytes) -> None:
+            self.sent.append(chunk[:200])
             if self._cut is not None and self._cut in chunk:
                 self._cut = None
                 own.clear()

@@ -1,0 +1,107 @@
+"""What the commands that open the database themselves (`db upgrade`, `db downgrade`,
+`clients create`) say when it fails them: which database (its URL with the password removed)
+and why, as a message and an exit status, never a traceback. A refused port ended
+`db upgrade` in a ConnectionRefusedError traceback, and `clients create` said "cannot reach
+the database" for a database it had reached whose tables were never created."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import typer
+from alembic.util import CommandError
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError
+
+# SQLSTATEs of a statement naming a table or a column the schema lacks: the database was
+# reached, and its schema is older than the code (or was never migrated).
+_SCHEMA_MISSING = {"42P01", "42703"}  # undefined_table, undefined_column
+_SQLITE_SCHEMA_MISSING = ("no such table", "no such column")
+
+
+def where(url: str) -> str:
+    """The database's URL without its password (driver, user, host, port, database)."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "MODEL_ROUTER_DATABASE_URL (not a database URL)"
+
+
+def _scrubbed(text: str, url: str) -> str:
+    """The driver's words, one line, without the password should they quote the URL."""
+    try:
+        password = make_url(url).password
+    except ArgumentError:
+        password = None
+    said = " ".join(text.split())
+    if password:
+        said = said.replace(str(password), "***")
+    return said[:300]
+
+
+def _cause(exc: DBAPIError) -> BaseException:
+    return exc.orig if exc.orig is not None else exc
+
+
+def _schema_missing(exc: DBAPIError) -> bool:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if getattr(seen, "sqlstate", None) in _SCHEMA_MISSING:
+            return True
+        if any(words in str(seen) for words in _SQLITE_SCHEMA_MISSING):
+            return True
+        seen = getattr(seen, "orig", None) or seen.__cause__
+    return False
+
+
+def failure(exc: Exception, url: str) -> tuple[str, int] | None:
+    """The message and exit status for a database failure, or None if exc is not one: exit 2
+    for a database out of reach or a schema that is not there (the operator acts, then runs
+    the command again), 1 for a statement the database refused."""
+    db = where(url)
+    if isinstance(exc, ArgumentError):
+        return "MODEL_ROUTER_DATABASE_URL is not a database URL", 2
+    if isinstance(exc, OSError):  # refused, unknown host, timed out: before any statement
+        said = _scrubbed(str(exc), url)
+        return f"cannot reach the database at {db}: {type(exc).__name__}: {said}", 2
+    if not isinstance(exc, DBAPIError):
+        return None
+    cause = _cause(exc)
+    said = _scrubbed(f"{type(cause).__name__}: {cause}", url)
+    if _schema_missing(exc):
+        return (
+            f"the database at {db} lacks the tables this code needs (never migrated, or "
+            f"migrated by older code): run `model-router db upgrade` ({said})",
+            2,
+        )
+    if exc.statement is None or exc.connection_invalidated:
+        # Failed while connecting (a wrong password, a database that does not exist) or the
+        # connection was lost: nothing was asked of it.
+        return f"cannot reach the database at {db}: {said}", 2
+    return f"the database at {db} refused: {said}", 1
+
+
+@contextmanager
+def database_exit(url: str) -> Iterator[None]:
+    """A database failure as its message on stderr and its exit status."""
+    try:
+        yield
+    except (OSError, DBAPIError, ArgumentError) as exc:
+        known = failure(exc, url)
+        if known is None:
+            raise
+        message, status = known
+        typer.echo(message, err=True)
+        raise typer.Exit(status) from None
+
+
+@contextmanager
+def revision_exit(command: str) -> Iterator[None]:
+    """Alembic's refusal of a revision (one this code does not have, a downgrade target above
+    the current one) as its message and exit 2: the operator named it."""
+    try:
+        yield
+    except CommandError as exc:
+        typer.echo(f"{command}: {exc}", err=True)
+        raise typer.Exit(2) from None

@@ -1,0 +1,94 @@
+"""`evaluate --wait` rides out the API going away under it, until its --timeout: one reset
+connection or refused reconnect (the API restarting) or a 503 ended an hour's wait with exit 2,
+and a poll sent into a connection that had gone silent waited the HTTP client's 60 s past the
+wait's own deadline. The real API, behind a TCP proxy that resets and silences connections."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from urllib.parse import urlparse
+
+import httpx
+import pytest
+
+from providers.upstream import Fault, FaultKind, UpstreamServer
+from tests.conftest import TokenFactory
+from tests.helpers.catalog import register
+from tests.helpers.cli import run
+from tests.helpers.deadline import UNBOUNDED, eventually
+from tests.helpers.tcp_proxy import SeverableProxy
+
+
+@pytest.fixture
+async def auth(token_for: TokenFactory, tenant: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {await token_for(tenant)}"}
+
+
+async def test_the_wait_outlasts_the_api_going_away_and_coming_back(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    upstream: UpstreamServer,
+    cli_env: dict[str, str],
+    api_url: str,
+) -> None:
+    dep, model = "wait/back", "wait-back-sim"
+    await register(http, auth, dep, model=model, endpointRef=upstream.endpoint_ref)
+    upstream.inject(model, Fault(kind=FaultKind.SLOW_FIRST_TOKEN, delay=1.0))
+    api = urlparse(api_url)
+    try:
+        async with SeverableProxy(str(api.hostname), int(api.port or 80)) as proxy:
+            env = {**cli_env, "MODEL_ROUTER_API_URL": f"http://127.0.0.1:{proxy.port}"}
+            # The first poll reaches the API and its connection is reset before the answer;
+            # then every new connection is refused, as while the API restarts.
+            proxy.cut_request_with(
+                f"GET /factory/model-deployments/{dep} ".encode(), then_down=True
+            )
+            waiting = asyncio.create_task(
+                run(env, "deployments", "evaluate", dep, "--wait", "--timeout", "120")
+            )
+            await eventually(lambda: not proxy.cut_pending(), timeout=30)
+            # The CLI meets a refused connection, and tries again.
+            await eventually(lambda: proxy.refused >= 2, timeout=30)
+            proxy.restore()
+            upstream.state.clear_faults(model)
+            result = await asyncio.wait_for(waiting, 120)
+    finally:
+        upstream.state.clear_faults(model)
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.stderr.split())
+    assert "did not answer" in said and "trying again" in said, said
+    assert "tool-calling" in result.stdout and "PASS RATE" in result.stdout
+
+
+async def test_a_poll_into_a_silent_connection_ends_at_the_waits_deadline(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    upstream: UpstreamServer,
+    cli_env: dict[str, str],
+    api_url: str,
+) -> None:
+    dep, model = "wait/silent", "wait-silent-sim"
+    await register(http, auth, dep, model=model, endpointRef=upstream.endpoint_ref)
+    upstream.inject(model, Fault(kind=FaultKind.SLOW_FIRST_TOKEN, delay=1.0))
+    api = urlparse(api_url)
+    try:
+        async with SeverableProxy(str(api.hostname), int(api.port or 80)) as proxy:
+            env = {**cli_env, "MODEL_ROUTER_API_URL": f"http://127.0.0.1:{proxy.port}"}
+            started = time.monotonic()
+            waiting = asyncio.create_task(
+                run(env, "deployments", "evaluate", dep, "--wait", "--timeout", "4")
+            )
+            # Once the start is answered and the wait polls: its connections go silent.
+            poll = f"GET /factory/model-deployments/{dep} ".encode()
+            await eventually(lambda: any(c.startswith(poll) for c in proxy.sent), timeout=30)
+            proxy.sever(partition=True)  # open connections and new ones go silent
+            result = await asyncio.wait_for(waiting, 120)
+            elapsed = time.monotonic() - started
+            proxy.restore()
+    finally:
+        upstream.state.clear_faults(model)
+    # Ended by the wait's own deadline, not by the HTTP client's 60 s timeout.
+    assert result.exit_code == 2, result.output
+    assert "until the wait's deadline" in " ".join(result.stderr.split()), result.stderr
+    assert elapsed < UNBOUNDED, elapsed
