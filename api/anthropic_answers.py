@@ -9,6 +9,7 @@ from typing import Any
 
 from jiter import from_json
 
+from api.non_finite import holds_non_finite
 from domain.invocation import InvocationSummary
 from providers.types import Completion, FinishReason
 
@@ -68,7 +69,9 @@ def tool_input(arguments: str, name: str, *, whole: bool = True) -> dict[str, An
     deployment's calls can fail here: their arguments are the model's own text. Such a call was
     answered as `input: {}` (the agent ran the tool with no arguments), or with a list as is;
     one holding NaN parsed, and the response could not be rendered (a 500). Raises
-    ToolInputInvalid instead.
+    ToolInputInvalid instead; also for a number too large for a float (`1e400`), which jiter
+    reads as inf even with `allow_inf_nan=False`: answered whole, it was a 500 the anthropic
+    SDK retried, each retry another billed provider call.
 
     `whole`: the call is complete, and must be one JSON object and nothing else. Otherwise
     (a stream's call so far, or an answer cut at max_tokens) it is read as the anthropic SDK
@@ -79,7 +82,7 @@ def tool_input(arguments: str, name: str, *, whole: bool = True) -> dict[str, An
         value = from_json(text.encode(), partial_mode=not whole, allow_inf_nan=False)
     except ValueError:
         value = None
-    if not isinstance(value, dict):
+    if not isinstance(value, dict) or holds_non_finite(value):
         raise ToolInputInvalid(name)
     return value
 

@@ -12,6 +12,7 @@ it); `metadata` and `service_tier` describe the call, not the answer, and are ac
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from fastapi.exceptions import RequestValidationError
@@ -151,8 +152,15 @@ def _tool_result_text(block: ContentBlock, loc: tuple[str | int, ...]) -> str:
         if not isinstance(part, dict) or part.get("type") != "text":
             raise _refuse((*loc, "content", i), "only text blocks can be mapped")
         parts.append(str(part.get("text", "")))
-    # One text, as the normalised tool message holds: the blocks stay apart (joined end to end,
-    # "Found 2 files:" and "a.py" read "Found 2 files:a.py").
+    return joined_texts(parts)
+
+
+def joined_texts(parts: Iterable[str]) -> str:
+    """A message's text parts as the one text a normalised message holds, a newline between
+    them so that they stay apart: joined end to end, a tool result's "Found 2 files:" and
+    "a.py" read "Found 2 files:a.py", and an assistant turn's or a Responses message's
+    "Context:" and "a.py" "Context:a.py". The one rule for every part this gateway joins
+    (api/responses_shapes.py too)."""
     return "\n".join(parts)
 
 
@@ -213,7 +221,7 @@ def _assistant(index: int, blocks: list[ContentBlock]) -> Message:
     with field_errors("messages", index):
         return Message(
             role="assistant",
-            content="".join(texts) or None,
+            content=joined_texts(texts) or None,
             tool_calls=tuple(calls),
             cache_control=cache,
         )

@@ -87,16 +87,22 @@ async def _verified(token: str, runtime: Runtime, request: Request) -> Principal
     try:
         principal = await runtime.verifier.verify_from_loop(token)
     except TokenError:
-        raise Problem(
-            401,
-            "The bearer token is invalid or expired.",
-            headers={"WWW-Authenticate": 'Bearer realm="model-router", error="invalid_token"'},
-        ) from None
+        raise invalid_token() from None
     except IssuerUnreachable:
         # Not the caller's fault: its token names a key only the issuer can say is good.
         raise issuer_unreachable() from None
     bind(tenant=principal.tenant_id)  # the verified tenant, for this request's log lines
     return principal
+
+
+def invalid_token() -> Problem:
+    """A token that does not verify: the route's 401, and the limits middleware's for a large
+    body (api/limits.py)."""
+    return Problem(
+        401,
+        "The bearer token is invalid or expired.",
+        headers={"WWW-Authenticate": 'Bearer realm="model-router", error="invalid_token"'},
+    )
 
 
 def issuer_unreachable() -> Problem:

@@ -7,6 +7,11 @@ streaming responses are not buffered.
 Request bodies are read here in full (they are bounded by the size limit and every route reads
 its body whole anyway) so a refusal is a clean 413/400 before any route code runs; the app then
 receives the same bytes.
+
+An invoke surface's body may be larger for a caller whose token verifies. One whose token did
+not verify on the spot is verified before its body is read past the usual limit: an expired or
+forged token gets the 401 its route would give, not a 413 (a client refreshing its token on a
+401 never did on the 413, and gave up on a call a fresh token would have made).
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.non_finite import non_finite_field
-from api.problems import envelope_for
+from api.problems import Problem, envelope_for
+from core.jwks import IssuerUnreachable
 from core.logging import bind
 from core.security import Principal, TokenError, TokenVerifier
 from core.settings import Settings
@@ -104,33 +110,40 @@ class LimitsMiddleware:
         )
         self._verifier = verifier or TokenVerifier(settings)
 
-    def _principal(self, scope: Scope, headers: dict[bytes, bytes]) -> Principal | None:
+    def _principal(self, scope: Scope, token: str | None) -> Principal | None:
         """The caller's client if its token verifies; a token that does not (forged, expired,
         unsigned) names nobody, and its request counts against the caller's address. So does
         one whose key this process does not hold yet (RS256, the key set expired or rotated):
         this runs on the event loop and never fetches, and the route verifies it off the loop
         (api/deps.py), which fetches the key set for the requests after it."""
-        if b"authorization" in headers:
-            scheme, _, raw = headers[b"authorization"].partition(b" ")
-            if scheme.lower() != b"bearer":
-                return None
-        else:
-            # The same token as `x-api-key`, as api/deps.py takes it on the Messages surface
-            # (what the anthropic SDKs send): counted per client too, not per address, where a
-            # NAT or a sidecar would have one bucket for every client behind it.
-            raw = headers.get(b"x-api-key", b"")
-        if not raw.strip():
+        if token is None:
             return None
         try:
-            token = raw.strip().decode("ascii")
             principal = self._verifier.verify_held(token)
-        except (TokenError, UnicodeDecodeError):
+        except TokenError:
             return None
-        if principal is None:
-            return None
-        # The request's own state (a copy per request of the lifespan's): read by api/deps.py.
-        scope.setdefault("state", {})[VERIFIED] = (token, principal)
+        if principal is not None:
+            _hand_over(scope, token, principal)
         return principal
+
+    async def _verified_for_more(self, scope: Scope, send: Send, token: str) -> Principal | None:
+        """The principal of a token that did not verify on the spot, for a body past the usual
+        limit: verified as its route would (off the loop when the key set must be fetched), so
+        that a bad token is answered as the route answers it, before more of the body is read.
+        None when it has been answered so: a 401, or a 503 when its issuer could not be asked."""
+        from api.deps import invalid_token, issuer_unreachable  # here: api.deps imports this
+
+        try:
+            principal = await self._verifier.verify_from_loop(token)
+        except TokenError:
+            refusal = invalid_token()  # the route's own 401
+        except IssuerUnreachable:
+            refusal = issuer_unreachable()
+        else:
+            _hand_over(scope, token, principal)
+            return principal
+        await _problem_of(scope, send, refusal)
+        return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -138,7 +151,8 @@ class LimitsMiddleware:
             return
         path: str = scope.get("path", "")
         headers = dict(scope.get("headers") or [])
-        principal = self._principal(scope, headers)
+        token = _bearer(headers)
+        principal = self._principal(scope, token)
 
         if self.buckets is not None and path not in _UNLIMITED_PATHS:
             if principal is not None:
@@ -163,15 +177,39 @@ class LimitsMiddleware:
             return
 
         limit = self.settings.max_body_bytes
+        larger = limit  # the limit for a caller whose token verifies: an invoke surface's
         if path.startswith(_LARGE_BODY_PATHS):
             limit = max(limit, self.settings.usage_statement_max_bytes)
-        elif principal is not None and path.startswith(_CONTENT_PATHS):
-            # Only for a caller whose token verified: anyone else's body is read to 1 MiB at most
-            # before its route refuses it.
-            limit = max(limit, self.settings.max_invoke_body_bytes)
-        length = headers.get(b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > limit):
+        elif path.startswith(_CONTENT_PATHS):
+            larger = max(limit, self.settings.max_invoke_body_bytes)
+            if principal is not None:
+                limit = larger
+
+        async def past(size: int) -> bool:
+            """Whether a body of `size` bytes is past the limit, and has been answered so. A
+            token that did not verify on the spot (expired, forged, its key not held yet) is
+            verified first when that would raise the limit: answered a 413 before its route
+            ran, an expired token was never refreshed. Anyone without a token that verifies
+            gets no more of a body read than the usual limit (1 MiB), and below it the route
+            checks the token as ever."""
+            nonlocal limit, principal
+            if size <= limit:
+                return False
+            if principal is None and token is not None and larger > limit:
+                principal = await self._verified_for_more(scope, send, token)
+                if principal is None:
+                    return True  # answered: a 401, or a 503
+                limit = larger
+                if size <= limit:
+                    return False
             await _too_large(scope, send, limit)
+            return True
+
+        length = headers.get(b"content-length")
+        if length is not None and not length.isdigit():
+            await _too_large(scope, send, limit)
+            return
+        if length is not None and int(length) > limit and await past(int(length)):
             return
 
         body = bytearray()
@@ -181,8 +219,7 @@ class LimitsMiddleware:
             if message["type"] == "http.disconnect":
                 return
             body += message.get("body", b"")
-            if len(body) > limit:
-                await _too_large(scope, send, limit)
+            if len(body) > limit and await past(len(body)):  # awaited only past the limit
                 return
             more = message.get("more_body", False)
 
@@ -246,6 +283,42 @@ class LimitsMiddleware:
 # An escaped NUL, `\u0000`, whose backslash is not itself escaped: `\\u0000` in the bytes is the
 # six characters `\u0000` of a source file or a regex, which agents send all the time, and no NUL.
 _NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def _bearer(headers: dict[bytes, bytes]) -> str | None:
+    """The request's bearer token, as api/deps.py takes it; None when it has none."""
+    if b"authorization" in headers:
+        scheme, _, raw = headers[b"authorization"].partition(b" ")
+        if scheme.lower() != b"bearer":
+            return None
+    else:
+        # The same token as `x-api-key`, as api/deps.py takes it on the Messages surface (what
+        # the anthropic SDKs send): counted per client too, not per address, where a NAT or a
+        # sidecar would have one bucket for every client behind it.
+        raw = headers.get(b"x-api-key", b"")
+    try:
+        token = raw.strip().decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    return token or None
+
+
+def _hand_over(scope: Scope, token: str, principal: Principal) -> None:
+    # The request's own state (a copy per request of the lifespan's): read by api/deps.py.
+    scope.setdefault("state", {})[VERIFIED] = (token, principal)
+
+
+async def _problem_of(scope: Scope, send: Send, problem: Problem) -> None:
+    await _problem(
+        scope,
+        send,
+        problem.status,
+        problem.title,
+        problem.detail,
+        headers=[(k.lower().encode(), v.encode()) for k, v in problem.headers.items()],
+        type_=problem.type,
+        **problem.extensions,
+    )
 
 
 async def _too_large(scope: Scope, send: Send, limit: int) -> None:

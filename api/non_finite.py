@@ -10,12 +10,17 @@ The body is parsed once more to find one (its route parses it again): a regex th
 for one first (the constants' names, a long exponent, a 100-digit run) cost 28 ms on a 740 kB
 prompt, where the parse costs 0.7 ms; a body of 20,000 messages (1.9 MB) parses in ~7 ms,
 beside FastAPI's own parse and validation of it (measured 2026-12, CPython 3.11).
-The hooks run per float and per constant only, which chat bodies hold few of."""
+The hooks run per float and per constant only, which chat bodies hold few of.
+
+A value parsed elsewhere can hold one too: a provider's tool-call arguments are the model's own
+text, and jiter reads `1e400` as inf even with `allow_inf_nan=False` (api/anthropic_answers.py
+asks `holds_non_finite`)."""
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 # A field name is the caller's own text: each segment of the path it is told is cut to this.
@@ -53,14 +58,25 @@ def non_finite_field(body: bytes) -> str | None:
         return None
     if not found:
         return None
-    path = _path_to(parsed)
+    path = _path_to(parsed, lambda item: item is _FOUND)
     return ".".join(["body", *(str(p)[:_SEGMENT_CHARS] for p in path or ())])
 
 
-def _path_to(value: Any) -> list[str | int] | None:
-    """The keys and indexes down to the first non-finite number (depth-first, in body order).
-    Recursive: the body's depth was bounded before (MODEL_ROUTER_MAX_JSON_DEPTH)."""
-    if value is _FOUND:
+def holds_non_finite(value: Any) -> bool:
+    """Whether an already parsed JSON value (dicts, lists, scalars) holds a float that is NaN or
+    infinite anywhere in it."""
+    return _path_to(value, _non_finite_float) is not None
+
+
+def _non_finite_float(item: Any) -> bool:
+    return isinstance(item, float) and not math.isfinite(item)
+
+
+def _path_to(value: Any, found: Callable[[Any], bool]) -> list[str | int] | None:
+    """The keys and indexes down to the first item `found` says is non-finite (depth-first, in
+    body order). Recursive: a body's depth was bounded before (MODEL_ROUTER_MAX_JSON_DEPTH), and
+    jiter refuses a value nested deeper than its own limit (200)."""
+    if found(value):
         return []
     if isinstance(value, dict):
         items: Any = value.items()
@@ -69,7 +85,7 @@ def _path_to(value: Any) -> list[str | int] | None:
     else:
         return None
     for key, item in items:
-        below = _path_to(item)
+        below = _path_to(item, found)
         if below is not None:
             return [key, *below]
     return None

@@ -60,6 +60,25 @@ FAILURES: dict[str, tuple[int, str, str]] = {
 }
 
 
+# OpenAI's own names for a failure agents act on: a context overflow is what makes Codex and the
+# Agents SDK compact the conversation and go on (they look for `context_length_exceeded`);
+# under the gateway's name they stopped the session. Other kinds keep the gateway's name.
+_NAMES = {"context_length": ("invalid_request_error", "context_length_exceeded")}
+
+
+def openai_names(kind: str) -> tuple[str, str]:
+    """A failed call's `error.type` and `error.code` before the envelope (`FAILURES` then
+    renames a transient kind's, as `error_envelope` does)."""
+    return _NAMES.get(kind, (kind, kind))
+
+
+def failure_code(kind: str) -> str:
+    """The `error.code` a whole response's error gives a failure of `kind` (a stream that fails
+    after output began says the same: api/responses_stream.py)."""
+    renamed = FAILURES.get(kind) if kind in TRANSIENT else None
+    return renamed[2] if renamed is not None else openai_names(kind)[1]
+
+
 def _failure(problem: dict[str, Any]) -> tuple[int, str, str] | None:
     """OpenAI's status, type and code for a transient failure's problem; None for any other."""
     error = problem.get("error")

@@ -21,6 +21,7 @@ from typing import Any, Literal
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
 
+from api.anthropic_shapes import joined_texts
 from api.openai_shapes import field_errors
 from domain.text import StoredName
 from providers.types import (
@@ -180,7 +181,7 @@ def _text(content: Any, loc: tuple[str | int, ...]) -> str:
         if not isinstance(text, str):
             raise _refuse((*loc, i, key), f"a {kind} part needs its {key}")
         parts.append(text)
-    return "".join(parts)
+    return joined_texts(parts)
 
 
 def _str(item: dict[str, Any], key: str, loc: tuple[str | int, ...]) -> str:

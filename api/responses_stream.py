@@ -6,7 +6,9 @@ or `response.function_call_arguments.delta`) and their `.done` events, then
 the item it was cut in marked incomplete; a refusal is a `refusal` part with its own events)
 with the receipt's usage and, on the response, the `model_router` object naming the receipt.
 A call that fails after `response.created` ends with `response.failed`, never a silent stop;
-its output holds the items streamed so far, the one open when it broke marked incomplete."""
+its output holds the items streamed so far, the one open when it broke marked incomplete, its
+`error.code` is the one a whole response's error gives the same kind, and its usage is the
+receipt's when the receipt counted any."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from api.openai_errors import failure_code
 from api.responses_answers import (
     CUT,
     call_item,
@@ -299,11 +302,24 @@ class ResponseEvents:
     async def fail(self, summary: InvocationSummary) -> bytes:
         kind = summary.error_kind or "provider_error"
         error = {
-            "code": "server_error",
+            # Every kind was `server_error` here, where the same kind failing before output
+            # is answered with OpenAI's own code (`rate_limit_exceeded`,
+            # `context_length_exceeded`, …) or the gateway's kind: code matching on the code
+            # (Codex, the Agents SDK) saw a different failure depending on when it struck.
+            "code": failure_code(kind),
             "message": f"model call failed after output began: {kind}",
             # As on the surface's error responses: whether the same request may succeed later.
             "errorClass": error_class(kind),
         }
-        response = self._response("failed", output=self._output(broken=True), error=error)
+        # The receipt's usage when it counted any (a Partial counts the output that reached
+        # the caller, activities/invoke_attempts.py): `usage: null` left a client adding
+        # up its tokens with nothing for a call it was billed for in part.
+        counted = summary.input_tokens is not None or summary.output_tokens is not None
+        response = self._response(
+            "failed",
+            output=self._output(broken=True),
+            error=error,
+            summary=summary if counted else None,
+        )
         response["model_router"] = receipt_view(summary)
         return self._event("response.failed", response=response)

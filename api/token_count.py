@@ -1,7 +1,8 @@
 """Counting a request's input tokens at the deployment a profile routes to now: routed as a chat
 call without a run is (`Routes.route`: the same policy, data classification, needs and modality
 check, so the prompt goes nowhere a call could not), the first target counts, if its provider
-offers counting. Otherwise, or when it fails, the caller falls back to our estimate."""
+offers counting. Otherwise, or when it fails, the caller falls back to our estimate. A count the
+tenant policy refuses is refused as the call is (403)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from domain.planner import PlanRequest
 from providers.errors import ProviderError
 from providers.secrets import SecretResolutionError
 from providers.types import CallLimits, ChatRequest
-from routing.refusals import NoneAvailable, PolicyDenied, Refusal
+from routing.refusals import NoneAvailable, Refusal
 
 log = logging.getLogger("model_router.api")
 
@@ -24,9 +25,10 @@ log = logging.getLogger("model_router.api")
 async def count_input_tokens(
     runtime: Runtime, principal: Principal, profile_id: str, chat: ChatRequest, headers: Headers
 ) -> int | None:
-    """The deployment's count, or None for our estimate. An unknown profile, or one that does
-    not answer messages (an embedding profile), is refused as a call would be; a profile with
-    nothing routable now is counted by our estimate, its prompt sent nowhere."""
+    """The deployment's count, or None for our estimate. An unknown profile, one that does not
+    answer messages (an embedding profile), or a call the tenant policy denies every deployment
+    of (its data classification, say) is refused as a call would be; a profile with nothing
+    routable now is counted by our estimate, its prompt sent nowhere."""
     needs = PlanRequest(
         tenant_id=principal.tenant_id,
         data_classification=headers.data_classification,
@@ -40,9 +42,13 @@ async def count_input_tokens(
         # snapshot, a count sent the prompt to a deployment retired, or denied by a policy
         # changed, since the snapshot was built.
         route = await runtime.routes.route(needs, profile_id, None, Operation.CHAT)
-    except (PolicyDenied, NoneAvailable):
+    except NoneAvailable:  # transient: the same call may be served in a moment
         return None
-    except Refusal as refused:  # UnknownProfile, WrongModality: the caller's request is wrong
+    except Refusal as refused:
+        # UnknownProfile, WrongModality: the caller's request is wrong. PolicyDenied: nothing
+        # will serve it until the data classification or the policy changes; counted by our
+        # estimate, a 200 told a client budgeting its prompt that the call would go ahead, and
+        # the call with the same body and header was then a 403.
         raise problem_of(refused, lambda _: 0, "body.model") from None
     target = route.targets[0]
     settings = runtime.settings

@@ -29,6 +29,7 @@ from api.caller_gone import CLIENT_CLOSED, CallerGone, unless_gone
 from api.calls import Call
 from api.invocation_events import InvocationEvent, Replayed, Running
 from api.invocations import Invocations
+from api.openai_errors import openai_names
 from api.problems import problem_response
 from core.security import Principal
 from domain.close_reason import close_reason
@@ -321,10 +322,6 @@ async def _folded(running: Running) -> tuple[Completion | None, InvocationSummar
 # each kind its own in its envelope (OpenAI's 429 for a rate limit, Anthropic's 529 for an
 # overload), which the response then takes (api/problems.problem_response).
 _STATUS = {FailureClass.CALLER: 400, FailureClass.TRANSIENT: 503, FailureClass.PERMANENT: 502}
-# OpenAI's own names for a failure agents act on: a context overflow is what makes Codex and the
-# Agents SDK compact the conversation and go on (they look for `context_length_exceeded`);
-# under the gateway's name they stopped the session. Other kinds keep the gateway's name.
-_OPENAI_NAMES = {"context_length": ("invalid_request_error", "context_length_exceeded")}
 
 
 def failure_response(
@@ -358,7 +355,7 @@ def failure_response(
         message = f"{message} (replayed: retry with a new Idempotency-Key)"
     elif failure is FailureClass.TRANSIENT:
         headers["Retry-After"] = str(retry_after)
-    error_type, code = _OPENAI_NAMES.get(kind, (kind, kind))
+    error_type, code = openai_names(kind)
     return problem_response(
         request,
         status,

@@ -4,19 +4,25 @@ rate limit."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import anthropic
 import httpx
+import openai
 import pytest
+from starlette.types import Message, Receive, Scope, Send
 
 from api.app import create_app
-from api.limits import TokenBuckets, json_depth_exceeds
-from core.security import mint_token
+from api.limits import VERIFIED, LimitsMiddleware, TokenBuckets, json_depth_exceeds
+from core.security import TokenVerifier, mint_token
 from core.settings import Settings
 from tests.conftest import TokenFactory
 from tests.helpers.stack import serve
 from tests.helpers.surfaces import Catalog
+from tests.test_jwks_off_the_loop import _Issuer
 
 MIB = 1024 * 1024
 
@@ -81,6 +87,106 @@ async def test_an_invoke_body_has_the_larger_limit_of_an_agent_session(
     # A caller whose token did not verify is read to the usual limit only.
     anonymous = await http.post("/v1/chat/completions", json=body(3))
     assert _problem(anonymous, 413)["maxBytes"] == MIB
+
+
+async def test_a_large_body_with_an_expired_token_is_told_to_authenticate(
+    api_url: str, settings: Settings, catalog: Catalog
+) -> None:
+    """Past 1 MiB, a body whose token did not verify on the spot was a 413 before auth ran:
+    a client refreshing its token on a 401 never did, and gave up. Now its token is checked
+    first, and it gets the 401 its route gives, in the surface's envelope."""
+    stale = settings.model_copy(update={"auth_token_ttl_seconds": -60})
+    expired, _ = mint_token(
+        stale, client_id="c-expired", tenant_id=catalog.tenant, roles=[], scopes=["models.invoke"]
+    )
+    said = "word " * (3 * MIB // 10)  # 1.5 MiB: past the usual limit, within an invoke's
+    claude = anthropic.AsyncAnthropic(base_url=api_url, api_key=expired, max_retries=0)
+    with pytest.raises(anthropic.AuthenticationError) as messages:
+        await claude.messages.create(
+            model=catalog.profile("anthropic"),
+            max_tokens=10,
+            messages=[{"role": "user", "content": said}],
+        )
+    body: Any = messages.value.body
+    assert body["error"]["type"] == "authentication_error"
+    assert messages.value.response.headers["www-authenticate"].endswith('error="invalid_token"')
+    async with openai.AsyncOpenAI(base_url=f"{api_url}/v1", api_key=expired, max_retries=0) as gpt:
+        with pytest.raises(openai.AuthenticationError):
+            await gpt.responses.create(model=catalog.profile("openai"), input=said)
+    # Past even an invoke's limit, the answer is the one a verified caller gets.
+    with pytest.raises(anthropic.AuthenticationError):
+        await claude.messages.create(
+            model=catalog.profile("anthropic"),
+            max_tokens=10,
+            messages=[{"role": "user", "content": said * 6}],
+        )
+
+
+@pytest.fixture
+def issuer() -> Iterator[_Issuer]:
+    idp = _Issuer()
+    thread = threading.Thread(target=idp.server.serve_forever, daemon=True)
+    thread.start()
+    yield idp
+    idp.server.shutdown()
+
+
+async def test_a_large_body_whose_token_verification_is_pending_is_verified_first(
+    settings: Settings, issuer: _Issuer
+) -> None:
+    """An RS256 token whose key the process does not hold yet is not verified on the event
+    loop (tests/test_jwks_off_the_loop.py): past 1 MiB it was a 413 however good the token.
+    It is verified off the loop first: a good one gets an invoke's limit (and the route is
+    handed the principal), a token naming a key the issuer does not have a 401."""
+    rs256 = settings.model_copy(
+        update={
+            "auth_algorithm": "RS256",
+            "auth_jwks_url": issuer.url,
+            "auth_issuer": "https://idp.example",
+            "auth_audience": "mr",
+        }
+    )
+    verifier = TokenVerifier(rs256)
+    body = b'{"x": "' + b"w" * (3 * MIB // 2) + b'"}'
+
+    async def through(token: str) -> tuple[int, Any]:
+        seen: list[Any] = []
+        status: list[int] = []
+
+        async def app(scope: Scope, receive: Receive, send: Send) -> None:
+            message = await receive()
+            assert message["body"] == body
+            seen.append(scope.get("state", {}).get(VERIFIED))
+            await send({"type": "http.response.start", "status": 204, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+
+        chunks = [body[i : i + 65536] for i in range(0, len(body), 65536)]
+
+        async def receive() -> Message:
+            await asyncio.sleep(0)
+            chunk = chunks.pop(0)
+            return {"type": "http.request", "body": chunk, "more_body": bool(chunks)}
+
+        async def send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status.append(message["status"])
+
+        scope: Scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/v1/messages",
+            "query_string": b"",
+            "headers": [(b"authorization", f"Bearer {token}".encode())],
+            "client": ("127.0.0.1", 40000),
+        }
+        await LimitsMiddleware(app, settings=rs256, verifier=verifier)(scope, receive, send)
+        return status[0], seen[0] if seen else None
+
+    status, verified = await through(issuer.token())
+    assert status == 204 and verified is not None and verified[1].tenant_id == "t-ext"
+    assert issuer.fetches == 1  # off the loop, as the route would have
+    assert (await through(issuer.token(kid="made-up")))[0] == 401
+    assert (await through(issuer.token(exp=1)))[0] == 401
 
 
 @pytest.mark.parametrize("depth", [65, 100_000])

@@ -596,6 +596,38 @@ async def test_a_budget_denial_is_a_billing_error(
     assert upstream.requests(catalog.model("openai")) == before + 1
 
 
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_text_blocks_of_an_assistant_turn_reach_the_provider_apart(
+    client: AsyncAnthropic, catalog: Catalog, upstream: UpstreamServer, protocol: str
+) -> None:
+    """An assistant turn's text blocks are one text at the provider: joined end to end,
+    "Context:" and "a.py" read "Context:a.py" (a tool result's blocks were already kept apart
+    by a newline: the same rule)."""
+    seen: list[ChatTurn] = []
+
+    def record(turn: ChatTurn) -> Reply:
+        seen.append(turn)
+        return default_responder(turn)
+
+    model = catalog.model(protocol)
+    upstream.register(model, record)
+    blocks: Any = [{"type": "text", "text": "Context:"}, {"type": "text", "text": "a.py"}]
+    try:
+        await client.messages.create(
+            model=catalog.profile(protocol),
+            max_tokens=50,
+            messages=[
+                {"role": "user", "content": "what is open?"},
+                {"role": "assistant", "content": blocks},
+                {"role": "user", "content": "go on"},
+            ],
+        )
+    finally:
+        upstream.register(model, default_responder)
+    [assistant] = [m for m in seen[-1].messages if m.role == "assistant"]
+    assert assistant.text == "Context:\na.py"
+
+
 async def test_cache_control_reaches_anthropic_and_counts_as_cached(
     client: AsyncAnthropic,
     catalog: Catalog,
@@ -676,6 +708,34 @@ async def test_count_tokens_from_the_deployment_or_our_estimate(
         await client.messages.count_tokens(
             model="no-such-profile", messages=[{"role": "user", "content": "x"}]
         )
+
+
+async def test_a_count_the_tenant_policy_denies_is_refused_as_the_call_is(
+    client: AsyncAnthropic, catalog: Catalog, upstream: UpstreamServer
+) -> None:
+    """Restricted data may go to Local deployments only (the baseline policy), and the
+    catalog's are Regional: the call is a 403, and the count was a 200 with our estimate."""
+    prompt: Any = {"messages": [{"role": "user", "content": "how many tokens is this"}]}
+    restricted = {"X-Data-Classification": "Restricted"}
+    model, profile = catalog.model("anthropic"), catalog.profile("anthropic")
+    before = upstream.requests(model), upstream.requests(model, endpoint="count_tokens")
+    with pytest.raises(anthropic.PermissionDeniedError) as call:
+        await client.messages.create(
+            model=profile, max_tokens=50, extra_headers=restricted, **prompt
+        )
+    with pytest.raises(anthropic.PermissionDeniedError) as count:
+        await client.messages.count_tokens(model=profile, extra_headers=restricted, **prompt)
+    for refused in (call.value, count.value):
+        body: Any = refused.body
+        assert body["error"]["type"] == "permission_error"
+        assert body["type"] == "error" and body["reason"] == "privacy_denied_by_policy"
+    after = upstream.requests(model), upstream.requests(model, endpoint="count_tokens")
+    assert after == before  # the prompt went nowhere
+    # Internal data may go anywhere: counted at the deployment, as ever.
+    raw = await client.messages.with_raw_response.count_tokens(
+        model=profile, extra_headers={"X-Data-Classification": "Internal"}, **prompt
+    )
+    assert raw.headers["x-model-router-token-count"] == "deployment"
 
 
 async def test_a_count_never_reaches_a_deployment_retired_since_the_last_one(

@@ -1,10 +1,10 @@
 """A tool call whose arguments are no JSON object, from an OpenAI-compatible deployment (its
 arguments are the model's own text), through the Messages surface, whose `tool_use.input` is an
 object: answered whole it was `input: {}` (the agent ran the tool with no arguments), a list as
-is, or a 500 for NaN; streamed, the anthropic SDK raised a ValueError of its own mid-stream.
-Now it is a 502 `api_error` answered whole, and an `error` event ending the stream, with
-nothing of the call sent past what still read; a call cut short (at max_tokens) is read as the
-SDK reads a streamed one, keeping its whole members."""
+is, or a 500 for NaN or 1e400; streamed, the anthropic SDK raised a ValueError of its own
+mid-stream. Now it is a 502 `api_error` answered whole, and an `error` event ending the stream,
+with nothing of the call sent past what still read; a call cut short (at max_tokens) is read as
+the SDK reads a streamed one, keeping its whole members."""
 
 from __future__ import annotations
 
@@ -70,6 +70,10 @@ def _call(arguments: str) -> dict[str, Any]:
         "{'cmd': 'ls'}",
         "[1]",
         '{"n": NaN}',
+        # Too large for a float: jiter reads it as inf (allow_inf_nan=False or not), and the
+        # whole answer could not be rendered: a 500, which the SDK retried (more billed calls).
+        '{"n": 1e400}',
+        '{"cmd": "ls", "n": [-1e400]}',
         "cmd=ls",
         '{"cmd": "ls"} and more',  # junk after the object (each prefix reads partially)
         '{"cmd": "ls"}{"cmd": "pwd"}',  # two calls run together by a server

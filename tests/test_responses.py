@@ -331,6 +331,77 @@ async def test_a_stream_cut_after_output_is_response_failed_and_partial(
     assert row.outcome == "Partial"
 
 
+async def test_a_stream_failing_after_output_says_the_kinds_code_and_the_counted_usage(
+    client: AsyncOpenAI,
+    catalog: Catalog,
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """`response.failed` said `server_error` whatever failed, and `usage: null`: an overload
+    (Anthropic's in-stream `overloaded_error`) is `overloaded`, as it is answered before any
+    output (the next test), and the receipt (Partial) counts the output that reached the
+    caller."""
+    model, profile = catalog.model("anthropic"), catalog.profile("anthropic")
+    upstream.register(model, lambda turn: Reply(text=" ".join(f"w{i}" for i in range(40))))
+    upstream.inject(model, Fault(kind=FaultKind.STREAM_ERROR, after_chunks=8))
+    key = f"resp-overloaded-{uuid.uuid4().hex}"
+    failed: Any = None
+    try:
+        async with client.responses.stream(
+            model=profile, input="a long answer", extra_headers={"Idempotency-Key": key}
+        ) as stream:
+            async for event in stream:
+                if event.type == "response.failed":
+                    failed = event
+    finally:
+        upstream.register(model, default_responder)
+        upstream.state.clear_faults(model)
+    assert failed is not None and "overloaded" in failed.response.error.message
+    assert failed.response.error.code == "overloaded"
+    row = await receipt(sessions, catalog.tenant, key)
+    assert row.outcome == "Partial" and (row.output_tokens or 0) > 0
+    usage = failed.response.usage
+    assert usage is not None and usage.output_tokens == row.output_tokens
+    assert usage.input_tokens == (row.input_tokens or 0)
+
+
+@pytest.mark.parametrize(
+    ("fault", "kind"),
+    [
+        (FaultKind.RATE_LIMIT, "rate_limit"),
+        (FaultKind.CONTEXT_LENGTH, "context_length"),
+        (FaultKind.OVERLOADED, "overloaded"),
+        (FaultKind.AUTH, "auth"),
+    ],
+)
+async def test_a_stream_failing_after_output_names_the_kind_as_a_whole_response_does(
+    client: AsyncOpenAI,
+    catalog: Catalog,
+    upstream: UpstreamServer,
+    fault: FaultKind,
+    kind: str,
+) -> None:
+    """The code a whole response's error gives a kind (OpenAI's own, `rate_limit_exceeded`,
+    `context_length_exceeded`, else the gateway's kind) is the one `response.failed` gives it,
+    where it said `server_error`; most kinds the local upstream cannot fail with mid-stream."""
+    upstream.inject(catalog.model("openai"), Fault(kind=fault))
+    try:
+        with pytest.raises(openai.APIStatusError) as whole:
+            await client.responses.create(model=catalog.profile("openai"), input="fails")
+    finally:
+        upstream.state.clear_faults(catalog.model("openai"))
+    writer = ResponseEvents(uuid.uuid4(), ResponsesIn(model="p", input="x"))
+    writer.start()
+    writer.add(TextDelta(text="partly"))
+    summary = InvocationSummary(
+        invocation_id=uuid.uuid4(), outcome=InvocationOutcome.PARTIAL, error_kind=kind
+    )
+    [line] = [x for x in (await writer.fail(summary)).split(b"\n") if x.startswith(b"data: ")]
+    error = json.loads(line.removeprefix(b"data: "))["response"]["error"]
+    assert whole.value.code not in (None, "server_error")
+    assert error["code"] == whole.value.code
+
+
 async def test_a_call_open_when_the_stream_fails_is_in_the_failed_response() -> None:
     """The call whose arguments were streaming, as far as they went, after the items done
     before it: `response.failed` listed only the items done."""
@@ -352,6 +423,22 @@ async def test_a_call_open_when_the_stream_fails_is_in_the_failed_response() -> 
         ("message", None, "completed"),
         ("function_call", '{"y":', "incomplete"),
     ]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_text_parts_of_a_message_reach_the_provider_apart(
+    client: AsyncOpenAI, catalog: Catalog, protocol: str
+) -> None:
+    """A message's text parts are one text at the provider: joined end to end, "Context:" and
+    "a.py" read "Context:a.py". The local upstream echoes the user's text as it got it."""
+    parts: Any = [
+        {"type": "input_text", "text": "Context:"},
+        {"type": "input_text", "text": "a.py"},
+    ]
+    response = await client.responses.create(
+        model=catalog.profile(protocol), input=[{"role": "user", "content": parts}]
+    )
+    assert response.output_text == "Echo: Context:\na.py"
 
 
 async def test_a_budget_denial_reaches_no_provider(
