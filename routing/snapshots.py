@@ -95,7 +95,7 @@ class SnapshotCache:
         compiled_at = time.monotonic()
         since = datetime.now(UTC) - self._stats.window
         async with self._sessions() as session:
-            version, weights = await load_weights(session)
+            version, weights = await load_weights(session, tenant_id)
             data = await load_catalog(session, tenant_id, version, stats_since=since)
         return self._keep(CatalogView(tenant_id, CatalogSnapshot(data), weights, compiled_at))
 

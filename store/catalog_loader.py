@@ -16,14 +16,32 @@ from domain.scoring import DEFAULT_WEIGHTS, Weights
 from store import pricebook
 from store.evidence import current_scores
 from store.probes import probe_latency
-from store.tables import CatalogStateRow, ModelDeploymentRow, ModelProfileRow, TenantPolicyRow
+from store.tables import (
+    CatalogStateRow,
+    ModelDeploymentRow,
+    ModelProfileRow,
+    TenantPolicyRow,
+    TenantRoutingWeightsRow,
+)
 
 
-async def load_weights(session: AsyncSession) -> tuple[int, Weights]:
-    row = await session.get(CatalogStateRow, 1)
+async def load_weights(session: AsyncSession, tenant_id: str) -> tuple[int, Weights]:
+    """The catalog version and the tenant's weights: its own, else the platform-wide ones set
+    before weights were a tenant's, else the defaults. One statement, so the version and the
+    weights are read together (a snapshot keeps both)."""
+    own = TenantRoutingWeightsRow
+    stmt = (
+        select(CatalogStateRow.version, CatalogStateRow.weights, own.weights)
+        .select_from(CatalogStateRow)
+        .outerjoin(own, col(own.tenant_id) == tenant_id)
+        .where(col(CatalogStateRow.id) == 1)
+    )
+    row = (await session.execute(stmt)).first()
     if row is None:
         return 0, DEFAULT_WEIGHTS
-    return row.version, Weights.from_config(row.weights) if row.weights else DEFAULT_WEIGHTS
+    version, platform, tenant = row
+    chosen = tenant or platform
+    return version, Weights.from_config(chosen) if chosen else DEFAULT_WEIGHTS
 
 
 async def load_policy(session: AsyncSession, tenant_id: str) -> TenantPolicy:

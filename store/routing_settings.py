@@ -1,6 +1,6 @@
 """Writes of the routing settings the planner reads beside the catalog rows: a tenant's policy
-and the platform-wide scoring weights (read back by `store/catalog_loader.py`). Each write bumps
-the catalog version in the same transaction, so cached snapshots see it at once."""
+and its scoring weights (read back by `store/catalog_loader.py`). Each write bumps the catalog
+version in the same transaction, so cached snapshots see it at once."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from domain.scoring import Weights
 from store import catalog_state
-from store.tables import CatalogStateRow, TenantPolicyRow
+from store.tables import TenantPolicyRow, TenantRoutingWeightsRow
 
 
 class PolicyRevisionTaken(Exception):
@@ -37,8 +37,14 @@ async def put_policy(
         row.revision, row.document, row.updated_at = revision, document, datetime.now(UTC)
 
 
-async def put_weights(session: AsyncSession, weights: Weights) -> None:
-    row = await session.get(CatalogStateRow, 1)
-    assert row is not None  # seeded by the first migration
-    row.weights = weights.model_dump()
+async def put_weights(session: AsyncSession, tenant_id: str, weights: Weights) -> None:
+    """Set the tenant's own weights: every other tenant's routes keep theirs. The platform-wide
+    ones (CatalogStateRow.weights) are left as they are, what a tenant that set none routes with."""
+    # The version first, as put_policy: it serialises the tenant's concurrent first writes, so
+    # the second finds the first's row instead of failing on its primary key.
     await catalog_state.bump(session)
+    row = await session.get(TenantRoutingWeightsRow, tenant_id)
+    if row is None:
+        session.add(TenantRoutingWeightsRow(tenant_id=tenant_id, weights=weights.model_dump()))
+    else:
+        row.weights, row.updated_at = weights.model_dump(), datetime.now(UTC)

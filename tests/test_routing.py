@@ -14,6 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col, select
 from temporalio.client import Client
 
+from domain.enums import Role
+from domain.scoring import DEFAULT_WEIGHTS
 from store.tables import OutboxEventRow, RoutePlanRow
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import profile_event, publish, record_evidence, register
@@ -52,11 +54,17 @@ async def _approved(
 async def catalog(
     http: httpx.AsyncClient, auth: dict[str, str], temporal_client: Client, tenant: str
 ) -> None:
-    await _approved(http, auth, temporal_client, tenant, "azure/we/coder", 0.9)
+    await _build_catalog(http, auth, temporal_client, tenant)
+
+
+async def _build_catalog(
+    http: httpx.AsyncClient, auth: dict[str, str], temporal: Client, tenant: str
+) -> None:
+    await _approved(http, auth, temporal, tenant, "azure/we/coder", 0.9)
     await _approved(
         http,
         auth,
-        temporal_client,
+        temporal,
         tenant,
         "openai/global/coder",
         0.99,
@@ -190,33 +198,81 @@ async def test_plans_are_pinned_and_changes_affect_only_new_runs(
     assert set(fresh["candidates"]) == {"openai/global/coder", "azure/we/coder"}
 
 
+def _scores(plan: dict[str, Any]) -> dict[str, float]:
+    return {c["deploymentId"]: c["score"] for c in plan["candidates"]}
+
+
+async def _public_scores(http: httpx.AsyncClient, auth: dict[str, str]) -> dict[str, float]:
+    url = "/factory/model-profiles/code-agent/route-plan/preview"
+    resp = await http.post(url, json={"dataClassification": "Public"}, headers=auth)
+    assert resp.status_code == 200, resp.text
+    return _scores(resp.json())
+
+
 async def test_weights_reload_without_restart(
     http: httpx.AsyncClient, auth: dict[str, str], catalog: None
 ) -> None:
-    def scores(plan: dict[str, Any]) -> dict[str, float]:
-        return {c["deploymentId"]: c["score"] for c in plan["candidates"]}
-
-    url = "/factory/model-profiles/code-agent/route-plan/preview"
-    before = scores(
-        (await http.post(url, json={"dataClassification": "Public"}, headers=auth)).json()
-    )
+    # The weights set are this test's tenant's own: nothing to put back for the tests beside it.
+    before = await _public_scores(http, auth)
     weights = {"capability": 1.0, "cost": 0.0, "latency": 0.0, "history": 0.0}
-    try:
-        assert (
-            await http.put("/factory/routing/weights", json=weights, headers=auth)
-        ).status_code == 200
-        after = scores(
-            (await http.post(url, json={"dataClassification": "Public"}, headers=auth)).json()
-        )
-        assert after != before
-        assert after["openai/global/coder"] > after["azure/we/coder"]
-        bad = await http.put(
-            "/factory/routing/weights", json={**weights, "cost": 0.5}, headers=auth
-        )
-        assert bad.status_code == 422
-    finally:
-        default = {"capability": 0.5, "cost": 0.2, "latency": 0.2, "history": 0.1}
-        await http.put("/factory/routing/weights", json=default, headers=auth)
+    assert (
+        await http.put("/factory/routing/weights", json=weights, headers=auth)
+    ).status_code == 200
+    assert (await http.get("/factory/routing/weights", headers=auth)).json() == weights
+    after = await _public_scores(http, auth)
+    assert after != before
+    assert after["openai/global/coder"] > after["azure/we/coder"]
+    bad = await http.put("/factory/routing/weights", json={**weights, "cost": 0.5}, headers=auth)
+    assert bad.status_code == 422
+    assert (await http.get("/factory/routing/weights", headers=auth)).json() == weights
+
+
+async def test_a_tenants_weights_rerank_its_routes_and_no_other_tenants(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    catalog: None,
+    temporal_client: Client,
+    token_for: TokenFactory,
+    tenant: str,
+) -> None:
+    """The weights were one platform-wide value, and roles are a tenant client's: any tenant's
+    PlatformAdmin re-ranked every tenant's routes. Now each tenant's are its own."""
+    other_tenant = f"{tenant}-w"
+    other = {"Authorization": f"Bearer {await token_for(other_tenant)}"}
+    await _build_catalog(http, other, temporal_client, other_tenant)
+    default = (await http.get("/factory/routing/weights", headers=other)).json()
+    assert default == DEFAULT_WEIGHTS.model_dump()
+    others_before = await _public_scores(http, other)
+    before = await _public_scores(http, auth)
+    assert before == others_before  # the same catalog, the same weights
+
+    # Several first writes at once: each waits its turn on the catalog version, none a 500.
+    weights = {"capability": 1.0, "cost": 0.0, "latency": 0.0, "history": 0.0}
+    answers = await asyncio.gather(
+        *(http.put("/factory/routing/weights", json=weights, headers=auth) for _ in range(5))
+    )
+    assert [a.status_code for a in answers] == [200] * 5, [a.text for a in answers]
+    after = await _public_scores(http, auth)
+    assert after != before and after["openai/global/coder"] > after["azure/we/coder"]
+
+    assert await _public_scores(http, other) == others_before
+    assert (await http.get("/factory/routing/weights", headers=other)).json() == default
+    assert (await http.get("/factory/routing/weights", headers=auth)).json() == weights
+
+
+async def test_setting_weights_needs_the_tenants_platform_admin(
+    http: httpx.AsyncClient, token_for: TokenFactory, tenant: str
+) -> None:
+    """An Operator may write the tenant's policy but not its weights, which re-rank every route
+    of the tenant at once (as when they were platform-wide)."""
+    operator = {"Authorization": f"Bearer {await token_for(tenant, roles=[Role.OPERATOR])}"}
+    weights = {"capability": 1.0, "cost": 0.0, "latency": 0.0, "history": 0.0}
+    refused = await http.put("/factory/routing/weights", json=weights, headers=operator)
+    assert refused.status_code == 403
+    assert refused.headers["content-type"] == "application/problem+json"
+    assert "PlatformAdmin" in refused.json()["detail"]
+    read = await http.get("/factory/routing/weights", headers=operator)
+    assert read.json() == DEFAULT_WEIGHTS.model_dump()
 
 
 async def test_routing_is_tenant_isolated_and_validates_input(

@@ -35,7 +35,7 @@ def _unavailable(exc: RPCError) -> ConsoleError:
 
 
 def _is_admin(operator: Operator) -> bool:
-    # Schedules are platform-wide (all tenants' probes and receipts), like routing weights.
+    # Schedules are platform-wide (all tenants' probes and receipts).
     return Role.PLATFORM_ADMIN in operator.principal.roles
 
 

@@ -143,13 +143,16 @@ async def put_policy(body: PolicyBody, principal: Admin, runtime: RuntimeDep) ->
 
 @router.get("/factory/routing/weights", response_model=Weights, operation_id="GetRoutingWeights")
 async def get_weights(principal: Reader, session: SessionDep) -> Weights:
-    return (await load_weights(session))[1]
+    """The weights the caller's tenant routes with: its own, else the platform-wide default."""
+    return (await load_weights(session, principal.tenant_id))[1]
 
 
 @router.put("/factory/routing/weights", response_model=Weights, operation_id="PutRoutingWeights")
 async def put_weights(body: Weights, principal: Admin, runtime: RuntimeDep) -> Weights:
+    """Set the caller's tenant's weights; no other tenant's routes move."""
+    # Narrower than the policy's Admin: weights re-rank every route of the tenant at once.
     if "PlatformAdmin" not in principal.roles:
-        raise Problem(403, "Routing weights are platform-wide: PlatformAdmin only.")
+        raise Problem(403, "Setting the tenant's routing weights needs the role PlatformAdmin.")
     async with transaction(runtime.sessions) as session:
-        await routing_settings.put_weights(session, body)
+        await routing_settings.put_weights(session, principal.tenant_id, body)
     return body
