@@ -159,8 +159,9 @@ def joined_texts(parts: Iterable[str]) -> str:
     """A message's text parts as the one text a normalised message holds, a newline between
     them so that they stay apart: joined end to end, a tool result's "Found 2 files:" and
     "a.py" read "Found 2 files:a.py", and an assistant turn's or a Responses message's
-    "Context:" and "a.py" "Context:a.py". The one rule for every part this gateway joins
-    (api/responses_shapes.py too)."""
+    "Context:" and "a.py" "Context:a.py". The one rule for the parts the Messages and Responses
+    surfaces join (api/responses_shapes.py too); Chat Completions' text parts are still joined
+    end to end (api/openai_shapes.py), not changed with these."""
     return "\n".join(parts)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from urllib.parse import quote, quote_plus
 
 import typer
 from alembic.util import CommandError
@@ -18,25 +19,55 @@ from sqlalchemy.exc import ArgumentError, DBAPIError
 # reached, and its schema is older than the code (or was never migrated).
 _SCHEMA_MISSING = {"42P01", "42703"}  # undefined_table, undefined_column
 _SQLITE_SCHEMA_MISSING = ("no such table", "no such column")
+_MASK = "***"
 
 
 def where(url: str) -> str:
-    """The database's URL without its password (driver, user, host, port, database)."""
+    """The database's URL without its secrets (driver, user, host, port, database, and the
+    names of its query options): no password, whether in the user part or the query
+    (`?password=`, `?sslpassword=`, which the driver takes as well), and no user part at all
+    when the password was pasted in unencoded (an `@` in it split the URL elsewhere)."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        parsed = make_url(url)
     except ArgumentError:
         return "MODEL_ROUTER_DATABASE_URL (not a database URL)"
+    authority = url.split("://", 1)[-1].split("/", 1)[0]
+    if authority.count("@") > 1:
+        host = authority.rsplit("@", 1)[1]
+        return f"{parsed.drivername}://***@{host}/{parsed.database or ''}"
+    shown = parsed.set(query={k: _MASK for k in parsed.query})
+    return shown.render_as_string(hide_password=True).replace(quote(_MASK, safe=""), _MASK)
+
+
+def _secrets(url: str) -> set[str]:
+    """Every form a secret of the URL may be quoted in: the password as parsed, percent-encoded
+    and as written (up to the last `@`), and each query option's value."""
+    found: set[str] = set()
+    authority = url.split("://", 1)[-1].split("/", 1)[0]
+    if "@" in authority:
+        userinfo = authority.rsplit("@", 1)[0]
+        if ":" in userinfo:
+            raw = userinfo.split(":", 1)[1]
+            found |= {raw, quote(raw, safe=""), quote_plus(raw)}
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return found
+    # Split at an unencoded `@` of the password, the parsed one is only its start (`p` of
+    # `p@ss`), and would mask every `p` of the message: the raw one above stands for it.
+    if parsed.password and authority.count("@") == 1:
+        password = str(parsed.password)
+        found |= {password, quote(password, safe=""), quote_plus(password)}
+    for value in parsed.query.values():
+        found |= {value} if isinstance(value, str) else set(value)
+    return {secret for secret in found if secret}
 
 
 def _scrubbed(text: str, url: str) -> str:
-    """The driver's words, one line, without the password should they quote the URL."""
-    try:
-        password = make_url(url).password
-    except ArgumentError:
-        password = None
+    """The driver's words, one line, without the URL's secrets should they quote it."""
     said = " ".join(text.split())
-    if password:
-        said = said.replace(str(password), "***")
+    for secret in sorted(_secrets(url), key=len, reverse=True):
+        said = said.replace(secret, _MASK)
     return said[:300]
 
 

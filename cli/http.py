@@ -183,9 +183,11 @@ def _json(resp: httpx.Response) -> Any:
 
 
 def _retry_after(resp: httpx.Response) -> float:
-    """The seconds a 429 or 503 asks to wait (Retry-After in seconds), at most _RETRY_MAX."""
+    """The seconds a 429 or 503 asks to wait (Retry-After in seconds): waited in full (the
+    wait's deadline bounds it), as coming back sooner is refused again and spends the caller's
+    rate-limit allowance (an issuer out of reach asks 10 s)."""
     try:
-        return min(max(float(resp.headers.get("retry-after", "0")), 0.0), _RETRY_MAX)
+        return max(float(resp.headers.get("retry-after", "0")), 0.0)
     except ValueError:  # an HTTP date: the usual pause
         return 0.0
 

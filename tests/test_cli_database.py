@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from sqlalchemy.engine import make_url
 
 from core.local_ports import free_port
@@ -42,6 +43,23 @@ async def test_a_database_out_of_reach_is_named_without_its_password() -> None:
     assert result.exit_code == 2, result.output
     assert "cannot reach the database at" in result.stderr
     assert "mr_no_such_database" in result.stderr and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql+asyncpg://ops@127.0.0.1:{port}/mr?password=s3cr3t",  # the driver takes it
+        "postgresql+asyncpg://ops:s3c@r3t@127.0.0.1:{port}/mr",  # pasted in unencoded
+        "postgresql+asyncpg://ops:s3c%40r3t@127.0.0.1:{port}/mr",
+    ],
+)
+async def test_a_password_anywhere_in_the_url_is_never_said(url: str) -> None:
+    env = {"MODEL_ROUTER_DATABASE_URL": url.format(port=free_port())}
+    result = await run(env, "db", "upgrade")
+    assert result.exit_code == 2, result.output
+    assert "cannot reach the database at" in result.stderr
+    for secret in ("s3cr3t", "s3c@r3t", "s3c%40r3t", "r3t"):
+        assert secret not in result.output, result.output
 
 
 async def test_an_unknown_revision_is_named(tmp_path: Path) -> None:
