@@ -11,11 +11,11 @@ import httpx
 import jwt
 import typer
 from pydantic import SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings
 from rich.console import Console
 from rich.markup import escape
 
-from core.settings import get_settings
+from core.settings import Settings, get_settings
 
 err = Console(stderr=True)
 # What every error body of the API carries one of (RFC 9457, or OAuth's `error` on the token).
@@ -33,13 +33,7 @@ class CliToken(BaseSettings):
     Read as the settings are (the environment, then `.env`); it is the CLI's alone, so it is
     not one of the service's settings."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="MODEL_ROUTER_",
-        env_file=".env",
-        env_file_encoding="utf-8",
-        extra="ignore",
-        hide_input_in_errors=True,
-    )
+    model_config = Settings.model_config  # the same prefix, `.env` and hidden input
 
     token: SecretStr | None = None
 

@@ -18,7 +18,7 @@ from core.settings import Settings
 from domain.enums import UsageStatus
 from tests.helpers.catalog import profile_event, record_evidence
 from tests.helpers.catalog import register as register_via_api
-from tests.helpers.cli import run
+from tests.helpers.cli import cli_token, run
 from tests.helpers.receipts import add_receipt
 
 
@@ -70,12 +70,7 @@ async def test_piped_and_narrow_receipt_tables_keep_every_id_and_cost_whole(
 async def test_list_show_and_preview_print_the_apis_json(
     cli_env: dict[str, str], tenant: str, temporal_client: Client, http: httpx.AsyncClient
 ) -> None:
-    token = await http.post(
-        "/oauth/token",
-        data={"grant_type": "client_credentials"},
-        auth=(cli_env["MODEL_ROUTER_CLIENT_ID"], cli_env["MODEL_ROUTER_CLIENT_SECRET"]),
-    )
-    auth = {"Authorization": f"Bearer {token.json()['access_token']}"}
+    auth = {"Authorization": f"Bearer {await cli_token(http, cli_env)}"}
     deployment = "json/a-deployment-id-long-enough-to-be-cut-in-eighty-columns"
     await register_via_api(http, auth, deployment)
     await record_evidence(temporal_client, tenant, deployment, {"tool-calling": 0.95})

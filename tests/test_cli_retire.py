@@ -11,18 +11,13 @@ from temporalio.client import Client
 
 from tests.helpers.catalog import profile_event, record_evidence
 from tests.helpers.catalog import register as register_via_api
-from tests.helpers.cli import run
+from tests.helpers.cli import cli_token, run
 
 
 async def test_retiring_needs_yes_and_changes_nothing_without_it(
     cli_env: dict[str, str], tenant: str, temporal_client: Client, http: httpx.AsyncClient
 ) -> None:
-    token = await http.post(
-        "/oauth/token",
-        data={"grant_type": "client_credentials"},
-        auth=(cli_env["MODEL_ROUTER_CLIENT_ID"], cli_env["MODEL_ROUTER_CLIENT_SECRET"]),
-    )
-    auth = {"Authorization": f"Bearer {token.json()['access_token']}"}
+    auth = {"Authorization": f"Bearer {await cli_token(http, cli_env)}"}
     await register_via_api(http, auth, "retire/kept")
     await record_evidence(temporal_client, tenant, "retire/kept", {"tool-calling": 0.95})
     approved = await http.post("/factory/model-deployments/retire/kept/approve", headers=auth)

@@ -9,19 +9,13 @@ import json
 import httpx
 import jwt
 
-from tests.helpers.cli import run
+from tests.helpers.cli import cli_token, run
 
 
 async def test_a_given_token_is_used_as_it_is(
     cli_env: dict[str, str], http: httpx.AsyncClient, tenant: str
 ) -> None:
-    resp = await http.post(
-        "/oauth/token",
-        data={"grant_type": "client_credentials"},
-        auth=(cli_env["MODEL_ROUTER_CLIENT_ID"], cli_env["MODEL_ROUTER_CLIENT_SECRET"]),
-    )
-    assert resp.status_code == 200, resp.text
-    token = resp.json()["access_token"]
+    token = await cli_token(http, cli_env)
     only_token = {
         "MODEL_ROUTER_API_URL": cli_env["MODEL_ROUTER_API_URL"],
         "MODEL_ROUTER_CLIENT_ID": None,
