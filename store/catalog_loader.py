@@ -16,13 +16,8 @@ from domain.scoring import DEFAULT_WEIGHTS, Weights
 from store import pricebook
 from store.evidence import current_scores
 from store.probes import probe_latency
-from store.tables import (
-    CatalogStateRow,
-    ModelDeploymentRow,
-    ModelProfileRow,
-    TenantPolicyRow,
-    TenantRoutingWeightsRow,
-)
+from store.routing_tables import CatalogStateRow, TenantPolicyRow, TenantRoutingWeightsRow
+from store.tables import ModelDeploymentRow, ModelProfileRow
 
 
 async def load_weights(session: AsyncSession, tenant_id: str) -> tuple[int, Weights]:

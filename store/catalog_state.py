@@ -7,7 +7,7 @@ from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col, select
 
-from store.tables import CatalogStateRow
+from store.routing_tables import CatalogStateRow
 
 
 async def bump(session: AsyncSession) -> None:

@@ -15,7 +15,8 @@ from sqlalchemy.dialects import postgresql
 
 from domain.invocation import InvocationInput, InvocationSummary
 from domain.receipt_fields import claim_values, close_values, fallback_used, model_invoked
-from store.tables import CatalogStateRow, InvocationReceiptRow, OutboxEventRow
+from store.routing_tables import CatalogStateRow
+from store.tables import InvocationReceiptRow, OutboxEventRow
 
 RECEIPTS: sa.Table = InvocationReceiptRow.__table__  # type: ignore[attr-defined]
 OUTBOX: sa.Table = OutboxEventRow.__table__  # type: ignore[attr-defined]

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from domain.scoring import Weights
 from store import catalog_state
-from store.tables import TenantPolicyRow, TenantRoutingWeightsRow
+from store.routing_tables import TenantPolicyRow, TenantRoutingWeightsRow
 
 
 class PolicyRevisionTaken(Exception):

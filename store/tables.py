@@ -357,35 +357,6 @@ class IdempotencyRecordRow(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
 
 
-class TenantPolicyRow(SQLModel, table=True):
-    __tablename__ = "tenant_policies"
-
-    tenant_id: str = Field(primary_key=True, max_length=100)
-    revision: str = Field(max_length=100)
-    document: dict[str, Any] = Field(sa_column=_json())
-    updated_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
-
-
-class CatalogStateRow(SQLModel, table=True):
-    __tablename__ = "catalog_state"
-
-    id: int = Field(primary_key=True)
-    version: int = Field(sa_type=sa.BigInteger)
-    # The weights of every tenant that set none of its own (TenantRoutingWeightsRow): written
-    # platform-wide before weights were a tenant's, and kept so those installations keep them.
-    weights: dict[str, Any] | None = Field(default=None, sa_column=_json(nullable=True))
-
-
-class TenantRoutingWeightsRow(SQLModel, table=True):
-    """A tenant's own scoring weights (ModelAccess:Routing:Weights), migration 0016."""
-
-    __tablename__ = "tenant_routing_weights"
-
-    tenant_id: str = Field(primary_key=True, max_length=100)
-    weights: dict[str, Any] = Field(sa_column=_json())
-    updated_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
-
-
 class EvaluationRow(SQLModel, table=True):
     __tablename__ = "evaluations"
     __table_args__ = (

@@ -13,6 +13,7 @@ from alembic.migration import MigrationContext
 from sqlmodel import SQLModel
 
 import store.ops_tables  # (registers its tables on SQLModel.metadata, as store.tables does)
+import store.routing_tables
 import store.tables
 import store.webhook_tables  # noqa: F401
 from store.db import create_engine

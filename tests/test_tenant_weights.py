@@ -18,7 +18,7 @@ from store import routing_settings
 from store.catalog_loader import load_weights
 from store.db import create_engine, session_factory, transaction
 from store.migrate import upgrade
-from store.tables import CatalogStateRow
+from store.routing_tables import CatalogStateRow
 from tests.conftest import create_database, drop_database
 
 PLATFORM = Weights(capability=0.7, cost=0.1, latency=0.1, history=0.1)

@@ -16,6 +16,7 @@ from sqlmodel import SQLModel
 # Every module that puts tables on SQLModel.metadata: without store.ops_tables, autogenerate
 # would have written a drop of the probe, statement and reconciliation tables.
 import store.ops_tables
+import store.routing_tables
 import store.tables
 import store.webhook_tables  # noqa: F401
 from store.db import create_engine
