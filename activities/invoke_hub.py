@@ -13,7 +13,7 @@ from typing import Any
 
 from activities.stream_watchdog import StreamWatchdog
 from domain.enums import InvocationOutcome
-from domain.invocation import InvocationSummary
+from domain.invocation import Disposition, InvocationSummary
 from providers.types import (
     EmbeddingResult,
     Finish,
@@ -24,6 +24,9 @@ from providers.types import (
     UsageEvent,
 )
 
+# How long a call whose close is owed stays adoptable once its activity returned: the run's next
+# execution comes within seconds of its workflow task timing out (10 s after it began).
+OWED_CLOSE_KEEP_SECONDS = 60.0
 # The loop turns a call's task gives the caller's response to send the first output: the
 # handler's return, the response's start and its first chunk take three here.
 HAND_OVER_TURNS = 8
@@ -62,6 +65,9 @@ class PendingCall:
     # Its adopting activity let go of it (the SDK evicted the run): back in the hub for the
     # run's next execution, and kept there by the hub alone (InvocationHub.let_go).
     let_go: bool = False
+    # Its activity returned with its close owed (the store refused it), and a next execution of
+    # its run may claim it again (InvocationHub.release).
+    owed: bool = False
     # The activities awaiting the call: one, or two while a run's next execution shares it
     # with the stale activity its evicted run left (InvocationHub.share).
     adopters: int = 0
@@ -154,9 +160,10 @@ class InvocationHub:
         """The call for this token, once: a second execution finds nothing to run. The entry
         leaves the waiting calls with it (the activity holds it from then on)."""
         call = self._calls.pop(token, None)
-        if call is None or call.claimed:
+        if call is None or (call.claimed and not call.owed):
             return None
         call.claimed = True
+        call.owed = False
         call.let_go = False
         call.adopters = 1
         self._held[token] = call
@@ -185,12 +192,24 @@ class InvocationHub:
         return call.adopters > 1
 
     def release(self, token: str, call: PendingCall) -> None:
-        """An activity awaiting the call returned: the last one out takes it off the hub."""
+        """An activity awaiting the call returned: the last one out takes it off the hub. A
+        call whose close is still owed (the store refused it: FINALIZE) stays adoptable for
+        OWED_CLOSE_KEEP_SECONDS. Its activity's result may never reach the workflow (its task
+        timed out under load as the call ended), and the run's next execution must get the
+        close to write: finding nothing, it closed the receipt Failed `caller-lost` once the
+        store answered, beside the answer its caller had."""
         if self._held.get(token) is not call:
             return  # let go of since, or never held
         call.adopters -= 1
-        if call.adopters <= 0:
-            del self._held[token]
+        if call.adopters > 0:
+            return
+        del self._held[token]
+        if _owes_close(call):
+            # Still `claimed` (the caller's response reads that as adopted): `owed` lets a
+            # next execution claim it again. Gone once the caller has the workflow's answer.
+            call.owed = True
+            self._calls[token] = call
+            self.close_later(token, OWED_CLOSE_KEEP_SECONDS)
 
     def let_go(self, token: str, call: PendingCall, keep_seconds: float) -> None:
         """Give back a call whose adopting activity let go of it (its run evicted, the call left
@@ -233,6 +252,15 @@ class InvocationHub:
         """Calls whose content (the request) is still held here. A call that ended drops its
         request at once; its entry may wait a moment longer for the activity to adopt it."""
         return sum(1 for call in self._calls.values() if call.request is not None)
+
+
+def _owes_close(call: PendingCall) -> bool:
+    """Whether the call ended with its close left to the workflow (the store refused it)."""
+    work = call.work
+    if work is None or not work.done() or work.cancelled() or work.exception() is not None:
+        return False
+    summary = work.result()
+    return isinstance(summary, InvocationSummary) and summary.disposition is Disposition.FINALIZE
 
 
 @dataclass(frozen=True)

@@ -35,9 +35,11 @@ from domain.invocation import INVOKE_WORKFLOW, Disposition, InvocationInput, Tar
 from providers.types import ChatRequest, Message
 from providers.upstream import UpstreamServer
 from providers.upstream.faults import Fault, FaultKind
+from providers.upstream.responders import fixed
 from store import receipts
 from tests.helpers.deadline import eventually
 from tests.helpers.invocations import invocation_input
+from tests.helpers.refused_close import refused_close
 
 MODEL = "shared-sim"
 # The provider's silence after two events, ended by the test (upstream.release()) once what it
@@ -170,3 +172,40 @@ async def test_a_cancel_on_record_still_stops_a_call_two_executions_await(
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(shared, 20)
     assert await _receipt(sessions, held) == ("Failed", "Unknown", "internal")
+
+
+async def test_a_next_execution_gets_the_close_a_stale_activity_returned_owed(
+    tenant: str,
+    settings: Settings,
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """The store refused the call's close (FINALIZE: the workflow owes it), and the activity
+    returned that before its run was evicted: its result never reached the workflow. The run's
+    next execution must still get the close to write; finding nothing it closed the receipt
+    Failed `caller-lost` once the store answered, beside the answer the caller had."""
+    hub = InvocationHub()
+    acts, adapters = invoke_activities(settings, sessions, hub)
+    model = "owed-sim"
+    upstream.register(model, fixed("a fine answer"))
+    token, pending = hub.open(
+        ChatRequest(messages=(Message(role="user", content="hi"),)), caller_claims=True
+    )
+    target = Target(
+        deployment_id="sim/owed", provider="openai", model=model, endpoint_ref=upstream.endpoint_ref
+    )
+    data = invocation_input(tenant, profile_id="owed", target=target, caller_token=token)
+    try:
+        async with refused_close(sessions, data.idempotency_key):
+            assert await acts.statements.claim(data, "sim/owed")
+            acts.begin(data, pending)
+            stale = ActivityEnvironment()
+            stale.info = dataclasses.replace(stale.info, is_local=True)
+            owed = await asyncio.wait_for(stale.run(acts.call_provider, data), 60)
+            assert owed.disposition is Disposition.FINALIZE
+            # The next execution, on the caller queue: the same close to write, not NOT_HERE.
+            again = await asyncio.wait_for(ActivityEnvironment().run(acts.call_provider, data), 20)
+        assert again.disposition is Disposition.FINALIZE, again
+        assert again.outcome is InvocationOutcome.COMPLETED
+    finally:
+        await adapters.aclose()
