@@ -54,6 +54,11 @@ def preview(
             f"  snapshot {plan['snapshotVersion']}  decision {plan['policyDecisionId']}"
         )
     )
+    # What the router filtered on and how it weighed: the spec's preview names the filters
+    # applied beside the reasons for exclusion.
+    for label, values in (("constraints", plan["constraints"]), ("weights", plan["weights"])):
+        said = "  ".join(f"{k}={_shown(v)}" for k, v in values.items())
+        out.print(escape(f"{label}  {said}"), soft_wrap=True)
     kept = table(
         "kept (in route order)",
         ("RANK", "DEPLOYMENT", "SCORE", "CAPABILITY", "COST", "LATENCY", "HISTORY"),
@@ -74,3 +79,15 @@ def preview(
     for e in plan["excluded"]:
         excluded.add_row(escape(e["deploymentId"]), e["code"], escape(e["reason"]))
     out.print(excluded)
+
+
+def _shown(value: object) -> str:
+    """A constraint's or weight's value on one line: a list joined, a mapping as k:v, none as
+    `any` (no restriction)."""
+    if value is None:
+        return "any"
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value) or "none"
+    if isinstance(value, dict):
+        return ",".join(f"{k}:{v}" for k, v in value.items()) or "none"
+    return str(value)

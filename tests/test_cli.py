@@ -166,6 +166,10 @@ async def test_route_preview_prints_kept_and_excluded_with_reasons(
     assert result.exit_code == 0, result.output
     assert "kept" in result.stdout and "excluded" in result.stdout
     assert "privacy class External not allowed by tenant policy" in result.stdout
+    # The filters applied and the weights, as the spec's preview names them.
+    said = " ".join(result.stdout.split())
+    assert "constraints" in said and "dataClassification=Confidential" in said, said
+    assert "capabilities=tool-calling:0.8" in said and "weights capability=0.5" in said, said
     other = await run(cli_env, "route", "preview", "cli-route", "--tenant", "someone-else")
     assert other.exit_code == 2 and "someone-else" in other.stderr
 
