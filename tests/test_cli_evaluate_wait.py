@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from urllib.parse import urlparse
 
 import httpx
@@ -25,6 +28,38 @@ async def auth(token_for: TokenFactory, tenant: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {await token_for(tenant)}"}
 
 
+@dataclass
+class Waiting:
+    """A deployment whose evaluation takes a while, and the CLI's way to the API through a
+    proxy the test can reset, refuse or silence."""
+
+    dep: str
+    model: str
+    proxy: SeverableProxy
+    env: dict[str, str]
+
+
+@asynccontextmanager
+async def _behind_proxy(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    upstream: UpstreamServer,
+    cli_env: dict[str, str],
+    api_url: str,
+    name: str,
+) -> AsyncIterator[Waiting]:
+    dep, model = f"wait/{name}", f"wait-{name}-sim"
+    await register(http, auth, dep, model=model, endpointRef=upstream.endpoint_ref)
+    upstream.inject(model, Fault(kind=FaultKind.SLOW_FIRST_TOKEN, delay=1.0))
+    api = urlparse(api_url)
+    try:
+        async with SeverableProxy(str(api.hostname), int(api.port or 80)) as proxy:
+            env = {**cli_env, "MODEL_ROUTER_API_URL": f"http://127.0.0.1:{proxy.port}"}
+            yield Waiting(dep, model, proxy, env)
+    finally:
+        upstream.state.clear_faults(model)
+
+
 async def test_the_wait_outlasts_the_api_going_away_and_coming_back(
     http: httpx.AsyncClient,
     auth: dict[str, str],
@@ -32,29 +67,21 @@ async def test_the_wait_outlasts_the_api_going_away_and_coming_back(
     cli_env: dict[str, str],
     api_url: str,
 ) -> None:
-    dep, model = "wait/back", "wait-back-sim"
-    await register(http, auth, dep, model=model, endpointRef=upstream.endpoint_ref)
-    upstream.inject(model, Fault(kind=FaultKind.SLOW_FIRST_TOKEN, delay=1.0))
-    api = urlparse(api_url)
-    try:
-        async with SeverableProxy(str(api.hostname), int(api.port or 80)) as proxy:
-            env = {**cli_env, "MODEL_ROUTER_API_URL": f"http://127.0.0.1:{proxy.port}"}
-            # The first poll reaches the API and its connection is reset before the answer;
-            # then every new connection is refused, as while the API restarts.
-            proxy.cut_request_with(
-                f"GET /factory/model-deployments/{dep} ".encode(), then_down=True
-            )
-            waiting = asyncio.create_task(
-                run(env, "deployments", "evaluate", dep, "--wait", "--timeout", "120")
-            )
-            await eventually(lambda: not proxy.cut_pending(), timeout=30)
-            # The CLI meets a refused connection, and tries again.
-            await eventually(lambda: proxy.refused >= 2, timeout=30)
-            proxy.restore()
-            upstream.state.clear_faults(model)
-            result = await asyncio.wait_for(waiting, 120)
-    finally:
-        upstream.state.clear_faults(model)
+    async with _behind_proxy(http, auth, upstream, cli_env, api_url, "back") as w:
+        # The first poll reaches the API and its connection is reset before the answer; then
+        # every new connection is refused, as while the API restarts.
+        w.proxy.cut_request_with(
+            f"GET /factory/model-deployments/{w.dep} ".encode(), then_down=True
+        )
+        waiting = asyncio.create_task(
+            run(w.env, "deployments", "evaluate", w.dep, "--wait", "--timeout", "120")
+        )
+        await eventually(lambda: not w.proxy.cut_pending(), timeout=30)
+        # The CLI meets a refused connection, and tries again.
+        await eventually(lambda: w.proxy.refused >= 2, timeout=30)
+        w.proxy.restore()
+        upstream.state.clear_faults(w.model)
+        result = await asyncio.wait_for(waiting, 120)
     assert result.exit_code == 0, result.output
     said = " ".join(result.stderr.split())
     assert "did not answer" in said and "trying again" in said, said
@@ -68,26 +95,18 @@ async def test_a_poll_into_a_silent_connection_ends_at_the_waits_deadline(
     cli_env: dict[str, str],
     api_url: str,
 ) -> None:
-    dep, model = "wait/silent", "wait-silent-sim"
-    await register(http, auth, dep, model=model, endpointRef=upstream.endpoint_ref)
-    upstream.inject(model, Fault(kind=FaultKind.SLOW_FIRST_TOKEN, delay=1.0))
-    api = urlparse(api_url)
-    try:
-        async with SeverableProxy(str(api.hostname), int(api.port or 80)) as proxy:
-            env = {**cli_env, "MODEL_ROUTER_API_URL": f"http://127.0.0.1:{proxy.port}"}
-            started = time.monotonic()
-            waiting = asyncio.create_task(
-                run(env, "deployments", "evaluate", dep, "--wait", "--timeout", "4")
-            )
-            # Once the start is answered and the wait polls: its connections go silent.
-            poll = f"GET /factory/model-deployments/{dep} ".encode()
-            await eventually(lambda: any(c.startswith(poll) for c in proxy.sent), timeout=30)
-            proxy.sever(partition=True)  # open connections and new ones go silent
-            result = await asyncio.wait_for(waiting, 120)
-            elapsed = time.monotonic() - started
-            proxy.restore()
-    finally:
-        upstream.state.clear_faults(model)
+    async with _behind_proxy(http, auth, upstream, cli_env, api_url, "silent") as w:
+        started = time.monotonic()
+        waiting = asyncio.create_task(
+            run(w.env, "deployments", "evaluate", w.dep, "--wait", "--timeout", "4")
+        )
+        # Once the start is answered and the wait polls: its connections go silent.
+        poll = f"GET /factory/model-deployments/{w.dep} ".encode()
+        await eventually(lambda: any(c.startswith(poll) for c in w.proxy.sent), timeout=30)
+        w.proxy.sever(partition=True)  # open connections and new ones go silent
+        result = await asyncio.wait_for(waiting, 120)
+        elapsed = time.monotonic() - started
+        w.proxy.restore()
     # Ended by the wait's own deadline, not by the HTTP client's 60 s timeout.
     assert result.exit_code == 2, result.output
     assert "until the wait's deadline" in " ".join(result.stderr.split()), result.stderr
