@@ -6,9 +6,10 @@ reaches that breaker again, and only the scheduled health probe (minutes away) w
 the deployment. So the process that reported it trials it in the background: the health
 probe's minimal request through the real adapter (`send_probe`), once per breaker cool-down.
 The first success closes the breaker, whose registry then reports the recovery (Degraded →
-Approved, with its event). After `window` seconds without one it stops and leaves the
-deployment to the scheduled probe. A trial is not an invocation: it writes no receipt, and no
-probe sample either (those are one per probe window, and feed the router's latency term).
+Approved, with its event). After `window` seconds without one it stops, drops its breaker,
+and leaves the deployment to the scheduled probe. A trial is not an invocation: it writes no
+receipt, and no probe sample either (those are one per probe window, and feed the router's
+latency term).
 
 Reports go out one at a time per deployment, in the order the breaker made them, so a recovery
 can never overtake the Degraded report it answers.
@@ -125,11 +126,16 @@ class BreakerRecovery:
                 await asyncio.sleep(self._cooldown)
                 healthy = await self._trial(key)
                 if healthy is None:
-                    return  # retired meanwhile (or otherwise not probed any more)
+                    # Retired meanwhile (or otherwise not probed any more).
+                    self._breakers.forget(*key)
+                    return
                 if healthy:
                     self._breakers.get(*key).success()  # closing it reports the recovery
                     return
             log.info("breaker recovery of %s left to the health probe", key[1])
+            # The probe decides when it is back; this process's open breaker must not outlast
+            # that (resilience.BreakerRegistry.forget).
+            self._breakers.forget(*key)
         finally:
             self._next.pop(key, None)
             # Whatever ended this, a later sustained failure must be reported again.

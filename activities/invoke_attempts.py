@@ -87,6 +87,9 @@ async def attempts_on(
                 )
             )
         route.attempt_starts()
+        # On the breaker's clock: its outcome moves the breaker only if it began after the
+        # breaker last opened (domain/breaker.py).
+        began = breaker.clock()
         remaining = started + data.timeout_seconds - time.monotonic()
         # Leased for the attempt: a refresh meanwhile never closes the client under it.
         async with adapters.lease(target) as adapter:
@@ -96,7 +99,7 @@ async def attempts_on(
                 )
                 invoke_spans.record(span, result)
         if result.outcome is InvocationOutcome.COMPLETED:
-            breaker.success()
+            breaker.success(began)
             return result
         kind = result.error_kind or "server_error"
         metrics.provider_errors.add(1, {"provider": target.provider, "class": kind})
@@ -106,7 +109,7 @@ async def attempts_on(
         route.uncertain = route.uncertain or result.usage is UsageStatus.UNKNOWN
         transient = kind in TRANSIENT
         if transient:
-            breaker.failure(result.retry_after, busy=kind in BUSY)
+            breaker.failure(result.retry_after, busy=kind in BUSY, started_at=began)
         if result.outcome is InvocationOutcome.PARTIAL:
             return result  # output reached the caller: never retried, never spliced
         delay = retry_delay(

@@ -48,14 +48,17 @@ class BreakerRegistry:
         self._reported: set[tuple[str, str]] = set()
         self.report: Callable[[str, str, bool], None] | None = None
 
-    def _on_change(self, key: tuple[str, str], before: BreakerState, to: BreakerState) -> None:
-        if self.report is None:
+    def _on_change(
+        self, key: tuple[str, str], breaker: Breaker, before: BreakerState, to: BreakerState
+    ) -> None:
+        # A breaker forgotten (`forget`) while a call still held it reports nothing.
+        if self.report is None or self._breakers.get(key) is not breaker:
             return
         if (
             before is BreakerState.HALF_OPEN
             and to is BreakerState.OPEN
             and key not in self._reported
-            and not self._breakers[key].busy  # busy, not unwell: domain.failures.BUSY
+            and not breaker.busy  # busy, not unwell: domain.failures.BUSY
         ):
             self._reported.add(key)
             self.report(key[0], key[1], False)
@@ -67,6 +70,17 @@ class BreakerRegistry:
         """The reporter stopped following this deployment (it left it to the health probe): a
         later sustained failure is news again."""
         self._reported.discard((tenant_id, deployment_id))
+
+    def forget(self, tenant_id: str, deployment_id: str) -> None:
+        """This process's breaker for the deployment is dropped with its report: the health
+        probe owns the deployment now. Kept open, the breaker outlived the outage: once the
+        probe approved the deployment again, each process refused every call but one trial
+        per cool-down (a profile's only deployment answered 503), and that one trial's single
+        blip reported the deployment Degraded again for the whole fleet. A Degraded deployment
+        gets no calls, so a fresh breaker loses nothing."""
+        key = (tenant_id, deployment_id)
+        self._breakers.pop(key, None)
+        self._reported.discard(key)
 
     def wait(self, tenant_id: str, deployment_ids: Iterable[str]) -> float | None:
         """Seconds until the first of these deployments may be tried again in this process
@@ -98,11 +112,10 @@ class BreakerRegistry:
         found = self._breakers.get(key)
         if found is None:
             found = self._breakers[key] = Breaker(
-                self._clock,
-                threshold=self._threshold,
-                cooldown=self._cooldown,
-                on_change=lambda before, to: self._on_change(key, before, to),
+                self._clock, threshold=self._threshold, cooldown=self._cooldown
             )
+            made = found
+            found.on_change = lambda before, to: self._on_change(key, made, before, to)
         return found
 
 

@@ -3,7 +3,14 @@
 Closed: calls pass; `threshold` consecutive transient failures open it. Open: calls are refused
 (the next candidate serves) until `cooldown` has passed; then one trial call is let through
 (half-open). The trial's success closes it, its failure opens it for another cool-down. So a
-healed provider is back within one cool-down, not at the next scheduled probe."""
+healed provider is back within one cool-down, not at the next scheduled probe.
+
+Once open, a call that started before it opened says nothing of the provider now: its
+outcome (`started_at`) moves no state. Before, a 90 s stream begun ahead of an outage that
+completed after the breaker opened closed it and reported the deployment recovered, one
+Approved → Degraded → Approved flap (two events and a catalog rebuild for every tenant) per
+long stream in flight; and such a call failing late while the trial was out reopened the
+breaker and reported sustained failure before the trial had answered."""
 
 from __future__ import annotations
 
@@ -77,11 +84,25 @@ class Breaker:
             until = now
         return max(0.0, until - now, self.not_before - now)
 
-    def success(self) -> None:
+    def _stale(self, started_at: float | None) -> bool:
+        """A call that started before the breaker opened (None: a trial, always heard)."""
+        return (
+            started_at is not None
+            and self.state is not BreakerState.CLOSED
+            and started_at < self.opened_at
+        )
+
+    def success(self, started_at: float | None = None) -> None:
+        if self._stale(started_at):
+            return
         self.failures, self.trial_started, self.not_before = 0, None, 0.0
         self._move(BreakerState.CLOSED)
 
-    def failure(self, retry_after: float | None = None, busy: bool = False) -> None:
+    def failure(
+        self, retry_after: float | None = None, busy: bool = False, started_at: float | None = None
+    ) -> None:
+        if self._stale(started_at):
+            return
         now = self.clock()
         self.failures += 1
         self.busy = busy

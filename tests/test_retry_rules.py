@@ -167,3 +167,64 @@ def test_a_trial_refused_as_busy_is_not_reported_as_sustained_failure() -> None:
         breaker.failure(busy=busy)  # fails: open again, held off as any open breaker
         assert breaker.state is BreakerState.OPEN and not breaker.allow()
     assert reports == [("down", False)]
+
+
+def test_a_call_begun_before_the_breaker_opened_moves_it_no_more() -> None:
+    # A long stream begun ahead of the outage that completes once the breaker is open says
+    # nothing of the provider now. It closed the breaker and reported the deployment
+    # recovered: one Approved ⇄ Degraded flap per long stream in flight.
+    now = [0.0]
+    reports: list[bool] = []
+    breakers = BreakerRegistry(threshold=1, cooldown=5.0, clock=lambda: now[0])
+    breakers.report = lambda _tenant, _deployment, healthy: reports.append(healthy)
+    breaker = breakers.get("t", "a")
+    long_stream = now[0]  # began while all was well
+    now[0] = 1.0
+    breaker.failure(started_at=now[0])  # opens it
+    now[0] = 6.0
+    assert breaker.allow()  # the trial
+    trial = now[0]
+    breaker.failure(started_at=trial)  # fails: sustained, reported
+    assert reports == [False]
+    now[0] = 7.0
+    breaker.success(started_at=long_stream)
+    assert breaker.state is BreakerState.OPEN and reports == [False]
+    # Nor does such a call failing late, while a trial is out, reopen it ahead of the trial.
+    now[0] = 11.5
+    assert breaker.allow() and breaker.state is BreakerState.HALF_OPEN
+    trial = now[0]
+    breaker.failure(started_at=long_stream)
+    assert breaker.state is BreakerState.HALF_OPEN
+    breaker.success(started_at=trial)  # the trial's own answer is heard
+    assert breaker.state is BreakerState.CLOSED and reports == [False, True]
+
+
+def test_a_forgotten_breaker_leaves_a_fresh_one_and_reports_nothing_more() -> None:
+    # The recovery trials gave up: the probe owns the deployment. The open breaker outlived
+    # the outage, refusing all but one trial per cool-down once the probe approved the
+    # deployment again, and that trial's one blip reported it Degraded for the fleet again.
+    now = [0.0]
+    reports: list[bool] = []
+    breakers = BreakerRegistry(threshold=3, cooldown=5.0, clock=lambda: now[0])
+    breakers.report = lambda _tenant, _deployment, healthy: reports.append(healthy)
+    held = breakers.get("t", "a")  # as a call in flight holds it
+    for _ in range(3):
+        held.failure()
+    now[0] = 5.0
+    assert held.allow()
+    held.failure()
+    assert reports == [False]
+    breakers.forget("t", "a")
+    now[0] = 6.0
+    fresh = breakers.get("t", "a")
+    assert fresh is not held and fresh.allow() and fresh.allow()  # not one trial: every call
+    fresh.failure()
+    assert fresh.state is BreakerState.CLOSED and reports == [False]
+    # The forgotten one, still held by a call, reports nothing whatever it comes to.
+    now[0] = 20.0
+    assert held.allow()
+    held.failure()  # its trial failing: sustained failure, but not this process's news
+    now[0] = 30.0
+    assert held.allow()
+    held.success()
+    assert reports == [False]
