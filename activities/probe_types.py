@@ -47,7 +47,8 @@ class HealthProbeReport(BaseModel):
     degraded: list[str] = Field(default_factory=list)
     recovered: list[str] = Field(default_factory=list)
     # Deployments whose failed probe was not taken for theirs: the run's probes failed to reach
-    # most deployments of several providers at once (domain/health.py, own_network_suspected).
+    # most deployments of several providers at once (domain/health.py, own_network_suspected),
+    # the deployment answered busy, or its credential did not resolve in this worker.
     held: list[str] = Field(default_factory=list)
     # Probes that did not run (the worker or store failed them) or were cut at the run's
     # deadline: those deployments keep their state until a later run probes them.

@@ -8,6 +8,7 @@ ModelInvoked. The request is a fixed word of ours, never a customer's content.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from functools import partial
 
@@ -27,7 +28,7 @@ from activities.probe_types import (
 from core import metrics
 from domain.deployments import DeploymentRecord
 from domain.enums import Modality
-from domain.health import ProbeOutcome, ProbeResult, ProbeTarget
+from domain.health import CREDENTIALS, ProbeOutcome, ProbeResult, ProbeTarget
 from providers.base import ProviderAdapter
 from providers.errors import ErrorKind, ProviderError
 from providers.registry import adapter_kind, resolve_adapter
@@ -39,7 +40,7 @@ from store.repositories import ModelDeploymentRepository
 from store.views import deployment_record
 
 _PING = ChatRequest(messages=(Message(role="user", content="ping"),), max_tokens=1)
-CREDENTIALS = "credentials"
+log = logging.getLogger("model_router.probes")
 
 
 async def _ping(adapter: ProviderAdapter, modality: Modality) -> None:
@@ -140,6 +141,20 @@ class ProbeActivities:
         async with transaction(self._sessions) as session:
             await probes.record_sample(session, result, data.window_start, attempt)
         _observe(target, result)
+        if result.error_class == CREDENTIALS:
+            # Held, not degraded (domain/health.py, credentials_unresolved): this line and the
+            # `credentials` count are how an operator learns of a reference that is wrong.
+            log.warning(
+                "probe of %s/%s not sent, its credentials did not resolve in this worker: %s",
+                target.tenant_id,
+                target.deployment_id,
+                message,
+                extra={
+                    "deployment": target.deployment_id,
+                    "provider": target.provider,
+                    "error_class": CREDENTIALS,
+                },
+            )
         return _raise_if_failed(result, transient=transient, message=message)
 
     @activity.defn(name="probe_apply_verdict")

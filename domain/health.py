@@ -126,25 +126,45 @@ def own_network_suspected(probed: Sequence[tuple[ProbeTarget, ProbeResult]]) -> 
     a worker that lost its egress, and degrading every deployment on that evidence is the
     outage this rule prevents (a held deployment that is really down is still reported by
     the API's breakers under traffic)."""
-    live = [r for r in probed if not r[1].replayed]
-    providers = {
-        target.provider
-        for target, r in live
-        if r.outcome is ProbeOutcome.FAILED and r.error_class in UNREACHABLE
-    }
-    fresh = [
-        r
-        for target, r in live
-        if not (target.state is DeploymentState.DEGRADED and r.outcome is ProbeOutcome.FAILED)
-    ]
-    unreachable = [
-        r for r in fresh if r.outcome is ProbeOutcome.FAILED and r.error_class in UNREACHABLE
-    ]
-    return (
-        len(providers) >= 2
-        and bool(unreachable)
-        and len(unreachable) >= OWN_NETWORK_SHARE * len(fresh)
-    )
+    providers, unreachable, fresh = _network_counts(probed)
+    return _network_rule(len(providers), unreachable, fresh)
+
+
+def _network_counts(probed: Sequence[tuple[ProbeTarget, ProbeResult]]) -> tuple[set[str], int, int]:
+    """The network rule's terms: the providers some live probe could not reach, and of the fresh
+    probes (live, and not a Degraded deployment failing again) those unreachable and all."""
+    providers: set[str] = set()
+    unreachable = fresh = 0
+    for target, r in probed:
+        if r.replayed:
+            continue
+        lost = r.outcome is ProbeOutcome.FAILED and r.error_class in UNREACHABLE
+        if lost:
+            providers.add(target.provider)
+        if target.state is DeploymentState.DEGRADED and r.outcome is ProbeOutcome.FAILED:
+            continue
+        fresh += 1
+        unreachable += lost
+    return providers, unreachable, fresh
+
+
+def _network_rule(providers: int, unreachable: int, fresh: int) -> bool:
+    return providers >= 2 and unreachable > 0 and unreachable >= OWN_NETWORK_SHARE * fresh
+
+
+def own_network_possible(
+    probed: Sequence[tuple[ProbeTarget, ProbeResult]], pending: Sequence[ProbeTarget]
+) -> bool:
+    """Whether `own_network_suspected` may still come out true once the `pending` probes are in:
+    with each of them failing to reach its deployment, the most any result adds to the rule (one
+    that answers, fails otherwise, replays or is cut adds less). When even that leaves it false,
+    the run's Degrade verdicts need not wait for the rest: one provider's hanging probes held a
+    deployment failing at once elsewhere in the routes for the run's whole deadline."""
+    providers, unreachable, fresh = _network_counts(probed)
+    providers |= {t.provider for t in pending}
+    # An Approved deployment's failure is fresh; a Degraded one's is left out of the share.
+    counted = sum(t.state is not DeploymentState.DEGRADED for t in pending)
+    return _network_rule(len(providers), unreachable + counted, fresh + counted)
 
 
 def degrade_held(result: ProbeResult, network_suspected: bool) -> bool:
@@ -153,6 +173,24 @@ def degrade_held(result: ProbeResult, network_suspected: bool) -> bool:
     which judged it (or held it) already. A second run in a window, replaying the failures the
     first one held, degraded them all after all."""
     return network_suspected or result.replayed
+
+
+# A probe whose deployment's endpointRef did not resolve in the probing worker: no request was
+# sent (activities/probes.py).
+CREDENTIALS = "credentials"
+
+
+def credentials_unresolved(result: ProbeResult) -> bool:
+    """A probe that did not run: the worker could not resolve the deployment's credential. The
+    worker's secrets are not the API processes' (a rollout missing the worker's secret volume,
+    a variable added to the API's environment alone): taken for the deployment's failure, one
+    worker's missing volume degraded every deployment the API processes served well. It says
+    nothing of the provider, so its Degrade verdict is held and it counts for nothing in the
+    network rule, as the API's calls do not count it in their breakers. A reference wrong
+    everywhere is a configuration error, not an outage: the worker logs it (the reference,
+    never a secret) and counts it in `provider_errors` (class `credentials`) at every run, and
+    each call that meets it is logged by its API process."""
+    return result.outcome is ProbeOutcome.FAILED and result.error_class == CREDENTIALS
 
 
 def answered_busy(result: ProbeResult) -> bool:

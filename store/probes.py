@@ -56,17 +56,27 @@ async def probe_targets(
 
 async def _modalities(session: AsyncSession, tenants: set[str]) -> dict[tuple[str, str], Modality]:
     """A deployment is probed the way the profiles that list it use it (an embedding model
-    cannot answer a chat request); unlisted ones get a chat request."""
+    cannot answer a chat request): its Active profiles' modality, and with none Active, that of
+    the newest version of any status listing it. Read from Active ones alone, an embedding
+    deployment whose profiles were all retired got a chat request, failed it as not a chat
+    model, went Degraded and never recovered: every probe failed the same way. A retired
+    version still says what the deployment is for, and the newest says it last. Deployments no
+    version lists get a chat request (a reranker's adapter asks a rerank, activities/probes.py)."""
     if not tenants:
         return {}
-    stmt = (
-        select(ModelProfileRow)
-        .where(col(ModelProfileRow.tenant_id).in_(sorted(tenants)))
-        .where(col(ModelProfileRow.status) == ProfileStatus.ACTIVE)
-        .order_by(col(ModelProfileRow.profile_id), col(ModelProfileRow.version))
+    stmt = select(ModelProfileRow).where(col(ModelProfileRow.tenant_id).in_(sorted(tenants)))
+    profiles = sorted(
+        (await session.scalars(stmt)).all(),
+        # Active ones first, in the order they were always read; then the rest, newest first
+        # (ids grow as versions are published).
+        key=lambda p: (
+            (0, 0, p.profile_id, p.version)
+            if p.status is ProfileStatus.ACTIVE
+            else (1, -(p.id or 0), "", "")
+        ),
     )
     found: dict[tuple[str, str], Modality] = {}
-    for profile in (await session.scalars(stmt)).all():
+    for profile in profiles:
         for deployment_id in profile.allowed_deployments or []:
             found.setdefault((profile.tenant_id, deployment_id), profile.modality)
     return found

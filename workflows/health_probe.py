@@ -6,15 +6,19 @@ fixed interval (a single blip should not degrade a deployment, and the next run 
 away). The run's probe window (its start time, floored) is the idempotency key per deployment:
 a second run in the same window reuses the recorded results instead of probing again.
 
-The verdicts are judged together once every probe ran: when most probes could not reach their
-deployment, on several providers at once, the failures are taken for this worker's own network
-and the Degrade verdicts are held (reported, the deployments left as they are) for the next run
-to judge (domain/health.py). A verdict the store keeps refusing is logged and the others land.
+When most probes could not reach their deployment, on several providers at once, the failures
+are taken for this worker's own network and the Degrade verdicts are held (reported, the
+deployments left as they are) for the next run to judge (domain/health.py). Each verdict lands
+as soon as no probe still out can change it: a Recover at once, a Degrade once the network rule
+can no longer hold it, at the latest when the run's probes are in. A probe whose credential did
+not resolve in this worker did not run, and its verdict is held. A verdict the store keeps
+refusing is logged and the others land.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from temporalio import workflow
@@ -38,7 +42,9 @@ with workflow.unsafe.imports_passed_through():
         ProbeTarget,
         ProbeVerdict,
         answered_busy,
+        credentials_unresolved,
         degrade_held,
+        own_network_possible,
         own_network_suspected,
         probe_window,
         verdict,
@@ -51,6 +57,9 @@ VERDICTS_TOGETHER = "probe-verdicts-together"
 PROBES_CUT_AT_DEADLINE = "probes-cut-at-deadline"
 # Histories where a probe answered busy (rate limited, overloaded) degrades nothing.
 BUSY_IS_NO_VERDICT = "probe-busy-is-no-verdict"
+# Histories where each verdict lands once no probe still out can change it, and a probe whose
+# credential did not resolve holds its verdict (_judge_as_settled).
+VERDICTS_AS_SETTLED = "probe-verdicts-as-settled"
 
 
 @workflow.defn(name="DeploymentHealthProbe")
@@ -69,7 +78,9 @@ class HealthProbeWorkflow:
         )
         report = HealthProbeReport(window_start=window, probed=len(targets))
         slots = asyncio.Semaphore(data.concurrency)
-        if workflow.patched(VERDICTS_TOGETHER):
+        if workflow.patched(VERDICTS_AS_SETTLED):
+            await self._judge_as_settled(targets, window, data, slots, report)
+        elif workflow.patched(VERDICTS_TOGETHER):
             await self._probe_then_judge(targets, window, data, slots, report)
         else:
             await self._judge_each(targets, window, data, slots, report)
@@ -125,26 +136,112 @@ class HealthProbeWorkflow:
             )
         await asyncio.gather(*(self._apply(t, v, report) for t, v in wanted))
 
+    async def _judge_as_settled(
+        self,
+        targets: list[ProbeTarget],
+        window: datetime,
+        data: HealthProbeInput,
+        slots: asyncio.Semaphore,
+        report: HealthProbeReport,
+    ) -> None:
+        """Each verdict as soon as no probe still out can change it. A Recover at once: the
+        network rule holds only Degrades. A Degrade once the rule cannot come out true whatever
+        the probes still out return (domain/health.py, own_network_possible), else when the
+        run's probes are in: judged together, a deployment failing at once stayed in the routes
+        while another provider's probes hung, up to the run's deadline (5.5 minutes). A Degrade
+        that no network can explain is held at once: a busy answer, a replayed result, and a
+        credential this worker could not resolve (the probe did not run)."""
+        out = dict(enumerate(targets))
+        judged: list[tuple[ProbeTarget, ProbeResult]] = []  # what the network rule counts
+        waiting: list[ProbeTarget] = []  # Degrades the network rule may still hold
+        applying: list[asyncio.Future[None]] = []
+        unsent = 0
+        settled = False
+
+        def apply(target: ProbeTarget, wanted: ProbeVerdict) -> None:
+            applying.append(asyncio.ensure_future(self._apply(target, wanted, report)))
+
+        def landed(i: int, result: ProbeResult | None) -> None:
+            nonlocal settled, unsent
+            target = out.pop(i)
+            if result is not None:
+                report.ok += result.outcome is ProbeOutcome.OK
+                report.failed += result.outcome is ProbeOutcome.FAILED
+                asked = verdict(target.state, result.outcome)
+                not_run = credentials_unresolved(result)
+                unsent += not_run
+                if not not_run:
+                    judged.append((target, result))
+                if asked is ProbeVerdict.RECOVER:
+                    apply(target, asked)
+                elif asked is ProbeVerdict.DEGRADE and (
+                    not_run or answered_busy(result) or result.replayed
+                ):
+                    report.held.append(f"{target.tenant_id}/{target.deployment_id}")
+                elif asked is ProbeVerdict.DEGRADE:
+                    waiting.append(target)
+            settled = settled or not own_network_possible(judged, list(out.values()))
+            if settled:
+                for due in waiting:
+                    apply(due, ProbeVerdict.DEGRADE)
+                waiting.clear()
+
+        try:
+            results = await self._probe_all(targets, window, data, slots, landed)
+            report.unprobed = sum(r is None for r in results)
+            # Not settled before the last probe (or the deadline): the whole run judges them.
+            hold = own_network_suspected(judged)
+            for target in waiting:
+                if hold:
+                    report.held.append(f"{target.tenant_id}/{target.deployment_id}")
+                else:
+                    apply(target, ProbeVerdict.DEGRADE)
+            if hold:
+                workflow.logger.warning(
+                    "%d of %d probes could not reach their deployment, on several providers: "
+                    "taken for this worker's own network, %d Degrade verdicts held",
+                    report.failed - unsent,
+                    len(judged),
+                    len(waiting),
+                )
+            if unsent:
+                workflow.logger.warning(
+                    "%d probes not sent: their credentials did not resolve in this worker "
+                    "(see the probe activity's log); their deployments keep their state",
+                    unsent,
+                )
+            await asyncio.gather(*applying)
+        finally:
+            # The run cancelled (or failed): no verdict outlives it.
+            for task in applying:
+                if not task.done():
+                    task.cancel()
+
     async def _probe_all(
         self,
         targets: list[ProbeTarget],
         window: datetime,
         data: HealthProbeInput,
         slots: asyncio.Semaphore,
+        landed: Callable[[int, ProbeResult | None], None] | None = None,
     ) -> list[ProbeResult | None]:
         """Every target's probe result, in the targets' order; None where the probe did not
         run, or was cut at the run's deadline. The probes start in a shuffled order, so a
-        deadline cuts different deployments from run to run, not the same tail each time."""
+        deadline cuts different deployments from run to run, not the same tail each time.
+        `landed` is told each result (by the target's index) as it comes; never a cut one."""
 
-        async def probed(target: ProbeTarget) -> ProbeResult | None:
+        async def probed(i: int) -> ProbeResult | None:
             async with slots:
-                return await self._probe(target, window, data)
+                result = await self._probe(targets[i], window, data)
+            if landed is not None:
+                landed(i, result)
+            return result
 
         if not workflow.patched(PROBES_CUT_AT_DEADLINE) or data.deadline_seconds is None:
-            return list(await asyncio.gather(*(probed(t) for t in targets)))
+            return list(await asyncio.gather(*(probed(i) for i in range(len(targets)))))
         order = list(range(len(targets)))
         workflow.random().shuffle(order)
-        tasks = {i: asyncio.ensure_future(probed(targets[i])) for i in order}
+        tasks = {i: asyncio.ensure_future(probed(i)) for i in order}
         # Counted from the run's start, as the deadline is meant: listing the targets may have
         # taken its retries already.
         ran_for = workflow.now() - workflow.info().start_time
