@@ -107,8 +107,10 @@ class ReconciliationActivities:
             )
             if not pending:
                 return WindowResult()
+            # Every tenant's known usage, whatever tenants the run is narrowed to: it explains
+            # part of a provider-wide bucket (store/reconciliation.known_usage_in_window).
             known = await reconciliation.known_usage_in_window(
-                session, start=data.start, end=data.end, tenant_ids=data.tenant_ids
+                session, start=data.start, end=data.end
             )
             lines = await statements.lines_for(
                 session,

@@ -43,8 +43,8 @@ def stop_reason(
 def usage(summary: InvocationSummary) -> dict[str, Any]:
     """The receipt's usage in Anthropic's split: `input_tokens` excludes what was read from and
     written to the cache, as the provider reported them (they cost 0.1 and 1.25 times input).
-    A replay, from the receipt, which keeps no separate count of cache writes, leaves them
-    inside `input_tokens`."""
+    A replay tells them from the receipt, which keeps both counts (a receipt closed before it
+    kept its writes leaves them inside `input_tokens`)."""
     total = summary.input_tokens or 0
     cached = min(summary.cached_input_tokens or 0, total)
     written = min(summary.cache_write_input_tokens or 0, total - cached)

@@ -1,19 +1,21 @@
 """The receipt as every surface shows it: the spec's InvocationReceipt fields in camelCase
-(plus cachedInputTokens, timeToFirstTokenMs, providerRequestId, buffered and providerAttempt),
-timestamps RFC 3339 with a zone. `/factory/runs/{runId}/model-receipts` lists them;
-`/gateway/*` answers with the same receipt, read back once it is final, plus what only the call
-itself knows (why it failed, what a fallback replaced). Its fields are the receipt mapping's
-shown ones (`domain/receipt_fields.SHOWN`; tests/test_receipt_fields.py holds them equal)."""
+(plus cachedInputTokens, cacheWriteInputTokens, timeToFirstTokenMs, providerRequestId, buffered
+and providerAttempt), timestamps RFC 3339 with a zone, the cost a fixed-point string
+(domain/amounts.py: it was `0E-8` for a free call). `/factory/runs/{runId}/model-receipts`
+lists them; `/gateway/*` answers with the same receipt, read back once it is final, plus what
+only the call itself knows (why it failed, what a fallback replaced). Its fields are the receipt
+mapping's shown ones (`domain/receipt_fields.SHOWN`; tests/test_receipt_fields.py holds them
+equal)."""
 
 from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from decimal import Decimal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from domain.amounts import PlainDecimal
 from domain.enums import InvocationOutcome, UsageStatus
 from domain.invocation import InvocationSummary
 from store.tables import InvocationReceiptRow
@@ -44,7 +46,9 @@ class Receipt(BaseModel):
     input_tokens: int | None
     output_tokens: int | None
     cached_input_tokens: int | None
-    estimated_cost_usd: Decimal | None
+    # Of the input, the part written to the provider's prompt cache (null: none reported).
+    cache_write_input_tokens: int | None = None
+    estimated_cost_usd: PlainDecimal | None
     pricing_revision: str
     latency_ms: int | None
     time_to_first_token_ms: int | None

@@ -28,9 +28,9 @@ def call_item_id(invocation_id: uuid.UUID, index: int) -> str:
 
 def usage(summary: InvocationSummary) -> dict[str, Any]:
     """The receipt's usage: OpenAI counts cached tokens and cache writes inside input_tokens,
-    as receipts do. The writes are the provider's report on the live answer (Anthropic bills
-    them dearer; they were always 0 here); a replay, from the receipt, which keeps no separate
-    count of them, says 0."""
+    as receipts do. The writes are the provider's report (Anthropic bills them dearer; they
+    were always 0 here), on the live answer and on its receipt, which a replay reads them from
+    (a receipt closed before it kept them says 0)."""
     tokens_in, tokens_out = summary.input_tokens or 0, summary.output_tokens or 0
     cached = summary.cached_input_tokens or 0
     written = min(summary.cache_write_input_tokens or 0, max(0, tokens_in - cached))

@@ -126,9 +126,7 @@ async def _arm(url: str, arm: str) -> dict[str, Any]:
                 )
                 usages = [r.usage for r in day]
             else:
-                known = await reconciliation.known_usage_in_window(
-                    session, start=DAY, end=end, tenant_ids=None
-                )
+                known = await reconciliation.known_usage_in_window(session, start=DAY, end=end)
                 usages = [*(r.usage for r in pending), *known]
             lines = await statements.lines_for(
                 session,

@@ -10,6 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from domain.enums import DeploymentState, PrivacyClass
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9._:/@-]{0,199}$"
+# A provider's name, as a deployment registers it: prices (domain/pricing.py) and statement
+# files (providers/statements/imports.py) name providers the same way, or match no deployment.
+PROVIDER_NAME = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 # endpointRef names a secret or connection held by the Secret Broker, e.g. "env:OPENAI_API_KEY"
 # or "file:/run/secrets/anthropic" or "pool:tenant-a/vllm". Anything else — a bare key, a URL
 # with credentials — is refused so that credentials never reach the database.
@@ -53,7 +56,7 @@ class DeploymentRegistration(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, str_strip_whitespace=True)
 
     deployment_id: str = Field(alias="deploymentId", pattern=_ID)
-    provider: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")
+    provider: str = Field(pattern=PROVIDER_NAME)
     model: str = Field(min_length=1, max_length=200)
     region: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
     privacy_class: PrivacyClass = Field(alias="privacyClass")

@@ -123,8 +123,8 @@ class InvocationSummary(BaseModel):
     output_tokens: int | None = None
     cached_input_tokens: int | None = None
     # Of the input, the part the provider wrote to its prompt cache, as it reported it: on the
-    # answer (Messages' `cache_creation_input_tokens`), not on the receipt, whose replay counts
-    # it inside the input.
+    # answer (Messages' `cache_creation_input_tokens`) and on the receipt, which a replay and
+    # the reconciler's price read it from.
     cache_write_input_tokens: int | None = None
     estimated_cost_usd: Decimal | None = None
     latency_ms: int | None = None

@@ -14,6 +14,9 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
+from domain.amounts import PlainDecimal
+from domain.deployments import PROVIDER_NAME
+
 TOKENS_PER_PRICE_UNIT = Decimal(1_000_000)
 COST_QUANTUM = Decimal("1e-8")  # a receipt's cost, NUMERIC(18, 8), holds eight decimals
 COST_MAX = Decimal("9999999999.99999999")  # and ten digits before them
@@ -28,8 +31,9 @@ PRICE_DECIMAL_PLACES = 8
 REVISION_MAX_LENGTH = 100
 PROVIDER_MAX_LENGTH = 64
 MODEL_MAX_LENGTH = 200
+# Fixed-point in JSON (domain/amounts.py): a published 0.00000001 read back as `1E-8`.
 Price = Annotated[
-    Decimal, Field(ge=0, max_digits=PRICE_MAX_DIGITS, decimal_places=PRICE_DECIMAL_PLACES)
+    PlainDecimal, Field(ge=0, max_digits=PRICE_MAX_DIGITS, decimal_places=PRICE_DECIMAL_PLACES)
 ]
 
 
@@ -40,7 +44,8 @@ class PriceEntry(BaseModel):
         frozen=True, validate_by_name=True, validate_by_alias=True, extra="forbid"
     )
 
-    provider: str = Field(min_length=1, max_length=PROVIDER_MAX_LENGTH)
+    # A deployment's provider name, or the price matches no deployment (nor any receipt).
+    provider: str = Field(pattern=PROVIDER_NAME)
     model: str = Field(min_length=1, max_length=MODEL_MAX_LENGTH)
     input_usd_per_mtok: Price = Field(alias="inputUsdPerMtok")
     output_usd_per_mtok: Price = Field(alias="outputUsdPerMtok")

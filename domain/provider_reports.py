@@ -65,6 +65,7 @@ def without_reports(summary: InvocationSummary) -> InvocationSummary:
             "input_tokens": None,
             "output_tokens": None,
             "cached_input_tokens": None,
+            "cache_write_input_tokens": None,
             "estimated_cost_usd": None,
             "provider_request_id": None,
         }

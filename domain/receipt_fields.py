@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 from pydantic.alias_generators import to_camel
 
+from domain.amounts import decimal_text
 from domain.close_reason import close_reason, replayed_kind
 from domain.enums import InvocationOutcome, UsageStatus
 from domain.events import TOPICS
@@ -67,6 +68,9 @@ FIELDS: dict[str, Field] = {
     "idempotency_key": Field(C, replayed=False, event=False, shown=True),
     "policy_decision_id": Field(C, replayed=False, event=False, shown=True),
     "cached_input_tokens": Field(X, replayed=True, event=False, shown=True),
+    # Of the input, the part written to the provider's prompt cache (Anthropic bills it
+    # dearer), as cached_input_tokens: the reconciler prices it, and a replay reports it.
+    "cache_write_input_tokens": Field(X, replayed=True, event=False, shown=True),
     "pricing_revision": Field(C, replayed=False, event=False, shown=True),
     "latency_ms": Field(X, replayed=True, event=False, shown=True),
     "time_to_first_token_ms": Field(X, replayed=True, event=False, shown=True),
@@ -146,7 +150,9 @@ def _json(value: Any) -> Any:
         return value
     if isinstance(value, Enum):
         return value.value
-    if isinstance(value, uuid.UUID | Decimal):  # a string keeps an amount exact in JSON
+    if isinstance(value, Decimal):  # a string keeps an amount exact in JSON
+        return decimal_text(value)
+    if isinstance(value, uuid.UUID):
         return str(value)
     return value
 

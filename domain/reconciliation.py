@@ -11,8 +11,9 @@ A receipt whose usage is Unknown or Estimated is settled by a statement in one o
    (an Estimated receipt's tokens; a receipt without one weighs the mean of the estimates, or
    1 when nobody has an estimate), separately for input and output tokens, by the largest
    remainder method so the shares add up exactly to the unexplained total; equal remainders go
-   to the smaller invocation id. Cached input tokens are shared with the input weights and
-   capped at each receipt's input share (cached tokens are part of the input).
+   to the smaller invocation id. Cached input tokens (cache reads) are shared with the input
+   weights and capped at each receipt's input share (cached tokens are part of the input);
+   cache writes likewise, capped at the input share less the cached share.
 
 A receipt belongs to a bucket when the provider matches, the statement's model is the
 deployment's model or a dated snapshot of it (`gpt-4o` ~ `gpt-4o-2024-08-06`), the statement's
@@ -53,13 +54,14 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from domain.allocation import allocate, allocate_capped, estimate_weights
 from domain.enums import UsageStatus
 from domain.provider_reports import recordable
 from domain.statements import (
@@ -102,6 +104,8 @@ class Settlement(_Frozen):
     input_tokens: int = Field(ge=0)
     output_tokens: int = Field(ge=0)
     cached_input_tokens: int = Field(ge=0)
+    # Of the input, the part written to the prompt cache: priced apart (cacheWriteUsdPerMtok).
+    cache_write_input_tokens: int = Field(default=0, ge=0)
 
 
 class Skipped(_Frozen):
@@ -131,57 +135,10 @@ def model_matches(statement_model: str, deployment_model: str) -> bool:
     )
 
 
-def allocate(total: int, weights: Sequence[int]) -> list[int]:
-    """Largest remainder: integer shares proportional to `weights` that sum to `total`.
-    Equal remainders go to the earlier position; all-zero weights share equally."""
-    if total < 0 or any(w < 0 for w in weights):
-        raise ValueError("totals and weights are non-negative")
-    if not weights:
-        return []
-    if sum(weights) == 0:
-        weights = [1] * len(weights)
-    whole = sum(weights)
-    quotas = [total * w for w in weights]
-    shares = [q // whole for q in quotas]
-    left = total - sum(shares)
-    order = sorted(range(len(weights)), key=lambda i: (-(quotas[i] % whole), i))
-    for i in order[:left]:
-        shares[i] += 1
-    return shares
-
-
-def allocate_capped(total: int, weights: Sequence[int], caps: Sequence[int | None]) -> list[int]:
-    """`allocate`, with no share past its cap (None: none): a capped share's excess goes to
-    the others by their weights, and what no share can take is left out (the sum may fall
-    short of `total`)."""
-    shares = [0] * len(weights)
-    free = list(range(len(weights)))
-    left = total
-    while left > 0 and free:
-        part = allocate(left, [weights[i] for i in free])
-        over = [
-            i
-            for i, share in zip(free, part, strict=True)
-            if (cap := caps[i]) is not None and share > cap
-        ]
-        if not over:
-            for i, share in zip(free, part, strict=True):
-                shares[i] = share
-            return shares
-        for i in over:
-            shares[i] = caps[i] or 0
-            left -= shares[i]
-        free = [i for i in free if i not in over]
-    return shares
-
-
-def estimate_weights(estimates: Sequence[int | None]) -> list[int]:
-    known = [e for e in estimates if e is not None]
-    fill = max(1, round(sum(known) / len(known))) if known else 1
-    return [e if e is not None else fill for e in estimates]
-
-
 _GroupKey = tuple[str, str | None, str, str, str | None, datetime, datetime]
+# A receipt's usage as the rules count it: input, output, cache reads, cache writes.
+_Usage = tuple[int, int, int, int]
+_COUNTS = ("input_tokens", "output_tokens", "cached_input_tokens", "cache_write_input_tokens")
 
 
 def _group_key(line: StatementLine) -> _GroupKey:
@@ -230,7 +187,12 @@ class _Ledger:
         self.receipts = sorted(receipts, key=lambda r: r.invocation_id)
         self.status = {r.invocation_id: r.usage_status for r in self.receipts}
         self.usage = {
-            r.invocation_id: (r.input_tokens or 0, r.output_tokens or 0, r.cached_input_tokens or 0)
+            r.invocation_id: (
+                r.input_tokens or 0,
+                r.output_tokens or 0,
+                r.cached_input_tokens or 0,
+                r.cache_write_input_tokens or 0,
+            )
             for r in self.receipts
         }
         self.settlements: list[Settlement] = []
@@ -242,7 +204,7 @@ class _Ledger:
     def awaiting(self, r: ReceiptUsage) -> bool:
         return self.status[r.invocation_id] in AWAITING
 
-    def settle(self, r: ReceiptUsage, ref: str, rule: Rule, usage: tuple[int, int, int]) -> None:
+    def settle(self, r: ReceiptUsage, ref: str, rule: Rule, usage: _Usage) -> None:
         if not recordable(*usage):
             self.skip(r, ref, PAST_RECEIPT)
             return
@@ -257,6 +219,7 @@ class _Ledger:
                 input_tokens=usage[0],
                 output_tokens=usage[1],
                 cached_input_tokens=usage[2],
+                cache_write_input_tokens=usage[3],
             )
         )
 
@@ -314,7 +277,12 @@ def plan(
         if r.open:
             ledger.skip(r, line.statement_ref, OPEN)
             continue
-        usage = (line.input_tokens, line.output_tokens, line.cached_input_tokens)
+        usage = (
+            line.input_tokens,
+            line.output_tokens,
+            line.cached_input_tokens,
+            line.cache_write_input_tokens,
+        )
         if usage[0] + usage[1] == 0 and not settle_zero:
             ledger.skip(r, line.statement_ref, ZERO_LINE)
             continue
@@ -354,7 +322,7 @@ def _allocate_group(
         if not _sent_nothing(r):
             continue
         if settle_zero:
-            ledger.settle(r, ref, Rule.BUCKET, (0, 0, 0))
+            ledger.settle(r, ref, Rule.BUCKET, (0, 0, 0, 0))
         else:
             ledger.skip(r, ref, NOTHING_SENT)
     todo = [r for r in todo if not _sent_nothing(r)]
@@ -363,7 +331,7 @@ def _allocate_group(
     known = [ledger.usage[r.invocation_id] for r in members if not ledger.awaiting(r)]
     unexplained = [
         max(0, sum(getattr(line, f) for line in lines) - sum(u[i] for u in known))
-        for i, f in enumerate(("input_tokens", "output_tokens", "cached_input_tokens"))
+        for i, f in enumerate(_COUNTS)
     ]
     estimated = [r.usage_status is UsageStatus.ESTIMATED for r in todo]
     in_weights = estimate_weights(
@@ -389,8 +357,13 @@ def _allocate_group(
     ledger.unattributed_input += unexplained[0] - sum(inputs)
     ledger.unattributed_output += unexplained[1] - sum(outputs)
     cached = [min(c, i) for c, i in zip(allocate(unexplained[2], in_weights), inputs, strict=True)]
-    for r, i, o, c in zip(todo, inputs, outputs, cached, strict=True):
+    # Reads and writes are both part of the input: a write takes what the read left of it.
+    written = [
+        min(w, i - c)
+        for w, i, c in zip(allocate(unexplained[3], in_weights), inputs, cached, strict=True)
+    ]
+    for r, i, o, c, w in zip(todo, inputs, outputs, cached, written, strict=True):
         if i + o == 0 and not settle_zero:
             ledger.skip(r, ref, NOTHING_LEFT)
             continue
-        ledger.settle(r, ref, Rule.BUCKET, (i, o, c))
+        ledger.settle(r, ref, Rule.BUCKET, (i, o, c, w))

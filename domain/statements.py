@@ -56,8 +56,9 @@ class ReconcilerInput(BaseModel):
     retry_max_interval_seconds: float = Field(default=600.0, gt=0)
     # How long one source may keep failing before this run goes on without it.
     source_timeout_seconds: float = Field(default=2700.0, gt=0)
-    # None: every tenant. A list narrows receipts (tenants with their own provider accounts,
-    # tests); provider statements are then shared among those tenants' receipts only.
+    # None: every tenant. A list narrows the receipts awaiting usage (tenants with their own
+    # provider accounts, tests); provider statements are then shared among those tenants'
+    # receipts only, less the known usage of every tenant on the key.
     tenant_ids: list[str] | None = None
     # Reconcile as if the run started at this instant (a backfill of a past window, tests that
     # must not depend on the hour they run at). None: the run's own start time.
@@ -89,11 +90,13 @@ class StatementLine(_Frozen):
     input_tokens: int = Field(ge=0)
     output_tokens: int = Field(ge=0)
     cached_input_tokens: int = Field(default=0, ge=0)
+    # Of the input, the part written to the prompt cache (Anthropic bills it dearer).
+    cache_write_input_tokens: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _shape(self) -> StatementLine:
-        if self.cached_input_tokens > self.input_tokens:
-            raise ValueError("cached input tokens are part of input tokens")
+        if self.cached_input_tokens + self.cache_write_input_tokens > self.input_tokens:
+            raise ValueError("cache reads and writes are part of input tokens")
         if self.provider_request_id is None:
             if self.bucket_start is None or self.bucket_end is None or not self.model:
                 raise ValueError("a line without a request id needs a bucket and a model")
@@ -118,6 +121,7 @@ class ReceiptUsage(_Frozen):
     input_tokens: int | None = None
     output_tokens: int | None = None
     cached_input_tokens: int | None = None
+    cache_write_input_tokens: int | None = None
     provider_request_id: str | None = None
     # Not closed yet: its call may still be running, so its usage is not final.
     open: bool = False

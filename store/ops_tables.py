@@ -1,5 +1,6 @@
 """Tables of the scheduled jobs: probe samples, usage statements and reconciliation records
-(migration 0004). Statements carry token counts and ids, never content."""
+(migration 0004; their cache writes 0017). Statements carry token counts and ids, never
+content."""
 
 from __future__ import annotations
 
@@ -89,6 +90,10 @@ class UsageStatementLineRow(SQLModel, table=True):
     input_tokens: int = Field(sa_type=sa.BigInteger)
     output_tokens: int = Field(sa_type=sa.BigInteger)
     cached_input_tokens: int = Field(default=0, sa_type=sa.BigInteger)
+    # Of the input, the part written to the prompt cache (Anthropic's cache creation): 0017.
+    cache_write_input_tokens: int = Field(
+        default=0, sa_type=sa.BigInteger, sa_column_kwargs={"server_default": "0"}
+    )
     fetched_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
 
 
@@ -115,5 +120,7 @@ class ReceiptReconciliationRow(SQLModel, table=True):
     input_tokens: int
     output_tokens: int
     cached_input_tokens: int
+    # Null on records from before migration 0017.
+    cache_write_input_tokens: int | None = None
     estimated_cost_usd: Decimal | None = Field(default=None, max_digits=18, decimal_places=8)
     reconciled_at: datetime = Field(default_factory=utcnow, sa_column=_ts())

@@ -36,7 +36,10 @@ def _rows(tenant_id: str, book: Pricebook) -> list[PricebookEntryRow]:
 
 
 def _entry(row: PricebookEntryRow) -> PriceEntry:
-    return PriceEntry(
+    # Built as stored, not validated again: a revision published before provider names were
+    # held to a deployment's (`OpenAI`) still reads back (it matches no deployment, as it never
+    # did), where a validation error made every read of it, a call's price among them, fail.
+    return PriceEntry.model_construct(
         provider=row.provider,
         model=row.model,
         input_usd_per_mtok=Decimal(row.input_usd_per_mtok),

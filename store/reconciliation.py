@@ -1,9 +1,10 @@
 """Reading receipts for the reconciler and writing what it settled.
 
 The reconciler is a platform job: provider statements cover every tenant that shares a
-provider key, so these reads span tenants (optionally narrowed to some). Each settlement is
-written under the receipt's own tenant: the receipt, its reconciliation record and its
-ModelInvoked correction in one transaction, guarded so a receipt settles once.
+provider key, so these reads span tenants (the receipts awaiting usage optionally narrowed to
+some; the usage already known never is). Each settlement is written under the receipt's own
+tenant: the receipt, its reconciliation record and its ModelInvoked correction in one
+transaction, guarded so a receipt settles once.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ async def receipts_in_window(
                     input_tokens=row.input_tokens,
                     output_tokens=row.output_tokens,
                     cached_input_tokens=row.cached_input_tokens,
+                    cache_write_input_tokens=row.cache_write_input_tokens,
                     provider_request_id=row.provider_request_id,
                     open=row.ended_at is None,
                     context_window_tokens=window,
@@ -151,15 +153,16 @@ def _epoch_minute(column: Any, dialect: str) -> Any:
 
 
 async def known_usage_in_window(
-    session: AsyncSession,
-    *,
-    start: datetime,
-    end: datetime,
-    tenant_ids: Sequence[str] | None,
+    session: AsyncSession, *, start: datetime, end: datetime
 ) -> list[ReceiptUsage]:
-    """The usage already known (Reported or Reconciled) of the receipts started in [start, end),
-    summed per tenant, deployment and minute: all bucket allocation needs of them, as buckets are
-    whole minutes (1m, 1h, 1d). Each sum is one ReceiptUsage at the minute's start.
+    """The usage already known (Reported or Reconciled) of every tenant's receipts started in
+    [start, end), summed per tenant, deployment and minute: all bucket allocation needs of them,
+    as buckets are whole minutes (1m, 1h, 1d). Each sum is one ReceiptUsage at the minute's
+    start.
+
+    Every tenant's, whatever tenants a run is narrowed to: a provider-wide bucket holds the
+    tokens of every tenant on the key, and read for the run's tenants alone, the others' known
+    usage counted as unexplained and was charged to the run's receipts.
 
     Summed in the database because a UTC day holds every receipt of the day: loaded one ORM row
     each (about 5 KB with its ReceiptUsage), a day at 12 calls/s was 5 GB in the worker, and
@@ -182,6 +185,7 @@ async def known_usage_in_window(
             func.sum(func.coalesce(col(r.input_tokens), 0)),
             func.sum(func.coalesce(col(r.output_tokens), 0)),
             func.sum(func.coalesce(col(r.cached_input_tokens), 0)),
+            func.sum(func.coalesce(col(r.cache_write_input_tokens), 0)),
         )
         .join(ModelDeploymentRow, _ITS_DEPLOYMENT)
         .where(col(r.usage_status).in_(_KNOWN))
@@ -189,10 +193,8 @@ async def known_usage_in_window(
         .where(col(r.started_at) < end)
         .group_by(*keys)
     )
-    if tenant_ids is not None:
-        stmt = stmt.where(col(r.tenant_id).in_(list(tenant_ids)))
     out = []
-    for tenant, deployment, provider, model, key, at, inp, outp, cached in (
+    for tenant, deployment, provider, model, key, at, inp, outp, cached, written in (
         await session.execute(stmt)
     ).all():
         began = datetime.fromtimestamp(int(at) * 60, UTC)
@@ -208,6 +210,7 @@ async def known_usage_in_window(
                 input_tokens=int(inp),
                 output_tokens=int(outp),
                 cached_input_tokens=int(cached),
+                cache_write_input_tokens=int(written),
             )
         )
     return out
@@ -239,6 +242,7 @@ class Pricing:
             input_tokens=settlement.input_tokens,
             output_tokens=settlement.output_tokens,
             cached_input_tokens=settlement.cached_input_tokens,
+            cache_write_input_tokens=settlement.cache_write_input_tokens,
         )
 
 
@@ -261,6 +265,7 @@ async def settle(
             input_tokens=settlement.input_tokens,
             output_tokens=settlement.output_tokens,
             cached_input_tokens=settlement.cached_input_tokens,
+            cache_write_input_tokens=settlement.cache_write_input_tokens,
             estimated_cost_usd=cost,
             statement_ref=settlement.statement_ref,
         )
@@ -282,6 +287,7 @@ async def settle(
                 "input_tokens": settlement.input_tokens,
                 "output_tokens": settlement.output_tokens,
                 "cached_input_tokens": settlement.cached_input_tokens,
+                "cache_write_input_tokens": settlement.cache_write_input_tokens,
                 "estimated_cost_usd": cost,
                 "reconciled_at": utcnow(),
             }

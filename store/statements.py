@@ -16,7 +16,13 @@ from store.ops_tables import StatementImportRow, UsageStatementLineRow, as_utc
 from store.tables import utcnow
 from store.upsert import upsert
 
-_TOKENS = ("input_tokens", "output_tokens", "cached_input_tokens", "fetched_at")
+_TOKENS = (
+    "input_tokens",
+    "output_tokens",
+    "cached_input_tokens",
+    "cache_write_input_tokens",
+    "fetched_at",
+)
 
 
 def _values(line: StatementLine, import_id: uuid.UUID | None) -> dict[str, object]:
@@ -34,6 +40,7 @@ def _values(line: StatementLine, import_id: uuid.UUID | None) -> dict[str, objec
         "input_tokens": line.input_tokens,
         "output_tokens": line.output_tokens,
         "cached_input_tokens": line.cached_input_tokens,
+        "cache_write_input_tokens": line.cache_write_input_tokens,
         "fetched_at": utcnow(),
     }
 
@@ -92,6 +99,7 @@ def _line(row: UsageStatementLineRow) -> StatementLine:
         input_tokens=row.input_tokens,
         output_tokens=row.output_tokens,
         cached_input_tokens=row.cached_input_tokens,
+        cache_write_input_tokens=row.cache_write_input_tokens,
     )
 
 

@@ -235,6 +235,9 @@ class InvocationReceiptRow(SQLModel, table=True):
     # Beyond the spec's 22: what reconciliation matches on and what the latency metric needs.
     provider_request_id: str | None = Field(default=None, max_length=REQUEST_ID_MAX_LENGTH)
     cached_input_tokens: int | None = None
+    # Of the input, the part written to the provider's prompt cache (migration 0017): null
+    # where the provider reported none, and on receipts closed before the column.
+    cache_write_input_tokens: int | None = None
     time_to_first_token_ms: int | None = None
     statement_ref: str | None = Field(default=None, max_length=300)
     # Why it closed (domain.close_reason): null while in flight.

@@ -48,7 +48,8 @@ async def auth(
 
 def _without_reports(receipt: dict[str, Any]) -> None:
     assert receipt["outcome"] == "Completed" and receipt["usageStatus"] == "Unknown"
-    for field in ("inputTokens", "outputTokens", "estimatedCostUsd", "providerRequestId"):
+    figures = ("inputTokens", "outputTokens", "cacheWriteInputTokens", "estimatedCostUsd")
+    for field in (*figures, "providerRequestId"):
         assert receipt.get(field) is None, (field, receipt)
 
 

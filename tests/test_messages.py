@@ -89,6 +89,18 @@ async def test_cache_writes_are_reported_apart_from_the_input(
     assert (message.usage.cache_creation_input_tokens or 0) > 0, message.usage
     row = await receipt(sessions, catalog.tenant, key)
     _usage_matches(message.usage, row)
+    # The receipt keeps the writes apart (the reconciler prices them), and a replay of the key
+    # reports them from it as the live answer did: it folded them into input_tokens.
+    assert row.cache_write_input_tokens == message.usage.cache_creation_input_tokens
+    replayed = await client.messages.create(
+        model=catalog.profile("anthropic"),
+        max_tokens=50,
+        system="A stable system prompt for the agent.",
+        messages=history,
+        extra_headers={"Idempotency-Key": key},
+    )
+    assert replayed.id == message.id
+    assert replayed.usage == message.usage
 
 
 async def test_the_stop_sequence_that_ended_an_anthropic_answer_is_named(

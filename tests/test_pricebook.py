@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -14,6 +15,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from domain.enums import Role, Scope
 from domain.pricing import Pricebook
 from store import pricebook
+from store.db import transaction
+from store.tables import PricebookEntryRow
 from tests.conftest import TokenFactory
 from tests.helpers.deadline import eventually
 
@@ -154,6 +157,8 @@ async def _waiting_on_a_lock(sessions: async_sessionmaker[AsyncSession]) -> bool
         (_one("r", outputUsdPerMtok=1.7e308), "body.entries.0.outputUsdPerMtok"),
         (_one("r", cachedInputUsdPerMtok="0.123456789"), "body.entries.0.cachedInputUsdPerMtok"),
         (_one("r", provider="p" * 65), "body.entries.0.provider"),
+        # A name no deployment can have (they are lower case): its prices matched no call.
+        (_one("r", provider="OpenAI"), "body.entries.0.provider"),
         (_one("r", model="m" * 201), "body.entries.0.model"),
     ],
 )
@@ -179,7 +184,7 @@ async def test_a_price_at_the_stores_limits_reads_back_exactly_and_republishes_a
     stored = (await http.get(f"/factory/pricebook-revisions/{'r' * 100}", headers=auth)).json()
     (entry,) = stored["entries"]
     assert Decimal(entry["inputUsdPerMtok"]) == Decimal("9999999999.99999999")
-    assert Decimal(entry["outputUsdPerMtok"]) == Decimal("0.00000001")
+    assert entry["outputUsdPerMtok"] == "0.00000001"  # fixed point: it read back as `1E-8`
     again = await http.post("/factory/pricebook-revisions", json=body, headers=auth)
     assert again.status_code == 200, again.text
 
@@ -206,3 +211,28 @@ async def test_a_revision_announcing_a_price_change_is_published_and_priced_by_d
         ("2026-01-01", Decimal("10")),
         ("2026-06-01", Decimal("12")),
     ]
+
+
+async def test_a_revision_stored_with_a_provider_name_now_refused_still_reads_back(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """Published before names were held to a deployment's: read through the model that now
+    refuses it, every read of the revision (a call's price among them) would fail."""
+    async with transaction(sessions) as session:
+        session.add(
+            PricebookEntryRow(
+                tenant_id=tenant,
+                revision="legacy",
+                effective_from=datetime(2026, 1, 1, tzinfo=UTC),
+                provider="OpenAI",
+                model="gpt-4.1",
+                input_usd_per_mtok=Decimal("2.5"),
+                output_usd_per_mtok=Decimal("10"),
+            )
+        )
+    read = await http.get("/factory/pricebook-revisions/legacy", headers=auth)
+    assert read.status_code == 200, read.text
+    assert [e["provider"] for e in read.json()["entries"]] == ["OpenAI"]

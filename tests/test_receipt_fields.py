@@ -6,6 +6,7 @@ to the mapping, or declared for a surface that drops it, fails here."""
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -17,12 +18,15 @@ from temporalio.client import Client
 
 from api.receipt_views import Receipt
 from domain import receipt_fields
+from domain.amounts import decimal_text
 from domain.enums import InvocationOutcome, UsageStatus
 from domain.invocation import InvocationInput, InvocationSummary, Target
 from domain.receipt_fields import FIELDS, Written
 from store.receipt_statements import ReceiptStatements
 from store.receipts import by_key, summary_of
 from store.tables import InvocationReceiptRow, OutboxEventRow
+from tests.conftest import TokenFactory
+from tests.helpers.receipts import add_receipt
 from tests.helpers.surfaces import Catalog
 from workflows.invoke import InvokeModelWorkflow
 
@@ -45,7 +49,9 @@ def _camel(names: Any) -> set[str]:
 
 
 def _json(value: Any) -> Any:
-    return str(value) if isinstance(value, uuid.UUID | Decimal) else value
+    if isinstance(value, Decimal):
+        return decimal_text(value)
+    return str(value) if isinstance(value, uuid.UUID) else value
 
 
 def test_every_column_is_declared_once_and_every_declaration_has_its_source() -> None:
@@ -161,6 +167,7 @@ async def test_the_workflows_close_writes_what_the_hot_paths_finalize_writes(
             input_tokens=7,
             output_tokens=3,
             cached_input_tokens=2,
+            cache_write_input_tokens=4,
             estimated_cost_usd=Decimal("0.00012"),
             latency_ms=40,
             time_to_first_token_ms=9,
@@ -209,4 +216,48 @@ async def test_the_workflows_close_writes_what_the_hot_paths_finalize_writes(
     assert columns["deployment_id"] == (str, "rf/b")
     assert columns["close_reason"] == (str, "completed")
     assert columns["estimated_cost_usd"] == (Decimal, Decimal("0.00012"))
+    # The cache writes the provider reported are the receipt's own count (migration 0017): the
+    # reconciler prices them and a replay reports them; no close path wrote them before.
+    assert columns["cache_write_input_tokens"] == (int, 4)
     assert [t for t, _ in written] == ["ModelInvoked", "ModelFallbackUsed"]
+
+
+def test_model_invoked_carries_a_cost_in_fixed_point() -> None:
+    """A Decimal's own text is scientific for small amounts: the payload said `8.0E-7` for a
+    tiny call and `0E-8` for a free one, which usage accounting read as text, not a number."""
+    data, now = _input("t"), datetime.now(UTC)
+    for cost, text in ((Decimal("0.00000080"), "0.00000080"), (Decimal("0E-8"), "0.00000000")):
+        summary = InvocationSummary(
+            invocation_id=data.invocation_id,
+            outcome=InvocationOutcome.COMPLETED,
+            usage_status=UsageStatus.REPORTED,
+            estimated_cost_usd=cost,
+        )
+        receipt = {**receipt_fields.claim_values(data, "rf/a", now)}
+        receipt.update(receipt_fields.close_values(summary, now))
+        assert receipt_fields.model_invoked(receipt)["payload"]["estimatedCostUsd"] == text
+
+
+async def test_a_receipts_cost_reads_in_fixed_point_through_the_api(
+    http: httpx.AsyncClient,
+    sessions: async_sessionmaker[AsyncSession],
+    token_for: TokenFactory,
+    tenant: str,
+) -> None:
+    """A zero-priced call (NUMERIC(18, 8) reads back as `0E-8`) and a tiny one (`8.0E-7`):
+    the REST receipt, as ModelInvoked, writes them as plain decimals."""
+    run = uuid.uuid4()
+    for cost, at in ((Decimal("0"), 0), (Decimal("0.0000008"), 1)):
+        await add_receipt(
+            sessions,
+            tenant=tenant,
+            deployment_id="rf/cost",
+            started_at=datetime(2026, 12, 1, 0, 0, at, tzinfo=UTC),
+            usage_status=UsageStatus.REPORTED,
+            estimated_cost_usd=cost,
+            run_id=run,
+        )
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    listed = await http.get(f"/factory/runs/{run}/model-receipts", headers=auth)
+    assert listed.status_code == 200, listed.text
+    assert [r["estimatedCostUsd"] for r in listed.json()] == ["0.00000000", "0.00000080"]

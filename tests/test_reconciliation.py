@@ -10,6 +10,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
+from typing import NamedTuple
 
 import httpx
 import pytest
@@ -64,6 +65,7 @@ SONNET = PriceEntry.model_validate(
         "inputUsdPerMtok": "3",
         "outputUsdPerMtok": "15",
         "cachedInputUsdPerMtok": "0.3",
+        "cacheWriteUsdPerMtok": "3.75",
         "effectiveFrom": "2026-01-01",
     }
 )
@@ -74,7 +76,26 @@ async def auth(token_for: TokenFactory, tenant: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {await token_for(tenant)}"}
 
 
-def _sources(settings: Settings, server: StatementServer, mp: pytest.MonkeyPatch) -> Settings:
+class Keys(NamedTuple):
+    """A test's own provider keys: the provider's key ids and the endpointRefs they map to.
+    A provider-wide bucket is shared out less the known usage of every tenant on its key, so
+    tests sharing a key and an hour (AS_OF) would each count the others' receipts."""
+
+    openai_ref: str
+    openai_id: str
+    anthropic_ref: str
+    anthropic_id: str
+
+
+@pytest.fixture
+def keys() -> Keys:
+    tag = uuid.uuid4().hex[:8].upper()
+    return Keys(f"env:OPENAI_KEY_{tag}", f"key_{tag}", f"env:ANTHROPIC_KEY_{tag}", f"ak_{tag}")
+
+
+def _sources(
+    settings: Settings, server: StatementServer, mp: pytest.MonkeyPatch, keys: Keys
+) -> Settings:
     for name in ("MR_TEST_OPENAI_ADMIN", "MR_TEST_ANTHROPIC_ADMIN"):
         mp.setenv(name, ADMIN_KEY)
         mp.setenv(f"{name}_BASE_URL", server.base_url)
@@ -82,9 +103,9 @@ def _sources(settings: Settings, server: StatementServer, mp: pytest.MonkeyPatch
         update={
             "temporal_task_queue": f"reconcile-{uuid.uuid4().hex[:8]}",
             "statements_openai_admin_ref": "env:MR_TEST_OPENAI_ADMIN",
-            "statements_openai_key_refs": {"key_A": "env:OPENAI_KEY_A"},
+            "statements_openai_key_refs": {keys.openai_id: keys.openai_ref},
             "statements_anthropic_admin_ref": "env:MR_TEST_ANTHROPIC_ADMIN",
-            "statements_anthropic_key_refs": {"apikey_A": "env:ANTHROPIC_KEY_A"},
+            "statements_anthropic_key_refs": {keys.anthropic_id: keys.anthropic_ref},
         }
     )
 
@@ -117,15 +138,16 @@ async def test_provider_statements_settle_receipts_with_tokens_and_cost_once(
     sessions: async_sessionmaker[AsyncSession],
     temporal_client: Client,
     monkeypatch: pytest.MonkeyPatch,
+    keys: Keys,
 ) -> None:
-    await register(http, auth, "oa/gpt-4o", model="gpt-4o", endpointRef="env:OPENAI_KEY_A")
+    await register(http, auth, "oa/gpt-4o", model="gpt-4o", endpointRef=keys.openai_ref)
     await register(
         http,
         auth,
         "an/sonnet",
         provider="anthropic",
         model="claude-sonnet-4",
-        endpointRef="env:ANTHROPIC_KEY_A",
+        endpointRef=keys.anthropic_ref,
     )
     book = {
         "revision": "2026-11",
@@ -191,21 +213,22 @@ async def test_provider_statements_settle_receipts_with_tokens_and_cost_once(
     )
 
     async with StatementServer(admin_key=ADMIN_KEY, page_size=8) as server:
+        gpt_id, sonnet_id = keys.openai_id, keys.anthropic_id
         server.openai = [
             # 100 reported + 900 unexplained input, 150 unexplained output, 150 cached.
-            Usage(at[0], "gpt-4o-2024-08-06", "key_A", {"input_tokens": 1000, "output_tokens": 160,
-                                                          "input_cached_tokens": 150}),
+            Usage(at[0], "gpt-4o-2024-08-06", gpt_id, {"input_tokens": 1000, "output_tokens": 160,
+                                                       "input_cached_tokens": 150}),
             Usage(at[1], "gpt-4o-2024-08-06", "key_other", {"input_tokens": 10**6}),
-            Usage(at[1], "gpt-4o-2024-08-06", "key_A", {"input_tokens": 10**6}, "batch"),
+            Usage(at[1], "gpt-4o-2024-08-06", gpt_id, {"input_tokens": 10**6}, "batch"),
         ]  # fmt: skip
         server.anthropic = [
-            Usage(at[4], "claude-sonnet-4-20250514", "apikey_A", {"uncached_input_tokens": 400,
+            Usage(at[4], "claude-sonnet-4-20250514", sonnet_id, {"uncached_input_tokens": 400,
                   "cache_read_input_tokens": 200, "cache_creation_5m": 100,
                   "cache_creation_1h": 100, "output_tokens": 120}),
-            Usage(at[4], "claude-sonnet-4-20250514", "apikey_A", {"output_tokens": 10**6},
+            Usage(at[4], "claude-sonnet-4-20250514", sonnet_id, {"output_tokens": 10**6},
                   "batch"),
         ]  # fmt: skip
-        reconcile_settings = _sources(settings, server, monkeypatch)
+        reconcile_settings = _sources(settings, server, monkeypatch, keys)
         worker = build_worker(temporal_client, reconcile_settings, sessions)
 
         async def run() -> ReconciliationReport:
@@ -248,10 +271,24 @@ async def test_provider_statements_settle_receipts_with_tokens_and_cost_once(
     for rid in sonnet:
         r = rows[rid]
         assert (r.input_tokens, r.output_tokens, r.cached_input_tokens) == (400, 60, 100)
+        # The bucket's 200 cache writes (5-minute and 1-hour) at the write price, not as input:
+        # settled receipts were priced below the bill.
+        assert r.cache_write_input_tokens == 100
         assert r.estimated_cost_usd == estimate_cost_usd(
-            SONNET, input_tokens=400, output_tokens=60, cached_input_tokens=100
+            SONNET,
+            input_tokens=400,
+            output_tokens=60,
+            cached_input_tokens=100,
+            cache_write_input_tokens=100,
         )
         assert r.statement_ref and r.statement_ref.startswith("anthropic-usage/")
+    async with sessions() as session:
+        records = await session.scalars(
+            select(ReceiptReconciliationRow).where(
+                col(ReceiptReconciliationRow.invocation_id).in_(sonnet)
+            )
+        )
+        assert [r.cache_write_input_tokens for r in records.all()] == [100, 100]
 
     events = await invoked_events(sessions, tenant)
     by_invocation = {e.payload["invocationId"]: e.payload for e in events}
@@ -277,12 +314,13 @@ async def test_an_embedding_receipt_settles_from_the_embeddings_usage(
     sessions: async_sessionmaker[AsyncSession],
     temporal_client: Client,
     monkeypatch: pytest.MonkeyPatch,
+    keys: Keys,
 ) -> None:
     """OpenAI reports embeddings apart from completions, and only completions were read: an
     embedding receipt (a bulk ingestion's 429s, a timeout) never matched a line and stayed
     Unknown, in usage_unknown, until its lookback passed."""
     model = "text-embedding-3-small"
-    await register(http, auth, "oa/embed", model=model, endpointRef="env:OPENAI_KEY_A")
+    await register(http, auth, "oa/embed", model=model, endpointRef=keys.openai_ref)
     price = {"provider": "openai", "model": model, "inputUsdPerMtok": "0.02"}
     entry = {**price, "outputUsdPerMtok": "0", "effectiveFrom": "2026-01-01"}
     book = {"revision": "2026-11", "entries": [entry]}
@@ -296,8 +334,8 @@ async def test_an_embedding_receipt_settles_from_the_embeddings_usage(
         usage_status=UsageStatus.UNKNOWN,
     )
     async with StatementServer(admin_key=ADMIN_KEY, page_size=8) as server:
-        server.openai_embeddings = [Usage(at, model, "key_A", {"input_tokens": 420})]
-        reconcile_settings = _sources(settings, server, monkeypatch)
+        server.openai_embeddings = [Usage(at, model, keys.openai_id, {"input_tokens": 420})]
+        reconcile_settings = _sources(settings, server, monkeypatch, keys)
         async with build_worker(temporal_client, reconcile_settings, sessions):
             report = await _reconcile(temporal_client, reconcile_settings, tenant)
     assert report.failed_sources == {} and report.settled == 1
@@ -312,6 +350,7 @@ async def test_a_failing_statement_source_is_retried_with_exponential_backoff(
     sessions: async_sessionmaker[AsyncSession],
     tenant: str,
     monkeypatch: pytest.MonkeyPatch,
+    keys: Keys,
 ) -> None:
     """Time-skipping: three failures cost 60 + 120 + 240 s of workflow time, not of ours; a
     refused credential is not retried and the run goes on without that source."""
@@ -320,7 +359,7 @@ async def test_a_failing_statement_source_is_retried_with_exponential_backoff(
         StatementServer(admin_key=ADMIN_KEY, fail_next=3, page_size=50) as server,
         httpx.AsyncClient(timeout=10) as statements_http,
     ):
-        source_settings = _sources(settings, server, monkeypatch).model_copy(
+        source_settings = _sources(settings, server, monkeypatch, keys).model_copy(
             update={"statements_anthropic_admin_ref": None}
         )
         acts = ReconciliationActivities(
@@ -389,6 +428,7 @@ async def test_a_settlement_whose_cost_a_receipt_cannot_hold_is_settled_with_the
     sessions: async_sessionmaker[AsyncSession],
     temporal_client: Client,
     monkeypatch: pytest.MonkeyPatch,
+    keys: Keys,
 ) -> None:
     # 1.5 million tokens at the largest price a revision holds cost 1.5e10 USD, past the
     # receipt's NUMERIC(18, 8): the settlement failed in the store on every pass, and so did
@@ -399,7 +439,7 @@ async def test_a_settlement_whose_cost_a_receipt_cannot_hold_is_settled_with_the
         auth,
         "oa/gpt-4o",
         model="gpt-4o",
-        endpointRef="env:OPENAI_KEY_A",
+        endpointRef=keys.openai_ref,
         contextWindowTokens=2_000_000,
     )
     top = GPT.model_copy(update={"input_usd_per_mtok": Decimal("9999999999.99999999")})
@@ -418,10 +458,12 @@ async def test_a_settlement_whose_cost_a_receipt_cannot_hold_is_settled_with_the
     ]
     async with StatementServer(admin_key=ADMIN_KEY, page_size=8) as server:
         server.openai = [
-            Usage(hour, "gpt-4o-2024-08-06", "key_A", {"input_tokens": 1_500_000}),
-            Usage(hour + timedelta(hours=1), "gpt-4o-2024-08-06", "key_A", {"input_tokens": 10}),
+            Usage(hour, "gpt-4o-2024-08-06", keys.openai_id, {"input_tokens": 1_500_000}),
+            Usage(
+                hour + timedelta(hours=1), "gpt-4o-2024-08-06", keys.openai_id, {"input_tokens": 10}
+            ),
         ]
-        reconcile_settings = _sources(settings, server, monkeypatch)
+        reconcile_settings = _sources(settings, server, monkeypatch, keys)
         async with build_worker(temporal_client, reconcile_settings, sessions):
             report = await _reconcile(temporal_client, reconcile_settings, tenant)
     assert report.failed_sources == {} and report.settled == 2
@@ -441,11 +483,12 @@ async def test_a_bucket_past_its_receipts_windows_is_left_unattributed(
     sessions: async_sessionmaker[AsyncSession],
     temporal_client: Client,
     monkeypatch: pytest.MonkeyPatch,
+    keys: Keys,
 ) -> None:
     """Probes, evaluations and other users of the key write no receipts: a bucket of their
     tokens went whole to the one receipt awaiting."""
     await register(
-        http, auth, "oa/gpt-4o", model="gpt-4o", endpointRef="env:OPENAI_KEY_A",
+        http, auth, "oa/gpt-4o", model="gpt-4o", endpointRef=keys.openai_ref,
         contextWindowTokens=128_000,
     )  # fmt: skip
     book = {"revision": "2026-11", "entries": [GPT.model_dump(mode="json", by_alias=True)]}
@@ -457,8 +500,10 @@ async def test_a_bucket_past_its_receipts_windows_is_left_unattributed(
     )  # fmt: skip
     before = metrics.reconcile_unattributed_tokens.value({"direction": "input"})
     async with StatementServer(admin_key=ADMIN_KEY, page_size=8) as server:
-        server.openai = [Usage(hour, "gpt-4o-2024-08-06", "key_A", {"input_tokens": 30_000_000})]
-        reconcile_settings = _sources(settings, server, monkeypatch)
+        server.openai = [
+            Usage(hour, "gpt-4o-2024-08-06", keys.openai_id, {"input_tokens": 30_000_000})
+        ]
+        reconcile_settings = _sources(settings, server, monkeypatch, keys)
         async with build_worker(temporal_client, reconcile_settings, sessions):
             report = await _reconcile(temporal_client, reconcile_settings, tenant)
     assert report.settled == 1 and report.unattributed_input_tokens == 30_000_000 - 128_000
@@ -521,10 +566,11 @@ async def test_a_day_that_keeps_failing_is_reported_and_the_days_after_it_are_st
     settings: Settings,
     sessions: async_sessionmaker[AsyncSession],
     tenant: str,
+    keys: Keys,
 ) -> None:
     """Time-skipping: the failing day's ten attempts back off in workflow time. Retried for
     ever, the run never reached the next day, and the schedule's runs all stopped at it."""
-    await register(http, auth, "oa/gpt-4o", model="gpt-4o", endpointRef="env:OPENAI_KEY_A")
+    await register(http, auth, "oa/gpt-4o", model="gpt-4o", endpointRef=keys.openai_ref)
     await add_receipt(
         sessions,
         tenant=tenant,
@@ -611,10 +657,11 @@ async def test_an_open_receipt_is_left_to_its_close_and_settled_once_closed(
     tenant: str,
     settings: Settings,
     sessions: async_sessionmaker[AsyncSession],
+    keys: Keys,
 ) -> None:
     # A call still running past the settle delay (or its close waiting on the store): settled,
     # its close then wrote its own usage over the settlement, and the next pass settled it again.
-    await register(http, auth, "oa/open", model="gpt-4o", endpointRef="env:OPENAI_KEY_A")
+    await register(http, auth, "oa/open", model="gpt-4o", endpointRef=keys.openai_ref)
     hour = AS_OF - timedelta(hours=2)
     running = await add_receipt(
         sessions,

@@ -332,6 +332,40 @@ def test_cached_tokens_never_exceed_the_input_share() -> None:
         assert c <= i
 
 
+def test_cache_writes_are_shared_with_the_input_and_never_past_the_uncached_input() -> None:
+    """Anthropic's statement names its cache writes apart (billed dearer): they were folded
+    into plain input, and the settled cost priced them as such."""
+    receipts = [receipt(1), receipt(2), receipt(3)]
+    result = plan([bucket(30, 9, 10, cache_write_input_tokens=20)], receipts)
+    written = {s.invocation_id: s.cache_write_input_tokens for s in result.settlements}
+    # Inputs 10 each, reads 4, 3, 3, writes 7, 7, 6 by the input weights: the first's write
+    # share takes what its read left of its input, 6.
+    assert tokens(result.settlements) == {
+        "inv-01": (10, 3, 4),
+        "inv-02": (10, 3, 3),
+        "inv-03": (10, 3, 3),
+    }
+    assert written == {"inv-01": 6, "inv-02": 7, "inv-03": 6}
+    # Known writes explain the bucket's as known input explains its input.
+    known = receipt(4, UsageStatus.REPORTED, input_tokens=10, cache_write_input_tokens=8)
+    again = plan([bucket(20, 0, 0, cache_write_input_tokens=10)], [receipt(1), known])
+    assert [(s.input_tokens, s.cache_write_input_tokens) for s in again.settlements] == [(10, 2)]
+    exact = bucket(
+        50,
+        5,
+        10,
+        cache_write_input_tokens=30,
+        provider_request_id="req_w",
+        bucket_start=None,
+        bucket_end=None,
+        model=None,
+    )
+    by_id = plan([exact], [receipt(1, provider_request_id="req_w")]).settlements
+    assert [(s.rule, s.cached_input_tokens, s.cache_write_input_tokens) for s in by_id] == [
+        (Rule.REQUEST_ID, 10, 30)
+    ]
+
+
 def test_a_tenants_own_statement_goes_before_the_providers_and_is_not_counted_twice() -> None:
     receipts = [receipt(1), receipt(2)]
     own = bucket(
@@ -371,6 +405,16 @@ def test_csv_and_json_lines_parse_to_statement_lines() -> None:
         ' "model": "m", "inputTokens": 5, "outputTokens": 6, "cachedInputTokens": 5}\n'
     )
     assert [n for n, _ in parse(jsonl, JSONL)] == [1, 3]
+    # Cache writes, a part of the input as cache reads are, ride along for the price.
+    written = (
+        "provider,providerRequestId,inputTokens,outputTokens,cachedInputTokens,"
+        "cacheWriteInputTokens\nvllm,req-w,100,3,40,60\n"
+    )
+    (line,) = statement_lines(import_id, "t1", parse(written, CSV))
+    assert (line.cached_input_tokens, line.cache_write_input_tokens) == (40, 60)
+    with pytest.raises(StatementFileError) as caught:
+        parse(written.replace(",60", ",61"), CSV)
+    assert [(e.line, e.field) for e in caught.value.errors] == [(2, "cacheWriteInputTokens")]
 
 
 @pytest.mark.parametrize(

@@ -766,9 +766,11 @@ async def test_cache_writes_are_reported_whole_and_streamed(
         assert response.usage is not None
         details = response.usage.input_tokens_details
         assert 0 < details.cache_write_tokens <= response.usage.input_tokens, response.usage
-    # A replay, from the receipt, which keeps no separate count of cache writes: 0.
+    # A replay, from the receipt, which keeps the count of cache writes: as the live answer.
+    assert whole.usage is not None
+    assert row.cache_write_input_tokens == whole.usage.input_tokens_details.cache_write_tokens
     again = await client.responses.create(**keyed)
-    assert again.usage is not None and again.usage.input_tokens_details.cache_write_tokens == 0
+    assert again.usage == whole.usage
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
 from api.console.session import CSRF_FIELD, Operator
+from domain.amounts import decimal_text
 
 HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=HERE / "templates")
@@ -26,7 +27,7 @@ def usd(value: object) -> str:
     if value is None:
         return "—"
     amount = Decimal(str(value)).quantize(Decimal("0.00000001"))
-    whole, _, places = f"{amount:f}".partition(".")
+    whole, _, places = decimal_text(amount).partition(".")
     return f"{whole}.{places.rstrip('0').ljust(2, '0')}"
 
 

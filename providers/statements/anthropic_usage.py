@@ -10,9 +10,11 @@ GET /v1/organizations/usage_report/messages?starting_at=<RFC 3339>&ending_at=<RF
    "api_key_id": …, "workspace_id": …, "service_tier": …, "context_window": …}]}],
    "has_more": …, "next_page": …}
 
-Receipts count every prompt token as input with the cache reads as the cached part, so input
-is uncached + cache reads + cache writes, and cached is the cache reads. Batch-tier usage is
-left out: the router never submits message batches.
+Receipts count every prompt token as input with the cache reads as the cached part and the
+cache writes as their own part, so input is uncached + cache reads + cache writes (5-minute and
+1-hour alike), cached is the cache reads and the writes are priced apart: folded into plain
+input, a settled receipt's writes were priced below the bill. Batch-tier usage is left out: the
+router never submits message batches.
 """
 
 from __future__ import annotations
@@ -123,6 +125,7 @@ class AnthropicUsageSource:
                     input_tokens=as_int(result.get("uncached_input_tokens")) + cache_read + written,
                     output_tokens=as_int(result.get("output_tokens")),
                     cached_input_tokens=cache_read,
+                    cache_write_input_tokens=written,
                 )
             )
         return out

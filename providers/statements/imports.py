@@ -4,8 +4,9 @@ header row, or JSON lines, one usage record per row, token counts only.
 Fields (camelCase, as every JSON body of the API): `provider`; either `providerRequestId`, or
 `bucketStart` (RFC 3339 with a zone, aligned to the width) + `bucketWidth` (`1m`, `1h`, `1d`) +
 `model` [+ `key`, the endpointRef whose credential was billed]; `inputTokens`, `outputTokens`
-[, `cachedInputTokens`, part of the input]. Any other field is refused, so no prompt or output
-can ride along. A file is all or nothing: one bad row and nothing is imported.
+[, `cachedInputTokens` (cache reads) and `cacheWriteInputTokens` (cache writes), parts of the
+input]. Any other field is refused, so no prompt or output can ride along. A file is all or
+nothing: one bad row and nothing is imported.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from domain.deployments import looks_like_credential
+from domain.deployments import PROVIDER_NAME, looks_like_credential
 from domain.provider_reports import TOKEN_COUNT_MAX
 from domain.statements import WIDTHS, BucketWidth, StatementLine
 
@@ -55,7 +56,7 @@ BUCKET_YEARS = range(1970, 9999)
 class ImportRow(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
 
-    provider: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")
+    provider: str = Field(pattern=PROVIDER_NAME)
     provider_request_id: str | None = Field(
         default=None, alias="providerRequestId", min_length=1, max_length=200
     )
@@ -66,6 +67,9 @@ class ImportRow(BaseModel):
     input_tokens: int = Field(alias="inputTokens", ge=0, le=TOKEN_COUNT_MAX)
     output_tokens: int = Field(alias="outputTokens", ge=0, le=TOKEN_COUNT_MAX)
     cached_input_tokens: int = Field(default=0, alias="cachedInputTokens", ge=0, le=TOKEN_COUNT_MAX)
+    cache_write_input_tokens: int = Field(
+        default=0, alias="cacheWriteInputTokens", ge=0, le=TOKEN_COUNT_MAX
+    )
 
 
 class RowError(BaseModel):
@@ -119,6 +123,10 @@ def _cross_checks(row: ImportRow) -> list[tuple[str, str]]:
     problems: list[tuple[str, str]] = []
     if row.cached_input_tokens > row.input_tokens:
         problems.append(("cachedInputTokens", "cached input tokens are part of inputTokens"))
+    elif row.cached_input_tokens + row.cache_write_input_tokens > row.input_tokens:
+        problems.append(
+            ("cacheWriteInputTokens", "cache reads and writes are parts of inputTokens")
+        )
     if row.key is not None and looks_like_credential(row.key):
         problems.append(("key", "key names the endpointRef, never a credential"))
     if row.provider_request_id is not None:
@@ -199,6 +207,7 @@ def statement_lines(
                 input_tokens=row.input_tokens,
                 output_tokens=row.output_tokens,
                 cached_input_tokens=row.cached_input_tokens,
+                cache_write_input_tokens=row.cache_write_input_tokens,
             )
         )
     return lines
