@@ -26,7 +26,7 @@ from activities.secret_policy import endpoint_broker
 from activities.sweeper import SweeperActivities
 from activities.webhook_polls import WebhookPolls
 from activities.webhook_runs import keep_deliveries
-from activities.webhook_types import polls_queue
+from activities.webhook_types import deliveries_queue, polls_queue
 from activities.webhooks import WebhookActivities, delivery_settings
 from core import metrics, tracing
 from core.logging import configure_logging
@@ -54,6 +54,12 @@ log = logging.getLogger("model_router.worker")
 # between looks (one statement a poll interval), not work, so the bound is the statements a
 # second the database takes: 2,048 idle subscriptions at 2 s are some 1,000 a second.
 WEBHOOK_POLL_SLOTS = 2048
+# Deliveries one worker runs at once, on their own queue (activities/webhook_types.py,
+# `deliveries_queue`): each holds a connection of the delivery client for up to its POST's
+# timeout, and that client keeps at most 100 (httpx's default), so more slots would only wait
+# for a connection inside their timeout. Past them, pages wait in Temporal's queue, each
+# subscription's in order; probes, lifecycle steps and evaluations no longer wait behind them.
+WEBHOOK_DELIVERY_SLOTS = 100
 
 WORKFLOWS = [
     DeploymentLifecycleWorkflow,
@@ -86,14 +92,7 @@ def build_worker(
     adapters: AdapterPool | None = None,
 ) -> Worker:
     lifecycle = LifecycleActivities(sessions)
-    # Webhook receivers are third parties: never follow their redirects.
-    webhooks = WebhookActivities(
-        sessions,
-        http or httpx.AsyncClient(follow_redirects=False),
-        delivery_settings(settings),
-        settings.webhook_allowed_private_networks,
-        settings.webhook_end_after_failing_hours,
-    )
+    webhooks = webhook_activities(settings, sessions, http)
     # Statement admin keys are the operator's settings; deployments' endpointRefs are bounded
     # by the allow-list (activities/secret_policy.py).
     broker = default_broker(allow_upstream=settings.allow_upstream_endpoints)
@@ -128,6 +127,7 @@ def build_worker(
             lifecycle.check_approval,
             # Histories from before the long poll look once, on this queue.
             WebhookPolls(sessions, delivery_settings(settings)).pending,
+            # Histories from before the deliveries' own queue deliver on this one.
             webhooks.deliver,
             webhooks.deliver_batch,
             webhooks.advance,
@@ -192,6 +192,37 @@ def build_webhook_poll_worker(
     )
 
 
+def webhook_activities(
+    settings: Settings,
+    sessions: async_sessionmaker[AsyncSession],
+    http: httpx.AsyncClient | None = None,
+) -> WebhookActivities:
+    # Webhook receivers are third parties: never follow their redirects.
+    return WebhookActivities(
+        sessions,
+        http or httpx.AsyncClient(follow_redirects=False),
+        delivery_settings(settings),
+        settings.webhook_allowed_private_networks,
+        settings.webhook_end_after_failing_hours,
+    )
+
+
+def build_webhook_delivery_worker(
+    client: Client, settings: Settings, sessions: async_sessionmaker[AsyncSession]
+) -> Worker:
+    """The subscriptions' deliveries, on a queue of their own with slots of their own
+    (WEBHOOK_DELIVERY_SLOTS): receivers are third parties, and on the shared queue a few slow
+    ones held the slots probes, lifecycle steps and evaluations wait for."""
+    webhooks = webhook_activities(settings, sessions)
+    return Worker(
+        client,
+        task_queue=deliveries_queue(settings.temporal_task_queue),
+        activities=[webhooks.deliver, webhooks.deliver_batch],
+        max_concurrent_activities=WEBHOOK_DELIVERY_SLOTS,
+        graceful_shutdown_timeout=timedelta(seconds=20),
+    )
+
+
 def build_closer_worker(
     client: Client, settings: Settings, sessions: async_sessionmaker[AsyncSession]
 ) -> Worker:
@@ -239,7 +270,8 @@ async def run(settings: Settings) -> None:
     invocations = build_invocation_worker(client, settings, sessions)
     closers = build_closer_worker(client, settings, sessions)
     polls = build_webhook_poll_worker(client, settings, sessions)
-    polling += [worker, invocations, closers, polls]
+    deliveries = build_webhook_delivery_worker(client, settings, sessions)
+    polling += [worker, invocations, closers, polls, deliveries]
     rotation.start()
     # Every active webhook subscription has its delivery running (activities/webhook_runs.py).
     upkeep = asyncio.create_task(keep_deliveries(lambda: worker.client, settings, sessions))
@@ -271,12 +303,13 @@ async def run(settings: Settings) -> None:
         await stack.enter_async_context(invocations)
         await stack.enter_async_context(closers)
         await stack.enter_async_context(polls)
+        await stack.enter_async_context(deliveries)
         log.info("worker polling task queue %s", settings.temporal_task_queue)
         await stop.wait()
         log.info("worker draining")
         # All at once, each within its 20 s: unwound by the stack, one drained after the other
         # (up to 40 s, past the platforms' grace) while the others kept taking new activities.
-        await asyncio.gather(*(w.shutdown() for w in (worker, invocations, closers, polls)))
+        await asyncio.gather(*(w.shutdown() for w in polling))
     await engine.dispose()
     log.info("worker stopped")
 

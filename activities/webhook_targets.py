@@ -15,10 +15,13 @@ import asyncio
 import contextlib
 import ipaddress
 import socket
+import threading
+import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 import httpx
 
@@ -138,12 +141,53 @@ RESOLVE_SECONDS = 5.0
 _RESOLVER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="webhook-dns")
 
 
+@dataclass(frozen=True)
+class _Lookup:
+    """A lookup of one host under way, shared by every caller for that host meanwhile."""
+
+    answer: Future[list[tuple[Any, ...]]]
+    deadline: float  # time.monotonic()
+
+
+# One lookup per host at a time: every delivery to a host resolves it again (DNS rebinding), so a
+# host whose DNS hangs, delivered to by many subscriptions or retried every few seconds, took a
+# thread per delivery, and with four of them every tenant's lookups waited behind that one
+# tenant's. Callers for a host wait on the lookup under way; once that is past its bound and
+# still running, they are refused at once rather than given another thread to hang.
+_LOOKUPS: dict[str, _Lookup] = {}
+_LOOKUPS_LOCK = threading.Lock()
+
+
+def _lookup(host: str, port: int) -> _Lookup:
+    with _LOOKUPS_LOCK:
+        under_way = _LOOKUPS.get(host)
+        if under_way is not None:
+            return under_way
+        # The port only fills in the answers' port fields, which are not read: one lookup serves
+        # every port of the host.
+        answer = _RESOLVER.submit(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
+        lookup = _Lookup(answer, time.monotonic() + RESOLVE_SECONDS)
+        _LOOKUPS[host] = lookup
+    answer.add_done_callback(partial(_forget, host, lookup))
+    return lookup
+
+
+def _forget(host: str, lookup: _Lookup, _: object) -> None:
+    with _LOOKUPS_LOCK:
+        if _LOOKUPS.get(host) is lookup:
+            del _LOOKUPS[host]
+
+
 async def _resolve(target: httpx.URL, host: str) -> list[Address]:
     port = target.port or (443 if target.scheme == "https" else 80)
-    lookup = partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
+    lookup = _lookup(host, port)
+    left = lookup.deadline - time.monotonic()
     try:
-        async with asyncio.timeout(RESOLVE_SECONDS):
-            infos = await asyncio.get_running_loop().run_in_executor(_RESOLVER, lookup)
+        if left <= 0:
+            raise TimeoutError  # its lookup timed out and still runs: no second thread for it
+        async with asyncio.timeout(left):
+            # Shielded: a caller that gives up does not cancel the lookup the others wait on.
+            infos = await asyncio.shield(asyncio.wrap_future(lookup.answer))
     except TimeoutError:
         raise TargetRefused(f"{host} did not resolve within {RESOLVE_SECONDS:g} s") from None
     except (OSError, UnicodeError):  # UnicodeError: a label empty or over 63 characters

@@ -30,6 +30,14 @@ def polls_queue(task_queue: str) -> str:
     return f"{task_queue}-webhook-polls"
 
 
+def deliveries_queue(task_queue: str) -> str:
+    """The queue of the deliveries themselves (`webhook_deliver_batch`, `webhook_deliver`),
+    beside the shared queue `task_queue` their workflows run on: there each POST held one of the
+    slots that probes, lifecycle steps, closes and evaluations take, for up to its timeout, and
+    a few tenants' slow receivers kept all of those waiting (worker.py bounds its own slots)."""
+    return f"{task_queue}-webhook-deliveries"
+
+
 class PendingInput(BaseModel):
     tenant_id: str
     subscription_id: str

@@ -80,7 +80,7 @@ class WebhookActivities:
     async def deliver(self, data: DeliverInput) -> None:
         async with self._sessions() as session:
             sub = await self._subscription(session, data.tenant_id, data.subscription_id)
-        if sub is None or not sub.active:
+        if sub is None or not sub.active or sub.signing_secret is None:
             return  # unsubscribed while this event was in flight: nothing to deliver to
         body = json.dumps(to_cloudevent(data.event), separators=(",", ":")).encode()
         timestamp = int(time.time())
@@ -100,7 +100,8 @@ class WebhookActivities:
             # the subscription is ended as its DELETE ends it, and its workflow with it. Retried,
             # a decommissioned receiver was called every minute, for ever.
             metrics.webhook_delivery_failures.add(1, {"tenant": data.tenant_id})
-            await self._note(data.tenant_id, sub, f"{GONE}: the subscription was ended", end=True)
+            ended = f"{GONE}: the subscription was ended"
+            await self._note(data.tenant_id, sub, ended, ended_at=data.event.position)
             return
         if failure is None:
             if sub.failing_since is not None:  # a write only when a failing streak ends
@@ -113,7 +114,7 @@ class WebhookActivities:
             metrics.webhook_delivery_failures.add(1, {"tenant": data.tenant_id})
             hours = self._end_after_failing_hours
             ended = f"{failure}; failing for {hours} h or more: the subscription was ended"
-            await self._note(data.tenant_id, sub, ended, end=True)
+            await self._note(data.tenant_id, sub, ended, ended_at=data.event.position)
             return
         # Every failure is retried (with backoff, by the workflow's policy): a receiver that
         # answers 4xx today may be fixed tomorrow, and order must not be broken by skipping.
@@ -132,8 +133,16 @@ class WebhookActivities:
         Temporal, about 100 ms: DESIGN §5), below one tenant's ModelInvoked events at the
         spec's 50 calls/s: it fell behind for good. Each event is bounded (its POST by the
         timeout, the rest by a margin), so the page ends within its own bound and no attempt of
-        it outlives that; a refusal ends it with how far it got, not with a retry."""
-        for index, event in enumerate(data.events):
+        it outlives that; a refusal ends it with how far it got, not with a retry.
+
+        It heartbeats before each event, with how many of the page are delivered: a worker
+        killed mid-page is seen gone at the heartbeat timeout (the event's bound and a little),
+        not at the page's start-to-close (some 12 minutes for 50 events, the subscription
+        stalled meanwhile), and the retry starts at the event under way then."""
+        for index in range(_resumed_at(len(data.events)), len(data.events)):
+            event = data.events[index]
+            if activity.in_activity():
+                activity.heartbeat(index)
             try:
                 async with asyncio.timeout(data.timeout_seconds + EVENT_MARGIN_SECONDS):
                     await self.deliver(
@@ -161,11 +170,16 @@ class WebhookActivities:
         return seconds
 
     async def _note(
-        self, tenant_id: str, sub: WebhookSubscriptionRow, failure: str | None, end: bool = False
+        self,
+        tenant_id: str,
+        sub: WebhookSubscriptionRow,
+        failure: str | None,
+        ended_at: int | None = None,
     ) -> None:
         """Record a failed attempt (or the end of a failing streak) on the subscription, as far
-        as the store lets: a delivery is never failed or sent again over it. `end`: the
-        subscription is ended too (its receiver is gone); that one is retried, by raising."""
+        as the store lets: a delivery is never failed or sent again over it. `ended_at`: the
+        subscription is ended too (its receiver is gone) at that event, which it did not
+        deliver; a write of that is retried, by raising."""
         try:
             async with transaction(self._sessions) as session:
                 subscriptions = WebhookSubscriptionRepository(session, tenant_id)
@@ -173,10 +187,14 @@ class WebhookActivities:
                     await subscriptions.delivery_recovered(sub.subscription_id)
                 else:
                     await subscriptions.delivery_failed(sub.subscription_id, failure)
-                if end:
+                if ended_at is not None:
+                    # Every event before this one was delivered (in order, the page's too): the
+                    # cursor says so, so that the subscription created again from it starts at
+                    # the event it ended on, and sends none of the page again.
+                    await subscriptions.advance(sub.subscription_id, ended_at - 1)
                     await subscriptions.deactivate(sub.subscription_id)
         except Exception as exc:
-            if end:
+            if ended_at is not None:
                 raise
             log.warning("webhook delivery state not recorded: %s", type(exc).__name__)
 
@@ -211,3 +229,16 @@ class WebhookActivities:
 
 def _uuid(value: str) -> uuid.UUID:
     return uuid.UUID(value)
+
+
+def _resumed_at(events: int) -> int:
+    """Where a page's attempt starts: past the events an earlier attempt heartbeat as
+    delivered (every one before the index it gave), else at the first."""
+    if not activity.in_activity():
+        return 0
+    details = activity.info().heartbeat_details
+    try:
+        done = int(details[0]) if details else 0
+    except (TypeError, ValueError):
+        return 0
+    return min(max(done, 0), events)

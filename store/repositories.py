@@ -248,11 +248,16 @@ class WebhookSubscriptionRepository(TenantRepository):
 
     async def deactivate(self, subscription_id: uuid.UUID) -> bool:
         """Whether there was such a subscription. Its delivery workflow sees it inactive at its
-        next look and ends."""
+        next look and ends. Its signing secrets go with it: nothing signs for it again (a
+        delivery already under way holds what it read), and none is ever shown again, so a
+        row kept for its history held a key to forge its receiver's deliveries for ever."""
         row = await self.get(subscription_id)
         if row is None:
             return False
         row.active = False
+        row.signing_secret = None
+        row.previous_signing_secret = None
+        row.previous_secret_until = None
         return True
 
     async def rotate_secret(
@@ -304,11 +309,16 @@ class WebhookSubscriptionRepository(TenantRepository):
         )
 
     async def advance(self, subscription_id: uuid.UUID, position: int) -> None:
-        """Move the delivery cursor forward, never back (a repeated write changes nothing)."""
+        """Move the delivery cursor forward, never back (a repeated write changes nothing), of
+        an active subscription only. An ended one (410, failing too long, deleted) stopped at an
+        event its receiver never took, and the workflow's advance past the whole page came
+        after: created again from its `deliveredPosition`, that event and the rest of its page
+        were passed over, silently."""
         await self.session.execute(
             update(WebhookSubscriptionRow)
             .where(col(WebhookSubscriptionRow.tenant_id) == self.tenant_id)
             .where(col(WebhookSubscriptionRow.subscription_id) == subscription_id)
+            .where(col(WebhookSubscriptionRow.active))
             .where(col(WebhookSubscriptionRow.delivered_position) < position)
             .values(delivered_position=position)
         )

@@ -279,6 +279,10 @@ class OutboxEventRow(SQLModel, table=True):
             postgresql_where=RUN_EVENTS_SQL,
             sqlite_where=RUN_EVENTS_SQL,
         ),
+        # A position is never taken twice (migration 0018). SQLite otherwise gives the largest
+        # rowid present plus one: once the prune deleted the newest events, the next took a
+        # position at or below a subscriber's cursor and was never delivered.
+        {"sqlite_autoincrement": True},
     )
 
     position: int | None = Field(default=None, primary_key=True, sa_type=BIGID)

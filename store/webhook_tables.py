@@ -19,7 +19,8 @@ class WebhookSubscriptionRow(SQLModel, table=True):
     tenant_id: str = Field(max_length=100, index=True)
     url: str = Field(max_length=2000)
     # Our own signing key for this receiver (not a provider credential); shown once at creation.
-    signing_secret: str = Field(max_length=200)
+    # NULL once the subscription has ended (store/repositories.py, `deactivate`; migration 0018).
+    signing_secret: str | None = Field(default=None, max_length=200)
     event_types: list[str] = Field(sa_column=sa.Column(sa.JSON, nullable=False))
     delivered_position: int = Field(default=0, sa_type=sa.BigInteger)
     active: bool = True

@@ -34,6 +34,7 @@ from tests.helpers.surfaces import Catalog, build_catalog
 from worker import (
     build_closer_worker,
     build_invocation_worker,
+    build_webhook_delivery_worker,
     build_webhook_poll_worker,
     build_worker,
     evaluation_adapters,
@@ -184,7 +185,8 @@ async def worker(
     invocations = build_invocation_worker(await connect(settings), settings, sessions)
     closers = build_closer_worker(temporal_client, settings, sessions)
     polls = build_webhook_poll_worker(temporal_client, settings, sessions)
-    async with w, invocations, closers, polls:
+    deliveries = build_webhook_delivery_worker(temporal_client, settings, sessions)
+    async with w, invocations, closers, polls, deliveries:
         yield
     await adapters.aclose()
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
+import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col, select
 from temporalio.client import Client
@@ -16,7 +18,7 @@ from temporalio.client import Client
 from core.schedules import sweep_input
 from core.settings import Settings
 from domain.sweep import SweepInput
-from store.db import create_engine, transaction
+from store.db import create_engine, session_factory, transaction
 from store.event_retention import prune_run_events
 from store.migrate import upgrade
 from store.tables import OutboxEventRow
@@ -145,3 +147,75 @@ async def test_the_prune_reads_run_events_by_age_not_the_whole_outbox() -> None:
     # event, and no walk of the primary key (the delete itself finds each row by it).
     assert "ix_outbox_run_events_age" in plan and "Sort" not in plan, plan
     assert "outbox_events_pkey on outbox_events_1" not in plan, plan
+
+
+async def test_a_position_the_prune_freed_is_never_taken_again(
+    store: async_sessionmaker[AsyncSession], tenant: str
+) -> None:
+    """SQLite gave a new row the largest rowid present plus one: with the newest event pruned,
+    the next one took its position again, at or below a subscriber's cursor, and was never
+    delivered. AUTOINCREMENT (migration 0018) hands every position out once; PostgreSQL's
+    sequence always did."""
+    async with transaction(store) as session:
+        newest = _event(tenant, "ModelInvoked", "p", OLD)
+        session.add(newest)
+    async with store() as session:
+        highest = int(await session.scalar(sa.select(sa.func.max(OutboxEventRow.position))) or 0)
+    assert newest.position == highest
+    async with transaction(store) as session:
+        await prune_run_events(session, NOW - timedelta(days=30), limit=1000)
+    async with transaction(store) as session:
+        after = _event(tenant, "ModelInvoked", "q", NOW)
+        session.add(after)
+    assert int(after.position or 0) > highest
+
+
+async def test_the_sqlite_outbox_rebuilt_keeps_its_rows_and_indexes(tmp_path: Path) -> None:
+    """Migration 0018 rebuilds SQLite's outbox with AUTOINCREMENT: every row and index kept,
+    and the next position past every cursor, as rows pruned before it may have stood above
+    those left."""
+    url = f"sqlite+aiosqlite:///{tmp_path}/outbox.db"
+    await asyncio.to_thread(upgrade, url, "0017")
+    engine = create_engine(url)
+    try:
+        async with engine.begin() as conn:
+            for n in (1, 2, 3):
+                await conn.execute(
+                    sa.insert(OutboxEventRow.__table__).values(  # type: ignore[attr-defined]
+                        event_id=uuid.uuid4(),
+                        tenant_id="t",
+                        event_type="ModelInvoked",
+                        topic="t",
+                        aggregate_type="Invocation",
+                        aggregate_id=str(n),
+                        payload={},
+                        occurred_at=OLD,
+                    )
+                )
+            # The newest pruned before the upgrade: a subscriber had delivered it.
+            await conn.execute(sa.text("DELETE FROM outbox_events WHERE position = 3"))
+            await conn.execute(
+                sa.text(
+                    "INSERT INTO webhook_subscriptions (subscription_id, tenant_id, url,"
+                    " signing_secret, event_types, delivered_position, active, created_at,"
+                    " failed_attempts) VALUES ('00000000000000000000000000000001', 't',"
+                    " 'https://example.com/hook', 's', '[]', 3, 1, '2026-01-01', 0)"
+                )
+            )
+        indexes = "SELECT name, sql FROM sqlite_master WHERE type = 'index'"
+        indexes += " AND tbl_name = 'outbox_events' ORDER BY name"
+        async with engine.connect() as conn:
+            before = (await conn.execute(sa.text(indexes))).all()
+        await asyncio.to_thread(upgrade, url)
+        async with engine.connect() as conn:
+            assert (await conn.execute(sa.text(indexes))).all() == before
+        async with transaction(session_factory(engine)) as session:
+            added = _event("t", "ModelInvoked", "4", NOW)
+            session.add(added)
+        async with engine.connect() as conn:
+            positions = (
+                await conn.scalars(sa.text("SELECT position FROM outbox_events ORDER BY 1"))
+            ).all()
+        assert positions == [1, 2, int(added.position or 0)] and positions[-1] > 3
+    finally:
+        await engine.dispose()

@@ -278,7 +278,11 @@ async def test_a_webhook_host_no_resolver_takes_is_a_422(
 
 
 async def test_deleting_a_subscription_stops_delivery_and_is_tenant_scoped(
-    http: httpx.AsyncClient, auth: dict[str, str], token_for: TokenFactory, tenant: str
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    token_for: TokenFactory,
+    tenant: str,
+    sessions: async_sessionmaker[AsyncSession],
 ) -> None:
     created = (
         await http.post(
@@ -298,6 +302,8 @@ async def test_deleting_a_subscription_stops_delivery_and_is_tenant_scoped(
     ).status_code == 204
     [row] = (await http.get("/factory/webhook-subscriptions", headers=auth)).json()
     assert row["active"] is False
+    # Nothing signs for it again: the row keeps no key to forge its receiver's deliveries.
+    await _holds_no_secret(sessions, sub)
 
     bad = await http.post(
         "/factory/webhook-subscriptions",
@@ -374,10 +380,15 @@ async def test_a_page_stops_at_an_event_refused_and_goes_on_in_order(
 
 
 async def test_a_receiver_that_answers_410_gone_ends_its_subscription(
-    http: httpx.AsyncClient, auth: dict[str, str], tenant: str, temporal_client: Client
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    temporal_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
 ) -> None:
     """Retried, a decommissioned receiver was called every minute, for ever; 410 is how a
-    Standard Webhooks receiver says it is gone."""
+    Standard Webhooks receiver says it is gone. Its cursor stops before the event refused, so
+    that the subscription created again from it (`startAfter`) starts there."""
     receiver = Receiver(port=free_port(), failing=True, failing_status=410)
     await receiver.start()
     try:
@@ -385,7 +396,7 @@ async def test_a_receiver_that_answers_410_gone_ends_its_subscription(
             "/factory/webhook-subscriptions", json={"url": receiver.url}, headers=auth
         )
         assert created.status_code == 201, created.text
-        sub = created.json()["subscriptionId"]
+        sub, start = created.json()["subscriptionId"], created.json()["deliveredPosition"]
         await register(http, auth, "gone/a")
 
         async def ended() -> bool:
@@ -396,6 +407,8 @@ async def test_a_receiver_that_answers_410_gone_ends_its_subscription(
         handle = temporal_client.get_workflow_handle(workflow_id(tenant, sub))
         await handle.result()  # its delivery ends: nothing calls the receiver again
         assert receiver.refused_while_failing == 1
+        await _stopped_before_the_event_refused(http, auth, start)
+        await _holds_no_secret(sessions, sub)
     finally:
         await receiver.stop()
 
@@ -409,7 +422,8 @@ async def test_a_receiver_failing_for_days_has_its_subscription_ended(
 ) -> None:
     """A receiver gone without a 410 (a 404, a host that no longer resolves) was retried for
     ever, its subscription holding every run event of its tenant from the retention prune.
-    Failing past WEBHOOK_END_AFTER_FAILING_HOURS (120), it is ended as a 410 ends it."""
+    Failing past WEBHOOK_END_AFTER_FAILING_HOURS (120), it is ended as a 410 ends it, its
+    cursor before the event it failed on."""
     receiver = Receiver(port=free_port(), failing=True, failing_status=404)
     await receiver.start()
     try:
@@ -417,7 +431,7 @@ async def test_a_receiver_failing_for_days_has_its_subscription_ended(
             "/factory/webhook-subscriptions", json={"url": receiver.url}, headers=auth
         )
         assert created.status_code == 201, created.text
-        sub = created.json()["subscriptionId"]
+        sub, start = created.json()["subscriptionId"], created.json()["deliveredPosition"]
         async with transaction(sessions) as session:
             await session.execute(
                 sa.update(WebhookSubscriptionRow)
@@ -433,8 +447,29 @@ async def test_a_receiver_failing_for_days_has_its_subscription_ended(
         row = await eventually(ended)
         assert "404" in row["lastError"] and "ended" in row["lastError"], row
         await temporal_client.get_workflow_handle(workflow_id(tenant, sub)).result()
+        await _stopped_before_the_event_refused(http, auth, start)
+        await _holds_no_secret(sessions, sub)
     finally:
         await receiver.stop()
+
+
+async def _stopped_before_the_event_refused(
+    http: httpx.AsyncClient, auth: dict[str, str], start: int
+) -> None:
+    """The ended subscription's cursor is just before the event its receiver refused (the
+    tenant's first after `start`): the workflow's advance past the whole page came after the
+    end, and a subscription created again from `deliveredPosition` passed that event over."""
+    page = (await http.get(f"/factory/events?after={start}", headers=auth)).json()
+    refused = int(page["events"][0]["sequence"])
+    [row] = (await http.get("/factory/webhook-subscriptions", headers=auth)).json()
+    assert row["deliveredPosition"] == refused - 1, (row, refused)
+
+
+async def _holds_no_secret(sessions: async_sessionmaker[AsyncSession], sub: str) -> None:
+    async with sessions() as session:
+        row = await session.get(WebhookSubscriptionRow, uuid.UUID(sub))
+    assert row is not None and not row.active
+    assert (row.signing_secret, row.previous_signing_secret) == (None, None)
 
 
 async def test_a_tenant_holds_at_most_its_share_of_subscriptions(

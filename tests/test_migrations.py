@@ -178,3 +178,38 @@ def test_alembics_environment_sees_every_table_module() -> None:
     modules = {f"store.{p.stem}" for p in store.glob("*.py") if "table=True" in p.read_text()}
     imported = set(re.findall(r"^import (store\.\w+)", env, re.MULTILINE))
     assert modules and modules - imported == set()
+
+
+async def test_subscriptions_ended_before_0018_keep_no_secret(tmp_path: Path) -> None:
+    """Migration 0018 lets an ended subscription's secret be NULL and clears those already
+    ended (deleted, or their receiver gone): nothing signs for them again. Active ones keep
+    theirs."""
+    url = f"sqlite+aiosqlite:///{tmp_path}/secrets.db"
+    await asyncio.to_thread(upgrade, url, "0017")
+    engine = create_engine(url)
+    try:
+        async with engine.begin() as conn:
+            for sub, active in (("1", 1), ("2", 0)):
+                await conn.execute(
+                    sa.text(
+                        "INSERT INTO webhook_subscriptions (subscription_id, tenant_id, url,"
+                        " signing_secret, previous_signing_secret, event_types,"
+                        " delivered_position, active, created_at, failed_attempts)"
+                        " VALUES (:id, 't', 'https://example.com/hook', 'whsec_x', 'whsec_y',"
+                        " '[]', 0, :active, '2026-01-01', 0)"
+                    ),
+                    {"id": sub.rjust(32, "0"), "active": active},
+                )
+        await asyncio.to_thread(upgrade, url)
+        async with engine.connect() as conn:
+            secrets = (
+                await conn.execute(
+                    sa.text(
+                        "SELECT active, signing_secret, previous_signing_secret"
+                        " FROM webhook_subscriptions ORDER BY subscription_id"
+                    )
+                )
+            ).all()
+    finally:
+        await engine.dispose()
+    assert [tuple(row) for row in secrets] == [(1, "whsec_x", "whsec_y"), (0, None, None)]

@@ -8,15 +8,18 @@ import asyncio
 import contextlib
 import ipaddress
 import socket
+import threading
 import uuid
 import zlib
 from datetime import UTC, datetime
+from typing import Any
 
 import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.exceptions import ApplicationError
 
+from activities import webhook_targets
 from activities.webhook_targets import Pinned, TargetRefused, pinned, post
 from activities.webhook_types import DeliverInput, DeliverySettings
 from activities.webhooks import WebhookActivities
@@ -25,6 +28,7 @@ from domain.webhook_targets import refusal
 from store.db import transaction
 from store.repositories import WebhookSubscriptionRepository
 from tests.conftest import free_port
+from tests.helpers.deadline import UNBOUNDED, eventually
 
 LOOPBACK = [ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128")]
 
@@ -271,3 +275,44 @@ async def test_delivery_checks_the_receiver_again_and_refuses_a_private_one(
                 ),
                 timeout=10,
             )
+
+
+async def test_a_host_whose_dns_hangs_holds_one_lookup_not_every_tenants(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Four deliveries to a name whose DNS never answers took the four lookup threads every
+    tenant shares, and every other name waited behind them to its bound. Now one lookup a host:
+    the others wait on it, and once past its bound, while it still runs, are refused at once
+    without another thread."""
+    release = threading.Event()
+    looked_up: list[str] = []
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host: str, port: Any, *args: Any, **kwargs: Any) -> Any:
+        looked_up.append(host)
+        if host == "slow.test":
+            release.wait(UNBOUNDED)  # a resolver that never answers
+            raise socket.gaierror(socket.EAI_AGAIN, "no answer")
+        return real("127.0.0.1", port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(webhook_targets, "RESOLVE_SECONDS", 1.0)
+    try:
+        slow = [asyncio.ensure_future(pinned("http://slow.test/hook", LOOPBACK)) for _ in range(6)]
+        await eventually(lambda: "slow.test" in looked_up)  # all six are under way
+        # Another tenant's name resolves meanwhile, well within its bound.
+        other = await pinned("http://fast.test:8080/hook", LOOPBACK)
+        assert other.urls == ["http://127.0.0.1:8080/hook"]
+        for refused in await asyncio.gather(*slow, return_exceptions=True):
+            assert isinstance(refused, TargetRefused), refused
+        # Its lookup past its bound and still running: refused at once, no second thread.
+        with pytest.raises(TargetRefused, match="did not resolve"):
+            await asyncio.wait_for(pinned("http://slow.test/other", LOOPBACK), 0.5)
+        assert looked_up.count("slow.test") == 1, looked_up
+    finally:
+        release.set()
+    # Once that lookup has ended, the host is looked up afresh (and still refused here).
+    await eventually(lambda: "slow.test" not in webhook_targets._LOOKUPS)
+    with pytest.raises(TargetRefused, match="does not resolve"):
+        await pinned("http://slow.test/hook", LOOPBACK)
+    assert looked_up.count("slow.test") == 2

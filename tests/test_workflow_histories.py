@@ -42,6 +42,14 @@ HISTORIES = Path(__file__).parent / "histories"
             "WebhookDelivery",
             WebhookDeliveryWorkflow,
         ),
+        # Before a page's activity heartbeat (patch page-heartbeat), recorded on 136f52a: a long
+        # poll finding a page of two events, the page delivered in one activity with no
+        # heartbeat timeout, the cursor moved, then the subscription gone.
+        (
+            "webhook_delivery_before_page_heartbeat.json",
+            "WebhookDelivery",
+            WebhookDeliveryWorkflow,
+        ),
         # Before a refused close was retried on the closers queue (patch
         # finalize-on-standalone-queue), recorded on 89805b4: the call's own close refused
         # (FINALIZE), then `finalize_receipt` on the workflow's own queue. (An activity's queue

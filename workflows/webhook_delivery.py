@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
         DeliverySettings,
         Pending,
         PendingInput,
+        deliveries_queue,
         polls_queue,
     )
 
@@ -36,6 +37,16 @@ LONG_POLL_PATCH = "pending-long-poll"
 # the silence after which its worker is taken for gone (it heartbeats every 5 s or sooner).
 IDLE_WAIT_SECONDS = 30.0
 WAIT_HEARTBEAT_TIMEOUT = timedelta(seconds=20)
+# Marks the histories where a page's activity heartbeats before each event, and is scheduled
+# with a heartbeat timeout: without one, a worker killed mid-page held the subscription for the
+# page's whole start-to-close. Past an event's own bound (its POST's timeout and a margin,
+# activities/webhooks.py) by a few seconds, so an event that takes all of it is not cut.
+PAGE_HEARTBEAT_PATCH = "page-heartbeat"
+PAGE_HEARTBEAT_SLACK_SECONDS = 5.0
+# Marks the histories where the deliveries run on a queue of their own (`deliveries_queue`),
+# not in the shared queue's slots. Before it they ran there, and a worker still serves them
+# there for those histories.
+DELIVERIES_QUEUE_PATCH = "deliveries-own-queue"
 
 
 @workflow.defn(name=DELIVERY_WORKFLOW)
@@ -78,9 +89,12 @@ class WebhookDeliveryWorkflow:
             # Each POST takes at most the timeout (activities/webhooks.py, `_post_seconds`).
             per_event = delivery.timeout_seconds + 5
             one_by_one = pending.events
+            own_queue = bool(pending.events) and workflow.patched(DELIVERIES_QUEUE_PATCH)
+            queue = deliveries_queue(workflow.info().task_queue) if own_queue else None
             if pending.events and workflow.patched(BATCH_PATCH):
                 # The page in one activity, up to the first event the receiver does not take;
                 # that one and the rest, one activity each, as before (retried with backoff).
+                beats = workflow.patched(PAGE_HEARTBEAT_PATCH)
                 delivered: Delivered = await workflow.execute_activity(
                     "webhook_deliver_batch",
                     DeliverBatchInput(
@@ -90,7 +104,13 @@ class WebhookDeliveryWorkflow:
                         timeout_seconds=delivery.timeout_seconds,
                     ),
                     result_type=Delivered,
+                    task_queue=queue,
                     start_to_close_timeout=timedelta(seconds=per_event * len(pending.events) + 5),
+                    heartbeat_timeout=(
+                        timedelta(seconds=per_event + PAGE_HEARTBEAT_SLACK_SECONDS)
+                        if beats
+                        else None
+                    ),
                     retry_policy=retry,
                 )
                 one_by_one = pending.events[delivered.count :]
@@ -103,6 +123,7 @@ class WebhookDeliveryWorkflow:
                         event=event,
                         timeout_seconds=delivery.timeout_seconds,
                     ),
+                    task_queue=queue,
                     start_to_close_timeout=timedelta(seconds=per_event),
                     retry_policy=retry,
                 )

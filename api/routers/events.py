@@ -217,9 +217,10 @@ async def create_subscription(
                     headers={"Retry-After": str(HIDDEN_WRITER_RETRY_SECONDS)},
                 ) from None
             start = start if settled is None else min(start, settled)
+        secret = new_secret()
         row = subscriptions.add(
             url=str(body.url),
-            signing_secret=new_secret(),
+            signing_secret=secret,
             event_types=event_types,
             delivered_position=start,
         )
@@ -241,7 +242,7 @@ async def create_subscription(
             "Temporal did not take the subscription's delivery; it was not created. Retry.",
             headers={"Retry-After": "5"},
         ) from None
-    return CreatedSubscription(**_view(row).model_dump(), signing_secret=row.signing_secret)
+    return CreatedSubscription(**_view(row).model_dump(), signing_secret=secret)
 
 
 async def _discard(
@@ -313,11 +314,12 @@ async def rotate_secret(
     receiver takes the new secret up with no delivery refused meanwhile. Its cursor, and
     events under way, are kept."""
     overlap = (body or RotateBody()).overlap_seconds
+    secret = new_secret()
     async with transaction(runtime.sessions) as session:
         row = await WebhookSubscriptionRepository(session, principal.tenant_id).rotate_secret(
-            subscriptionId, new_secret(), utcnow() + timedelta(seconds=overlap)
+            subscriptionId, secret, utcnow() + timedelta(seconds=overlap)
         )
         if row is None:
             raise Problem(404, f"No subscription {subscriptionId}.", field="subscriptionId")
         view = _view(row)
-    return CreatedSubscription(**view.model_dump(), signing_secret=row.signing_secret)
+    return CreatedSubscription(**view.model_dump(), signing_secret=secret)

@@ -29,6 +29,7 @@ from core.temporal_dev_server import dynamic_config_args
 from worker import (
     build_closer_worker,
     build_invocation_worker,
+    build_webhook_delivery_worker,
     build_webhook_poll_worker,
     build_worker,
     evaluation_adapters,
@@ -73,15 +74,16 @@ async def workers(
     settings: Settings, sessions: async_sessionmaker[AsyncSession]
 ) -> AsyncIterator[Client]:
     """The standalone worker's workers of `settings` (shared, invocations, closers, webhook
-    polls), on their own connections; yields a client for the test's own use."""
+    polls and deliveries), on their own connections; yields a client for the test's own use."""
     client = await connect(settings)
     adapters = evaluation_adapters(settings)
     shared = build_worker(client, settings, sessions, adapters=adapters)
     invocations = build_invocation_worker(await connect(settings), settings, sessions)
     closers = build_closer_worker(client, settings, sessions)
     polls = build_webhook_poll_worker(client, settings, sessions)
+    deliveries = build_webhook_delivery_worker(client, settings, sessions)
     try:
-        async with shared, invocations, closers, polls:
+        async with shared, invocations, closers, polls, deliveries:
             yield client
     finally:
         await adapters.aclose()
