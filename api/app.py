@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -36,6 +37,7 @@ from core import metrics as instruments
 from core.logging import configure_logging
 from core.security import TokenVerifier
 from core.settings import Settings, get_settings
+from core.settings_rules import open_metrics
 
 
 def create_app(settings: Settings | None = None, temporal_client: Client | None = None) -> FastAPI:
@@ -43,6 +45,8 @@ def create_app(settings: Settings | None = None, temporal_client: Client | None 
     if settings.auth_algorithm == "HS256" and settings.auth_jwt_secret is None:
         raise RuntimeError("MODEL_ROUTER_AUTH_JWT_SECRET must be set (HS256 signing key)")
     configure_logging(settings.log_level, json_lines=settings.log_json)
+    if (warning := open_metrics(settings, served=settings.metrics_enabled)) is not None:
+        logging.getLogger("model_router.api").warning(warning)
     tracing.configure_exporters(
         service_name="model-router", otlp_endpoint=settings.otlp_traces_endpoint
     )

@@ -1,14 +1,38 @@
 """Checking an OAuth client's id and secret: one rule for the token endpoint and the console's
-sign-in, so both accept exactly the same clients."""
+sign-in, so both accept exactly the same clients, and turn away the same floods.
+
+A sign-in costs a scrypt check (16 MiB and about 40 ms of a core), which anyone may ask for.
+Three bounds keep a flood of bad sign-ins from costing every tenant its service:
+- the client is read on a session of its own, whose connection is back in the pool before the
+  check is waited for: a flood of ~100 bad sign-ins a second from one address held one pooled
+  connection per request in line, the 20-connection pool ran dry, and every tenant's reads
+  (the invoke path's among them) waited 30 s and failed;
+- SECRET_CHECKS runs two checks at once in the process and lets at most WAITING more wait for
+  one; past that a sign-in is refused at once (SignInsBusy: 503 with Retry-After);
+- an address whose sign-ins keep failing waits (TooManyFailures: 429 with Retry-After) once it
+  has failed FAILURE_BURST times faster than one every 1/FAILURES_PER_SECOND s, so one address
+  alone cannot keep the line full and shut out everyone else's sign-ins. Only failures count: a
+  client signing in with its right secret is never slowed by its own sign-ins.
+"""
 
 from __future__ import annotations
 
+import math
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 from anyio import CapacityLimiter, to_thread
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.security import verify_secret
-from store.repositories import find_client
+from store.clients import find_client
 from store.tables import OAuthClient
+
+if TYPE_CHECKING:
+    from api.runtime import Runtime
 
 # Verifying against a fixed hash for unknown clients keeps response time from telling
 # which client ids exist.
@@ -17,16 +41,130 @@ _DUMMY_HASH = "scrypt$AAAAAAAAAAAAAAAAAAAAAA==$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA
 # core, and anyone may ask for one (unknown clients are checked against the dummy hash): on
 # anyio's shared 40-thread pool a burst of bad sign-ins held some 640 MiB against the API pod's
 # 768 MiB limit, beside every stream it served, and took the threads file reads wait for.
-SECRET_CHECKS = CapacityLimiter(2)
+RUNNING = 2
+# Sign-ins that may wait for one of them. A check takes 38-44 ms (timeit: 37.5 ms on the 2-core
+# test machine; 44 ms in the review's measurement), so the last in a full line waits about
+# WAITING / RUNNING x 44 ms = 0.7 s; past that a caller is better told to come back than held.
+WAITING = 32
+# Failed sign-ins an address may make at once, and how fast it gets them back: 30, then one
+# every 2 s. Schemathesis's run of the token endpoint (20 cases) fits in the burst; a flood
+# from one address takes one check every 2 s of the process's ~45 a second.
+FAILURE_BURST = 30
+FAILURES_PER_SECOND = 0.5
+_MAX_ADDRESSES = 100_000
 
 
-async def authenticate(session: AsyncSession, client_id: str, secret: str) -> OAuthClient | None:
-    """The enabled client whose secret this is, or None (unknown, disabled or wrong secret)."""
+class SignInRefused(Exception):
+    """A sign-in turned away before its secret was checked: come back after `retry_after`."""
+
+    status = 503
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__(self.__doc__)
+        self.retry_after = max(1, math.ceil(retry_after))
+
+
+class SignInsBusy(SignInRefused):
+    """Too many sign-ins are waiting for a secret check; retry after the indicated delay."""
+
+
+class TooManyFailures(SignInRefused):
+    """Too many failed sign-ins from this address; retry after the indicated delay."""
+
+    status = 429
+
+
+class SecretChecks:
+    """At most `running` secret checks at once in the process, and at most `waiting` more in
+    line for one; past that SignInsBusy, at once."""
+
+    def __init__(self, running: int, waiting: int) -> None:
+        self.limiter = CapacityLimiter(running)
+        self.waiting = waiting
+        self.taken = 0  # checks running or in line; changed on the event loop only
+
+    async def check(self, secret: str, stored: str) -> bool:
+        if self.taken >= self.limiter.total_tokens + self.waiting:
+            raise SignInsBusy(1)
+        self.taken += 1
+        try:
+            return await to_thread.run_sync(_verify, secret, stored, limiter=self.limiter)
+        finally:
+            self.taken -= 1
+
+
+def _verify(secret: str, stored: str) -> bool:
+    return verify_secret(secret, stored)  # looked up at each call: the tests slow it down
+
+
+SECRET_CHECKS = SecretChecks(RUNNING, WAITING)
+
+
+class FailedSignIns:
+    """A token bucket per address, taken from by failed sign-ins only; the least recently seen
+    addresses are forgotten first (a forgotten one comes back full)."""
+
+    def __init__(
+        self,
+        burst: int = FAILURE_BURST,
+        per_second: float = FAILURES_PER_SECOND,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._burst = float(burst)
+        self._rate = per_second
+        self._clock = clock
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+
+    def _level(self, address: str, now: float) -> float:
+        tokens, last = self._buckets.get(address, (self._burst, now))
+        return min(self._burst, tokens + (now - last) * self._rate)
+
+    def wait(self, address: str) -> float:
+        """0 when the address may try, else the seconds until it may."""
+        tokens = self._level(address, self._clock())
+        return 0.0 if tokens >= 1 else (1 - tokens) / self._rate
+
+    def failed(self, address: str) -> None:
+        now = self._clock()
+        tokens = self._level(address, now)
+        self._buckets.pop(address, None)
+        self._buckets[address] = (max(0.0, tokens - 1), now)
+        if len(self._buckets) > _MAX_ADDRESSES:
+            self._buckets.popitem(last=False)
+
+
+# One per API runtime (one per process in production; the tests run several apps in one).
+_FAILURES: weakref.WeakKeyDictionary[Runtime, FailedSignIns] = weakref.WeakKeyDictionary()
+
+
+async def authenticate(
+    sessions: async_sessionmaker[AsyncSession], client_id: str, secret: str
+) -> OAuthClient | None:
+    """The enabled client whose secret this is, or None (unknown, disabled or wrong secret).
+    Raises SignInsBusy when the line for a secret check is full."""
     # No client id holds a NUL, and PostgreSQL refuses one in a text value: the lookup was a
     # 500 to an unauthenticated caller (a form body's `%00`, or a Basic header's). Unknown.
-    client = None if "\x00" in client_id else await find_client(session, client_id)
+    client = None if "\x00" in client_id else await find_client(sessions, client_id)
     stored = client.secret_hash if client and not client.disabled else _DUMMY_HASH
-    valid = await to_thread.run_sync(verify_secret, secret, stored, limiter=SECRET_CHECKS)
+    valid = await SECRET_CHECKS.check(secret, stored)
     if client is None or client.disabled or not valid:
         return None
+    return client
+
+
+async def sign_in(
+    runtime: Runtime, address: str | None, client_id: str, secret: str
+) -> OAuthClient | None:
+    """`authenticate`, for a caller at `address`: raises TooManyFailures when the address has
+    failed too often lately, SignInsBusy when the line is full."""
+    failures = _FAILURES.get(runtime)
+    if failures is None:
+        failures = _FAILURES[runtime] = FailedSignIns(FAILURE_BURST, FAILURES_PER_SECOND)
+    key = address or "unknown"
+    wait = failures.wait(key)
+    if wait > 0:
+        raise TooManyFailures(wait)
+    client = await authenticate(runtime.sessions, client_id, secret)
+    if client is None:
+        failures.failed(key)
     return client

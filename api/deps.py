@@ -10,6 +10,7 @@ from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 from temporalio.client import Client
 
+from api.client_states import still_valid
 from api.limits import VERIFIED
 from api.problems import Problem
 from api.runtime import Runtime
@@ -82,15 +83,17 @@ async def _verified(token: str, runtime: Runtime, request: Request) -> Principal
     if seen is not None and seen[0] == token:
         # The limits middleware verified this very token moments ago, with the same settings.
         principal: Principal = seen[1]
-        bind(tenant=principal.tenant_id)
-        return principal
-    try:
-        principal = await runtime.verifier.verify_from_loop(token)
-    except TokenError:
-        raise invalid_token() from None
-    except IssuerUnreachable:
-        # Not the caller's fault: its token names a key only the issuer can say is good.
-        raise issuer_unreachable() from None
+    else:
+        try:
+            principal = await runtime.verifier.verify_from_loop(token)
+        except TokenError:
+            raise invalid_token() from None
+        except IssuerUnreachable:
+            # Not the caller's fault: its token names a key only the issuer can say is good.
+            raise issuer_unreachable() from None
+    # A token minted before its client was disabled or re-keyed (api/client_states.py).
+    if not await still_valid(runtime, principal):
+        raise invalid_token()
     bind(tenant=principal.tenant_id)  # the verified tenant, for this request's log lines
     return principal
 

@@ -2,7 +2,8 @@
 call volumes by tenant, never content; on a port callers reach, any caller could read every
 tenant's traffic. With `MODEL_ROUTER_METRICS_TOKEN` set, a scrape must present it as a bearer
 token (Prometheus: `authorization: {credentials: …}`); unset, the endpoint is open like the
-health probes, for a port only the cluster's scraper reaches."""
+health probes, for a port only the cluster's scraper reaches; the API warns of that at start
+outside development and test (core/settings_rules.open_metrics)."""
 
 from __future__ import annotations
 

@@ -49,12 +49,25 @@ def new_client_secret() -> str:
     return secrets.token_urlsafe(32)
 
 
+def credential_of(secret_hash: str) -> str:
+    """A fingerprint of a client's stored secret, minted into its tokens (`cred`): every re-key
+    hashes the new secret with a new salt, so the tokens minted before it name another
+    credential (api/client_states.py). Nothing of the secret can be had from it."""
+    digest = hashlib.sha256(b"model-router client credential\x00" + secret_hash.encode())
+    return digest.hexdigest()[:32]
+
+
 @dataclass(frozen=True)
 class Principal:
     client_id: str
     tenant_id: str
     roles: frozenset[Role]
     scopes: frozenset[str]
+    # The client's credential the token was minted under (`cred`, credential_of): present on
+    # the tokens /oauth/token and the console's sign-in mint, checked against the client's
+    # current one (api/client_states.py); None on an external issuer's tokens.
+    credential: str | None = None
+    issued_at: float | None = None  # `iat`, seconds since the epoch
 
 
 class TokenError(Exception):
@@ -75,7 +88,10 @@ def mint_token(
     tenant_id: str,
     roles: list[str],
     scopes: list[str],
+    credential: str | None = None,
 ) -> tuple[str, int]:
+    """A token for the client, and its lifetime. `credential` (credential_of the client's
+    stored secret) makes it stop working once the client is re-keyed."""
     if settings.auth_jwt_secret is None:
         raise RuntimeError("MODEL_ROUTER_AUTH_JWT_SECRET is not set")
     now = int(time.time())
@@ -91,6 +107,8 @@ def mint_token(
         "exp": now + settings.auth_token_ttl_seconds,
         "jti": str(uuid.uuid4()),
     }
+    if credential is not None:
+        claims["cred"] = credential
     token = jwt.encode(claims, settings.auth_jwt_secret.get_secret_value(), algorithm="HS256")
     return token, settings.auth_token_ttl_seconds
 
@@ -196,8 +214,14 @@ class TokenVerifier:
             raise TokenError(f"token's tenant (tid) is not a tenant id: {TENANT_ID_RULE}")
         roles = frozenset(Role(r) for r in _words(claims, "roles") if r in Role._value2member_map_)
         scopes = frozenset(w for s in _words(claims, "scope") for w in s.split())
+        credential = claims.get("cred")
         principal = Principal(
-            client_id=str(claims["sub"]), tenant_id=tenant, roles=roles, scopes=scopes
+            client_id=str(claims["sub"]),
+            tenant_id=tenant,
+            roles=roles,
+            scopes=scopes,
+            credential=credential if isinstance(credential, str) else None,
+            issued_at=float(claims["iat"]),
         )
         return principal, float(claims["exp"])
 

@@ -9,6 +9,8 @@ from typing import Literal
 from pydantic import Field, IPvAnyNetwork, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from core.settings_rules import unsafe_settings
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
@@ -69,7 +71,9 @@ class Settings(BaseSettings):
         "RS256: tokens from an external issuer, verified against auth_jwks_url.",
     )
     auth_jwt_secret: SecretStr | None = Field(
-        default=None, description="HS256 signing key; required when auth_algorithm is HS256."
+        default=None,
+        description="HS256 signing key; required when auth_algorithm is HS256, at least 32 "
+        "bytes outside development/test.",
     )
     auth_jwks_url: str | None = None
     # RS256 key set (core/jwks.py): refreshed in the background once this old, kept while the
@@ -344,7 +348,8 @@ class Settings(BaseSettings):
     metrics_token: SecretStr | None = Field(
         default=None,
         description="Bearer token every GET /metrics (API and worker) requires; unset: open, "
-        "for a port only the scraper reaches (core/scrape_auth.py).",
+        "for a port only the scraper reaches; the API warns of it outside development/test "
+        "(core/settings_rules.py).",
     )
     # The worker's own GET /metrics: 0 turns it off (OTLP push still works without it).
     worker_metrics_host: str = "127.0.0.1"
@@ -379,17 +384,10 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _unsafe_switches_are_not_for_production(self) -> Settings:
-        # allow_upstream_endpoints lets an operator point a deployment at any host and port
-        # and read its reply as model output: a server-side request to the internal network.
-        unsafe = {
-            "log_content": self.log_content,
-            "allow_upstream_endpoints": self.allow_upstream_endpoints,
-        }
-        for name, on in unsafe.items():
-            if on and self.environment not in ("development", "test"):
-                raise ValueError(
-                    f"{name} may only be turned on when environment is development or test"
-                )
+        # The debugging switches, and a short HS256 key (core/settings_rules.py).
+        refused = unsafe_settings(self)
+        if refused is not None:
+            raise ValueError(refused)
         return self
 
 

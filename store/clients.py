@@ -1,12 +1,15 @@
-"""Tenants and OAuth clients: `clients create`'s refusing creation, and the re-keying upsert
-`make dev`, the benchmarks and the tests use."""
+"""Tenants and OAuth clients: `clients create`'s refusing creation, the re-keying upsert
+`make dev`, the benchmarks and the tests use, and the reads of a client: at sign-in, and what
+its tokens are checked against (api/client_states.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlmodel import col
 
 from core.security import hash_secret
 from domain.enums import Role, Scope
@@ -18,6 +21,38 @@ async def ensure_tenant(session: AsyncSession, tenant_id: str, name: str | None 
     if await session.get(Tenant, tenant_id) is None:
         session.add(Tenant(tenant_id=tenant_id, name=name or tenant_id))
         await session.flush()
+
+
+async def find_client(
+    sessions: async_sessionmaker[AsyncSession], client_id: str
+) -> OAuthClient | None:
+    """The client, read on a session of its own: its connection is back in the pool before
+    the caller goes on to wait for a secret check (api/client_auth.py)."""
+    async with sessions() as session:
+        return await session.get(OAuthClient, client_id)
+
+
+@dataclass(frozen=True)
+class ClientState:
+    """What a token of the client is checked against: its tenant, whether it is disabled, and
+    its stored secret's hash (a re-key replaces it)."""
+
+    tenant_id: str
+    disabled: bool
+    secret_hash: str
+
+
+async def client_state(
+    sessions: async_sessionmaker[AsyncSession], client_id: str
+) -> ClientState | None:
+    """The client's state, or None when there is no such client (any more). One read by
+    primary key."""
+    query = sa.select(
+        col(OAuthClient.tenant_id), col(OAuthClient.disabled), col(OAuthClient.secret_hash)
+    ).where(col(OAuthClient.client_id) == client_id)
+    async with sessions() as session:
+        row = (await session.execute(query)).one_or_none()
+    return None if row is None else ClientState(row.tenant_id, row.disabled, row.secret_hash)
 
 
 async def upsert_client(

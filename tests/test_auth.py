@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
+import uuid
 
 import httpx
 import jwt
@@ -12,11 +14,14 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api import client_auth
+from core.local_ports import free_port
 from core.security import hash_secret, verify_secret
 from core.settings import Settings
 from domain.enums import Role, Scope
 from store.clients import upsert_client
 from tests.conftest import TokenFactory
+from tests.helpers.deadline import UNBOUNDED, eventually
+from tests.helpers.stack import serve
 
 
 def test_secret_hash_round_trip() -> None:
@@ -249,8 +254,92 @@ async def test_secret_checks_run_two_at_a_time_however_many_ask(
     monkeypatch.setattr(client_auth, "verify_secret", counted)
 
     async def bad_sign_in() -> None:
-        async with sessions() as session:
-            assert await client_auth.authenticate(session, "nobody", "nothing") is None
+        assert await client_auth.authenticate(sessions, "nobody", "nothing") is None
 
     await asyncio.gather(*(bad_sign_in() for _ in range(12)))
-    assert 1 <= most[0] <= client_auth.SECRET_CHECKS.total_tokens == 2
+    assert 1 <= most[0] <= client_auth.SECRET_CHECKS.limiter.total_tokens == 2
+
+
+# The pool's wait for a free connection, shortened for the test (tests/test_pool_timeout.py):
+# without it a read starved of a connection fails only after SQLAlchemy's 30 s.
+POOL_TIMEOUT_S = 0.5
+
+
+async def test_a_flood_of_bad_sign_ins_holds_no_connection_and_its_overflow_is_a_503(
+    settings: Settings,
+    sessions: async_sessionmaker[AsyncSession],
+    tenant: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """~100 bad POST /oauth/token a second held one pooled connection each while they waited
+    for a secret check (two at a time, ~40 ms each): the pool ran dry and every tenant's reads
+    waited 30 s and failed. Now the client is read on a session of its own, returned before
+    the wait, and past a bounded line a sign-in is told at once to come back."""
+    client_id, secret = f"flood-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    await upsert_client(
+        sessions,
+        tenant_id=tenant,
+        client_id=client_id,
+        secret=secret,
+        roles=[Role.OBSERVER],
+        scopes=[Scope.MODELS_READ],
+    )
+    own = settings.model_copy(
+        update={
+            # A pool of one, and (store/db.py: overflow = pool size) one more past it.
+            "database_pool_size": 1,
+            # An API of its own without Temporal: the routes used read the store only.
+            "temporal_address": f"127.0.0.1:{free_port()}",
+            "temporal_connect_timeout_seconds": 1.0,
+        }
+    )
+    released, lock = threading.Event(), threading.Lock()
+    running = [0]
+
+    def held_check(secret: str, stored: str) -> bool:
+        with lock:
+            running[0] += 1
+        released.wait(UNBOUNDED)
+        return verify_secret(secret, stored)
+
+    bad = {"grant_type": "client_credentials", "client_id": "nobody", "client_secret": "wrong"}
+    async with serve(own) as api, httpx.AsyncClient(base_url=api.url, timeout=30) as http:
+        minted = await http.post(
+            "/oauth/token", data={"grant_type": "client_credentials"}, auth=(client_id, secret)
+        )
+        auth = {"Authorization": f"Bearer {minted.json()['access_token']}"}
+        api.app.state.runtime.engine.pool._timeout = POOL_TIMEOUT_S
+        monkeypatch.setattr(client_auth, "verify_secret", held_check)
+
+        def more(count: int) -> list[asyncio.Task[httpx.Response]]:
+            return [asyncio.create_task(http.post("/oauth/token", data=bad)) for _ in range(count)]
+
+        flood = more(8)
+        try:
+            await eventually(lambda: running[0] >= 2)
+            # Both checks taken and sign-ins waiting: another tenant's read is served.
+            served = await http.get("/factory/model-profiles", headers=auth)
+            assert served.status_code == 200, served.text
+            checks = client_auth.SECRET_CHECKS
+            line = int(checks.limiter.total_tokens) + checks.waiting
+            flood += more(line - len(flood))
+            await eventually(lambda: checks.taken == line)
+            over = await http.post("/oauth/token", data=bad)
+            assert over.status_code == 503, over.text
+            assert over.headers["content-type"] == "application/problem+json"
+            assert over.json()["error"] == "temporarily_unavailable"
+            assert int(over.headers["retry-after"]) >= 1
+            # The console's sign-in is behind the same line: its page says so.
+            form = await http.get("/console/sign-in")
+            nonce = re.search(r'name="login_nonce" value="([^"]*)"', form.text)
+            assert nonce is not None
+            page = await http.post(
+                "/console/sign-in",
+                data={"client_id": "nobody", "client_secret": "x", "login_nonce": nonce[1]},
+            )
+            assert page.status_code == 503 and "Too many sign-ins at once" in page.text
+            assert int(page.headers["retry-after"]) >= 1
+        finally:
+            released.set()
+        answers = await asyncio.gather(*flood)
+    assert [a.status_code for a in answers] == [401] * line

@@ -607,6 +607,17 @@ async def test_a_subscription_url_longer_than_its_column_once_normalised_is_a_42
     assert created.json()["url"] == longest
 
 
+def _profile_event(tenant: str, aggregate: str) -> OutboxEventRow:
+    return OutboxEventRow(
+        tenant_id=tenant,
+        event_type="ModelProfileActivated",
+        topic="model-access.profiles.v1.model-profile-activated",
+        aggregate_type="ModelProfile",
+        aggregate_id=aggregate,
+        payload={"version": "1"},
+    )
+
+
 def _event(tenant: str, aggregate: str) -> OutboxEventRow:
     return OutboxEventRow(
         tenant_id=tenant,
@@ -756,7 +767,7 @@ async def test_the_feed_leaves_a_runs_events_to_tokens_that_read_runs(
     """ModelInvoked carries a run's receipt (its deployment, tokens, cost): a token that may
     read the catalog but not runs (no factory.runs.read) read every run's receipts here."""
     async with sessions() as session:
-        session.add(_event(tenant, "runs/dep"))
+        session.add(_profile_event(tenant, "runs/dep"))
         invoked = OutboxEventRow(
             tenant_id=tenant,
             event_type="ModelInvoked",
@@ -805,3 +816,42 @@ async def test_a_subscriber_that_may_not_read_runs_gets_none_of_their_events(
     types = set(every.json()["eventTypes"])
     assert "DeploymentStateChanged" in types
     assert not types & {"ModelInvoked", "RoutePlanResolved", "ModelFallbackUsed"}
+
+
+async def test_the_feed_leaves_a_deployments_events_to_tokens_that_list_deployments(
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    tenant: str,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """DeploymentStateChanged and CapabilityEvidenceRecorded tell what GET
+    /factory/model-deployments does (state, health, evidence), which takes factory.models.admin:
+    an Observer holding only factory.models.read read them all here."""
+    async with sessions() as session:
+        session.add(_profile_event(tenant, "deps/profile"))
+        session.add(_event(tenant, "deps/state"))
+        evidence = OutboxEventRow(
+            tenant_id=tenant,
+            event_type="CapabilityEvidenceRecorded",
+            topic="model-access.deployments.v1.capability-evidence-recorded",
+            aggregate_type="ModelDeployment",
+            aggregate_id="deps/evidence",
+            payload={"scores": {}},
+        )
+        session.add(evidence)
+        await session.commit()
+        assert evidence.position is not None
+    await _past_the_margin(sessions, evidence.position)
+    observer = await token_for(tenant, [Role.OBSERVER], [Scope.MODELS_READ, Scope.RUNS_READ])
+    narrow = (
+        await http.get("/factory/events", headers={"Authorization": f"Bearer {observer}"})
+    ).json()
+    assert [e["subject"] for e in narrow["events"]] == ["deps/profile"]
+    assert narrow["nextAfter"] == evidence.position  # its cursor still moves past them
+    # The same role with the scope GET /factory/model-deployments takes reads them.
+    lister = await token_for(tenant, [Role.OBSERVER], [Scope.MODELS_READ, Scope.MODELS_ADMIN])
+    auth = {"Authorization": f"Bearer {lister}"}
+    assert (await http.get("/factory/model-deployments", headers=auth)).status_code == 200
+    full = (await http.get("/factory/events", headers=auth)).json()
+    subjects = ["deps/profile", "deps/state", "deps/evidence"]
+    assert [e["subject"] for e in full["events"]] == subjects

@@ -20,7 +20,7 @@ from core.settings import Settings
 from core.temporal import client_options, tls_config
 
 API_KEY = "tmprl-api-key-3c1d9a7e5b"
-JWT_SECRET = "jwt-signing-secret-9f8e7d6c5b4a"
+JWT_SECRET = "jwt-signing-secret-9f8e7d6c5b4a3f2e1d0c"
 
 
 @pytest.fixture(autouse=True)

@@ -1,7 +1,9 @@
 """Sign-in and sign-out: an OAuth client's id and secret in, the session cookie out.
 
 The sign-in form has its own CSRF guard (a random value in a cookie and in the form, compared
-on POST), so another site cannot sign a browser into an attacker's session."""
+on POST), so another site cannot sign a browser into an attacker's session. Its secret check is
+the token endpoint's, behind the same bounds (api/client_auth.py): a sign-in turned away before
+it is shown again with a 503 (the line full) or a 429 (its address failing), and Retry-After."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ from urllib.parse import quote
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from api.client_auth import authenticate
+from api.client_auth import SignInRefused, TooManyFailures
+from api.client_auth import sign_in as check_client
 from api.console.render import SECURITY_HEADERS, page
 from api.console.session import (
     COOKIE,
@@ -25,7 +28,7 @@ from api.console.session import (
     is_secure,
 )
 from api.deps import RuntimeDep
-from core.security import mint_token, mints_tokens
+from core.security import credential_of, mint_token, mints_tokens
 
 router = APIRouter()
 log = logging.getLogger("model_router.console")
@@ -99,8 +102,21 @@ async def sign_in(
         return _sign_in_page(request, target, missing, 400, client_id)
     if not mints_tokens(runtime.settings):
         return _sign_in_page(request, target, EXTERNAL_ISSUER, 503)
-    async with runtime.sessions() as session:
-        client = await authenticate(session, client_id, client_secret)
+    address = request.client.host if request.client else None
+    try:
+        client = await check_client(runtime, address, client_id, client_secret)
+    except SignInRefused as refused:
+        said = (
+            "Too many failed sign-ins from this address"
+            if isinstance(refused, TooManyFailures)
+            else "Too many sign-ins at once"
+        )
+        wait = refused.retry_after
+        response = _sign_in_page(
+            request, target, f"{said}; try again in {wait} s.", refused.status, client_id
+        )
+        response.headers["Retry-After"] = str(wait)
+        return response
     if client is None:
         log.info("console sign-in refused")
         return _sign_in_page(
@@ -112,6 +128,7 @@ async def sign_in(
         tenant_id=client.tenant_id,
         roles=list(client.roles),
         scopes=list(client.scopes),
+        credential=credential_of(client.secret_hash),
     )
     log.info("console sign-in: client %s of tenant %s", client.client_id, client.tenant_id)
     response = RedirectResponse(target, status_code=303, headers=SECURITY_HEADERS)

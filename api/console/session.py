@@ -4,33 +4,39 @@ token every state-changing form carries.
 The cookie is the same JWT `/oauth/token` would hand the same client (same tenant, roles and
 scopes), so the console can be no more powerful than the API, and the session ends when the
 token does. It is HttpOnly (no script reads it), SameSite=Strict (no other site's page sends
-it), Secure when served over TLS, and scoped to /console. The CSRF token is an HMAC of the
-session token: stateless, different per session, and useless without the cookie it belongs to.
+it), Secure when served over TLS, and scoped to /console.
+
+The CSRF token every form carries is a hash of the session's token (the cookie's, or the bearer
+token an SSO proxy adds): stateless, different per session, and the same in every API process
+and after any restart, keyed on nothing a process holds. It was an HMAC keyed on the signing
+secret, or, without one (an external issuer's tokens, RS256), on a key random per process: with
+two replicas or API_WORKERS > 1 half the console's posts were refused. A keyed HMAC adds nothing
+here: its input, the session's token, is itself the secret, which a page of another site can
+neither read (HttpOnly, or held by the proxy) nor derive from the hash. Chosen over a
+double-submit cookie, which would also be process-independent: a cookie's value can be planted
+by a sibling subdomain, the token cannot; and the hash needs no second cookie.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import secrets
 from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
 
+from api.client_states import still_valid
 from api.deps import RuntimeDep
 from core.jwks import IssuerUnreachable
 from core.security import Principal, TokenError
-from core.settings import Settings
 from domain.access import Action, may, roles_for
 
 COOKIE = "mr_console"
 LOGIN_COOKIE = "mr_console_login"
 PATH = "/console"
 CSRF_FIELD = "csrf_token"
-# Without a signing secret (RS256 only), CSRF tokens are keyed per process: sessions then do
-# not survive a restart, which they could not anyway (the console cannot mint tokens).
-_PROCESS_KEY = secrets.token_bytes(32)
+_CSRF_LABEL = b"model-router console csrf\x00"
 
 
 class SignInRequired(Exception):
@@ -70,15 +76,9 @@ class Operator:
         return "needs the role " + " or ".join(sorted(roles_for(action)))
 
 
-def _key(settings: Settings) -> bytes:
-    if settings.auth_jwt_secret is None:
-        return _PROCESS_KEY
-    secret = settings.auth_jwt_secret.get_secret_value().encode()
-    return hashlib.sha256(b"model-router console csrf\x00" + secret).digest()
-
-
-def csrf_for(settings: Settings, token: str) -> str:
-    return hmac.new(_key(settings), token.encode(), hashlib.sha256).hexdigest()
+def csrf_for(token: str) -> str:
+    """The CSRF token of the session whose token this is."""
+    return hashlib.sha256(_CSRF_LABEL + token.encode()).hexdigest()
 
 
 def is_secure(request: Request) -> bool:
@@ -102,8 +102,9 @@ async def signed_in(request: Request, runtime: RuntimeDep) -> Operator:
             raise ConsoleError(
                 503, "The sign-in's issuer cannot be reached to check it; try again shortly."
             ) from None
-        if principal is not None:
-            return Operator(principal, csrf_for(runtime.settings, token))
+        # A session of a client disabled or re-keyed since: signed in again.
+        if principal is not None and await still_valid(runtime, principal):
+            return Operator(principal, csrf_for(token))
     # The whole address, query included: a shared link to one deployment or to one run's
     # receipts (`?id=…`, `?run_id=…`) signed in to a page with no id (a 422) or no filter.
     query = request.url.query

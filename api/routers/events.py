@@ -54,6 +54,8 @@ EventName = Literal[
     "ModelFallbackUsed",
 ]
 assert set(EventName.__args__) == set(TOPICS)  # type: ignore[attr-defined]
+# What GET /factory/model-deployments tells: read only by its readers in the feed.
+DEPLOYMENT_EVENTS = frozenset({"DeploymentStateChanged", "CapabilityEvidenceRecorded"})
 
 # outbox_events.position is a BIGINT (BIGSERIAL on PostgreSQL, SQLite's 64-bit rowid): a larger
 # cursor cannot name an event, and asyncpg refuses to bind it (a 500 before this bound).
@@ -81,10 +83,15 @@ async def list_events(
     # the run, the deployment, tokens and cost): such events are left out of its pages, whose
     # cursor still moves past them.
     reads_runs = holds(principal, Scope.RUNS_READ, Action.READ_RUNS)
+    # Likewise a deployment's events (its state, health and evidence) are for whom may list
+    # deployments (GET /factory/model-deployments: the admin scope); the feed itself takes
+    # factory.models.read.
+    reads_deployments = holds(principal, Scope.MODELS_ADMIN, Action.READ_DEPLOYMENTS)
     events = [
         to_cloudevent(outbox_event(r))
         for r in rows
         if readable(r.event_type, reads_runs=reads_runs)
+        and (reads_deployments or r.event_type not in DEPLOYMENT_EVENTS)
     ]
     return EventPage(events=events, next_after=int(rows[-1].position or 0) if rows else after)
 

@@ -1,7 +1,9 @@
 """OAuth2 client-credentials token endpoint (RFC 6749 §4.4).
 
 Errors use the RFC's `error` codes inside a problem+json body, so OAuth clients and
-problem-aware clients both understand them.
+problem-aware clients both understand them. A sign-in turned away before its secret is checked
+(api/client_auth.py: the line for a check full, or its address failing too often) is
+`temporarily_unavailable` (503) or `slow_down` (429), with Retry-After.
 """
 
 from __future__ import annotations
@@ -13,16 +15,20 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import JSONResponse
 
-from api.client_auth import authenticate
-from api.deps import SessionDep, SettingsDep
+from api.client_auth import SignInRefused, TooManyFailures, sign_in
+from api.deps import RuntimeDep
 from api.problems import problem_response
-from core.security import mint_token, mints_tokens
+from core.security import credential_of, mint_token, mints_tokens
 
 router = APIRouter(tags=["auth"])
 
 
-def _oauth_error(request: Request, status: int, error: str, description: str) -> JSONResponse:
+def _oauth_error(
+    request: Request, status: int, error: str, description: str, retry_after: int | None = None
+) -> JSONResponse:
     headers = {"Cache-Control": "no-store"}
+    if retry_after is not None:
+        headers["Retry-After"] = str(retry_after)
     if error == "invalid_client":
         headers["WWW-Authenticate"] = 'Basic realm="model-router"'
     return problem_response(
@@ -52,13 +58,13 @@ def _basic_credentials(request: Request) -> tuple[str, str] | None:
 @router.post("/oauth/token", response_model=None)
 async def token(
     request: Request,
-    session: SessionDep,
-    settings: SettingsDep,
+    runtime: RuntimeDep,
     grant_type: Annotated[str, Form()],
     scope: Annotated[str | None, Form()] = None,
     client_id: Annotated[str | None, Form()] = None,
     client_secret: Annotated[str | None, Form()] = None,
 ) -> JSONResponse:
+    settings = runtime.settings
     if grant_type != "client_credentials":
         return _oauth_error(
             request, 400, "unsupported_grant_type", "grant_type must be client_credentials"
@@ -78,7 +84,19 @@ async def token(
     if creds is None:
         return _oauth_error(request, 401, "invalid_client", "client authentication is required")
     cid, secret = creds
-    client = await authenticate(session, cid, secret)
+    try:
+        client = await sign_in(
+            runtime, request.client.host if request.client else None, cid, secret
+        )
+    except SignInRefused as refused:
+        busy = not isinstance(refused, TooManyFailures)
+        return _oauth_error(
+            request,
+            refused.status,
+            "temporarily_unavailable" if busy else "slow_down",
+            str(refused),
+            retry_after=refused.retry_after,
+        )
     if client is None:
         return _oauth_error(request, 401, "invalid_client", "client authentication failed")
 
@@ -98,6 +116,7 @@ async def token(
         tenant_id=client.tenant_id,
         roles=list(client.roles),
         scopes=requested,
+        credential=credential_of(client.secret_hash),
     )
     return JSONResponse(
         {
