@@ -22,6 +22,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
@@ -37,6 +38,7 @@ from store import probes
 log = logging.getLogger("model_router.breakers")
 
 Key = tuple[str, str]
+T = TypeVar("T")
 
 
 class BreakerRecovery:
@@ -58,7 +60,7 @@ class BreakerRecovery:
         self._broker = broker
         self._cooldown, self._window, self._trial_timeout = cooldown, window, trial_timeout
         self._clock = clock
-        self._reports: dict[Key, asyncio.Task[None]] = {}  # the latest report per deployment
+        self._reports: dict[Key, asyncio.Task[bool]] = {}  # the latest report per deployment
         self._trials: dict[Key, asyncio.Task[None]] = {}
         self._next: dict[Key, float] = {}  # when each deployment's next trial starts
         breakers.report = self.report
@@ -100,11 +102,12 @@ class BreakerRecovery:
                 await task
 
     @staticmethod
-    def _drop(tasks: dict[Key, asyncio.Task[None]], key: Key, task: asyncio.Task[None]) -> None:
+    def _drop(tasks: dict[Key, asyncio.Task[T]], key: Key, task: asyncio.Task[T]) -> None:
         if tasks.get(key) is task:
             del tasks[key]
 
-    async def _send(self, key: Key, healthy: bool, after: asyncio.Task[None] | None) -> None:
+    async def _send(self, key: Key, healthy: bool, after: asyncio.Task[bool] | None) -> bool:
+        """Whether the lifecycle took the report."""
         if after is not None:
             await asyncio.wait([after])  # in order, whatever became of the earlier one
         transition = Transition.PROBE_RECOVERED if healthy else Transition.PROBE_FAILED
@@ -112,8 +115,10 @@ class BreakerRecovery:
             await self._lifecycle.transition(*key, transition)
         except Exception as exc:  # a retired or not-yet-approved deployment: nothing to do
             log.info("breaker report not applied: %s", type(exc).__name__)
+            return False
+        return True
 
-    async def _recover(self, key: Key, reported: asyncio.Task[None]) -> None:
+    async def _recover(self, key: Key, reported: asyncio.Task[bool]) -> None:
         try:
             # Known from the start: a caller refused while the report is still on its way
             # (the Degraded row can be visible before the update's reply gets back here) is
@@ -133,9 +138,12 @@ class BreakerRecovery:
                     self._breakers.get(*key).success()  # closing it reports the recovery
                     return
             log.info("breaker recovery of %s left to the health probe", key[1])
-            # The probe decides when it is back; this process's open breaker must not outlast
-            # that (resilience.BreakerRegistry.forget).
-            self._breakers.forget(*key)
+            if not reported.cancelled() and reported.result():
+                # Degraded: the probe decides when it is back, and this process's open breaker
+                # must not outlast that (resilience.BreakerRegistry.forget). Had the report not
+                # been taken (Temporal away), the deployment is still routed, and the open
+                # breaker is all that keeps this process's calls off it.
+                self._breakers.forget(*key)
         finally:
             self._next.pop(key, None)
             # Whatever ended this, a later sustained failure must be reported again.

@@ -10,18 +10,20 @@ Three bounds keep a flood of bad sign-ins from costing every tenant its service:
 - SECRET_CHECKS runs two checks at once in the process and lets at most WAITING more wait for
   one; past that a sign-in is refused at once (SignInsBusy: 503 with Retry-After);
 - an address whose sign-ins keep failing waits (TooManyFailures: 429 with Retry-After) once it
-  has failed FAILURE_BURST times faster than one every 1/FAILURES_PER_SECOND s, so one address
-  alone cannot keep the line full and shut out everyone else's sign-ins. Only failures count: a
-  client signing in with its right secret is never slowed by its own sign-ins.
+  has failed FAILURE_BURST times faster than one every 1/FAILURES_PER_SECOND s, while every
+  check is taken, so one address alone cannot keep the line full and shut out everyone else's
+  sign-ins. Only failures count: a client signing in with its right secret is never slowed by
+  its own sign-ins, and with a check free nobody is slowed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from anyio import CapacityLimiter, to_thread
@@ -83,14 +85,26 @@ class SecretChecks:
         self.waiting = waiting
         self.taken = 0  # checks running or in line; changed on the event loop only
 
-    async def check(self, secret: str, stored: str) -> bool:
+    @contextlib.contextmanager
+    def place(self) -> Iterator[None]:
+        """A place in line, taken before the client is read: a sign-in turned away costs no
+        read of the store (with the line full, a flood spread over many addresses still did
+        one pooled read per request it refused)."""
         if self.taken >= self.limiter.total_tokens + self.waiting:
             raise SignInsBusy(1)
         self.taken += 1
         try:
-            return await to_thread.run_sync(_verify, secret, stored, limiter=self.limiter)
+            yield
         finally:
             self.taken -= 1
+
+    async def check(self, secret: str, stored: str) -> bool:
+        """Within a `place`."""
+        return await to_thread.run_sync(_verify, secret, stored, limiter=self.limiter)
+
+    def contended(self) -> bool:
+        """Every check is taken: a sign-in now waits for another's."""
+        return self.taken >= self.limiter.total_tokens
 
 
 def _verify(secret: str, stored: str) -> bool:
@@ -144,9 +158,10 @@ async def authenticate(
     Raises SignInsBusy when the line for a secret check is full."""
     # No client id holds a NUL, and PostgreSQL refuses one in a text value: the lookup was a
     # 500 to an unauthenticated caller (a form body's `%00`, or a Basic header's). Unknown.
-    client = None if "\x00" in client_id else await find_client(sessions, client_id)
-    stored = client.secret_hash if client and not client.disabled else _DUMMY_HASH
-    valid = await SECRET_CHECKS.check(secret, stored)
+    with SECRET_CHECKS.place():
+        client = None if "\x00" in client_id else await find_client(sessions, client_id)
+        stored = client.secret_hash if client and not client.disabled else _DUMMY_HASH
+        valid = await SECRET_CHECKS.check(secret, stored)
     if client is None or client.disabled or not valid:
         return None
     return client
@@ -161,8 +176,12 @@ async def sign_in(
     if failures is None:
         failures = _FAILURES[runtime] = FailedSignIns(FAILURE_BURST, FAILURES_PER_SECOND)
     key = address or "unknown"
+    # Held back only while the checks are all taken, when its sign-in would keep another's
+    # waiting. Refused whatever the line, one address fronting many callers (a NAT, a proxy
+    # whose FORWARDED_ALLOW_IPS is not set) was shut out of sign-in for good by one service
+    # still retrying an old secret once a second, its callers' right secrets included.
     wait = failures.wait(key)
-    if wait > 0:
+    if wait > 0 and SECRET_CHECKS.contended():
         raise TooManyFailures(wait)
     client = await authenticate(runtime.sessions, client_id, secret)
     if client is None:

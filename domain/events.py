@@ -22,9 +22,16 @@ TOPICS: dict[str, str] = {
 RUN_EVENTS = frozenset({"RoutePlanResolved", "ModelInvoked", "ModelFallbackUsed"})
 
 
-def readable(event_type: str, *, reads_runs: bool) -> bool:
+# The events that tell a deployment's state, health and evidence: read by who may list
+# deployments (GET /factory/model-deployments), not by every reader of the catalog.
+DEPLOYMENT_EVENTS = frozenset({"DeploymentStateChanged", "CapabilityEvidenceRecorded"})
+
+
+def readable(event_type: str, *, reads_runs: bool, reads_deployments: bool = True) -> bool:
     """Whether a reader of the tenant's event feed sees events of `event_type`."""
-    return reads_runs or event_type not in RUN_EVENTS
+    if event_type in RUN_EVENTS:
+        return reads_runs
+    return reads_deployments or event_type not in DEPLOYMENT_EVENTS
 
 
 def subscribed_types(requested: list[str], *, reads_runs: bool) -> list[str]:

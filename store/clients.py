@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col
 
-from core.security import hash_secret
+from core.security import hash_secret, verify_secret
 from domain.enums import Role, Scope
 from store.db import transaction
 from store.tables import OAuthClient, Tenant
@@ -65,7 +65,9 @@ async def upsert_client(
     scopes: Iterable[Scope | str],
 ) -> None:
     """Create the client, or reset its secret, roles and scopes (and enable it) if it exists:
-    what `make dev`, the benchmarks and the tests ask for on every run."""
+    what `make dev`, the benchmarks and the tests ask for on every run. The same secret again
+    is no re-key: a developer's exported token, or a running load generator's, keeps working
+    across a second `make dev`."""
     await create_client(
         sessions,
         tenant_id=tenant_id,
@@ -75,6 +77,7 @@ async def upsert_client(
         scopes=scopes,
         rotate=True,
         enable=True,
+        keep_same=True,
     )
 
 
@@ -102,11 +105,14 @@ async def create_client(
     scopes: Iterable[Scope | str],
     rotate: bool = False,
     enable: bool = False,
+    keep_same: bool = False,
 ) -> ClientWritten:
     """The operator's `clients create`: a new client (and its tenant, if new), or with
     `rotate` an existing client's new secret, roles and scopes. Without `rotate` an existing
     client is refused (ClientExists): re-keying it silently locked out the service using it.
     A re-key leaves a disabled client disabled (who disabled it had a reason) unless `enable`.
+    With `keep_same`, a secret that is the one stored keeps its hash: hashed again (a new salt),
+    every token minted with it stopped working (api/client_states.py).
     """
     role_values = [Role(r).value for r in roles]
     scope_values = [Scope(s).value for s in scopes]
@@ -131,7 +137,8 @@ async def create_client(
                 )
             )
             return ClientWritten(rekeyed=False, new_tenant=new_tenant, disabled=False)
-        client.secret_hash = hash_secret(secret)
+        if not (keep_same and verify_secret(secret, client.secret_hash)):
+            client.secret_hash = hash_secret(secret)
         client.roles = role_values
         client.scopes = scope_values
         if enable:

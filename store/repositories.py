@@ -24,7 +24,6 @@ from store.tables import (
     InvocationReceiptRow,
     ModelDeploymentRow,
     ModelProfileRow,
-    OAuthClient,
     OutboxEventRow,
     UtcDateTime,
     utcnow,
@@ -334,8 +333,3 @@ async def last_position(session: AsyncSession, tenant_id: str) -> int:
         col(OutboxEventRow.tenant_id) == tenant_id
     )
     return int((await session.scalar(stmt)) or 0)
-
-
-async def find_client(session: AsyncSession, client_id: str) -> OAuthClient | None:
-    """Client lookup happens before a tenant is known (it is how the tenant becomes known)."""
-    return await session.get(OAuthClient, client_id)

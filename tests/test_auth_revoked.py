@@ -142,3 +142,33 @@ async def test_a_clients_state_is_read_once_for_many_requests(
         for _ in range(20):
             assert await _status(http, auth) == 200
         assert states.reads - before == 1
+
+
+async def test_seeding_the_same_secret_again_is_no_re_key(
+    sessions: async_sessionmaker[AsyncSession], tenant: str
+) -> None:
+    # `make dev`, the benchmarks and the tests seed their clients on every run: hashed again
+    # (a new salt), the same secret named another credential, and a developer's exported
+    # token or a running load generator's stopped working within HELD_SECONDS.
+    client_id, secret = await _client(sessions, tenant)
+
+    async def stored() -> str:
+        async with sessions() as session:
+            found = await session.get(OAuthClient, client_id)
+            assert found is not None
+            return found.secret_hash
+
+    first = await stored()
+    await upsert_client(
+        sessions, tenant_id=tenant, client_id=client_id, secret=secret, roles=ROLES, scopes=SCOPES
+    )
+    assert await stored() == first
+    await upsert_client(
+        sessions,
+        tenant_id=tenant,
+        client_id=client_id,
+        secret="another",
+        roles=ROLES,
+        scopes=SCOPES,
+    )
+    assert await stored() != first

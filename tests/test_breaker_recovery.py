@@ -14,6 +14,7 @@ from temporalio.client import Client
 
 from activities.breaker_recovery import BreakerRecovery
 from activities.resilience import BreakerRegistry
+from core.settings import Settings
 from domain.breaker import BreakerState
 from providers.secrets import default_broker
 from providers.upstream import Fault, FaultKind, UpstreamServer
@@ -133,6 +134,38 @@ async def test_trials_stop_after_their_window_and_leave_the_deployment_to_the_pr
 
     await eventually(approved, timeout=10)
     assert breakers.get(tenant, DEPLOYMENT).state is BreakerState.CLOSED
+
+
+async def test_a_report_the_lifecycle_did_not_take_keeps_the_breaker_after_giving_up(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    upstream: UpstreamServer,
+    settings: Settings,
+    sessions: async_sessionmaker[AsyncSession],
+    tenant: str,
+    breakers: BreakerRegistry,
+    recoveries: list[BreakerRecovery],
+) -> None:
+    # Temporal never took the Degraded report (here: a namespace that does not exist), so the
+    # deployment is still routed: dropped, the breaker let every call back onto a provider
+    # still down; kept open, it holds them off to one trial per cool-down.
+    away = await Client.connect(settings.temporal_address, namespace="no-such-namespace")
+    upstream.inject(MODEL, Fault(kind=FaultKind.UNAVAILABLE))
+    recovery = _recovery(away, sessions, breakers, window=1.0)
+    recoveries.append(recovery)
+    before = upstream.requests(MODEL)
+    await _sustained_failure(breakers, tenant)
+
+    def gave_up() -> bool:
+        tried = upstream.requests(MODEL) > before
+        return tried and recovery.next_trial_in(tenant, [DEPLOYMENT]) is None
+
+    try:
+        await eventually(gave_up)
+    finally:
+        upstream.state.clear_faults(MODEL)
+    assert await _state(http, auth) == "Approved"  # the report never landed
+    assert breakers.get(tenant, DEPLOYMENT).state is BreakerState.OPEN
 
 
 async def test_shutdown_cancels_the_trials(

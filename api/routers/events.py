@@ -54,8 +54,6 @@ EventName = Literal[
     "ModelFallbackUsed",
 ]
 assert set(EventName.__args__) == set(TOPICS)  # type: ignore[attr-defined]
-# What GET /factory/model-deployments tells: read only by its readers in the feed.
-DEPLOYMENT_EVENTS = frozenset({"DeploymentStateChanged", "CapabilityEvidenceRecorded"})
 
 # outbox_events.position is a BIGINT (BIGSERIAL on PostgreSQL, SQLite's 64-bit rowid): a larger
 # cursor cannot name an event, and asyncpg refuses to bind it (a 500 before this bound).
@@ -90,8 +88,7 @@ async def list_events(
     events = [
         to_cloudevent(outbox_event(r))
         for r in rows
-        if readable(r.event_type, reads_runs=reads_runs)
-        and (reads_deployments or r.event_type not in DEPLOYMENT_EVENTS)
+        if readable(r.event_type, reads_runs=reads_runs, reads_deployments=reads_deployments)
     ]
     return EventPage(events=events, next_after=int(rows[-1].position or 0) if rows else after)
 
