@@ -1,6 +1,7 @@
-"""EvaluateDeployment's steps: prepare the suite for a deployment, drive one case through its
-real adapter, record the outcome (artifact by hash + evidence through the lifecycle), or say why
-the run could not complete. Case texts and model outputs stay inside `run_case`."""
+"""EvaluateDeployment's steps: prepare the suite (or a fixed check) for a deployment, drive one
+case through its real adapter, record the outcome (artifact by hash + evidence through the
+lifecycle), or say why the run could not complete. Case texts and model outputs stay inside
+`run_case` and the checks."""
 
 from __future__ import annotations
 
@@ -15,16 +16,19 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from activities.adapter_pool import AdapterPool
+from activities.evaluation_cases import drive_case
+from activities.evaluation_checks import embedding_check, rerank_check
 from activities.evaluation_refusals import (
     CANNOT_RUN,
     evaluable,
     evaluated_through,
-    raise_unless_unanswered,
     ready,
     same_suite,
 )
 from activities.evaluation_types import (
+    TEMPERATURE_REFUSED,
     CaseInput,
+    Check,
     EvaluationInput,
     FailInput,
     Prepared,
@@ -33,7 +37,6 @@ from activities.evaluation_types import (
     RerankRecordInput,
 )
 from activities.lifecycle_client import LifecycleClient, LifecycleClosed, LifecycleRefused
-from activities.suite_mapping import to_answer, to_chat
 from domain.approval import evidence_refusals
 from domain.deployments import CapabilityMeasurement, DeploymentRecord, EvidenceInput
 from domain.enums import Modality
@@ -41,27 +44,16 @@ from domain.hashing import canonical_json
 from domain.invocation import Target
 from domain.lifecycle import Transition
 from domain.profiles import ModelProfile
-from domain.suite import (
-    SUITE_VERSION,
-    CaseResult,
-    Suite,
-    SuiteAnswer,
-    SuiteRequest,
-    run_case_async,
-)
-from domain.suite.rerank import (
-    RERANK_CAPABILITY,
-    RERANK_CASES,
-    RerankCaseResult,
-    rerank_passed,
-    verify_rerank,
-)
-from providers.errors import ProviderError
+from domain.suite import SUITE_VERSION, CaseResult, Suite
+from domain.suite.checks import CheckResult
+from domain.suite.embedding import EMBEDDING_CAPABILITY, EMBEDDING_CASES, embedding_passed
+from domain.suite.rerank import RERANK_CAPABILITY, RERANK_CASES, rerank_passed
 from store import evaluations
 from store.artifacts import ArtifactStore
 from store.db import transaction
 from store.outage import is_outage
 from store.repositories import ModelDeploymentRepository, ModelProfileRepository
+from store.tables import ModelDeploymentRow
 from store.views import deployment_record
 
 log = logging.getLogger("model_router.evaluation")
@@ -102,27 +94,18 @@ class EvaluationActivities:
         # Retired since the API accepted the request: no case is sent to the provider.
         row = evaluable(row)
         listing = [p for p in profiles if data.deployment_id in p.allowed_deployments]
-        modality = (
-            Modality.RERANK
-            if listing and all(p.modality is Modality.RERANK for p in listing)
-            else None
-        )
+        only = {p.modality for p in listing}
+        modality = Modality.RERANK if only == {Modality.RERANK} else None
         if evaluated_through(row.provider, modality) == "rerank":
             # A reranker: the rerank check's cases, through the rerank adapter.
-            return Prepared(
-                target=Target(
-                    deployment_id=row.deployment_id,
-                    provider=row.provider,
-                    model=row.model,
-                    endpoint_ref=row.endpoint_ref,
-                    modality=Modality.RERANK,
-                ),
-                context_tokens=0,
-                suite_version=SUITE_VERSION,
-                case_ids=[c.case_id for c in RERANK_CASES],
-                capability_of={c.case_id: RERANK_CAPABILITY for c in RERANK_CASES},
-                kind="rerank",
-            )
+            return self._check(row, "rerank", Modality.RERANK)
+        if only == {Modality.EMBEDDING}:
+            # An embedding model, which refuses chat (OpenAI: 404, "not a chat model"): the
+            # embedding check's cases, through the embeddings endpoint. Listed by a Chat
+            # profile as well, it is evaluated as a chat model (the suite's first case says
+            # whether it is one).
+            evaluated_through(row.provider, Modality.EMBEDDING)
+            return self._check(row, "embedding", Modality.EMBEDDING)
         # Reliable context is measured up to what the listing profiles need (capped for cost).
         wanted = max((p.max_context_tokens for p in listing), default=8192)
         suite = self._suite(max(1024, min(wanted, self._cap)))
@@ -137,6 +120,28 @@ class EvaluationActivities:
             suite_version=suite.suite_version,
             case_ids=[c.case_id for c in suite.cases],
             capability_of={c.case_id: c.capability.value for c in suite.cases},
+        )
+
+    @staticmethod
+    def _check(row: ModelDeploymentRow, check: Check, modality: Modality) -> Prepared:
+        cases, label = (
+            ([c.case_id for c in RERANK_CASES], RERANK_CAPABILITY)
+            if check == "rerank"
+            else ([c.case_id for c in EMBEDDING_CASES], EMBEDDING_CAPABILITY)
+        )
+        return Prepared(
+            target=Target(
+                deployment_id=row.deployment_id,
+                provider=row.provider,
+                model=row.model,
+                endpoint_ref=row.endpoint_ref,
+                modality=modality,
+            ),
+            context_tokens=0,
+            suite_version=SUITE_VERSION,
+            case_ids=cases,
+            capability_of=dict.fromkeys(cases, label),
+            kind=check,
         )
 
     async def _stillevaluable(self, tenant_id: str, deployment_id: str) -> None:
@@ -161,16 +166,15 @@ class EvaluationActivities:
         case = suite.case(data.case_id)
         await self._stillevaluable(data.tenant_id, data.target.deployment_id)
         await ready(self._adapters, data.target)
-
-        async def ask(request: SuiteRequest) -> SuiteAnswer:
-            async with self._adapters.lease(data.target) as adapter:
-                return to_answer(await adapter.complete(to_chat(request)))
-
         try:
-            return await run_case_async(case, ask)
-        except ProviderError as exc:
-            raise_unless_unanswered(exc, case.case_id)
-            return suite.unanswered(case)
+            return await drive_case(
+                suite,
+                case,
+                self._adapters,
+                data.target,
+                temperature=data.temperature,
+                temperature_refused=self._temperature_refused,
+            )
         except ApplicationError:
             raise
         except Exception as exc:
@@ -179,25 +183,31 @@ class EvaluationActivities:
             # evaluation fails, its stored reason on the console.
             raise ApplicationError(f"the case could not be run ({type(exc).__name__})") from None
 
+    async def _temperature_refused(self) -> None:
+        """Tells the case's evaluation that the model refused the suite's temperature: the
+        cases it schedules next go without it. Not heard (Temporal away), each later case
+        finds it out for itself, at one refused request more."""
+        workflow_id = activity.info().workflow_id
+        if workflow_id is None:
+            return
+        try:
+            client = await self._client()
+            await client.get_workflow_handle(workflow_id).signal(TEMPERATURE_REFUSED)
+        except Exception as exc:
+            log.warning("evaluation case: the run was not told (%s)", type(exc).__name__)
+
+    # Named for the rerank check, the first of the fixed checks: the worker registers these
+    # two steps by name, and the histories under way name them.
     @activity.defn(name="evaluation_rerank")
-    async def rerank(self, data: RerankInput) -> list[RerankCaseResult]:
-        """The rerank check's cases against a reranker (a handful of small requests)."""
+    async def rerank(self, data: RerankInput) -> list[CheckResult]:
+        """A fixed check's cases (a handful of small requests): the rerank check against a
+        reranker, the embedding check against an embedding model."""
         await self._stillevaluable(data.tenant_id, data.target.deployment_id)
         await ready(self._adapters, data.target)
-        results = []
         async with self._adapters.lease(data.target) as adapter:
-            for case in RERANK_CASES:
-                try:
-                    answer = await adapter.rerank(case.query, case.documents, top_n=case.top_n)
-                except ProviderError as exc:
-                    raise_unless_unanswered(exc, case.case_id)
-                    results.append(
-                        RerankCaseResult(case_id=case.case_id, passed=False, reason="no answer")
-                    )
-                    continue
-                ranked = [(item.index, item.relevance_score) for item in answer.results]
-                results.append(verify_rerank(case, ranked))
-        return results
+            if data.check == "embedding":
+                return await embedding_check(adapter)
+            return await rerank_check(adapter)
 
     @activity.defn(name="evaluation_record_rerank")
     async def record_rerank(self, data: RerankRecordInput) -> str:
@@ -206,23 +216,28 @@ class EvaluationActivities:
         record = canonical_json(
             {
                 "suiteVersion": SUITE_VERSION,
-                "check": "rerank",
+                "check": data.check,
+                # Each evaluation's record is its own, so its evidence is new evidence even
+                # when its verdicts are those of the last one (the lifecycle records a
+                # reference once); a retry of this step writes the same record again.
+                "evaluationId": data.evaluation_id,
                 "deploymentId": data.deployment_id,
                 "results": [r.model_dump(mode="json") for r in data.results],
             }
         )
         evidence_ref = self._artifacts.put(data.tenant_id, record)
-        if not rerank_passed(data.results):
+        passed = embedding_passed if data.check == "embedding" else rerank_passed
+        if not passed(data.results):
             failed = [f"{r.case_id}: {r.reason}" for r in data.results if not r.passed]
             raise ApplicationError(
-                "the deployment failed the rerank check (" + "; ".join(failed) + ")",
+                f"the deployment failed the {data.check} check (" + "; ".join(failed) + ")",
                 type=CANNOT_RUN,
                 non_retryable=True,
             )
         await self._import_evidence(data.tenant_id, data.deployment_id, evidence_ref, {})
         summary = {
             "scores": {},
-            "rerank": {r.case_id: {"passed": r.passed, "reason": r.reason} for r in data.results},
+            data.check: {r.case_id: {"passed": r.passed, "reason": r.reason} for r in data.results},
             "shortfalls": [],
         }
         async with transaction(self._sessions) as session:
@@ -282,8 +297,11 @@ class EvaluationActivities:
         record = canonical_json(
             {
                 "suiteVersion": suite.suite_version,
+                # As the checks' record: each evaluation's evidence is its own.
+                "evaluationId": data.evaluation_id,
                 "deploymentId": data.deployment_id,
                 "contextTokens": data.context_tokens,
+                "temperatureRefused": data.temperature_refused,
                 "results": [r.model_dump(mode="json") for r in data.results],
                 "scores": {c.value: [s.pass_rate, s.verdict] for c, s in scores.items()},
             }
@@ -321,6 +339,9 @@ class EvaluationActivities:
                     "shortfalls": [
                         r.model_dump(by_alias=True, exclude_none=True) for r in shortfalls
                     ],
+                    # The model refused the suite's temperature 0: cases went with its default,
+                    # their answers less repeatable.
+                    "temperatureRefused": data.temperature_refused,
                 },
             )
         return evidence_ref

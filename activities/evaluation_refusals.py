@@ -1,6 +1,7 @@
 """Why an evaluation cannot run (CannotRun, not retried: the deployment stays as it was and the
 evaluation says why), and what a provider's failure of one case means to the run: a refusal
-of the evaluation or of the case's request ends it, an outage is retried after the provider's
+of the evaluation or of the case's plain request ends it, a refusal of an optional feature the
+case tests (`refused_feature`) is the case failed, an outage is retried after the provider's
 Retry-After, a context too long is the case failed. Reasons name kinds and statuses, never a
 provider's words."""
 
@@ -14,7 +15,7 @@ from activities.adapter_pool import AdapterPool
 from domain.enums import Modality
 from domain.invocation import Target
 from domain.lifecycle import can_evaluate
-from domain.suite import Suite
+from domain.suite import Suite, SuiteRequest
 from providers.errors import ErrorKind, ProviderError
 from providers.registry import adapter_kind
 from providers.secrets import SecretResolutionError
@@ -24,15 +25,19 @@ CANNOT_RUN = "CannotRun"
 # A provider that refuses the credentials, or does not know the model, will not do better on a
 # retry: the run stops and the operator is told. Other refusals are the model failing a case.
 _FATAL = {ErrorKind.AUTH, ErrorKind.NOT_FOUND, ErrorKind.UNSUPPORTED, ErrorKind.QUOTA}
-# A provider that refuses a case's request (a parameter the model does not take, such as a
-# reasoning model's 400 to `temperature: 0`; a feature its server has not enabled; a content
-# filter tripping on the suite's benign text) has not answered it wrongly: scored as the model's
+# A provider that refuses a case's plain request (a server option not enabled, a content filter
+# tripping on the suite's benign text) has not answered it wrongly: scored as the model's
 # failure, every such case made an all-zero scorecard that moved the deployment to Evaluated on
 # evidence of nothing. The first refusal ends the run, naming the kind and the case: no
 # threshold, because refusals below one would still be recorded as wrong answers, and the cases
-# after it would most likely be refused as well. A context-length refusal is not among them:
-# the reliable-context cases are sized to what the listing profiles need, and a deployment
-# whose window is smaller fails those cases, as the router would fail those requests.
+# after it would most likely be refused as well. Two refusals are not the request's fault and
+# do not end it (activities/evaluation_cases.py): the suite's temperature 0, which OpenAI's
+# reasoning models refuse (the request is sent again without it), and an optional feature the
+# case tests (structured output, parallel tool calls), which a model without it refuses: that
+# is the model failing the case, what the router's requests asking for it would meet. A
+# context-length refusal is not among them either: the reliable-context cases are sized to
+# what the listing profiles need, and a deployment whose window is smaller fails those cases,
+# as the router would fail those requests.
 _REFUSED = {ErrorKind.INVALID_REQUEST, ErrorKind.CONTENT_POLICY}
 # The longest a provider's Retry-After defers a case's next attempt: one that asks for longer
 # (or for hours) is tried again after this, and fails the run if it still refuses.
@@ -95,12 +100,24 @@ def evaluated_through(provider: str, modality: Modality | None) -> str:
         ) from None
 
 
-def raise_unless_unanswered(exc: ProviderError, case_id: str) -> None:
+def refused_feature(exc: ProviderError, request: SuiteRequest | None) -> str | None:
+    """The optional feature of the refused `request` the refusal is taken for (the case is then
+    failed), or None: the request was plain, or the refusal is not an invalid request (a
+    content filter's is about the text, whatever the request asks for)."""
+    if exc.kind is not ErrorKind.INVALID_REQUEST or request is None:
+        return None
+    return next(iter(request.optional_features), None)
+
+
+def raise_unless_unanswered(
+    exc: ProviderError, case_id: str, *, without_temperature: bool = False
+) -> None:
     """A provider that refuses the evaluation, or a case's request, ends it; one that is
     unavailable is retried by the workflow's policy, after the provider's Retry-After when it
     gave one (past the policy, the run cannot run); a context-length refusal leaves the case
     unanswered, which its verifier scores. Reasons name the error's kind and status, never
-    the provider's message (it may quote the request)."""
+    the provider's message (it may quote the request). `without_temperature`: the refused
+    request carried none (the suite's temperature is not the cause)."""
     if exc.kind in _FATAL:
         raise ApplicationError(
             f"provider refused the evaluation ({exc.kind.value})",
@@ -109,8 +126,9 @@ def raise_unless_unanswered(exc: ProviderError, case_id: str) -> None:
         ) from None
     if exc.kind in _REFUSED:
         status = f", status {exc.status_code}" if exc.status_code is not None else ""
+        sent = " sent without temperature" if without_temperature else ""
         raise ApplicationError(
-            f"provider refused the request of case {case_id} ({exc.kind.value}{status}): "
+            f"provider refused the request of case {case_id} ({exc.kind.value}{status}){sent}: "
             "a refused request is not a wrong answer; correct the deployment, then evaluate "
             "again",
             type=CANNOT_RUN,

@@ -14,7 +14,9 @@ from providers.types import (
 )
 
 
-def to_chat(request: SuiteRequest) -> ChatRequest:
+def to_chat(request: SuiteRequest, *, temperature: bool = True) -> ChatRequest:
+    """`temperature`: False sends none, for a model that refuses the suite's (the provider's
+    default then applies)."""
     system = [Message(role="system", content=request.system)] if request.system else []
     return ChatRequest(
         messages=(
@@ -47,7 +49,7 @@ def to_chat(request: SuiteRequest) -> ChatRequest:
             else None
         ),
         max_tokens=request.max_tokens,
-        temperature=request.temperature,
+        temperature=request.temperature if temperature else None,
     )
 
 

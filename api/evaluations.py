@@ -93,7 +93,6 @@ async def start(
         )
     eid = evaluation_id(tenant_id, deployment_id, key)
     await _none_running_but(client, sessions, tenant_id, deployment_id, eid)
-    inserted = False
     try:
         async with transaction(sessions) as session:
             # Looked for again, and inserted, under the deployment's lock held to the commit:
@@ -105,9 +104,7 @@ async def start(
                 under_way = await evaluations.running(session, tenant_id, deployment_id)
                 if under_way is not None:
                     raise _running(deployment_id, under_way)
-            inserted = await evaluations.insert_running(
-                session, eid, tenant_id, deployment_id, SUITE_VERSION
-            )
+            await evaluations.insert_running(session, eid, tenant_id, deployment_id, SUITE_VERSION)
     except IntegrityError:
         pass  # a concurrent request with the same key inserted it first (SQLite: no lock)
     try:
@@ -127,32 +124,19 @@ async def start(
     except WorkflowAlreadyStartedError:
         pass  # it ran to its end already; its row says how it went
     except RPCError as exc:
-        # Temporal went away after the connect: nothing runs this evaluation, so the row this
-        # request wrote must not say Running (it did for good, beside a 500). A row an earlier
-        # request of the key wrote may be its running evaluation's: kept. The same key again
-        # starts it.
-        log.warning("evaluation start refused: %s", exc.status.name)
-        if inserted:
-            async with transaction(sessions) as session:
-                await evaluations.discard_unstarted(session, eid)
+        # Temporal went away after the connect, or its answer did, the start taken: the run
+        # may be under way, so its row stays Running, holding the deployment's other keys off
+        # (deleted, a second key ran a second suite beside the first, and the first recorded
+        # into no row). The same key again starts the run, or finds it. A row whose run never
+        # started is settled when read once Temporal says so past the start's grace
+        # (`settled`: Failed, "its run was never started").
+        log.warning("evaluation start not answered: %s", exc.status.name)
         raise Problem(
             503,
-            "Temporal did not take the evaluation's start; nothing runs. Retry with the same key.",
+            "Temporal did not answer the evaluation's start; it may not run. Retry with the "
+            "same key.",
         ) from None
     view = await latest(client, sessions, tenant_id, deployment_id, eid)
-    if view is None:
-        # Another request of this key inserted the row, had its start refused and discarded
-        # it, while this one's start went through: the run is under way with no row to record
-        # into. Its row again (a start refused after this read leaves a Running row, settled
-        # when read, as any).
-        try:
-            async with transaction(sessions) as session:
-                await evaluations.insert_running(
-                    session, eid, tenant_id, deployment_id, SUITE_VERSION
-                )
-        except IntegrityError:
-            pass
-        view = await latest(client, sessions, tenant_id, deployment_id, eid)
     if view is None:
         raise Problem(503, "The evaluation's row is changing; retry with the same key.")
     return view
@@ -224,10 +208,10 @@ async def settled(
     client: Client, sessions: async_sessionmaker[AsyncSession], row: EvaluationRow
 ) -> bool:
     """Settle a row still Running whose run is not (whether it did, as the row is read): its
-    workflow ended without this row hearing of it, or was never started. Both happen when a
-    start is refused after Temporal took it: the row is discarded, the run records into no
-    row, and the same key again inserts one that nothing ends. Such a row stayed Running for
-    good, the console's panel polling it each second and `evaluate --wait` waiting on it."""
+    workflow ended without this row hearing of it, or was never started (a start Temporal did
+    not answer, or an API gone between the insert and the start). Such a row stayed Running
+    for good, the console's panel polling it each second and `evaluate --wait` waiting on it.
+    Called for every read of the row (`latest`) and by another key's start."""
     handle = client.get_workflow_handle(row.evaluation_id)
     try:
         described = await handle.describe()

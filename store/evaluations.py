@@ -56,14 +56,6 @@ async def running(
     return (await session.scalars(stmt)).first()
 
 
-async def discard_unstarted(session: AsyncSession, evaluation_id: str) -> None:
-    """Remove the Running row of a run whose workflow could not be started: nothing else would
-    ever end it. A row already ended is kept."""
-    row = await session.get(EvaluationRow, evaluation_id)
-    if row is not None and row.status == "Running":
-        await session.delete(row)
-
-
 async def complete(
     session: AsyncSession, evaluation_id: str, evidence_ref: str, summary: dict[str, Any]
 ) -> None:

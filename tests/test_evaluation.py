@@ -1,5 +1,6 @@
 """EvaluateDeployment end to end: API → Temporal → the real SDKs → the local upstream, with one
-model answering the suite competently and one scripted to fail tool-calling."""
+model answering the suite competently and one scripted to fail tool-calling, and the fixed
+checks of a reranker and of an embedding model."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlmodel import col, select
 from temporalio.client import Client
 
 from api.evaluations import settled
@@ -21,7 +23,7 @@ from providers.upstream import Fault, FaultKind, UpstreamServer
 from providers.upstream.suite_responders import competent_responder, failing_responder
 from store.artifacts import EVIDENCE_DIR
 from store.db import transaction
-from store.tables import EvaluationRow
+from store.tables import EvaluationRow, OutboxEventRow
 from tests.conftest import TokenFactory, free_port
 from tests.helpers.catalog import profile_event, publish, register
 from tests.helpers.cli import run
@@ -83,7 +85,7 @@ async def test_gates_hold_end_to_end(
     assert (await publish(http, auth, coder)).status_code == 200
 
     started = await _evaluate(http, auth, "eval/bad", "bad-1")
-    assert started["status"] == "Running" and started["suiteVersion"] == "2026.11.2"
+    assert started["status"] == "Running" and started["suiteVersion"] == "2026.12.1"
     await _evaluate(http, auth, "eval/good", "good-1")
     bad, good = await _finished(http, auth, "eval/bad"), await _finished(http, auth, "eval/good")
 
@@ -461,3 +463,92 @@ async def test_a_case_or_record_on_a_worker_with_another_suite_is_refused(
             await env.run(step, arg)  # type: ignore[arg-type]
         assert refused.value.type == CANNOT_RUN and refused.value.non_retryable
         assert "suite changed" in refused.value.message
+
+
+async def test_an_embedding_model_goes_through_the_public_lifecycle_to_serving(
+    http: httpx.AsyncClient, auth: dict[str, str], upstream: UpstreamServer
+) -> None:
+    """register → license → evaluate (the embedding check) → approve → /gateway/embed, through
+    the API alone. The model's server refuses chat, as OpenAI's does for an embedding model
+    (404, "not a chat model"): given the suite's chat cases, its evaluation stopped at the
+    first one, and the deployment could never be approved nor routed to."""
+    dep, model, profile = "emb/openai", "emb-sim", "emb-openai"
+    upstream.state.configure(model, refuses=["chat"])
+    await register(
+        http, auth, dep, model=model, endpointRef=upstream.endpoint_ref, licenseMetadata=None
+    )
+    licensed = await http.put(
+        f"/factory/model-deployments/{dep}/license",
+        json={"commercialUse": True, "licenseName": "apache-2.0"},
+        headers=auth,
+    )
+    assert licensed.status_code == 200, licensed.text
+    event = profile_event(profile, [dep], {}, modality="Embedding")
+    assert (await publish(http, auth, event)).status_code == 200
+
+    await _evaluate(http, auth, dep, "eval-emb")
+    body = await _finished(http, auth, dep)
+    assert body["evaluation"]["status"] == "Completed", body["evaluation"]
+    assert body["state"] == "Evaluated"
+    checked = body["evaluation"]["summary"]["embedding"]
+    assert len(checked) == 3 and all(c["passed"] for c in checked.values()), checked
+    # The check reached the embeddings endpoint, and no chat case was sent.
+    assert upstream.requests(model, "embeddings") == 3
+    assert upstream.requests(model, "chat.completions") == 0
+    approved = await http.post(f"/factory/model-deployments/{dep}/approve", headers=auth)
+    assert approved.status_code == 200 and approved.json()["state"] == "Approved"
+
+    embedded = await http.post(
+        "/gateway/embed",
+        headers=auth,
+        json={"profileId": profile, "inputs": ["a red fruit", "the sky"]},
+    )
+    assert embedded.status_code == 200, embedded.text
+    vectors = embedded.json()["vectors"]
+    assert len(vectors) == 2 and len(vectors[0]) == len(vectors[1]) > 0
+    assert embedded.json()["receipt"]["deploymentId"] == dep
+    assert upstream.requests(model, "embeddings") == 4
+
+
+async def test_a_second_evaluation_with_the_same_verdicts_is_recorded_as_new_evidence(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+    tenant: str,
+) -> None:
+    """The evidence reference was the hash of a record holding no evaluation id: a second
+    evaluation with the same verdicts made the same reference, which the lifecycle takes for
+    a retry of the first and records nothing for: no new scores, evaluatedAt left at the first
+    evaluation's, no CapabilityEvidenceRecorded."""
+    dep = "eval/again"
+    await register(http, auth, dep, model="good-sim", endpointRef=upstream.endpoint_ref)
+    seen: list[dict[str, Any]] = []
+    for key in ("again-1", "again-2"):
+        await _evaluate(http, auth, dep, key)
+        body = await _finished(http, auth, dep)
+        assert body["evaluation"]["status"] == "Completed", body["evaluation"]
+        seen.append(body)
+    first, second = seen
+    assert first["evaluation"]["evaluationId"] != second["evaluation"]["evaluationId"]
+    refs = [b["evaluation"]["evidenceRef"] for b in seen]
+    assert refs[0] != refs[1]
+    assert [b["evidence"]["evidenceRef"] for b in seen] == refs
+    # The same verdicts, measured again: the scores are the second evaluation's.
+    assert first["evidence"]["capabilities"].keys() == second["evidence"]["capabilities"].keys()
+    for capability, measured in second["evidence"]["capabilities"].items():
+        before = first["evidence"]["capabilities"][capability]
+        assert (measured["score"], measured["verdict"]) == (before["score"], before["verdict"])
+        later = datetime.fromisoformat(measured["evaluatedAt"])
+        assert later > datetime.fromisoformat(before["evaluatedAt"]), capability
+    async with sessions() as session:
+        recorded = (
+            await session.scalars(
+                select(OutboxEventRow)
+                .where(col(OutboxEventRow.tenant_id) == tenant)
+                .where(col(OutboxEventRow.aggregate_id) == dep)
+                .where(col(OutboxEventRow.event_type) == "CapabilityEvidenceRecorded")
+                .order_by(col(OutboxEventRow.position))
+            )
+        ).all()
+    assert [r.payload["evidenceRef"] for r in recorded] == refs

@@ -1,28 +1,35 @@
 """How an evaluation ends when the suite cannot run as asked: a provider no adapter serves, a
-provider that refuses the suite's requests, a lifecycle workflow that is gone, a provider that
-rate-limits with Retry-After, and two starts at the same moment. API → Temporal → the real
-adapters → the local upstream, as tests/test_evaluation.py."""
+provider that refuses the suite's requests (or only its temperature, or a feature a case
+tests), a lifecycle workflow that is gone, a provider that rate-limits with Retry-After, a start
+whose answer Temporal did not give, a case that fails while others wait, and two starts at the
+same moment. API → Temporal → the real adapters → the local upstream, as
+tests/test_evaluation.py."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import uuid
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.evaluation_refusals import RETRY_AFTER_CAP_SECONDS, retry_delay
 from activities.evaluation_types import EvaluationInput, FailInput, Prepared
 from activities.lifecycle_types import workflow_id
+from api.evaluations import UNSTARTED_GRACE_SECONDS, start
+from api.problems import Problem
 from core.payload_converter import data_converter
 from core.settings import Settings
 from domain.enums import Capability
@@ -30,6 +37,9 @@ from domain.suite import Suite
 from providers.errors import ErrorKind, ProviderError
 from providers.upstream import Fault, FaultKind, UpstreamServer
 from providers.upstream.suite_responders import competent_responder
+from store.artifacts import EVIDENCE_DIR
+from store.db import transaction
+from store.tables import EvaluationRow
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import register
 from tests.helpers.deadline import eventually
@@ -146,10 +156,10 @@ async def test_preparing_is_retried_within_a_bound() -> None:
 async def test_a_provider_that_refuses_the_suites_requests_fails_the_evaluation(
     http: httpx.AsyncClient, auth: dict[str, str], upstream: UpstreamServer
 ) -> None:
-    # A reasoning model answering 400 to `temperature: 0` (here on the Anthropic protocol, an
-    # invalid_request_error), or a content filter refusing the suite's benign text: each case
-    # was scored "the provider returned no answer", and the all-zero scorecard moved the
-    # deployment to Evaluated, the evaluation Completed.
+    # A server refusing every request (here on the Anthropic protocol, an invalid_request_error
+    # whatever the request carries, its temperature or not), or a content filter refusing the
+    # suite's benign text: each case was scored "the provider returned no answer", and the
+    # all-zero scorecard moved the deployment to Evaluated, the evaluation Completed.
     said = "temperature is deprecated for this model"
     upstream.inject("refusing-sim", Fault(kind=FaultKind.CONTENT_POLICY, message=said))
     upstream.inject("filtered-sim", Fault(kind=FaultKind.CONTENT_POLICY))
@@ -171,6 +181,9 @@ async def test_a_provider_that_refuses_the_suites_requests_fails_the_evaluation(
             assert ev["status"] == "Failed", ev
             assert "provider refused the request of case " in ev["reason"]
             assert f"({kind}, status 400)" in ev["reason"], ev["reason"]
+            # Asked again without the suite's temperature, the server refused it as well.
+            again = " sent without temperature: " in ev["reason"]
+            assert again is (kind == "invalid_request"), ev["reason"]
             # The kind and the status, never the provider's words.
             assert said not in ev["reason"] and "safety system" not in ev["reason"]
             # The run stopped at the refusal: the rest of the suite was not sent.
@@ -283,3 +296,169 @@ async def test_two_starts_at_the_same_moment_run_one_evaluation(
         upstream.state.release()
     # One suite ran: at most its concurrency of cases reached the provider before the retirement.
     assert upstream.requests(model) <= settings.evaluation_concurrency
+
+
+def _record(settings: Settings, tenant: str, evidence_ref: str) -> dict[str, Any]:
+    """An evaluation's stored record (case ids and reasons, no content)."""
+    digest = evidence_ref.removeprefix("sha256:")
+    path = settings.artifact_root / EVIDENCE_DIR / tenant / digest[:2] / digest
+    return dict(json.loads(path.read_bytes()))
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_a_model_that_refuses_the_suites_temperature_is_evaluated_without_it(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    upstream: UpstreamServer,
+    settings: Settings,
+    tenant: str,
+    provider: str,
+) -> None:
+    # OpenAI's reasoning models answer 400 to `temperature: 0` ("only the default (1) value is
+    # supported"), Anthropic's newest to any temperature: the first case's refusal ended the
+    # evaluation, and nothing the operator could correct would let it run.
+    dep, model = f"evalx/reasoning-{provider}", f"reasoning-{provider}-sim"
+    upstream.register(model, competent_responder(Suite()))
+    upstream.state.configure(model, refuses=["temperature"])
+    await register(
+        http, auth, dep, provider=provider, model=model, endpointRef=upstream.endpoint_ref
+    )
+    assert (await _evaluate(http, auth, dep)).status_code == 202
+    body = await _ended(http, auth, dep, timeout=120)
+    ev = body["evaluation"]
+    assert ev["status"] == "Completed", ev
+    assert body["state"] == "Evaluated"
+    if provider == "openai":  # the competent model answers the whole suite on its protocol
+        assert all(c["score"] == 1.0 for c in body["evidence"]["capabilities"].values())
+    assert ev["summary"]["temperatureRefused"] is True
+    assert _record(settings, tenant, ev["evidenceRef"])["temperatureRefused"] is True
+    # Only the cases sent before the first refusal was heard carried it: those scheduled
+    # after it go without, rather than each meeting the refusal again.
+    refused = [r for r in upstream.state.ledger if r.model == model and r.status == 400]
+    assert 1 <= len(refused) <= settings.evaluation_concurrency, len(refused)
+
+
+async def test_a_model_without_structured_output_fails_those_cases_and_is_evaluated(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    upstream: UpstreamServer,
+    settings: Settings,
+    tenant: str,
+) -> None:
+    # A model without structured outputs answers 400 to any `response_format` case: the
+    # refusal ended the evaluation, where the model had simply not offered what those cases
+    # test. The cases are failed, naming the feature, and the rest of the suite runs.
+    dep, model = "evalx/no-format", "no-format-sim"
+    upstream.register(model, competent_responder(Suite()))
+    upstream.state.configure(model, refuses=["response_format"])
+    await register(http, auth, dep, model=model, endpointRef=upstream.endpoint_ref)
+    assert (await _evaluate(http, auth, dep)).status_code == 202
+    body = await _ended(http, auth, dep, timeout=120)
+    ev = body["evaluation"]
+    assert ev["status"] == "Completed", ev
+    assert body["state"] == "Evaluated"
+    caps = body["evidence"]["capabilities"]
+    assert caps[Capability.JSON_SCHEMA.value]["score"] < 1.0
+    assert caps[Capability.TOOL_CALLING.value]["score"] == 1.0
+    # The temperature was not the cause: the suite went on with it.
+    assert ev["summary"]["temperatureRefused"] is False
+    results = _record(settings, tenant, ev["evidenceRef"])["results"]
+    refused = {r["case_id"] for r in results if "refused the request's" in r["reason"]}
+    asked = {c.case_id for c in Suite().cases if "response_format" in c.start().optional_features}
+    assert refused == asked and asked, (refused, asked)
+    assert all(
+        r["reason"] == "the provider refused the request's 'response_format'"
+        for r in results
+        if r["case_id"] in refused
+    )
+
+
+class _StartAnswerLost:
+    """A Temporal client whose workflow starts get no answer: taken by Temporal first (the
+    answer lost on its way back), or not."""
+
+    def __init__(self, client: Client, *, taken: bool) -> None:
+        self._client, self._taken = client, taken
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    async def start_workflow(self, *args: Any, **kwargs: Any) -> Any:
+        if self._taken:
+            await self._client.start_workflow(*args, **kwargs)
+        raise RPCError("connection reset", RPCStatusCode.UNAVAILABLE, b"")
+
+
+async def test_a_start_whose_answer_is_lost_keeps_its_row_and_no_second_run_starts(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    upstream: UpstreamServer,
+    settings: Settings,
+    sessions: async_sessionmaker[AsyncSession],
+    temporal_client: Client,
+    tenant: str,
+) -> None:
+    # Temporal took the start, then its answer was lost: the API deleted the Running row, so
+    # another key found nothing running and ran a second suite beside the first (billed twice),
+    # and the first recorded into no row.
+    dep, model = "evalx/lost-answer", "lost-answer-sim"
+    await register(http, auth, dep, model=model, endpointRef=upstream.endpoint_ref)
+    upstream.inject(model, Fault(kind=FaultKind.SLOW_FIRST_TOKEN, delay=120))
+    lost: Any = _StartAnswerLost(temporal_client, taken=True)
+    try:
+        with pytest.raises(Problem) as refused:
+            await start(lost, sessions, settings.temporal_task_queue, 4, tenant, dep, "lost-1")
+        assert refused.value.status == 503 and "same key" in refused.value.detail
+        read = (await http.get(f"/factory/model-deployments/{dep}", headers=auth)).json()
+        kept = read["evaluation"]
+        assert kept is not None and kept["status"] == "Running", kept
+        await eventually(lambda: upstream.requests(model) > 0, timeout=60, interval=0.05)
+        other = await _evaluate(http, auth, dep, "lost-2")
+        assert other.status_code == 409, other.text
+        assert other.json()["evaluationId"] == kept["evaluationId"]
+        again = await _evaluate(http, auth, dep, "lost-1")  # the same key finds its run
+        assert again.status_code == 202 and again.json()["evaluationId"] == kept["evaluationId"]
+        upstream.state.clear_faults(model)
+        body = await _ended(http, auth, dep, timeout=120, release=upstream.state.release)
+    finally:
+        upstream.state.clear_faults(model)
+        upstream.state.release()
+    # The run recorded into the row the start kept.
+    assert body["evaluation"]["evaluationId"] == kept["evaluationId"]
+    assert body["evaluation"]["status"] == "Completed", body["evaluation"]
+    assert body["evidence"]["evidenceRef"] == body["evaluation"]["evidenceRef"]
+
+
+async def test_a_start_never_taken_is_settled_as_never_started_past_its_grace(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    upstream: UpstreamServer,
+    settings: Settings,
+    sessions: async_sessionmaker[AsyncSession],
+    temporal_client: Client,
+    tenant: str,
+) -> None:
+    """The other side of a start with no answer: Temporal never took it. Its Running row holds
+    the deployment's other keys off while the start may still be on its way, and is settled as
+    never started when read past the grace (`api.evaluations.settled`)."""
+    dep, model = "evalx/never-taken", "never-taken-sim"
+    await register(http, auth, dep, model=model, endpointRef=upstream.endpoint_ref)
+    lost: Any = _StartAnswerLost(temporal_client, taken=False)
+    with pytest.raises(Problem) as refused:
+        await start(lost, sessions, settings.temporal_task_queue, 4, tenant, dep, "never-1")
+    assert refused.value.status == 503
+    early = await _evaluate(http, auth, dep, "never-2")
+    assert early.status_code == 409, early.text
+    eid = early.json()["evaluationId"]
+    # The grace gone by: the row as it is then.
+    async with transaction(sessions) as session:
+        row = await session.get(EvaluationRow, eid)
+        assert row is not None and row.status == "Running"
+        row.started_at = datetime.now(UTC) - timedelta(seconds=UNSTARTED_GRACE_SECONDS + 1)
+    read = (await http.get(f"/factory/model-deployments/{dep}", headers=auth)).json()
+    assert read["evaluation"]["evaluationId"] == eid
+    assert read["evaluation"]["status"] == "Failed", read["evaluation"]
+    assert "never started" in read["evaluation"]["reason"]
+    assert upstream.requests(model) == 0
+    assert (await _evaluate(http, auth, dep, "never-3")).status_code == 202
+    assert (await _ended(http, auth, dep, timeout=120))["evaluation"]["status"] == "Completed"

@@ -1,8 +1,9 @@
 """EvaluateDeployment: run the capability suite against one deployment through its real
 adapter, cases as activities with bounded concurrency and retries on transient provider errors,
 then import the evidence (Candidate → Evaluated). A reranker runs the rerank check instead
-(`domain.suite.rerank`). If the suite cannot run, the deployment stays
-as it was and the evaluation says why."""
+(`domain.suite.rerank`), an embedding model the embedding check (`domain.suite.embedding`).
+If the suite cannot run, the deployment stays as it was and the evaluation says why; the
+cases not yet sent then never are."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.evaluation_types import (
+        TEMPERATURE_REFUSED,
         CaseInput,
         EvaluationInput,
         FailInput,
@@ -26,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
         RerankRecordInput,
     )
     from domain.suite import CaseResult
-    from domain.suite.rerank import RerankCaseResult
+    from domain.suite.checks import CheckResult
 
 CASE_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
@@ -62,6 +64,9 @@ PREPARE_RETRY = RetryPolicy(
 PREPARE_IN_ALL = timedelta(minutes=5)
 # Histories from before PREPARE_RETRY schedule the prepare activity with the default policy.
 PREPARE_RETRY_PATCH = "evaluation-prepare-bounded-retry"
+# Histories from before a failed case stopped the others: the cases waiting for their turn went
+# on being sent (and paid for) while the run was failing, their answers thrown away.
+CASES_STOP_PATCH = "evaluation-cases-stop-on-failure"
 
 
 def _reason(exc: ActivityError) -> str:
@@ -77,6 +82,12 @@ class EvaluateDeploymentWorkflow:
         self._status = "Preparing"
         self._capability_of: dict[str, str] = {}
         self._done: Counter[str] = Counter()
+        # Whether cases send the suite's temperature: not once the model refused it.
+        self._temperature = True
+
+    @workflow.signal(name=TEMPERATURE_REFUSED)
+    def temperature_refused(self) -> None:
+        self._temperature = False
 
     @workflow.query
     def progress(self) -> Progress:
@@ -110,30 +121,10 @@ class EvaluateDeploymentWorkflow:
             return None
         self._capability_of = prepared.capability_of
         self._status = "Running"
-        if prepared.kind == "rerank":
-            return await self._rerank(data, prepared)
-        limit = asyncio.Semaphore(data.concurrency)
-
-        async def one(case_id: str) -> CaseResult:
-            async with limit:
-                result: CaseResult = await workflow.execute_activity(
-                    "evaluation_run_case",
-                    CaseInput(
-                        tenant_id=data.tenant_id,
-                        target=prepared.target,
-                        context_tokens=prepared.context_tokens,
-                        case_id=case_id,
-                        suite_version=prepared.suite_version,
-                    ),
-                    result_type=CaseResult,
-                    start_to_close_timeout=timedelta(minutes=5),
-                    retry_policy=CASE_RETRY,
-                )
-            self._done[self._capability_of[case_id]] += 1
-            return result
-
+        if prepared.kind != "suite":
+            return await self._check(data, prepared)
         try:
-            results = await asyncio.gather(*(one(c) for c in prepared.case_ids))
+            results = await self._cases(data, prepared)
         except ActivityError as exc:
             await self._fail(data, _reason(exc))
             return None
@@ -146,8 +137,9 @@ class EvaluateDeploymentWorkflow:
                     tenant_id=data.tenant_id,
                     deployment_id=data.deployment_id,
                     context_tokens=prepared.context_tokens,
-                    results=list(results),
+                    results=results,
                     suite_version=prepared.suite_version,
+                    temperature_refused=not self._temperature,
                 ),
                 result_type=str,
                 start_to_close_timeout=timedelta(minutes=2),
@@ -160,13 +152,62 @@ class EvaluateDeploymentWorkflow:
         self._status = "Completed"
         return ref
 
-    async def _rerank(self, data: EvaluationInput, prepared: Prepared) -> str | None:
-        """A reranker: the rerank check's few cases in one activity, then its record."""
+    async def _cases(self, data: EvaluationInput, prepared: Prepared) -> list[CaseResult]:
+        """Every case's result, `data.concurrency` at a time. The first case that fails raises
+        its failure, the others stopped: those waiting for their turn are never sent, those
+        under way are cancelled (a case sends no heartbeat to hear it by: it runs to its
+        provider's answer, which no one reads)."""
+        stop = workflow.patched(CASES_STOP_PATCH)
+        limit = asyncio.Semaphore(data.concurrency)
+        failed: list[ActivityError] = []
+
+        async def one(case_id: str) -> CaseResult:
+            async with limit:
+                if failed:
+                    # Set before the failed case let go of its place, so no case waiting for
+                    # one is sent after it.
+                    raise failed[0]
+                try:
+                    result: CaseResult = await workflow.execute_activity(
+                        "evaluation_run_case",
+                        CaseInput(
+                            tenant_id=data.tenant_id,
+                            target=prepared.target,
+                            context_tokens=prepared.context_tokens,
+                            case_id=case_id,
+                            suite_version=prepared.suite_version,
+                            temperature=self._temperature,
+                        ),
+                        result_type=CaseResult,
+                        start_to_close_timeout=timedelta(minutes=5),
+                        retry_policy=CASE_RETRY,
+                    )
+                except ActivityError as exc:
+                    if stop:
+                        failed.append(exc)
+                    raise
+            self._done[self._capability_of[case_id]] += 1
+            return result
+
+        # Tasks in the cases' order, as gather made them from the coroutines before the patch.
+        tasks = [asyncio.ensure_future(one(c)) for c in prepared.case_ids]
         try:
-            results: list[RerankCaseResult] = await workflow.execute_activity(
+            return list(await asyncio.gather(*tasks))
+        except ActivityError:
+            if stop:
+                for task in tasks:
+                    task.cancel()
+            raise
+
+    async def _check(self, data: EvaluationInput, prepared: Prepared) -> str | None:
+        """A deployment the suite does not apply to: its fixed check's few cases in one
+        activity, then its record (steps named for the rerank check, the first of them)."""
+        check = "rerank" if prepared.kind == "suite" else prepared.kind
+        try:
+            results: list[CheckResult] = await workflow.execute_activity(
                 "evaluation_rerank",
-                RerankInput(tenant_id=data.tenant_id, target=prepared.target),
-                result_type=list[RerankCaseResult],
+                RerankInput(tenant_id=data.tenant_id, target=prepared.target, check=check),
+                result_type=list[CheckResult],
                 start_to_close_timeout=timedelta(minutes=5),
                 retry_policy=CASE_RETRY,
             )
@@ -180,6 +221,7 @@ class EvaluateDeploymentWorkflow:
                     tenant_id=data.tenant_id,
                     deployment_id=data.deployment_id,
                     results=results,
+                    check=check,
                 ),
                 result_type=str,
                 start_to_close_timeout=timedelta(minutes=2),

@@ -32,6 +32,7 @@ class Why(StrEnum):
     TURN_LIMIT = "no final answer within {0} turns"
     NO_ANSWER = "the provider returned no answer"
     JUDGE_ERROR = "the case could not judge the answer"
+    FEATURE_REFUSED = "the provider refused the request's {0}"
     # Tool calls.
     NO_TOOL_CALL = "no tool call, expected a call to {0}"
     UNEXPECTED_TOOL_CALL = "unexpected tool call to {0}"

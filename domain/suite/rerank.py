@@ -22,6 +22,8 @@ from itertools import pairwise
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from domain.suite.checks import CheckResult, all_passed
+
 RERANK_CAPABILITY = "rerank"  # the progress label of these cases (not a scored capability)
 
 
@@ -35,12 +37,8 @@ class RerankCase(BaseModel):
     top_n: int | None = None
 
 
-class RerankCaseResult(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    case_id: str
-    passed: bool
-    reason: str
+# The name the rerank check's results had before the embedding check shared their shape.
+RerankCaseResult = CheckResult
 
 
 RERANK_CASES: tuple[RerankCase, ...] = (
@@ -107,5 +105,4 @@ def verify_rerank(case: RerankCase, ranked: Sequence[tuple[int, float]]) -> Rera
 
 def rerank_passed(results: Sequence[RerankCaseResult]) -> bool:
     """Every case answered and passed (a case without a result counts as failed)."""
-    passed = {r.case_id for r in results if r.passed}
-    return all(c.case_id in passed for c in RERANK_CASES)
+    return all_passed(results, (c.case_id for c in RERANK_CASES))

@@ -14,11 +14,11 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from domain.enums import Capability
 from domain.suite.cases import Case, all_cases
 from domain.suite.cases.context import MIN_CONTEXT_TOKENS
-from domain.suite.reasons import Verdict, Why, is_rendered_reason
+from domain.suite.reasons import Verdict, Vocabulary, Why, fail, is_rendered_reason, render
 
 # Bump whenever a case, a check or a threshold default changes: scores from different
 # versions are different evidence.
-SUITE_VERSION = "2026.11.2"
+SUITE_VERSION = "2026.12.1"
 DEFAULT_THRESHOLD = 0.8
 # Long-context requests are the suite's cost: its context size is the profile's
 # maxContextTokens, but never more than this unless the operator raises it.
@@ -105,6 +105,11 @@ class Suite:
     def unanswered(self, case: Case) -> CaseResult:
         """The result of a case the provider never answered (errors, timeouts)."""
         return self.result(case, Verdict(passed=False, reason=Why.NO_ANSWER.value))
+
+    def refused(self, case: Case, feature: str) -> CaseResult:
+        """The result of a case whose request the provider refused for an optional feature it
+        tests (`SuiteRequest.optional_features`): the model does not offer it."""
+        return self.result(case, render(fail(Why.FEATURE_REFUSED, feature), Vocabulary([feature])))
 
     def score(self, results: Iterable[CaseResult]) -> dict[Capability, CapabilityScore]:
         """Pass rate per capability over *all* its cases: a case without a result counts as

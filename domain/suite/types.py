@@ -79,8 +79,22 @@ class SuiteRequest(_Frozen):
     parallel_tool_calls: bool | None = None
     response_format: SuiteResponseFormat | None = None
     max_tokens: int | None = Field(default=1024, ge=1)
-    # Zero so a model's answer is as repeatable as its provider allows.
+    # Zero so a model's answer is as repeatable as its provider allows. A model that refuses
+    # it (OpenAI's reasoning models take only their default) is asked without it.
     temperature: float = Field(default=0.0, ge=0, le=2)
+
+    @property
+    def optional_features(self) -> tuple[str, ...]:
+        """The request parameters a model may not offer (structured output, a say over
+        parallel tool calls), named as the wire protocol names them: a provider that refuses
+        the request for one has not offered the feature the case tests, which scores the case
+        failed, where a plain request refused says nothing about the model."""
+        features = []
+        if self.response_format is not None and self.response_format.type != "text":
+            features.append("response_format")
+        if self.parallel_tool_calls is not None and self.tools:
+            features.append("parallel_tool_calls")
+        return tuple(features)
 
     @property
     def first_user_text(self) -> str:

@@ -14,7 +14,7 @@ from starlette.responses import Response
 
 from providers.upstream.answer import Answer, build_answer, new_id, prompt_prefixes
 from providers.upstream.faults import Endpoint, Fault, FaultKind
-from providers.upstream.problems import Api, context_length_error, fault_response
+from providers.upstream.problems import Api, context_length_error, fault_response, refusal
 from providers.upstream.responders import respond
 from providers.upstream.state import RequestRecord, UpstreamState
 from providers.upstream.streaming import DelayedResponse, KeepAlivePause, SimStream
@@ -112,6 +112,11 @@ def chat_endpoint(codec: Codec) -> Callable[[Request], Awaitable[Response]]:
             message = "the request does not match the API's schema"
             return finish(codec.error(400, message, request_id, headers))
         settings = state.settings_for(model)
+        refused = refusal(
+            codec.api, list(settings.refuses), body, headers=headers, request_id=request_id
+        )
+        if refused is not None:
+            return finish(refused)
         prefixes = prompt_prefixes(turn)
         used = prefixes[-1][1]
         if settings.context_window is not None and used > settings.context_window:

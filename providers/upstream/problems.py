@@ -129,6 +129,56 @@ def context_length_error(
     )
 
 
+def refusal(
+    api: Api,
+    refuses: list[str],
+    body: dict[str, object],
+    *,
+    headers: dict[str, str],
+    request_id: str,
+) -> Response | None:
+    """A chat request refused as the model's server refuses it (`ModelSettings.refuses`), or
+    None."""
+
+    def refused(
+        status: int, openai: str, anthropic: str, param: str, code: str | None = None
+    ) -> Response:
+        if api == "anthropic":
+            type_ = "not_found_error" if status == 404 else "invalid_request_error"
+            return anthropic_error(
+                status, anthropic, type_=type_, request_id=request_id, headers=headers
+            )
+        return openai_error(status, openai, code=code, param=param, headers=headers)
+
+    if "chat" in refuses:
+        return refused(
+            404,
+            "This is not a chat model and thus not supported in the v1/chat/completions "
+            "endpoint. Did you mean to use v1/completions?",
+            f"model: {body.get('model')}",
+            "model",
+        )
+    if "temperature" in refuses and body.get("temperature") is not None:
+        return refused(
+            400,
+            f"Unsupported value: 'temperature' does not support {body['temperature']} with "
+            "this model. Only the default (1) value is supported.",
+            "temperature is deprecated for this model.",
+            "temperature",
+            "unsupported_value",
+        )
+    fmt = body.get("output_config" if api == "anthropic" else "response_format")
+    if "response_format" in refuses and isinstance(fmt, dict) and fmt.get("type") != "text":
+        return refused(
+            400,
+            f"Invalid parameter: 'response_format' of type '{fmt.get('type')}' is not "
+            "supported with this model.",
+            "output_config.format: structured outputs are not supported for this model.",
+            "response_format",
+        )
+    return None
+
+
 def fault_response(
     fault: Fault, api: Api, *, headers: dict[str, str], request_id: str, shutdown: asyncio.Event
 ) -> Response:

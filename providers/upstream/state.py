@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter, deque
 from dataclasses import asdict, dataclass
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -20,6 +21,11 @@ class ModelSettings(BaseModel):
     # What the model's request ids start with: a provider, or a proxy in front of one, may send
     # ids far longer than OpenAI's and Anthropic's.
     request_id_prefix: str = Field(default="req_", min_length=1)
+    # What the model's server refuses, in the provider's words (problems.refusal): "chat" on
+    # the chat endpoints (404, as OpenAI answers for an embedding model), a request carrying
+    # "temperature" (400, as OpenAI's reasoning models answer any but their default) or a
+    # structured output format, "response_format" (400, as a model without it answers).
+    refuses: list[Literal["chat", "temperature", "response_format"]] = Field(default_factory=list)
 
 
 @dataclass(frozen=True)

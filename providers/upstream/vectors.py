@@ -1,6 +1,7 @@
 """Embeddings (OpenAI wire protocol) and rerank (the Cohere/Jina shape that self-hosted
 rerankers such as vLLM and TEI-compatible servers serve). Both are deterministic: a vector is
-a function of (model, input), a relevance score of (query, document)."""
+a function of (model, input), a relevance score of (query, document); texts that share words
+lie close, as a real model's near duplicates do (the evaluation's embedding check asks it)."""
 
 from __future__ import annotations
 
@@ -32,9 +33,26 @@ from providers.upstream.tokens import count_tokens
 _WORDS = re.compile(r"\w+")
 
 
-def embedding_vector(model: str, text: str, dimensions: int) -> list[float]:
-    raw = hashlib.shake_256(f"{model}\x00{text}".encode()).digest(dimensions * 4)
+def _hashed(seed: str, dimensions: int) -> list[float]:
+    raw = hashlib.shake_256(seed.encode()).digest(dimensions * 4)
     values = [(n / 0xFFFFFFFF) * 2 - 1 for n in struct.unpack(f"<{dimensions}I", raw)]
+    norm = math.sqrt(sum(v * v for v in values)) or 1.0
+    return [v / norm for v in values]
+
+
+# The whole text's own share of its vector, beside its words': two texts of the same words
+# (in another order, or none) still differ, and near duplicates stay each other's closest.
+_TEXT_SHARE = 0.25
+
+
+def embedding_vector(model: str, text: str, dimensions: int) -> list[float]:
+    """The sum of the text's words' vectors (a bag of words) and a share of its own, unit
+    length."""
+    values = [_TEXT_SHARE * v for v in _hashed(f"{model}\x00{text}", dimensions)]
+    for word in _WORDS.findall(text.lower()):
+        values = [
+            a + b for a, b in zip(values, _hashed(f"{model}\x01{word}", dimensions), strict=True)
+        ]
     norm = math.sqrt(sum(v * v for v in values)) or 1.0
     return [v / norm for v in values]
 

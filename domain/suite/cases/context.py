@@ -3,8 +3,9 @@ retrieved, with a similar-looking distractor planted elsewhere.
 
 The document is sized from the context window under test: `context_tokens` (the profile's
 maxContextTokens, capped for cost by the suite). Tokens are *estimated* as len(text) / 4,
-the usual figure for English text; RESERVE_TOKENS are left for the system prompt, the
-question and the answer, so the request stays under the window it tests.
+the usual figure for English text; RESERVE_TOKENS are left for the system prompt and the
+question, and the answer's allowance besides, so the request (its prompt and the output it
+allows) stays under the window it tests.
 """
 
 from __future__ import annotations
@@ -23,6 +24,20 @@ from domain.suite.verifiers.text import check_answer
 CHARS_PER_TOKEN = 4
 RESERVE_TOKENS = 512
 MIN_CONTEXT_TOKENS = 2 * RESERVE_TOKENS
+# The answer's allowance: the suite's own for every case (SuiteRequest's default). A reasoning
+# model spends its reasoning from it before the code it answers with: at 64, OpenAI's
+# reasoning models ended with an empty answer cut at the limit, and failed these cases on a
+# question they had answered. A model needing more than this fails the suite's other cases
+# too.
+ANSWER_TOKENS = 1024
+
+
+def answer_tokens(context_tokens: int) -> int:
+    """The answer's allowance in a window: ANSWER_TOKENS, but never more than a quarter of a
+    small window, which the document needs (at MIN_CONTEXT_TOKENS it is left a quarter)."""
+    return min(ANSWER_TOKENS, context_tokens // 4)
+
+
 SYSTEM = "You answer questions about long documents precisely, from the document only."
 
 _WORDS = (
@@ -97,14 +112,15 @@ class ContextCase(Case):
 
     @cached_property
     def _request(self) -> SuiteRequest:
-        chars = (self.context_tokens - RESERVE_TOKENS) * CHARS_PER_TOKEN
+        answer = answer_tokens(self.context_tokens)
+        chars = (self.context_tokens - RESERVE_TOKENS - answer) * CHARS_PER_TOKEN
         planted = [(d, _fact(v, c)) for d, v, c in (*self._facts, self._distractor)]
         body = document(self.case_id, chars, planted)
         prompt = (
             "Below is a long archive of notes. Read it, then answer the question after it.\n\n"
             f"{body}{ANCHOR_MARK}{self._question}"
         )
-        return SuiteRequest(system=SYSTEM, messages=(user(prompt),), max_tokens=64)
+        return SuiteRequest(system=SYSTEM, messages=(user(prompt),), max_tokens=answer)
 
     def start(self) -> SuiteRequest:
         return self._request
