@@ -180,6 +180,18 @@ def group_ref(lines: Iterable[StatementLine]) -> str:
     return refs[0] if len(refs) == 1 else f"{refs[0]}+{len(refs) - 1}"
 
 
+def known_writes(r: ReceiptUsage) -> int:
+    """A known receipt's cache writes. One closed before receipts kept them (migration 0017)
+    says none (null) though its input may hold some: counted as none, the bucket's writes it
+    explains were handed to the receipts awaiting usage, priced at the write price above the
+    bill (for the reconciler's lookback after the upgrade). Counted as all of its uncached input,
+    the most it can hold, what is shared out is never dearer than the bill: at worst priced as
+    input, as before. store/reconciliation.known_usage_in_window sums it the same way."""
+    if r.cache_write_input_tokens is not None:
+        return r.cache_write_input_tokens
+    return max(0, (r.input_tokens or 0) - (r.cached_input_tokens or 0))
+
+
 class _Ledger:
     """Receipts' current status and usage as the plan settles them."""
 
@@ -191,7 +203,7 @@ class _Ledger:
                 r.input_tokens or 0,
                 r.output_tokens or 0,
                 r.cached_input_tokens or 0,
-                r.cache_write_input_tokens or 0,
+                known_writes(r) if r.usage_status not in AWAITING else 0,
             )
             for r in self.receipts
         }

@@ -185,7 +185,15 @@ async def known_usage_in_window(
             func.sum(func.coalesce(col(r.input_tokens), 0)),
             func.sum(func.coalesce(col(r.output_tokens), 0)),
             func.sum(func.coalesce(col(r.cached_input_tokens), 0)),
-            func.sum(func.coalesce(col(r.cache_write_input_tokens), 0)),
+            # domain.reconciliation.known_writes: a receipt from before its writes were kept
+            # counts its whole uncached input as writes it may hold.
+            func.sum(
+                func.coalesce(
+                    col(r.cache_write_input_tokens),
+                    func.coalesce(col(r.input_tokens), 0)
+                    - func.coalesce(col(r.cached_input_tokens), 0),
+                )
+            ),
         )
         .join(ModelDeploymentRow, _ITS_DEPLOYMENT)
         .where(col(r.usage_status).in_(_KNOWN))

@@ -324,8 +324,15 @@ class WebhookSubscriptionRepository(TenantRepository):
 
 
 async def feed_end(session: AsyncSession) -> int:
-    """The last position any tenant's event took: every later event takes a larger one."""
-    return int((await session.scalar(select(func.max(OutboxEventRow.position)))) or 0)
+    """The last position any tenant's event took, as far as the store still tells: the largest
+    present, or a subscription's cursor past it. Every later event takes a larger one (SQLite's
+    AUTOINCREMENT, migration 0018; PostgreSQL's sequence). From the events alone, once the
+    prune had taken the newest, a subscription ended at its cursor and created again from it
+    (`startAfter` = its `deliveredPosition`, as the README says to resume) was refused as past
+    the end of the feed."""
+    events = await session.scalar(select(func.max(OutboxEventRow.position)))
+    cursors = await session.scalar(select(func.max(WebhookSubscriptionRow.delivered_position)))
+    return max(int(events or 0), int(cursors or 0))
 
 
 async def last_position(session: AsyncSession, tenant_id: str) -> int:

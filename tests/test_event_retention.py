@@ -21,6 +21,7 @@ from domain.sweep import SweepInput
 from store.db import create_engine, session_factory, transaction
 from store.event_retention import prune_run_events
 from store.migrate import upgrade
+from store.repositories import feed_end
 from store.tables import OutboxEventRow
 from store.webhook_tables import WebhookSubscriptionRow
 from tests.conftest import create_database, drop_database
@@ -168,6 +169,33 @@ async def test_a_position_the_prune_freed_is_never_taken_again(
         after = _event(tenant, "ModelInvoked", "q", NOW)
         session.add(after)
     assert int(after.position or 0) > highest
+
+
+async def test_the_feed_ends_no_earlier_than_a_cursor_the_prune_left_behind(
+    store: async_sessionmaker[AsyncSession], tenant: str
+) -> None:
+    """Pruned of its newest events, the feed still ends at a subscriber's cursor past them: a
+    subscription created again from it (as the README says to resume) was refused as past the
+    end of the feed."""
+    async with transaction(store) as session:
+        newest = _event(tenant, "ModelInvoked", "p", OLD)
+        session.add(newest)
+    cursor = int(newest.position or 0)
+    async with transaction(store) as session:
+        session.add(
+            WebhookSubscriptionRow(
+                tenant_id=tenant,
+                url="https://example.com/hook",
+                signing_secret=None,
+                event_types=[],
+                delivered_position=cursor,
+                active=False,
+            )
+        )
+    async with transaction(store) as session:
+        await prune_run_events(session, NOW - timedelta(days=30), limit=1000)
+    async with store() as session:
+        assert await feed_end(session) >= cursor
 
 
 async def test_the_sqlite_outbox_rebuilt_keeps_its_rows_and_indexes(tmp_path: Path) -> None:

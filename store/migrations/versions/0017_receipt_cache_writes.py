@@ -25,8 +25,6 @@ def upgrade() -> None:
     # Nullable, or a constant default: on PostgreSQL (11 and later) the column is added to the
     # catalog alone, no table rewrite, so the brief lock it takes meets the migration lock
     # timeout (store/migrate.py) at most, never a rewrite of a week of receipts.
-    with op.batch_alter_table("invocation_receipts") as batch:
-        batch.add_column(sa.Column("cache_write_input_tokens", sa.Integer(), nullable=True))
     with op.batch_alter_table("usage_statement_lines") as batch:
         batch.add_column(
             sa.Column(
@@ -37,6 +35,11 @@ def upgrade() -> None:
             )
         )
     with op.batch_alter_table("receipt_reconciliations") as batch:
+        batch.add_column(sa.Column("cache_write_input_tokens", sa.Integer(), nullable=True))
+    # The receipts last: the migration is one transaction, and the lock taken first is held
+    # through the rest; taken first, every claim and close waited on the other two tables'
+    # lock waits as well.
+    with op.batch_alter_table("invocation_receipts") as batch:
         batch.add_column(sa.Column("cache_write_input_tokens", sa.Integer(), nullable=True))
 
 
