@@ -100,13 +100,34 @@ def evaluated_through(provider: str, modality: Modality | None) -> str:
         ) from None
 
 
+# The words a refusal of each optional feature names it by, on OpenAI's wire and Anthropic's
+# (its structured output is `output_config`; it is told of parallel tool use only to turn it
+# off). Matched in the provider's reason, which goes no further than this test.
+_FEATURE_WORDS = {
+    "response_format": ("response_format", "output_config", "output_format", "structured output"),
+    "parallel_tool_calls": ("parallel_tool_calls", "disable_parallel_tool_use", "parallel tool"),
+}
+
+
 def refused_feature(exc: ProviderError, request: SuiteRequest | None) -> str | None:
-    """The optional feature of the refused `request` the refusal is taken for (the case is then
-    failed), or None: the request was plain, or the refusal is not an invalid request (a
-    content filter's is about the text, whatever the request asks for)."""
+    """The optional feature of the refused `request` the refusal names (the case is then
+    failed), or None: the request was plain, the refusal is not an invalid request (a content
+    filter's is about the text, whatever the request asks for), or it names none of the
+    request's features. Taken for the feature's whatever it said, a refusal of ours (a schema a
+    provider's strict mode rejects, a tool our adapter converted wrongly) lowered the
+    capability's score, where it used to end the run with its cause in view; and on Anthropic,
+    which is never sent `parallel_tool_calls`, it blamed a parameter not in the request."""
     if exc.kind is not ErrorKind.INVALID_REQUEST or request is None:
         return None
-    return next(iter(request.optional_features), None)
+    said = (exc.reason or "").lower()
+    return next(
+        (
+            feature
+            for feature in request.optional_features
+            if any(word in said for word in _FEATURE_WORDS.get(feature, (feature,)))
+        ),
+        None,
+    )
 
 
 def raise_unless_unanswered(

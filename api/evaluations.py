@@ -32,6 +32,8 @@ log = logging.getLogger("model_router.api")
 # How long a Running row may be without its workflow before it is settled as never started: a
 # start is answered in milliseconds, or refused within the SDK's retries (about 10 s).
 UNSTARTED_GRACE_SECONDS = 60.0
+# Why such a row was settled Failed: the same key again starts its run (`start`).
+NEVER_STARTED = "its run was never started; evaluate again"
 
 
 class EvaluationView(BaseModel):
@@ -100,11 +102,22 @@ async def start(
             # suite. No Temporal call under the lock: a row still Running here was settled
             # above if its run had ended, or is a start that got in first.
             await evaluations.lock_deployment(session, tenant_id, deployment_id)
-            if await session.get(EvaluationRow, eid) is None:
+            found = await session.get(EvaluationRow, eid)
+            # Its key again after its row was settled as never started (the 503 said "retry
+            # with the same key"): the run is started now, so the row says Running again.
+            # Left Failed, the run started behind it, and another key, finding none running,
+            # ran a second suite beside it.
+            again = found is not None and found.status == "Failed" and found.reason == NEVER_STARTED
+            if found is None or again:
                 under_way = await evaluations.running(session, tenant_id, deployment_id)
                 if under_way is not None:
                     raise _running(deployment_id, under_way)
-            await evaluations.insert_running(session, eid, tenant_id, deployment_id, SUITE_VERSION)
+            if found is not None and again:
+                evaluations.reopen(found)
+            else:
+                await evaluations.insert_running(
+                    session, eid, tenant_id, deployment_id, SUITE_VERSION
+                )
     except IntegrityError:
         pass  # a concurrent request with the same key inserted it first (SQLite: no lock)
     try:
@@ -221,7 +234,7 @@ async def settled(
         age = (datetime.now(UTC) - row.started_at).total_seconds()
         if age < UNSTARTED_GRACE_SECONDS:  # its start may still be on its way
             return False
-        reason = "its run was never started; evaluate again"
+        reason = NEVER_STARTED
         ref = None
     else:
         if described.status is WorkflowExecutionStatus.RUNNING:

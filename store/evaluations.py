@@ -42,6 +42,12 @@ async def insert_running(
     return True
 
 
+def reopen(row: EvaluationRow) -> None:
+    """A row settled as never started, Running again as its key starts its run after all."""
+    row.status, row.reason, row.ended_at = "Running", None, None
+    row.started_at = datetime.now(UTC)
+
+
 async def running(
     session: AsyncSession, tenant_id: str, deployment_id: str
 ) -> EvaluationRow | None:

@@ -48,6 +48,18 @@ def test_an_embedding_model_that_answers_as_one_passes() -> None:
             "the near duplicate is not closer than the unrelated text",
         ),
         (2, None, "no answer"),
+        # Finite, yet no angle can be told: products that overflow (inf / inf), a norm that
+        # underflows to 0. A comparison of NaN is false, and passed the case.
+        (
+            2,
+            [[1e200, 1e200, 0.0], [1e200, 1e200, 0.0], [1e200, 1e200, 0.0]],
+            "the near duplicate is not closer than the unrelated text",
+        ),
+        (
+            2,
+            [[1e-200, 0.0, 0.0], [1e-200, 0.0, 0.0], [0.0, 1e-200, 0.0]],
+            "the near duplicate is not closer than the unrelated text",
+        ),
     ],
 )
 def test_an_answer_no_index_can_use_fails_its_case(
@@ -74,12 +86,28 @@ def test_the_cases_that_test_an_optional_feature_name_it() -> None:
     assert parallel
     assert any(not f for f in features.values())  # plain requests too
 
-    refused = ProviderError(ErrorKind.INVALID_REQUEST, provider="openai", status_code=400)
+    refused = ProviderError(
+        ErrorKind.INVALID_REQUEST,
+        provider="openai",
+        status_code=400,
+        reason="Invalid parameter: 'response_format' of type 'json_schema' is not supported",
+    )
+    # Naming no feature of the request: the plain request's refusal, which ends the run (a
+    # schema a strict mode rejects, a tool converted wrongly: ours, not the capability's).
+    unnamed = ProviderError(
+        ErrorKind.INVALID_REQUEST,
+        provider="anthropic",
+        status_code=400,
+        reason="tools.0.input_schema: JSON schema is invalid",
+    )
     filtered = ProviderError(ErrorKind.CONTENT_POLICY, provider="openai", status_code=400)
     with_format = suite.case(sorted(formats)[0]).start()
     plain = next(suite.case(i).start() for i, f in features.items() if not f)
     assert refused_feature(refused, with_format) == "response_format"
     assert refused_feature(refused, plain) is None
+    assert refused_feature(unnamed, with_format) is None
+    parallel_case = suite.case(sorted(parallel)[0]).start()
+    assert refused_feature(refused, parallel_case) is None  # names a feature it did not ask
     assert refused_feature(filtered, with_format) is None  # about the text, not the request
     result = suite.refused(suite.case(sorted(formats)[0]), "response_format")
     assert not result.passed and is_rendered_reason(result.reason)

@@ -460,5 +460,11 @@ async def test_a_start_never_taken_is_settled_as_never_started_past_its_grace(
     assert read["evaluation"]["status"] == "Failed", read["evaluation"]
     assert "never started" in read["evaluation"]["reason"]
     assert upstream.requests(model) == 0
-    assert (await _evaluate(http, auth, dep, "never-3")).status_code == 202
+    # Its key again, as the 503 said: the run starts, and its row says Running again, so that
+    # no other key runs a second suite beside it.
+    again = await _evaluate(http, auth, dep, "never-1")
+    assert again.status_code == 202, again.text
+    assert again.json()["evaluationId"] == eid and again.json()["status"] == "Running"
+    beside = await _evaluate(http, auth, dep, "never-3")
+    assert beside.status_code == 409, beside.text
     assert (await _ended(http, auth, dep, timeout=120))["evaluation"]["status"] == "Completed"

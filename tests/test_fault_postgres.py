@@ -23,12 +23,14 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col
 
 from bench.local_postgres import LocalPostgres
+from core.security import new_client_secret
 from core.settings import Settings
+from domain.enums import Role, Scope
 from providers.upstream import UpstreamServer
+from store.clients import upsert_client
 from store.db import create_engine, session_factory
 from store.migrate import upgrade
 from store.tables import InvocationReceiptRow
-from tests.conftest import TokenFactory
 from tests.helpers.catalog import approved_profile
 from tests.helpers.deadline import eventually
 from tests.helpers.receipts import all_closed
@@ -61,7 +63,6 @@ async def own_postgres() -> AsyncIterator[tuple[LocalPostgres, str]]:
 async def test_postgres_stopped_under_load_closes_every_receipt_without_a_second_call(
     own_postgres: tuple[LocalPostgres, str],
     settings: Settings,
-    token_for: TokenFactory,
     tenant: str,
     upstream: UpstreamServer,
 ) -> None:
@@ -80,7 +81,26 @@ async def test_postgres_stopped_under_load_closes_every_receipt_without_a_second
     upstream.state.configure(MODEL, chunk_delay=0.05)
     try:
         async with workers(own, sessions) as client, serve(own, client) as api:
-            token = await token_for(tenant)
+            # A client of its own database, its token minted by its own API: a token is
+            # checked against its client's row in the database the API reads
+            # (api/client_states.py), and the suite's shared one holds none here.
+            client_id, secret = f"pgfault-{run}", new_client_secret()
+            await upsert_client(
+                sessions,
+                tenant_id=tenant,
+                client_id=client_id,
+                secret=secret,
+                roles=[Role.PLATFORM_ADMIN],
+                scopes=list(Scope),
+            )
+            async with httpx.AsyncClient(base_url=api.url, timeout=30) as signing_in:
+                minted = await signing_in.post(
+                    "/oauth/token",
+                    data={"grant_type": "client_credentials"},
+                    auth=(client_id, secret),
+                )
+            minted.raise_for_status()
+            token = str(minted.json()["access_token"])
             auth = {"Authorization": f"Bearer {token}"}
             async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
                 await approved_profile(

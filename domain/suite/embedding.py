@@ -71,8 +71,13 @@ EMBEDDING_CASES: tuple[EmbeddingCase, ...] = (
 
 
 def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    """NaN where it cannot be told: a norm that underflows to 0, or values whose products
+    overflow (inf / inf). The check passes only a comparison that is true, never one of NaN."""
     dot = math.fsum(x * y for x, y in zip(a, b, strict=True))
-    return dot / (math.sqrt(math.fsum(x * x for x in a)) * math.sqrt(math.fsum(y * y for y in b)))
+    norms = math.sqrt(math.fsum(x * x for x in a)) * math.sqrt(math.fsum(y * y for y in b))
+    if norms == 0 or not math.isfinite(norms) or not math.isfinite(dot):
+        return math.nan
+    return dot / norms
 
 
 def verify_embedding(
@@ -102,7 +107,7 @@ def verify_embedding(
         return result(False, "a vector of zeros")
     if case.closer is not None:
         anchor, near, far = (vectors[i] for i in case.closer)
-        if _cosine(anchor, near) <= _cosine(anchor, far):
+        if not _cosine(anchor, near) > _cosine(anchor, far):
             return result(False, "the near duplicate is not closer than the unrelated text")
     return result(True, "embedded as expected")
 
