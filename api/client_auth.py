@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
@@ -57,9 +56,13 @@ _MAX_ADDRESSES = 100_000
 
 
 class SignInRefused(Exception):
-    """A sign-in turned away before its secret was checked: come back after `retry_after`."""
+    """A sign-in turned away before its secret was checked: come back after `retry_after`.
+    Each kind says what both surfaces tell the caller: its status, its OAuth `error` code
+    (RFC 6749 §5.2 and RFC 8628 §3.5) and the console's words."""
 
     status = 503
+    oauth_error = "temporarily_unavailable"
+    said = "Too many sign-ins at once"
 
     def __init__(self, retry_after: float) -> None:
         super().__init__(self.__doc__)
@@ -74,6 +77,8 @@ class TooManyFailures(SignInRefused):
     """Too many failed sign-ins from this address; retry after the indicated delay."""
 
     status = 429
+    oauth_error = "slow_down"
+    said = "Too many failed sign-ins from this address"
 
 
 class SecretChecks:
@@ -120,12 +125,13 @@ class FailedSignIns:
 
     def __init__(
         self,
-        burst: int = FAILURE_BURST,
-        per_second: float = FAILURES_PER_SECOND,
+        burst: int | None = None,
+        per_second: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._burst = float(burst)
-        self._rate = per_second
+        # Read as the process builds its runtime, not when this module was imported.
+        self._burst = float(FAILURE_BURST if burst is None else burst)
+        self._rate = FAILURES_PER_SECOND if per_second is None else per_second
         self._clock = clock
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
 
@@ -145,10 +151,6 @@ class FailedSignIns:
         self._buckets[address] = (max(0.0, tokens - 1), now)
         if len(self._buckets) > _MAX_ADDRESSES:
             self._buckets.popitem(last=False)
-
-
-# One per API runtime (one per process in production; the tests run several apps in one).
-_FAILURES: weakref.WeakKeyDictionary[Runtime, FailedSignIns] = weakref.WeakKeyDictionary()
 
 
 async def authenticate(
@@ -172,9 +174,7 @@ async def sign_in(
 ) -> OAuthClient | None:
     """`authenticate`, for a caller at `address`: raises TooManyFailures when the address has
     failed too often lately, SignInsBusy when the line is full."""
-    failures = _FAILURES.get(runtime)
-    if failures is None:
-        failures = _FAILURES[runtime] = FailedSignIns(FAILURE_BURST, FAILURES_PER_SECOND)
+    failures = runtime.failed_sign_ins
     key = address or "unknown"
     # Held back only while the checks are all taken, when its sign-in would keep another's
     # waiting. Refused whatever the line, one address fronting many callers (a NAT, a proxy

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,13 +57,14 @@ class ClientStates:
     def __init__(
         self,
         sessions: async_sessionmaker[AsyncSession],
-        held_seconds: float = HELD_SECONDS,
+        held_seconds: float | None = None,
         size: int = HELD_CLIENTS,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
         self._sessions = sessions
-        self._seconds = held_seconds
+        # Read as the process builds its runtime, not when this module was imported.
+        self._seconds = HELD_SECONDS if held_seconds is None else held_seconds
         self._size = size
         self._clock = clock
         self._wall = wall
@@ -137,15 +137,9 @@ class _Held:
         )
 
 
-_STATES: weakref.WeakKeyDictionary[Runtime, ClientStates] = weakref.WeakKeyDictionary()
-
-
 def states_of(runtime: Runtime) -> ClientStates:
     """The runtime's (one per API process in production; the tests run several in one)."""
-    states = _STATES.get(runtime)
-    if states is None:
-        states = _STATES[runtime] = ClientStates(runtime.sessions, HELD_SECONDS)
-    return states
+    return runtime.client_states
 
 
 async def still_valid(runtime: Runtime, principal: Principal) -> bool:

@@ -10,6 +10,8 @@ from datetime import timedelta
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
+from api.client_auth import FailedSignIns
+from api.client_states import ClientStates
 from api.invoke_runtime import InvokeRuntime
 from core.security import TokenVerifier
 from core.settings import Settings
@@ -58,6 +60,10 @@ class Runtime:
         )
         # Shared with the limits middleware: a key set fetched here serves its checks too.
         self.verifier = verifier or TokenVerifier(settings)
+        # Whether a token minted here still speaks for its client (api/client_states.py), and
+        # the addresses whose sign-ins keep failing (api/client_auth.py): this process's own.
+        self.client_states = ClientStates(self.sessions)
+        self.failed_sign_ins = FailedSignIns()
         self.snapshots = SnapshotCache(
             self.sessions,
             self.statements,

@@ -16,7 +16,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from api.client_auth import SignInRefused, TooManyFailures
+from api.client_auth import SignInRefused
 from api.client_auth import sign_in as check_client
 from api.console.render import SECURITY_HEADERS, page
 from api.console.session import (
@@ -106,14 +106,9 @@ async def sign_in(
     try:
         client = await check_client(runtime, address, client_id, client_secret)
     except SignInRefused as refused:
-        said = (
-            "Too many failed sign-ins from this address"
-            if isinstance(refused, TooManyFailures)
-            else "Too many sign-ins at once"
-        )
         wait = refused.retry_after
         response = _sign_in_page(
-            request, target, f"{said}; try again in {wait} s.", refused.status, client_id
+            request, target, f"{refused.said}; try again in {wait} s.", refused.status, client_id
         )
         response.headers["Retry-After"] = str(wait)
         return response

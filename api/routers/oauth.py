@@ -15,7 +15,7 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import JSONResponse
 
-from api.client_auth import SignInRefused, TooManyFailures, sign_in
+from api.client_auth import SignInRefused, sign_in
 from api.deps import RuntimeDep
 from api.problems import problem_response
 from core.security import credential_of, mint_token, mints_tokens
@@ -89,13 +89,8 @@ async def token(
             runtime, request.client.host if request.client else None, cid, secret
         )
     except SignInRefused as refused:
-        busy = not isinstance(refused, TooManyFailures)
         return _oauth_error(
-            request,
-            refused.status,
-            "temporarily_unavailable" if busy else "slow_down",
-            str(refused),
-            retry_after=refused.retry_after,
+            request, refused.status, refused.oauth_error, str(refused), refused.retry_after
         )
     if client is None:
         return _oauth_error(request, 401, "invalid_client", "client authentication failed")
