@@ -2,7 +2,11 @@
 
 The same middleware opens the request's log context (request id, then tenant and receipt id as
 they become known) and writes one access line per request: method, path, status, duration,
-never a body or a query string (either can carry content)."""
+never a body or a query string (either can carry content).
+
+It also answers an exception nothing below it handled: Starlette's own catch-all runs outside
+every middleware, so its 500 went out without X-Request-Id or Server-Timing and its log line
+without the request's context."""
 
 from __future__ import annotations
 
@@ -11,8 +15,10 @@ import re
 import time
 import uuid
 
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api import problems
 from core.logging import bind, request_context
 
 HEADER = b"x-request-id"
@@ -39,11 +45,13 @@ class RequestIdMiddleware:
         scope.setdefault("state", {})["request_id"] = request_id
         started = time.perf_counter()
         status = 500
+        answering = False
         anthropic = str(scope.get("path", "")).startswith("/v1/messages")
 
         async def send_with_id(message: Message) -> None:
-            nonlocal status
+            nonlocal status, answering
             if message["type"] == "http.response.start":
+                answering = True
                 status = int(message["status"])
                 headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != HEADER]
                 headers.append((HEADER, request_id.encode()))
@@ -58,6 +66,20 @@ class RequestIdMiddleware:
         with request_context(request_id=request_id):
             try:
                 await self.app(scope, receive, send_with_id)
+            except Exception as exc:
+                request = Request(scope)
+                if answering:
+                    # A stream that failed past its headers: nothing can be added to it. Logged
+                    # here for the request's context; the server ends the connection.
+                    problems.log_unhandled(request, exc)
+                else:
+                    # Answered through this middleware and those outside it, so the 500 carries
+                    # the request id and Server-Timing, and its log line the request's context.
+                    answer = await problems.on_unexpected(request, exc)
+                    await answer(scope, receive, send_with_id)
+                # On as before: the span records its type and the server its line; Starlette's
+                # catch-all sees a response started and sends nothing, nor logs it again.
+                raise
             finally:
                 access_log.info(
                     "%s %s %s",

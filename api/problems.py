@@ -199,7 +199,7 @@ async def _on_store_down(request: Request, exc: Exception) -> JSONResponse:
     # Our statement or our data at fault is a bug, not an outage; everything else the driver
     # raises (refused, shutting down, starting up, connection lost) is the store being away.
     if not is_outage(exc):
-        return await _on_unexpected(request, exc)
+        return await on_unexpected(request, exc)
     log.warning(
         "store unreachable (%s) on %s %s", type(exc).__name__, request.method, request.url.path
     )
@@ -212,7 +212,14 @@ async def _on_store_down(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
-async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+def log_unhandled(request: Request, exc: Exception) -> None:
+    """The one "unhandled error" line of a request. RequestIdMiddleware writes it in the
+    request's log context (request id, tenant) and lets the exception go on; the outermost
+    handler below, which Starlette runs outside every middleware, writes it only for an
+    exception that never passed through there."""
+    if getattr(request.state, "unhandled_logged", False):
+        return
+    request.state.unhandled_logged = True
     # Log the type only: exception messages can carry request content.
     log.error(
         "unhandled error %s on %s %s",
@@ -220,6 +227,11 @@ async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         request.method,
         request.url.path,
     )
+
+
+async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    """A 500 naming nothing of the exception: its message can carry request content."""
+    log_unhandled(request, exc)
     return problem_response(request, 500, "An internal error occurred.")
 
 
@@ -229,4 +241,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _on_http)
     for kind in OUTAGE_KINDS:
         app.add_exception_handler(kind, _on_store_down)
-    app.add_exception_handler(Exception, _on_unexpected)
+    # Starlette runs this one in ServerErrorMiddleware, outside every middleware: a 500 it sends
+    # has no X-Request-Id or Server-Timing. RequestIdMiddleware answers first (api/middleware.py);
+    # this stays for what fails outside it.
+    app.add_exception_handler(Exception, on_unexpected)

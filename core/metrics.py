@@ -290,6 +290,19 @@ def snapshot() -> dict[str, dict[_Key, Any]]:
     return {i.name: i.snapshot() for i in INSTRUMENTS}
 
 
+# The most attribute sets (series) an instrument keeps. Past it the OpenTelemetry SDK folds
+# every new set into one `otel_metric_overflow="true"` series without a word, for the process's
+# life (the Prometheus reader is cumulative); its default, 2,000, was within reach of the fleet
+# the instruments are labelled for:
+# - probe_outcomes: 6,000 deployments x 2 outcomes = 12,000 (probe_latency: 6,000);
+# - invocations: 2,000 active tenants (as many as an API process keeps routing snapshots for)
+#   x 2 (profile, provider) pairs each x 5 outcomes = 20,000; tokens the same x 2 directions
+#   in place of the outcomes, 8,000.
+# 50,000 is 2.5 times the largest, room to grow before a series merges, and still a bound on
+# what a runaway label can hold: the SDK keeps a series in about 1.6 KB (measured, counter or
+# histogram), 80 MB for one instrument at the limit.
+SERIES_LIMIT = 50_000
+
 _configured_lock = threading.Lock()
 _registry: CollectorRegistry | None = None
 
@@ -312,6 +325,7 @@ def configure_exporters(
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+        from opentelemetry.sdk.metrics.view import View
         from opentelemetry.sdk.resources import Resource
         from prometheus_client.registry import CollectorRegistry
 
@@ -333,7 +347,8 @@ def configure_exporters(
         # process reset in turn (a counter jumping back and forth).
         instance = f"{socket.gethostname()}-{os.getpid()}"
         resource = Resource.create({"service.name": service_name, "service.instance.id": instance})
-        provider = MeterProvider(metric_readers=readers, resource=resource)
+        every = View(instrument_name="*", aggregation_cardinality_limit=SERIES_LIMIT)
+        provider = MeterProvider(metric_readers=readers, resource=resource, views=[every])
         meter = provider.get_meter("model_router")
         for instrument in INSTRUMENTS:
             instrument.bind(meter)
