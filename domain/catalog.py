@@ -166,6 +166,8 @@ class CatalogData(BaseModel):
     deployments: tuple[CatalogDeployment, ...] = ()
     capability_scores: tuple[CapabilityScore, ...] = Field(default=(), alias="capabilityScores")
     pricebooks: tuple[Pricebook, ...] = ()
+    # The tenant's current revision (the one it published last), priced at when a profile's
+    # priceBasis names none published; None with a single revision means that one.
     current_pricing_revision: str | None = Field(default=None, alias="currentPricingRevision")
     stats: tuple[DeploymentStats, ...] = ()
     tenant_policies: tuple[TenantPolicy, ...] = Field(default=(), alias="tenantPolicies")

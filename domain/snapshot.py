@@ -72,6 +72,8 @@ class CatalogSnapshot:
             data.pricebooks, lambda p: p.revision, "pricebook revision"
         )
         current = data.current_pricing_revision
+        # A catalog built without naming one (a test's, say): a tenant's only revision is its
+        # current one; with several, the builder says which (store/pricebook.current).
         if current is None and len(self._pricebooks) == 1:
             current = next(iter(self._pricebooks))
         if current is not None and current not in self._pricebooks:
@@ -161,8 +163,9 @@ class CatalogSnapshot:
         return self._pricebooks.get(revision)
 
     def pricebook_for(self, profile: ModelProfile) -> Pricebook | None:
-        """The revision the profile's priceBasis names, else the current one (the decision
-        records which revision it used, so a stale priceBasis is visible, not fatal)."""
+        """The revision the profile's priceBasis names, else the tenant's current one (the one
+        it published last): the decision records which revision it used, so a stale priceBasis
+        is visible, not fatal."""
         return self._pricebooks.get(profile.price_basis) or self.current_pricebook
 
     def profile(

@@ -35,6 +35,9 @@ from routing.snapshots import CatalogView, SnapshotCache
 from store import route_plans
 from store.tables import RoutePlanRow
 
+# Why a run's own plan cannot take a call (each says so in its `reason`).
+RunRefusal = RunPlanRetired | RunPlannedForOtherData | RunPlannedWithoutNeed
+
 # Resolved run plans this process keeps (oldest dropped first): a few hundred bytes each.
 PINNED_PLANS = 10_000
 
@@ -146,6 +149,11 @@ class Routes:
 
         row = None
         needed: tuple[tuple[str, float], ...] = ()
+        # Why the run's own plan cannot take this call, if it cannot: the answer only when the
+        # profile's fallback chain (when enabled) has no target for it either, as for a plan
+        # whose deployments are all Degraded. Refused at once, an enabled chain that could serve
+        # the call was never tried.
+        refused: RunRefusal | None = None
         if run_id is not None:
             pinned = (tenant, run_id, profile_id)
             row = self._plans.get(pinned)
@@ -165,26 +173,28 @@ class Routes:
             if candidates and view.all_retired(candidates):
                 # A 503 to come back after was a retry for ever: Retired is for good, and a
                 # plan never changes.
-                raise RunPlanRetired(profile_id, run_id, candidates)
+                refused = RunPlanRetired(profile_id, run_id, candidates)
             # A call carrying more sensitive data than the run was planned for keeps only the
             # candidates the tenant's policy lets see it; none left is the policy's refusal.
             planned, call = constraints.data_classification, needs.data_classification
             if call.more_sensitive_than(planned):
-                candidates = _kept(
+                candidates, refused = _kept(
                     view,
                     candidates,
                     lambda d: serves_data_of(view.snapshot, tenant, d, planned, call),
                     RunPlannedForOtherData(profile_id, run_id, planned.value, call.value),
+                    refused,
                 )
             # A call needing tools or structured output the plan does not promise keeps only
             # the candidates measured for it; none left is a refusal, as for data above.
             needed = unpromised_needs(constraints, needs.needs_tools, needs.needs_structured_output)
             if needed:
-                candidates = _kept(
+                candidates, refused = _kept(
                     view,
                     candidates,
                     lambda d: meets_needs(view.snapshot, tenant, d, needed),
                     RunPlannedWithoutNeed(profile_id, run_id, needed[0][0]),
+                    refused,
                 )
         else:
             plan = decided[0] if decided else await decide_now()
@@ -201,6 +211,8 @@ class Routes:
                 t for t in chained if meets_needs(view.snapshot, tenant, t.deployment_id, needed)
             ]
         targets += chained
+        if refused is not None and not targets:
+            raise refused
         if not targets and not candidates and not decided:
             # The plan stores no exclusions: a pinned empty plan (ResolveRoutePlan pinned them
             # before empty routes stopped being pinned) is explained by deciding again with its
@@ -214,7 +226,13 @@ class Routes:
                 raise NoneAvailable(profile_id, waiting_on)
             raise _empty(decided[0], profile_id, waiting_on)
         pinned_primary = (candidates[0] if candidates else "") if row is not None else None
+        if refused is not None and not candidates and row is not None and row.candidates:
+            pinned_primary = row.candidates[0]  # none of the plan's takes the call
         primary, passed_over = _primary(view, profile, needs, targets, pinned_primary, decided)
+        if refused is not None and passed_over is not None:
+            # The chain answers what the run's plan could not: the plan's first was passed over
+            # for the reason the run alone would have been refused.
+            passed_over = refused.reason
         # The revision the decision priced the candidates at (domain/snapshot.py
         # `pricebook_for`: the profile's priceBasis, else the current one): admission and the
         # receipt price the call at the same. On the priceBasis as written, a profile naming a
@@ -245,14 +263,19 @@ class Routes:
 
 
 def _kept(
-    view: CatalogView, candidates: list[str], takes: Callable[[str], bool], refusal: Refusal
-) -> list[str]:
-    """The run's candidates that take this call; `refusal` when none but Retired ones would
-    (those never answer again: kept, a call only they take waited on them for ever)."""
+    view: CatalogView,
+    candidates: list[str],
+    takes: Callable[[str], bool],
+    refusal: RunRefusal,
+    refused: RunRefusal | None,
+) -> tuple[list[str], RunRefusal | None]:
+    """The run's candidates that take this call, and why the run cannot take it: `refused`
+    as it was, else `refusal` when none but Retired ones would (those never answer again:
+    kept, a call only they take waited on them for ever)."""
     kept = [d for d in candidates if takes(d)]
     if candidates and (not kept or view.all_retired(kept)):
-        raise refusal
-    return kept
+        return kept, refused or refusal
+    return kept, refused
 
 
 def _empty(

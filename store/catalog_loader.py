@@ -81,6 +81,11 @@ async def load_catalog(
         )
     ).all()
     scores = await current_scores(session, tenant_id, deployments)
+    # What a profile whose priceBasis names no published revision is priced at, by routing,
+    # admission and the receipt alike. Read before the revisions: every revision is read after
+    # its rows committed, so the current one is among them (read after, a revision published
+    # in between was current but not loaded, and the snapshot could not be built).
+    current = await pricebook.current(session, tenant_id)
     books: list[Pricebook] = []
     for revision in await pricebook.revisions(session, tenant_id):
         book = await pricebook.load(session, tenant_id, revision)
@@ -120,6 +125,7 @@ async def load_catalog(
         ),
         stats=stats,
         pricebooks=tuple(books),
+        current_pricing_revision=current,
         tenant_policies=(await load_policy(session, tenant_id),),
         profiles=tuple(
             ModelProfile.model_validate(p)

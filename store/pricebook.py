@@ -96,6 +96,27 @@ async def revisions(session: AsyncSession, tenant_id: str) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+async def current(session: AsyncSession, tenant_id: str) -> str | None:
+    """The tenant's current revision: the one it published last (None before its first).
+
+    What a profile whose priceBasis names no published revision is priced at. Without one, a
+    tenant's second revision left such a profile with no prices at all: its costs unknown, its
+    budgeted calls refused `no-price` for good. Published last is the revision holding the
+    tenant's highest row id. Rows are never deleted or updated, and `publish` inserts a
+    revision's rows only while it holds the catalog version's lock, so every publish (of any
+    tenant) draws its ids after the one before it committed: PostgreSQL's sequence hands them out
+    in that order, and SQLite's rowid is one past the largest there. No clock is trusted: two
+    replicas' clocks may disagree, an id order cannot. A revision published again unchanged
+    adds no row, so it does not become current."""
+    stmt = (
+        select(PricebookEntryRow.revision)
+        .where(col(PricebookEntryRow.tenant_id) == tenant_id)
+        .order_by(col(PricebookEntryRow.id).desc())
+        .limit(1)
+    )
+    return (await session.scalars(stmt)).first()
+
+
 async def publish(session: AsyncSession, tenant_id: str, book: Pricebook) -> bool:
     """Store the revision; False when the identical revision was already there.
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from domain.policy import TenantPolicy
 from domain.scoring import Weights
 from store import catalog_state
 from store.routing_tables import TenantPolicyRow, TenantRoutingWeightsRow
@@ -32,9 +34,30 @@ async def put_policy(
     if row is None:
         session.add(TenantPolicyRow(tenant_id=tenant_id, revision=revision, document=document))
     else:
-        if row.revision == revision and row.document != document:
+        if row.revision == revision and not _same_rules(
+            tenant_id, revision, row.document, document
+        ):
             raise PolicyRevisionTaken(revision)
         row.revision, row.document, row.updated_at = revision, document, datetime.now(UTC)
+
+
+def _same_rules(
+    tenant_id: str, revision: str, stored: dict[str, Any], given: dict[str, Any]
+) -> bool:
+    """The two documents state the same policy. Compared as policies, not as JSON: a document
+    holds its sets (regions, providers, privacy classes) as lists in the order the writing
+    process happened to iterate them, which another process (hash seeds differ) or a restart
+    does not repeat, so the same policy sent again was a 409 there."""
+    if stored == given:
+        return True
+    try:
+        return _policy(tenant_id, revision, stored) == _policy(tenant_id, revision, given)
+    except ValidationError:
+        return False  # a stored document that no longer reads as a policy is not this one
+
+
+def _policy(tenant_id: str, revision: str, document: dict[str, Any]) -> TenantPolicy:
+    return TenantPolicy.model_validate({**document, "tenantId": tenant_id, "revision": revision})
 
 
 async def put_weights(session: AsyncSession, tenant_id: str, weights: Weights) -> None:

@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlmodel import col, select
 from temporalio.client import Client
 
 from activities.lifecycle_types import workflow_id
@@ -20,7 +21,7 @@ from core import metrics
 from providers.upstream import Fault, FaultKind, UpstreamServer
 from store import route_plans
 from store.receipts import by_key
-from store.tables import InvocationReceiptRow, RoutePlanRow
+from store.tables import InvocationReceiptRow, OutboxEventRow, RoutePlanRow
 from tests.conftest import TokenFactory
 from tests.helpers.catalog import (
     approved_deployment,
@@ -498,4 +499,85 @@ async def test_a_run_whose_deployments_are_all_retired_is_told_so_not_to_come_ba
     problem = _problem(refused)
     assert problem["reason"] == "run-plan-retired" and problem["errorClass"] == "permanent"
     assert "Retry-After" not in refused.headers
+    assert ctx.requests("a") == 1
+
+
+async def test_a_retired_runs_call_goes_to_its_enabled_fallback_chain(ctx: Ctx) -> None:
+    """A run whose plan's deployments are all Retired was refused (409) before its profile's
+    enabled fallback chain was tried, while one whose deployments were all Degraded was served
+    by that chain. The chain serves it, as a fallback from the plan's first for the reason the
+    run alone is refused; with no chain target either, the 409 stands."""
+    await ctx.deployment("pin/leaving", "a")
+    await ctx.deployment("pin/staying", "b")
+    await ctx.profile("staying", ["pin/staying"])
+    await ctx.profile("chained", ["pin/leaving"], fallbackEnabled=True, fallbackChain=["staying"])
+    run = uuid.uuid4()
+    first, first_key = await ctx.chat("chained", run)
+    assert first.status_code == 200 and first.headers["X-Model-Router-Deployment"] == "pin/leaving"
+    retired = await ctx.http.post("/factory/model-deployments/pin/leaving/retire", headers=ctx.auth)
+    assert retired.status_code == 200, retired.text
+    fallbacks = metrics.fallbacks.value({"profile": "chained", "reason": "run-plan-retired"})
+    served, key = await ctx.chat("chained", run)
+    assert served.status_code == 200, served.text
+    assert served.headers["X-Model-Router-Deployment"] == "pin/staying"
+    receipt = await ctx.receipt(key)
+    assert receipt is not None and receipt.fallback_used
+    assert receipt.route_plan_id == (await ctx.receipt(first_key)).route_plan_id  # type: ignore[union-attr]
+    async with ctx.sessions() as s:
+        used = (
+            await s.scalars(
+                select(OutboxEventRow)
+                .where(col(OutboxEventRow.tenant_id) == ctx.tenant)
+                .where(col(OutboxEventRow.event_type) == "ModelFallbackUsed")
+                .where(col(OutboxEventRow.aggregate_id) == str(receipt.invocation_id))
+            )
+        ).all()
+    assert [e.payload for e in used] == [
+        {
+            "invocationId": str(receipt.invocation_id),
+            "tenantId": ctx.tenant,
+            "profileId": "chained",
+            "fromDeploymentId": "pin/leaving",
+            "toDeploymentId": "pin/staying",
+            "reason": "run-plan-retired",
+        }
+    ]
+    assert metrics.fallbacks.value({"profile": "chained", "reason": "run-plan-retired"}) == (
+        fallbacks + 1
+    )
+    assert ctx.requests("a") == 1
+
+    # The chain's own deployment retired as well: nothing serves the run, for good.
+    gone = await ctx.http.post("/factory/model-deployments/pin/staying/retire", headers=ctx.auth)
+    assert gone.status_code == 200, gone.text
+    refused, _ = await ctx.chat("chained", run)
+    assert refused.status_code == 409, refused.text
+    assert _problem(refused)["reason"] == "run-plan-retired"
+
+
+async def test_a_runs_call_its_plan_cannot_take_goes_to_its_enabled_fallback_chain(
+    ctx: Ctx,
+) -> None:
+    """A call asking for tools its run's plan does not promise, none of the plan's deployments
+    measured for them, was refused (`run-planned-without-need`) before the profile's enabled
+    fallback chain was tried; the chain's deployment measured for tools serves it."""
+    await register(
+        ctx.http, ctx.auth, "pin/untooled", model=ctx.model("a"),
+        endpointRef=ctx.upstream.endpoint_ref,
+    )  # fmt: skip
+    await record_evidence(ctx.temporal, ctx.tenant, "pin/untooled", {"json-schema": 0.9})
+    approved = await ctx.http.post(
+        "/factory/model-deployments/pin/untooled/approve", headers=ctx.auth
+    )
+    assert approved.status_code == 200, approved.text
+    await ctx.deployment("pin/tooled", "b")
+    await ctx.profile("tooled", ["pin/tooled"])
+    await ctx.profile("untooled", ["pin/untooled"], fallbackEnabled=True, fallbackChain=["tooled"])
+    run = uuid.uuid4()
+    first, _ = await ctx.chat("untooled", run)
+    assert first.status_code == 200, first.text
+    assert first.headers["X-Model-Router-Deployment"] == "pin/untooled"
+    tools = await ctx.tool_call("untooled", run)
+    assert tools.status_code == 200, tools.text
+    assert tools.headers["X-Model-Router-Deployment"] == "pin/tooled"
     assert ctx.requests("a") == 1
