@@ -96,7 +96,11 @@ class ReceiptCloser:
                     "receipt finalize failed, handed to the workflow: %s", type(exc).__name__
                 )
                 return summary.durable().model_copy(update={"disposition": Disposition.FINALIZE})
-            if won and not won[-1]:
+            # Counted by whoever wrote the close, once (record_metrics): a receipt the
+            # workflow's abandoned close wrote first was counted there (the sweeper's, in
+            # receipts_swept); counted here too, `invocations` had it twice.
+            ours = not won or won[-1]
+            if not ours:
                 summary = await self._as_stored(data, summary)
             # A start refused now finds the receipt closed, and the caller has the answer the
             # receipt records either way: the wait for the start decides nothing but the pace.
@@ -104,7 +108,7 @@ class ReceiptCloser:
             # Temporal has answered this one (its backpressure, answers_ahead.py).
             if not self._ahead.take(pending.started):
                 await pending.start_resolved()
-            self._hand_over(data, pending, summary)
+            self._hand_over(data, pending, summary, counted=ours)
             return summary.durable()  # the activity's result: the workflow's history
         finally:
             if filing is not None:
@@ -165,11 +169,18 @@ class ReceiptCloser:
         return finalize
 
     @staticmethod
-    def _hand_over(data: InvocationInput, pending: PendingCall, summary: InvocationSummary) -> None:
-        """The receipt is durable: its caller's answer can end."""
+    def _hand_over(
+        data: InvocationInput,
+        pending: PendingCall,
+        summary: InvocationSummary,
+        counted: bool = True,
+    ) -> None:
+        """The receipt is durable: its caller's answer can end. `counted`: this close wrote the
+        receipt, so the invocation is counted here (False: another close wrote and counted it)."""
         pending.answered = True
         pending.events.put_nowait(ReceiptReady(summary))
-        count_invocation(data, summary)
+        if counted:
+            count_invocation(data, summary)
 
     async def _store_output(self, tenant_id: str, ref: str, output: bytes) -> None:
         """The stored answer a replay of this key serves. A write that fails (a full, broken or

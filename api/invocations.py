@@ -57,7 +57,14 @@ from domain.invocation import (
 )
 from domain.key_reuse import reuse_refusal
 from domain.planner import PlanRequest
-from routing.refusals import PolicyDenied, Refusal, RunPlannedForOtherData
+from routing.refusals import (
+    NoneAvailable,
+    PolicyDenied,
+    Refusal,
+    RunPlannedForOtherData,
+    RunPlannedWithoutNeed,
+    RunPlanRetired,
+)
 from routing.routes import Route, Routes
 from store.receipt_statements import Claim
 from store.tables import InvocationReceiptRow
@@ -141,6 +148,12 @@ class Invocations:
                 # A denial, counted as it is answered (a replay above is none).
                 if isinstance(refused, PolicyDenied | RunPlannedForOtherData):
                     metrics.denials.add(1, {"tenant": tenant, "reason": refused.reason})
+                elif isinstance(refused, NoneAvailable):
+                    # Every candidate Degraded, unhealthy or draining: uncounted, a profile
+                    # refusing all its calls showed in no dashboard (circuit-open is counted).
+                    metrics.refusals.add(1, {"reason": "none-available"})
+                elif isinstance(refused, RunPlanRetired | RunPlannedWithoutNeed):
+                    metrics.refusals.add(1, {"reason": refused.reason})  # a fixed name each
                 wait = partial(self._come_back.none_routable, tenant)
                 raise problem_of(refused, wait, call.profile_field) from None
             data = invocation_input(tenant, key, hash_, call, route, self._config)
@@ -182,6 +195,9 @@ class Invocations:
                 claimed = await self._claim(data, route)
             except Exception as exc:  # the store is unreachable: nothing claimed, nothing called
                 log.warning("receipt claim failed: %s", type(exc).__name__)
+                # Counted as the other refusals before a claim are: unclaimed, it is in no
+                # invocation count.
+                metrics.refusals.add(1, {"reason": "store-unavailable"})
                 return Running(data.invocation_id, first, _refused(not_claimed(data)))
             if claimed is not Claim.STALE:
                 break

@@ -6,7 +6,9 @@ SDK retries while the server comes back). A start that fails or runs out of that
 Temporal unreachable: from then on calls are refused at once with a 503 and `Retry-After`,
 nothing claimed and nothing kept in memory, while one background probe asks the server's health
 service until it answers; then starts go ahead again. So a caller never waits out the bound
-during a long outage, and readiness says what the refusals say.
+during a long outage, and readiness says what the refusals say. A start the server answers
+with a refusal (its namespace's rate limit, a namespace or a permission missing) is no outage:
+it is answered as that refusal (`temporal-refused`, its status named) and the gate stays open.
 
 Temporal counts as answering now when the server accepted a start within the last
 `invoke_start_overlap_seconds`, or, for a call arriving after a quieter spell, when its health
@@ -50,6 +52,14 @@ T = TypeVar("T")
 # gRPC statuses that mean the server (or the way to it) is not there, as opposed to a refusal
 # of this particular request.
 _DOWN = frozenset({RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED})
+# A refusal of a start that lifts by itself: the namespace's rate limit. Any other refusal is
+# logged as an error: these are the gateway's Temporal configuration (a namespace that does not
+# exist, credentials or permissions missing), which only an operator can put right; the rest
+# are faults an operator should see too.
+_THROTTLED = frozenset({RPCStatusCode.RESOURCE_EXHAUSTED})
+_MISCONFIGURED = frozenset(
+    {RPCStatusCode.NOT_FOUND, RPCStatusCode.PERMISSION_DENIED, RPCStatusCode.UNAUTHENTICATED}
+)
 # How often a known-unreachable server is asked whether it is back.
 PROBE_INTERVAL_SECONDS = 0.5
 # How soon a start refused by a server that is not there is tried again, within the bound.
@@ -65,6 +75,31 @@ class TemporalUnreachable(Problem):
             type_="https://model-router.dev/problems/temporal-unavailable",
             headers={"Retry-After": str(retry_after)},
             reason="temporal-unreachable",
+        )
+
+
+class TemporalRefused(Problem):
+    """Temporal answered and refused the start: the server is there (`/readyz` says so, and the
+    gate stays open), so the words and the reason are not those of an outage: an operator
+    paging on `temporal-unreachable` is not sent after a cluster that answers. Its status name
+    says which refusal; nothing of the call is in it. A 503 whatever the status, with
+    Retry-After: nothing was claimed, the key stays unused, and the caller's fault it is not (a
+    rate limit lifts by itself; a configuration an operator fixes lets the retry through)."""
+
+    def __init__(self, status: RPCStatusCode, retry_after: int) -> None:
+        why = ""
+        if status in _THROTTLED:
+            why = " for the namespace's rate limit"
+        elif status in _MISCONFIGURED:
+            why = " for the gateway's Temporal configuration, which an operator must correct"
+        super().__init__(
+            503,
+            f"Temporal refused to start the invocation ({status.name}){why}; nothing was "
+            "claimed and the Idempotency-Key stays unused. Retry after the indicated delay.",
+            type_="https://model-router.dev/problems/temporal-refused",
+            headers={"Retry-After": str(retry_after)},
+            reason="temporal-refused",
+            temporalStatus=status.name,
         )
 
 
@@ -241,11 +276,21 @@ class TemporalGate:
         except TimeoutError:
             self.mark_down("start timed out")
         except RPCError as exc:
-            if exc.status in _DOWN:
-                self.mark_down(exc.status.name)
-            else:
-                log.warning("workflow start refused: %s", exc.status.name)
+            if exc.status not in _DOWN:
+                raise self._refused(exc.status) from None
+            self.mark_down(exc.status.name)
         raise self.refuse()
+
+    def _refused(self, status: RPCStatusCode) -> Problem:
+        """A start the server answered with a refusal: counted and answered as such, the gate
+        left open (the server is there). A rate limit is a warning; any other refusal is an
+        operator's to look into, logged as an error."""
+        if status in _THROTTLED:
+            log.warning("workflow start refused: %s", status.name)
+        else:
+            log.error("workflow start refused, check the Temporal configuration: %s", status.name)
+        metrics.refusals.add(1, {"reason": "temporal-refused"})
+        return TemporalRefused(status, self.retry_after)
 
     def mark_down(self, why: str) -> None:
         if self._down_since is None:

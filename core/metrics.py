@@ -251,8 +251,10 @@ attempts_abandoned = Counter(
 )
 
 # Not in the spec's table: invocations refused before anything was claimed: a dependency of the
-# invoke path unreachable (temporal-unreachable, worker-restarting) or every callable
-# candidate's breaker open (circuit-open).
+# invoke path unreachable or refusing (temporal-unreachable, temporal-refused,
+# worker-restarting, store-unavailable), every callable candidate's breaker open
+# (circuit-open), no candidate available (none-available), or a run's pinned plan unusable
+# (run-plan-retired, run-planned-without-need).
 refusals = Counter(
     _PREFIX + "refusals", "{invocation}", "Invocations refused before they started, by reason."
 )

@@ -4,21 +4,26 @@ begins every call after its start's reply), that check asked as the call arrived
 it is fresh; never while a start has waited longer than the window (a frontend that answers
 while its store does not), never with no window, and never when the server refuses the check.
 A start here is `TemporalGate.start` running a start the test holds, as a real start waits for
-a server that has not answered yet."""
+a server that has not answered yet. A start the server refuses (a namespace it does not have,
+its rate limit) is refused as that, not as Temporal unreachable, and the gate stays open."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
 
 from api.problems import Problem
 from api.temporal_gate import Asked, TemporalGate
+from core import metrics
 from tests.helpers.deadline import eventually
 from tests.helpers.stack import TemporalDevServer, own_temporal
 
@@ -214,3 +219,55 @@ async def test_a_hold_for_the_process_own_workers_is_refused_as_such_not_as_temp
     assert down.value.extensions["reason"] == "temporal-unreachable"
     gate.release()
     assert not gate.reachable  # still down: the release lifts only the hold
+
+
+async def test_a_start_the_server_refuses_is_counted_as_refused_not_as_unreachable(
+    temporal_client: Client,
+) -> None:
+    """A server that answers and refuses the start (here a namespace that does not exist: the
+    real dev server's NOT_FOUND) is no outage: refused as `temporal-refused`, its status named,
+    while the gate stays open and `/readyz` says so. Counted `temporal-unreachable` and worded as
+    an outage, it sent the operator following the runbook after a cluster that answers."""
+    missing = Client(temporal_client.service_client, namespace=f"missing-{uuid.uuid4().hex[:8]}")
+    gate = TemporalGate(temporal_client, WAIT, 0.25)
+    refused = metrics.refusals.value({"reason": "temporal-refused"})
+    unreachable = metrics.refusals.value({"reason": "temporal-unreachable"})
+
+    async def begin() -> WorkflowHandle[Any, Any]:
+        return await missing.start_workflow("Nothing", id="nothing", task_queue="nowhere")
+
+    try:
+        with pytest.raises(Problem) as answer:
+            await gate.start(begin)
+    finally:
+        await gate.aclose()
+    problem = answer.value
+    assert problem.status == 503 and problem.extensions["reason"] == "temporal-refused"
+    assert problem.type == "https://model-router.dev/problems/temporal-refused"
+    assert problem.extensions["temporalStatus"] == "NOT_FOUND"
+    assert "configuration" in problem.detail and "not reachable" not in problem.detail
+    assert problem.headers["Retry-After"] == str(gate.retry_after)
+    assert metrics.refusals.value({"reason": "temporal-refused"}) == refused + 1
+    assert metrics.refusals.value({"reason": "temporal-unreachable"}) == unreachable
+    assert gate.reachable and not gate.down  # the server answered: calls go on to it
+
+
+async def test_a_start_over_the_namespace_rate_limit_is_refused_with_retry_after(
+    gate: TemporalGate,
+) -> None:
+    """RESOURCE_EXHAUSTED (the namespace's rate limit), which the dev server does not give on
+    demand: the start's own call raises it, as the SDK raises the server's refusal. A 503 with
+    Retry-After, counted `temporal-refused`, the gate open."""
+    refused = metrics.refusals.value({"reason": "temporal-refused"})
+
+    async def throttled() -> str:
+        raise RPCError("namespace rate limit exceeded", RPCStatusCode.RESOURCE_EXHAUSTED, b"")
+
+    with pytest.raises(Problem) as answer:
+        await gate.start(throttled)
+    assert answer.value.status == 503 and answer.value.extensions["reason"] == "temporal-refused"
+    assert answer.value.extensions["temporalStatus"] == "RESOURCE_EXHAUSTED"
+    assert "rate limit" in answer.value.detail
+    assert answer.value.headers["Retry-After"] == str(gate.retry_after)
+    assert metrics.refusals.value({"reason": "temporal-refused"}) == refused + 1
+    assert gate.reachable
