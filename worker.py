@@ -1,5 +1,6 @@
 """The worker process: connects to Temporal, registers workflows and activities, runs until
-SIGINT/SIGTERM and then drains (in-flight activities finish before it exits)."""
+SIGINT/SIGTERM and then drains (in-flight activities finish before it exits). When one of its
+workers stops on its own, it drains the others and exits 1, for its platform to restart it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import asyncio
 import contextlib
 import logging
 import signal
+import sys
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 
 import httpx
@@ -284,12 +287,7 @@ async def run(settings: Settings) -> None:
         stack.push_async_callback(rotation.aclose)
         stack.callback(upkeep.cancel)
         if _serves_metrics(settings):
-
-            async def recount() -> None:
-                async with sessions() as session:
-                    lookback = settings.reconciler_lookback_hours
-                    metrics.set_usage_unknown(await awaiting_by_provider(session, lookback))
-
+            recount = usage_recount(settings, sessions)
             registry = metrics.configure_exporters(
                 otlp_endpoint=settings.otlp_metrics_endpoint,
                 otlp_interval_seconds=settings.otlp_export_interval_seconds,
@@ -299,19 +297,78 @@ async def run(settings: Settings) -> None:
                 MetricsServer(host, port, registry, recount, settings.metrics_token)
             )
             log.info("worker metrics on http://%s:%s/metrics", host, port)
-        await stack.enter_async_context(worker)
-        await stack.enter_async_context(invocations)
-        await stack.enter_async_context(closers)
-        await stack.enter_async_context(polls)
-        await stack.enter_async_context(deliveries)
         log.info("worker polling task queue %s", settings.temporal_task_queue)
-        await stop.wait()
-        log.info("worker draining")
-        # All at once, each within its 20 s: unwound by the stack, one drained after the other
-        # (up to 40 s, past the platforms' grace) while the others kept taking new activities.
-        await asyncio.gather(*(w.shutdown() for w in polling))
+        await poll_until_stopped(polling, stop)
     await engine.dispose()
     log.info("worker stopped")
+
+
+class WorkerStopped(RuntimeError):
+    """One of the process's workers ended its run while the process was not stopping."""
+
+
+async def poll_until_stopped(workers: Sequence[Worker], stop: asyncio.Event) -> None:
+    """Runs `workers` until `stop` is set, then drains them all at once, each within its 20 s:
+    one after the other took up to 40 s, past the platforms' grace, while the others kept
+    taking new activities.
+
+    A worker whose run ends before that (the SDK gives a worker up for good after a minute of
+    poll errors it does not take for transient, sdk-python#631; or anything else ending its
+    run) is logged with its queue and why, the others are drained, and WorkerStopped is
+    raised, so that the process exits non-zero and compose or Kubernetes starts it again.
+    Under the SDK's `async with` a run that raised cancelled the process's task, with no word
+    of which queue, and one that ended without raising left the process up, live and ready by
+    its probe (deploy/probes/worker_probe.py, the main queue's pollers only), while that
+    worker's queue (invocations, closes, webhook polls or deliveries) was polled by nobody.
+    (The API rebuilds its in-process workers in place instead, api/invocation_workers.py, so as
+    not to cut the calls it holds; here the restart rebuilds every worker at once.)"""
+    runs = {asyncio.create_task(w.run()): w for w in workers}
+    stopping = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({stopping, *runs}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        # Also when this wait is cancelled: no worker is left polling behind it.
+        stopping.cancel()
+        ended = [] if stop.is_set() else [(w, run) for run, w in runs.items() if run.done()]
+        for w, run in ended:
+            log.error(
+                "worker of task queue %s stopped (%s): stopping the process",
+                w.task_queue,
+                _why(run),
+                exc_info=_raised(run),
+            )
+        log.info("worker draining")
+        await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
+        # Each run's own end, its exception retrieved (a worker given up raises it).
+        await asyncio.gather(*runs, return_exceptions=True)
+    if ended:
+        queues = ", ".join(w.task_queue for w, _ in ended)
+        raise WorkerStopped(f"the worker of task queue {queues} stopped")
+
+
+def _raised(run: asyncio.Task[None]) -> BaseException | None:
+    return None if run.cancelled() else run.exception()
+
+
+def _why(run: asyncio.Task[None]) -> str:
+    if run.cancelled():
+        return "cancelled"
+    exc = run.exception()
+    return f"{type(exc).__name__}: {exc}" if exc is not None else "its run ended"
+
+
+def usage_recount(
+    settings: Settings, sessions: async_sessionmaker[AsyncSession]
+) -> Callable[[], Awaitable[None]]:
+    """What the worker's /metrics runs before each scrape (core/metrics_server.py bounds its
+    wait): the usage_unknown gauge counted from the store."""
+
+    async def recount() -> None:
+        async with sessions() as session:
+            lookback = settings.reconciler_lookback_hours
+            metrics.set_usage_unknown(await awaiting_by_provider(session, lookback))
+
+    return recount
 
 
 def _serves_metrics(settings: Settings) -> bool:
@@ -333,6 +390,9 @@ def main() -> None:
     )
     try:
         asyncio.run(run(settings))
+    except WorkerStopped:
+        # Logged as it stopped; the exit status is what restarts the process.
+        sys.exit(1)
     finally:
         tracing.shutdown()
 

@@ -109,7 +109,8 @@ def _retrying(
                     f"{lock_timeout:g}s for a table lock another transaction holds (while "
                     f"running: {statement}). Each migration done before it stays done. Find "
                     f"the transaction with `{_OLDEST_TRANSACTIONS}`, let it finish or end it "
-                    f"(pg_cancel_backend), then run `{again}` again."
+                    f"(`SELECT pg_terminate_backend(pid)`: pg_cancel_backend does not end an "
+                    f"idle transaction), then run `{again}` again."
                 ) from exc
             # The pause grows with each attempt so that the statements the migration held up
             # while it waited run before it queues again.

@@ -1,10 +1,13 @@
 """The deployment artefacts (Dockerfile, compose file, Kubernetes manifests, worker probe) agree
 with each other and with the code: same image, same commands, probes that hit real endpoints,
-no secret in any file, and Kubernetes objects that validate against the API schema."""
+no secret in any file, and Kubernetes objects that validate against the API schema. The
+commands their READMEs give an operator run where they say (namespace, compose files) and do
+what they say (scopes, waits, the advice for a migration that gave up on a lock)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fnmatch
 import ipaddress
 import json
@@ -22,13 +25,29 @@ from typing import Any
 import pytest
 import yaml
 from pydantic import SecretStr
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from api.app import create_app
 from cli.main import shutdown_grace
 from core.settings import Settings
+from domain.enums import Scope
+from store.db import create_engine
+from store.migrate import MigrationLockTimeout, _retrying
 from tests.conftest import free_port
+from tests.helpers.deadline import UNBOUNDED, eventually
+from worker import (
+    build_closer_worker,
+    build_invocation_worker,
+    build_webhook_delivery_worker,
+    build_webhook_poll_worker,
+    build_worker,
+    evaluation_adapters,
+    poll_until_stopped,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -400,9 +419,15 @@ def test_api_probes_hit_healthz_and_readyz() -> None:
     ports = {p["name"]: p["containerPort"] for p in api["ports"]}
     assert ports == {"http": 8000}, "the port the image's MODEL_ROUTER_API_PORT sets"
     assert api["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert api["startupProbe"]["httpGet"]["path"] == "/healthz"
     # The pod's own fitness: a shared dependency's outage must not empty the Service.
     assert api["readinessProbe"]["httpGet"]["path"] == "/readyz/process"
+    # Each a GET the API serves: a path it does not (a typo, a route renamed) is a 404 the
+    # kubelet takes for a dead pod, restarted over and over or never ready.
+    paths = create_app(Settings(auth_jwt_secret="s" * 32)).openapi()["paths"]
+    served = {path for path, operations in paths.items() if "get" in operations}
     for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        assert api[probe]["httpGet"]["path"] in served, probe
         assert api[probe]["httpGet"]["port"] in (8000, "http")
 
 
@@ -425,6 +450,14 @@ def test_worker_probes_run_the_probe_script() -> None:
     assert worker["livenessProbe"]["exec"]["command"][-1] == "live"
     # Its one port serves metrics: health is whether Temporal sees it poll, not HTTP.
     assert [p["name"] for p in worker.get("ports", [])] == ["metrics"]
+
+
+def test_a_worker_process_that_exits_is_started_again_on_both_platforms() -> None:
+    """A worker whose run ends stops the process with exit 1 (worker.poll_until_stopped): the
+    platform's restart is what brings its queue's poller back."""
+    assert load_compose()["services"]["worker"]["restart"] in ("always", "unless-stopped")
+    pod = deployment("worker")["spec"]["template"]["spec"]
+    assert pod.get("restartPolicy", "Always") == "Always"
 
 
 def test_every_container_has_resource_requests_and_limits() -> None:
@@ -481,6 +514,29 @@ def test_manifests_run_one_image_with_the_entrypoint_and_known_commands() -> Non
     assert tag == project_version(), "tag the image with the project version being deployed"
     assert [i["name"] for i in kustomization["images"]] == [IMAGE_NAME]
     assert kustomization["images"][0]["newTag"] == project_version()
+
+
+def unknown_variables(manifests: list[dict[str, Any]], wrappers: list[str]) -> set[str]:
+    """The variables the manifests' containers set (`env[].name`) and the compose wrappers
+    export that no setting reads: the settings ignore a name they do not know, so a misspelt
+    one (MODEL_ROUTER_METRIC_TOKEN) left its setting at its default without a word."""
+    names = {env["name"] for w in manifests for c in containers(w) for env in c.get("env", [])}
+    for script in wrappers:
+        names |= set(re.findall(r"^\s*export\s+([A-Za-z_][A-Za-z0-9_]*)", script, re.M))
+    return names - SETTING_ENV_NAMES
+
+
+def test_every_variable_the_manifests_and_the_compose_wrapper_set_is_a_setting() -> None:
+    wrappers = [s["entrypoint"][2] for s in model_router_services(load_compose()).values()]
+    assert all("export MODEL_ROUTER_DATABASE_URL" in w for w in wrappers)
+    assert unknown_variables(workloads(), wrappers) == set()
+    # A misspelt name is caught.
+    typo = deployment("worker")
+    containers(typo)[0]["env"].append({"name": "MODEL_ROUTER_METRIC_TOKEN", "value": "$(X)"})
+    assert unknown_variables([typo], ["export MODEL_ROUTER_AUTH_JWT_SECRETS"]) == {
+        "MODEL_ROUTER_METRIC_TOKEN",
+        "MODEL_ROUTER_AUTH_JWT_SECRETS",
+    }
 
 
 def test_config_comes_from_the_configmap_and_secrets_from_secrets_by_name() -> None:
@@ -750,3 +806,195 @@ def test_the_worker_metrics_port_is_served_and_scraped_everywhere() -> None:
         t for job in scrape["scrape_configs"] for c in job["static_configs"] for t in c["targets"]
     }
     assert targets == {"api:8000", f"worker:{port}"}
+
+
+async def test_worker_probe_passes_on_the_workers_worker_py_builds(
+    settings: Settings,
+    temporal_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """The probe against the worker process's own workers (worker.py's builders, run as `run`
+    runs them), not a stand-in: it asks about the queue and the queue types the main worker
+    polls. The process's other four queues are not the probe's: a worker that stops on any of
+    them stops the process (tests/test_worker.py)."""
+    address = _temporal_address()
+    run = uuid.uuid4().hex[:8]
+    own = settings.model_copy(
+        update={
+            "temporal_task_queue": f"probe-real-{run}",
+            "temporal_invocation_task_queue": f"probe-real-inv-{run}",
+        }
+    )
+    adapters = evaluation_adapters(own)
+    main = build_worker(temporal_client, own, sessions, adapters=adapters)
+    others = [
+        build(temporal_client, own, sessions)
+        for build in (
+            build_invocation_worker,
+            build_closer_worker,
+            build_webhook_poll_worker,
+            build_webhook_delivery_worker,
+        )
+    ]
+    # The queue the probe reads is the main worker's, which runs both workflows and activities.
+    assert main.task_queue == own.temporal_task_queue
+    assert main.config()["workflows"] and main.config()["activities"]
+    assert own.temporal_task_queue not in {w.task_queue for w in others}
+    stop = asyncio.Event()
+    polling = asyncio.create_task(poll_until_stopped([main, *others], stop))
+    try:
+
+        async def passes(mode: str) -> bool:
+            code, _ = await _run_probe(mode, address, own.temporal_task_queue)
+            return code == 0
+
+        await eventually(lambda: passes("ready"), timeout=UNBOUNDED, interval=0.5)
+        assert await passes("live")
+    finally:
+        stop.set()
+        await asyncio.wait_for(polling, UNBOUNDED)
+        await adapters.aclose()
+
+
+# ---------------------------------------------------------------- the READMEs' commands
+
+
+def shell_commands(markdown: str) -> list[str]:
+    """The commands of a README: its fenced blocks' lines (continuations joined, comments
+    dropped) and its inline code spans."""
+    commands = []
+    for block in re.findall(r"```[a-z]*\n(.*?)```", markdown, re.S):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        commands += [
+            line.strip()
+            for line in joined.splitlines()
+            if line.strip() and not line.strip().startswith("#")
+        ]
+    prose = re.sub(r"```.*?```", "", markdown, flags=re.S)
+    commands += re.findall(r"`([^`\n]+)`", prose)
+    return commands
+
+
+# The kubectl verbs that act in a namespace: without `-n` they act in the context's own (most
+# often `default`), where the Deployments look for none of it.
+NAMESPACED_VERBS = {"apply", "create", "delete", "exec", "get", "logs", "rollout", "scale", "wait"}
+
+
+def without_namespace(commands: list[str]) -> list[str]:
+    found = []
+    for command in commands:
+        for call in re.findall(r"\bkubectl\b[^|;&]*", command):
+            words = call.split()[1:]
+            flags = {w.split("=")[0] for w in words if w.startswith("-")}
+            verbs = [w for w in words if not w.startswith("-") and w != "model-router"]
+            if not verbs or verbs[0] not in NAMESPACED_VERBS:
+                continue  # a mention of kubectl, not a command
+            if verbs[:2] == ["create", "namespace"]:
+                continue
+            if not flags & {"-n", "--namespace"}:
+                found.append(call.strip())
+    return found
+
+
+def test_every_kubectl_command_of_the_kubernetes_readme_names_the_namespace() -> None:
+    readme = (K8S / "README.md").read_text()
+    assert len([c for c in shell_commands(readme) if "kubectl" in c]) > 10
+    assert without_namespace(shell_commands(readme)) == []
+    assert without_namespace(
+        [
+            "kubectl create secret generic model-router-temporal --from-literal=api-key=k",
+            "kubectl create namespace model-router",
+            "kubectl -n model-router wait --for=condition=complete job/model-router-migrate",
+        ]
+    ) == ["kubectl create secret generic model-router-temporal --from-literal=api-key=k"]
+
+
+def test_the_upgrade_waits_for_the_migrate_job_to_complete_or_to_fail() -> None:
+    """`kubectl wait --for=condition=complete` takes one condition: on a Job that failed it sat
+    out its whole timeout (15 min) before the operator learned of it."""
+    readme = (K8S / "README.md").read_text()
+    [sequence] = [
+        b for b in re.findall(r"```sh\n(.*?)```", readme, re.S) if "model-router-migrate" in b
+    ]
+    commands = shell_commands(f"```sh\n{sequence}```")
+    waits = [c for c in commands if re.search(r"kubectl .*\bwait\b", c)]
+    assert waits
+    for wait in waits:
+        # Either it asks once, after the Job ended, or it ends on the failure too.
+        assert "--timeout=0" in wait or "condition=failed" in wait, wait
+    [loop] = [c for c in commands if "job/model-router-migrate" in c and "jsonpath" in c]
+    assert "Complete" in loop and "Failed" in loop
+
+
+def test_the_example_clients_can_read_runs_receipts() -> None:
+    """`model-router receipts list` (and the console's receipts) read GET
+    /factory/runs/{id}/model-receipts, which takes factory.runs.read (api/routers/receipts.py):
+    the examples' first clients were refused there."""
+    for readme in (DEPLOY / "README.md", K8S / "README.md"):
+        creates = [c for c in shell_commands(readme.read_text()) if "clients create" in c]
+        assert creates, readme
+        for command in creates:
+            assert Scope.RUNS_READ.value in re.findall(r"--scope\s+(\S+)", command), command
+
+
+def test_the_compose_override_is_named_in_the_commands_that_need_it() -> None:
+    """Compose reads compose.override.yaml by itself only when no `-f` is given, and every
+    command of the README gives one: the override's secrets were never mounted."""
+    readme = (DEPLOY / "README.md").read_text()
+    assert "compose.override.yaml" in readme
+    assert "-f deploy/compose.yaml -f deploy/compose.override.yaml" in readme
+    assert "COMPOSE_FILE=deploy/compose.yaml:deploy/compose.override.yaml" in readme
+
+
+async def test_the_advice_of_a_migration_given_up_on_a_lock_ends_an_idle_transaction(
+    settings: Settings,
+) -> None:
+    """A migration that gave up on a table lock (exit 3) says how to end the transaction that
+    holds it, and so do the runbook and the Kubernetes README. The holder is most often a
+    session idle in transaction, which pg_cancel_backend (what they named) leaves holding
+    the lock; followed, the advice now frees the table."""
+    table = f"advice_{uuid.uuid4().hex[:8]}"
+    engine = create_engine(settings.database_url)
+    async with engine.begin() as conn:
+        await conn.execute(text(f"CREATE TABLE {table} (id int)"))
+    holder = await engine.connect()
+    try:
+        await holder.execute(text(f"LOCK TABLE {table} IN ACCESS SHARE MODE"))
+        pid = (await holder.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+
+        def alter() -> None:
+            async def once() -> None:
+                own = create_engine(settings.database_url)
+                try:
+                    async with own.begin() as conn:
+                        await conn.execute(text("SET LOCAL lock_timeout = '200ms'"))
+                        await conn.execute(text(f"ALTER TABLE {table} ADD COLUMN n int"))
+                finally:
+                    await own.dispose()
+
+            asyncio.run(once())
+
+        async def migrated() -> bool:
+            try:
+                await asyncio.to_thread(_retrying, alter, "head", "db upgrade", 0.2, 1)
+            except MigrationLockTimeout:
+                return False
+            return True
+
+        with pytest.raises(MigrationLockTimeout) as given_up:
+            await asyncio.to_thread(_retrying, alter, "head", "db upgrade", 0.2, 1)
+        advice = re.findall(r"pg_\w+_backend", str(given_up.value))[0]
+        async with engine.connect() as admin:
+            await admin.execute(text(f"SELECT {advice}(:pid)"), {"pid": pid})
+        await eventually(migrated, timeout=10, interval=0.2)
+    finally:
+        with contextlib.suppress(Exception):  # its server session is gone when followed
+            await holder.close()
+        async with engine.begin() as conn:
+            await conn.execute(text(f"DROP TABLE IF EXISTS {table}"))
+        await engine.dispose()
+    runbook = (ROOT / "docs" / "runbook.md").read_text()
+    section = runbook.split("## A migration waits for a table lock")[1].split("\n## ")[0]
+    assert re.findall(r"SELECT (pg_\w+_backend)\(", section) == [advice]
+    k8s_readme = (K8S / "README.md").read_text()
+    assert re.findall(r"end it \(`(pg_\w+_backend)`", k8s_readme) == [advice]

@@ -1,26 +1,48 @@
-"""The worker process registers the workflows and activities and drains on SIGTERM."""
+"""The worker process registers the workflows and activities and drains on SIGTERM; it exits
+non-zero when one of its workers stops on its own; its /metrics answers while the store hangs."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import sys
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import httpx
+import pytest
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.pool import Pool, QueuePool
 from temporalio.client import Client
 
 from activities.lifecycle_types import LifecycleInput, RegisterRequest
+from core import metrics
+from core.metrics_server import MetricsServer
 from core.settings import Settings
 from domain.deployments import DeploymentRegistration
 from domain.enums import InvocationOutcome, UsageStatus
 from domain.statements import ReconcilerInput
+from store.db import create_engine, session_factory
 from store.repositories import ModelDeploymentRepository
 from tests.conftest import TokenFactory, free_port
 from tests.helpers.catalog import register
+from tests.helpers.deadline import UNBOUNDED, eventually
 from tests.helpers.process import Proc
 from tests.helpers.receipts import add_receipt
+from tests.helpers.tcp_proxy import SeverableProxy
+from worker import (
+    WorkerStopped,
+    build_closer_worker,
+    build_invocation_worker,
+    build_webhook_delivery_worker,
+    build_webhook_poll_worker,
+    build_worker,
+    evaluation_adapters,
+    poll_until_stopped,
+    usage_recount,
+)
 from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow
 from workflows.receipt_reconciler import ReceiptReconcilerWorkflow
 
@@ -180,3 +202,95 @@ async def test_worker_serves_metrics_on_its_own_port_with_the_stores_usage_unkno
         code = proc.stop(timeout=40)
     assert code == 0, proc.output
     assert f"worker metrics on http://127.0.0.1:{port}/metrics" in proc.output
+
+
+async def test_a_worker_whose_run_ends_stops_the_others_and_the_process(
+    settings: Settings,
+    temporal_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The process's five workers, as `run` polls them. One whose run ended on its own without
+    raising left the process up, live and ready by its probe (the main queue's pollers), while
+    that worker's queue (here the webhook polls') waited on nobody: now the others are shut
+    down, the process exits non-zero, and the log names the queue."""
+    run = uuid.uuid4().hex[:8]
+    own = settings.model_copy(
+        update={
+            "temporal_task_queue": f"ends-{run}",
+            "temporal_invocation_task_queue": f"ends-inv-{run}",
+        }
+    )
+    adapters = evaluation_adapters(own)
+    built = [
+        build_worker(temporal_client, own, sessions, adapters=adapters),
+        *(
+            build(temporal_client, own, sessions)
+            for build in (
+                build_invocation_worker,
+                build_closer_worker,
+                build_webhook_poll_worker,
+                build_webhook_delivery_worker,
+            )
+        ),
+    ]
+    stop = asyncio.Event()
+    try:
+        with caplog.at_level(logging.ERROR, logger="model_router.worker"):
+            polling = asyncio.create_task(poll_until_stopped(built, stop))
+            await eventually(lambda: all(w.is_running for w in built), timeout=UNBOUNDED)
+            given_up = built[3]
+            await given_up.shutdown()  # as a worker the SDK gave up on: its run ends
+            with pytest.raises(WorkerStopped, match=given_up.task_queue):
+                # Left as it was, the process waited for SIGTERM alone: this wait ran out.
+                await asyncio.wait_for(polling, timeout=UNBOUNDED)
+        assert all(w.is_shutdown for w in built)
+        said = [r.getMessage() for r in caplog.records if r.name == "model_router.worker"]
+        assert any(given_up.task_queue in line and "stopped" in line for line in said), said
+    finally:
+        stop.set()
+        await asyncio.gather(*(w.shutdown() for w in built))
+        await adapters.aclose()
+
+
+async def test_the_worker_metrics_answer_while_the_store_hangs(settings: Settings) -> None:
+    """A frozen store (connections open, nothing answering) held each scrape of the worker's
+    /metrics for the usage recount's statement bound (60 s), past Prometheus's 10 s scrape
+    timeout: every worker series vanished in the outage, each abandoned scrape's recount
+    holding a connection. Now a scrape waits for the recount a bounded while, one recount at a
+    time, and answers with the rest."""
+    url = make_url(settings.database_url)
+    assert url.host is not None and url.port is not None
+    tag = f"t-{uuid.uuid4().hex[:8]}"
+    registry = metrics.configure_exporters()
+    metrics.denials.add(1, {"tenant": tag, "reason": "budget"})  # a series besides the recount's
+    async with SeverableProxy(url.host, url.port) as proxy:
+        # The worker's own engine, as `run` makes it, through the proxy.
+        engine = create_engine(
+            url.set(port=proxy.port).render_as_string(hide_password=False),
+            pool_size=settings.database_pool_size,
+            statement_timeout=settings.database_statement_timeout_seconds,
+        )
+        recount = usage_recount(settings, session_factory(engine))
+        await recount()  # a pooled connection, as a running worker holds
+        proxy.sever(partition=True)  # silent, held, and so is every new connection
+        port = free_port()
+        async with (
+            MetricsServer("127.0.0.1", port, registry, recount),
+            # Prometheus's default scrape timeout.
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as scrape,
+        ):
+            for _ in range(3):
+                answered = await scrape.get("/metrics")
+                assert answered.status_code == 200
+                assert f'tenant="{tag}"' in answered.text
+        # One recount waited on the store for the three scrapes, not one each.
+        assert _checked_out(engine.pool) == 1
+    # The proxy gone, the recount's connection fails and goes back: nothing is left held.
+    await eventually(lambda: _checked_out(engine.pool) == 0, timeout=UNBOUNDED)
+    await engine.dispose()
+
+
+def _checked_out(pool: Pool) -> int:
+    assert isinstance(pool, QueuePool)  # PostgreSQL's pool
+    return pool.checkedout()
