@@ -3,6 +3,7 @@ and that every label is escaped (a deployment id is operator input)."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -91,3 +92,61 @@ def test_small_values_get_an_axis_of_their_own_size() -> None:
     height = float(re.search(r'<rect [^>]*height="([0-9.]+)"', svg).group(1))  # type: ignore[union-attr]
     assert height > 0.5 * (charts.HEIGHT - charts.TOP - charts.BOTTOM)
     assert ">0.00001<" in svg and ">0.0000025<" in svg
+
+
+_LEGEND = re.compile(
+    r'<rect x="([0-9.]+)" y="([0-9.]+)" width="10" height="10" fill="([^"]+)"/>'
+    r'<text x="([0-9.]+)" y="[0-9.]+" font-size="11" fill="#24292f">(?:<title>[^<]*</title>)?'
+    r"([^<]*)</text>"
+)
+
+
+def test_a_legend_of_many_long_names_has_a_colour_each_and_stays_within_the_chart() -> None:
+    # Ten profiles of twenty characters: the ninth and tenth took the first two's colours,
+    # and the legend, on one line, ran past the 720-unit width from the fifth entry on.
+    names = [f"profile-{i:02d}-abcdefghi" for i in range(10)]
+    assert {len(n) for n in names} == {20}
+    series = [charts.Series(n, [float(i + 1), 1.0]) for i, n in enumerate(names)]
+    svg = charts.stacked_bars("c5", "Spend", ["d1", "d2"], series, "USD")
+    entries = _LEGEND.findall(svg)
+    assert entries, svg[-600:]
+    fills = [fill for _, _, fill, _, _ in entries]
+    assert len(set(fills)) == len(fills), f"two legend entries share a colour: {fills}"
+    for _, _, _, text_x, name in entries:
+        # The text's width estimated at 7 units a character (font size 11), generously.
+        assert float(text_x) + 7 * len(name) <= charts.WIDTH, (text_x, name)
+    # Every series is in it, or summed into the last entry with the smallest ones.
+    shown = [name for *_, name in entries]
+    others = [n for n in shown if n.endswith(" others")]
+    assert len(others) == 1 and int(others[0].split()[0]) + len(shown) - 1 == len(names)
+    # The smallest went into it; the others kept their order.
+    assert shown[:-1] == names[10 - len(shown) + 1 :]
+    # The chart is tall enough for the rows the legend took.
+    height = float(re.search(r'viewBox="0 0 720 ([0-9.]+)"', svg).group(1))  # type: ignore[union-attr]
+    assert max(float(y) for _, y, *_ in entries) + 10 <= height
+    # Each bar's colour is its legend entry's.
+    bars = re.findall(r'fill="([^"]+)"><title>d1 ([^:]+):', svg)
+    assert dict(bars) == {fill: name for _, _, fill, _, name in entries}
+
+
+def test_latency_labels_fit_their_slots_past_four_deployments() -> None:
+    # Ten deployments: labels of 28 characters, 168 units wide, ran into each other's slot.
+    groups = {f"provider/model-number-{i:02d}-xyzw": [10.0, 20.0, 5.0] for i in range(10)}
+    svg = charts.grouped_bars("c6", "Latency", groups, ["p50", "p95", "TTFT p50"], "ms")
+    labels = re.findall(
+        r'<text x="([0-9.]+)" y="[0-9.]+" text-anchor="middle" font-size="10" '
+        r'fill="#24292f">([^<]*)</text>',
+        svg,
+    )
+    assert len(labels) == 10
+    slot = (charts.WIDTH - charts.LEFT - charts.RIGHT) / 10
+    spans = []
+    for x, label in labels:
+        # Estimated at 6 units a character (font size 10), generously.
+        half = 6 * len(label) / 2
+        spans.append((float(x) - half, float(x) + half))
+        assert 6 * len(label) <= slot, label
+    for (_, end), (start, _) in itertools.pairwise(spans):
+        assert end <= start, (end, start)
+    # A label keeps the end of its id (the model), which tells deployments apart.
+    assert labels[3][1].endswith("03-xyzw")

@@ -1,8 +1,9 @@
 """The console's answers to what an operator runs into besides the happy path, over plain HTTP:
 a shared link signing in to the page it names, pages (not problem+json) for a bad query value
 or an unknown console path, a route preview with no profile to preview, a deployment's
-thresholds from every active profile version, as the approval gate checks them, and receipts
-in pages."""
+thresholds from every active profile version, as the approval gate checks them, receipts in
+pages, stored rows that no longer read shown as such, and the session cookie Secure in
+production whatever scheme the request reports."""
 
 from __future__ import annotations
 
@@ -14,12 +15,18 @@ from decimal import Decimal
 
 import httpx
 import pytest
+from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlmodel import col
 from temporalio.client import Client
 
+from core.local_ports import free_port
 from core.schedule_spec import period_minutes
+from core.settings import Settings
 from domain.enums import InvocationOutcome, UsageStatus
+from store.db import transaction
 from store.ops_tables import ProbeSampleRow
+from store.tables import ModelDeploymentRow, ModelProfileRow
 from tests.helpers.browser import ConsoleSession
 from tests.helpers.catalog import (
     approved_deployment,
@@ -29,6 +36,7 @@ from tests.helpers.catalog import (
     register,
 )
 from tests.helpers.receipts import add_receipt, run_of
+from tests.helpers.stack import serve
 
 
 @pytest.fixture
@@ -250,6 +258,100 @@ async def test_a_probe_says_how_old_it_is_and_an_old_one_is_stale(
     board = _page(await console.get("/console"), 200)
     card = board[board.index(f'data-deployment="{probed}"') :][:2000]
     assert "45 ms · <time" in card and "3 d ago" in card and "stale" in card
+
+
+async def test_stored_rows_that_do_not_read_are_shown_as_such_not_a_500(
+    console: ConsoleSession,
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    sessions: async_sessionmaker[AsyncSession],
+    tenant: str,
+) -> None:
+    """A license with a key the model forbids (written before the rule, or by hand) made the
+    board, the deployment's page and its actions' answers 500s; a profile whose thresholds do
+    not read made the profile list, its own page and every page of a deployment it lists
+    500s. Each is shown as an unreadable stored record, the other rows as before."""
+    hexa = uuid.uuid4().hex[:6]
+    broken, fine = f"edge-{hexa}/unreadable", f"edge-{hexa}/fine"
+    for target in (broken, fine):
+        await register(http, auth, target)
+    profile = f"edge-{hexa}-unreadable"
+    event = profile_event(profile, [fine], {"tool-calling": 0.8})
+    assert (await publish(http, auth, event)).status_code == 200
+    async with transaction(sessions) as session:
+        await session.execute(
+            update(ModelDeploymentRow)
+            .where(col(ModelDeploymentRow.tenant_id) == tenant)
+            .where(col(ModelDeploymentRow.deployment_id) == broken)
+            .values(license_metadata={"commercialUse": True, "legacyTerm": True})
+        )
+        await session.execute(
+            update(ModelProfileRow)
+            .where(col(ModelProfileRow.tenant_id) == tenant)
+            .where(col(ModelProfileRow.profile_id) == profile)
+            .values(required_capabilities={"tool-calling": "high"})
+        )
+    board = _page(await console.get("/console"), 200)
+    card = board[board.index(f'data-deployment="{broken}"') - 40 :][:600]
+    assert 'class="card unreadable"' in card and "unreadable stored record" in card
+    assert f'<li class="card" data-deployment="{fine}">' in board
+    page = _page(await console.get("/console/deployment", id=broken), 200)
+    assert 'id="unreadable"' in page and "legacyTerm" in page and "correct the row" in page
+    assert '<span class="badge state" id="state">Candidate</span>' in page
+    # An action on it is refused by the lifecycle, on the same page.
+    refused = await console.post(
+        "/console/deployment/approve", {"id": broken, "csrf_token": console.csrf}
+    )
+    answer = _page(refused, 409)
+    assert "Refused (409)" in answer and 'id="unreadable"' in answer
+    # The profile: marked in the list, named on its deployment's page, its own page a refusal.
+    listed = _page(await console.get("/console/profiles"), 200)
+    assert re.search(rf'<tr class="unreadable"><th scope="row">{profile}</th><td>1</td>', listed)
+    assert "unreadable stored record" in listed
+    lister = _page(await console.get("/console/deployment", id=fine), 200)
+    assert 'class="alert unreadable-profile"' in lister and profile in lister
+    own = _page(await console.get(f"/console/profiles/{profile}"), 409)
+    assert "does not read" in own and "correct the row" in own
+
+
+async def test_the_session_cookie_is_secure_in_production_over_plain_http(
+    settings: Settings, cli_env: dict[str, str]
+) -> None:
+    """The cookie is a full API bearer token. Secure only when the request's scheme was https,
+    it went over plain HTTP behind a TLS-terminating proxy whose X-Forwarded-Proto uvicorn
+    was not told to trust (the shipped manifests leave --forwarded-allow-ips out)."""
+    production = settings.model_copy(
+        update={
+            "environment": "production",
+            # An API of its own without Temporal (the sign-in reads the store only): on the
+            # suite's client and queues, its workers would poll beside the suite's API's.
+            "temporal_address": f"127.0.0.1:{free_port()}",
+            "temporal_connect_timeout_seconds": 1.0,
+        }
+    )
+    async with (
+        serve(production) as served,
+        httpx.AsyncClient(base_url=served.url, timeout=30) as plain,
+    ):
+        form = await plain.get("/console/sign-in")
+        (login,) = form.headers.get_list("set-cookie")
+        assert login.startswith("mr_console_login=") and "secure" in login.lower()
+        nonce = re.search(r'name="login_nonce" value="([^"]*)"', form.text)
+        assert nonce is not None
+        # A Secure cookie is not sent back over plain HTTP by a client: sent by hand, as the
+        # browser behind the proxy (on https) sends it.
+        answer = await plain.post(
+            "/console/sign-in",
+            data={
+                "client_id": cli_env["MODEL_ROUTER_CLIENT_ID"],
+                "client_secret": cli_env["MODEL_ROUTER_CLIENT_SECRET"],
+                "login_nonce": nonce.group(1),
+            },
+            headers={"Cookie": f"mr_console_login={nonce.group(1)}"},
+        )
+    assert answer.status_code == 303, answer.text[:300]
+    (session,) = (c for c in answer.headers.get_list("set-cookie") if c.startswith("mr_console="))
+    assert "secure" in session.lower() and "httponly" in session.lower()
 
 
 def test_a_schedules_period_is_read_from_its_cron() -> None:

@@ -3,7 +3,11 @@ download. Each chart is an `<svg role="img">` with a title and a description, fo
 page by the same numbers as a table for screen readers and for reading exact values.
 
 Colours are presentation attributes (the console's Content-Security-Policy allows no inline
-styles), picked from a colour-blind-safe palette (Okabe-Ito)."""
+styles), picked from a colour-blind-safe palette (Okabe-Ito). Past its eight colours, the
+smallest series are drawn as one, "N others" (the table under the chart keeps each): the ninth
+took the first one's colour, two profiles that the legend could not tell apart. The legend wraps
+into rows within the chart's width; text widths are estimated, per character, on the generous
+side (an entry ran past the 720-unit width and was cut off)."""
 
 from __future__ import annotations
 
@@ -18,6 +22,11 @@ PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F
 WIDTH, HEIGHT = 720, 240
 LEFT, RIGHT, TOP, BOTTOM = 56, 12, 28, 44
 MAX_BAR = 48.0
+# Estimated widths of a character at the legend's font size (11) and the axis labels' (10).
+LEGEND_CHAR, LABEL_CHAR = 7.0, 6.0
+LEGEND_SWATCH, LEGEND_GAP, LEGEND_ROW = 14, 10, 16
+# A longer name is cut in the legend (its whole text in the entry's tooltip and the table).
+LEGEND_NAME_MAX = 40
 
 
 @dataclass(frozen=True)
@@ -49,9 +58,11 @@ def _nice_max(value: float) -> float:
     return 10 * magnitude
 
 
-def _frame(chart_id: str, title: str, description: str, body: list[str], legend: list[str]) -> str:
+def _frame(
+    chart_id: str, title: str, description: str, body: list[str], legend: list[str], height: float
+) -> str:
     return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT + 24}" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height:g}" '
         f'role="img" aria-labelledby="{chart_id}-t {chart_id}-d" class="chart" id="{chart_id}">'
         f'<title id="{chart_id}-t">{escape(title)}</title>'
         f'<desc id="{chart_id}-d">{escape(description)}</desc>' + "".join(body + legend) + "</svg>"
@@ -74,17 +85,42 @@ def _axes(top: float, unit: str) -> list[str]:
     return out
 
 
-def _legend(names: Sequence[str]) -> list[str]:
-    out, x = [], LEFT
+def _legend(names: Sequence[str]) -> tuple[list[str], float]:
+    """The legend's entries, in rows within the width, and the chart's height that holds them."""
+    out: list[str] = []
+    x, y = float(LEFT), float(HEIGHT + 8)
     for i, name in enumerate(names):
-        colour = PALETTE[i % len(PALETTE)]
+        shown = name if len(name) <= LEGEND_NAME_MAX else name[: LEGEND_NAME_MAX - 1] + "…"
+        width = LEGEND_SWATCH + LEGEND_CHAR * len(shown)
+        if x > LEFT and x + width > WIDTH - RIGHT:
+            x, y = float(LEFT), y + LEGEND_ROW
+        tip = f"<title>{escape(name)}</title>" if shown != name else ""
         out.append(
-            f'<rect x="{x}" y="{HEIGHT + 8}" width="10" height="10" fill="{colour}"/>'
-            f'<text x="{x + 14}" y="{HEIGHT + 17}" font-size="11" fill="#24292f">'
-            f"{escape(name)}</text>"
+            f'<rect x="{x:g}" y="{y:g}" width="10" height="10" fill="{PALETTE[i % len(PALETTE)]}"/>'
+            f'<text x="{x + LEGEND_SWATCH:g}" y="{y + 9:g}" font-size="11" fill="#24292f">'
+            f"{tip}{escape(shown)}</text>"
         )
-        x += 24 + 7 * len(name)
-    return out
+        x += width + LEGEND_GAP
+    return out, y + 16
+
+
+def _within_palette(series: Sequence[Series]) -> list[Series]:
+    """At most one series per colour: the largest in their order, the rest summed into one."""
+    if len(series) <= len(PALETTE):
+        return list(series)
+    ranked = sorted(range(len(series)), key=lambda k: -sum(series[k].values))
+    kept = sorted(ranked[: len(PALETTE) - 1])
+    rest = [series[k] for k in ranked[len(PALETTE) - 1 :]]
+    others = Series(
+        f"{len(rest)} others", [sum(v) for v in zip(*(s.values for s in rest), strict=True)]
+    )
+    return [series[k] for k in kept] + [others]
+
+
+def _label(text: str, room: float) -> str:
+    """An axis label cut to the room it has, keeping its end (a deployment id's model)."""
+    fits = max(2, int(room / LABEL_CHAR))
+    return text if len(text) <= fits else "…" + text[-(fits - 1) :]
 
 
 def stacked_bars(
@@ -99,6 +135,7 @@ def stacked_bars(
 ) -> Markup:
     """One bar per label, the series stacked in it. A `rate` (per minute, say) is described
     by its highest bar: a total of rates means nothing."""
+    series = _within_palette(series)
     totals = [sum(s.values[i] for s in series) for i in range(len(labels))]
     top = _nice_max(max(totals, default=0))
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
@@ -128,9 +165,9 @@ def stacked_bars(
     description = (
         f"{len(labels)} bars, {', '.join(s.name for s in series) or 'no series'}; {summary} {unit}."
     )
-    legend = _legend([s.name for s in series])
+    legend, height = _legend([s.name for s in series])
     # Every text that went into the markup passed through html.escape above.
-    return Markup(_frame(chart_id, title, description, body, legend))  # noqa: S704
+    return Markup(_frame(chart_id, title, description, body, legend, height))  # noqa: S704
 
 
 def grouped_bars(
@@ -158,10 +195,13 @@ def grouped_bars(
                 f'height="{h:.1f}" fill="{PALETTE[k % len(PALETTE)]}"><title>{escape(group)} '
                 f"{escape(names[k])}: {escape(_fmt(value))} {escape(unit)}</title></rect>"
             )
+        # Cut to its slot: past four deployments, 28 characters ran into the next one's.
         body.append(
             f'<text x="{LEFT + i * slot + slot / 2:.1f}" y="{HEIGHT - BOTTOM + 14}" '
-            f'text-anchor="middle" font-size="10" fill="#24292f">{escape(group[-28:])}</text>'
+            f'text-anchor="middle" font-size="10" fill="#24292f">'
+            f"{escape(_label(group, slot - 4))}</text>"
         )
     description = f"{len(groups)} groups of {', '.join(names)} in {unit}."
+    legend, height = _legend(names)
     # Every text that went into the markup passed through html.escape above.
-    return Markup(_frame(chart_id, title, description, body, _legend(names)))  # noqa: S704
+    return Markup(_frame(chart_id, title, description, body, legend, height))  # noqa: S704

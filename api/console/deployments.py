@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import re
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from pydantic import ValidationError
 
 from activities.lifecycle_types import ApproveRequest
 from api import evaluations, lifecycle
+from api.console.profiles import readable, unreadable_profile
 from api.console.render import SECURITY_HEADERS, page
 from api.console.session import Changing, ConsoleError, Operator, SignedIn
 from api.deps import RuntimeDep
@@ -31,9 +34,10 @@ from domain.deployments import LicenseMetadata
 from domain.enums import Capability, DeploymentState, Scope
 from domain.health import probe_stale
 from domain.lifecycle import Transition, transitions_from
-from domain.profiles import ModelProfile
 from store import console_reads
 from store.repositories import ModelDeploymentRepository, ModelProfileRepository
+from store.tables import ModelDeploymentRow
+from store.views import deployment_record
 
 router = APIRouter()
 
@@ -80,17 +84,55 @@ def _manage(operator: Operator) -> None:
         )
 
 
+@dataclass(frozen=True)
+class Unreadable:
+    """A deployment whose stored row does not read as its record (a license written before a
+    rule was tightened, or by hand; the lifecycle refuses such a row as ROW_UNREADABLE): one
+    made the whole board a 500. The board shows it as such, among the others."""
+
+    deployment_id: str
+    state: DeploymentState
+    unreadable: bool = True  # what the board's card asks of each deployment
+
+
+def _readable(rows: list[ModelDeploymentRow]) -> tuple[list[ModelDeploymentRow], list[Unreadable]]:
+    good: list[ModelDeploymentRow] = []
+    bad: list[Unreadable] = []
+    for row in rows:
+        try:
+            deployment_record(row)
+        except ValidationError:
+            bad.append(Unreadable(row.deployment_id, row.state))
+        else:
+            good.append(row)
+    return good, bad
+
+
+def _unreadable_detail(deployment_id: str, exc: ValidationError) -> str:
+    # The fields only, as the lifecycle's refusal names them: never the stored values.
+    fields = sorted({".".join(str(p) for p in e["loc"]) for e in exc.errors()})
+    return (
+        f"Deployment {deployment_id!r}'s stored record does not read as this version reads it "
+        f"({', '.join(fields)}; written before a rule was tightened, or by hand): correct the "
+        "row, then ask again."
+    )
+
+
 @router.get("", response_class=HTMLResponse)
 async def board(request: Request, operator: SignedIn, runtime: RuntimeDep) -> Response:
     _read(operator)
     async with runtime.sessions() as session:
-        rows = list(await ModelDeploymentRepository(session, operator.tenant_id).list())
+        rows, unreadable = _readable(
+            list(await ModelDeploymentRepository(session, operator.tenant_id).list())
+        )
         views = await deployment_views(session, operator.tenant_id, rows)
         probes = await console_reads.last_probes(session, operator.tenant_id)
     stale = _stale_probes(runtime, {v.deployment_id: v.state for v in views}, probes)
     columns: dict[str, list[Any]] = {state.value: [] for state in DeploymentState}
     for view in views:
         columns[view.state.value].append(view)
+    for card in unreadable:
+        columns[card.state.value].append(card)
     return page(
         request,
         "board.html",
@@ -100,7 +142,7 @@ async def board(request: Request, operator: SignedIn, runtime: RuntimeDep) -> Re
         columns=columns,
         probes=probes,
         stale_probes=stale,
-        total=len(views),
+        total=len(views) + len(unreadable),
     )
 
 
@@ -119,26 +161,49 @@ def _stale_probes(
 
 async def _deployment_context(
     runtime: Runtime, operator: Operator, deployment_id: str
-) -> dict[str, Any]:
+) -> tuple[str, dict[str, Any]]:
+    """The deployment page's template and context: the page itself, or, for a row that does
+    not read as its record, what can be shown of it and why the rest cannot."""
     tenant = operator.tenant_id
     async with runtime.sessions() as session:
         row = await ModelDeploymentRepository(session, tenant).get(deployment_id)
         if row is None:
             raise ConsoleError(404, f"No deployment {deployment_id!r}.")
-        view = (await deployment_views(session, tenant, [row]))[0]
+        unreadable = ""
+        try:
+            view = (await deployment_views(session, tenant, [row]))[0]
+        except ValidationError as exc:
+            view, unreadable = None, _unreadable_detail(deployment_id, exc)
         # Every active version, as the approval gate checks them (activities/lifecycle.py):
         # the newest alone showed every threshold met while approval was refused by an older
-        # version still active.
-        listing = [
-            ModelProfile.model_validate(p)
+        # version still active. One that does not read is named, not a 500: the gate refuses
+        # approval on it (StoredRecordUnreadable).
+        listing, bad = readable(
+            p
             for p in await ModelProfileRepository(session, tenant).list_active()
-            if deployment_id in p.allowed_deployments
-        ]
+            if deployment_id in (p.allowed_deployments or [])
+        )
         history = await console_reads.deployment_history(session, tenant, deployment_id)
         probe = (await console_reads.last_probes(session, tenant)).get(deployment_id)
     evaluation = await evaluations.latest(
         await runtime.temporal(), runtime.sessions, tenant, deployment_id
     )
+    actions = {
+        k: label for k, label in ACTIONS.items() if _TRANSITION[k] in transitions_from(row.state)
+    }
+    can_manage = operator.may(Scope.MODELS_ADMIN, Action.MANAGE_DEPLOYMENTS)
+    if view is None:
+        return "deployment_unreadable.html", {
+            "deployment_id": deployment_id,
+            "state": row.state,
+            "unreadable": unreadable,
+            "evaluation": evaluation,
+            "history": history,
+            "history_limit": console_reads.HISTORY_LIMIT,
+            "actions": actions,
+            "can_manage": can_manage,
+            "manage_needs": operator.needs(Action.MANAGE_DEPLOYMENTS),
+        }
     scores = {c: e.score for c, e in view.evidence.capabilities.items() if e.score is not None}
     # The approval gate's own rule says which thresholds fall short, and how it words them.
     shortfalls = {
@@ -146,10 +211,11 @@ async def _deployment_context(
         for p in listing
         for r in evidence_refusals(scores, [p])
     }
-    return {
+    return "deployment.html", {
         "deployment": view,
         "capabilities": [c.value for c in Capability],
         "profiles": listing,
+        "unreadable_profiles": [unreadable_profile(r.profile_id, r.version) for r in bad],
         "shortfalls": shortfalls,
         "evaluation": evaluation,
         "history": history,
@@ -158,12 +224,8 @@ async def _deployment_context(
         "probe_stale": bool(
             probe and _stale_probes(runtime, {deployment_id: view.state}, {deployment_id: probe})
         ),
-        "actions": {
-            k: label
-            for k, label in ACTIONS.items()
-            if _TRANSITION[k] in transitions_from(view.state)
-        },
-        "can_manage": operator.may(Scope.MODELS_ADMIN, Action.MANAGE_DEPLOYMENTS),
+        "actions": actions,
+        "can_manage": can_manage,
         "manage_needs": operator.needs(Action.MANAGE_DEPLOYMENTS),
     }
 
@@ -177,10 +239,10 @@ async def deployment_page(
     done: Annotated[str | None, Query(max_length=20)] = None,
 ) -> Response:
     _read(operator)
-    context = await _deployment_context(runtime, operator, id)
+    template, context = await _deployment_context(runtime, operator, id)
     return page(
         request,
-        "deployment.html",
+        template,
         operator,
         title=f"Deployment {id}",
         nav="board",
@@ -250,10 +312,10 @@ async def confirm(
 async def _refused(
     request: Request, runtime: Runtime, operator: Operator, deployment_id: str, problem: Problem
 ) -> Response:
-    context = await _deployment_context(runtime, operator, deployment_id)
+    template, context = await _deployment_context(runtime, operator, deployment_id)
     return page(
         request,
-        "deployment.html",
+        template,
         operator,
         title=f"Deployment {deployment_id}",
         nav="board",

@@ -4,6 +4,7 @@ same planner call as `POST …/route-plan/preview`, made readable."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Query, Request
@@ -20,13 +21,14 @@ from api.routers.routing import Needs
 from api.runtime import Runtime
 from domain.access import Action
 from domain.enums import Scope
-from domain.fallback_notes import equivalence
+from domain.fallback_notes import Equivalence, equivalence
 from domain.policy import DataClassification
 from domain.profiles import ModelProfile
 from domain.route_plan import RoutePlanResult
 from routing.refusals import UnknownProfile
 from store import console_reads
 from store.repositories import ModelProfileRepository
+from store.tables import ModelProfileRow
 
 router = APIRouter()
 
@@ -36,18 +38,45 @@ def _read(operator: Operator) -> None:
         raise ConsoleError(403, "Profiles need the scope factory.models.read.")
 
 
+def unreadable_profile(profile_id: str, version: str | None) -> str:
+    """What a page says of a profile whose stored row does not read as a profile."""
+    named = f"Profile {profile_id!r}" + (f" v{version}" if version else "")
+    return (
+        f"{named}: its stored record does not read as this version reads it (written before a "
+        "rule was tightened, or by hand); correct the row."
+    )
+
+
+def readable(
+    rows: Iterable[ModelProfileRow],
+) -> tuple[list[ModelProfile], list[ModelProfileRow]]:
+    """The rows that read as profiles, and those that do not (written before a rule was
+    tightened, or by hand; the lifecycle refuses with StoredRecordUnreadable on them): one
+    such row made the profile list and every page naming it a 500, the other rows gone."""
+    good: list[ModelProfile] = []
+    bad: list[ModelProfileRow] = []
+    for row in rows:
+        try:
+            good.append(ModelProfile.model_validate(row))
+        except ValidationError:
+            bad.append(row)
+    return good, bad
+
+
 @router.get("/profiles", response_class=HTMLResponse)
 async def profile_list(request: Request, operator: SignedIn, runtime: RuntimeDep) -> Response:
     _read(operator)
     async with runtime.sessions() as session:
         rows = await ModelProfileRepository(session, operator.tenant_id).latest_active()
+    profiles, unreadable = readable(rows)
     return page(
         request,
         "profiles.html",
         operator,
         title="Profiles",
         nav="profiles",
-        profiles=[ModelProfile.model_validate(r) for r in rows],
+        profiles=profiles,
+        unreadable=[(r.profile_id, r.version) for r in unreadable],
     )
 
 
@@ -70,14 +99,23 @@ async def profile_page(
             )
         except Problem as problem:
             raise ConsoleError(problem.status, problem.detail) from None
-        active = {
-            r.profile_id: ModelProfile.model_validate(r)
-            for r in await ModelProfileRepository(session, operator.tenant_id).latest_active()
-        }
+        except ValidationError:
+            raise ConsoleError(409, unreadable_profile(profile_id, version)) from None
+        good, bad = readable(
+            await ModelProfileRepository(session, operator.tenant_id).latest_active()
+        )
+        active = {p.profile_id: p for p in good}
+        unreadable = {r.profile_id: r.version for r in bad}
         versions = await console_reads.profile_versions(session, operator.tenant_id, profile_id)
     profile = ModelProfile.model_validate(detail.model_dump())
     chain = [
-        (fallback_id, equivalence(profile, active.get(fallback_id)))
+        (
+            fallback_id,
+            # Said as what it is: "not an active profile" it is not.
+            Equivalence(False, [unreadable_profile(fallback_id, unreadable[fallback_id])])
+            if fallback_id in unreadable
+            else equivalence(profile, active.get(fallback_id)),
+        )
         for fallback_id in profile.fallback_chain
     ]
     return page(

@@ -4,7 +4,8 @@ token every state-changing form carries.
 The cookie is the same JWT `/oauth/token` would hand the same client (same tenant, roles and
 scopes), so the console can be no more powerful than the API, and the session ends when the
 token does. It is HttpOnly (no script reads it), SameSite=Strict (no other site's page sends
-it), Secure when served over TLS, and scoped to /console.
+it), Secure in production (whatever scheme the request reports) or when served over TLS, and
+scoped to /console.
 
 The CSRF token every form carries is a hash of the session's token (the cookie's, or the bearer
 token an SSO proxy adds): stateless, different per session, and the same in every API process
@@ -82,7 +83,13 @@ def csrf_for(token: str) -> str:
 
 
 def is_secure(request: Request) -> bool:
-    return request.url.scheme == "https"
+    """Whether the console's cookies are Secure: always in production, where the session cookie
+    (a full API bearer token) must never travel over plain HTTP, whatever scheme the request
+    reports (behind a TLS-terminating proxy it is "http" unless uvicorn trusts the proxy's
+    X-Forwarded-Proto, and the shipped manifests leave that off); elsewhere when served over TLS
+    (`make dev` and the tests sign in over plain HTTP)."""
+    production: bool = request.app.state.runtime.settings.environment == "production"
+    return production or request.url.scheme == "https"
 
 
 async def signed_in(request: Request, runtime: RuntimeDep) -> Operator:

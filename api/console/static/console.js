@@ -1,10 +1,11 @@
 // model-router console: the only script. It refreshes the evaluation panel while an evaluation
 // runs, and the page once it has ended (its scores, state and evidence are the page's, outside
 // the panel: they stayed as before the run), or when the panel is gone from the answer (the
-// sign-in expired: the page goes to sign in). It also disables a form's submit buttons once the
-// form is sent: a double click sent a lifecycle action twice (the server takes a repeat as
-// done, but each still asked the workflow). The page works without it; reload shows the
-// same. No framework, nothing fetched from elsewhere.
+// sign-in expired: the page goes to sign in), each time at the page's own address (the panel's
+// data-page); and it puts that address in the address bar of a refused action's page. It also
+// disables a form's submit buttons once the form is sent: a double click sent a lifecycle
+// action twice (the server takes a repeat as done, but each still asked the workflow). The
+// page works without it; reload shows the same. No framework, nothing fetched from elsewhere.
 (function () {
   "use strict";
   var INTERVAL_MS = 1000;
@@ -25,16 +26,17 @@
         .then(function (html) {
           var doc = new DOMParser().parseFromString(html, "text/html");
           var fresh = doc.getElementById(panel.id);
+          // The page's own address, never the current one: on a refused action's page that was
+          // the action's POST-only address (a reload re-sent the action; a GET of it, a 405).
+          var page = panel.getAttribute("data-page");
           if (!fresh) {
-            window.location.reload();
+            window.location.replace(page);
             return;
           }
           panel.replaceWith(fresh);
           if (fresh.getAttribute("data-running") !== "true") {
             // Ended: the whole page again, without the "started" notice it came with.
-            var page = new URL(window.location.href);
-            page.searchParams.delete("done");
-            window.location.replace(page.toString());
+            window.location.replace(page);
             return;
           }
           poll(fresh);
@@ -77,6 +79,12 @@
   });
 
   document.addEventListener("DOMContentLoaded", function () {
+    // A refused action's page answers the action's POST: its own address in the address bar
+    // instead, so that a reload (F5) shows the page again rather than send the action again.
+    var refused = document.querySelector("[data-address]");
+    if (refused && window.history.replaceState) {
+      window.history.replaceState(null, "", refused.getAttribute("data-address"));
+    }
     var panels = document.querySelectorAll("[data-poll]");
     for (var i = 0; i < panels.length; i++) {
       poll(panels[i]);
