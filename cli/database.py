@@ -15,6 +15,8 @@ from alembic.util import CommandError
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 
+from store.db import SQLiteTooOld
+
 # SQLSTATEs of a statement naming a table or a column the schema lacks: the database was
 # reached, and its schema is older than the code (or was never migrated).
 _SCHEMA_MISSING = {"42P01", "42703"}  # undefined_table, undefined_column
@@ -118,6 +120,10 @@ def database_exit(url: str) -> Iterator[None]:
     """A database failure as its message on stderr and its exit status."""
     try:
         yield
+    except SQLiteTooOld as exc:
+        # The host's library, not the database: its message says what to run instead.
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
     except (OSError, DBAPIError, ArgumentError) as exc:
         known = failure(exc, url)
         if known is None:

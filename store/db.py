@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,6 +16,14 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
+
+# The oldest SQLite the store's statements run on: the claim's INSERT … ON CONFLICT DO NOTHING
+# RETURNING and the secret rotation's UPDATE … RETURNING came in 3.35 (March 2021).
+MIN_SQLITE = (3, 35, 0)
+
+
+class SQLiteTooOld(RuntimeError):
+    """The SQLite library Python's sqlite3 module is linked against is older than MIN_SQLITE."""
 
 
 def create_engine(
@@ -37,6 +46,7 @@ def create_engine(
     parsed = make_url(url)
     kwargs: dict[str, Any] = {"echo": echo, "pool_pre_ping": pre_ping}
     if parsed.get_backend_name() == "sqlite":
+        _require_sqlite(MIN_SQLITE)
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         kwargs["connect_args"] = {"timeout": 30}
@@ -56,6 +66,20 @@ def create_engine(
     if parsed.get_backend_name() == "sqlite":
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
     return engine
+
+
+def _require_sqlite(least: tuple[int, int, int]) -> None:
+    """Refused as the engine is made, not at the first statement: on an older library
+    `make dev` started, and every invocation answered 500 at its claim."""
+    found = sqlite3.sqlite_version_info
+    if found < least:
+        raise SQLiteTooOld(
+            f"SQLite {'.'.join(map(str, found))} is too old: the store needs SQLite "
+            f"{'.'.join(map(str, least))} or later (INSERT and UPDATE … RETURNING). It is the "
+            "library this Python's sqlite3 module was built with: run model-router on a "
+            "Python built with a newer one (those uv installs are: `uv python install`), or "
+            "on PostgreSQL (MODEL_ROUTER_DATABASE_URL=postgresql+asyncpg://…)."
+        )
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:

@@ -35,6 +35,17 @@ MARGIN_SECONDS = 1.0
 # The horizon first, the rows after it by a later statement, whose own snapshot sees every
 # transaction that was no longer open here. `now()` caps the bound wherever in its transaction
 # the reader asks (the activity view may be one read earlier in it).
+#
+# The horizon is the largest position among the rows written before the bound, read by the
+# time rows were written (ix_outbox_inserted_at, migration 0019): the newest row written before
+# the bound, then the largest position among those written up to the margin before it (a row's
+# position and its time are taken one after the other: rows written together may order
+# differently by each, by less than the margin, as above). Materialized, or PostgreSQL takes
+# that max() by walking the primary key back again. Walked back from the newest position, as it
+# was, every row written since the bound was read and passed over: with a writer left open for
+# an hour at 150 events a second, some 540,000 a poll. Rows from before 0009 have no time, and
+# every one precedes those that have: the largest of their positions stands while no row with a
+# time is old enough (a database just upgraded, or just made).
 _HORIZON = sa.text(
     """
     WITH open_writers AS (
@@ -46,16 +57,27 @@ _HORIZON = sa.text(
         WHERE datname = current_database()
           AND (backend_type = 'client backend' OR backend_type IS NULL)
           AND backend_xid IS NOT NULL AND pid <> pg_backend_pid()
+    ), bound AS (
+        SELECT unseen,
+               least(coalesce(oldest, now()), now()) - make_interval(secs => :margin) AS at
+        FROM open_writers
     )
     SELECT CASE WHEN unseen THEN -1 ELSE coalesce((
+        WITH written AS MATERIALIZED (
+            SELECT position FROM outbox_events
+            WHERE inserted_at < bound.at
+              AND inserted_at >= (
+                  SELECT max(inserted_at) FROM outbox_events WHERE inserted_at < bound.at
+              ) - make_interval(secs => :margin)
+        )
+        SELECT max(position) FROM written
+    ), (
         SELECT position FROM outbox_events
         WHERE inserted_at IS NULL
-           OR inserted_at < least(coalesce(oldest, now()), now())
-                            - make_interval(secs => :margin)
         ORDER BY position DESC
         LIMIT 1
     ), 0) END
-    FROM open_writers
+    FROM bound
     """
 ).bindparams(margin=MARGIN_SECONDS)
 

@@ -191,7 +191,17 @@ class InvocationReceiptRow(SQLModel, table=True):
     __tablename__ = "invocation_receipts"
     __table_args__ = (
         sa.UniqueConstraint("tenant_id", "idempotency_key", name="uq_receipts_idempotency"),
-        sa.Index("ix_receipts_tenant_run", "tenant_id", "run_id"),
+        # A run's receipts in the order they are paged in (list_for_run); partial so the invoke
+        # path, which names three of its columns, never picks it (migration 0019).
+        sa.Index(
+            "ix_receipts_tenant_run_started",
+            "tenant_id",
+            "run_id",
+            "started_at",
+            "invocation_id",
+            postgresql_where=sa.text("run_id IS NOT NULL"),
+            sqlite_where=sa.text("run_id IS NOT NULL"),
+        ),
         sa.Index("ix_receipts_usage_status", "usage_status", "started_at"),
         # The console's closed receipts, newest first; partial so the invoke path, which looks
         # receipts up among the open ones, never picks it (migration 0008 says what it did).
@@ -278,6 +288,15 @@ class OutboxEventRow(SQLModel, table=True):
             "position",
             postgresql_where=RUN_EVENTS_SQL,
             sqlite_where=RUN_EVENTS_SQL,
+        ),
+        # The horizon of settled positions (store/outbox_horizon.py, migration 0019): rows by
+        # the time they were written, the only ones that have it (none on SQLite).
+        sa.Index(
+            "ix_outbox_inserted_at",
+            "inserted_at",
+            "position",
+            postgresql_where=sa.text("inserted_at IS NOT NULL"),
+            sqlite_where=sa.text("inserted_at IS NOT NULL"),
         ),
         # A position is never taken twice (migration 0018). SQLite otherwise gives the largest
         # rowid present plus one: once the prune deleted the newest events, the next took a

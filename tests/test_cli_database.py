@@ -89,3 +89,19 @@ async def test_clients_create_on_a_database_never_migrated_says_to_migrate(
             assert "cannot reach" not in said and "Traceback" not in result.output
     finally:
         await drop_database(url)
+
+
+async def test_an_sqlite_too_old_is_said_without_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host's SQLite library below 3.35 (store/db.py MIN_SQLITE): `db upgrade` ended in a
+    traceback whose last line was the message."""
+    import sqlite3
+
+    monkeypatch.setattr(sqlite3, "sqlite_version_info", (3, 31, 1))
+    env = {"MODEL_ROUTER_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'old.db'}"}
+    result = await run(env, "db", "upgrade")
+    assert result.exit_code == 2, result.output
+    said = _said(result.stderr)
+    assert "SQLite 3.31.1 is too old" in said and "3.35.0 or later" in said, said
+    assert "Traceback" not in result.output

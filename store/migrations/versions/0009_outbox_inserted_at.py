@@ -36,5 +36,32 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("outbox_events") as batch:
+    # On SQLite the column goes by a rebuild of the table, which SQLAlchemy reflects without
+    # 0018's AUTOINCREMENT (its downgrade keeps it, so that no position is taken twice): kept
+    # here as well, and its sequence with it, which the old table's drop deleted and the copy
+    # started again from the largest position left (the newest may have been pruned).
+    bind = op.get_bind()
+    sequence: int | None = None
+    if bind.dialect.name == "sqlite":
+        created = bind.exec_driver_sql(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'outbox_events'"
+        ).scalar()
+        if "AUTOINCREMENT" in str(created).upper():
+            sequence = bind.exec_driver_sql(
+                "SELECT coalesce(max(seq), 0) FROM sqlite_sequence WHERE name = 'outbox_events'"
+            ).scalar()
+    kept = {} if sequence is None else {"sqlite_autoincrement": True}
+    with op.batch_alter_table("outbox_events", table_kwargs=kept) as batch:
         batch.drop_column("inserted_at")
+    if sequence is not None:
+        op.execute(
+            sa.text(
+                "UPDATE sqlite_sequence SET seq = max(seq, :seq) WHERE name = 'outbox_events'"
+            ).bindparams(seq=sequence)
+        )
+        op.execute(
+            sa.text(
+                "INSERT INTO sqlite_sequence (name, seq) SELECT 'outbox_events', :seq WHERE"
+                " NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'outbox_events')"
+            ).bindparams(seq=sequence)
+        )

@@ -28,7 +28,18 @@ depends_on = None
 
 
 def upgrade() -> None:
-    if op.get_bind().dialect.name == "sqlite":
+    bind = op.get_bind()
+    if bind.dialect.name == "sqlite":
+        # Run again after its downgrade, which keeps AUTOINCREMENT, the table has a sequence
+        # already: the rebuild drops it with the old table and counts again from the largest
+        # position left, so the one it had is carried over.
+        had: int = 0
+        if bind.exec_driver_sql(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sqlite_sequence'"
+        ).scalar():
+            had = bind.exec_driver_sql(
+                "SELECT coalesce(max(seq), 0) FROM sqlite_sequence WHERE name = 'outbox_events'"
+            ).scalar_one()
         # Copied, positions kept, into a table created with AUTOINCREMENT; the indexes made
         # again from the old table's, partial ones with their predicates.
         with op.batch_alter_table(
@@ -36,14 +47,18 @@ def upgrade() -> None:
         ):
             pass
         op.execute(
-            "UPDATE sqlite_sequence SET seq = max(seq, coalesce("
-            "(SELECT max(delivered_position) FROM webhook_subscriptions), 0))"
-            " WHERE name = 'outbox_events'"
+            sa.text(
+                "UPDATE sqlite_sequence SET seq = max(seq, :had, coalesce("
+                "(SELECT max(delivered_position) FROM webhook_subscriptions), 0))"
+                " WHERE name = 'outbox_events'"
+            ).bindparams(had=had)
         )
         op.execute(
-            "INSERT INTO sqlite_sequence (name, seq) SELECT 'outbox_events', coalesce("
-            "(SELECT max(delivered_position) FROM webhook_subscriptions), 0)"
-            " WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'outbox_events')"
+            sa.text(
+                "INSERT INTO sqlite_sequence (name, seq) SELECT 'outbox_events', max(:had,"
+                " coalesce((SELECT max(delivered_position) FROM webhook_subscriptions), 0))"
+                " WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'outbox_events')"
+            ).bindparams(had=had)
         )
     # On PostgreSQL a catalog change alone (no rewrite), within the migration lock timeout.
     with op.batch_alter_table("webhook_subscriptions") as batch:
