@@ -1,4 +1,13 @@
-"""Client-secret hashing and JWT minting/verification (HS256 local issuer, RS256 via JWKS)."""
+"""Client-secret hashing and JWT minting/verification (HS256 local issuer, RS256 via JWKS).
+
+A token the console's sign-in mints says so (`use: console`, CONSOLE_USE) and is a console
+session only: every verification refuses it unless the caller asks for the console's
+(`console=True`, api/console/session.py only), so the session cookie is no API token. The
+console's cookie was the very token `/oauth/token` mints, valid for its whole lifetime on every
+/v1 and /factory path after sign-out. The refusal is a claim read, held with the verified
+token: no store read on the API's path. A console session can then be ended before its `exp`
+by its `jti` alone (store/console_sessions.py), a read the console makes and the API never
+needs to."""
 
 from __future__ import annotations
 
@@ -68,10 +77,19 @@ class Principal:
     # current one (api/client_states.py); None on an external issuer's tokens.
     credential: str | None = None
     issued_at: float | None = None  # `iat`, seconds since the epoch
+    # A console session's token (the sign-in's, `use: console`): refused off the console.
+    console: bool = False
+    token_id: str | None = None  # `jti`: what a console sign-out records
+    expires_at: float | None = None  # `exp`, seconds since the epoch
 
 
 class TokenError(Exception):
     """The bearer token is missing, malformed, expired or not ours."""
+
+
+# The claim, and its value, that marks a token minted by the console's sign-in.
+USE_CLAIM = "use"
+CONSOLE_USE = "console"
 
 
 def mints_tokens(settings: Settings) -> bool:
@@ -89,9 +107,11 @@ def mint_token(
     roles: list[str],
     scopes: list[str],
     credential: str | None = None,
+    console: bool = False,
 ) -> tuple[str, int]:
     """A token for the client, and its lifetime. `credential` (credential_of the client's
-    stored secret) makes it stop working once the client is re-keyed."""
+    stored secret) makes it stop working once the client is re-keyed; `console` makes it a
+    console session, which no API path takes and a sign-out ends."""
     if settings.auth_jwt_secret is None:
         raise RuntimeError("MODEL_ROUTER_AUTH_JWT_SECRET is not set")
     now = int(time.time())
@@ -109,6 +129,8 @@ def mint_token(
     }
     if credential is not None:
         claims["cred"] = credential
+    if console:
+        claims[USE_CLAIM] = CONSOLE_USE
     token = jwt.encode(claims, settings.auth_jwt_secret.get_secret_value(), algorithm="HS256")
     return token, settings.auth_token_ttl_seconds
 
@@ -141,47 +163,53 @@ class TokenVerifier:
             else None
         )
 
-    def verify(self, token: str) -> Principal:
+    def verify(self, token: str, *, console: bool = False) -> Principal:
         """Verify `token`, fetching the issuer's key set when it holds no key for it (blocking
         I/O on RS256: off the event loop, after `verify_held` said it needs one). Raises
         TokenError for a bad token, core.jwks.IssuerUnreachable when the key set could not be
-        fetched."""
+        fetched. A console session's token is a bad token unless `console` (the console's
+        own check, which also takes the API's tokens, an SSO proxy's)."""
         if self._jwks is None:
             secret = self._settings.auth_jwt_secret
             if secret is None:
                 raise TokenError("no verification key is configured")
-            return self._decode(token, secret.get_secret_value())
+            return self._decode(token, secret.get_secret_value(), console)
         try:
             # The PyJWK itself, not its raw key: a key of another type under the token's kid
             # is then refused as a bad token (PyJWT checks the algorithm), not a TypeError.
             key = self._jwks.key(_kid(token), _issued_at(token))
         except UnknownKey as exc:
             raise TokenError(str(exc)) from exc
-        return self._decode(token, key)
+        return self._decode(token, key, console)
 
-    def verify_held(self, token: str) -> Principal | None:
+    def verify_held(self, token: str, *, console: bool = False) -> Principal | None:
         """Verify `token` without any network I/O, for the event loop itself: None when that
         needs a key the process does not hold (none fetched yet, or the token names a key not
         in the set), for the caller to verify off the loop with `verify`. A fetch on the loop
         would stop every call and stream of the process for as long as the identity provider
         takes to answer."""
         if self._jwks is None:
-            return self.verify(token)
+            return self.verify(token, console=console)
         key = self._jwks.held(_kid(token))
-        return self._decode(token, key) if key is not None else None
+        return self._decode(token, key, console) if key is not None else None
 
-    async def verify_from_loop(self, token: str) -> Principal:
+    async def verify_from_loop(self, token: str, *, console: bool = False) -> Principal:
         """`verify` for a caller on the event loop: with the keys held, at once; a check that
         needs the key set fetched (blocking I/O) runs in a thread."""
-        held = self.verify_held(token)
-        return held if held is not None else await asyncio.to_thread(self.verify, token)
-
-    def _decode(self, token: str, key: jwt.PyJWK | str) -> Principal:
-        held = self._verified.get(token, key, self._wall())
+        held = self.verify_held(token, console=console)
         if held is not None:
             return held
-        principal, expires = self._check(token, key)
-        self._verified.put(token, Verified(principal, key, expires))
+        return await asyncio.to_thread(self.verify, token, console=console)
+
+    def _decode(self, token: str, key: jwt.PyJWK | str, console: bool) -> Principal:
+        principal = self._verified.get(token, key, self._wall())
+        if principal is None:
+            principal, expires = self._check(token, key)
+            self._verified.put(token, Verified(principal, key, expires))
+        # After the held look-up, so a held console token is refused as a fresh one is; a
+        # field read, no store read: the API's path stays as it was.
+        if principal.console and not console:
+            raise TokenError("a console session's token is not an API token")
         return principal
 
     def _check(self, token: str, key: jwt.PyJWK | str) -> tuple[Principal, float]:
@@ -215,6 +243,7 @@ class TokenVerifier:
         roles = frozenset(Role(r) for r in _words(claims, "roles") if r in Role._value2member_map_)
         scopes = frozenset(w for s in _words(claims, "scope") for w in s.split())
         credential = claims.get("cred")
+        jti = claims.get("jti")
         principal = Principal(
             client_id=str(claims["sub"]),
             tenant_id=tenant,
@@ -222,6 +251,11 @@ class TokenVerifier:
             scopes=scopes,
             credential=credential if isinstance(credential, str) else None,
             issued_at=float(claims["iat"]),
+            # Only tokens minted here are console sessions (only HS256 mints): an external
+            # issuer's claim of that name is not ours to read, and no API path refused its token.
+            console=self._jwks is None and claims.get(USE_CLAIM) == CONSOLE_USE,
+            token_id=jti if isinstance(jti, str) else None,
+            expires_at=float(claims["exp"]),
         )
         return principal, float(claims["exp"])
 

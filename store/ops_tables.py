@@ -1,6 +1,7 @@
 """Tables of the scheduled jobs: probe samples, usage statements and reconciliation records
 (migration 0004; their cache writes 0017). Statements carry token counts and ids, never
-content."""
+content. Besides them, the console's ended sessions (migration 0020): token ids, never
+tokens."""
 
 from __future__ import annotations
 
@@ -124,3 +125,19 @@ class ReceiptReconciliationRow(SQLModel, table=True):
     cache_write_input_tokens: int | None = None
     estimated_cost_usd: Decimal | None = Field(default=None, max_digits=18, decimal_places=8)
     reconciled_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
+
+
+class ConsoleSignOutRow(SQLModel, table=True):
+    """A console session ended by its sign-out before its token's `exp` (migration 0020): the
+    token's `jti`, which the console refuses from then on (store/console_sessions.py). Kept
+    until the token would have expired anyway; the sign-outs delete those past it."""
+
+    __tablename__ = "console_sign_outs"
+    __table_args__ = (
+        # The sign-outs' delete of rows past their expiry (console_sessions.prune_expired).
+        sa.Index("ix_console_sign_outs_expires_at", "expires_at"),
+    )
+
+    jti: str = Field(primary_key=True, max_length=100)
+    tenant_id: str = Field(max_length=100)
+    expires_at: datetime = Field(sa_column=_ts())

@@ -1,4 +1,5 @@
-"""Sign-in and sign-out: an OAuth client's id and secret in, the session cookie out.
+"""Sign-in and sign-out: an OAuth client's id and secret in, the session cookie out; signing
+out ends the session's token for good (store/console_sessions.py), not only the cookie.
 
 The sign-in form has its own CSRF guard (a random value in a cookie and in the form, compared
 on POST), so another site cannot sign a browser into an attacker's session. Its secret check is
@@ -10,6 +11,7 @@ from __future__ import annotations
 import hmac
 import logging
 import secrets
+from datetime import UTC, datetime
 from typing import Annotated
 from urllib.parse import quote
 
@@ -29,6 +31,7 @@ from api.console.session import (
 )
 from api.deps import RuntimeDep
 from core.security import credential_of, mint_token, mints_tokens
+from store import console_sessions
 
 router = APIRouter()
 log = logging.getLogger("model_router.console")
@@ -124,6 +127,8 @@ async def sign_in(
         roles=list(client.roles),
         scopes=list(client.scopes),
         credential=credential_of(client.secret_hash),
+        # A console session: no API path takes it, and its sign-out ends it (core/security.py).
+        console=True,
     )
     log.info("console sign-in: client %s of tenant %s", client.client_id, client.tenant_id)
     response = RedirectResponse(target, status_code=303, headers=SECURITY_HEADERS)
@@ -142,7 +147,22 @@ async def sign_in(
 
 
 @router.post("/sign-out")
-async def sign_out(request: Request, operator: Changing) -> Response:
+async def sign_out(request: Request, operator: Changing, runtime: RuntimeDep) -> Response:
+    """Ends the session: the sign-in's token recorded as signed out (a copy of the cookie is
+    refused from then on), then the cookie deleted. An SSO proxy's bearer token is not the
+    console's to end (the proxy sends it again with the next request): the cookie, if any, is
+    deleted, nothing else."""
+    principal = operator.principal
+    if principal.console and principal.token_id is not None and principal.expires_at is not None:
+        await console_sessions.sign_out(
+            runtime.sessions,
+            principal.token_id,
+            principal.tenant_id,
+            datetime.fromtimestamp(principal.expires_at, UTC),
+        )
+        log.info(
+            "console sign-out: client %s of tenant %s", principal.client_id, principal.tenant_id
+        )
     response = RedirectResponse(f"{PATH}/sign-in", status_code=303, headers=SECURITY_HEADERS)
     response.delete_cookie(
         COOKIE, path=PATH, httponly=True, samesite="strict", secure=is_secure(request)

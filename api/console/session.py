@@ -1,11 +1,18 @@
-"""The console's session: a cookie holding the access token the sign-in minted, and the CSRF
-token every state-changing form carries.
+"""The console's session: a cookie holding the token the sign-in minted, and the CSRF token
+every state-changing form carries.
 
-The cookie is the same JWT `/oauth/token` would hand the same client (same tenant, roles and
-scopes), so the console can be no more powerful than the API, and the session ends when the
-token does. It is HttpOnly (no script reads it), SameSite=Strict (no other site's page sends
-it), Secure in production (whatever scheme the request reports) or when served over TLS, and
-scoped to /console.
+The cookie's token carries what `/oauth/token` would hand the same client (same tenant, roles
+and scopes), so the console can be no more powerful than the API, and the session ends at the
+token's `exp` at the latest. It is marked a console session (`use: console`, core/security.py):
+no /v1 or /factory path takes it, so a copied cookie is no API token, and its sign-out ends it
+(its `jti` recorded, store/console_sessions.py; before, the cookie was only deleted, and a copy
+of it kept working on the console and on every API path until `exp`). The cookie holds nothing
+else: an API token put there is no session. An SSO proxy's bearer token (an external issuer's,
+or one `/oauth/token` minted) is not the console's to end: its sign-out only deletes the cookie
+there is none of, and the token works until the proxy or its issuer stops sending it. The
+cookie is HttpOnly (no script reads it), SameSite=Strict (no other site's page sends it), Secure
+in production (whatever scheme the request reports) or when served over TLS, and scoped to
+/console.
 
 The CSRF token every form carries is a hash of the session's token (the cookie's, or the bearer
 token an SSO proxy adds): stateless, different per session, and the same in every API process
@@ -29,9 +36,11 @@ from fastapi import Depends, Request
 
 from api.client_states import still_valid
 from api.deps import RuntimeDep
+from api.runtime import Runtime
 from core.jwks import IssuerUnreachable
 from core.security import Principal, TokenError
 from domain.access import Action, may, roles_for
+from store import console_sessions
 
 COOKIE = "mr_console"
 LOGIN_COOKIE = "mr_console_login"
@@ -83,11 +92,11 @@ def csrf_for(token: str) -> str:
 
 
 def is_secure(request: Request) -> bool:
-    """Whether the console's cookies are Secure: always in production, where the session cookie
-    (a full API bearer token) must never travel over plain HTTP, whatever scheme the request
-    reports (behind a TLS-terminating proxy it is "http" unless uvicorn trusts the proxy's
-    X-Forwarded-Proto, and the shipped manifests leave that off); elsewhere when served over TLS
-    (`make dev` and the tests sign in over plain HTTP)."""
+    """Whether the console's cookies are Secure: always in production, where the session
+    cookie (a console session with all its client's scopes) must never travel over plain HTTP,
+    whatever scheme the request reports (behind a TLS-terminating proxy it is "http" unless
+    uvicorn trusts the proxy's X-Forwarded-Proto, and the shipped manifests leave that off);
+    elsewhere when served over TLS (`make dev` and the tests sign in over plain HTTP)."""
     production: bool = request.app.state.runtime.settings.environment == "production"
     return production or request.url.scheme == "https"
 
@@ -97,18 +106,25 @@ async def signed_in(request: Request, runtime: RuntimeDep) -> Operator:
     proxy in front adds to every request (the only way in with an external issuer, whose tokens
     the sign-in form cannot mint; the form's page says so)."""
     token = request.cookies.get(COOKIE, "")
+    from_cookie = bool(token)
     if not token:
         scheme, _, bearer = request.headers.get("authorization", "").partition(" ")
         token = bearer.strip() if scheme.lower() == "bearer" else ""
     if token:
         try:
-            principal = await runtime.verifier.verify_from_loop(token)
+            principal: Principal | None = await runtime.verifier.verify_from_loop(
+                token, console=True
+            )
         except TokenError:
             principal = None
         except IssuerUnreachable:
             raise ConsoleError(
                 503, "The sign-in's issuer cannot be reached to check it; try again shortly."
             ) from None
+        if principal is not None and from_cookie and not principal.console:
+            principal = None  # the cookie holds the sign-in's token only
+        if principal is not None and principal.console and not await _live(runtime, principal):
+            principal = None  # signed out of
         # A session of a client disabled or re-keyed since: signed in again.
         if principal is not None and await still_valid(runtime, principal):
             return Operator(principal, csrf_for(token))
@@ -117,6 +133,15 @@ async def signed_in(request: Request, runtime: RuntimeDep) -> Operator:
     query = request.url.query
     path = request.url.path + (f"?{query}" if query else "")
     raise SignInRequired(path if request.method == "GET" else PATH)
+
+
+async def _live(runtime: Runtime, principal: Principal) -> bool:
+    """Whether a console session's token was not signed out of: one read by primary key. One
+    with no id the sign-out could record is none (the sign-in's always has one)."""
+    jti = principal.token_id
+    if jti is None or not console_sessions.can_be_ended(jti):
+        return False
+    return not await console_sessions.signed_out(runtime.sessions, jti)
 
 
 SignedIn = Annotated[Operator, Depends(signed_in)]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 
 from activities.lifecycle_types import ApproveRequest
 from activities.secret_policy import secret_policy
@@ -27,11 +29,38 @@ from domain.deployments import (
 from domain.enums import Scope
 from domain.lifecycle import Transition
 from store.repositories import ModelDeploymentRepository
+from store.tables import ModelDeploymentRow
+from store.views import deployment_record
+
+log = logging.getLogger("model_router.api")
 
 router = APIRouter(prefix="/factory/model-deployments", tags=["deployments"])
 
 Admin = Annotated[Principal, Depends(require(Scope.MODELS_ADMIN, Action.MANAGE_DEPLOYMENTS))]
 Viewer = Annotated[Principal, Depends(require(Scope.MODELS_ADMIN, Action.READ_DEPLOYMENTS))]
+UNREADABLE_TYPE = "https://model-router.dev/problems/stored-record-unreadable"
+
+
+def _reads(row: ModelDeploymentRow) -> bool:
+    """Whether the stored row reads as its record: a license written before a rule was
+    tightened (`LicenseMetadata` forbids unknown keys), or by hand, does not."""
+    try:
+        deployment_record(row)
+    except ValidationError:
+        return False
+    return True
+
+
+def unreadable(deployment_id: str) -> Problem:
+    """The 409 for a deployment whose stored row does not read: what is wrong and what to do,
+    never the stored values (a hand-written row may hold anything)."""
+    return Problem(
+        409,
+        f"Deployment {deployment_id!r}'s stored record does not read as this version reads it "
+        "(written before a rule was tightened, or by hand): correct the row, then ask again.",
+        field="deploymentId",
+        type_=UNREADABLE_TYPE,
+    )
 
 
 @router.post(
@@ -108,7 +137,19 @@ async def _register(
 
 @router.get("", response_model=list[DeploymentView], operation_id="ListModelDeployments")
 async def list_deployments(principal: Viewer, session: SessionDep) -> list[DeploymentView]:
-    rows = list(await ModelDeploymentRepository(session, principal.tenant_id).list())
+    """A row that does not read is left out, and logged by id, not marked: an entry in the
+    list is a whole DeploymentView (the spec's fields, license metadata among them), and one
+    without its license would read to a client as "no license recorded". One such row made the
+    whole list a 500; its own GET answers the 409 that says what to correct."""
+    rows: list[ModelDeploymentRow] = []
+    for row in await ModelDeploymentRepository(session, principal.tenant_id).list():
+        if _reads(row):
+            rows.append(row)
+        else:
+            log.warning(
+                "deployment left out of the list: its stored record does not read",
+                extra={"deployment": row.deployment_id},
+            )
     return await deployment_views(session, principal.tenant_id, rows)
 
 
@@ -221,6 +262,8 @@ async def get_deployment(
         row = await ModelDeploymentRepository(session, principal.tenant_id).get(deploymentId)
         if row is None:
             raise Problem(404, f"No deployment {deploymentId!r}.", field="deploymentId")
+        if not _reads(row):
+            raise unreadable(deploymentId)
         view = (await deployment_views(session, principal.tenant_id, [row]))[0]
     view.evaluation = await evaluations.latest(
         await runtime.temporal(), runtime.sessions, principal.tenant_id, deploymentId

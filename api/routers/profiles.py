@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Query, Response
+from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 
 from api.deps import SessionDep, require
@@ -20,6 +22,9 @@ from domain.profiles import ModelProfile
 from store import profile_catalog
 from store.evidence import current_scores
 from store.repositories import ModelDeploymentRepository, ModelProfileRepository
+from store.tables import ModelProfileRow
+
+log = logging.getLogger("model_router.api")
 
 router = APIRouter(tags=["profiles"])
 
@@ -28,12 +33,33 @@ Admin = Annotated[Principal, Depends(require(Scope.MODELS_ADMIN, Action.MANAGE_D
 _TYPE = "https://model-router.dev/problems/"
 
 
+def _profile(row: ModelProfileRow) -> ModelProfile | None:
+    """The stored row as a profile, or None when it does not read as one (thresholds or a
+    field written before a rule was tightened, or by hand): such a row was a 500."""
+    try:
+        return ModelProfile.model_validate(row)
+    except ValidationError:
+        return None
+
+
 @router.get(
     "/factory/model-profiles", response_model=list[ModelProfile], operation_id="ListModelProfiles"
 )
 async def list_profiles(principal: Reader, session: SessionDep) -> list[ModelProfile]:
-    rows = await ModelProfileRepository(session, principal.tenant_id).latest_active()
-    return [ModelProfile.model_validate(r) for r in rows]
+    """A row that does not read is left out and logged by id, not marked: an entry is a
+    whole profile (the spec's fields), and one row made the whole catalog a 500. Its own GET
+    answers the 409 that says what to correct."""
+    profiles: list[ModelProfile] = []
+    for row in await ModelProfileRepository(session, principal.tenant_id).latest_active():
+        profile = _profile(row)
+        if profile is None:
+            log.warning(
+                "profile left out of the list: its stored record does not read",
+                extra={"profile": f"{row.profile_id} v{row.version}"},
+            )
+        else:
+            profiles.append(profile)
+    return profiles
 
 
 @router.get(
@@ -56,6 +82,18 @@ async def get_profile(
         row = next((r for r in await profiles.latest_active() if r.profile_id == profileId), None)
     if row is None:
         raise Problem(404, f"No active profile {profileId!r}.", field="profileId")
+    profile = _profile(row)
+    if profile is None:
+        # What is wrong and what to do, never the stored values (a hand-written row may hold
+        # anything). The console's profile page shows this same refusal.
+        raise Problem(
+            409,
+            f"Profile {profileId!r} v{row.version}'s stored record does not read as this version "
+            "reads it (written before a rule was tightened, or by hand): correct the row, then "
+            "ask again.",
+            field="profileId",
+            type_=_TYPE + "stored-record-unreadable",
+        )
     deployments = ModelDeploymentRepository(session, principal.tenant_id)
     found = {d.deployment_id: d for d in await deployments.list()}
     listed = [found[i] for i in row.allowed_deployments if i in found]
@@ -75,7 +113,7 @@ async def get_profile(
                 evidence=evidence_summary(d.capability_evidence_ref, scores.get(deployment_id, [])),
             )
         )
-    return ProfileDetail(**ModelProfile.model_validate(row).model_dump(), deployments=allowed)
+    return ProfileDetail(**profile.model_dump(), deployments=allowed)
 
 
 @router.post(
