@@ -10,7 +10,7 @@ from domain.invocation import Target
 from domain.planner import PlanRequest
 from domain.profiles import ModelProfile
 from domain.route_plan import PlanConstraints
-from routing.refusals import UnknownProfile
+from routing.refusals import UnknownProfile, unhealthy_ids
 from routing.snapshots import CatalogView
 
 
@@ -41,3 +41,36 @@ def chain_targets(
         have.update(ids)
         out += view.targets(ids, other.embedding_compatibility, other.modality)
     return out
+
+
+def chain_waiting_on(
+    view: CatalogView,
+    profile: ModelProfile,
+    needs: PlanRequest,
+    constraints: PlanConstraints,
+    have: set[str],
+) -> list[str]:
+    """The fallback chain's deployments that may take the call but cannot now (unhealthy,
+    Degraded, their pool draining or their breaker open): what a run whose own plan cannot take
+    a call waits on, when the chain has no target for it this moment. Refused as its plan's
+    refusal meanwhile (a 409 `run-plan-retired`, "for good"), such a run was told to stop while
+    its chain would have served it a minute later."""
+    if not profile.fallback_enabled:
+        return []
+    waiting: list[str] = []
+    for fallback_id in profile.fallback_chain:
+        try:
+            other = view.current_profile(fallback_id)
+        except UnknownProfile:
+            continue
+        if other.embedding_compatibility != profile.embedding_compatibility:
+            continue
+        plan = view.decide(other, needs)
+        waiting += [
+            d
+            for d in [*plan.candidate_ids, *unhealthy_ids(plan)]
+            if d not in have
+            and d not in waiting
+            and satisfies_constraints(view.snapshot, view.tenant_id, d, constraints)
+        ]
+    return waiting

@@ -19,7 +19,7 @@ from domain.invocation import Operation, Target
 from domain.planner import PlanRequest
 from domain.profiles import ModelProfile
 from domain.route_plan import PlanConstraints, RoutePlanResult
-from routing.fallback_chain import chain_targets
+from routing.fallback_chain import chain_targets, chain_waiting_on
 from routing.refusals import (
     NoneAvailable,
     PolicyDenied,
@@ -212,6 +212,13 @@ class Routes:
             ]
         targets += chained
         if refused is not None and not targets:
+            # The chain may take the call once a deployment of it is back: a 503 to come back
+            # after, not the run's refusal for good.
+            waiting = chain_waiting_on(view, profile, needs, constraints, set(candidates))
+            if row is not None and needed:
+                waiting = [d for d in waiting if meets_needs(view.snapshot, tenant, d, needed)]
+            if waiting:
+                raise NoneAvailable(profile_id, waiting)
             raise refused
         if not targets and not candidates and not decided:
             # The plan stores no exclusions: a pinned empty plan (ResolveRoutePlan pinned them

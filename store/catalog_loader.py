@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
 from datetime import datetime
 
+from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col, select
 
@@ -18,6 +21,8 @@ from store.evidence import current_scores
 from store.probes import probe_latency
 from store.routing_tables import CatalogStateRow, TenantPolicyRow, TenantRoutingWeightsRow
 from store.tables import ModelDeploymentRow, ModelProfileRow
+
+log = logging.getLogger(__name__)
 
 
 async def load_weights(session: AsyncSession, tenant_id: str) -> tuple[int, Weights]:
@@ -127,9 +132,28 @@ async def load_catalog(
         pricebooks=tuple(books),
         current_pricing_revision=current,
         tenant_policies=(await load_policy(session, tenant_id),),
-        profiles=tuple(
-            ModelProfile.model_validate(p)
-            for p in profiles
-            if p.status in (ProfileStatus.ACTIVE, ProfileStatus.RETIRED)
-        ),
+        profiles=_readable(p for p in profiles if p.status in _ROUTED),
     )
+
+
+_ROUTED = (ProfileStatus.ACTIVE, ProfileStatus.RETIRED)
+
+
+def _readable(rows: Iterable[ModelProfileRow]) -> tuple[ModelProfile, ...]:
+    """The profile versions that read as this version reads them. One that does not (written
+    before a rule was tightened, or by hand) is left out, with a warning naming it: it routes
+    nothing until its row is corrected, as its REST read says (a 409). Read regardless, its
+    ValidationError failed the tenant's whole snapshot, and every call of every profile of the
+    tenant with it."""
+    readable: list[ModelProfile] = []
+    for row in rows:
+        try:
+            readable.append(ModelProfile.model_validate(row))
+        except ValidationError:
+            log.warning(
+                "profile %s version %s of tenant %s does not read: left out of routing",
+                row.profile_id,
+                row.version,
+                row.tenant_id,
+            )
+    return tuple(readable)

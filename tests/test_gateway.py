@@ -474,3 +474,36 @@ async def test_a_call_whose_receipt_another_closed_is_told_what_it_says(
     else:
         assert answered.status_code == 409, answered.text
         assert answered.json()["closeReason"] == "swept"
+
+
+async def test_a_profile_row_that_does_not_read_routes_nothing_and_stops_no_other(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    tenant: str,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """A profile version written before a rule was tightened, or by hand, failed the tenant's
+    whole catalog snapshot as it was read: every call of every profile of the tenant failed.
+    It is left out of routing alone, as its REST read is a 409 saying to correct the row."""
+    from sqlalchemy import update
+    from sqlmodel import col
+
+    from store.db import transaction
+    from store.tables import ModelProfileRow
+
+    event = profile_event("gw-unreadable", ["gw/chat"], {"tool-calling": 0.8})
+    assert (await publish(http, auth, event)).status_code == 200
+    async with transaction(sessions) as session:
+        await session.execute(
+            update(ModelProfileRow)
+            .where(col(ModelProfileRow.tenant_id) == tenant)
+            .where(col(ModelProfileRow.profile_id) == "gw-unreadable")
+            .values(required_capabilities={"tool-calling": "very-high"})
+        )
+    answered = await http.post(
+        "/gateway/invoke", headers=auth, json={"profileId": "gw", "request": _chat()}
+    )
+    assert answered.status_code == 200, answered.text
+    broken = {"profileId": "gw-unreadable", "request": _chat()}
+    refused = await http.post("/gateway/invoke", headers=auth, json=broken)
+    assert refused.status_code == 404, refused.text

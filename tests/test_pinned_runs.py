@@ -547,6 +547,16 @@ async def test_a_retired_runs_call_goes_to_its_enabled_fallback_chain(ctx: Ctx) 
     )
     assert ctx.requests("a") == 1
 
+    # The chain's deployment Degraded for now: the run waits on it, a 503 to come back after
+    # (it was the run's 409 for good, though the chain would serve it once back).
+    handle = ctx.temporal.get_workflow_handle(workflow_id(ctx.tenant, "pin/staying"))
+    assert (await handle.execute_update(DeploymentLifecycleWorkflow.probe_failed)).state == (
+        "Degraded"
+    )
+    waiting, _ = await ctx.chat("chained", run)
+    assert waiting.status_code == 503, waiting.text
+    assert _problem(waiting)["errorClass"] == "transient" and waiting.headers["Retry-After"]
+
     # The chain's own deployment retired as well: nothing serves the run, for good.
     gone = await ctx.http.post("/factory/model-deployments/pin/staying/retire", headers=ctx.auth)
     assert gone.status_code == 200, gone.text
