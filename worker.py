@@ -43,7 +43,7 @@ from providers.secrets import default_broker
 from store.artifacts import EVIDENCE_DIR, ArtifactStore
 from store.db import create_engine, session_factory
 from store.receipt_statements import ReceiptStatements
-from store.reconciliation import awaiting_by_provider
+from store.usage_gauge import recount_usage_unknown
 from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow
 from workflows.evaluate import EvaluateDeploymentWorkflow
 from workflows.health_probe import HealthProbeWorkflow
@@ -283,6 +283,9 @@ async def run(settings: Settings) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with contextlib.AsyncExitStack() as stack:
+        # Last, however the block ends (a worker stopped on its own raises out of it): its
+        # connections closed, not left to the collector at the loop's close.
+        stack.push_async_callback(engine.dispose)
         stack.push_async_callback(adapters.aclose)  # after the workers have drained
         stack.push_async_callback(rotation.aclose)
         stack.callback(upkeep.cancel)
@@ -299,7 +302,6 @@ async def run(settings: Settings) -> None:
             log.info("worker metrics on http://%s:%s/metrics", host, port)
         log.info("worker polling task queue %s", settings.temporal_task_queue)
         await poll_until_stopped(polling, stop)
-    await engine.dispose()
     log.info("worker stopped")
 
 
@@ -335,7 +337,6 @@ async def poll_until_stopped(workers: Sequence[Worker], stop: asyncio.Event) -> 
                 "worker of task queue %s stopped (%s): stopping the process",
                 w.task_queue,
                 _why(run),
-                exc_info=_raised(run),
             )
         log.info("worker draining")
         await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
@@ -346,15 +347,12 @@ async def poll_until_stopped(workers: Sequence[Worker], stop: asyncio.Event) -> 
         raise WorkerStopped(f"the worker of task queue {queues} stopped")
 
 
-def _raised(run: asyncio.Task[None]) -> BaseException | None:
-    return None if run.cancelled() else run.exception()
-
-
 def _why(run: asyncio.Task[None]) -> str:
     if run.cancelled():
         return "cancelled"
     exc = run.exception()
-    return f"{type(exc).__name__}: {exc}" if exc is not None else "its run ended"
+    # The type only: an exception's message can carry what it was handling.
+    return type(exc).__name__ if exc is not None else "its run ended"
 
 
 def usage_recount(
@@ -364,9 +362,7 @@ def usage_recount(
     wait): the usage_unknown gauge counted from the store."""
 
     async def recount() -> None:
-        async with sessions() as session:
-            lookback = settings.reconciler_lookback_hours
-            metrics.set_usage_unknown(await awaiting_by_provider(session, lookback))
+        await recount_usage_unknown(sessions, settings.reconciler_lookback_hours)
 
     return recount
 

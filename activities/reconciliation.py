@@ -33,6 +33,7 @@ from providers.statements.base import StatementSource, StatementSourceError
 from providers.statements.openai_usage import OpenAIUsageSource
 from store import reconciliation, statements
 from store.db import transaction
+from store.usage_gauge import recount_usage_unknown
 
 _Factory = Callable[[Connection], StatementSource]
 
@@ -189,11 +190,7 @@ class ReconciliationActivities:
 
     @activity.defn(name="reconcile_gauge")
     async def gauge(self, data: GaugeInput | None = None) -> dict[str, int]:
-        async with self._sessions() as session:
-            counts = await reconciliation.awaiting_by_provider(
-                session, self._lookback.total_seconds() / 3600
-            )
-        metrics.set_usage_unknown(counts)
+        counts = await recount_usage_unknown(self._sessions, self._lookback.total_seconds() / 3600)
         # Counted once the recount is in, so that a retry of it does not count them again.
         # None from a run scheduled before the input existed (its history has no argument).
         if data is not None:

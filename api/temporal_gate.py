@@ -52,7 +52,9 @@ T = TypeVar("T")
 # gRPC statuses that mean the server (or the way to it) is not there, as opposed to a refusal
 # of this particular request.
 _DOWN = frozenset({RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED})
-# A refusal of a start that lifts by itself: the namespace's rate limit. Any other refusal is
+# A refusal of a start that lifts by itself: the namespace's rate limit. The SDK retries it for
+# some 10 s itself (sdk-core's retryable codes), past the default 5 s start wait, so it mostly
+# arrives here as a start timed out (docs/runbook.md says how to tell). Any other refusal is
 # logged as an error: these are the gateway's Temporal configuration (a namespace that does not
 # exist, credentials or permissions missing), which only an operator can put right; the rest
 # are faults an operator should see too.

@@ -1,7 +1,7 @@
 """The worker's own `GET /metrics` (Prometheus text) on `WORKER_METRICS_HOST:PORT`: probes,
 the reconciler and finished invocations record their metrics in the worker, which serves no
 API. Before each scrape `before_scrape` runs (the worker recounts usage_unknown from the
-store), one run at a time, waited on for at most REFRESH_WAIT_SECONDS. With a token
+store), one run at a time, waited on for a bounded time (core/bounded_refresh.py). With a token
 (`MODEL_ROUTER_METRICS_TOKEN`) a scrape must carry it (core/scrape_auth.py). uvicorn logs
 through the process's own (JSON) logging."""
 
@@ -21,16 +21,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from core.bounded_refresh import BoundedRefresh
 from core.scrape_auth import scrape_allowed
 
 log = logging.getLogger(__name__)
-
-# How long a scrape waits for `before_scrape`, as the API's /metrics waits for its recount
-# (api/routers/metrics.py, RECOUNT_WAIT_SECONDS): Prometheus gives a scrape 10 s by default, and
-# a store that hangs (frozen, partitioned) rather than refuses held every scrape for the pool's
-# wait and the statement's bound, 30 s and more. Every worker series vanished in the outage
-# they are for, and each abandoned scrape's recount held a pool connection of its own.
-REFRESH_WAIT_SECONDS = 2.0
 
 
 class MetricsServer:
@@ -49,9 +43,10 @@ class MetricsServer:
                     status_code=401,
                     headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
                 )
-            await self._refreshed(before_scrape)
+            await self._refresh()
             return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
+        self._refresh = BoundedRefresh(before_scrape)
         app = Starlette(routes=[Route("/metrics", scrape, methods=["GET"])])
         self._server = uvicorn.Server(
             uvicorn.Config(
@@ -59,19 +54,6 @@ class MetricsServer:
             )
         )
         self._task: asyncio.Task[None] | None = None
-        self._refresh: asyncio.Task[None] | None = None
-
-    async def _refreshed(self, before_scrape: Callable[[], Awaitable[None]]) -> None:
-        """`before_scrape` as one run at a time in its own task, waited on for at most
-        REFRESH_WAIT_SECONDS; a scrape meanwhile waits on the same run rather than starting
-        another. One that does not end in time leaves the last values exported and is left to
-        finish rather than cancelled (a cancelled recount still waited for its session's close
-        on a hung server)."""
-        if self._refresh is None or self._refresh.done():
-            self._refresh = asyncio.ensure_future(_refresh(before_scrape))
-        done, _ = await asyncio.wait({self._refresh}, timeout=REFRESH_WAIT_SECONDS)
-        if not done:
-            log.warning("metrics refresh still waiting (on the store); the last values exported")
 
     async def __aenter__(self) -> MetricsServer:
         self._task = asyncio.create_task(self._server.serve())
@@ -91,10 +73,4 @@ class MetricsServer:
         self._server.should_exit = True
         if self._task is not None:
             await self._task
-
-
-async def _refresh(before_scrape: Callable[[], Awaitable[None]]) -> None:
-    try:
-        await before_scrape()
-    except Exception as exc:  # a scrape still answers with what the process has
-        log.warning("metrics refresh failed: %s", type(exc).__name__)
+        await self._refresh.aclose()

@@ -61,7 +61,9 @@ async def _started_with(client: Client, tenant: str, key: str) -> InvocationInpu
 
 async def test_a_call_its_workflow_closed_while_it_ran_is_counted_once(
     http: httpx.AsyncClient,
-    catalog: Catalog,
+    settings: Settings,
+    token_for: TokenFactory,
+    tenant: str,
     upstream: UpstreamServer,
     temporal_client: Client,
     sessions: async_sessionmaker[AsyncSession],
@@ -69,31 +71,46 @@ async def test_a_call_its_workflow_closed_while_it_ran_is_counted_once(
     """The workflow's abandoned close (`close_abandoned_receipt`, as when it took the call for
     lost) wins the receipt while the provider still holds its answer, and counts it Failed; the
     call's own close then finds the receipt closed and tells its caller what it says, without
-    counting it a second time."""
-    tenant, model, profile = catalog.tenant, catalog.model(OPENAI), catalog.profile(OPENAI)
+    counting it a second time. On an API of its own whose first-token bound (60 s) the held
+    answer cannot reach: under the suite's 2 s the call could end before the workflow's close
+    on a slow machine."""
+    model, profile = f"counts-{uuid.uuid4().hex[:8]}", "counts-abandoned"
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    endpoint = {"provider": OPENAI, "model": model, "endpointRef": upstream.endpoint_ref}
+    await approved_profile(http, auth, temporal_client, tenant, profile, {"ca/sim": endpoint})
+    run = uuid.uuid4().hex[:8]
+    own = settings.model_copy(
+        update={
+            "temporal_task_queue": f"counts-{run}",
+            "temporal_invocation_task_queue": f"counts-inv-{run}",
+            "invoke_first_byte_timeout_seconds": 60.0,
+            "invoke_first_token_timeout_seconds": 60.0,
+        }
+    )
     key = f"abandoned-{uuid.uuid4().hex[:8]}"
-    seen = upstream.requests(model)
-    # Held until the test releases it, within the suite's 2 s first-token bound.
-    upstream.inject(model, Fault(kind=FaultKind.SLOW_FIRST_TOKEN, delay=60, times=1))
     failed = {"tenant": tenant, "profile": profile, "provider": OPENAI, "outcome": "Failed"}
-    before = metrics.invocations.value(failed)
-    body = {"profileId": profile, "idempotencyKey": key, "request": _chat()}
-    call = asyncio.create_task(http.post("/gateway/invoke", headers=catalog.auth, json=body))
+    async with workers(own, sessions) as client, serve(own, client) as api:
+        async with httpx.AsyncClient(base_url=api.url, timeout=90) as own_http:
+            # Held until the test releases it.
+            upstream.inject(model, Fault(kind=FaultKind.SLOW_FIRST_TOKEN, delay=60, times=1))
+            before = metrics.invocations.value(failed)
+            body = {"profileId": profile, "idempotencyKey": key, "request": _chat()}
+            call = asyncio.create_task(own_http.post("/gateway/invoke", headers=auth, json=body))
 
-    await eventually(lambda: upstream.requests(model) > seen, timeout=10, interval=0.02)
-    data = await _started_with(temporal_client, tenant, key)
-    closes = WorkflowCloses(ReceiptStatements(sessions.kw["bind"]))
-    closed = await closes.close_abandoned(data)
-    assert closed.disposition is Disposition.DONE, "the call ended before the workflow's close"
-    assert metrics.invocations.value(failed) == before + 1  # counted by the close that won
+            await eventually(lambda: upstream.requests(model) > 0, timeout=10, interval=0.02)
+            data = await _started_with(client, tenant, key)
+            closes = WorkflowCloses(ReceiptStatements(sessions.kw["bind"]))
+            closed = await closes.close_abandoned(data)
+            assert closed.disposition is Disposition.DONE
+            assert metrics.invocations.value(failed) == before + 1  # counted by the close that won
 
-    def released() -> bool:
-        # Again until the answer is out: a release ends the delays under way only.
-        upstream.release()
-        return call.done()
+            def released() -> bool:
+                # Again until the answer is out: a release ends the delays under way only.
+                upstream.release()
+                return call.done()
 
-    await eventually(released, timeout=30, interval=0.05)
-    answered = await call
+            await eventually(released, timeout=30, interval=0.05)
+            answered = await call
     assert answered.json()["closeReason"] == "caller-lost", answered.text
     async with sessions() as s:
         row = await by_key(s, tenant, key)

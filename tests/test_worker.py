@@ -284,9 +284,9 @@ async def test_the_worker_metrics_answer_while_the_store_hangs(settings: Setting
                 answered = await scrape.get("/metrics")
                 assert answered.status_code == 200
                 assert f'tenant="{tag}"' in answered.text
-        # One recount waited on the store for the three scrapes, not one each.
-        assert _checked_out(engine.pool) == 1
-    # The proxy gone, the recount's connection fails and goes back: nothing is left held.
+            # One recount waited on the store for the three scrapes, not one each.
+            assert _checked_out(engine.pool) == 1
+    # The server stopped, its recount still waiting is ended: nothing is left held.
     await eventually(lambda: _checked_out(engine.pool) == 0, timeout=UNBOUNDED)
     await engine.dispose()
 

@@ -85,7 +85,7 @@ def _sqlite_transactions(engine: AsyncEngine) -> None:
     BEGIN IMMEDIATE takes the write lock before the migration reads anything (the busy
     timeout waits for it while the service writes): a deferred transaction that read, then
     found another writer had committed since, would fail at its first write without waiting.
-    None in an autocommit block (0008, 0014, 0015): Alembic asks for one where no transaction
+    None in an autocommit block (0008, 0014, 0015, 0019): Alembic asks for one where no transaction
     may be open, and each of those index builds can be run again."""
 
     @event.listens_for(engine.sync_engine, "connect")

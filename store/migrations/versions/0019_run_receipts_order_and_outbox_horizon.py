@@ -82,8 +82,12 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     with concurrent_index_block():
+        # Each drop may meet its index gone: an interrupted downgrade is run again.
         op.drop_index(
-            "ix_outbox_inserted_at", table_name="outbox_events", postgresql_concurrently=True
+            "ix_outbox_inserted_at",
+            table_name="outbox_events",
+            postgresql_concurrently=True,
+            if_exists=True,
         )
         op.drop_index(
             "ix_receipts_tenant_run",
@@ -101,4 +105,5 @@ def downgrade() -> None:
             "ix_receipts_tenant_run_started",
             table_name="invocation_receipts",
             postgresql_concurrently=True,
+            if_exists=True,
         )
