@@ -9,8 +9,10 @@ from dataclasses import dataclass
 # A silent provider is not retried on the same route: its next attempt would wait as long
 # again, multiplying the caller's wait. The next candidate gets the chance instead.
 _NO_SAME_ROUTE_RETRY = frozenset({"timeout"})
-# Non-transient kinds move on (context length) or stop (policy, auth, invalid request); they
-# never repeat the same request against the same deployment.
+# Non-transient kinds move on (context length, quota, auth: domain/fallback.py) or stop
+# (policy, invalid request); they never repeat the same request against the same deployment.
+# So does a request larger than a deployment's whole tokens-per-minute limit, which no wait
+# lets through: providers/errors.py reads it as quota, not as the rate limit its 429 says.
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from providers.errors import (
     MalformedAnswer,
     ProviderError,
     aiohttp_failure,
+    error_field,
     kind_from_status,
     malformed_answer,
     mid_stream,
@@ -72,6 +73,18 @@ _ERROR_TYPES = {
     "not_found_error": ErrorKind.NOT_FOUND,
     "request_too_large": ErrorKind.INVALID_REQUEST,
 }
+# The cause an error's `error.details.error_code` names (the SDK's `APIStatusError.error_code`),
+# ahead of its type: a spend limit comes as a 429 rate_limit_error, and as a rate limit it was
+# retried on the same deployment, which no wait would let through, and never fell back; an
+# organization Anthropic put on hold comes as a 400 invalid_request_error, which blamed the
+# caller and stopped the call. The 402s (linked_organization_*) are `billing_error`s already.
+_ERROR_CODES = {
+    "enforced_spend_limit_reached": ErrorKind.QUOTA,
+    "contract_spend_limit_reached": ErrorKind.QUOTA,
+    "linked_organization_spend_limit_reached": ErrorKind.QUOTA,
+    "linked_organization_billing_unavailable": ErrorKind.QUOTA,
+    "organization_on_hold": ErrorKind.AUTH,
+}
 # The SDK traces calls with OpenTelemetry; metadata only, whatever the environment asks for,
 # because prompts and outputs never reach spans.
 _TELEMETRY: Any = {"traces": {"content_mode": "metadata_only"}}
@@ -82,19 +95,21 @@ def _status_error(
     provider: str,
     status: int,
     error_type: str | None,
+    error_code: str | None,
     message: str | None,
     headers: Any,
     request_id: str | None,
 ) -> ProviderError:
-    # Errors inside a stream arrive with the stream's status, 200: the type decides.
-    kind = _ERROR_TYPES.get(error_type or "")
+    # Errors inside a stream arrive with the stream's status, 200: the code, then the type,
+    # decides.
+    kind = _ERROR_CODES.get(error_code or "") or _ERROR_TYPES.get(error_type or "")
     if kind is None:
         kind = kind_from_status(status if status >= 300 else 500, error_type, message)
     return ProviderError(
         kind,
         provider=provider,
         status_code=status,
-        code=error_type,
+        code=error_code or error_type,
         reason=message,
         retry_after=retry_after_seconds(headers),
         provider_request_id=request_id,
@@ -114,6 +129,7 @@ def map_error(exc: Exception, provider: str) -> ProviderError:
             provider=provider,
             status=exc.status_code,
             error_type=exc.type if isinstance(exc.type, str) else None,
+            error_code=exc.error_code,
             message=exc.api_message,
             headers=exc.response.headers,
             request_id=exc.request_id,
@@ -137,6 +153,7 @@ def _stream_error(
             provider=provider,
             status=200,
             error_type=error_type if isinstance(error_type, str) else None,
+            error_code=error_field(error, "details", "error_code"),
             message=message if isinstance(message, str) else None,
             headers=headers,
             request_id=request_id,

@@ -190,7 +190,11 @@ def error_field(body: object, *path: str) -> str | None:
 
 # llama.cpp says "the request exceeds the available context size" (exceed_context_size_error),
 # TGI "`inputs` tokens + `max_new_tokens` must be <= …": read as invalid requests, an
-# evaluation's long-context case failed the whole evaluation as a refusal.
+# evaluation's long-context case failed the whole evaluation as a refusal. Anthropic, when the
+# prompt fits but not with `max_tokens` on top, says "input length and `max_tokens` exceed
+# context limit: 178959 + 64000 > 200000": read as an invalid request, it stopped the call
+# where a larger window would have answered, and the caller never heard the context-length
+# close agents compact on.
 _CONTEXT_HINTS = (
     "context length",
     "context_length",
@@ -198,9 +202,38 @@ _CONTEXT_HINTS = (
     "too many tokens",
     "context size",
     "exceed_context",
+    "exceed context",
+    "context limit",
     "max_new_tokens",
 )
-_POLICY_HINTS = ("content_policy", "content policy", "content filter", "safety system")
+# Azure OpenAI's filter answers a 400 with code `content_filter` ("…triggering Azure OpenAI's
+# content management policy"), OpenAI's reasoning models `invalid_prompt` ("…flagged as
+# potentially violating our usage policy"): read as invalid requests, their close reason was
+# wrong, and the receipt said zero tokens though Azure bills a prompt it filtered
+# (domain/failures.py).
+_POLICY_HINTS = (
+    "content_policy",
+    "content policy",
+    "content filter",
+    "content_filter",
+    "content management policy",
+    "usage policy",
+    "invalid_prompt",
+    "safety system",
+)
+# An account that cannot pay, as Anthropic says it: a 400 invalid_request_error "Your credit
+# balance is too low to access the Anthropic API". Read as the caller's invalid request, it
+# stopped the call where a healthy second deployment would have answered.
+_QUOTA_HINTS = ("credit balance is too low",)
+# A request larger than the deployment's whole tokens-per-minute limit: OpenAI's 429
+# rate_limit_exceeded "Request too large for gpt-4o … on tokens per min (TPM): Limit 30000,
+# Requested 36278. The input or output tokens must be reduced…" (Groq's is a 413 in the same
+# words, "tokens per minute"). No wait makes it fit, so it is no rate limit: as one, each
+# oversized request was tried three times and struck the deployment's breaker three times,
+# opening it for every other call of the tenant. As the deployment's quota it is not retried,
+# strikes nothing, and moves to the next candidate, whose limit may be larger. An ordinary
+# TPM limit says "Rate limit reached for … Used …, Requested …" and stays a rate limit.
+_TOO_LARGE_FOR_LIMIT = ("request too large", "tokens per min")
 
 
 def kind_from_status(status: int, code: str | None, message: str | None) -> ErrorKind:
@@ -211,6 +244,8 @@ def kind_from_status(status: int, code: str | None, message: str | None) -> Erro
         # A redirect, not followed (providers/openai_adapter.py): the endpoint is not where the
         # deployment says, a permanent fault on the provider's side, not the caller's request.
         return ErrorKind.NOT_FOUND
+    if status in (413, 429) and all(hint in text for hint in _TOO_LARGE_FOR_LIMIT):
+        return ErrorKind.QUOTA
     if status == 429:
         return ErrorKind.QUOTA if code_l == "insufficient_quota" else ErrorKind.RATE_LIMIT
     if status in (401, 403):
@@ -225,6 +260,8 @@ def kind_from_status(status: int, code: str | None, message: str | None) -> Erro
         return ErrorKind.OVERLOADED
     if status >= 500 or status == 409:
         return ErrorKind.OVERLOADED if "overloaded" in text else ErrorKind.SERVER
+    if any(hint in text for hint in _QUOTA_HINTS):
+        return ErrorKind.QUOTA
     if any(hint in text for hint in _CONTEXT_HINTS):
         return ErrorKind.CONTEXT_LENGTH
     if any(hint in text for hint in _POLICY_HINTS):

@@ -95,10 +95,16 @@ def map_error(exc: Exception, provider: str) -> ProviderError:
             provider_request_id=exc.request_id,
         )
     if isinstance(exc, openai.APIError):
-        # An error event inside a stream: no status of its own, classify by its fields.
+        # An error event inside a stream: no status of its own, classify by its fields. vLLM
+        # and LiteLLM put the HTTP status they would have answered with in `code` (500, "429";
+        # the SDK makes it text): read as a 400, a rate limit or a crash of theirs before any
+        # text stopped the call as the caller's invalid request instead of retrying it.
         code = exc.code or exc.type
         message = error_field(exc.body, "message")
-        status = 429 if code == "rate_limit_exceeded" else 400
+        if code and len(code) == 3 and code.isascii() and code.isdigit() and "400" <= code < "600":
+            status = int(code)
+        else:
+            status = 429 if code == "rate_limit_exceeded" else 400
         kind = kind_from_status(status, code, message)
         if kind is ErrorKind.INVALID_REQUEST and code in (None, "server_error", "internal_error"):
             kind = ErrorKind.SERVER

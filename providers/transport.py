@@ -29,7 +29,9 @@ browser treats a connection that closed under it. Only the resent request's outc
 call's; a provider that hangs up on every request is asked twice per attempt, then fails as a
 connection error as before. A refused connection is not sent again here (the attempt's retry
 rules decide), nor is anything that failed after the status line (that answer may have
-started).
+started), nor a request the provider held longer than `RESEND_WITHIN_SECONDS` before hanging
+up: that is no keep-alive race but a provider that took the request and died on it (see
+there).
 
 httpx's pool (the rerank adapter's own client, and httpx2 under the SDKs when chosen) has the
 same race: it drops an idle connection whose close has already arrived, not one whose close is
@@ -44,6 +46,7 @@ aiohttp.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Literal, TypeVar
 
 import aiohttp
@@ -55,6 +58,21 @@ DEFAULT_TRANSPORT: HttpTransport = "aiohttp"
 
 log = logging.getLogger(__name__)
 
+
+# How soon after a request was handed to the transport a hang-up may still be the keep-alive
+# race, and the request sent once more. The race ends within one round trip of the request
+# going out on the kept connection: the provider's close was already on its way, or the
+# request met a closed socket and its reset came back. A round trip to a provider's region is
+# under 0.3 s even across an ocean; the rest is for an event loop busy with other calls (a
+# race seen later fails the attempt as a connection error, which its retry rules retry).
+# Whether aiohttp reused the connection is not said by what it raises, and a new connection
+# is no safer: its hang-up within this bound is no more than a provider refusing at once.
+# Past it the provider held the request: a non-stream call's status line comes only after the
+# whole generation, so a server that died mid-generation (vLLM killed for memory, a load
+# balancer's idle cut) hung up on a request it had worked on, and perhaps billed. Sent again
+# at once, it doubled that work and that bill; now the attempt's retry rules decide, as for
+# any connection error (with backoff, and a breaker strike).
+RESEND_WITHIN_SECONDS = 0.5
 
 # What httpx and httpx2 raise for a connection reset or closed under a request they are sending.
 _HTTPX_RESETS = (httpx.ReadError, httpx.WriteError, httpx2.ReadError, httpx2.WriteError)
@@ -81,11 +99,13 @@ def hung_up_before_answering(exc: BaseException) -> bool:
     return isinstance(exc, _HTTPX_RESETS)
 
 
-def _send_again(exc: BaseException, request: httpx.Request | httpx2.Request) -> bool:
+def _send_again(exc: BaseException, request: httpx.Request | httpx2.Request, began: float) -> bool:
     """Whether a request that failed so is sent once more: the provider hung up before answering
-    it, and its body is already in memory (the SDKs send JSON bytes), not a stream. The
-    transports below call this only on a failure: a call that succeeds pays one `try`."""
-    if not hung_up_before_answering(exc):
+    it, within `RESEND_WITHIN_SECONDS` of its being handed to the transport at `began` (the
+    monotonic clock), and its body is already in memory (the SDKs send JSON bytes), not a
+    stream. The transports below call this only on a failure: a call that succeeds pays one
+    `try` and one reading of the clock."""
+    if time.monotonic() - began > RESEND_WITHIN_SECONDS or not hung_up_before_answering(exc):
         return False
     try:
         request.content  # noqa: B018 - raises on a body that is a stream not yet read
@@ -103,10 +123,11 @@ class ResendOnHangUp(httpx2.AsyncBaseTransport):
         self._inner = inner
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        began = time.monotonic()
         try:
             return await self._inner.handle_async_request(request)
         except httpx2.TransportError as exc:
-            if not _send_again(exc, request):
+            if not _send_again(exc, request, began):
                 raise
         return await self._inner.handle_async_request(request)
 
@@ -121,10 +142,11 @@ class ResendOnHangUpHttpx(httpx.AsyncBaseTransport):
         self._inner = inner
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        began = time.monotonic()
         try:
             return await self._inner.handle_async_request(request)
         except httpx.TransportError as exc:
-            if not _send_again(exc, request):
+            if not _send_again(exc, request, began):
                 raise
         return await self._inner.handle_async_request(request)
 

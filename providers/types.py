@@ -317,13 +317,25 @@ class ProviderTimeouts(_Model):
     keepalive: float = Field(default=120.0, gt=0)
 
     def as_timeout(self, build: Callable[..., T]) -> T:
-        """These as an httpx-style Timeout of the given class (each SDK brings its own)."""
+        """These as an httpx-style Timeout of the given class (each SDK brings its own).
+
+        `pool` is at least `connect`: the SDKs' aiohttp transport (the default,
+        providers/transport.py) hands httpx's `pool` to aiohttp as its `connect`, the bound on
+        getting a connection at all, a new one's handshake included (and `connect` as
+        `sock_connect`). With the pool's 5 s, a deployment's `connect: 15` (or a
+        `PROVIDER_CONNECT_TIMEOUT_SECONDS` past 5) still gave up at 5 s. Under httpx2 `pool`
+        bounds only the wait for a free connection when all 1000 are in use."""
         return build(
-            self.read, connect=self.connect, read=self.read, write=self.write, pool=self.pool
+            self.read,
+            connect=self.connect,
+            read=self.read,
+            write=self.write,
+            pool=max(self.pool, self.connect),
         )
 
     def merged(self, limits: CallLimits | None) -> ProviderTimeouts:
-        """The HTTP timeouts of one call: these, with the call's own connect bound."""
+        """The HTTP timeouts of one call: these, with the call's own connect bound (which
+        `as_timeout` keeps the pool bound from cutting short)."""
         if limits is None or limits.connect is None:
             return self
         return self.model_copy(update={"connect": limits.connect})

@@ -119,13 +119,15 @@ def chat_endpoint(codec: Codec) -> Callable[[Request], Awaitable[Response]]:
             return finish(refused)
         prefixes = prompt_prefixes(turn)
         used = prefixes[-1][1]
-        if settings.context_window is not None and used > settings.context_window:
+        overflow = _overflow(codec.api, used, turn.max_tokens, settings.context_window)
+        if overflow is not None:
             resp = context_length_error(
                 codec.api,
                 used=used,
-                window=settings.context_window,
+                window=overflow,
                 headers=headers,
                 request_id=request_id,
+                max_tokens=turn.max_tokens if used <= overflow else None,
             )
             return finish(resp)
         cached = written = 0
@@ -153,6 +155,17 @@ def chat_endpoint(codec: Codec) -> Callable[[Request], Awaitable[Response]]:
     return endpoint
 
 
+def _overflow(api: Api, used: int, max_tokens: int | None, window: int | None) -> int | None:
+    """The model's window, when the request does not fit it: the prompt alone, or (Anthropic)
+    the prompt with the `max_tokens` it asks for on top, which Anthropic refuses before
+    generating ("input length and `max_tokens` exceed context limit")."""
+    if window is None:
+        return None
+    if used > window or (api == "anthropic" and used + (max_tokens or 0) > window):
+        return window
+    return None
+
+
 GARBLED = b"data: {not json\n\n"
 ANTHROPIC_STREAM_ERROR = {
     "type": "error",
@@ -165,6 +178,21 @@ OPENAI_STREAM_ERROR = {
         "code": None,
     }
 }
+
+
+def _stream_error(fault: Fault, named: bool) -> bytes:
+    """The protocol's in-stream error event, with the fault's `message` and `code` where it
+    gives them (OpenAI's `error.code`; Anthropic's `error.details.error_code`)."""
+    usual = ANTHROPIC_STREAM_ERROR if named else OPENAI_STREAM_ERROR
+    error = dict(cast("dict[str, object]", usual["error"]))
+    if fault.message is not None:
+        error["message"] = fault.message
+    if fault.code is not None:
+        if named:
+            error["details"] = {"error_code": fault.code}
+        else:
+            error["code"] = fault.code
+    return sse({**usual, "error": error}, "error" if named else None)
 
 
 def _deliver(
@@ -209,7 +237,7 @@ def _deliver(
     failed = kinds.get(FaultKind.STREAM_ERROR)
     if failed is not None:
         del frames[failed.after_chunks :]
-        frames.append(sse(ANTHROPIC_STREAM_ERROR, "error") if named else sse(OPENAI_STREAM_ERROR))
+        frames.append(_stream_error(failed, named))
     if garbled is not None:
         # A frame whose data is not JSON, where the next event should be: the stream goes on
         # after it, as a buggy proxy's would, so only the parser can notice.

@@ -28,7 +28,15 @@ class FaultKind(StrEnum):
     CONTEXT_LENGTH = "context_length"  # 400 the provider's context-length error
     CONTENT_POLICY = "content_policy"  # 400 the provider's content-policy error
     AUTH = "auth"  # 401
+    # the account cannot pay: OpenAI 429 insufficient_quota; Anthropic 400 invalid_request_error
+    # "Your credit balance is too low…"
+    QUOTA = "quota"
+    # 400 invalid_request_error, for a provider's other 400s (`message`, `code`)
+    INVALID_REQUEST = "invalid_request"
     REDIRECT = "redirect"  # 307 to `location`, as a hostile or moved endpoint answers
+    # the request read, then after `delay` seconds the connection closed without a byte of
+    # answer, as a server that died mid-generation or a load balancer's idle cut does
+    HANG_UP = "hang_up"
     # shape faults
     SLOW_FIRST_TOKEN = "slow_first_token"  # noqa: S105 - `delay` seconds before the first content
     STREAM_CUT = "stream_cut"  # connection dropped after `after_chunks` SSE events
@@ -77,7 +85,10 @@ _GATES = frozenset(
         FaultKind.CONTEXT_LENGTH,
         FaultKind.CONTENT_POLICY,
         FaultKind.AUTH,
+        FaultKind.QUOTA,
+        FaultKind.INVALID_REQUEST,
         FaultKind.REDIRECT,
+        FaultKind.HANG_UP,
     }
 )
 
@@ -95,6 +106,11 @@ class Fault(BaseModel):
     # Error statuses: the error's message in place of the provider's usual words, sent with its
     # non-ASCII characters escaped (half a surrogate pair included).
     message: str | None = None
+    # Error statuses and stream_error: the error's code in place of its usual one, OpenAI's
+    # `error.code` (a number too: vLLM and LiteLLM put the HTTP status there, 500 or "429"),
+    # Anthropic's `error.details.error_code` (a spend limit's `enforced_spend_limit_reached`,
+    # an `organization_on_hold`).
+    code: str | int | None = None
     delay: float = Field(default=1.0, ge=0)
     after_chunks: int = Field(default=2, ge=0)
     # keep_alive only: seconds between two keep-alives.

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from starlette.responses import JSONResponse, Response
 
 from providers.upstream.faults import Fault, FaultKind, Flaw
-from providers.upstream.streaming import HangResponse
+from providers.upstream.streaming import HangResponse, HangUpResponse
 
 Api = Literal["openai", "anthropic"]
 
@@ -64,7 +64,27 @@ _FAULTS: dict[FaultKind, tuple[int, str, str | None, str, str, str]] = {
         "authentication_error",
         "invalid x-api-key",
     ),
+    # Anthropic's is a 400 (`_ANTHROPIC_STATUS`).
+    FaultKind.QUOTA: (
+        429,
+        "insufficient_quota",
+        "insufficient_quota",
+        "You exceeded your current quota, please check your plan and billing details.",
+        "invalid_request_error",
+        "Your credit balance is too low to access the Anthropic API. Please go to Plans & "
+        "Billing to upgrade or purchase credits.",
+    ),
+    FaultKind.INVALID_REQUEST: (
+        400,
+        "invalid_request_error",
+        None,
+        "Invalid request.",
+        "invalid_request_error",
+        "Invalid request.",
+    ),
 }
+# Where Anthropic answers a fault with another status than OpenAI.
+_ANTHROPIC_STATUS = {FaultKind.OVERLOADED: 529, FaultKind.QUOTA: 400}
 
 
 class _EscapedJSON(JSONResponse):
@@ -94,7 +114,7 @@ def openai_error(
     message: str,
     *,
     type_: str = "invalid_request_error",
-    code: str | None = None,
+    code: str | int | None = None,
     param: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
@@ -109,18 +129,45 @@ def anthropic_error(
     type_: str = "invalid_request_error",
     request_id: str | None = None,
     headers: dict[str, str] | None = None,
+    error_code: str | int | None = None,
 ) -> JSONResponse:
-    body = {"type": "error", "error": {"type": type_, "message": message}, "request_id": request_id}
+    error = anthropic_error_object(type_, message, error_code)
+    body = {"type": "error", "error": error, "request_id": request_id}
     return _EscapedJSON(body, status, headers=headers)
 
 
+def anthropic_error_object(
+    type_: str, message: str, error_code: str | int | None = None
+) -> dict[str, object]:
+    """An error's `error` object; with a code, the `details` naming the cause, as Anthropic
+    sends for a spend limit or an organization on hold."""
+    error: dict[str, object] = {"type": type_, "message": message}
+    if error_code is not None:
+        error["details"] = {"error_code": error_code}
+    return error
+
+
 def context_length_error(
-    api: Api, *, used: int, window: int, headers: dict[str, str], request_id: str
+    api: Api,
+    *,
+    used: int,
+    window: int,
+    headers: dict[str, str],
+    request_id: str,
+    message: str | None = None,
+    max_tokens: int | None = None,
 ) -> JSONResponse:
+    """The provider's refusal of a prompt of `used` tokens that the model's `window` cannot
+    hold; with `max_tokens`, Anthropic's of a prompt that fits but not with that on top."""
     if api == "anthropic":
-        message = f"prompt is too long: {used} tokens > {window} maximum"
+        if message is None and max_tokens is not None:
+            message = (
+                f"input length and `max_tokens` exceed context limit: {used} + {max_tokens} > "
+                f"{window}, decrease input length or `max_tokens` and try again"
+            )
+        message = message or f"prompt is too long: {used} tokens > {window} maximum"
         return anthropic_error(400, message, request_id=request_id, headers=headers)
-    message = (
+    message = message or (
         f"This model's maximum context length is {window} tokens. However, your messages "
         f"resulted in {used} tokens. Please reduce the length of the messages."
     )
@@ -184,11 +231,18 @@ def fault_response(
 ) -> Response:
     if fault.kind is FaultKind.HANG:
         return HangResponse(shutdown)
+    if fault.kind is FaultKind.HANG_UP:
+        return HangUpResponse(fault.delay, shutdown)
     if fault.kind is FaultKind.REDIRECT:
         return Response(status_code=307, headers={**headers, "location": fault.location or "/"})
     if fault.kind is FaultKind.CONTEXT_LENGTH:
         return context_length_error(
-            api, used=200_001, window=200_000, headers=headers, request_id=request_id
+            api,
+            used=200_001,
+            window=200_000,
+            headers=headers,
+            request_id=request_id,
+            message=fault.message,
         )
     status, o_type, o_code, o_message, a_type, a_message = _FAULTS[fault.kind]
     if fault.message is not None:
@@ -199,9 +253,13 @@ def fault_response(
     elif fault.kind is FaultKind.RATE_LIMIT and fault.retry_after is not None:
         headers["retry-after"] = f"{fault.retry_after:g}"
     if api == "anthropic":
-        if fault.kind is FaultKind.OVERLOADED:
-            status = 529
         return anthropic_error(
-            status, a_message, type_=a_type, request_id=request_id, headers=headers
+            _ANTHROPIC_STATUS.get(fault.kind, status),
+            a_message,
+            type_=a_type,
+            request_id=request_id,
+            headers=headers,
+            error_code=fault.code,
         )
-    return openai_error(status, o_message, type_=o_type, code=o_code, headers=headers)
+    code = fault.code if fault.code is not None else o_code
+    return openai_error(status, o_message, type_=o_type, code=code, headers=headers)

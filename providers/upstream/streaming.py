@@ -47,6 +47,40 @@ class HangResponse(Response):
             await JSONResponse({"error": "simulator shutting down"}, 503)(scope, receive, send)
 
 
+class HangUpResponse(Response):
+    """Takes the request, works on it `delay` seconds, then closes the connection without a
+    byte of answer: a server that died mid-generation (vLLM killed for memory), or a load
+    balancer cutting a request it thought idle. The client going away, or shutdown (answered
+    503 so the server can stop), ends it first."""
+
+    def __init__(self, delay: float, shutdown: asyncio.Event) -> None:
+        # Status 0 in the ledger: no response was ever sent.
+        super().__init__(status_code=0)
+        self._delay, self._shutdown = delay, shutdown
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        waited = await _first(
+            asyncio.sleep(self._delay), _client_gone(receive), self._shutdown.wait()
+        )
+        if waited == 2:
+            await JSONResponse({"error": "simulator shutting down"}, 503)(scope, receive, send)
+        if waited != 0:
+            return
+        _connection_of(receive).close()
+        # Returned before the server has seen the connection closed, the app would be answered
+        # for with a 500 (uvicorn's for an app that sent no response): wait until it has.
+        await _client_gone(receive)
+
+
+def _connection_of(receive: Receive) -> asyncio.BaseTransport:
+    """The connection a request came on, as uvicorn's request cycle (whose method `receive`
+    is) holds it: ASGI has no message that closes a connection before a response starts."""
+    transport = getattr(getattr(receive, "__self__", None), "transport", None)
+    if not isinstance(transport, asyncio.BaseTransport):
+        raise RuntimeError("the hang_up fault needs the simulator's own server (uvicorn)")
+    return transport
+
+
 class DelayedResponse(Response):
     """`inner`, sent after `delay` seconds (a slow non-streamed answer), or once `release` is
     set if that comes first."""
