@@ -2,11 +2,15 @@
 built from normalised events and the receipt is api/anthropic_answers.py).
 
 What the normalised request cannot carry is refused naming the field (a 400), never dropped:
-images, documents, thinking blocks and settings, server tools, `top_p`, `top_k`, MCP servers,
-containers. `cache_control` is carried to the turn (or tool) it marks (a top-level one to the
-last message's last block, where Anthropic applies it), and a tool result's `is_error` to the
-tool message (providers/openai_request.py says how an OpenAI deployment reads
-it); `metadata` and `service_tier` describe the call, not the answer, and are accepted.
+images, documents, thinking blocks, thinking asked for (`enabled`), server tools, `top_p`,
+`top_k`, MCP servers, containers, context edits that change what the model sees. `cache_control`
+is carried to the turn (or tool) it marks (a top-level one to the last message's last block,
+where Anthropic applies it), and a tool result's `is_error` to the tool message
+(providers/openai_request.py says how an OpenAI deployment reads it); `metadata` and
+`service_tier` describe the call, not the answer, and are accepted. So is what Claude Code
+sends on every turn that changes nothing an answer here can hold: thinking `adaptive` (leave to
+think, which this gateway answers without), `output_config.effort` (a hint) and
+`clear_thinking_*` edits (no thinking block ever exists here to clear).
 """
 
 from __future__ import annotations
@@ -30,12 +34,20 @@ from providers.types import (
 )
 
 # Fields of the Messages API the normalised request has no place for.
-_REFUSED = ("top_p", "top_k", "mcp_servers", "container", "context_management")
-# Fields the SDK may send that change nothing here: identifiers (and `output_format`, the
-# structured-outputs beta's name for `output_config.format`, mapped as it). Any other field the
-# models below do not declare is refused: `inference_geo` (where the data may be processed) and
-# `speed` were dropped, the request served as if not there.
-_HINTS = frozenset({"user_profile_id", "workspace_id", "output_format"})
+_REFUSED = ("top_p", "top_k", "mcp_servers", "container")
+# Fields the SDK may send that change nothing here: identifiers, `diagnostics` (asks for a
+# cache-miss reason in the answer, whose `diagnostics` is then null, as Anthropic's is when it
+# has none), and `output_format`, the structured-outputs beta's name for `output_config.format`,
+# mapped as it; `context_management` is read by _context_management. Any other field the models
+# below do not declare is refused: `inference_geo` (where the data may be processed) and `speed`
+# were dropped, the request served as if not there.
+_HINTS = frozenset(
+    {"user_profile_id", "workspace_id", "output_format", "diagnostics", "context_management"}
+)
+# `output_config.effort`'s values. A hint: the normalised request has no place for it and an
+# Anthropic model without effort refuses the field, so the deployment answers at its default
+# (`high` on Anthropic's models that take effort).
+_EFFORTS = ("low", "medium", "high", "xhigh", "max")
 # A tool's fields besides those ToolParam declares: only a streaming hint changes nothing here
 # (`defer_loading`, `input_examples`, `allowed_callers` would change what the model is shown).
 _TOOL_HINTS = frozenset({"eager_input_streaming"})
@@ -46,6 +58,10 @@ class _Loose(BaseModel):
 
 
 class CacheControl(_Loose):
+    """A breakpoint. Its other fields (Claude Code's `scope: global`, a beta's) say where the
+    cache is kept, not what is answered: taken, and never passed on (_cache), as Anthropic
+    refuses them without their beta header, which no deployment is sent."""
+
     type: Literal["ephemeral"] = "ephemeral"
     ttl: Literal["5m", "1h"] | None = None
 
@@ -86,7 +102,13 @@ class ToolChoiceParam(_Loose):
 
 
 class ThinkingParam(_Loose):
-    type: Literal["disabled", "enabled", "adaptive"]
+    """`adaptive` leaves the model to think or not; `enabled` (a budget to think with) and
+    `between_tools` ask it to, in blocks this gateway never answers with (_thinking)."""
+
+    type: Literal["disabled", "enabled", "adaptive", "between_tools"]
+    # Claude Code sends `adaptive` with `budget_tokens: 0`; `display` shapes thinking blocks.
+    budget_tokens: int | None = Field(default=None, ge=0)
+    display: Literal["summarized", "omitted"] | None = None
 
 
 # As many messages as the Messages API takes in one request.
@@ -95,7 +117,9 @@ MAX_MESSAGES = 100_000
 
 class MessagesIn(_Loose):
     model: StoredName = Field(min_length=1, max_length=200, description="A profile id")
-    max_tokens: int = Field(ge=1, description="Required, as in the Messages API")
+    max_tokens: int = Field(
+        ge=0, description="Required, as in the Messages API; 0 is refused (_refusals)"
+    )
     messages: list[MessageParam] = Field(min_length=1, max_length=MAX_MESSAGES)
     system: str | list[SystemBlock] | None = None
     stop_sequences: list[str] | None = Field(default=None, max_length=16)
@@ -134,25 +158,39 @@ def _refuse(loc: tuple[str | int, ...], message: str) -> RequestValidationError:
     )
 
 
-def _cache(block: ContentBlock | SystemBlock | ToolParam) -> dict[str, Any] | None:
-    if block.cache_control is None:
+def _breakpoint(marker: CacheControl | None) -> dict[str, Any] | None:
+    """What a provider is sent of a breakpoint: its type and ttl, no field of a beta."""
+    if marker is None:
         return None
-    return block.cache_control.model_dump(exclude_none=True)
+    return marker.model_dump(include={"type", "ttl"}, exclude_none=True)
 
 
-def _tool_result_text(block: ContentBlock, loc: tuple[str | int, ...]) -> str:
+def _cache(block: ContentBlock | SystemBlock | ToolParam) -> dict[str, Any] | None:
+    return _breakpoint(block.cache_control)
+
+
+def _tool_result(
+    block: ContentBlock, loc: tuple[str | int, ...]
+) -> tuple[str, dict[str, Any] | None]:
+    """A tool result's text and its breakpoint: the block's own, or else the one its last
+    marked text part carries. The result reaches a provider as one block, so a part's marker
+    goes to its end, the one place a breakpoint can be put there (it was dropped)."""
     extra = block.model_extra or {}
     content = extra.get("content", "")
+    cache = _cache(block)
     if isinstance(content, str):
-        return content
+        return content, cache
     if not isinstance(content, list):
         raise _refuse((*loc, "content"), "must be a string or a list of text blocks")
-    parts = []
+    parts, marked = [], None
     for i, part in enumerate(content):
         if not isinstance(part, dict) or part.get("type") != "text":
             raise _refuse((*loc, "content", i), "only text blocks can be mapped")
         parts.append(str(part.get("text", "")))
-    return joined_texts(parts)
+        if part.get("cache_control") is not None:
+            with field_errors(*loc, "content", i, "cache_control"):
+                marked = _breakpoint(CacheControl.model_validate(part["cache_control"]))
+    return joined_texts(parts), cache or marked
 
 
 def joined_texts(parts: Iterable[str]) -> str:
@@ -182,7 +220,7 @@ def _user(index: int, blocks: list[ContentBlock]) -> list[Message]:
             call_id = (block.model_extra or {}).get("tool_use_id")
             if not isinstance(call_id, str) or not call_id:
                 raise _refuse((*loc, "tool_use_id"), "a tool result needs its tool_use_id")
-            text, cache = _tool_result_text(block, loc), _cache(block)
+            text, cache = _tool_result(block, loc)
             failed = (block.model_extra or {}).get("is_error") or False  # null: not flagged
             if not isinstance(failed, bool):
                 raise _refuse((*loc, "is_error"), "must be a boolean")
@@ -279,9 +317,14 @@ def _format(
     if not config:
         return None
     # A key sent as null asks for nothing (`effort: null`, as clients serialise unset options).
-    unknown = sorted(k for k, v in config.items() if k != "format" and v is not None)
+    unknown = sorted(
+        k for k, v in config.items() if k not in ("format", "effort") and v is not None
+    )
     if unknown:
         raise _refuse(("output_config", unknown[0]), "cannot be mapped")
+    effort = config.get("effort")
+    if effort is not None and effort not in _EFFORTS:
+        raise _refuse(("output_config", "effort"), f"must be one of {', '.join(_EFFORTS)}")
     fmt = config.get("format")
     if fmt is None:
         return None
@@ -309,8 +352,57 @@ def _refusals(body: MessagesIn | CountTokensIn) -> None:
         for name in sorted(k for k, v in tool_extra.items() if v is not None):
             if name not in _TOOL_HINTS:
                 raise _refuse(("tools", index, name), "unsupported tool parameter")
-    if body.thinking is not None and body.thinking.type != "disabled":
-        raise _refuse(("thinking", "type"), "extended thinking cannot be mapped")
+    _thinking(body.thinking)
+    _context_management(extra.get("context_management"))
+    if isinstance(body, MessagesIn) and body.max_tokens == 0:
+        # The SDK's way to write the prompt cache with no answer: a provider call billed for
+        # nothing this gateway can give back, and an Anthropic-only one.
+        raise _refuse(
+            ("max_tokens",),
+            "0 asks to pre-warm the prompt cache without an answer, which this gateway does not"
+            " do: send at least 1",
+        )
+
+
+def _thinking(thinking: ThinkingParam | None) -> None:
+    """`adaptive` is leave to think, not a demand: the answer is given without thinking, as it
+    may be. It is not passed on: the normalised request has no place for it, and an Anthropic
+    deployment that thought would answer with thinking blocks, which this surface has no way
+    to give, nor to take back in the next turn's history (with thinking on, Anthropic refuses
+    a tool loop's history without them). `enabled` and `between_tools` ask for that thinking."""
+    if thinking is None:
+        return
+    for name in sorted(k for k, v in (thinking.model_extra or {}).items() if v is not None):
+        raise _refuse(("thinking", name), "unknown or unsupported parameter")
+    if thinking.type not in ("disabled", "adaptive"):
+        raise _refuse(
+            ("thinking", "type"),
+            "thinking cannot be returned by this gateway: send adaptive (answered without"
+            " thinking) or disabled",
+        )
+
+
+def _context_management(config: Any) -> None:
+    """Context edits: `clear_thinking_*` clears thinking blocks from the history, and none ever
+    exists here (they are refused in a history and never answered), so it changes nothing and
+    is taken (Claude Code sends it on every turn). Any other edit (`clear_tool_uses_*`,
+    `compact_*`) changes what the model is shown, which the normalised request cannot carry."""
+    if config is None:
+        return
+    if not isinstance(config, dict):
+        raise _refuse(("context_management",), "must be an object")
+    for name in sorted(k for k, v in config.items() if k != "edits" and v is not None):
+        raise _refuse(("context_management", name), "unknown or unsupported parameter")
+    edits = config.get("edits") or []
+    if not isinstance(edits, list):
+        raise _refuse(("context_management", "edits"), "must be a list of edits")
+    for i, edit in enumerate(edits):
+        kind = edit.get("type") if isinstance(edit, dict) else None
+        if not isinstance(kind, str) or not kind.startswith("clear_thinking_"):
+            raise _refuse(
+                ("context_management", "edits", i, "type"),
+                "only clear_thinking edits can be mapped (no thinking is kept here to clear)",
+            )
 
 
 def _marked(blocks: list[ContentBlock], cache: CacheControl | None) -> list[ContentBlock]:

@@ -29,6 +29,14 @@ def _id(call_id: str | None) -> str | None:
     return f"{_NOT_ID.sub('_', call_id)}_{digest}"
 
 
+def _breakpoint(marker: dict[str, Any]) -> dict[str, Any]:
+    """A breakpoint as Anthropic takes it without a beta header (none is sent): its type and
+    ttl. Any other field (Claude Code's `scope`) is refused there ("Extra inputs are not
+    permitted"), and the call with it."""
+    ttl = marker.get("ttl")
+    return {"type": marker.get("type") or "ephemeral", **({"ttl": ttl} if ttl else {})}
+
+
 def _tool_input(arguments: str) -> dict[str, Any]:
     try:
         value = json.loads(arguments or "{}")
@@ -53,7 +61,7 @@ def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
             for c in message.tool_calls
         ]
     if message.cache_control is not None and blocks:
-        blocks[-1]["cache_control"] = dict(message.cache_control)
+        blocks[-1]["cache_control"] = _breakpoint(message.cache_control)
     return ("user" if message.role == "tool" else message.role), blocks
 
 
@@ -73,7 +81,7 @@ def _system(request: ChatRequest, prompt_caching: bool) -> str | list[dict[str, 
             {
                 "type": "text",
                 "text": m.content or "",
-                **({"cache_control": dict(m.cache_control)} if m.cache_control else {}),
+                **({"cache_control": _breakpoint(m.cache_control)} if m.cache_control else {}),
             }
             for m in system
         ]
@@ -119,7 +127,7 @@ def convert(request: ChatRequest, model: str, *, prompt_caching: bool = True) ->
                 **({"description": t.description} if t.description else {}),
                 "input_schema": t.parameters,
                 **({"strict": True} if t.strict else {}),
-                **({"cache_control": dict(t.cache_control)} if t.cache_control else {}),
+                **({"cache_control": _breakpoint(t.cache_control)} if t.cache_control else {}),
             }
             for t in request.tools
         ]

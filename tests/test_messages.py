@@ -515,7 +515,7 @@ async def test_errors_in_anthropics_envelope(
         # Unknown here, they were dropped: served anywhere, at any speed, cached as we chose.
         ({**base, "max_tokens": 5, "inference_geo": "eu"}, "body.inference_geo"),
         (
-            {**base, "max_tokens": 5, "output_config": {"effort": "high"}},
+            {**base, "max_tokens": 5, "output_config": {"effort": "highest"}},
             "body.output_config.effort",
         ),
         (
@@ -526,7 +526,11 @@ async def test_errors_in_anthropics_envelope(
             },
             "body.tools.0.defer_loading",
         ),
-        ({**base, "max_tokens": 5, "thinking": {"type": "enabled"}}, "body.thinking.type"),
+        # Thinking asked for (`adaptive` only permits it: tests/test_messages_claude_code.py).
+        (
+            {**base, "max_tokens": 5, "thinking": {"type": "enabled", "budget_tokens": 1024}},
+            "body.thinking.type",
+        ),
         (
             {
                 **base,

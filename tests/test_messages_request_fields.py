@@ -111,7 +111,7 @@ async def test_output_config_keys_sent_as_null_are_taken(
     client: AsyncAnthropic, catalog: Catalog, protocol: str
 ) -> None:
     """`effort: null` asks for nothing, as any field sent as null; it was refused as a key that
-    cannot be mapped (a non-null effort still is: tests/test_messages.py)."""
+    cannot be mapped (an effort is a hint, taken: tests/test_messages_claude_code.py)."""
     message = await client.messages.create(
         model=catalog.profile(protocol),
         max_tokens=50,
