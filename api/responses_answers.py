@@ -1,12 +1,17 @@
 """OpenAI Responses answers: the Response object built from an answer and its receipt, its
-output items (a message, function calls) and their ids, the usage as OpenAI words it, and the
-status of an answer cut short. The request side is api/responses_shapes.py."""
+output items (messages, function calls, in the order they came) and their ids, the usage as
+OpenAI words it, and the status of an answer cut short; and, read back from an id, the items
+of a stored answer that a later request's `item_reference` stands for. The request side is
+api/responses_shapes.py."""
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from typing import Any
+
+from pydantic import ValidationError
 
 from api.responses_shapes import ResponsesIn
 from domain.invocation import InvocationSummary
@@ -24,6 +29,30 @@ def message_item_id(invocation_id: uuid.UUID, output_index: int = 0) -> str:
 
 def call_item_id(invocation_id: uuid.UUID, index: int) -> str:
     return f"fc_{invocation_id.hex}_{index}"
+
+
+# The ids above, read back: the invocation whose answer holds the item.
+_OWN_ITEM = re.compile(
+    r"(?:msg_([0-9a-f]{32})(?:_[1-9][0-9]*)?|fc_([0-9a-f]{32})_(?:0|[1-9][0-9]*))"
+)
+
+
+def answered_by(item_id: str) -> uuid.UUID | None:
+    """The invocation whose answer gave the output item `item_id` (one of ours); None for any
+    other id."""
+    match = _OWN_ITEM.fullmatch(item_id)
+    return uuid.UUID(match.group(1) or match.group(2)) if match else None
+
+
+def kept_items(invocation_id: uuid.UUID, stored: bytes) -> dict[str, dict[str, Any]]:
+    """The output items of an invocation's stored answer (the artifact its receipt names and a
+    replay of its key serves) by id, as its response gave them: what an `item_reference` to
+    one of them stands for; none for an artifact that holds no chat answer (an embedding's)."""
+    try:
+        done = Completion.model_validate_json(stored)
+    except ValidationError:
+        return {}
+    return {item["id"]: item for item in output_items(invocation_id, done)}
 
 
 def usage(summary: InvocationSummary) -> dict[str, Any]:
@@ -44,11 +73,16 @@ def usage(summary: InvocationSummary) -> dict[str, Any]:
 
 
 def text_item(
-    invocation_id: uuid.UUID, text: str, status: str, refusal: bool = False
+    invocation_id: uuid.UUID,
+    text: str,
+    status: str,
+    refusal: bool = False,
+    *,
+    output_index: int = 0,
 ) -> dict[str, Any]:
     content = [] if status == "in_progress" else [text_part(text, refusal)]
     return {
-        "id": message_item_id(invocation_id),
+        "id": message_item_id(invocation_id, output_index),
         "type": "message",
         "role": "assistant",
         "status": status,
@@ -77,15 +111,19 @@ def call_item(invocation_id: uuid.UUID, index: int, call: ToolCall, status: str)
 
 
 def output_items(invocation_id: uuid.UUID, completion: Completion) -> list[dict[str, Any]]:
-    """The answer's items in the order it ended in (text after the calls when it came last,
-    as its stream sent them)."""
-    text = completion.text
+    """The answer's items in the order they came, as its stream and its replay send them: one
+    message per run of text, each call where it began, and the same ids as the stream (a
+    message's carries its output index). Built from the text and the calls, the whole answer
+    put every call first or last and joined the runs of text around them into one message:
+    [text, call, text] read [call, message] with the two texts fused, and the message's id was
+    another than the stream's."""
+    index = {id(call): i for i, call in enumerate(completion.tool_calls)}
     items = [
-        call_item(invocation_id, i, c, "completed") for i, c in enumerate(completion.tool_calls)
+        text_item(invocation_id, part, "completed", completion.refusal, output_index=at)
+        if isinstance(part, str)
+        else call_item(invocation_id, index[id(part)], part, "completed")
+        for at, part in enumerate(completion.in_order())
     ]
-    if text:
-        message = text_item(invocation_id, text, "completed", completion.refusal)
-        items.insert(len(items) if completion.ends_in_text else 0, message)
     if items and completion.finish_reason is FinishReason.LENGTH:
         items[-1]["status"] = CUT  # the item the cut fell in
     return items

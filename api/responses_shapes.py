@@ -1,13 +1,18 @@
-"""OpenAI Responses wire shapes, stateless: the request (`input` as a string or a list of
-message / function_call / function_call_output items, `instructions`, function tools,
-`tool_choice`, `text.format`, `max_output_tokens`) mapped to the normalised ChatRequest. The
-Response object built from the answer and its receipt is api/responses_answers.py.
+"""OpenAI Responses wire shapes: the request (`input` as a string or a list of message /
+function_call / function_call_output items and references to this gateway's own output items,
+`instructions`, function tools, `tool_choice`, `text.format`, `max_output_tokens`) mapped to
+the normalised ChatRequest. The Response object built from the answer and its receipt is
+api/responses_answers.py.
 
-Nothing is stored server-side (`store` is false): `previous_response_id`, `conversation`,
-`store: true`, background mode and item references would need this gateway to keep prompts and
-outputs under the tenant's retention, so they are refused. So is what the normalised request
-cannot carry: images, files, audio, reasoning items and settings, non-function tools, a
-function tool's fields other than its name, description, parameters and strict, `top_p`,
+Nothing is stored server-side for this surface (`store` is false): `previous_response_id`,
+`conversation`, `store: true` and background mode would need this gateway to keep prompts and
+outputs under the tenant's retention, so they are refused. An `item_reference` to an item this
+gateway answered (`msg_…`, `fc_…`) stands for that item as the invocation's stored answer,
+which it keeps for replays anyway, still holds it (read by api/routers/responses.py:
+@ai-sdk/openai sends its earlier output as such references unless given `store: false`); any
+other reference, or one whose answer is no longer kept, is refused. So is what the normalised
+request cannot carry: images, files, audio, reasoning items and settings, non-function tools,
+a function tool's fields other than its name, description, parameters and strict, `top_p`,
 logprobs.
 Identifiers and hints that do not change the answer (`metadata`, `user`, `safety_identifier`,
 `prompt_cache_key`, `service_tier`, `include` of reasoning content that never exists here) are
@@ -16,6 +21,7 @@ accepted; any other field is refused as unknown, as OpenAI refuses it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from fastapi.exceptions import RequestValidationError
@@ -191,11 +197,18 @@ def _str(item: dict[str, Any], key: str, loc: tuple[str | int, ...]) -> str:
     return value
 
 
-# Said of an item_reference: refused for its missing role, or as an item that "cannot be
-# mapped", the caller was not told why no reference can be resolved here.
-_REFERENCE = (
-    "is a reference to a stored item, which this gateway cannot resolve: it is stateless and "
-    "stores no responses; send the item itself"
+# Said of a reference to an item this gateway did not answer: refused for its missing role, or
+# as an item that "cannot be mapped", the caller was not told why, nor what to send instead.
+_FOREIGN_REFERENCE = (
+    "is a reference to a stored item this gateway cannot resolve: it is stateless and stores "
+    "no responses, and resolves only its own output items (msg_…, fc_…); send the item itself "
+    "(with the AI SDK, providerOptions: {openai: {store: false}} sends items, not references)"
+)
+# Said of a reference to one of this gateway's own items whose answer is not kept (past the
+# tenant's retention, another tenant's, or never stored).
+_NOT_KEPT = (
+    "names an item whose answer this gateway no longer keeps: send the item itself, or store: "
+    "false (with the AI SDK, providerOptions: {openai: {store: false}}) so that items are sent"
 )
 
 
@@ -208,29 +221,69 @@ def _kind(item: dict[str, Any]) -> object:
     return "item_reference" if "id" in item and "role" not in item else "message"
 
 
-def _items(items: list[dict[str, Any]]) -> list[Message]:
+def references(body: ResponsesIn) -> list[str]:
+    """The ids the input's item references name, for the caller to look up before mapping."""
+    if isinstance(body.input, str):
+        return []
+    refs = (item.get("id") for item in body.input if _kind(item) == "item_reference")
+    return [ref for ref in refs if isinstance(ref, str)]
+
+
+def _referenced(
+    item: dict[str, Any], loc: tuple[str | int, ...], kept: Mapping[str, dict[str, Any] | None]
+) -> dict[str, Any]:
+    """The item a reference stands for: one of this gateway's own output items, as its stored
+    answer holds it (`kept`: None for one of ours whose answer is not kept; no entry for an id
+    that is not ours)."""
+    ref = item.get("id")
+    if not isinstance(ref, str) or not ref:
+        raise _refuse((*loc, "id"), "required")
+    if ref not in kept:
+        raise _refuse(loc, _FOREIGN_REFERENCE)
+    found = kept[ref]
+    if found is None:
+        raise _refuse((*loc, "id"), _NOT_KEPT)
+    return found
+
+
+def _items(items: list[dict[str, Any]], kept: Mapping[str, dict[str, Any] | None]) -> list[Message]:
     messages: list[Message] = []
     for index, item in enumerate(items):
         loc: tuple[str | int, ...] = ("input", index)
         kind = _kind(item)
         if kind == "item_reference":
-            raise _refuse(loc, _REFERENCE)
+            item = _referenced(item, loc, kept)
+            kind = item["type"]
+        last = messages[-1] if messages else None
+        # The assistant turn whose calls have no outputs yet: the calls, and the text before
+        # and after them, of one answer.
+        open_turn = last if last is not None and last.role == "assistant" else None
         if kind == "message":
             role = item.get("role")
             if role not in ("user", "system", "developer", "assistant"):
                 raise _refuse((*loc, "role"), "must be user, system, developer or assistant")
             text = _text(item.get("content"), (*loc, "content"))
-            messages.append(Message(role="system" if role == "developer" else role, content=text))
+            if role == "assistant" and open_turn is not None and open_turn.tool_calls:
+                # Text after the calls (an answer of text, call, text, sent back as the Agents
+                # SDK and the AI SDK send it): a turn of its own between the calls and their
+                # outputs, which OpenAI refuses (tool messages must follow their calls). A
+                # Chat message holds one text, before its calls: the texts are joined in order.
+                content = joined_texts(t for t in (open_turn.content, text) if t)
+                messages[-1] = open_turn.model_copy(update={"content": content or None})
+            else:
+                role = "system" if role == "developer" else role
+                messages.append(Message(role=role, content=text))
         elif kind == "function_call":
             call = ToolCall(
                 id=_str(item, "call_id", loc),
                 name=_str(item, "name", loc),
                 arguments=item.get("arguments") or "{}",
             )
-            last = messages[-1] if messages else None
             # Calls of one turn (and the text before them) are one assistant message.
-            if last is not None and last.role == "assistant":
-                messages[-1] = last.model_copy(update={"tool_calls": (*last.tool_calls, call)})
+            if open_turn is not None:
+                messages[-1] = open_turn.model_copy(
+                    update={"tool_calls": (*open_turn.tool_calls, call)}
+                )
             else:
                 messages.append(Message(role="assistant", tool_calls=(call,)))
         elif kind == "function_call_output":
@@ -274,7 +327,12 @@ def _format(text: TextConfig | None) -> ResponseFormat | None:
         )
 
 
-def to_chat_request(body: ResponsesIn) -> ChatRequest:
+def to_chat_request(
+    body: ResponsesIn, kept: Mapping[str, dict[str, Any] | None] | None = None
+) -> ChatRequest:
+    """The normalised request. `kept`: the items this gateway's stored answers hold for the
+    input's references (`references`), by id; None for one of its own whose answer is not
+    kept."""
     _refusals(body)
     messages: list[Message] = []
     if body.instructions:
@@ -283,7 +341,7 @@ def to_chat_request(body: ResponsesIn) -> ChatRequest:
         messages.append(Message(role="user", content=body.input))
     else:
         with field_errors("input"):
-            messages += _items(body.input)
+            messages += _items(body.input, kept or {})
     with field_errors():
         return ChatRequest(
             messages=tuple(messages),

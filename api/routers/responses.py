@@ -1,6 +1,8 @@
 """OpenAI's Responses surface, stateless: `model` is a profile id; the official openai SDK's
 `responses.create` and `responses.stream` work unchanged. The same routing, pinned plans,
-receipts, idempotency, budgets and resilience as every surface."""
+receipts, idempotency, budgets and resilience as every surface. A request's references to
+this gateway's own output items are read from their stored answers first
+(api/responses_references.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +12,12 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
-from api.deps import require
+from api.deps import RuntimeDep, require
 from api.invocation_events import Running
 from api.openai_errors import ERROR_RESPONSES, error_envelope
 from api.responses_answers import output_items, response_body, status_of
-from api.responses_shapes import ResponsesIn, to_chat_request
+from api.responses_references import kept
+from api.responses_shapes import ResponsesIn, references, to_chat_request
 from api.responses_stream import ResponseEvents
 from api.surface import CallHeaders, Service
 from api.wire import (
@@ -44,8 +47,9 @@ async def create_response(
     principal: Invoker,
     service: Service,
     headers: CallHeaders,
+    runtime: RuntimeDep,
 ) -> Response:
-    chat = to_chat_request(body)
+    chat = to_chat_request(body, await kept(runtime, principal.tenant_id, references(body)))
     call = headers.chat_call(body.model, chat, buffered=not body.stream)
     created = time.time()
 

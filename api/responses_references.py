@@ -1,0 +1,118 @@
+"""The items a Responses request's references stand for: references to output items of this
+gateway's earlier answers (`msg_…`, `fc_…`), read from those answers as stored for replays
+(the receipt's artifact, the caller's tenant only). A request without references makes none of
+these reads."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from typing import Any
+
+from fastapi.exceptions import RequestValidationError
+from sqlalchemy import select
+from sqlmodel import col
+
+from api.problems import Problem
+from api.replays import FILED_WAIT_SECONDS
+from api.responses_answers import answered_by, kept_items
+from api.runtime import Runtime
+from domain.failures import STORE_RETRY_AFTER_SECONDS
+from domain.invocation import invoke_workflow_id
+from store.tables import InvocationReceiptRow
+
+# The answers one request may refer to: their receipts are read in one statement (whose
+# parameters the driver bounds) and their files one by one. An agent loop refers to each of
+# its steps' answers, a few hundred at most.
+MAX_REFERENCED_ANSWERS = 1000
+_Receipt = InvocationReceiptRow
+
+
+async def kept(runtime: Runtime, tenant: str, refs: list[str]) -> dict[str, dict[str, Any] | None]:
+    """The items the input's references to this gateway's own output items stand for, by id,
+    read from their answers as stored for replays; None for one whose answer is not kept (past
+    the tenant's retention, another tenant's, never stored). Other ids are left out."""
+    answers = {ref: answered_by(ref) for ref in refs}
+    wanted = {answer for answer in answers.values() if answer is not None}
+    if not wanted:
+        return {}
+    if len(wanted) > MAX_REFERENCED_ANSWERS:
+        raise RequestValidationError(
+            [
+                {
+                    "type": "value_error",
+                    "loc": ("body", "input"),
+                    "msg": f"refers to items of more than {MAX_REFERENCED_ANSWERS} answers: "
+                    "send the items themselves",
+                    "input": None,
+                }
+            ]
+        )
+    stored, late = await _stored(runtime, tenant, wanted)
+    if late:
+        # A receipt closes before its answer is sent, but its file is written beside the close
+        # (activities/invoke_close.py), and a close the store refused is the workflow's: the
+        # next request of a quick agent loop may come first. As a replay does, the answer is
+        # awaited while its workflow runs, at most FILED_WAIT_SECONDS, then read again. Only
+        # for the tenant's own receipts: ids of nothing cost no Temporal call.
+        await _settled(runtime, tenant, late)
+        stored |= (await _stored(runtime, tenant, late))[0]
+    items: dict[uuid.UUID, dict[str, dict[str, Any]]] = {
+        answer: kept_items(answer, data) for answer, data in stored.items()
+    }
+    return {
+        ref: items.get(answer, {}).get(ref) for ref, answer in answers.items() if answer is not None
+    }
+
+
+async def _stored(
+    runtime: Runtime, tenant: str, answers: set[uuid.UUID]
+) -> tuple[dict[uuid.UUID, bytes], set[uuid.UUID]]:
+    """The stored answers of these invocations that the tenant's receipts name and its
+    artifact volume holds; and the invocations whose answer may be on its way: the receipt
+    still open, or closed naming a file not found (written yet, or removed by retention)."""
+    async with runtime.sessions() as session:
+        rows = (
+            await session.execute(
+                select(
+                    col(_Receipt.invocation_id),
+                    col(_Receipt.output_artifact_ref),
+                    col(_Receipt.ended_at),
+                )
+                .where(col(_Receipt.tenant_id) == tenant)
+                .where(col(_Receipt.invocation_id).in_(answers))
+            )
+        ).all()
+    files = runtime.invoke.activities.files
+    named = [(answer, ref) for answer, ref, ended in rows if ref and ended is not None]
+    try:
+        read = await asyncio.gather(*(files.get(tenant, ref) for _, ref in named))
+    except OSError:  # the volume did not answer in time (store/artifact_files.py)
+        raise Problem(
+            503,
+            "The stored answers this request refers to could not be read; retry after the "
+            "indicated delay.",
+            headers={"Retry-After": str(STORE_RETRY_AFTER_SECONDS)},
+        ) from None
+    stored = {answer: data for (answer, _), data in zip(named, read, strict=True) if data}
+    late = {
+        answer for answer, ref, ended in rows if ended is None or (ref and answer not in stored)
+    }
+    return stored, late
+
+
+async def _settled(runtime: Runtime, tenant: str, answers: set[uuid.UUID]) -> None:
+    """Until these invocations' workflows have ended, at most FILED_WAIT_SECONDS: one that
+    ended long ago, or is gone from Temporal, answers at once."""
+    client = await runtime.temporal()
+    if client is None:
+        return
+
+    async def ended(answer: uuid.UUID) -> None:
+        handle = client.get_workflow_handle(invoke_workflow_id(tenant, answer))
+        # Failed, timed out, not found or not answering: the answer is read again either way.
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(handle.result(), FILED_WAIT_SECONDS)
+
+    await asyncio.gather(*(ended(answer) for answer in answers))
