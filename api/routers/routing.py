@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from sqlalchemy.exc import IntegrityError
 
 from api.deps import RuntimeDep, SessionDep, require
 from api.problems import Problem, invalid_body
@@ -124,6 +125,9 @@ async def get_policy(principal: Reader, session: SessionDep) -> TenantPolicy:
 
 @router.put("/factory/tenant-policy", response_model=TenantPolicy, operation_id="PutTenantPolicy")
 async def put_policy(body: PolicyBody, principal: Admin, runtime: RuntimeDep) -> TenantPolicy:
+    """Publish the revision and make it the tenant's policy. A revision names one set of rules
+    for good: one published before with other rules is a 409 naming `revision`; with the same
+    rules it is the policy again (a rollback to it)."""
     try:
         policy = TenantPolicy.model_validate(
             {**body.policy, "tenantId": principal.tenant_id, "revision": body.revision}
@@ -131,14 +135,29 @@ async def put_policy(body: PolicyBody, principal: Admin, runtime: RuntimeDep) ->
     except ValidationError as exc:
         raise invalid_body(exc, "policy") from None
     document = policy.model_dump(mode="json", by_alias=True, exclude={"tenant_id", "revision"})
+    taken = Problem(409, "This policy revision exists with other rules.", field="body.revision")
     try:
-        async with transaction(runtime.sessions) as session:
-            await routing_settings.put_policy(session, principal.tenant_id, body.revision, document)
+        await _publish(runtime, principal.tenant_id, body.revision, document)
     except routing_settings.PolicyRevisionTaken:
-        raise Problem(
-            409, "This policy revision exists with other rules.", field="body.revision"
-        ) from None
+        raise taken from None
+    except IntegrityError:
+        # Another PUT of this revision committed it between this one's read and its insert:
+        # the history's primary key decided, and this attempt wrote nothing. Once more, this
+        # PUT finds that one's rows, and is its replay or other rules under its revision, as
+        # had it come second; a second lost race is answered as taken too, never a 500.
+        try:
+            await _publish(runtime, principal.tenant_id, body.revision, document)
+        except (routing_settings.PolicyRevisionTaken, IntegrityError):
+            raise taken from None
     return policy
+
+
+async def _publish(
+    runtime: Runtime, tenant_id: str, revision: str, document: dict[str, Any]
+) -> None:
+    """One attempt in its own transaction: a refusal or a lost race leaves nothing written."""
+    async with transaction(runtime.sessions) as session:
+        await routing_settings.put_policy(session, tenant_id, revision, document)
 
 
 @router.get("/factory/routing/weights", response_model=Weights, operation_id="GetRoutingWeights")
