@@ -75,6 +75,11 @@ class Runtime:
         # Invoke and ResolveRoutePlan route through the one service.
         self.routes = Routes(self.sessions, self.snapshots)
         self.invoke = InvokeRuntime(settings, self.sessions, self.routes, self.statements)
+        # The console overview's figures, this process's (api/console/overview_cache.py).
+        # Imported here: the console's pages import this module.
+        from api.console.overview_cache import OverviewCache
+
+        self.overview_cache = OverviewCache()
         self._client: Client | None = None
         self._given = temporal_client
         self._lock = asyncio.Lock()

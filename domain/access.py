@@ -12,6 +12,11 @@ class Action(StrEnum):
     READ_DEPLOYMENTS = "read-deployments"
     MANAGE_DEPLOYMENTS = "manage-deployments"
     READ_RUNS = "read-runs"
+    # Every run's receipts of the tenant at once and their sums (the console's receipts list
+    # without a run, its overview): each project's run ids, idempotency keys, request hashes
+    # and spend. READ_RUNS is one run's, which its caller names by id, as a runtime knows its
+    # own run (GET /factory/runs/{runId}/model-receipts, the only receipts read REST has).
+    READ_TENANT_RECEIPTS = "read-tenant-receipts"
     INVOKE = "invoke"
 
 
@@ -23,6 +28,9 @@ _ALLOWED: dict[Action, frozenset[Role]] = {
     Action.READ_RUNS: frozenset(
         {Role.PLATFORM_ADMIN, Role.OPERATOR, Role.OBSERVER, Role.REQUESTER}
     ),
+    # The roles that watch the tenant's operations, as they list its deployments: a Requester
+    # (a runtime's service identity) reads its own runs, not its neighbours'.
+    Action.READ_TENANT_RECEIPTS: frozenset({Role.PLATFORM_ADMIN, Role.OPERATOR, Role.OBSERVER}),
     Action.INVOKE: frozenset({Role.REQUESTER, Role.PLATFORM_ADMIN, Role.OPERATOR}),
 }
 
@@ -33,3 +41,9 @@ def may(roles: frozenset[Role] | set[Role], action: Action) -> bool:
 
 def roles_for(action: Action) -> frozenset[Role]:
     return _ALLOWED[action]
+
+
+def reading_receipts(*, of_one_run: bool) -> Action:
+    """What a read of receipts takes: one run's, named by its id, the run's reader; any wider
+    (every run of the tenant, or its sums), one who may read the tenant's receipts at large."""
+    return Action.READ_RUNS if of_one_run else Action.READ_TENANT_RECEIPTS

@@ -693,10 +693,16 @@ async def test_a_requester_gets_what_the_api_gives_it(
         board = await session.get("/console")
         assert board.status_code == 403
         assert "needs the role Observer or Operator or PlatformAdmin" in board.text
-        receipts = await session.get("/console/receipts")
+        # Every run's receipts and the overview are the operators' (the API gives a Requester
+        # one run's receipts by its id).
+        refused = await session.get("/console/receipts")
+        assert refused.status_code == 403
+        assert "needs the role Observer or Operator or PlatformAdmin" in refused.text
+        assert (await session.get("/console/overview")).status_code == 403
+        receipts = await session.get("/console/receipts", run_id=str(uuid.uuid4()))
         assert receipts.status_code == 200
         # Its filter lists do not name the tenant's deployments, as the API does not list them.
-        assert "con/unlisted" not in receipts.text
+        assert "con/unlisted" not in receipts.text and "con/unlisted" not in refused.text
         assert (await session.get("/console/profiles")).status_code == 200
         assert (await session.get("/console/schedules")).status_code == 403
     finally:

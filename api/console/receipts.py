@@ -1,6 +1,10 @@
 """Receipts: the recent ones (or one run's), filterable by outcome, usage status, deployment and
 profile, and one receipt with every field. Receipts hold no content, only hashes and artifact
-references, and so does every page here."""
+references, and so does every page here.
+
+The tenant's receipts at large (every project's runs, keys and spend) are for the roles that
+watch its operations; a Requester opens one run's by its id, as the API gives it only
+/factory/runs/{runId}/model-receipts (domain.access.reading_receipts)."""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from api.console.render import page
 from api.console.session import ConsoleError, Operator, SignedIn
 from api.deps import RuntimeDep
 from api.routers.receipts import Receipt
-from domain.access import Action
+from domain.access import Action, reading_receipts
 from domain.enums import InvocationOutcome, Scope, UsageStatus
 from store import console_reads
 from store.tables import InvocationReceiptRow
@@ -62,6 +66,11 @@ async def receipt_list(
         "profile_id": profile_id or "",
         "run_id": run_id or "",
     }
+    # A run id typed, even one that is no UUID, is a read of one run (that one lists nothing
+    # and says why beside its field).
+    wants = reading_receipts(of_one_run=bool(run_id))
+    if not operator.may(Scope.RUNS_READ, wants):
+        return _one_run_only(request, operator, filters, wants)
     error, run, after = None, None, None
     try:
         run = uuid.UUID(run_id) if run_id else None
@@ -112,6 +121,37 @@ async def receipt_list(
         paged=after is not None,
         error=error,
         status=400 if error else 200,
+    )
+
+
+def _one_run_only(
+    request: Request, operator: Operator, filters: dict[str, str], wants: Action
+) -> Response:
+    """The refusal of the tenant's receipts at large, as a page with the filters and no
+    receipts: the run id field is the way to what its holder may read. Nothing is read for it
+    (the filter lists would name the tenant's deployments and profiles)."""
+    return page(
+        request,
+        "receipts.html",
+        operator,
+        title="Not allowed",
+        nav="receipts",
+        receipts=[],
+        outcomes=[o.value for o in InvocationOutcome],
+        statuses=[s.value for s in UsageStatus],
+        deployments=[filters["deployment_id"]] if filters["deployment_id"] else [],
+        profiles=[filters["profile_id"]] if filters["profile_id"] else [],
+        filters=filters,
+        limit=console_reads.ReceiptFilter().limit,
+        older=None,
+        paged=False,
+        error=None,
+        refused=(
+            f"Reading every run's receipts {operator.needs(wants)}. One run's receipts open "
+            "with its run id: enter it below (as the API's /factory/runs/{runId}/model-receipts "
+            "takes it)."
+        ),
+        status=403,
     )
 
 
