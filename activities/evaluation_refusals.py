@@ -16,7 +16,7 @@ from domain.enums import Modality
 from domain.invocation import Target
 from domain.lifecycle import can_evaluate
 from domain.suite import Suite, SuiteRequest
-from providers.errors import ErrorKind, ProviderError
+from providers.errors import ErrorKind, ProviderError, too_large_for_limit
 from providers.registry import adapter_kind
 from providers.secrets import SecretResolutionError
 from store.tables import ModelDeploymentRow
@@ -24,6 +24,8 @@ from store.tables import ModelDeploymentRow
 CANNOT_RUN = "CannotRun"
 # A provider that refuses the credentials, or does not know the model, will not do better on a
 # retry: the run stops and the operator is told. Other refusals are the model failing a case.
+# So is a request larger than the deployment's whole tokens-per-minute limit, though read as
+# quota (providers/errors.too_large_for_limit): a context case sized past a low tier's limit.
 _FATAL = {ErrorKind.AUTH, ErrorKind.NOT_FOUND, ErrorKind.UNSUPPORTED, ErrorKind.QUOTA}
 # A provider that refuses a case's plain request (a server option not enabled, a content filter
 # tripping on the suite's benign text) has not answered it wrongly: scored as the model's
@@ -139,7 +141,7 @@ def raise_unless_unanswered(
     unanswered, which its verifier scores. Reasons name the error's kind and status, never
     the provider's message (it may quote the request). `without_temperature`: the refused
     request carried none (the suite's temperature is not the cause)."""
-    if exc.kind in _FATAL:
+    if exc.kind in _FATAL and not too_large_for_limit(exc):
         raise ApplicationError(
             f"provider refused the evaluation ({exc.kind.value})",
             type=CANNOT_RUN,

@@ -105,7 +105,11 @@ class ThinkingParam(_Loose):
     """`adaptive` leaves the model to think or not; `enabled` (a budget to think with) and
     `between_tools` ask it to, in blocks this gateway never answers with (_thinking)."""
 
-    type: Literal["disabled", "enabled", "adaptive", "between_tools"]
+    # Read as all four, so that the two refused are refused saying why (_thinking); the schema
+    # lists the two taken.
+    type: Literal["disabled", "enabled", "adaptive", "between_tools"] = Field(
+        json_schema_extra={"enum": ["disabled", "adaptive"]}
+    )
     # Claude Code sends `adaptive` with `budget_tokens: 0`; `display` shapes thinking blocks.
     budget_tokens: int | None = Field(default=None, ge=0)
     display: Literal["summarized", "omitted"] | None = None
@@ -117,8 +121,12 @@ MAX_MESSAGES = 100_000
 
 class MessagesIn(_Loose):
     model: StoredName = Field(min_length=1, max_length=200, description="A profile id")
+    # Validated from 0, so that 0 is refused saying why (_refusals), not as a bare range error;
+    # the schema says what is taken (at least 1), which is what clients generated from it send.
     max_tokens: int = Field(
-        ge=0, description="Required, as in the Messages API; 0 is refused (_refusals)"
+        ge=0,
+        description="Required, as in the Messages API; at least 1",
+        json_schema_extra={"minimum": 1},
     )
     messages: list[MessageParam] = Field(min_length=1, max_length=MAX_MESSAGES)
     system: str | list[SystemBlock] | None = None

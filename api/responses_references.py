@@ -22,10 +22,12 @@ from domain.failures import STORE_RETRY_AFTER_SECONDS
 from domain.invocation import invoke_workflow_id
 from store.tables import InvocationReceiptRow
 
-# The answers one request may refer to: their receipts are read in one statement (whose
-# parameters the driver bounds) and their files one by one. An agent loop refers to each of
-# its steps' answers, a few hundred at most.
-MAX_REFERENCED_ANSWERS = 1000
+# The answers one request may refer to: their receipts are read in one statement and their
+# files one by one, through the artifact volume's small pool every call's answer is written
+# through (store/artifact_files.py, 4 threads): a thousand large answers queued ahead of other
+# tenants' writes long enough to fail them. The AI SDK refers to the text items of the
+# conversation's earlier answers; past this many, send the items themselves.
+MAX_REFERENCED_ANSWERS = 128
 _Receipt = InvocationReceiptRow
 
 
@@ -58,12 +60,16 @@ async def kept(runtime: Runtime, tenant: str, refs: list[str]) -> dict[str, dict
         # for the tenant's own receipts: ids of nothing cost no Temporal call.
         await _settled(runtime, tenant, late)
         stored |= (await _stored(runtime, tenant, late))[0]
-    items: dict[uuid.UUID, dict[str, dict[str, Any]]] = {
-        answer: kept_items(answer, data) for answer, data in stored.items()
-    }
+    # Parsed off the event loop: up to MAX_REFERENCED_ANSWERS stored answers, each as long as
+    # an answer may be, held every stream of the process while they were read.
+    items = await asyncio.to_thread(_items_of, stored)
     return {
         ref: items.get(answer, {}).get(ref) for ref, answer in answers.items() if answer is not None
     }
+
+
+def _items_of(stored: dict[uuid.UUID, bytes]) -> dict[uuid.UUID, dict[str, dict[str, Any]]]:
+    return {answer: kept_items(answer, data) for answer, data in stored.items()}
 
 
 async def _stored(

@@ -236,6 +236,15 @@ _QUOTA_HINTS = ("credit balance is too low",)
 _TOO_LARGE_FOR_LIMIT = ("request too large", "tokens per min")
 
 
+def too_large_for_limit(exc: ProviderError) -> bool:
+    """A quota refusal of the request's size, not of the account (_TOO_LARGE_FOR_LIMIT): no
+    deployment of that tier takes a request so large, as no window too small takes a prompt too
+    long, so an evaluation's case that meets it is failed, not the run (as an account out of
+    credit ends it)."""
+    text = (exc.reason or "").lower()
+    return exc.kind is ErrorKind.QUOTA and all(hint in text for hint in _TOO_LARGE_FOR_LIMIT)
+
+
 def kind_from_status(status: int, code: str | None, message: str | None) -> ErrorKind:
     """Status-code classification shared by every HTTP provider, refined by code and message."""
     code_l = (code or "").lower()

@@ -458,3 +458,27 @@ async def test_a_request_too_large_for_the_tpm_limit_moves_on_without_striking_t
     seen = Seen(upstream, OA_A, OA_B)
     resp, _ = await _call(http, auth, "pk-oa-solo")
     assert resp.status_code == 200 and seen() == (1, 0), resp.text
+
+
+def test_a_request_too_large_for_the_tpm_limit_fails_an_evaluation_case_not_the_run() -> None:
+    """Read as quota (no retry, no breaker strike, the next candidate), a request larger than a
+    low tier's whole tokens-per-minute limit ended an evaluation as "provider refused the
+    evaluation (quota)", a billing problem it is not: a context case sized past the tier's limit
+    is that case failed, as a window too small fails it. An account out of credit still ends
+    the run."""
+    from temporalio.exceptions import ApplicationError
+
+    from activities.evaluation_refusals import raise_unless_unanswered
+    from providers.errors import kind_from_status, too_large_for_limit
+
+    def refusal(status: int, code: str, message: str) -> ProviderError:
+        kind = kind_from_status(status, code, message)
+        return ProviderError(kind, provider="openai", status_code=status, code=code, reason=message)
+
+    too_large = refusal(429, "rate_limit_exceeded", TOO_LARGE)
+    assert too_large.kind is ErrorKind.QUOTA and too_large_for_limit(too_large)
+    raise_unless_unanswered(too_large, "context-32k")  # the case unanswered: its verifier scores it
+    broke = refusal(429, "insufficient_quota", "You exceeded your current quota.")
+    assert broke.kind is ErrorKind.QUOTA and not too_large_for_limit(broke)
+    with pytest.raises(ApplicationError, match=r"refused the evaluation \(quota\)"):
+        raise_unless_unanswered(broke, "context-32k")
