@@ -27,7 +27,7 @@ from activities.lifecycle_types import (
     UNREADABLE,
     RegisterCandidateResult,
 )
-from api.problems import Problem
+from api.problems import UNREADABLE_TYPE, Problem
 from core.security import Principal
 from domain.deployments import DeploymentRecord, DeploymentRegistration
 from domain.lifecycle import Transition, target_of
@@ -221,6 +221,7 @@ async def _transition(
                 "reads it (written before a rule was tightened, or by hand): correct the row "
                 "or the profile, then ask again.",
                 field="deploymentId",
+                type_=UNREADABLE_TYPE,
             ) from None
         if exc.kind == CONFLICT:
             raise Problem(

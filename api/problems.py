@@ -61,6 +61,11 @@ class Problem(Exception):
         self.extensions = extensions
 
 
+# A stored row (a deployment, a profile version) this version cannot read: written before a rule
+# was tightened, or by hand. One type wherever it is refused, so that a client matches it once.
+UNREADABLE_TYPE = "https://model-router.dev/problems/stored-record-unreadable"
+
+
 def problem_response(
     request: Request,
     status: int,

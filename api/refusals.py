@@ -8,10 +8,11 @@ from collections.abc import Callable
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from api.problems import Problem, problem_response
+from api.problems import UNREADABLE_TYPE, Problem, problem_response
 from routing.refusals import (
     NoneAvailable,
     PolicyDenied,
+    ProfileUnreadable,
     Refusal,
     RunPlannedForOtherData,
     RunPlannedWithoutNeed,
@@ -79,6 +80,15 @@ def problem_of(
 def unknown_profile(refused: UnknownProfile, field: str = "profileId") -> Problem:
     """Naming the field the surface took the profile id from (`body.model` on the SDKs'
     surfaces, where their clients look for `param: model`)."""
+    if isinstance(refused, ProfileUnreadable):
+        return Problem(
+            409,
+            f"Profile {refused.profile_id!r} has a stored version that does not read as this "
+            "version reads it (written before a rule was tightened, or by hand): it routes "
+            "nothing until the row is corrected.",
+            field=field,
+            type_=UNREADABLE_TYPE,
+        )
     return Problem(404, f"No active profile {refused.profile_id!r}.", field=field)
 
 

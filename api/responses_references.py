@@ -22,12 +22,14 @@ from domain.failures import STORE_RETRY_AFTER_SECONDS
 from domain.invocation import invoke_workflow_id
 from store.tables import InvocationReceiptRow
 
-# The answers one request may refer to: their receipts are read in one statement and their
-# files one by one, through the artifact volume's small pool every call's answer is written
-# through (store/artifact_files.py, 4 threads): a thousand large answers queued ahead of other
-# tenants' writes long enough to fail them. The AI SDK refers to the text items of the
-# conversation's earlier answers; past this many, send the items themselves.
-MAX_REFERENCED_ANSWERS = 128
+# The answers one request may refer to: their receipts are read in one statement. The AI SDK
+# refers to the text items of every earlier answer of a conversation, so a long one refers to
+# hundreds (a cap of 128 ended such a conversation for good at its 129th turn).
+MAX_REFERENCED_ANSWERS = 1000
+# Their files are read READS_AT_ONCE at a time: the artifact volume's pool is small (4 threads,
+# store/artifact_files.py) and every call's answer is written through it, and a thousand reads
+# queued at once held other tenants' writes past their bound.
+READS_AT_ONCE = 2
 _Receipt = InvocationReceiptRow
 
 
@@ -93,7 +95,13 @@ async def _stored(
     files = runtime.invoke.activities.files
     named = [(answer, ref) for answer, ref, ended in rows if ref and ended is not None]
     try:
-        read = await asyncio.gather(*(files.get(tenant, ref) for _, ref in named))
+        gate = asyncio.Semaphore(READS_AT_ONCE)
+
+        async def one(ref: str) -> bytes | None:
+            async with gate:
+                return await files.get(tenant, ref)
+
+        read = await asyncio.gather(*(one(ref) for _, ref in named))
     except OSError:  # the volume did not answer in time (store/artifact_files.py)
         raise Problem(
             503,

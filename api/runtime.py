@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import logging
 from datetime import timedelta
+from functools import partial
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from temporalio.client import Client
@@ -13,6 +14,7 @@ from temporalio.client import Client
 from api.client_auth import FailedSignIns
 from api.client_states import ClientStates
 from api.invoke_runtime import InvokeRuntime
+from core.bounded_refresh import BoundedRefresh
 from core.security import TokenVerifier
 from core.settings import Settings
 from core.temporal import connect
@@ -21,6 +23,7 @@ from routing.routes import Routes
 from routing.snapshots import SnapshotCache, StatsWindow
 from store.db import create_engine, session_factory
 from store.receipt_statements import ReceiptStatements
+from store.usage_gauge import recount_usage_unknown
 
 log = logging.getLogger("model_router.api")
 
@@ -64,6 +67,11 @@ class Runtime:
         # the addresses whose sign-ins keep failing (api/client_auth.py): this process's own.
         self.client_states = ClientStates(self.sessions)
         self.failed_sign_ins = FailedSignIns()
+        # The usage_unknown recount /metrics runs before a scrape, one at a time, waited on a
+        # bounded while (core/bounded_refresh.py); ended with the runtime.
+        self.usage_recount = BoundedRefresh(
+            partial(recount_usage_unknown, self.sessions, settings.reconciler_lookback_hours)
+        )
         self.snapshots = SnapshotCache(
             self.sessions,
             self.statements,
@@ -127,6 +135,7 @@ class Runtime:
             self._connector.cancel()
         await self._rotation.aclose()
         await self.invoke.stop()
+        await self.usage_recount.aclose()
         await self.statements.aclose()
         await self.engine.dispose()
         await self.hot_engine.dispose()

@@ -46,8 +46,10 @@ class BoundedRefresh:
             log.warning("metrics refresh failed: %s", type(exc).__name__)
 
     async def aclose(self) -> None:
-        """Ends a run still under way (at the process's shutdown)."""
+        """Ends a run still under way (at the process's shutdown), waiting for it at most the
+        bound: a cancelled recount still waits for its session's close on a hung server, and a
+        shutdown behind it would wait as long."""
         if self._run is not None and not self._run.done():
             self._run.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._run
+                await asyncio.wait({self._run}, timeout=self._wait)

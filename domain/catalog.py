@@ -173,4 +173,7 @@ class CatalogData(BaseModel):
     tenant_policies: tuple[TenantPolicy, ...] = Field(default=(), alias="tenantPolicies")
     pools: tuple[PoolStatus, ...] = ()
     profiles: tuple[ModelProfile, ...] = ()
+    # (tenant, profile) whose stored versions do not all read: left out of `profiles` whole, so
+    # that the profile routes nothing (a refusal saying why) rather than on an older version.
+    unreadable_profiles: tuple[tuple[str, str], ...] = Field(default=(), alias="unreadableProfiles")
     shared_tenant_ids: frozenset[str] = Field(default=frozenset(), alias="sharedTenantIds")

@@ -59,6 +59,7 @@ class CatalogSnapshot:
         "_pricebooks",
         "_profiles",
         "_shared",
+        "_unreadable",
         "current_pricebook",
         "data",
         "version",
@@ -68,6 +69,7 @@ class CatalogSnapshot:
         self.data = data
         self.version = data.version
         self._shared: tuple[str, ...] = tuple(sorted(data.shared_tenant_ids))
+        self._unreadable = frozenset(data.unreadable_profiles)
         self._pricebooks: dict[str, Pricebook] = _unique(
             data.pricebooks, lambda p: p.revision, "pricebook revision"
         )
@@ -188,6 +190,13 @@ class CatalogSnapshot:
             if active:
                 return max(active, key=lambda p: version_order(p.version))
         return None
+
+    def unreadable(self, tenant_id: str, profile_id: str) -> bool:
+        """Whether a stored version of the profile, as the tenant sees it, does not read (the
+        catalog left it out whole: CatalogData.unreadable_profiles)."""
+        return any(
+            (owner, profile_id) in self._unreadable for owner in self.visible_tenants(tenant_id)
+        )
 
     def profile_visible(self, tenant_id: str, profile: ModelProfile) -> bool:
         return profile.tenant_id == tenant_id or profile.tenant_id in self._shared

@@ -10,7 +10,7 @@ from domain.invocation import Target
 from domain.planner import PlanRequest
 from domain.profiles import ModelProfile
 from domain.route_plan import PlanConstraints
-from routing.refusals import UnknownProfile, unhealthy_ids
+from routing.refusals import UnknownProfile
 from routing.snapshots import CatalogView
 
 
@@ -50,11 +50,13 @@ def chain_waiting_on(
     constraints: PlanConstraints,
     have: set[str],
 ) -> list[str]:
-    """The fallback chain's deployments that may take the call but cannot now (unhealthy,
-    Degraded, their pool draining or their breaker open): what a run whose own plan cannot take
-    a call waits on, when the chain has no target for it this moment. Refused as its plan's
-    refusal meanwhile (a 409 `run-plan-retired`, "for good"), such a run was told to stop while
-    its chain would have served it a minute later."""
+    """The fallback chain's deployments that would take the call were they well, but are not
+    routable now (Degraded, unhealthy, their pool draining or offline): what a run whose own
+    plan cannot take a call waits on, when the chain has no target for it this moment. Refused
+    as its plan's refusal meanwhile (a 409 `run-plan-retired`, "for good"), such a run was told
+    to stop while its chain would have served it a minute later. Each is decided as if every
+    deployment were well, so a deployment the policy, a region or a threshold would refuse
+    anyway is never waited on."""
     if not profile.fallback_enabled:
         return []
     waiting: list[str] = []
@@ -65,10 +67,9 @@ def chain_waiting_on(
             continue
         if other.embedding_compatibility != profile.embedding_compatibility:
             continue
-        plan = view.decide(other, needs)
         waiting += [
             d
-            for d in [*plan.candidate_ids, *unhealthy_ids(plan)]
+            for d in view.well_candidates(other, needs)
             if d not in have
             and d not in waiting
             and satisfies_constraints(view.snapshot, view.tenant_id, d, constraints)

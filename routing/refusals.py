@@ -22,6 +22,17 @@ class UnknownProfile(Refusal):
         self.profile_id = profile_id
 
 
+class ProfileUnreadable(UnknownProfile):
+    """A stored version of the profile does not read as this version reads it (written before
+    a rule was tightened, or by hand): the profile routes nothing until its row is corrected.
+    Left out alone, its newest version's absence routed new runs on an older one, its
+    tightening lost, and a run pinned to it failed every call with a 500."""
+
+    def __init__(self, profile_id: str) -> None:
+        Refusal.__init__(self, f"profile {profile_id} has a stored version that does not read")
+        self.profile_id = profile_id
+
+
 class WrongModality(Refusal):
     """The profile is of another modality than the operation needs: the caller's mistake,
     refused before any plan is pinned, adapter called or receipt written."""

@@ -21,7 +21,7 @@ from domain.profiles import ModelProfile
 from domain.route_plan import RoutePlanResult
 from domain.scoring import Weights
 from domain.snapshot import CatalogSnapshot
-from routing.refusals import UnknownProfile, self_clearing
+from routing.refusals import ProfileUnreadable, UnknownProfile, self_clearing
 from store.catalog_loader import load_catalog, load_stats, load_weights
 from store.receipt_statements import ReceiptStatements
 
@@ -174,7 +174,7 @@ class CatalogView:
         """The newest active version, for a call that decides a plan."""
         profile = self.snapshot.profile(self.tenant_id, profile_id)
         if profile is None:
-            raise UnknownProfile(profile_id)
+            raise self._unknown(profile_id)
         return profile
 
     def profile_at(self, profile_id: str, version: str) -> ModelProfile:
@@ -182,10 +182,17 @@ class CatalogView:
         keeps the fallback rules and price basis it started with even after that version is
         retired or superseded."""
         profile = self.snapshot.profile(self.tenant_id, profile_id, version)
+        if profile is None and self.snapshot.unreadable(self.tenant_id, profile_id):
+            raise ProfileUnreadable(profile_id)
         if profile is None:
             # Versions are never deleted: a plan naming a missing one is a broken store.
             raise LookupError(f"route plan names profile {profile_id} version {version}")
         return profile
+
+    def _unknown(self, profile_id: str) -> UnknownProfile:
+        if self.snapshot.unreadable(self.tenant_id, profile_id):
+            return ProfileUnreadable(profile_id)
+        return UnknownProfile(profile_id)
 
     def decide(self, profile: ModelProfile, request: PlanRequest) -> RoutePlanResult:
         # Pure: the planner does no I/O.
@@ -208,6 +215,18 @@ class CatalogView:
         )
         ids = [c.deployment_id for c in well.to_result().candidates]
         return ids[0] if ids else first
+
+    def well_candidates(self, profile: ModelProfile, request: PlanRequest) -> list[str]:
+        """The candidates a decision would have were no deployment Degraded or unhealthy and
+        every pool serving: each one checked as a decision checks it (the tenant policy for the
+        call's data, regions, thresholds, the budget), which an exclusion for health, made
+        first, never was."""
+        if not self._healed:
+            self._healed.append(CatalogSnapshot(healed(self.snapshot.data)))
+        well = plan_route(
+            self._healed[0], profile, request, now=datetime.now(UTC), weights=self.weights
+        )
+        return [c.deployment_id for c in well.to_result().candidates]
 
     def passed_over(self, plan: RoutePlanResult | None, deployment_id: str) -> str | None:
         """Why `deployment_id` is not called now: its exclusion in the decision, or (on a

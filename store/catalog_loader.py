@@ -85,6 +85,7 @@ async def load_catalog(
             select(ModelProfileRow).where(col(ModelProfileRow.tenant_id) == tenant_id)
         )
     ).all()
+    routed, unreadable = _readable(p for p in profiles if p.status in _ROUTED)
     scores = await current_scores(session, tenant_id, deployments)
     # What a profile whose priceBasis names no published revision is priced at, by routing,
     # admission and the receipt alike. Read before the revisions: every revision is read after
@@ -132,28 +133,40 @@ async def load_catalog(
         pricebooks=tuple(books),
         current_pricing_revision=current,
         tenant_policies=(await load_policy(session, tenant_id),),
-        profiles=_readable(p for p in profiles if p.status in _ROUTED),
+        profiles=routed,
+        unreadable_profiles=unreadable,
     )
 
 
 _ROUTED = (ProfileStatus.ACTIVE, ProfileStatus.RETIRED)
 
 
-def _readable(rows: Iterable[ModelProfileRow]) -> tuple[ModelProfile, ...]:
-    """The profile versions that read as this version reads them. One that does not (written
-    before a rule was tightened, or by hand) is left out, with a warning naming it: it routes
-    nothing until its row is corrected, as its REST read says (a 409). Read regardless, its
-    ValidationError failed the tenant's whole snapshot, and every call of every profile of the
-    tenant with it."""
-    readable: list[ModelProfile] = []
+def _readable(
+    rows: Iterable[ModelProfileRow],
+) -> tuple[tuple[ModelProfile, ...], tuple[tuple[str, str], ...]]:
+    """The profiles whose every routed version reads as this version reads them, and the
+    (tenant, profile) of the others. A profile with a version that does not (written before a
+    rule was tightened, or by hand) is left out whole, with a warning naming the version: it
+    routes nothing until the row is corrected, a refusal saying so (routing/refusals
+    ProfileUnreadable), as its REST read does. Read regardless, its ValidationError failed the
+    tenant's whole snapshot, every call of every profile of the tenant; left out alone, new runs
+    took its older version, whatever the newer one had tightened."""
+    readable: dict[tuple[str, str], list[ModelProfile]] = {}
+    unreadable: set[tuple[str, str]] = set()
     for row in rows:
+        key = (row.tenant_id, row.profile_id)
         try:
-            readable.append(ModelProfile.model_validate(row))
+            readable.setdefault(key, []).append(ModelProfile.model_validate(row))
         except ValidationError:
+            unreadable.add(key)
             log.warning(
-                "profile %s version %s of tenant %s does not read: left out of routing",
+                "profile %s version %s of tenant %s does not read: the profile is left out of "
+                "routing",
                 row.profile_id,
                 row.version,
                 row.tenant_id,
             )
-    return tuple(readable)
+    profiles = tuple(
+        p for key, versions in readable.items() if key not in unreadable for p in versions
+    )
+    return profiles, tuple(sorted(unreadable))

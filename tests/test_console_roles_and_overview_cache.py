@@ -127,6 +127,16 @@ async def test_a_requester_opens_its_runs_receipts_but_not_the_tenants(
         own = await requester.get("/console/receipts", run_id=str(mine))
         assert own.status_code == 200, own.text[:300]
         assert _listed(own.text) == {str(my_receipt)}
+        # One receipt: of its run, named as its run's list links it; another run's, or any
+        # without its run named, is no receipt (invocation ids follow idempotency keys, which
+        # a neighbour may guess).
+        opened = await requester.get(f"/console/receipts/{my_receipt}", run_id=str(mine))
+        assert opened.status_code == 200, opened.text[:300]
+        assert f"/console/receipts/{my_receipt}?run_id={mine}" in own.text
+        unnamed = await requester.get(f"/console/receipts/{my_receipt}")
+        assert unnamed.status_code == 404, unnamed.text[:300]
+        guessed = await requester.get(f"/console/receipts/{their_receipt}", run_id=str(mine))
+        assert guessed.status_code == 404, guessed.text[:300]
         # A run id that is no UUID is said beside its field, as to anyone: nothing listed.
         bad = await requester.get("/console/receipts", run_id="not-a-run")
         assert bad.status_code == 400 and not _listed(bad.text)

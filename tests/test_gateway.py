@@ -484,26 +484,36 @@ async def test_a_profile_row_that_does_not_read_routes_nothing_and_stops_no_othe
 ) -> None:
     """A profile version written before a rule was tightened, or by hand, failed the tenant's
     whole catalog snapshot as it was read: every call of every profile of the tenant failed.
-    It is left out of routing alone, as its REST read is a 409 saying to correct the row."""
+    Left out alone, a newest version that did not read routed new runs on the version before
+    it, whatever it had tightened. The profile routes nothing, a 409 saying why, and the
+    tenant's other profiles route as before."""
     from sqlalchemy import update
     from sqlmodel import col
 
     from store.db import transaction
     from store.tables import ModelProfileRow
 
-    event = profile_event("gw-unreadable", ["gw/chat"], {"tool-calling": 0.8})
-    assert (await publish(http, auth, event)).status_code == 200
+    for version in ("1", "2"):
+        event = profile_event("gw-unreadable", ["gw/chat"], {}, version=version)
+        assert (await publish(http, auth, event)).status_code == 200
+    broken = {"profileId": "gw-unreadable", "request": _chat()}
+    assert (await http.post("/gateway/invoke", headers=auth, json=broken)).status_code == 200
     async with transaction(sessions) as session:
         await session.execute(
             update(ModelProfileRow)
             .where(col(ModelProfileRow.tenant_id) == tenant)
             .where(col(ModelProfileRow.profile_id) == "gw-unreadable")
+            .where(col(ModelProfileRow.version) == "2")
             .values(required_capabilities={"tool-calling": "very-high"})
         )
-    answered = await http.post(
-        "/gateway/invoke", headers=auth, json={"profileId": "gw", "request": _chat()}
-    )
+    # The row written behind the catalog's back: a publish elsewhere moves the version.
+    other = profile_event("gw-other", ["gw/chat"], {})
+    assert (await publish(http, auth, other)).status_code == 200
+    fine = {"profileId": "gw", "request": _chat()}
+    answered = await http.post("/gateway/invoke", headers=auth, json=fine)
     assert answered.status_code == 200, answered.text
-    broken = {"profileId": "gw-unreadable", "request": _chat()}
     refused = await http.post("/gateway/invoke", headers=auth, json=broken)
-    assert refused.status_code == 404, refused.text
+    assert refused.status_code == 409, refused.text
+    problem = refused.json()
+    assert problem["type"].endswith("/stored-record-unreadable"), problem
+    assert "very-high" not in refused.text

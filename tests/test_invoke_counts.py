@@ -92,12 +92,13 @@ async def test_a_call_its_workflow_closed_while_it_ran_is_counted_once(
     async with workers(own, sessions) as client, serve(own, client) as api:
         async with httpx.AsyncClient(base_url=api.url, timeout=90) as own_http:
             # Held until the test releases it.
+            seen = upstream.requests(model)
             upstream.inject(model, Fault(kind=FaultKind.SLOW_FIRST_TOKEN, delay=60, times=1))
             before = metrics.invocations.value(failed)
             body = {"profileId": profile, "idempotencyKey": key, "request": _chat()}
             call = asyncio.create_task(own_http.post("/gateway/invoke", headers=auth, json=body))
 
-            await eventually(lambda: upstream.requests(model) > 0, timeout=10, interval=0.02)
+            await eventually(lambda: upstream.requests(model) > seen, timeout=10, interval=0.02)
             data = await _started_with(client, tenant, key)
             closes = WorkflowCloses(ReceiptStatements(sessions.kw["bind"]))
             closed = await closes.close_abandoned(data)

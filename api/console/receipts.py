@@ -167,8 +167,15 @@ async def _page_start(session: AsyncSession, tenant_id: str, before: str) -> Inv
 
 @router.get("/receipts/{invocation_id}", response_class=HTMLResponse)
 async def receipt_page(
-    request: Request, invocation_id: str, operator: SignedIn, runtime: RuntimeDep
+    request: Request,
+    invocation_id: str,
+    operator: SignedIn,
+    runtime: RuntimeDep,
+    run_id: Annotated[str | None, Query(max_length=100)] = None,
 ) -> Response:
+    """One receipt. A reader of one run's receipts (a Requester) opens those of the run it
+    names (`run_id`, as its run's list links them), not any of the tenant's: invocation ids are
+    derived from idempotency keys, which a neighbour's may guess."""
     _read(operator)
     try:
         iid = uuid.UUID(invocation_id)
@@ -176,7 +183,11 @@ async def receipt_page(
         raise ConsoleError(404, f"No receipt {invocation_id!r}.") from None
     async with runtime.sessions() as session:
         row = await console_reads.receipt(session, operator.tenant_id, iid)
-        if row is None:
+        of_its_run = row is not None and run_id is not None and str(row.run_id) == run_id
+        if row is None or not operator.may(
+            Scope.RUNS_READ, reading_receipts(of_one_run=of_its_run)
+        ):
+            # The same answer whether it exists or not: a guess learns nothing.
             raise ConsoleError(404, f"No receipt {invocation_id!r}.")
         settled = await console_reads.reconciliations(session, operator.tenant_id, iid)
     receipt = Receipt.model_validate(row)

@@ -15,7 +15,7 @@ from api import evaluations, lifecycle
 from api.deps import RuntimeDep, SessionDep, TemporalDep, require
 from api.evaluations import EvaluationView
 from api.idempotency import IdempotencyKey, IdempotencyStore, request_hash
-from api.problems import Problem, field_refused
+from api.problems import UNREADABLE_TYPE, Problem, field_refused
 from api.schemas import ApproveBody, DeploymentView
 from api.views import deployment_views
 from core.security import Principal
@@ -38,7 +38,6 @@ router = APIRouter(prefix="/factory/model-deployments", tags=["deployments"])
 
 Admin = Annotated[Principal, Depends(require(Scope.MODELS_ADMIN, Action.MANAGE_DEPLOYMENTS))]
 Viewer = Annotated[Principal, Depends(require(Scope.MODELS_ADMIN, Action.READ_DEPLOYMENTS))]
-UNREADABLE_TYPE = "https://model-router.dev/problems/stored-record-unreadable"
 
 
 def _reads(row: ModelDeploymentRow) -> bool:

@@ -8,8 +8,6 @@ rely on OTLP export instead."""
 from __future__ import annotations
 
 import logging
-from functools import partial
-from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -18,9 +16,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from api.deps import RuntimeDep
 from api.problems import problem_response
-from core.bounded_refresh import BoundedRefresh
 from core.scrape_auth import scrape_allowed
-from store.usage_gauge import recount_usage_unknown as recount
 
 log = logging.getLogger(__name__)
 
@@ -37,18 +33,6 @@ async def metrics(request: Request, runtime: RuntimeDep) -> Response:
             headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
         )
     registry: CollectorRegistry = request.app.state.metrics_registry
-    await recount_usage_unknown(runtime, request.app.state)
+    # One recount at a time, waited on at most 2 s: a hung store leaves the last count.
+    await runtime.usage_recount()
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
-
-
-async def recount_usage_unknown(runtime: RuntimeDep, holder: Any) -> None:
-    """The usage_unknown gauge from the store before a scrape, waited on for a bounded time,
-    one recount at a time (core/bounded_refresh.py; the refresh kept on `holder`, the app's
-    state): a store that does not answer in time leaves the last count, and the scrape still
-    succeeds."""
-    refresh: BoundedRefresh | None = getattr(holder, "usage_recount", None)
-    if refresh is None:
-        lookback = runtime.settings.reconciler_lookback_hours
-        refresh = BoundedRefresh(partial(recount, runtime.sessions, lookback))
-        holder.usage_recount = refresh
-    await refresh()

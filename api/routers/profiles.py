@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 
 from api.deps import SessionDep, require
-from api.problems import Problem
+from api.problems import UNREADABLE_TYPE, Problem
 from api.schemas import AllowedDeployment, ProfileDetail
 from api.views import evidence_summary
 from core.security import Principal
@@ -92,7 +92,7 @@ async def get_profile(
             "reads it (written before a rule was tightened, or by hand): correct the row, then "
             "ask again.",
             field="profileId",
-            type_=_TYPE + "stored-record-unreadable",
+            type_=UNREADABLE_TYPE,
         )
     deployments = ModelDeploymentRepository(session, principal.tenant_id)
     found = {d.deployment_id: d for d in await deployments.list()}
