@@ -19,10 +19,11 @@ import json
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
 
+from api.anthropic_thinking import ThinkingParam, check_context_management, check_thinking
 from api.openai_shapes import field_errors
+from api.problems import body_refused as _refuse
 from domain.text import StoredName
 from providers.types import (
     ChatRequest,
@@ -101,20 +102,6 @@ class ToolChoiceParam(_Loose):
     disable_parallel_tool_use: bool | None = None
 
 
-class ThinkingParam(_Loose):
-    """`adaptive` leaves the model to think or not; `enabled` (a budget to think with) and
-    `between_tools` ask it to, in blocks this gateway never answers with (_thinking)."""
-
-    # Read as all four, so that the two refused are refused saying why (_thinking); the schema
-    # lists the two taken.
-    type: Literal["disabled", "enabled", "adaptive", "between_tools"] = Field(
-        json_schema_extra={"enum": ["disabled", "adaptive"]}
-    )
-    # Claude Code sends `adaptive` with `budget_tokens: 0`; `display` shapes thinking blocks.
-    budget_tokens: int | None = Field(default=None, ge=0)
-    display: Literal["summarized", "omitted"] | None = None
-
-
 # As many messages as the Messages API takes in one request.
 MAX_MESSAGES = 100_000
 
@@ -158,12 +145,6 @@ class CountTokensIn(_Loose):
 
 
 _MESSAGES_FIELDS = frozenset(MessagesIn.model_fields)
-
-
-def _refuse(loc: tuple[str | int, ...], message: str) -> RequestValidationError:
-    return RequestValidationError(
-        [{"type": "value_error", "loc": ("body", *loc), "msg": message, "input": None}]
-    )
 
 
 def _breakpoint(marker: CacheControl | None) -> dict[str, Any] | None:
@@ -360,8 +341,8 @@ def _refusals(body: MessagesIn | CountTokensIn) -> None:
         for name in sorted(k for k, v in tool_extra.items() if v is not None):
             if name not in _TOOL_HINTS:
                 raise _refuse(("tools", index, name), "unsupported tool parameter")
-    _thinking(body.thinking)
-    _context_management(extra.get("context_management"))
+    check_thinking(body.thinking)
+    check_context_management(extra.get("context_management"))
     if isinstance(body, MessagesIn) and body.max_tokens == 0:
         # The SDK's way to write the prompt cache with no answer: a provider call billed for
         # nothing this gateway can give back, and an Anthropic-only one.
@@ -370,47 +351,6 @@ def _refusals(body: MessagesIn | CountTokensIn) -> None:
             "0 asks to pre-warm the prompt cache without an answer, which this gateway does not"
             " do: send at least 1",
         )
-
-
-def _thinking(thinking: ThinkingParam | None) -> None:
-    """`adaptive` is leave to think, not a demand: the answer is given without thinking, as it
-    may be. It is not passed on: the normalised request has no place for it, and an Anthropic
-    deployment that thought would answer with thinking blocks, which this surface has no way
-    to give, nor to take back in the next turn's history (with thinking on, Anthropic refuses
-    a tool loop's history without them). `enabled` and `between_tools` ask for that thinking."""
-    if thinking is None:
-        return
-    for name in sorted(k for k, v in (thinking.model_extra or {}).items() if v is not None):
-        raise _refuse(("thinking", name), "unknown or unsupported parameter")
-    if thinking.type not in ("disabled", "adaptive"):
-        raise _refuse(
-            ("thinking", "type"),
-            "thinking cannot be returned by this gateway: send adaptive (answered without"
-            " thinking) or disabled",
-        )
-
-
-def _context_management(config: Any) -> None:
-    """Context edits: `clear_thinking_*` clears thinking blocks from the history, and none ever
-    exists here (they are refused in a history and never answered), so it changes nothing and
-    is taken (Claude Code sends it on every turn). Any other edit (`clear_tool_uses_*`,
-    `compact_*`) changes what the model is shown, which the normalised request cannot carry."""
-    if config is None:
-        return
-    if not isinstance(config, dict):
-        raise _refuse(("context_management",), "must be an object")
-    for name in sorted(k for k, v in config.items() if k != "edits" and v is not None):
-        raise _refuse(("context_management", name), "unknown or unsupported parameter")
-    edits = config.get("edits") or []
-    if not isinstance(edits, list):
-        raise _refuse(("context_management", "edits"), "must be a list of edits")
-    for i, edit in enumerate(edits):
-        kind = edit.get("type") if isinstance(edit, dict) else None
-        if not isinstance(kind, str) or not kind.startswith("clear_thinking_"):
-            raise _refuse(
-                ("context_management", "edits", i, "type"),
-                "only clear_thinking edits can be mapped (no thinking is kept here to clear)",
-            )
 
 
 def _marked(blocks: list[ContentBlock], cache: CacheControl | None) -> list[ContentBlock]:

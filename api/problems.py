@@ -131,6 +131,15 @@ def field_refused(field: str, message: str, detail: str) -> Problem:
     return Problem(422, detail, type_=VALIDATION, errors=[{"field": field, "message": message}])
 
 
+def body_refused(loc: tuple[str | int, ...], message: str) -> RequestValidationError:
+    """A field of the body a surface's mapping refuses (what its model took but the normalised
+    request cannot carry): the request's own validation error, naming `body.<loc>`, never the
+    value given."""
+    return RequestValidationError(
+        [{"type": "value_error", "loc": ("body", *loc), "msg": message, "input": None}]
+    )
+
+
 def invalid_body(exc: ValidationError, *loc: str) -> RequestValidationError:
     """A part of the body validated in the route (not by FastAPI) refused as the request's own
     validation refuses: a 422 naming each field under `body.<loc>`, never with the value

@@ -24,11 +24,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.anthropic_shapes import joined_texts
 from api.openai_shapes import field_errors
+from api.problems import body_refused as _refuse
 from domain.text import StoredName
 from providers.types import (
     ChatRequest,
@@ -114,12 +114,6 @@ class ResponsesIn(_Loose):
     metadata: dict[str, str] | None = None
     # Null asks for nothing (the SDK's non-stream overload types it Optional): a whole answer.
     stream: bool | None = None
-
-
-def _refuse(loc: tuple[str | int, ...], message: str) -> RequestValidationError:
-    return RequestValidationError(
-        [{"type": "value_error", "loc": ("body", *loc), "msg": message, "input": None}]
-    )
 
 
 def _refusals(body: ResponsesIn) -> None:
