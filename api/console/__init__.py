@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.console import (
     auth_pages,
+    deployment_actions,
     deployments,
     overview,
     profiles,
@@ -34,7 +35,15 @@ Handler = Callable[[Request, Any], Response | Awaitable[Response]]
 PageOf = Callable[[Exception], ConsoleError | None]
 
 router = APIRouter(include_in_schema=False)
-for module in (auth_pages, deployments, profiles, receipts, overview, schedules):
+for module in (
+    auth_pages,
+    deployments,
+    deployment_actions,
+    profiles,
+    receipts,
+    overview,
+    schedules,
+):
     router.include_router(module.router, prefix=PATH)
 
 

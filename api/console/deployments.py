@@ -1,5 +1,6 @@
-"""The deployments board, a deployment's page, and its actions (record license, evaluate,
-approve, retire), each behind a confirmation page and a CSRF-checked POST.
+"""The deployments board, a deployment's page and its evaluation panel, and what the
+actions' module (`deployment_actions.py`) shares with them: the actions a state offers, what
+each says once done, and who may read or manage deployments.
 
 Every action goes through the same service the REST router uses (`api/lifecycle.py`,
 `api/evaluations.py`): the lifecycle workflow decides what is legal and words every refusal;
@@ -7,30 +8,24 @@ the console shows those words."""
 
 from __future__ import annotations
 
-import re
-import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any
-from urllib.parse import quote
 
-from fastapi import APIRouter, Form, Query, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse, Response
 from pydantic import ValidationError
 
-from activities.lifecycle_types import ApproveRequest
-from api import evaluations, lifecycle
+from api import evaluations
 from api.console.profiles import readable, unreadable_profile
-from api.console.render import SECURITY_HEADERS, page
-from api.console.session import Changing, ConsoleError, Operator, SignedIn
+from api.console.render import page
+from api.console.session import ConsoleError, Operator, SignedIn
 from api.deps import RuntimeDep
-from api.problems import Problem
 from api.runtime import Runtime
 from api.views import deployment_views
 from core.schedule_spec import period_minutes
 from domain.access import Action
-from domain.approval import IntendedUse, evidence_refusals
-from domain.deployments import LicenseMetadata
+from domain.approval import evidence_refusals
 from domain.enums import Capability, DeploymentState, Scope
 from domain.health import probe_stale
 from domain.lifecycle import Transition, transitions_from
@@ -49,7 +44,7 @@ ACTIONS = {
 }
 # What each action asks of the lifecycle: a page offers only those its state takes (Approve
 # was offered on a Retired deployment, and a double click showed the second click's refusal).
-_TRANSITION = {
+TRANSITION = {
     "license": Transition.RECORD_LICENSE,
     "evaluate": Transition.RECORD_EVIDENCE,
     "approve": Transition.APPROVE,
@@ -62,13 +57,9 @@ DONE = {
     "approve": "Approve: done",
     "retire": "Retire: done",
 }
-_KEY = re.compile(r"^[A-Za-z0-9._:/-]{1,200}$")
-# A Retire reason's bound against abuse only: past the form's maxlength (lifecycle.REASON_MAX)
-# the audit line cuts it, rather than the Retire being refused (a 400 from a non-browser client).
-_REASON_BOUND = 4_000
 
 
-def _read(operator: Operator) -> None:
+def check_read(operator: Operator) -> None:
     if not operator.may(Scope.MODELS_ADMIN, Action.READ_DEPLOYMENTS):
         raise ConsoleError(
             403,
@@ -76,7 +67,7 @@ def _read(operator: Operator) -> None:
         )
 
 
-def _manage(operator: Operator) -> None:
+def check_manage(operator: Operator) -> None:
     if not operator.may(Scope.MODELS_ADMIN, Action.MANAGE_DEPLOYMENTS):
         raise ConsoleError(
             403,
@@ -120,7 +111,7 @@ def _unreadable_detail(deployment_id: str, exc: ValidationError) -> str:
 
 @router.get("", response_class=HTMLResponse)
 async def board(request: Request, operator: SignedIn, runtime: RuntimeDep) -> Response:
-    _read(operator)
+    check_read(operator)
     async with runtime.sessions() as session:
         rows, unreadable = _readable(
             list(await ModelDeploymentRepository(session, operator.tenant_id).list())
@@ -159,7 +150,7 @@ def _stale_probes(
     }
 
 
-async def _deployment_context(
+async def deployment_context(
     runtime: Runtime, operator: Operator, deployment_id: str
 ) -> tuple[str, dict[str, Any]]:
     """The deployment page's template and context: the page itself, or, for a row that does
@@ -189,7 +180,7 @@ async def _deployment_context(
         await runtime.temporal(), runtime.sessions, tenant, deployment_id
     )
     actions = {
-        k: label for k, label in ACTIONS.items() if _TRANSITION[k] in transitions_from(row.state)
+        k: label for k, label in ACTIONS.items() if TRANSITION[k] in transitions_from(row.state)
     }
     can_manage = operator.may(Scope.MODELS_ADMIN, Action.MANAGE_DEPLOYMENTS)
     if view is None:
@@ -238,8 +229,8 @@ async def deployment_page(
     id: Annotated[str, Query(max_length=200)],
     done: Annotated[str | None, Query(max_length=20)] = None,
 ) -> Response:
-    _read(operator)
-    template, context = await _deployment_context(runtime, operator, id)
+    check_read(operator)
+    template, context = await deployment_context(runtime, operator, id)
     return page(
         request,
         template,
@@ -259,7 +250,7 @@ async def evaluation_fragment(
     id: Annotated[str, Query(max_length=200)],
 ) -> Response:
     """The evaluation panel alone, which the page's script re-fetches while one runs."""
-    _read(operator)
+    check_read(operator)
     async with runtime.sessions() as session:
         if await ModelDeploymentRepository(session, operator.tenant_id).get(id) is None:
             raise ConsoleError(404, f"No deployment {id!r}.")
@@ -274,178 +265,3 @@ async def evaluation_fragment(
         evaluation=evaluation,
         deployment_id=id,
     )
-
-
-@router.get("/deployment/confirm", response_class=HTMLResponse)
-async def confirm(
-    request: Request,
-    operator: SignedIn,
-    runtime: RuntimeDep,
-    id: Annotated[str, Query(max_length=200)],
-    action: Annotated[str, Query(max_length=20)],
-) -> Response:
-    _read(operator)
-    if action not in ACTIONS:
-        raise ConsoleError(404, f"No action {action!r}.")
-    async with runtime.sessions() as session:
-        row = await ModelDeploymentRepository(session, operator.tenant_id).get(id)
-    if row is None:
-        raise ConsoleError(404, f"No deployment {id!r}.")
-    return page(
-        request,
-        "confirm.html",
-        operator,
-        title=f"{ACTIONS[action]} {id}?",
-        nav="board",
-        action=action,
-        action_label=ACTIONS[action],
-        deployment=row,
-        license=row.license_metadata or {},
-        intended_uses=[u.value for u in IntendedUse],
-        idempotency_key=uuid.uuid4().hex,
-        can_manage=operator.may(Scope.MODELS_ADMIN, Action.MANAGE_DEPLOYMENTS),
-        manage_needs=operator.needs(Action.MANAGE_DEPLOYMENTS),
-        reason_max=lifecycle.REASON_MAX,
-    )
-
-
-async def _refused(
-    request: Request, runtime: Runtime, operator: Operator, deployment_id: str, problem: Problem
-) -> Response:
-    template, context = await _deployment_context(runtime, operator, deployment_id)
-    return page(
-        request,
-        template,
-        operator,
-        title=f"Deployment {deployment_id}",
-        nav="board",
-        status=problem.status,
-        problem=problem,
-        refusals=problem.extensions.get("refusals") or [],
-        **context,
-    )
-
-
-def _done(deployment_id: str, action: str) -> Response:
-    return RedirectResponse(
-        f"/console/deployment?id={quote(deployment_id, safe='')}&done={action}",
-        status_code=303,
-        headers=SECURITY_HEADERS,
-    )
-
-
-async def _temporal(runtime: Runtime) -> Any:
-    client = await runtime.temporal()
-    if client is None:
-        raise ConsoleError(503, "Temporal is not reachable; try again shortly.")
-    return client
-
-
-async def _apply(
-    request: Request,
-    runtime: Runtime,
-    operator: Operator,
-    deployment_id: str,
-    action: str,
-    arg: Any = None,
-    *,
-    reason: str = "",
-) -> Response:
-    """One lifecycle action, as the REST route applies it, on behalf of the operator (whom the
-    audit line names), then back to the deployment's page saying it is done."""
-    transition = _TRANSITION[action]
-    try:
-        await lifecycle.transition(
-            await _temporal(runtime),
-            runtime.sessions,
-            runtime.settings.temporal_task_queue,
-            operator.tenant_id,
-            deployment_id,
-            transition,
-            arg,
-            actor=operator.principal,
-            reason=reason,
-        )
-    except Problem as problem:
-        # Already where the action leads (a double-clicked Retire: the second POST was
-        # refused, and the page said "Refused (409)" although the first had done it).
-        if not lifecycle.already_done(problem, transition):
-            return await _refused(request, runtime, operator, deployment_id, problem)
-    return _done(deployment_id, action)
-
-
-@router.post("/deployment/license", response_class=HTMLResponse)
-async def record_license(
-    request: Request,
-    operator: Changing,
-    runtime: RuntimeDep,
-    id: Annotated[str, Form(max_length=200)],
-    license_name: Annotated[str, Form(max_length=200)] = "",
-    terms: Annotated[list[str] | None, Form()] = None,
-) -> Response:
-    _manage(operator)
-    chosen = set(terms or [])
-    unknown = chosen - {u.value for u in IntendedUse}
-    if unknown:
-        raise ConsoleError(400, f"Unknown license term {sorted(unknown)[0]!r}.")
-    body = LicenseMetadata.model_validate(
-        {u.value: u.value in chosen for u in IntendedUse}
-        | {"licenseName": license_name.strip() or None}
-    )
-    return await _apply(request, runtime, operator, id, "license", body)
-
-
-@router.post("/deployment/evaluate", response_class=HTMLResponse)
-async def evaluate(
-    request: Request,
-    operator: Changing,
-    runtime: RuntimeDep,
-    id: Annotated[str, Form(max_length=200)],
-    idempotency_key: Annotated[str, Form(max_length=200)],
-) -> Response:
-    _manage(operator)
-    if not _KEY.match(idempotency_key):
-        raise ConsoleError(400, "The form's idempotency key is malformed; reload the page.")
-    try:  # evaluations.start owns the refusals (404, 409 Retired), as for the API
-        await evaluations.start(
-            await _temporal(runtime),
-            runtime.sessions,
-            runtime.settings.temporal_task_queue,
-            runtime.settings.evaluation_concurrency,
-            operator.tenant_id,
-            id,
-            idempotency_key,
-        )
-    except Problem as problem:
-        return await _refused(request, runtime, operator, id, problem)
-    return _done(id, "evaluate")
-
-
-@router.post("/deployment/approve", response_class=HTMLResponse)
-async def approve(
-    request: Request,
-    operator: Changing,
-    runtime: RuntimeDep,
-    id: Annotated[str, Form(max_length=200)],
-    intended_use: Annotated[list[str] | None, Form()] = None,
-) -> Response:
-    _manage(operator)
-    try:
-        uses = [IntendedUse(u) for u in (intended_use or [IntendedUse.COMMERCIAL_USE.value])]
-    except ValueError:
-        raise ConsoleError(400, "Unknown intended use.") from None
-    return await _apply(
-        request, runtime, operator, id, "approve", ApproveRequest(intended_use=uses)
-    )
-
-
-@router.post("/deployment/retire", response_class=HTMLResponse)
-async def retire(
-    request: Request,
-    operator: Changing,
-    runtime: RuntimeDep,
-    id: Annotated[str, Form(max_length=200)],
-    reason: Annotated[str, Form(max_length=_REASON_BOUND)] = "",
-) -> Response:
-    _manage(operator)
-    return await _apply(request, runtime, operator, id, "retire", reason=reason)
