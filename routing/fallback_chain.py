@@ -5,6 +5,8 @@ structured output, context or capability guarantees)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from domain.constraints import satisfies_constraints
 from domain.invocation import Target
 from domain.planner import PlanRequest
@@ -14,6 +16,20 @@ from routing.refusals import UnknownProfile
 from routing.snapshots import CatalogView
 
 
+def _chain_profiles(view: CatalogView, profile: ModelProfile) -> Iterator[ModelProfile]:
+    """The profiles a call may fall back to, in the chain's order: none when fallback is off;
+    a retired fallback profile offers nothing, nor one whose embeddings do not compare."""
+    if not profile.fallback_enabled:
+        return
+    for fallback_id in profile.fallback_chain:
+        try:
+            other = view.current_profile(fallback_id)
+        except UnknownProfile:
+            continue
+        if other.embedding_compatibility == profile.embedding_compatibility:
+            yield other
+
+
 def chain_targets(
     view: CatalogView,
     profile: ModelProfile,
@@ -21,16 +37,8 @@ def chain_targets(
     constraints: PlanConstraints,
     have: set[str],
 ) -> list[Target]:
-    if not profile.fallback_enabled:
-        return []
     out: list[Target] = []
-    for fallback_id in profile.fallback_chain:
-        try:
-            other = view.current_profile(fallback_id)
-        except UnknownProfile:
-            continue  # a retired fallback profile offers nothing
-        if other.embedding_compatibility != profile.embedding_compatibility:
-            continue
+    for other in _chain_profiles(view, profile):
         plan = view.decide(other, needs)
         ids = [
             d
@@ -57,16 +65,8 @@ def chain_waiting_on(
     to stop while its chain would have served it a minute later. Each is decided as if every
     deployment were well, so a deployment the policy, a region or a threshold would refuse
     anyway is never waited on."""
-    if not profile.fallback_enabled:
-        return []
     waiting: list[str] = []
-    for fallback_id in profile.fallback_chain:
-        try:
-            other = view.current_profile(fallback_id)
-        except UnknownProfile:
-            continue
-        if other.embedding_compatibility != profile.embedding_compatibility:
-            continue
+    for other in _chain_profiles(view, profile):
         waiting += [
             d
             for d in view.well_candidates(other, needs)
