@@ -59,6 +59,9 @@ class Answer:
     usage: AnswerUsage
     stop_sequence: str | None = None
     text_piece: int | None = None
+    # Said after the tool calls, in the same turn (Anthropic: a text block after the tool_use
+    # blocks; OpenAI: content after the calls).
+    text_after_calls: str = ""
     response_id: str = field(default_factory=lambda: secrets.token_hex(12))
     # `text` is a refusal (finish `content_filter`): OpenAI sends it as `refusal`.
     refused: bool = False
@@ -74,6 +77,30 @@ def _arguments(arguments: dict[str, object] | str) -> str:
     return json.dumps(arguments, separators=(",", ":"), ensure_ascii=False)
 
 
+def _cut(text: str, after: str, turn: ChatTurn) -> tuple[str, str, str | None, bool]:
+    """The text and the text after the calls as the request's stop sequences and max_tokens
+    leave them, read in the order the model says them: a stop or the limit reached in the
+    text ends the answer before the text after the calls. Returns (text, after, the stop
+    sequence hit, truncated)."""
+    stop_sequence: str | None = None
+    hits = [(text.find(s), s) for s in turn.stop if s and s in text]
+    if hits:
+        position, stop_sequence = min(hits)
+        text, after = text[:position], ""
+    later = [(after.find(s), s) for s in turn.stop if s and s in after]
+    if later:
+        position, stop_sequence = min(later)
+        after = after[:position]
+    truncated = False
+    if turn.max_tokens is not None:
+        text, truncated = truncate_tokens(text, turn.max_tokens)
+        if truncated:
+            after = ""
+        else:
+            after, truncated = truncate_tokens(after, turn.max_tokens - count_tokens(text))
+    return text, after, stop_sequence, truncated
+
+
 def build_answer(
     reply: Reply,
     turn: ChatTurn,
@@ -85,6 +112,7 @@ def build_answer(
 ) -> Answer:
     calls = [] if reply.refusal is not None else list(reply.tool_calls)
     text = reply.refusal if reply.refusal is not None else reply.text
+    after = "" if reply.refusal is not None else reply.text_after_calls
     stop_sequence: str | None = None
     truncated = False
     if not reply.verbatim:
@@ -92,12 +120,9 @@ def build_answer(
             calls = []
         elif not turn.parallel_tool_calls:
             calls = calls[:1]
-        hits = [(text.find(s), s) for s in turn.stop if s and s in text]
-        if hits:
-            position, stop_sequence = min(hits)
-            text = text[:position]
-        if turn.max_tokens is not None:
-            text, truncated = truncate_tokens(text, turn.max_tokens)
+        if not calls:  # no call said between them: one text, as a provider answers it
+            text, after = text + after, ""
+        text, after, stop_sequence, truncated = _cut(text, after, turn)
     answer_calls = [
         AnswerToolCall(
             id=c.id or new_id(tool_id_prefix), name=c.name, arguments=_arguments(c.arguments)
@@ -109,8 +134,10 @@ def build_answer(
         finish = reply.finish_reason
     if reply.refusal is not None:
         finish = "content_filter"
-    output = count_tokens(text) + sum(
-        count_tokens(c.name) + count_tokens(c.arguments) for c in answer_calls
+    output = (
+        count_tokens(text)
+        + count_tokens(after)
+        + sum(count_tokens(c.name) + count_tokens(c.arguments) for c in answer_calls)
     )
     cached = (
         reply.cached_input_tokens if reply.cached_input_tokens is not None else cached_input_tokens
@@ -138,6 +165,7 @@ def build_answer(
         usage=usage,
         stop_sequence=stop_sequence if finish == "stop" else None,
         text_piece=reply.text_piece,
+        text_after_calls=after,
         refused=reply.refusal is not None,
     )
 

@@ -180,6 +180,8 @@ def render(answer: Answer, turn: ChatTurn, with_usage: bool) -> dict[str, Any]:
         {"type": "tool_use", "id": c.id, "name": c.name, "input": _input(c.arguments)}
         for c in answer.tool_calls
     ]
+    if answer.text_after_calls:  # Claude's [text, tool_use, text]: a block of its own
+        content.append({"type": "text", "text": answer.text_after_calls})
     body = _message(answer, turn, content)
     body["stop_reason"] = _stop_reason(answer)
     body["stop_sequence"] = answer.stop_sequence
@@ -195,17 +197,21 @@ def stream(answer: Answer, turn: ChatTurn, with_usage: bool, interleave: bool) -
         start["usage"] = {**_usage(answer.usage), "output_tokens": 1}
     frames = [sse({"type": "message_start", "message": start}, "message_start")]
     blocks: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
-    if answer.text:
-        deltas = [
-            {"type": "text_delta", "text": t} for t in text_chunks(answer.text, answer.text_piece)
-        ]
+
+    def text_block(text: str) -> None:
+        deltas = [{"type": "text_delta", "text": t} for t in text_chunks(text, answer.text_piece)]
         blocks.append(({"type": "text", "text": ""}, deltas))
+
+    if answer.text:
+        text_block(answer.text)
     for call in answer.tool_calls:
         head = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
         deltas = [
             {"type": "input_json_delta", "partial_json": p} for p in fixed_chunks(call.arguments)
         ]
         blocks.append((head, deltas))
+    if answer.text_after_calls:  # a new text block, after the tool_use blocks
+        text_block(answer.text_after_calls)
     for index, (head, deltas) in enumerate(blocks):
         frames.append(
             sse(

@@ -153,9 +153,11 @@ def _finish(answer: Answer) -> str:
 
 
 def render(answer: Answer, turn: ChatTurn, with_usage: bool) -> dict[str, Any]:
+    # A Chat message has one content string: what was said after the calls is its end.
+    said = answer.text + answer.text_after_calls
     message: dict[str, Any] = {
         "role": "assistant",
-        "content": answer.text if answer.text or not answer.tool_calls else None,
+        "content": said if said or not answer.tool_calls else None,
         "refusal": None,
     }
     if answer.refused:
@@ -205,6 +207,10 @@ def stream(answer: Answer, turn: ChatTurn, with_usage: bool, interleave: bool) -
         frames += [f for turn_ in itertools.zip_longest(*calls) for f in turn_ if f is not None]
     else:
         frames += [f for call_frames in calls for f in call_frames]
+    # Content after the calls' deltas, as vLLM streams what a model says after its calls.
+    frames += [
+        chunk({"content": p}) for p in text_chunks(answer.text_after_calls, answer.text_piece)
+    ]
     frames.append(chunk({}, _finish(answer)))
     if include_usage:
         frames.append(sse({**base, "choices": [], "usage": _usage(answer.usage)}))

@@ -82,6 +82,10 @@ class Reply(BaseModel):
 
     text: str = ""
     tool_calls: list[ToolCallReply] = Field(default_factory=list)
+    # Text the model says after its tool calls in the same turn, as Claude answers [text,
+    # tool_use, text] and an OpenAI-compatible server (vLLM) may stream content after the
+    # calls' deltas. Without calls left to stand between them it joins `text`.
+    text_after_calls: str = ""
     finish_reason: (
         Literal["stop", "length", "tool_calls", "content_filter", "context_window"] | None
     ) = None
