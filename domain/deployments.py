@@ -1,13 +1,19 @@
-"""Deployment registration: the value types and the rules a registration must satisfy."""
+"""Deployment registration: the value types and the rules a registration must satisfy.
+
+A registration crosses the workflow boundary, so its rules on what a caller may send are edge
+rules, skipped for data read back from a history (`domain/stored.py`): one added later must
+be written the same way.
+"""
 
 from __future__ import annotations
 
 import re
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from domain.enums import DeploymentState, PrivacyClass
+from domain.stored import reading_stored
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9._:/@-]{0,199}$"
 # A provider's name, as a deployment registers it: prices (domain/pricing.py) and statement
@@ -69,16 +75,23 @@ class DeploymentRegistration(BaseModel):
         default=None, alias="contextWindowTokens", gt=0, le=100_000_000
     )
 
+    # Both rules below are edge rules: the registration crosses the workflow boundary (the
+    # lifecycle's start input, register_candidate's), and a history recorded before a rule was
+    # tightened must still replay (`domain/stored.py`), so they skip data read back from one.
+    # A lifecycle registered as "team/x/" before the path rule was added otherwise failed every
+    # workflow task, and could not even be retired. The API's bodies keep both rules.
     @field_validator("deployment_id")
     @classmethod
-    def _deployment_id_is_a_path(cls, value: str) -> str:
-        if not addressable(value):
+    def _deployment_id_is_a_path(cls, value: str, info: ValidationInfo) -> str:
+        if not reading_stored(info) and not addressable(value):
             raise ValueError(UNADDRESSABLE)
         return value
 
     @field_validator("endpoint_ref")
     @classmethod
-    def _endpoint_ref_is_a_reference(cls, value: str) -> str:
+    def _endpoint_ref_is_a_reference(cls, value: str, info: ValidationInfo) -> str:
+        if reading_stored(info):
+            return value
         if looks_like_credential(value) or not _ENDPOINT_REF.match(value):
             raise ValueError(
                 "endpointRef must reference a brokered secret or pool "
