@@ -23,6 +23,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 
@@ -47,8 +48,14 @@ class GivenUpClaims:
         self._release = release
         self._window = window
         self._clock = clock
-        # invocation id -> (the claim's start time, when to stop undoing it: clock)
-        self._kept: dict[uuid.UUID, tuple[datetime, float]] = {}
+        # (invocation id, the claim's start time) -> when to stop undoing it (clock). Keyed by
+        # the pair, not the id: every retry of a key claims the same id, and during a freeze
+        # each retry's claim can be given up in turn. Keyed by id, the retry's entry replaced
+        # the first claim's, so when the database thawed and that first claim landed, the undo
+        # matched only the retry's start time: the receipt stayed open with no workflow, the
+        # key `invocation-in-progress` until swept, then a 409 `invocation-closed` for a call
+        # no provider ever got.
+        self._kept: dict[tuple[uuid.UUID, datetime], float] = {}
         self._loop: asyncio.Task[None] | None = None
 
     def __len__(self) -> int:
@@ -57,7 +64,7 @@ class GivenUpClaims:
     def add(self, invocation_id: uuid.UUID, claimed_at: datetime) -> None:
         if len(self._kept) >= MAX_KEPT:
             return
-        self._kept[invocation_id] = (claimed_at, self._clock() + self._window)
+        self._kept[(invocation_id, claimed_at)] = self._clock() + self._window
         if self._loop is None or self._loop.done():
             self._loop = asyncio.create_task(self._undo_while_kept())
 
@@ -65,8 +72,8 @@ class GivenUpClaims:
         while self._kept:
             await asyncio.sleep(RELEASE_INTERVAL_SECONDS)  # a retry interval, not a wait-for
             now = self._clock()
-            self._kept = {i: kept for i, kept in self._kept.items() if kept[1] > now}
-            claims = [(i, at) for i, (at, _) in self._kept.items()]
+            self._kept = {claim: until for claim, until in self._kept.items() if until > now}
+            claims = list(self._kept)
             try:
                 undone = await self._release(claims)
             except Exception as exc:  # the store still away: the next round tries again
@@ -74,8 +81,13 @@ class GivenUpClaims:
                 continue
             if undone:
                 log.warning("undid %d claims that landed after they were given up", len(undone))
-            for invocation_id in undone:  # landed and undone: it cannot land again
-                self._kept.pop(invocation_id, None)
+            # Landed and undone: that claim cannot land again, so its id is let go. But the
+            # release names ids only, and of a key claimed more than once (a retry given up
+            # too) it cannot say which claim it undid: the others may land still (the retry's
+            # insert queued behind the first one's), so all of them are kept until their bound.
+            claimed = Counter(invocation_id for invocation_id, _ in self._kept)
+            for claim in [c for c in self._kept if c[0] in undone and claimed[c[0]] == 1]:
+                del self._kept[claim]
 
     async def aclose(self, wait: float) -> None:
         """Goes on undoing for at most `wait` more seconds, then stops. Cancelled at once, a

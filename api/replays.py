@@ -25,6 +25,7 @@ from api.invocation_events import InvocationEvent, Replayed
 from api.problems import Problem
 from domain.close_reason import failed_before_output
 from domain.enums import InvocationOutcome
+from domain.failures import KEY_CLOSED
 from domain.invocation import invocation_id, invoke_workflow_id
 from domain.sweep import unstarted_wait
 from store import receipts
@@ -103,13 +104,19 @@ class Replays:
                 "This Idempotency-Key was used with a different request.",
                 field="header.Idempotency-Key",
             )
-        if receipt.outcome is InvocationOutcome.DENIED or failed_before_output(
-            receipt.outcome, receipt.close_reason
+        if (
+            receipt.outcome is InvocationOutcome.DENIED
+            or failed_before_output(receipt.outcome, receipt.close_reason)
+            or _key_closed(receipt)
         ):
             # A budget's denial, or a call that failed before any output, replays as it was
             # answered: its status before any stream. Behind an empty "answer", a streamed
-            # replay was a 200 ending in an error event. (A call that failed after its stream
-            # began, or that our side lost, replays as a stream, as it may have been answered.)
+            # replay was a 200 ending in an error event. A call our side lost or its caller
+            # left (KEY_CLOSED: caller-lost, swept, internal, cancelled) replays, stream or
+            # not, as the 409 `invocation-closed` every surface gives it: as a stream, it was
+            # a 200 of the partial output it stored, then an error event, where the same key
+            # without `stream` was that 409. (A call that failed after its stream began, by the
+            # provider's doing, replays as a stream, as it was answered.)
             yield ReceiptReady(receipts.summary_of(receipt))
             return
         if not with_output:
@@ -170,6 +177,12 @@ class Replays:
         # the sweeper (docs/runbook.md). Either way it will close; the caller is told when to
         # ask again rather than held.
         raise _not_finished(NOT_FINISHED_RETRY_AFTER_SECONDS)
+
+
+def _key_closed(receipt: InvocationReceiptRow) -> bool:
+    """Whether the receipt closed without its answer given whole, by our side or its caller's
+    leaving: the key is spent, and api.wire answers it with a 409 `invocation-closed`."""
+    return receipt.outcome is not InvocationOutcome.COMPLETED and receipt.close_reason in KEY_CLOSED
 
 
 def _not_finished(retry_after: int) -> Problem:

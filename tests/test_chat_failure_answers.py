@@ -2,8 +2,8 @@
 faults: a failure before any output with OpenAI's status, type and code for its kind (a rate
 limit a 429 the openai SDK raises as RateLimitError; a timeout a 504; the rest a 503
 `server_error`), keeping Retry-After; a replay of a key whose caller left mid-stream (Cancelled)
-as a closed key, never a provider's failure; and every event stream unbuffered by a proxy
-(`X-Accel-Buffering: no`)."""
+as a closed key on every surface, whole or streamed, never a provider's failure; and every
+event stream unbuffered by a proxy (`X-Accel-Buffering: no`)."""
 
 from __future__ import annotations
 
@@ -88,6 +88,24 @@ async def test_a_timeout_is_a_504_and_other_transient_failures_a_503_server_erro
     assert int(failed.headers["Retry-After"]) >= 1
 
 
+# Each agent-native surface: its profile's protocol, the body of a call to it, and what a line of
+# its stream holds once the first token ("Echo: …") has come.
+SURFACES: dict[str, tuple[str, dict[str, Any], str]] = {
+    "/v1/chat/completions": (
+        "openai",
+        {"messages": [{"role": "user", "content": "a " * 40}]},
+        '"content":"E',
+    ),
+    "/v1/messages": (
+        "anthropic",
+        {"max_tokens": 200, "messages": [{"role": "user", "content": "a " * 40}]},
+        '"text":"E',
+    ),
+    "/v1/responses": ("openai", {"input": "a " * 40}, '"delta":"E'),
+}
+
+
+@pytest.mark.parametrize("path", list(SURFACES))
 async def test_a_replay_of_a_call_its_caller_left_is_a_closed_key_not_a_provider_failure(
     api_url: str,
     http: httpx.AsyncClient,
@@ -95,21 +113,21 @@ async def test_a_replay_of_a_call_its_caller_left_is_a_closed_key_not_a_provider
     upstream: UpstreamServer,
     sessions: async_sessionmaker[AsyncSession],
     tenant: str,
+    path: str,
 ) -> None:
-    model, key = catalog.model("openai"), f"left-{uuid.uuid4().hex}"
+    protocol, request, first_token = SURFACES[path]
+    model, key = catalog.model(protocol), f"left-{uuid.uuid4().hex}"
     upstream.state.configure(model, chunk_delay=0.5)
-    body = {
-        "model": catalog.profile("openai"),
-        "messages": [{"role": "user", "content": "a " * 40}],
-    }
+    body = {"model": catalog.profile(protocol), **request}
     headers = {**catalog.auth, "Idempotency-Key": key}
     try:
         async with httpx.AsyncClient(base_url=api_url, timeout=30) as caller:
             async with caller.stream(
-                "POST", "/v1/chat/completions", json={**body, "stream": True}, headers=headers
+                "POST", path, json={**body, "stream": True}, headers=headers
             ) as resp:
+                assert resp.status_code == 200, await resp.aread()
                 async for line in resp.aiter_lines():
-                    if '"content":"E' in line:
+                    if first_token in line:
                         break  # one token, then the caller goes away
 
         async def closed() -> Any:
@@ -122,15 +140,22 @@ async def test_a_replay_of_a_call_its_caller_left_is_a_closed_key_not_a_provider
         upstream.state.configure(model, chunk_delay=0.0)
     assert row.outcome == "Cancelled"
     calls = upstream.requests(model)
-    again = await http.post("/v1/chat/completions", json=body, headers=headers)
-    # It was a 502 "model call failed: cancelled", errorClass permanent: the provider blamed.
-    assert again.status_code == 409, again.text
-    problem = again.json()
-    assert problem["type"].endswith("/invocation-closed")
-    assert (problem["closeReason"], problem["errorClass"]) == ("cancelled", "permanent")
-    assert "new Idempotency-Key" in problem["detail"]
-    assert problem["receiptId"] == str(row.invocation_id)
-    assert again.headers["x-should-retry"] == "false"
+    # Sent again whole, then as a stream: the same closed key either way. As a stream it was a
+    # 200 of the partial output stored, then an error event, where the whole call was the 409.
+    for stream in (False, True):
+        again = await http.post(path, json={**body, "stream": stream}, headers=headers)
+        # It was a 502 "model call failed: cancelled", errorClass permanent: the provider blamed.
+        assert again.status_code == 409, (stream, again.headers, again.text)
+        problem = again.json()
+        if path == "/v1/messages":  # Anthropic's envelope: its own `type`, the problem's beside
+            assert (problem["type"], problem["error"]["type"]) == ("error", "conflict_error")
+        else:
+            assert problem["type"].endswith("/invocation-closed"), problem
+        assert (problem["closeReason"], problem["errorClass"]) == ("cancelled", "permanent")
+        assert "new Idempotency-Key" in problem["detail"]
+        assert problem["receiptId"] == str(row.invocation_id)
+        assert again.headers["X-Model-Router-Receipt-Id"] == str(row.invocation_id)
+        assert again.headers["x-should-retry"] == "false"
     assert upstream.requests(model) == calls  # a replay: the provider is not called again
 
 

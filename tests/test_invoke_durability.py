@@ -161,9 +161,13 @@ async def test_api_killed_mid_stream_closes_receipt_unknown_without_a_second_cal
             assert retry.headers["x-should-retry"] == "false"
             assert retry.headers["X-Model-Router-Receipt-Id"] == str(row.invocation_id)
             async with c.stream("POST", "/v1/chat/completions", json=body, headers=headers) as sse:
-                lines = [line async for line in sse.aiter_lines() if line.startswith("data: ")]
-            error = json.loads(lines[-1].removeprefix("data: "))["error"]
-            assert (error["closeReason"], error["receiptId"]) == (
+                # Asked as a stream, the same 409 before any stream: it was a 200 of the stored
+                # part of the answer, then an error event.
+                assert sse.status_code == 409
+                streamed = json.loads(await sse.aread())
+                assert sse.headers["x-should-retry"] == "false"
+            assert streamed["type"].endswith("/invocation-closed")
+            assert (streamed["closeReason"], streamed["receiptId"]) == (
                 "caller-lost",
                 str(row.invocation_id),
             )
