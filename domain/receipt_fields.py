@@ -82,6 +82,11 @@ FIELDS: dict[str, Field] = {
     "statement_ref": Field(S, replayed=False, event=False, shown=False),
     # A replay answers with it; the REST view predates it (a failure's problem body carries it).
     "close_reason": Field(X, replayed=True, event=False, shown=False),
+    # The failure's own kind (a provider's `rate_limit`, `server_error`, …, or the router's),
+    # migration 0022: the close reason names every provider failure `provider`, and a replay
+    # told by it alone answered a transient one as a permanent 502 the SDKs retried. Not in the
+    # spec's receipt or event: a gateway answer's receipt and a failure's problem body carry it.
+    "error_kind": Field(X, replayed=True, event=False, shown=False),
     # The answer was held until complete (domain.buffering), known at the claim: issue 20.
     "buffered": Field(C, replayed=True, event=False, shown=True),
     # Which provider attempt answered (retries and fallbacks count from 1), at the close.
@@ -130,12 +135,13 @@ def close_values(summary: InvocationSummary, now: datetime) -> dict[str, Any]:
 
 
 def summary_of(receipt: Mapping[str, Any]) -> InvocationSummary:
-    """A closed receipt as a replay tells it. The stored close reason is all it knows of a
-    failure: it answers with it, so a call our side lost is never reported as the provider's
-    error."""
+    """A closed receipt as a replay tells it: a failure by its stored kind, so that it answers
+    as the call did (a transient failure with its status, a call our side lost never as the
+    provider's error). A receipt closed before the kind was kept (migration 0022) has its close
+    reason alone: the kind that reason names."""
     summary = InvocationSummary(**{n: receipt[n] for n in REPLAYED})
     summary.fallback_used = bool(summary.fallback_used)
-    if summary.outcome is not InvocationOutcome.COMPLETED:
+    if summary.outcome is not InvocationOutcome.COMPLETED and summary.error_kind is None:
         summary.error_kind = replayed_kind(summary.close_reason)
     return summary
 

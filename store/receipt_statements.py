@@ -256,6 +256,7 @@ class ReceiptStatements:
             "outcome": InvocationOutcome.FAILED,
             "usage_status": UsageStatus.UNKNOWN,
             "close_reason": CloseReason.SWEPT.value,
+            "error_kind": CloseReason.SWEPT.value,  # the router's own kind for it
             "ended_at": datetime.now(UTC),
         }
         return await self._close_locked(

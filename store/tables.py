@@ -252,6 +252,9 @@ class InvocationReceiptRow(SQLModel, table=True):
     statement_ref: str | None = Field(default=None, max_length=300)
     # Why it closed (domain.close_reason): null while in flight.
     close_reason: str | None = Field(default=None, max_length=40)
+    # The failure's kind, which a replay answers with (migration 0022): null while in flight,
+    # for a completed call, and on receipts closed before the column.
+    error_kind: str | None = Field(default=None, max_length=40)
     # The answer was held until complete (domain.buffering): set at the claim.
     buffered: bool = Field(default=False, sa_column_kwargs={"server_default": sa.false()})
     # Which provider attempt answered (1, 2, … over retries and fallbacks): set at the close.
