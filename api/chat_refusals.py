@@ -1,8 +1,12 @@
 """What Chat Completions refuses rather than drop: request settings the normalised request cannot
-carry, and tool_choice forms it cannot express. Each refusal is the caller's 400 naming the
-field (api/problems.py turns the 422 of a validation error into OpenAI's 400 on this surface),
-never a setting silently lost. Other fields the gateway does not use stay accepted and ignored
-(`user`, `metadata`, …): the request model is loose on purpose (api/openai_shapes.py)."""
+carry, fields it does not know, and tool_choice forms it cannot express. Each refusal is the
+caller's 400 naming the field (api/problems.py turns the 422 of a validation error into OpenAI's
+400 on this surface), never a setting silently lost. The top level is an allow list: the fields
+the request model declares, the settings below at the value that asks for nothing, and the
+hints that do not change the answer (`user`, `metadata`, …), as OpenAI refuses an unknown
+argument. Anything else — a server's own setting (vLLM's `guided_json`, `min_p`,
+`chat_template_kwargs`, Anthropic's `thinking`, …) — was taken and dropped: answered 200 with
+none applied, and routed without the need it implied. A field sent as null asks for nothing."""
 
 from __future__ import annotations
 
@@ -44,6 +48,30 @@ _UNMAPPED_UNLESS_OFF: dict[str, Any] = {
     "presence_penalty": 0,
     "logit_bias": {},
 }
+# Hints that do not change the answer, accepted at any value and not passed on: who asks
+# (`user`, `safety_identifier`), the caller's tags (`metadata`), and OpenAI's own storage,
+# service tier and prompt cache settings, which concern an OpenAI account, not the answer (the
+# Agents SDK passes `store` and the prompt cache's through from its ModelSettings). By default
+# the official SDK, LangChain's ChatOpenAI and the Agents SDK send only declared fields here
+# (`stream`, `stream_options`, `n`, `temperature`, …).
+_HINTS = frozenset(
+    {
+        "user",
+        "safety_identifier",
+        "metadata",
+        "store",
+        "service_tier",
+        "prompt_cache_key",
+        "prompt_cache_retention",
+        "prompt_cache_options",
+    }
+)
+# Every undeclared field with its own rule above; any other is unknown.
+_KNOWN = frozenset((*_UNMAPPED, *_UNKEPT, *_UNMAPPED_UNLESS_OFF, "modalities", *_HINTS))
+_UNKNOWN = (
+    "unknown parameter: this gateway does not apply it, and it may change the answer; it is "
+    "refused, never dropped"
+)
 # The tool_choice objects the normalised request can express: a function by name.
 _CHOICE_TYPES = ("function",)
 
@@ -59,7 +87,8 @@ def _refused(items: Sequence[tuple[tuple[str | int, ...], str]]) -> RequestValid
 
 def refuse_unmapped(extra: dict[str, Any]) -> None:
     """Refuse each undeclared field (`extra`, the model's extra fields) set to something the
-    normalised request cannot carry or the gateway cannot keep; a null asks for nothing."""
+    normalised request cannot carry or the gateway cannot keep, and each one it does not know;
+    a null asks for nothing."""
     refused = [((name,), _NOT_MAPPED) for name in _UNMAPPED if extra.get(name) is not None]
     refused += [
         ((name,), _NOT_MAPPED)
@@ -70,6 +99,10 @@ def refuse_unmapped(extra: dict[str, Any]) -> None:
     if modalities is not None and modalities != ["text"]:
         refused.append((("modalities",), _NOT_MAPPED))
     refused += [((name,), why) for name, why in _UNKEPT.items() if extra.get(name) is not None]
+    refused += [
+        ((name,), _UNKNOWN)
+        for name in sorted(k for k, v in extra.items() if v is not None and k not in _KNOWN)
+    ]
     if refused:
         raise _refused(refused)
 

@@ -32,7 +32,9 @@ from providers.types import (
 
 
 class _Loose(BaseModel):
-    # Clients send fields this gateway does not use (user, seed, metadata …): accept, ignore.
+    # Fields the model does not declare are kept, not refused by pydantic: at the top level
+    # chat_refusals.refuse_unmapped names the one refused, in its words, or takes a hint
+    # (`user`, `metadata`, …); within messages and tools they are accepted and ignored.
     model_config = ConfigDict(extra="allow")
 
 

@@ -12,7 +12,13 @@ The first tool call streams live; every later one is held and sent whole before 
 chunk. An OpenAI deployment may interleave the fragments of parallel calls, and only the end
 says the first is done; the SDK's helper takes a call as done once a chunk of another index
 arrives: its `arguments.done` fired with half the arguments, and a strict tool's parse raised.
-A client runs tools once the message has ended, so holding them costs it nothing."""
+A client runs tools once the message has ended, so holding them costs it nothing.
+
+A call that streamed no argument text (an Anthropic deployment's `tool_use` for a tool without
+parameters sends one empty `partial_json`) gets `{}`, as the whole answer and a replay give it:
+the held one sent so, the live one with one chunk of `{}` once it is done. Its arguments were
+`""` live: the SDK's stream helper raised parsing a pydantic tool's, and JS's `JSON.parse("")`
+throws."""
 
 from __future__ import annotations
 
@@ -36,6 +42,7 @@ class ChatChunks:
         "_id",
         "_include_usage",
         "_live_call",
+        "_live_said",
         "_profile",
         "_refused",
         "text",
@@ -51,6 +58,8 @@ class ChatChunks:
         self._created = texts.created
         self._finish: str | None = None  # the finish reason, sent at the end with the receipt
         self._live_call: int | None = None  # the tool call streaming live
+        # Whether the live call has sent argument text: one that sent none ends with `{}`.
+        self._live_said = False
         self._held: dict[int, dict[str, Any]] = {}  # calls begun while another streamed
         self._refused = False  # the text is the model's refusal (RefusalDelta)
 
@@ -76,8 +85,10 @@ class ChatChunks:
         delta, finish = delta_of(event)
         if finish is not None:
             self._finish = refused_finish(finish) if self._refused else finish
-            return self._held_calls()
-        self._live_call = event.index if type(event) is ToolCallDelta else self._live_call
+            return self._calls_done()
+        if type(event) is ToolCallDelta:
+            self._live_call = event.index
+            self._live_said = self._live_said or event.arguments_delta != ""
         return sse.line(chunk(self._id, self._profile, delta, created=self._created))
 
     def _hold(self, event: ToolCallDelta) -> None:
@@ -90,8 +101,16 @@ class ChatChunks:
             held["function"]["name"] = event.name
         held["function"]["arguments"] += event.arguments_delta
 
-    def _held_calls(self) -> bytes:
+    def _calls_done(self) -> bytes:
+        """The live call's end, then the held calls whole: sent before the finish chunk, the
+        live call's `{}` before any other call's chunk, which the SDK's helper takes as its end."""
         calls = [self._held.pop(index) for index in sorted(self._held)]
+        if self._live_call is not None and not self._live_said:
+            self._live_said = True  # once: at the Finish, or at the end when none came
+            calls.insert(0, {"index": self._live_call, "function": {"arguments": "{}"}})
+        for call in calls:
+            if not call["function"]["arguments"]:
+                call["function"]["arguments"] = "{}"
         return b"".join(
             sse.line(chunk(self._id, self._profile, {"tool_calls": [call]}, created=self._created))
             for call in calls
@@ -101,7 +120,7 @@ class ChatChunks:
         return sse.KEEP_ALIVE_COMMENT
 
     async def end(self, summary: InvocationSummary) -> bytes:
-        out = self._held_calls()
+        out = self._calls_done()
         # No Finish seen (none is expected on a completed call): the reason its output says.
         unsaid = "stop" if self._live_call is None else "tool_calls"
         last = chunk(self._id, self._profile, {}, self._finish or unsaid, created=self._created)

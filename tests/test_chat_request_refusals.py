@@ -3,7 +3,8 @@ a number JSON cannot carry (NaN, Infinity, 1e400) anywhere in the body, on every
 was claimed, then failed at the provider SDK's encoding as a cut stream: retried, fallen back
 from, a breaker strike on a healthy deployment); a tool_choice form the gateway cannot express
 (`allowed_tools`, `custom`), named by its type; and `moderation`, a guarantee the gateway
-cannot keep, which was dropped silently. Other unknown fields stay accepted."""
+cannot keep, which was dropped silently. Hints that do not change the answer stay accepted (an
+unknown field is refused: tests/test_chat_unknown_fields.py)."""
 
 from __future__ import annotations
 
@@ -168,13 +169,13 @@ async def test_a_moderation_policy_is_refused_never_dropped(
     error: Any = refused.value.body
     assert error["param"] == "moderation" and "moderation policy" in error["message"], error
     assert upstream.requests(catalog.model("openai")) == before
-    # Fields the gateway does not use are still taken and ignored, as before; so is a null
+    # Hints the gateway does not use are still taken and ignored, as before; so is a null
     # moderation, which asks for nothing.
     answer = await sdk.chat.completions.create(
         model=catalog.profile("openai"),
         messages=[{"role": "user", "content": "hello"}],
         user="someone",
         metadata={"team": "a"},
-        extra_body={"moderation": None, "something_new": {"x": 1}},
+        extra_body={"moderation": None, "prompt_cache_key": "thread-1"},
     )
     assert answer.choices[0].message.content
