@@ -103,6 +103,9 @@ class Replays:
                 409,
                 "This Idempotency-Key was used with a different request.",
                 field="header.Idempotency-Key",
+                # The type every other reuse of a key is refused with (api/invocations.py): a
+                # key raced by two requests of different bodies was refused without one here.
+                type_="https://model-router.dev/problems/idempotency-key-reused",
             )
         if (
             receipt.outcome is InvocationOutcome.DENIED
