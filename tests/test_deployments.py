@@ -205,6 +205,9 @@ async def test_idempotency_key_is_required_replays_and_refuses_another_body(
     assert first.status_code == replay.status_code == 201
     assert replay.json() == first.json()
     assert replay.headers["idempotent-replay"] == "true"
+    assert (
+        replay.headers["location"] == first.headers["location"] == "/factory/model-deployments/x/1"
+    )
 
     other = await http.post(
         "/factory/model-deployments", json=registration("x/2"), headers={**auth, **key("once")}

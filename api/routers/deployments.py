@@ -90,7 +90,9 @@ async def register_deployment(
     hash_ = request_hash(body.model_dump(mode="json", by_alias=True))
     replay = await keys.replay(idempotency_key, hash_)
     if replay is not None:
-        return replay
+        # Replayed as it was answered, its Location too: a client following it after a lost
+        # answer found none.
+        return _located(replay, body.deployment_id) if replay.status_code == 201 else replay
     try:
         return await _register(runtime, temporal, principal, idempotency_key, body, keys, hash_)
     except Exception:
@@ -130,7 +132,11 @@ async def _register(
     answer = await keys.remember(
         idempotency_key, hash_, 201, result.deployment.model_dump(mode="json", by_alias=True)
     )
-    answer.headers["Location"] = f"/factory/model-deployments/{body.deployment_id}"
+    return _located(answer, body.deployment_id)
+
+
+def _located(answer: JSONResponse, deployment_id: str) -> JSONResponse:
+    answer.headers["Location"] = f"/factory/model-deployments/{deployment_id}"
     return answer
 
 
