@@ -9,6 +9,9 @@ caller was told."""
 from __future__ import annotations
 
 import asyncio
+import errno
+import logging
+import time
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -17,6 +20,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.client import WorkflowExecutionStatus
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from core import metrics
@@ -28,9 +32,22 @@ from store.db import transaction
 from store.event_retention import prune_run_events
 from store.receipt_statements import ReceiptStatements
 
+log = logging.getLogger("model_router.sweeper")
+
 # One statement's deletions, and statements a run makes at most.
 PRUNE_BATCH = 5_000
 PRUNE_BATCHES = 10
+
+
+def _prune_failed(step: str, exc: Exception) -> ApplicationError:
+    """A prune's failure as the workflow sees it: its type alone, logged here by type (and an
+    OSError's errno by name), never its text: an OSError's names the answer's path, a
+    database error's may quote its statement."""
+    kind = type(exc).__name__
+    code = errno.errorcode.get(exc.errno or 0) if isinstance(exc, OSError) else None
+    detail = f"{kind} ({code})" if code else kind
+    log.warning("%s failed, left to the sweeper's next run: %s", step, detail)
+    return ApplicationError(f"{step} failed: {detail}", type=kind)
 
 
 class SweeperActivities:
@@ -43,17 +60,23 @@ class SweeperActivities:
 
     @activity.defn(name="prune_artifacts")
     async def prune_artifacts(self, data: PruneArtifactsInput) -> int:
-        """Stored answers past their retention, in one folder of each tenant (the run's slot):
-        the artifact volume grew without end, and once full every answer's write failed (each
-        replay of those keys then had no answer). On a thread: it walks a directory."""
+        """Stored answers past their retention, in one folder of each tenant (the run's slot),
+        and in those of the minutes since the last run's (ticks the schedule skipped while a
+        run went on): the artifact volume grew without end, and once full every answer's write
+        failed (each replay of those keys then had no answer). On a thread: it walks a
+        directory. This worker's clock names the minutes, as the cursor's were."""
         if self._artifacts is None:
             return 0
         artifacts, age = self._artifacts, timedelta(days=data.retention_days).total_seconds()
+        minute = int(time.time() // 60)
 
         def purge() -> int:
-            return sum(artifacts.purge_slot(slot, age) for slot in data.slots)
+            return artifacts.purge_since(data.slots, minute, age)
 
-        return await asyncio.to_thread(purge)
+        try:
+            return await asyncio.to_thread(purge)
+        except Exception as exc:  # a volume read-only or another uid's on this worker
+            raise _prune_failed("prune_artifacts", exc) from None
 
     @activity.defn(name="prune_run_events")
     async def prune(self, data: SweepInput) -> int:
@@ -64,13 +87,16 @@ class SweeperActivities:
             return 0
         older_than = datetime.now(UTC) - timedelta(days=days)
         pruned = 0
-        for _ in range(PRUNE_BATCHES):
-            async with transaction(self._sessions) as session:
-                deleted = await prune_run_events(session, older_than, PRUNE_BATCH)
-            pruned += deleted
-            activity.heartbeat(pruned)
-            if deleted < PRUNE_BATCH:
-                break
+        try:
+            for _ in range(PRUNE_BATCHES):
+                async with transaction(self._sessions) as session:
+                    deleted = await prune_run_events(session, older_than, PRUNE_BATCH)
+                pruned += deleted
+                activity.heartbeat(pruned)
+                if deleted < PRUNE_BATCH:
+                    break
+        except Exception as exc:  # a batch past the statement timeout, the store down
+            raise _prune_failed("prune_run_events", exc) from None
         return pruned
 
     @activity.defn(name="sweep_open_receipts")

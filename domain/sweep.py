@@ -85,14 +85,21 @@ def to_sweep(workflow: Workflow, open_for_seconds: float, data: SweepInput) -> b
 ARTIFACT_SLOTS = 256
 
 
+def artifact_slot(minute: int) -> str:
+    """The folder that is this minute's (minutes since the epoch) in the 256-minute round."""
+    return f"{minute % ARTIFACT_SLOTS:02x}"
+
+
 def artifact_slots(minute: int, period_minutes: int = 1) -> list[str]:
     """The folders a run in this minute (minutes since the epoch) purges, its schedule running
     every `period_minutes`: the period's worth, so that every folder is purged once in 256
     minutes whatever the schedule (one a minute, by the minute, left the odd folders to a
-    schedule every two minutes, three quarters of them to an hourly one)."""
+    schedule every two minutes, three quarters of them to an hourly one). Runs that skip ticks
+    (the schedule's SKIP overlap while a run is still going) are covered by the artifact store's
+    cursor: the minutes since the last purge are purged too (store/artifacts.py)."""
     count = max(1, min(period_minutes, ARTIFACT_SLOTS))
     first = minute - minute % count
-    return [f"{(first + i) % ARTIFACT_SLOTS:02x}" for i in range(count)]
+    return [artifact_slot(first + i) for i in range(count)]
 
 
 class PruneArtifactsInput(BaseModel):
@@ -105,6 +112,11 @@ class SweepReport(BaseModel):
     events_pruned: int = 0
     # Stored answers past their retention deleted by this run.
     artifacts_pruned: int = 0
+    # The prunes that failed every attempt this run, each as "step: error type" (never the
+    # error's text, which may name paths): housekeeping, left to the next run, so that a prune
+    # failing the same way every time no longer holds the run (and, under SKIP, the sweeps of
+    # the ticks it covered) until the run's timeout.
+    prune_failures: list[str] = Field(default_factory=list)
     found: int = 0
     closed: int = 0
     # Still open, but their InvokeModel workflow is running and will close them itself.

@@ -4,6 +4,8 @@ tenant, never in the database; receipts keep the reference.
 Layout: {root}/{tenant}/{aa}/{sha256 hex}. Writes go to a temporary file and are renamed into
 place, so a reader never sees half an artifact and concurrent writers of the same content are
 harmless. Retention is per tenant: `purge_older_than` removes what the tenant no longer keeps.
+The receipt sweeper's purge goes one folder a minute (`purge_since`), keeping in
+{root}/{PURGE_CURSOR} the last minute whose folder it went through.
 """
 
 from __future__ import annotations
@@ -14,14 +16,22 @@ import itertools
 import os
 import re
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
+from domain.sweep import ARTIFACT_SLOTS, artifact_slot
 from domain.tenants import is_tenant_id
 
 _REF = re.compile(r"^sha256:([0-9a-f]{64})$")
 # Where evaluation records are kept, beside the tenants' answers: no tenant id starts with an
 # underscore (domain/tenants.py), and the answers' purge passes it over.
 EVIDENCE_DIR = "_evidence"
+# The last minute (since the epoch) whose folder the retention purge went through, on the volume
+# beside the folders it counts for: a run's folders by its minute alone missed those of the
+# minutes whose ticks were skipped (under the sweeper schedule's SKIP overlap, runs of 60-120 s
+# ran every other minute and only the even folders were ever purged). No tenant id starts with
+# a dot, and the purge passes over files at the root.
+PURGE_CURSOR = ".purged-through"
 
 
 # A temporary name unique to this process and write: the pid tells processes apart.
@@ -124,6 +134,61 @@ class ArtifactStore:
                 except FileNotFoundError:  # removed meanwhile (another worker's run)
                     continue
         return removed
+
+    def purge_since(self, slots: Sequence[str], minute: int, max_age_seconds: float) -> int:
+        """`purge_slot` for `slots` (the sweeper run's own) and for the folder of every minute
+        since the cursor through `minute` (minutes since the epoch), each at most once: all 256
+        after a gap longer than their round. The cursor is moved past each minute's folder as
+        it is done, so a run cut short keeps what it did and the next goes on from there. With
+        no cursor, or one unreadable or ahead of `minute` (another clock), `slots` alone: the
+        cursor starts at `minute`. How many answers were removed.
+
+        One purge at a time per volume: the sweeper's schedule runs one run at a time (SKIP)."""
+        if not self.root.is_dir():
+            return 0  # nothing stored yet: nothing to purge, nowhere to keep the cursor
+        last = self._purged_through()
+        if last is not None and last > minute:
+            last = None  # ahead: another host's clock, or not a minute of ours
+        removed = 0
+        done: set[str] = set()
+        if last is not None:
+            for behind in range(max(last + 1, minute - ARTIFACT_SLOTS + 1), minute + 1):
+                slot = artifact_slot(behind)
+                removed += self.purge_slot(slot, max_age_seconds)
+                done.add(slot)
+                self._purged_to(behind)
+        for slot in slots:
+            if slot not in done:
+                removed += self.purge_slot(slot, max_age_seconds)
+                done.add(slot)
+        if last is None:
+            self._purged_to(minute)  # once its own folders are done: a failed run moves nothing
+        return removed
+
+    def _purged_through(self) -> int | None:
+        try:
+            with open(f"{self._base}/{PURGE_CURSOR}", "rb") as cursor:
+                text = cursor.read(32).strip()
+        except OSError:  # missing (the first run) or unreadable: the run's own folders only
+            return None
+        return int(text) if text.isdigit() else None
+
+    def _purged_to(self, minute: int) -> None:
+        # Renamed into place, as the answers are: a run cut short mid-write leaves the cursor
+        # before, never half a number.
+        cursor = f"{self._base}/{PURGE_CURSOR}"
+        tmp = f"{cursor}.tmp-{os.getpid()}-{next(_SEQUENCE)}"
+        try:
+            fd = os.open(tmp, _CREATE, 0o600)
+            try:
+                os.write(fd, f"{minute}\n".encode())
+            finally:
+                os.close(fd)
+            os.replace(tmp, cursor)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
 
     def purge_older_than(self, tenant_id: str, max_age_seconds: float) -> int:
         base = self.root / tenant_id

@@ -16,7 +16,7 @@ from temporalio.client import Client
 from core.schedules import sweep_input
 from core.settings import Settings
 from domain.sweep import ARTIFACT_SLOTS, SweepInput, artifact_slots
-from store.artifacts import EVIDENCE_DIR, ArtifactStore
+from store.artifacts import EVIDENCE_DIR, PURGE_CURSOR, ArtifactStore
 from workflows.receipt_sweeper import ReceiptSweeperWorkflow
 
 DAY = 86_400.0
@@ -89,7 +89,10 @@ async def test_the_sweeper_deletes_old_answers_as_it_runs(
     settings: Settings, temporal_client: Client, tenant: str, worker: None
 ) -> None:
     # An old answer in every folder of this tenant: whichever minute the run falls in, it
-    # deletes the one in its folder and no other.
+    # deletes the one in its folder and no other. The session's volume with no purge cursor,
+    # as on a first run: a sweeper run of an earlier test (a schedule's tick) would otherwise
+    # have this one purge the folders of the minutes since (tests/test_sweeper_prunes.py).
+    (settings.artifact_root / PURGE_CURSOR).unlink(missing_ok=True)
     store = ArtifactStore(settings.artifact_root)
     paths = []
     for n in range(ARTIFACT_SLOTS):

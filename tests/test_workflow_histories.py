@@ -2,8 +2,9 @@
 as long as its subscription (continue-as-new keeps the history short, not the run): a deploy
 that changed its commands without `workflow.patched` would fail every running subscription's
 next workflow task as non-deterministic. A DeploymentHealthProbe runs every two minutes, so a
-deploy catches runs under way. A DeploymentLifecycle runs as long as its deployment. An InvokeModel
-runs for its call, and a deploy catches those under way.
+deploy catches runs under way. A DeploymentLifecycle runs as long as its deployment. An
+InvokeModel runs for its call, and a deploy catches those under way; so does a ReceiptSweeper,
+started every minute.
 
 The histories in tests/histories/ were recorded with the workflow as it was before the change
 named in the file's name (stub activities: a replay runs the workflow's code alone). Add one
@@ -24,6 +25,7 @@ from core.payload_converter import data_converter
 from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow
 from workflows.health_probe import HealthProbeWorkflow
 from workflows.invoke import InvokeModelWorkflow
+from workflows.receipt_sweeper import ReceiptSweeperWorkflow
 from workflows.webhook_delivery import WebhookDeliveryWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -71,6 +73,14 @@ HISTORIES = Path(__file__).parent / "histories"
             "deployment_lifecycle_before_approve_again.json",
             "DeploymentLifecycle",
             DeploymentLifecycleWorkflow,
+        ),
+        # Before a prune had a few attempts and its failure was reported (patch
+        # prune-failures-reported), recorded on 764d2c5 with stub activities: the sweep, then
+        # both prunes, each with the unbounded retry.
+        (
+            "receipt_sweeper_before_prune_failures.json",
+            "ReceiptSweeper",
+            ReceiptSweeperWorkflow,
         ),
     ],
 )
