@@ -89,6 +89,9 @@ BufferedHeader = Annotated[bool | None, Header(alias="X-Model-Router-Buffered")]
 IdempotencyKeyHeader = Annotated[
     str | None, Header(alias="Idempotency-Key", max_length=200, pattern=r"^[A-Za-z0-9._:/-]+$")
 ]
+# The data classification a caller gives in a header; absent is told apart from Internal where a
+# body may name it too (/gateway/*).
+ClassificationHeader = Annotated[DataClassification | None, Header(alias="X-Data-Classification")]
 
 
 # An `async def` dependency: a class (its plain __init__) would run in the thread pool.

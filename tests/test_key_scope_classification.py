@@ -12,6 +12,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -86,3 +87,42 @@ async def test_a_key_used_with_a_classification_replays_only_with_it(
     with pytest.raises(openai.ConflictError):
         await _call(sdk, catalog, key, None)
     assert upstream.requests(model) - before == 1
+
+
+async def test_the_gateway_takes_the_classification_from_its_header_too(
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    tenant: str,
+    catalog: Catalog,
+    upstream: UpstreamServer,
+) -> None:
+    """`/gateway/*` read the body's `dataClassification` alone: a runtime sending the header it
+    sends to every surface had its Confidential call routed as Internal, to a deployment the
+    policy keeps from Confidential data. The header counts as the body does; both, and
+    different, is a 422."""
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    model = catalog.model("openai")
+    before = upstream.requests(model)
+
+    def body(**more: Any) -> dict[str, Any]:
+        chat = {"messages": [{"role": "user", "content": "classified"}], "max_tokens": 20}
+        return {"profileId": catalog.profile("openai"), "request": chat, **more}
+
+    confidential = {**auth, "X-Data-Classification": "Confidential"}
+    refused = await http.post("/gateway/invoke", json=body(), headers=confidential)
+    assert refused.status_code == 403, refused.text
+    assert refused.json()["type"].endswith("/policy-denied")
+    both = await http.post(
+        "/gateway/invoke", json=body(dataClassification="Internal"), headers=confidential
+    )
+    assert both.status_code == 422, both.text
+    assert both.json()["errors"][0]["field"] == "header.X-Data-Classification"
+    assert upstream.requests(model) == before  # neither reached the provider
+    # Agreeing, or the header alone as Internal, is served.
+    for headers, more in (
+        (confidential, {"dataClassification": "Confidential"}),
+        ({**auth, "X-Data-Classification": "Internal"}, {}),
+    ):
+        answered = await http.post("/gateway/invoke", json=body(**more), headers=headers)
+        expected = 403 if more else 200
+        assert answered.status_code == expected, answered.text

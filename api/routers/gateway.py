@@ -19,7 +19,7 @@ from api.problems import field_refused
 from api.receipt_views import call_receipt
 from api.runtime import Runtime
 from api.sse import KEEP_ALIVE_COMMENT
-from api.surface import BufferedHeader, IdempotencyKeyHeader, Service
+from api.surface import BufferedHeader, ClassificationHeader, IdempotencyKeyHeader, Service
 from api.wire import (
     answer_chat,
     failure_response,
@@ -54,9 +54,8 @@ class _Scope(BaseModel):
     idempotency_key: str | None = Field(
         default=None, alias="idempotencyKey", max_length=200, pattern=r"^[A-Za-z0-9._:/-]+$"
     )
-    data_classification: DataClassification = Field(
-        default=DataClassification.INTERNAL, alias="dataClassification"
-    )
+    # None: not given in the body (the header's then, else Internal).
+    data_classification: DataClassification | None = Field(default=None, alias="dataClassification")
     budget_usd: Decimal | None = Field(default=None, alias="budgetUsd", ge=0)
 
     def call(
@@ -65,16 +64,27 @@ class _Scope(BaseModel):
         payload: dict[str, Any],
         request: Any,
         key_header: str | None,
+        class_header: DataClassification | None = None,
         **extra: Any,
     ) -> Call:
         """The call, keyed by `idempotencyKey` or the `Idempotency-Key` header (the /v1/
         surfaces' way, which runtimes send everywhere). The header was ignored here: each retry
-        a new call, a second provider call and charge. Both, and different, is a 422."""
+        a new call, a second provider call and charge. Both, and different, is a 422. The data
+        classification likewise, `dataClassification` or `X-Data-Classification`: the header
+        was ignored, a Confidential call routed as Internal, where the tenant's policy may
+        refuse its deployment for Confidential data."""
         if key_header and self.idempotency_key and key_header != self.idempotency_key:
             raise field_refused(
                 "header.Idempotency-Key",
                 "differs from body.idempotencyKey",
                 "The Idempotency-Key header and body.idempotencyKey name different keys.",
+            )
+        given = self.data_classification
+        if class_header is not None and given is not None and class_header is not given:
+            raise field_refused(
+                "header.X-Data-Classification",
+                "differs from body.dataClassification",
+                "The X-Data-Classification header and body.dataClassification differ.",
             )
         return Call(
             profile_id=self.profile_id,
@@ -85,7 +95,7 @@ class _Scope(BaseModel):
             operation=operation,
             payload=payload,
             request=request,
-            data_classification=self.data_classification,
+            data_classification=given or class_header or DataClassification.INTERNAL,
             budget_usd=self.budget_usd,
             profile_field="body.profileId",
             **extra,
@@ -133,6 +143,7 @@ async def invoke(
     runtime: RuntimeDep,
     buffered: BufferedHeader = None,
     key: IdempotencyKeyHeader = None,
+    classification: ClassificationHeader = None,
 ) -> Response:
     chat = body.request
     call = body.call(
@@ -140,6 +151,7 @@ async def invoke(
         chat.model_dump(mode="json"),
         chat,
         key,
+        classification,
         needs_tools=bool(chat.tools),
         needs_structured_output=chat.response_format is not None
         and chat.response_format.type != "text",
@@ -237,6 +249,7 @@ async def embed(
     service: Service,
     runtime: RuntimeDep,
     key: IdempotencyKeyHeader = None,
+    classification: ClassificationHeader = None,
 ) -> Response:
     running = await service.start(
         principal,
@@ -245,6 +258,7 @@ async def embed(
             {"input": body.inputs, **({"dimensions": body.dimensions} if body.dimensions else {})},
             (list(body.inputs), body.dimensions),
             key,
+            classification,
         ),
     )
     found, summary = await result(running)
@@ -264,11 +278,18 @@ async def rerank(
     service: Service,
     runtime: RuntimeDep,
     key: IdempotencyKeyHeader = None,
+    classification: ClassificationHeader = None,
 ) -> Response:
     payload = {"query": body.query, "documents": body.documents, "topN": body.top_n}
     running = await service.start(
         principal,
-        body.call(Operation.RERANK, payload, (body.query, list(body.documents), body.top_n), key),
+        body.call(
+            Operation.RERANK,
+            payload,
+            (body.query, list(body.documents), body.top_n),
+            key,
+            classification,
+        ),
     )
     found, summary = await result(running)
     if found is None or summary.outcome is not InvocationOutcome.COMPLETED:
