@@ -40,6 +40,7 @@ from core.temporal import connect
 from core.temporal_rotation import TlsRotation
 from domain.invocation import closer_queue
 from providers.secrets import default_broker
+from store.artifact_files import ArtifactFiles
 from store.artifacts import EVIDENCE_DIR, ArtifactStore
 from store.db import create_engine, session_factory
 from store.receipt_statements import ReceiptStatements
@@ -87,12 +88,21 @@ def evaluation_adapters(settings: Settings) -> AdapterPool:
     )
 
 
+def evaluation_records(settings: Settings) -> ArtifactFiles:
+    """The evaluation records' files, written off the event loop on threads of their own and
+    within a bound (store/artifact_files.py); whoever runs the worker closes them when it stops.
+    Apart from answers: the answers' retention (the receipt sweeper) deleted them with the
+    answers, the evidence a deployment's approval rests on."""
+    return ArtifactFiles(ArtifactStore(settings.artifact_root / EVIDENCE_DIR))
+
+
 def build_worker(
     client: Client,
     settings: Settings,
     sessions: async_sessionmaker[AsyncSession],
     http: httpx.AsyncClient | None = None,
     adapters: AdapterPool | None = None,
+    records: ArtifactFiles | None = None,
 ) -> Worker:
     lifecycle = LifecycleActivities(sessions)
     webhooks = webhook_activities(settings, sessions, http)
@@ -114,9 +124,7 @@ def build_worker(
     evaluation = EvaluationActivities(
         sessions,
         adapters or evaluation_adapters(settings),
-        # Evaluation records apart from answers: the answers' retention (the receipt sweeper)
-        # deleted them with the answers, the evidence a deployment's approval rests on.
-        ArtifactStore(settings.artifact_root / EVIDENCE_DIR),
+        records or evaluation_records(settings),
         this_client,
         settings.evaluation_context_token_cap,
     )
@@ -269,7 +277,8 @@ async def run(settings: Settings) -> None:
             log.info("schedule %s %s", schedule, outcome)
     sessions = session_factory(engine)
     adapters = evaluation_adapters(settings)
-    worker = build_worker(client, settings, sessions, adapters=adapters)
+    records = evaluation_records(settings)
+    worker = build_worker(client, settings, sessions, adapters=adapters, records=records)
     invocations = build_invocation_worker(client, settings, sessions)
     closers = build_closer_worker(client, settings, sessions)
     polls = build_webhook_poll_worker(client, settings, sessions)
@@ -287,6 +296,7 @@ async def run(settings: Settings) -> None:
         # connections closed, not left to the collector at the loop's close.
         stack.push_async_callback(engine.dispose)
         stack.push_async_callback(adapters.aclose)  # after the workers have drained
+        stack.callback(records.close)  # as well: no record is written past the drain
         stack.push_async_callback(rotation.aclose)
         stack.callback(upkeep.cancel)
         if _serves_metrics(settings):

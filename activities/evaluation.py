@@ -1,7 +1,12 @@
 """EvaluateDeployment's steps: prepare the suite (or a fixed check) for a deployment, drive one
 case through its real adapter, record the outcome (artifact by hash + evidence through the
 lifecycle), or say why the run could not complete. Case texts and model outputs stay inside
-`run_case` and the checks."""
+`run_case` and the checks.
+
+A record's file is written off the event loop and within a bound (store/artifact_files.py), as
+the answers' are: written on the loop, an artifact volume gone quiet froze the whole worker
+process (webhook polls' heartbeats, receipt closes, lifecycle steps) for as long as it stalled.
+Now only the record step waits, at most the files' wait, and fails to be retried by its policy."""
 
 from __future__ import annotations
 
@@ -49,7 +54,8 @@ from domain.suite.checks import CheckResult
 from domain.suite.embedding import EMBEDDING_CAPABILITY, EMBEDDING_CASES, embedding_passed
 from domain.suite.rerank import RERANK_CAPABILITY, RERANK_CASES, rerank_passed
 from store import evaluations
-from store.artifacts import ArtifactStore
+from store.artifact_files import ArtifactFiles, VolumeStalled
+from store.artifacts import reference
 from store.db import transaction
 from store.outage import is_outage
 from store.repositories import ModelDeploymentRepository, ModelProfileRepository
@@ -64,7 +70,7 @@ class EvaluationActivities:
         self,
         sessions: async_sessionmaker[AsyncSession],
         adapters: AdapterPool,
-        artifacts: ArtifactStore,
+        artifacts: ArtifactFiles,
         client: Callable[[], Awaitable[Client]],
         context_token_cap: int,
         lifecycle_queue: str | None = None,
@@ -225,7 +231,7 @@ class EvaluationActivities:
                 "results": [r.model_dump(mode="json") for r in data.results],
             }
         )
-        evidence_ref = self._artifacts.put(data.tenant_id, record)
+        evidence_ref = await self._store_record(data.tenant_id, record)
         passed = embedding_passed if data.check == "embedding" else rerank_passed
         if not passed(data.results):
             failed = [f"{r.case_id}: {r.reason}" for r in data.results if not r.passed]
@@ -243,6 +249,19 @@ class EvaluationActivities:
         async with transaction(self._sessions) as session:
             await evaluations.complete(session, data.evaluation_id, evidence_ref, summary)
         return evidence_ref
+
+    async def _store_record(self, tenant_id: str, record: bytes) -> str:
+        """The record written under its reference, off the loop. A volume that did not answer
+        within the wait (or is known to be stalled) fails the step, retried by its policy
+        (RECORD_RETRY): named for what went wrong, not the volume's path."""
+        ref = reference(record)
+        try:
+            await self._artifacts.write(tenant_id, ref, record)
+        except VolumeStalled as exc:
+            raise ApplicationError(
+                f"the evaluation record was not stored: {exc}", type=type(exc).__name__
+            ) from None
+        return ref
 
     async def _import_evidence(
         self,
@@ -306,7 +325,7 @@ class EvaluationActivities:
                 "scores": {c.value: [s.pass_rate, s.verdict] for c, s in scores.items()},
             }
         )
-        evidence_ref = self._artifacts.put(data.tenant_id, record)
+        evidence_ref = await self._store_record(data.tenant_id, record)
         measured = {c.value: s.pass_rate for c, s in scores.items()}
         await self._import_evidence(
             data.tenant_id,

@@ -9,6 +9,7 @@ caller was told."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import errno
 import logging
 import time
@@ -27,6 +28,7 @@ from core import metrics
 from domain.invocation import invoke_workflow_id
 from domain.sweep import PruneArtifactsInput, SweepInput, SweepReport, Workflow, to_sweep
 from store import receipts
+from store.artifact_files import VolumeStalled
 from store.artifacts import ArtifactStore
 from store.db import transaction
 from store.event_retention import prune_run_events
@@ -57,14 +59,25 @@ class SweeperActivities:
         self._sessions = sessions
         self._statements = ReceiptStatements(sessions.kw["bind"])
         self._artifacts = artifacts
+        # The purge's own thread (prune_artifacts), made on its first run, and the purge on it.
+        self._purges: concurrent.futures.ThreadPoolExecutor | None = None
+        self._purging: concurrent.futures.Future[int] | None = None
 
     @activity.defn(name="prune_artifacts")
     async def prune_artifacts(self, data: PruneArtifactsInput) -> int:
         """Stored answers past their retention, in one folder of each tenant (the run's slot),
         and in those of the minutes since the last run's (ticks the schedule skipped while a
         run went on): the artifact volume grew without end, and once full every answer's write
-        failed (each replay of those keys then had no answer). On a thread: it walks a
-        directory. This worker's clock names the minutes, as the cursor's were."""
+        failed (each replay of those keys then had no answer). This worker's clock names the
+        minutes, as the cursor's were.
+
+        On a thread of its own: it walks a directory, and a volume gone quiet holds that walk
+        for as long as it stalls. On the loop's default executor (asyncio.to_thread) each
+        stalled attempt held one of its few threads (min(32, cpus + 4)), the ones aiohttp's
+        resolver looks host names up on: after a few, every probe, evaluation case and
+        statement fetch of this worker waited on DNS. A purge still on that thread (an attempt
+        past its timeout, the volume stalled) refuses the next at once, as VolumeStalled: one
+        purge at a time per volume (`purge_since`), and no attempt queued behind it."""
         if self._artifacts is None:
             return 0
         artifacts, age = self._artifacts, timedelta(days=data.retention_days).total_seconds()
@@ -74,7 +87,14 @@ class SweeperActivities:
             return artifacts.purge_since(data.slots, minute, age)
 
         try:
-            return await asyncio.to_thread(purge)
+            if self._purging is not None and not self._purging.done():
+                raise VolumeStalled("the last purge has not returned")
+            if self._purges is None:
+                self._purges = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="artifact_purge"
+                )
+            self._purging = self._purges.submit(purge)
+            return await asyncio.wrap_future(self._purging)
         except Exception as exc:  # a volume read-only or another uid's on this worker
             raise _prune_failed("prune_artifacts", exc) from None
 
