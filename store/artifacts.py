@@ -16,7 +16,7 @@ import itertools
 import os
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from domain.sweep import ARTIFACT_SLOTS, artifact_slot
@@ -135,13 +135,27 @@ class ArtifactStore:
                     continue
         return removed
 
-    def purge_since(self, slots: Sequence[str], minute: int, max_age_seconds: float) -> int:
+    def purge_since(
+        self,
+        slots: Sequence[str],
+        minute: int,
+        max_age_seconds: float,
+        budget_seconds: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> int:
         """`purge_slot` for `slots` (the sweeper run's own) and for the folder of every minute
         since the cursor through `minute` (minutes since the epoch), each at most once: all 256
         after a gap longer than their round. The cursor is moved past each minute's folder as
         it is done, so a run cut short keeps what it did and the next goes on from there. With
         no cursor, or one unreadable or ahead of `minute` (another clock), `slots` alone: the
         cursor starts at `minute`. How many answers were removed.
+
+        The minutes behind stop once `budget_seconds` (by `clock`) are spent, the cursor at the
+        last one done: the rest is the next run's. Unbounded, the first run after an outage of
+        hours walked up to the whole volume in one attempt (on a network share with millions
+        of answers, tens of minutes), past the attempt's 5 minutes, three times, past the run's
+        10: the sweeps of the ticks between dropped again, and each longer run left more minutes
+        to the next. The run's own `slots` are purged whatever the budget (one folder a minute).
 
         One purge at a time per volume: the sweeper's schedule runs one run at a time (SKIP)."""
         if not self.root.is_dir():
@@ -151,8 +165,11 @@ class ArtifactStore:
             last = None  # ahead: another host's clock, or not a minute of ours
         removed = 0
         done: set[str] = set()
+        deadline = None if budget_seconds is None else clock() + budget_seconds
         if last is not None:
             for behind in range(max(last + 1, minute - ARTIFACT_SLOTS + 1), minute + 1):
+                if deadline is not None and clock() >= deadline:
+                    break  # the rest is the next run's, from the cursor
                 slot = artifact_slot(behind)
                 removed += self.purge_slot(slot, max_age_seconds)
                 done.add(slot)

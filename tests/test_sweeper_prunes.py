@@ -263,3 +263,31 @@ async def test_the_prune_activity_purges_the_minutes_since_its_last_run(
     assert {m % ARTIFACT_SLOTS for m in range(before - 4, before + 1)} <= gone
     assert gone <= {m % ARTIFACT_SLOTS for m in range(before - 4, after + 1)}
     assert pruned == len(gone) and before <= _cursor(tmp_path) <= after
+
+
+def test_the_minutes_behind_stop_at_the_budget_and_the_next_run_goes_on(tmp_path: Path) -> None:
+    """Unbounded, the first run after an outage of hours walked the whole volume in one attempt
+    (a network share with millions of answers: tens of minutes), past the attempt's 5 minutes
+    and the run's 10. Each folder here takes 5 s of a fake clock; the budget is 60 s."""
+    now = [0.0]
+
+    class Slow(Recording):
+        def purge_slot(self, slot: str, max_age_seconds: float) -> int:
+            now[0] += 5.0
+            return super().purge_slot(slot, max_age_seconds)
+
+    store = Slow(tmp_path)
+    _run(store, 0)
+    store.purged.clear()
+
+    def bounded(minute: int) -> int:
+        return store.purge_since(artifact_slots(minute), minute, 30 * DAY, 60.0, lambda: now[0])
+
+    bounded(200)
+    # Twelve minutes behind in the budget, then the run's own folder.
+    assert store.purged == [f"{n:02x}" for n in range(1, 13)] + ["c8"]
+    assert _cursor(tmp_path) == 12
+    store.purged.clear()
+    bounded(201)
+    assert store.purged[:12] == [f"{n:02x}" for n in range(13, 25)]
+    assert _cursor(tmp_path) == 24

@@ -112,7 +112,9 @@ class QuietPurges(ArtifactStore):
         self._lock = threading.Lock()
         self.purges = 0
 
-    def purge_since(self, slots: Sequence[str], minute: int, max_age_seconds: float) -> int:
+    def purge_since(
+        self, slots: Sequence[str], minute: int, max_age_seconds: float, *more: Any
+    ) -> int:
         with self._lock:
             self.purges += 1
         self.answer.wait(UNBOUNDED)
