@@ -15,21 +15,16 @@ from anthropic.types import Message as AnthropicMessage
 from domain.provider_reports import token_count
 from providers import log_guard
 from providers.anthropic_convert import convert
+from providers.anthropic_errors import map_error, stream_error
+from providers.anthropic_json_mode import answer_tool, read_answers, read_whole
 from providers.base import ProviderAdapter
 from providers.completion_fold import collect_events
 from providers.errors import (
     UNREADABLE,
-    ErrorKind,
     MalformedAnswer,
-    ProviderError,
-    aiohttp_failure,
-    error_field,
-    kind_from_status,
     malformed_answer,
     mid_stream,
-    retry_after_seconds,
     stream_incomplete,
-    transport_error,
 )
 from providers.secrets import Connection
 from providers.sse import sse_data
@@ -62,104 +57,9 @@ _STOP = {
     "tool_use": FinishReason.TOOL_CALLS,
     "refusal": FinishReason.CONTENT_FILTER,
 }
-_ERROR_TYPES = {
-    "rate_limit_error": ErrorKind.RATE_LIMIT,
-    "overloaded_error": ErrorKind.OVERLOADED,
-    "api_error": ErrorKind.SERVER,
-    "timeout_error": ErrorKind.TIMEOUT,
-    "authentication_error": ErrorKind.AUTH,
-    "permission_error": ErrorKind.AUTH,
-    "billing_error": ErrorKind.QUOTA,
-    "not_found_error": ErrorKind.NOT_FOUND,
-    "request_too_large": ErrorKind.INVALID_REQUEST,
-}
-# The cause an error's `error.details.error_code` names (the SDK's `APIStatusError.error_code`),
-# ahead of its type: a spend limit comes as a 429 rate_limit_error, and as a rate limit it was
-# retried on the same deployment, which no wait would let through, and never fell back; an
-# organization Anthropic put on hold comes as a 400 invalid_request_error, which blamed the
-# caller and stopped the call. The 402s (linked_organization_*) are `billing_error`s already.
-_ERROR_CODES = {
-    "enforced_spend_limit_reached": ErrorKind.QUOTA,
-    "contract_spend_limit_reached": ErrorKind.QUOTA,
-    "linked_organization_spend_limit_reached": ErrorKind.QUOTA,
-    "linked_organization_billing_unavailable": ErrorKind.QUOTA,
-    "organization_on_hold": ErrorKind.AUTH,
-}
 # The SDK traces calls with OpenTelemetry; metadata only, whatever the environment asks for,
 # because prompts and outputs never reach spans.
 _TELEMETRY: Any = {"traces": {"content_mode": "metadata_only"}}
-
-
-def _status_error(
-    *,
-    provider: str,
-    status: int,
-    error_type: str | None,
-    error_code: str | None,
-    message: str | None,
-    headers: Any,
-    request_id: str | None,
-) -> ProviderError:
-    # Errors inside a stream arrive with the stream's status, 200: the code, then the type,
-    # decides.
-    kind = _ERROR_CODES.get(error_code or "") or _ERROR_TYPES.get(error_type or "")
-    if kind is None:
-        kind = kind_from_status(status if status >= 300 else 500, error_type, message)
-    return ProviderError(
-        kind,
-        provider=provider,
-        status_code=status,
-        code=error_code or error_type,
-        reason=message,
-        retry_after=retry_after_seconds(headers),
-        provider_request_id=request_id,
-    )
-
-
-def map_error(exc: Exception, provider: str) -> ProviderError:
-    mapped = aiohttp_failure(exc, provider=provider)
-    if mapped is not None:
-        return mapped
-    if isinstance(exc, anthropic.APITimeoutError):
-        return ProviderError(ErrorKind.TIMEOUT, provider=provider, reason="timed out")
-    if isinstance(exc, anthropic.APIConnectionError):
-        return ProviderError(ErrorKind.CONNECTION, provider=provider, reason="connection error")
-    if isinstance(exc, anthropic.APIStatusError):
-        return _status_error(
-            provider=provider,
-            status=exc.status_code,
-            error_type=exc.type if isinstance(exc.type, str) else None,
-            error_code=exc.error_code,
-            message=exc.api_message,
-            headers=exc.response.headers,
-            request_id=exc.request_id,
-        )
-    mapped = transport_error(exc, provider=provider)
-    if mapped is not None:
-        return mapped
-    return ProviderError(ErrorKind.SERVER, provider=provider, reason=type(exc).__name__)
-
-
-def _stream_error(
-    event: dict[str, Any], headers: Any, provider: str, request_id: str | None
-) -> ProviderError:
-    """An `error` event inside an accepted stream, mapped as the SDK's status error for it
-    would be (status 200, the error's type decides)."""
-    error = event.get("error")
-    error = error if isinstance(error, dict) else {}
-    error_type, message = error.get("type"), error.get("message")
-    return mid_stream(
-        _status_error(
-            provider=provider,
-            status=200,
-            error_type=error_type if isinstance(error_type, str) else None,
-            error_code=error_field(error, "details", "error_code"),
-            message=message if isinstance(message, str) else None,
-            headers=headers,
-            request_id=request_id,
-        ),
-        request_id,
-    )
 
 
 class _Usage:
@@ -238,13 +138,22 @@ class AnthropicAdapter(ProviderAdapter):
             ),
         )
 
-    async def stream(
+    def stream(
         self, request: ChatRequest, *, limits: CallLimits | None = None
+    ) -> AsyncGenerator[StreamEvent, None]:
+        """`_stream`'s events; a JSON-mode answer tool's call read back as text, as `complete`
+        reads a whole message's (providers/anthropic_json_mode.py)."""
+        events = self._stream(request, limits)
+        name = answer_tool(request)
+        return events if name is None else read_answers(events, name)
+
+    async def _stream(
+        self, request: ChatRequest, limits: CallLimits | None
     ) -> AsyncGenerator[StreamEvent, None]:
         """The SDK sends the request and hands over its raw response; the server-sent events
         are read by the lean reader (providers/sse.py), as plain dicts, as the OpenAI adapter
         reads its own: the SDK's stream built a typed event object per chunk."""
-        params = convert(request, self.model, prompt_caching=self._prompt_caching)
+        params = self._params(request, self._prompt_caching)
         manager = self._client.messages.with_streaming_response.create(
             **params, stream=True, **self.call_timeout(limits)
         )
@@ -308,7 +217,7 @@ class AnthropicAdapter(ProviderAdapter):
                 elif kind == "ping":
                     yield KEEP_ALIVE
                 elif kind == "error":
-                    raise _stream_error(event, http.headers, self.provider, request_id)
+                    raise stream_error(event, http.headers, self.provider, request_id)
             answered = stop_reason is not None
         except _FAILURES as exc:
             raise mid_stream(map_error(exc, self.provider), request_id) from None
@@ -339,7 +248,7 @@ class AnthropicAdapter(ProviderAdapter):
         try:
             raw = await self.first_byte(
                 self._client.messages.with_raw_response.create(
-                    **convert(request, self.model, prompt_caching=self._prompt_caching),
+                    **self._params(request, self._prompt_caching),
                     **self.call_timeout(limits),
                 ),
                 limits,
@@ -349,13 +258,14 @@ class AnthropicAdapter(ProviderAdapter):
             raise map_error(exc, self.provider) from None
         request_id = raw.headers.get("request-id")
         try:
-            return collect_events(_events(message, request_id))
+            events = read_whole(_events(message, request_id), answer_tool(request))
+            return collect_events(events)
         except UNREADABLE as exc:  # as the OpenAI adapter's: never a message quoting the answer
             raise malformed_answer(self.provider, "messages", exc, request_id) from None
 
     async def count_tokens(self, request: ChatRequest, *, limits: CallLimits | None = None) -> int:
         # What shapes the prompt; no breakpoints of our own, which do not change the count.
-        params = convert(request, self.model, prompt_caching=False)
+        params = self._params(request, False)
         fields = ("model", "messages", "system", "tools", "tool_choice", "output_config")
         try:
             counted = await self.first_byte(
@@ -372,6 +282,9 @@ class AnthropicAdapter(ProviderAdapter):
         except UNREADABLE as exc:  # the caller gets our estimate (api/token_count.py)
             raise malformed_answer(self.provider, "token count", exc, None) from None
         return found
+
+    def _params(self, request: ChatRequest, prompt_caching: bool) -> dict[str, Any]:
+        return convert(request, self.model, prompt_caching=prompt_caching, provider=self.provider)
 
     async def aclose(self) -> None:
         await self._client.close()

@@ -1,5 +1,6 @@
 """Anthropic's messages.create arguments from a normalised chat request: system messages to
-`system`, tool results to user turns, merged turns, and the prompt-cache breakpoints."""
+`system`, tool results to user turns, merged turns, the prompt-cache breakpoints, and JSON
+output as Anthropic takes it (providers/anthropic_json_mode.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import re
 from typing import Any
 
+from providers.anthropic_json_mode import answer_tool, ask_for_answer, output_format
 from providers.types import ChatRequest, Message
 
 DEFAULT_MAX_TOKENS = 4096
@@ -91,7 +93,9 @@ def _system(request: ChatRequest, prompt_caching: bool) -> str | list[dict[str, 
     return text
 
 
-def convert(request: ChatRequest, model: str, *, prompt_caching: bool = True) -> dict[str, Any]:
+def convert(
+    request: ChatRequest, model: str, *, prompt_caching: bool = True, provider: str = "anthropic"
+) -> dict[str, Any]:
     """The messages.create arguments. System messages become `system`; tool results become
     user turns; consecutive turns of one role merge, as the API requires alternation.
 
@@ -99,7 +103,10 @@ def convert(request: ChatRequest, model: str, *, prompt_caching: bool = True) ->
     are passed as given, and then no others are added (the API allows four). Otherwise, with
     prompt_caching, cache breakpoints go on the system prompt and on the end of the history
     before the newest turn, so an agent's growing conversation is read from the cache instead
-    of billed in full each turn (Anthropic ignores them below its minimum length)."""
+    of billed in full each turn (Anthropic ignores them below its minimum length).
+
+    A json_schema the structured outputs cannot take raises ProviderError (invalid_request,
+    naming `provider`)."""
     turns: list[dict[str, Any]] = []
     for message in request.messages:
         if message.role == "system":
@@ -139,13 +146,14 @@ def convert(request: ChatRequest, model: str, *, prompt_caching: bool = True) ->
         if request.parallel_tool_calls is False and mode != "none":
             tool_choice["disable_parallel_tool_use"] = True
         params["tool_choice"] = tool_choice
+    # JSON output as Anthropic takes it (providers/anthropic_json_mode.py): a schema in its
+    # subset, JSON mode as a tool the model answers with.
     fmt = request.response_format
-    if fmt is not None and fmt.type != "text":
-        schema: dict[str, Any] = fmt.json_schema or {"type": "object"}
-        if fmt.description and "description" not in schema:
-            # Messages' format has no description of its own: the schema's carries it.
-            schema = {**schema, "description": fmt.description}
-        params["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
+    if fmt is not None and fmt.type == "json_schema":
+        params["output_config"] = {"format": output_format(fmt, provider)}
+    answer = answer_tool(request)
+    if answer is not None:
+        ask_for_answer(request, params, answer)
     if request.stop:
         params["stop_sequences"] = list(request.stop)
     if request.temperature is not None:

@@ -18,7 +18,7 @@ import pytest
 
 from domain.enums import Modality
 from providers.anthropic_adapter import AnthropicAdapter
-from providers.anthropic_adapter import map_error as map_anthropic_error
+from providers.anthropic_errors import map_error as map_anthropic_error
 from providers.base import ProviderAdapter
 from providers.completion_fold import collect_events, collect_stream
 from providers.errors import (
@@ -237,7 +237,10 @@ async def test_request_mapping_reaches_the_provider(
     assert turn.messages[1].tool_calls[0].name == "lookup"
     assert turn.messages[2].tool_call_id == "call_1" and turn.messages[2].text == "result text"
     assert [t.name for t in turn.tools] == ["lookup"] and turn.tool_choice == "none"
-    assert turn.response_format == "json_schema" and turn.json_schema == schema
+    # Anthropic's structured outputs take only closed objects: the adapter closes them
+    # (providers/anthropic_json_mode.py).
+    sent = {**schema, "additionalProperties": False} if adapter.provider == "anthropic" else schema
+    assert turn.response_format == "json_schema" and turn.json_schema == sent
     assert (turn.max_tokens, turn.stop) == (50, ["STOP"])
 
 

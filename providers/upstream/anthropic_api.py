@@ -106,6 +106,71 @@ def _messages(raw: object) -> list[TurnMessage]:
     return out
 
 
+# What Anthropic's structured outputs refuse in `output_config.format`'s schema, as its documented
+# limits say (and its 400 does): an object not closed by `additionalProperties: false`,
+# numerical bounds, string lengths, array constraints but `minItems` 0 or 1, a pattern with
+# lookaround, a backreference or a word boundary, a recursive schema. Checked here so that a
+# gateway sending a schema as given meets the refusal it meets at Anthropic.
+_NOT_TAKEN = (
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "minLength",
+    "maxLength",
+    "maxItems",
+    "uniqueItems",
+    "contains",
+)
+_COMPLEX_PATTERN = re.compile(r"\(\?<?[=!]|\\[1-9bBk]")
+_SCHEMA = "output_config.format.schema"
+
+
+def _resolve(root: dict[str, Any], ref: str) -> object:
+    node: object = root
+    for part in ref.removeprefix("#").strip("/").split("/") if ref != "#" else []:
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def _check_schema(root: object) -> None:
+    def walk(node: object, path: str, refs: tuple[str, ...]) -> None:
+        if not isinstance(node, dict):
+            return
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            if ref == "#" or ref in refs:
+                raise BadRequest(f"{path}: recursive schemas are not supported")
+            walk(_resolve(root if isinstance(root, dict) else {}, ref), path, (*refs, ref))
+        kind = node.get("type")
+        if (kind == "object" or "properties" in node) and node.get(
+            "additionalProperties"
+        ) is not False:
+            raise BadRequest(
+                f"{path}: For 'object' type, 'additionalProperties' must be explicitly set to false"
+            )
+        for key in _NOT_TAKEN:
+            if key in node:
+                raise BadRequest(f"{path}: For '{kind}' type, property '{key}' is not supported")
+        if "minItems" in node and node["minItems"] not in (0, 1):
+            raise BadRequest(
+                f"{path}: For 'array' type, 'minItems' values other than 0 or 1 are not supported"
+            )
+        pattern = node.get("pattern")
+        if isinstance(pattern, str) and _COMPLEX_PATTERN.search(pattern):
+            raise BadRequest(f"{path}: the regular expression of 'pattern' is not supported")
+        for key in ("properties", "$defs", "definitions"):
+            for name, sub in (node.get(key) or {}).items():
+                walk(sub, f"{path}.{key}.{name}", refs)
+        for key in ("anyOf", "allOf", "oneOf"):
+            for i, sub in enumerate(node.get(key) or []):
+                walk(sub, f"{path}.{key}.{i}", refs)
+        walk(node.get("items"), f"{path}.items", refs)
+
+    walk(root, _SCHEMA, ())
+
+
 def parse(body: dict[str, Any]) -> ChatTurn:
     if not isinstance(body.get("max_tokens"), int):
         raise BadRequest("max_tokens: Field required")
@@ -126,6 +191,8 @@ def parse(body: dict[str, Any]) -> ChatTurn:
         raise BadRequest("tool_choice.name: not in tools")
     fmt = (body.get("output_config") or {}).get("format") or {}
     schema = fmt.get("schema") if fmt.get("type") == "json_schema" else None
+    if schema is not None:
+        _check_schema(schema)
     return ChatTurn(
         api="anthropic",
         model=str(body["model"]),

@@ -1,0 +1,232 @@
+"""JSON output on Anthropic's Messages API, which has no JSON mode of its own and takes a
+structured-output schema only in a subset of JSON Schema.
+
+A `json_schema` format goes out as `output_config.format`, its schema made one Anthropic takes
+by the SDK's own `anthropic.transform_schema` (what its `messages.parse` sends): every object
+closed with `additionalProperties: false` (a map's value schema dropped with it), and the
+keywords outside what the SDK sends as constraints (`minimum`, `maxLength`, `minItems` above 1,
+an unknown string `format`, and `pattern` too) moved into the description, where the model
+still reads them. Sent as given, any schema with an open object or an unsupported keyword
+was a 400 (invalid_request: the caller blamed, no fallback). The answer is passed on as
+before: the gateway does not check it against the schema (an evaluation's verifiers check it
+against the schema as given).
+
+A `json_object` format (JSON mode: any object) has no schema Anthropic takes: `{"type":
+"object"}` is an open object, refused the same way. Anthropic's documented way to a free JSON
+object is a tool whose input is the answer: one tool (`json_output`, input_schema
+`{"type": "object"}`, not strict) the model must call. `AnswerReader` turns its call back into
+what JSON mode answers on OpenAI: the object as the assistant's text, no tool call, finish
+`stop`.
+
+With the caller's own tools, forcing the answer tool would keep them from being called. Then
+`tool_choice: any` over the caller's tools and the answer tool says what OpenAI's JSON mode
+with tools does: call a tool, or answer with a JSON object. Under `tool_choice: none` the
+answer tool alone is forced (no caller tool may be called, as asked); under `required` or a
+named tool the answer is a tool call, which JSON mode does not shape, so no answer tool is
+added."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncGenerator, Iterable, Iterator
+from typing import Any
+
+import anthropic
+
+from providers.errors import ErrorKind, ProviderError
+from providers.types import (
+    Accepted,
+    ChatRequest,
+    Finish,
+    FinishReason,
+    KeepAlive,
+    ResponseFormat,
+    StreamEvent,
+    TextDelta,
+    ToolCallDelta,
+)
+
+ANSWER_TOOL = "json_output"
+_ANSWER_DESCRIPTION = (
+    "Give your answer with this tool: its input is your whole answer, one JSON object."
+)
+
+# Keywords that hold for one JSON type only: under a list of types (`["string", "null"]`, as
+# OpenAI's strict schemas make a field nullable) each goes to its own type's branch.
+_NUMBER = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+_OWN: dict[str, tuple[str, ...]] = {
+    "object": (
+        "properties",
+        "required",
+        "additionalProperties",
+        "patternProperties",
+        "minProperties",
+        "maxProperties",
+    ),
+    "array": ("items", "prefixItems", "minItems", "maxItems", "uniqueItems", "contains"),
+    "string": ("format", "pattern", "minLength", "maxLength"),
+    "number": _NUMBER,
+    "integer": _NUMBER,
+}
+_ALL_OWN = frozenset(k for keys in _OWN.values() for k in keys)
+
+
+def _typed(node: Any) -> Any:
+    """The schema with every list of types made an `anyOf` of one type each: the SDK's
+    transform takes one type per schema (a list raised AssertionError inside it)."""
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in ("properties", "$defs") and isinstance(value, dict):
+            out[key] = {name: _typed(sub) for name, sub in value.items()}
+        elif key in ("anyOf", "oneOf", "allOf") and isinstance(value, list):
+            out[key] = [_typed(sub) for sub in value]
+        elif key == "items":
+            out[key] = _typed(value)
+        else:
+            out[key] = value
+    types = out.get("type")
+    if not isinstance(types, list) or {"enum", "const", "anyOf", "oneOf", "allOf"} & out.keys():
+        return out
+    if len(types) == 1:
+        return {**out, "type": types[0]}
+    rest = {k: v for k, v in out.items() if k != "type" and k not in _ALL_OWN}
+    branches = [{"type": t, **{k: out[k] for k in _OWN.get(str(t), ()) if k in out}} for t in types]
+    return {**rest, "anyOf": branches}
+
+
+def output_format(fmt: ResponseFormat, provider: str) -> dict[str, Any]:
+    """`output_config.format` for a json_schema format, as Anthropic takes it. A schema the
+    transform cannot read (a part without a type, a `true` schema) is the caller's request that
+    no Anthropic deployment takes: refused as invalid, in our words (never the schema's)."""
+    schema: dict[str, Any] = fmt.json_schema or {}
+    if fmt.description and "description" not in schema:
+        # Messages' format has no description of its own: the schema's carries it.
+        schema = {**schema, "description": fmt.description}
+    try:
+        sendable = anthropic.transform_schema(_typed(schema))
+    except (ValueError, TypeError, AssertionError, RecursionError):
+        raise ProviderError(
+            ErrorKind.INVALID_REQUEST,
+            provider=provider,
+            # The surfaces name the field differently (response_format, text.format,
+            # output_config.format): said as what it is.
+            reason="the output format's JSON schema has a part without a type, which "
+            "Anthropic's structured outputs do not take (each part needs a type, anyOf, "
+            "allOf, enum or const)",
+        ) from None
+    return {"type": "json_schema", "schema": sendable}
+
+
+def answer_tool(request: ChatRequest) -> str | None:
+    """The name of the tool that carries a JSON-mode answer in this request's call, or None
+    when the call has none (no json_object format, or a tool call forced by the caller). Never
+    one of the caller's tools' names."""
+    fmt = request.response_format
+    if fmt is None or fmt.type != "json_object":
+        return None
+    choice = request.tool_choice
+    if request.tools and choice is not None and choice.mode in ("required", "tool"):
+        return None
+    names = {t.name for t in request.tools}
+    name, n = ANSWER_TOOL, 1
+    while name in names:
+        name, n = f"{ANSWER_TOOL}_{n}", n + 1
+    return name
+
+
+def ask_for_answer(request: ChatRequest, params: dict[str, Any], name: str) -> None:
+    """Adds the answer tool to `params` (after the caller's tools, so their cache prefix
+    stays) and the tool choice that has the model answer with it (the module says why)."""
+    tool = {"name": name, "description": _ANSWER_DESCRIPTION, "input_schema": {"type": "object"}}
+    params["tools"] = [*params.get("tools", ()), tool]
+    choice = request.tool_choice
+    if request.tools and (choice is None or choice.mode == "auto"):
+        tool_choice: dict[str, Any] = {"type": "any"}
+        if request.parallel_tool_calls is False:
+            tool_choice["disable_parallel_tool_use"] = True
+    else:
+        # One answer: two calls of the answer tool would be two objects, no JSON text.
+        tool_choice = {"type": "tool", "name": name, "disable_parallel_tool_use": True}
+    params["tool_choice"] = tool_choice
+
+
+def _as_said(arguments: str) -> str:
+    """A whole message's answer as its stream says it: the adapter writes a tool_use's parsed
+    input out again as ASCII (`\\u00fc`), where the stream's fragments carry the characters
+    (`ü`). Kept escaped where a character is half a surrogate pair, which no text carries."""
+    try:
+        text = json.dumps(json.loads(arguments), ensure_ascii=False, separators=(",", ":"))
+        text.encode()
+    except ValueError:  # UnicodeEncodeError among them
+        return arguments
+    return text
+
+
+class AnswerReader:
+    """The answer tool's call read back as the answer's text, on the stream's events and on a
+    whole message's alike (so both fold to one answer): its argument fragments become text
+    fragments, its head nothing; the caller's calls keep their order, numbered past it; a
+    `tool_use` stop with no call of the caller's is `stop`. Only the first call of the answer
+    tool is the answer: another (a model that misbehaves) is passed on as the call it is.
+
+    A call whose input streamed no fragment is the empty object, as the whole message's
+    `input: {}` reads: said where its block ends (at the next event that is not a keep-alive).
+    `whole`:
+    the events are a whole message's, whose input the adapter wrote out again (`_as_said`)."""
+
+    def __init__(self, name: str | None, *, whole: bool = False) -> None:
+        self._name = name
+        self._whole = whole
+        self._index: int | None = None  # the answer's call, as the adapter numbered it
+        self._said = False
+        self._calls: dict[int, int] = {}  # the caller's calls: adapter's index -> ours
+
+    def read(self, event: StreamEvent) -> tuple[StreamEvent, ...]:
+        if self._name is None or isinstance(event, Accepted | KeepAlive):
+            return (event,)
+        if isinstance(event, ToolCallDelta) and (
+            event.index == self._index
+            or (self._index is None and event.index not in self._calls and event.name == self._name)
+        ):
+            self._index = event.index
+            if not event.arguments_delta:
+                return ()
+            self._said = True
+            text = _as_said(event.arguments_delta) if self._whole else event.arguments_delta
+            return (TextDelta(text=text),)
+        out: list[StreamEvent] = []
+        if self._index is not None and not self._said:
+            # The answer's block is over and said nothing: `{}`, where the whole message has it.
+            self._said = True
+            out.append(TextDelta(text="{}"))
+        if isinstance(event, ToolCallDelta):
+            index = self._calls.setdefault(event.index, len(self._calls))
+            if index != event.index:
+                event = event.model_copy(update={"index": index})
+        elif isinstance(event, Finish) and event.reason is FinishReason.TOOL_CALLS:
+            if self._index is not None and not self._calls:
+                event = event.model_copy(update={"reason": FinishReason.STOP})
+        out.append(event)
+        return tuple(out)
+
+
+async def read_answers(
+    events: AsyncGenerator[StreamEvent, None], name: str
+) -> AsyncGenerator[StreamEvent, None]:
+    """A stream's events through an `AnswerReader` for answer tool `name`."""
+    reader = AnswerReader(name)
+    # Closed with this generator, so closing it early still closes the HTTP response.
+    async with contextlib.aclosing(events):
+        async for event in events:
+            for out in reader.read(event):
+                yield out
+
+
+def read_whole(events: Iterable[StreamEvent], name: str | None) -> Iterator[StreamEvent]:
+    """A whole message's events through an `AnswerReader`, as its stream's are read."""
+    reader = AnswerReader(name, whole=True)
+    for event in events:
+        yield from reader.read(event)
