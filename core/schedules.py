@@ -60,11 +60,13 @@ PROBE_WINDOW_SECONDS = 60
 # A probe run that hangs this long is abandoned, so SKIP cannot block probing for good.
 PROBE_RUN_TIMEOUT = timedelta(minutes=10)
 # Its probes are cut this long before that, leaving the verdicts and the prune time to land:
-# the verdicts go at once, each at most 5 attempts of 40 s (about 3.5 minutes for one the store
-# keeps refusing), then the prune, 60 s an attempt. A hanging provider holds a probe about 25 s
-# at the defaults (two 10 s attempts, 5 s apart), so at the default concurrency of 8 some 190
-# deployments behind one hanging provider used the whole run up, and it timed out with not one
-# of them Degraded.
+# the verdicts go 8 at a time (workflows/health_probe.py VERDICTS_AT_ONCE; each well under a
+# second when the store answers), each at most 5 attempts of 40 s (about 3.5 minutes for one the
+# store keeps refusing: more than 8 such verdicts outrun this time, none of them landing anyway,
+# and the run times out), then the prune, 60 s an attempt. A hanging provider holds a probe
+# about 25 s at the defaults (two 10 s attempts, 5 s apart), so at the default concurrency of 8
+# some 190 deployments behind one hanging provider used the whole run up, and it timed out
+# with not one of them Degraded.
 PROBE_JUDGING_TIME = timedelta(minutes=4, seconds=30)
 
 

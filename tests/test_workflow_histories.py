@@ -66,6 +66,16 @@ HISTORIES = Path(__file__).parent / "histories"
             "DeploymentHealthProbe",
             HealthProbeWorkflow,
         ),
+        # Before at most 8 verdicts were applied at once (patch probe-verdicts-bounded),
+        # recorded on c95754d with stub activities: nine Approved deployments of one provider
+        # failing unreachable at once, a Degraded one of another provider answering (its Recover
+        # applied at once) and an Approved one of that provider answering 2 s later; the nine
+        # Degrades, held by the network rule until then, scheduled together in one task.
+        (
+            "health_probe_before_verdicts_bounded.json",
+            "DeploymentHealthProbe",
+            HealthProbeWorkflow,
+        ),
         # Before approving an Approved deployment again was answered (refused then), recorded
         # on e92acf2: two approvals at once, the second refused in its handler once the first
         # applied, then a retire.

@@ -10,9 +10,10 @@ When most probes could not reach their deployment, on several providers at once,
 are taken for this worker's own network and the Degrade verdicts are held (reported, the
 deployments left as they are) for the next run to judge (domain/health.py). Each verdict lands
 as soon as no probe still out can change it: a Recover at once, a Degrade once the network rule
-can no longer hold it, at the latest when the run's probes are in. A probe whose credential did
-not resolve in this worker did not run, and its verdict is held. A verdict the store keeps
-refusing is logged and the others land.
+can no longer hold it, at the latest when the run's probes are in; at most VERDICTS_AT_ONCE of
+them at once, in the order they were reached. A probe whose credential did not resolve in this
+worker did not run, and its verdict is held. A verdict the store keeps refusing is logged and
+the others land.
 """
 
 from __future__ import annotations
@@ -60,6 +61,20 @@ BUSY_IS_NO_VERDICT = "probe-busy-is-no-verdict"
 # Histories where each verdict lands once no probe still out can change it, and a probe whose
 # credential did not resolve holds its verdict (_judge_as_settled).
 VERDICTS_AS_SETTLED = "probe-verdicts-as-settled"
+# Histories where at most VERDICTS_AT_ONCE verdicts are applied at once (_judge_as_settled).
+VERDICTS_BOUNDED = "probe-verdicts-bounded"
+# Verdicts applied at once. Each `probe_apply_verdict` holds an activity slot of the worker's
+# queue while it waits on the lifecycle's update, and that update needs one more slot on the
+# same queue for its `apply_transition`. Applied all at once, as many Degrades as the worker has
+# slots (100 by default: a provider gone, its Degrades waiting together until no probe still
+# out could make them this worker's network) took every slot: no update could write its row,
+# and none had landed 30 s later (tests/test_probe_verdict_concurrency.py), nor could the API's
+# approvals, registrations and retirements, whose updates need a slot too. At 8, as many as the
+# probes run by default, a run holds at most 8 slots for its verdicts and `concurrency` for its
+# probes (16 of 100 by default); a worker with more than 8 slots always has one left for a
+# lifecycle's own activity, so every verdict lands. Changing it changes when the run schedules
+# its activities: behind a patch of its own.
+VERDICTS_AT_ONCE = 8
 
 
 @workflow.defn(name="DeploymentHealthProbe")
@@ -157,9 +172,24 @@ class HealthProbeWorkflow:
         applying: list[asyncio.Future[None]] = []
         unsent = 0
         settled = False
+        # None: a history from before VERDICTS_BOUNDED, which applied every verdict at once.
+        bound = asyncio.Semaphore(VERDICTS_AT_ONCE) if workflow.patched(VERDICTS_BOUNDED) else None
+
+        async def bounded(
+            slots: asyncio.Semaphore, target: ProbeTarget, wanted: ProbeVerdict
+        ) -> None:
+            # The semaphore wakes its waiters first in, first out: verdicts are applied in the
+            # order they were reached, the same on every replay.
+            async with slots:
+                await self._apply(target, wanted, report)
 
         def apply(target: ProbeTarget, wanted: ProbeVerdict) -> None:
-            applying.append(asyncio.ensure_future(self._apply(target, wanted, report)))
+            step = (
+                self._apply(target, wanted, report)
+                if bound is None
+                else bounded(bound, target, wanted)
+            )
+            applying.append(asyncio.ensure_future(step))
 
         def landed(i: int, result: ProbeResult | None) -> None:
             nonlocal settled, unsent
