@@ -15,7 +15,7 @@ from fastapi import Depends, Header
 from api.calls import Call
 from api.deps import RuntimeDep
 from api.invocations import Invocations
-from api.problems import Problem
+from api.problems import Problem, field_refused
 from core import metrics
 from domain.invocation import Operation
 from domain.policy import DataClassification
@@ -92,6 +92,21 @@ IdempotencyKeyHeader = Annotated[
 # The data classification a caller gives in a header; absent is told apart from Internal where a
 # body may name it too (/gateway/*).
 ClassificationHeader = Annotated[DataClassification | None, Header(alias="X-Data-Classification")]
+
+
+def classification_of(
+    in_body: DataClassification | None, in_header: DataClassification | None
+) -> DataClassification:
+    """A /gateway/* call's data classification: its body's `dataClassification` or the
+    `X-Data-Classification` header every other surface reads (ignored there, a Confidential
+    call was routed or planned as Internal), Internal with neither; both, and different, a 422."""
+    if in_header is not None and in_body is not None and in_header is not in_body:
+        raise field_refused(
+            "header.X-Data-Classification",
+            "differs from body.dataClassification",
+            "The X-Data-Classification header and body.dataClassification differ.",
+        )
+    return in_body or in_header or DataClassification.INTERNAL
 
 
 # An `async def` dependency: a class (its plain __init__) would run in the thread pool.

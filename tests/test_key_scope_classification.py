@@ -126,3 +126,28 @@ async def test_the_gateway_takes_the_classification_from_its_header_too(
         answered = await http.post("/gateway/invoke", json=body(**more), headers=headers)
         expected = 403 if more else 200
         assert answered.status_code == expected, answered.text
+
+
+async def test_a_route_plan_takes_the_classification_from_its_header_too(
+    http: httpx.AsyncClient, token_for: TokenFactory, tenant: str, catalog: Catalog
+) -> None:
+    """ResolveRoutePlan read the body alone: a runtime sending the header on both calls had its
+    run planned as Internal while its Invoke said Confidential (refused as planned for other
+    data, or served from a plan resolved for the wrong data)."""
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+
+    def body(**more: Any) -> dict[str, Any]:
+        return {"runId": str(uuid.uuid4()), "profileId": catalog.profile("openai"), **more}
+
+    confidential = {**auth, "X-Data-Classification": "Confidential"}
+    refused = await http.post("/gateway/route-plans", json=body(), headers=confidential)
+    assert refused.status_code == 403, refused.text
+    assert refused.json()["type"].endswith("/policy-denied")
+    both = await http.post(
+        "/gateway/route-plans", json=body(dataClassification="Internal"), headers=confidential
+    )
+    assert both.status_code == 422, both.text
+    assert both.json()["errors"][0]["field"] == "header.X-Data-Classification"
+    internal = {**auth, "X-Data-Classification": "Internal"}
+    planned = await http.post("/gateway/route-plans", json=body(), headers=internal)
+    assert planned.status_code == 201, planned.text

@@ -19,7 +19,13 @@ from api.problems import field_refused
 from api.receipt_views import call_receipt
 from api.runtime import Runtime
 from api.sse import KEEP_ALIVE_COMMENT
-from api.surface import BufferedHeader, ClassificationHeader, IdempotencyKeyHeader, Service
+from api.surface import (
+    BufferedHeader,
+    ClassificationHeader,
+    IdempotencyKeyHeader,
+    Service,
+    classification_of,
+)
 from api.wire import (
     answer_chat,
     failure_response,
@@ -79,13 +85,6 @@ class _Scope(BaseModel):
                 "differs from body.idempotencyKey",
                 "The Idempotency-Key header and body.idempotencyKey name different keys.",
             )
-        given = self.data_classification
-        if class_header is not None and given is not None and class_header is not given:
-            raise field_refused(
-                "header.X-Data-Classification",
-                "differs from body.dataClassification",
-                "The X-Data-Classification header and body.dataClassification differ.",
-            )
         return Call(
             profile_id=self.profile_id,
             project_id=self.project_id,
@@ -95,7 +94,7 @@ class _Scope(BaseModel):
             operation=operation,
             payload=payload,
             request=request,
-            data_classification=given or class_header or DataClassification.INTERNAL,
+            data_classification=classification_of(self.data_classification, class_header),
             budget_usd=self.budget_usd,
             profile_field="body.profileId",
             **extra,

@@ -14,6 +14,7 @@ from api.deps import RuntimeDep, SessionDep, require
 from api.problems import Problem, invalid_body
 from api.refusals import problem_of
 from api.runtime import Runtime
+from api.surface import ClassificationHeader, classification_of
 from core.security import Principal
 from domain.access import Action
 from domain.enums import Scope
@@ -36,16 +37,19 @@ Invoker = Annotated[Principal, Depends(require(Scope.MODELS_INVOKE, Action.INVOK
 class Needs(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    data_classification: DataClassification = Field(
-        default=DataClassification.INTERNAL, alias="dataClassification"
-    )
+    # None: not given (on /gateway/route-plans the header's then, else Internal).
+    data_classification: DataClassification | None = Field(default=None, alias="dataClassification")
     needs_tools: bool = Field(default=False, alias="needsTools")
     needs_structured_output: bool = Field(default=False, alias="needsStructuredOutput")
     context_tokens: int | None = Field(default=None, alias="contextTokens", gt=0, le=100_000_000)
     budget_applies: bool = Field(default=False, alias="budgetApplies")
 
-    def plan_request(self, tenant_id: str) -> PlanRequest:
-        return PlanRequest(tenant_id=tenant_id, **self.model_dump(include=set(Needs.model_fields)))
+    def plan_request(
+        self, tenant_id: str, in_header: DataClassification | None = None
+    ) -> PlanRequest:
+        needs = self.model_dump(include=set(Needs.model_fields) - {"data_classification"})
+        classification = classification_of(self.data_classification, in_header)
+        return PlanRequest(tenant_id=tenant_id, data_classification=classification, **needs)
 
 
 class ResolveBody(Needs):
@@ -98,12 +102,16 @@ async def preview(
     responses={200: {"description": "The run's existing plan"}, 201: {"description": "Resolved"}},
 )
 async def resolve(
-    body: ResolveBody, principal: Invoker, runtime: RuntimeDep, response: Response
+    body: ResolveBody,
+    principal: Invoker,
+    runtime: RuntimeDep,
+    response: Response,
+    classification: ClassificationHeader = None,
 ) -> RoutePlanView:
     tenant = principal.tenant_id
     try:
         row, created = await runtime.routes.pin(
-            body.plan_request(tenant), body.profile_id, body.run_id
+            body.plan_request(tenant, classification), body.profile_id, body.run_id
         )
     except Refusal as refused:
         raise problem_of(refused, lambda ids: _come_back(runtime, tenant, ids)) from None
