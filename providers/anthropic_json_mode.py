@@ -7,7 +7,9 @@ closed with `additionalProperties: false` (a map's value schema dropped with it)
 keywords outside what the SDK sends as constraints (`minimum`, `maxLength`, `minItems` above 1,
 an unknown string `format`, and `pattern` too) moved into the description, where the model
 still reads them. Sent as given, any schema with an open object or an unsupported keyword
-was a 400 (invalid_request: the caller blamed, no fallback). The answer is passed on as
+was a 400 (invalid_request: the caller blamed, no fallback). Draft 7's `definitions` go as
+`$defs`, their `$ref`s pointed there: the transform keeps and closes `$defs` only, and moved a
+`definitions` into the description, its refs left pointing at nothing. The answer is passed on as
 before: the gateway does not check it against the schema (an evaluation's verifiers check it
 against the schema as given).
 
@@ -72,29 +74,86 @@ _OWN: dict[str, tuple[str, ...]] = {
 _ALL_OWN = frozenset(k for keys in _OWN.values() for k in keys)
 
 
-def _typed(node: Any) -> Any:
+def _escaped(name: str) -> str:
+    """A key as a JSON pointer (a `$ref`) writes it."""
+    return name.replace("~", "~0").replace("/", "~1")
+
+
+def _typed(node: Any, at: str, moved: set[str], refs: list[dict[str, Any]]) -> Any:
     """The schema with every list of types made an `anyOf` of one type each: the SDK's
-    transform takes one type per schema (a list raised AssertionError inside it)."""
+    transform takes one type per schema (a list raised AssertionError inside it). And Draft
+    7's `definitions` as `$defs`, the only definitions the transform keeps (and closes): the
+    pointers (`at`, as a `$ref` writes them) of the schemas whose `definitions` moved go to
+    `moved`, each part with a `$ref` to `refs`, to be pointed at `$defs` once all are known
+    (`_moved_ref`)."""
     if not isinstance(node, dict):
         return node
     out: dict[str, Any] = {}
     for key, value in node.items():
-        if key in ("properties", "$defs") and isinstance(value, dict):
-            out[key] = {name: _typed(sub) for name, sub in value.items()}
+        if key == "definitions" and "$defs" not in node and isinstance(value, dict):
+            # (Beside a `$defs` of its own a schema's `definitions` stays as given: the
+            # transform moves it into the description, its refs left unresolved.)
+            moved.add(at)
+            out["$defs"] = {
+                name: _typed(sub, f"{at}/{key}/{_escaped(name)}", moved, refs)
+                for name, sub in value.items()
+            }
+        elif key in ("properties", "$defs") and isinstance(value, dict):
+            out[key] = {
+                name: _typed(sub, f"{at}/{key}/{_escaped(name)}", moved, refs)
+                for name, sub in value.items()
+            }
         elif key in ("anyOf", "oneOf", "allOf") and isinstance(value, list):
-            out[key] = [_typed(sub) for sub in value]
+            out[key] = [_typed(sub, f"{at}/{key}/{i}", moved, refs) for i, sub in enumerate(value)]
         elif key == "items":
-            out[key] = _typed(value)
+            out[key] = _typed(value, f"{at}/{key}", moved, refs)
         else:
             out[key] = value
-    types = out.get("type")
-    if not isinstance(types, list) or {"enum", "const", "anyOf", "oneOf", "allOf"} & out.keys():
-        return out
+    out = _one_type(out)
+    if isinstance(out.get("$ref"), str):
+        refs.append(out)
+    return out
+
+
+def _one_type(node: dict[str, Any]) -> dict[str, Any]:
+    """`node` with its list of types, if any, made an `anyOf` of one type each, every keyword
+    that holds for one type only in its type's branch."""
+    types = node.get("type")
+    if not isinstance(types, list) or {"enum", "const", "anyOf", "oneOf", "allOf"} & node.keys():
+        return node
     if len(types) == 1:
-        return {**out, "type": types[0]}
-    rest = {k: v for k, v in out.items() if k != "type" and k not in _ALL_OWN}
-    branches = [{"type": t, **{k: out[k] for k in _OWN.get(str(t), ()) if k in out}} for t in types]
+        return {**node, "type": types[0]}
+    rest = {k: v for k, v in node.items() if k != "type" and k not in _ALL_OWN}
+    branches = [
+        {"type": t, **{k: node[k] for k in _OWN.get(str(t), ()) if k in node}} for t in types
+    ]
     return {**rest, "anyOf": branches}
+
+
+def _moved_ref(ref: str, moved: set[str]) -> str:
+    """`ref` pointed at `$defs` where it went through `definitions` that `_typed` moved there
+    (`#/definitions/A` -> `#/$defs/A`, in a nested schema's too). Any other `definitions` in
+    the pointer is a property's name, or beside a `$defs`, and stays."""
+    if not ref.startswith("#/"):
+        return ref
+    parts = ref[2:].split("/")
+    at = ""
+    for i, part in enumerate(parts):
+        if part == "definitions" and at in moved:
+            parts[i] = "$defs"
+        at += f"/{part}"
+    return "#/" + "/".join(parts)
+
+
+def _sendable(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` as the SDK's transform takes it (`_typed`), its refs pointed where its
+    definitions went."""
+    moved: set[str] = set()
+    refs: list[dict[str, Any]] = []
+    typed: dict[str, Any] = _typed(schema, "", moved, refs)
+    for holder in refs:
+        holder["$ref"] = _moved_ref(holder["$ref"], moved)
+    return typed
 
 
 def output_format(fmt: ResponseFormat, provider: str) -> dict[str, Any]:
@@ -106,7 +165,7 @@ def output_format(fmt: ResponseFormat, provider: str) -> dict[str, Any]:
         # Messages' format has no description of its own: the schema's carries it.
         schema = {**schema, "description": fmt.description}
     try:
-        sendable = anthropic.transform_schema(_typed(schema))
+        sendable = anthropic.transform_schema(_sendable(schema))
     except (ValueError, TypeError, AssertionError, RecursionError):
         raise ProviderError(
             ErrorKind.INVALID_REQUEST,
@@ -170,7 +229,10 @@ class AnswerReader:
     whole message's alike (so both fold to one answer): its argument fragments become text
     fragments, its head nothing; the caller's calls keep their order, numbered past it; a
     `tool_use` stop with no call of the caller's is `stop`. Only the first call of the answer
-    tool is the answer: another (a model that misbehaves) is passed on as the call it is.
+    tool is the answer; a later one (`tool_choice: any` with the caller's tools cannot keep the
+    model from calling it twice) is dropped, its events with it: passed on, it was a call of a
+    tool the caller never declared, and its finish `tool_calls` asked the caller to run it.
+    Its object is not joined to the answer either, as two objects are no JSON text.
 
     A call whose input streamed no fragment is the empty object, as the whole message's
     `input: {}` reads: said where its block ends (at the next event that is not a keep-alive).
@@ -183,6 +245,7 @@ class AnswerReader:
         self._index: int | None = None  # the answer's call, as the adapter numbered it
         self._said = False
         self._calls: dict[int, int] = {}  # the caller's calls: adapter's index -> ours
+        self._dropped: set[int] = set()  # the answer tool's later calls, as the adapter numbered
 
     def read(self, event: StreamEvent) -> tuple[StreamEvent, ...]:
         if self._name is None or isinstance(event, Accepted | KeepAlive):
@@ -203,6 +266,13 @@ class AnswerReader:
             self._said = True
             out.append(TextDelta(text="{}"))
         if isinstance(event, ToolCallDelta):
+            if event.index in self._dropped or (
+                event.index not in self._calls and event.name == self._name
+            ):
+                # Another call of the answer tool (never a caller's: the name is none of
+                # theirs): dropped, not numbered among the caller's calls.
+                self._dropped.add(event.index)
+                return tuple(out)
             index = self._calls.setdefault(event.index, len(self._calls))
             if index != event.index:
                 event = event.model_copy(update={"index": index})

@@ -21,25 +21,33 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
+from activities.suite_mapping import to_answer, to_chat
+from domain.enums import Capability
+from domain.suite import Suite, SuiteAnswer, SuiteRequest, run_case_async
 from domain.suite.cases.json_output import json_schema_cases
 from providers.anthropic_adapter import AnthropicAdapter
-from providers.anthropic_json_mode import ANSWER_TOOL, output_format
+from providers.anthropic_json_mode import ANSWER_TOOL, AnswerReader, output_format
 from providers.completion_fold import collect_stream
 from providers.errors import ErrorKind, ProviderError
 from providers.secrets import UpstreamSecretBroker
 from providers.types import (
     ChatRequest,
     Completion,
+    Finish,
     FinishReason,
     Message,
     ProviderTimeouts,
     ResponseFormat,
+    StreamEvent,
+    TextDelta,
     Tool,
+    ToolCallDelta,
     ToolChoice,
 )
 from providers.upstream import ChatTurn, Reply, ToolCallReply, UpstreamServer, default_responder
 from providers.upstream.schema_fill import instance_for
 from providers.upstream.state import RequestRecord
+from providers.upstream.suite_responders import competent_responder, failing_responder
 from tests.conftest import TokenFactory
 from tests.helpers.surfaces import Catalog
 
@@ -65,6 +73,15 @@ PERSON: dict[str, Any] = {
         "address": {"type": "object", "properties": {"city": {"type": "string"}}},
     },
     "required": ["name", "age"],
+}
+# A schema as Draft 7 writes its definitions (`definitions`, not `$defs`), its object open.
+DRAFT7: dict[str, Any] = {
+    "type": "object",
+    "properties": {"a": {"$ref": "#/definitions/A"}},
+    "required": ["a"],
+    "definitions": {
+        "A": {"type": "object", "properties": {"b": {"type": "string"}}, "required": ["b"]}
+    },
 }
 
 
@@ -163,6 +180,11 @@ def _closed(properties: dict[str, Any]) -> dict[str, Any]:
                 "$ref": "#/$defs/node",
             },
             "recursive schemas are not supported",
+        ),
+        # What the transform made of DRAFT7 as given: its ref left pointing at nothing.
+        (
+            {**_closed({"a": {"$ref": "#/definitions/A"}}), "required": ["a"]},
+            "schema.properties.a: Invalid schema: $ref '#/definitions/A' does not resolve",
         ),
     ],
 )
@@ -525,6 +547,33 @@ async def adapter(upstream: UpstreamServer) -> AsyncIterator[AnthropicAdapter]:
             [(ANSWER_TOOL, "{}")],
             FinishReason.TOOL_CALLS,
         ),
+        # The answer tool called twice (`tool_choice: any` lets the model): the first is the
+        # answer, the second is dropped, neither a call of the caller's nor its finish.
+        (
+            Reply(
+                tool_calls=[
+                    ToolCallReply(name=ANSWER_TOOL, arguments={}),
+                    ToolCallReply(name=ANSWER_TOOL, arguments={"x": 1}),
+                ]
+            ),
+            _json_mode(LOOKUP),
+            "{}",
+            [],
+            FinishReason.STOP,
+        ),
+        (
+            Reply(
+                tool_calls=[
+                    ToolCallReply(name=ANSWER_TOOL, arguments={}),
+                    ToolCallReply(name=ANSWER_TOOL, arguments={"x": 1}),
+                    ToolCallReply(name="lookup", arguments={"term": "x"}),
+                ]
+            ),
+            _json_mode(LOOKUP),
+            "{}",
+            [("lookup", '{"term":"x"}')],
+            FinishReason.TOOL_CALLS,
+        ),
     ],
 )
 async def test_the_stream_and_the_whole_message_fold_alike(
@@ -577,3 +626,135 @@ async def test_an_answer_streamed_without_input_is_the_empty_object(
     assert {**_kept(streamed), "usage": None} == {**_kept(whole), "usage": None}
     assert whole.text == "{}" and [c.name for c in whole.tool_calls] == [c.name for c in call]
     assert whole.text_at_calls == ()  # the text came before the call, as in the stream
+
+
+def _call(index: int, name: str, arguments: str, whole: bool) -> list[StreamEvent]:
+    """A tool call's events as the adapter gives them: a whole message's in one, a stream's
+    as its head then its input's fragment."""
+    if whole:
+        return [ToolCallDelta(index=index, id=f"t{index}", name=name, arguments_delta=arguments)]
+    return [
+        ToolCallDelta(index=index, id=f"t{index}", name=name),
+        ToolCallDelta(index=index, arguments_delta=arguments),
+    ]
+
+
+@pytest.mark.parametrize("whole", [False, True])
+@pytest.mark.parametrize("with_call", [False, True])
+def test_a_later_call_of_the_answer_tool_is_dropped(whole: bool, with_call: bool) -> None:
+    """Passed on, the second call was a call of `json_output`, a tool the caller never
+    declared, with finish `tool_calls` asking the caller to run it."""
+    lookup = _call(2, "lookup", '{"term":"x"}', whole) if with_call else []
+    events: list[StreamEvent] = [
+        *_call(0, ANSWER_TOOL, "{}", whole),
+        *_call(1, ANSWER_TOOL, '{"x":1}', whole),
+        *lookup,
+        Finish(reason=FinishReason.TOOL_CALLS),
+    ]
+    reader = AnswerReader(ANSWER_TOOL, whole=whole)
+    out = [read for event in events for read in reader.read(event)]
+    assert "".join(e.text for e in out if isinstance(e, TextDelta)) == "{}"
+    # The caller's call is its call 0, as if the answer tool had been called once.
+    assert [e for e in out if isinstance(e, ToolCallDelta)] == [
+        e.model_copy(update={"index": 0}) for e in lookup
+    ]
+    finish = FinishReason.TOOL_CALLS if with_call else FinishReason.STOP
+    assert [e.reason for e in out if isinstance(e, Finish)] == [finish]
+
+
+# --- Draft 7's definitions ---------------------------------------------------------------------
+
+
+def test_draft7_definitions_go_as_defs_closed_and_pointed_at() -> None:
+    """The transform keeps `$defs` only: `definitions` went into the description, A open, and
+    the ref pointed at nothing (Anthropic's 400, as the upstream's above)."""
+    sent = output_format(ResponseFormat(type="json_schema", json_schema=DRAFT7), "anthropic")
+    schema = sent["schema"]
+    assert schema["properties"]["a"] == {"$ref": "#/$defs/A"}
+    assert schema["$defs"]["A"]["additionalProperties"] is False
+    assert schema["$defs"]["A"]["properties"] == {"b": {"type": "string"}}
+    assert "definitions" not in schema and "definitions" not in schema.get("description", "")
+    # Nested definitions too, and a property named `definitions` is a property.
+    nested: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "p": {"$ref": "#/definitions/N/definitions/B"},
+            "definitions": {"type": "string"},
+            "q": {"$ref": "#/properties/definitions"},
+        },
+        "definitions": {
+            "N": {"type": "object", "properties": {}, "definitions": {"B": {"type": "integer"}}}
+        },
+    }
+    fmt = ResponseFormat(type="json_schema", json_schema=nested)
+    moved = output_format(fmt, "anthropic")["schema"]
+    assert moved["properties"]["p"] == {"$ref": "#/$defs/N/$defs/B"}
+    assert moved["properties"]["q"] == {"$ref": "#/properties/definitions"}
+    assert moved["$defs"]["N"]["$defs"]["B"] == {"type": "integer"}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_draft7_schema_is_taken_and_answered(
+    adapter: AnthropicAdapter, upstream: UpstreamServer, stream: bool
+) -> None:
+    upstream.register("claude-fold", default_responder)
+    fmt = ResponseFormat(type="json_schema", json_schema=DRAFT7)
+    request = ChatRequest(messages=(Message(role="user", content="an a"),), response_format=fmt)
+    if stream:
+        completion = await collect_stream(adapter.stream(request))
+    else:
+        completion = await adapter.complete(request)
+    answer = json.loads(completion.text)
+    assert isinstance(answer["a"]["b"], str) and completion.finish_reason is FinishReason.STOP
+
+
+# --- the evaluation's JSON-mode cases ----------------------------------------------------------
+
+SUITE = Suite(max_context_tokens=4096)
+JSON_MODE = {Capability.STRICT_JSON, Capability.PLANNING}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_the_suites_json_mode_cases_are_answered_with_the_answer_tool(
+    adapter: AnthropicAdapter, upstream: UpstreamServer, stream: bool
+) -> None:
+    """On the Anthropic protocol the suite's JSON-mode cases go out as a forced answer tool:
+    the simulated model answers with its call, as Claude does, and the case passes on the
+    call read back as text (answered as text, the cases passed with no call to read)."""
+    cases = [c for c in SUITE.cases if c.capability in JSON_MODE]
+    assert {c.capability for c in cases} == JSON_MODE
+    competent = competent_responder(SUITE)
+    answered: list[tuple[ChatTurn, Reply]] = []
+
+    def record(turn: ChatTurn) -> Reply:
+        reply = competent(turn)
+        assert isinstance(reply, Reply)
+        answered.append((turn, reply))
+        return reply
+
+    completions: list[Completion] = []
+
+    async def ask(request: SuiteRequest) -> SuiteAnswer:
+        chat = to_chat(request)
+        completion = await (
+            collect_stream(adapter.stream(chat)) if stream else adapter.complete(chat)
+        )
+        completions.append(completion)
+        return to_answer(completion)
+
+    upstream.register("claude-fold", record)
+    results = [await run_case_async(case, ask) for case in cases]
+    assert [r.case_id for r in results if not r.passed] == []
+    assert len(answered) == len(completions) == len(cases)
+    for turn, reply in answered:
+        assert (turn.tool_choice, turn.tool_name) == ("tool", ANSWER_TOOL)
+        assert reply.text == "" and [c.name for c in reply.tool_calls] == [ANSWER_TOOL]
+    for completion in completions:
+        assert isinstance(json.loads(completion.text), dict)
+        assert completion.tool_calls == () and completion.finish_reason is FinishReason.STOP
+
+    # A near miss still reaches the verifiers and fails: a JSON object of the wrong shape
+    # through the tool, text that is no object (an array, a Python dict) as the text it is.
+    upstream.register("claude-fold", failing_responder(SUITE, JSON_MODE))
+    missed = [await run_case_async(case, ask) for case in cases]
+    assert [r.case_id for r in missed if r.passed] == []

@@ -128,9 +128,14 @@ _SCHEMA = "output_config.format.schema"
 
 
 def _resolve(root: dict[str, Any], ref: str) -> object:
+    """What `ref` points at in `root`, None for nothing (a JSON pointer's `~1` is `/`)."""
     node: object = root
     for part in ref.removeprefix("#").strip("/").split("/") if ref != "#" else []:
-        node = node.get(part) if isinstance(node, dict) else None
+        key = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, list):  # an anyOf's branch, by its index
+            node = node[int(key)] if key.isdigit() and int(key) < len(node) else None
+        else:
+            node = node.get(key) if isinstance(node, dict) else None
     return node
 
 
@@ -142,7 +147,12 @@ def _check_schema(root: object) -> None:
         if isinstance(ref, str):
             if ref == "#" or ref in refs:
                 raise BadRequest(f"{path}: recursive schemas are not supported")
-            walk(_resolve(root if isinstance(root, dict) else {}, ref), path, (*refs, ref))
+            target = _resolve(root if isinstance(root, dict) else {}, ref)
+            if not isinstance(target, dict):
+                # A ref to nothing (`#/definitions/A` once `definitions` is gone) was taken,
+                # and a schema the gateway sent with one passed here.
+                raise BadRequest(f"{path}: Invalid schema: $ref '{ref}' does not resolve")
+            walk(target, path, (*refs, ref))
         kind = node.get("type")
         if (kind == "object" or "properties" in node) and node.get(
             "additionalProperties"

@@ -9,6 +9,12 @@ the suite's get `default_responder`'s answer.
 
 The responders recognise a request from its system prompt and first user message, so they
 answer the suite's requests whatever order or concurrency the evaluation runs them in.
+
+An answer that is a JSON object in text, to a request that forces a tool by name, goes out as
+that tool's call with the object as its input: a model answers a forced tool choice with the
+tool's call, never text. That is how a JSON-mode case reaches an Anthropic deployment (JSON
+mode there is a tool the model must call, providers/anthropic_json_mode.py); answered as text,
+the case passed without the answer tool's call ever being read back.
 """
 
 from __future__ import annotations
@@ -85,6 +91,23 @@ def answer_to_reply(answer: SuiteAnswer) -> Reply:
     )
 
 
+def _as_forced(reply: Reply, turn: ChatTurn) -> Reply:
+    """`reply` as a model answers a turn that forces a tool by name (the module says why):
+    text only that is a JSON object becomes that tool's call, its input the text as written (so
+    a near miss keeps its exact JSON). Any other text stays text, as no tool input carries it:
+    a near miss such as a JSON array or a Python dict still reaches the verifier."""
+    if turn.tool_choice != "tool" or turn.tool_name is None or reply.tool_calls:
+        return reply
+    try:
+        value = json.loads(reply.text)
+    except ValueError:
+        return reply
+    if not isinstance(value, dict):
+        return reply
+    call = ToolCallReply(name=turn.tool_name, arguments=reply.text)
+    return reply.model_copy(update={"text": "", "tool_calls": [call]})
+
+
 def _suite_responder(
     suite: Suite,
     choose: Callable[[Case, SuiteRequest], SuiteAnswer],
@@ -100,7 +123,7 @@ def _suite_responder(
         case = oracle.case_for(request)
         if case is None:
             return otherwise(turn)
-        return answer_to_reply(choose(case, request))
+        return _as_forced(answer_to_reply(choose(case, request)), turn)
 
     return respond
 
