@@ -30,6 +30,7 @@ from activities.evaluation_refusals import (
     ready,
     same_suite,
 )
+from activities.evaluation_rows import listing_of, readable
 from activities.evaluation_types import (
     TEMPERATURE_REFUSED,
     CaseInput,
@@ -42,13 +43,17 @@ from activities.evaluation_types import (
     RerankRecordInput,
 )
 from activities.lifecycle_client import LifecycleClient, LifecycleClosed, LifecycleRefused
+from activities.lifecycle_types import ROW_UNREADABLE
 from domain.approval import evidence_refusals
-from domain.deployments import CapabilityMeasurement, DeploymentRecord, EvidenceInput
+from domain.deployments import (
+    CapabilityMeasurement,
+    DeploymentRecord,
+    EvidenceInput,
+)
 from domain.enums import Modality
 from domain.hashing import canonical_json
 from domain.invocation import Target
 from domain.lifecycle import Transition
-from domain.profiles import ModelProfile
 from domain.suite import SUITE_VERSION, CaseResult, Suite
 from domain.suite.checks import CheckResult
 from domain.suite.embedding import EMBEDDING_CAPABILITY, EMBEDDING_CASES, embedding_passed
@@ -97,8 +102,9 @@ class EvaluationActivities:
         async with self._sessions() as session:
             row = await ModelDeploymentRepository(session, data.tenant_id).get(data.deployment_id)
             profiles = await ModelProfileRepository(session, data.tenant_id).list_active()
-        # Retired since the API accepted the request: no case is sent to the provider.
-        row = evaluable(row)
+        # Retired since the API accepted the request, or its row no longer reads: no case is
+        # sent to the provider.
+        row = readable(evaluable(row))
         listing = [p for p in profiles if data.deployment_id in p.allowed_deployments]
         only = {p.modality for p in listing}
         modality = Modality.RERANK if only == {Modality.RERANK} else None
@@ -164,7 +170,7 @@ class EvaluationActivities:
                 raise
             log.warning("evaluation case: the store did not answer (%s)", type(exc).__name__)
             return
-        evaluable(row)
+        readable(evaluable(row))
 
     @activity.defn(name="evaluation_run_case")
     async def run_case(self, data: CaseInput) -> CaseResult:
@@ -247,7 +253,9 @@ class EvaluationActivities:
             "shortfalls": [],
         }
         async with transaction(self._sessions) as session:
-            await evaluations.complete(session, data.evaluation_id, evidence_ref, summary)
+            await evaluations.complete(
+                session, data.evaluation_id, evidence_ref, summary, SUITE_VERSION
+            )
         return evidence_ref
 
     async def _store_record(self, tenant_id: str, record: bytes) -> str:
@@ -292,8 +300,15 @@ class EvaluationActivities:
                 ),
             )
         except LifecycleRefused as exc:
+            # The deployment's own row not read (corrupted during the run): pydantic's message
+            # quotes the stored values, so it is not the reason.
+            said = (
+                "the deployment's stored record does not read: correct the row, then evaluate again"
+                if exc.kind == ROW_UNREADABLE
+                else exc.message
+            )
             raise ApplicationError(
-                f"evidence not recorded: {exc.message}", type=CANNOT_RUN, non_retryable=True
+                f"evidence not recorded: {said}", type=CANNOT_RUN, non_retryable=True
             ) from None
         except LifecycleClosed:
             # Not started again: the row says Retired (or is gone), so the lifecycle ended
@@ -307,7 +322,8 @@ class EvaluationActivities:
     async def _stored(self, tenant_id: str, deployment_id: str) -> DeploymentRecord | None:
         async with self._sessions() as session:
             row = await ModelDeploymentRepository(session, tenant_id).get(deployment_id)
-        return deployment_record(row) if row is not None else None
+        # A row that does not read cannot be the lifecycle's record: CannotRun, not retried.
+        return deployment_record(readable(row)) if row is not None else None
 
     @activity.defn(name="evaluation_record")
     async def record(self, data: RecordInput) -> str:
@@ -338,12 +354,8 @@ class EvaluationActivities:
         )
         async with transaction(self._sessions) as session:
             profiles = await ModelProfileRepository(session, data.tenant_id).list_active()
-            listing = [
-                ModelProfile.model_validate(p)
-                for p in profiles
-                if data.deployment_id in p.allowed_deployments
-            ]
-            shortfalls = evidence_refusals(measured, listing)
+            listing, unreadable = listing_of(profiles, data.deployment_id)
+            shortfalls = evidence_refusals(measured, listing) + unreadable
             await evaluations.complete(
                 session,
                 data.evaluation_id,
@@ -362,6 +374,7 @@ class EvaluationActivities:
                     # their answers less repeatable.
                     "temperatureRefused": data.temperature_refused,
                 },
+                suite.suite_version,
             )
         return evidence_ref
 

@@ -18,13 +18,14 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.evaluation_types import EvaluationInput, Progress
 from api.lifecycle import ILLEGAL_TRANSITION
-from api.problems import Problem
+from api.problems import UNREADABLE_TYPE, Problem
 from domain.lifecycle import can_evaluate
 from domain.suite import SUITE_VERSION
 from store import evaluations
 from store.db import transaction
 from store.repositories import ModelDeploymentRepository
 from store.tables import EvaluationRow
+from store.views import reads_as_record
 from workflows.evaluate import EvaluateDeploymentWorkflow
 
 log = logging.getLogger("model_router.api")
@@ -80,7 +81,8 @@ async def start(
 ) -> EvaluationView:
     """One evaluation per key: the same key again answers with the evaluation it started. A
     deployment that does not exist is a 404, one that cannot be evaluated now (Retired) a 409,
-    for every surface that starts one (the console's form used to start it all the same)."""
+    one whose stored row does not read as its record a 409 as well, for every surface that
+    starts one (the console's form used to start it all the same)."""
     async with sessions() as session:
         row = await ModelDeploymentRepository(session, tenant_id).get(deployment_id)
     if row is None:
@@ -92,6 +94,19 @@ async def start(
             field="deploymentId",
             state=row.state.value,
             type_=ILLEGAL_TRANSITION,
+        )
+    if not reads_as_record(row):
+        # Accepted, it ran every case against the provider (billed), then failed as the
+        # import refused the row, pydantic's message quoting the stored values as its reason.
+        # Refused before anything is claimed or started, as the row's GET and every
+        # transition are (api/routers/deployments.py `unreadable`), without the values.
+        raise Problem(
+            409,
+            f"Deployment {deployment_id!r}'s stored record does not read as this version reads "
+            "it (written before a rule was tightened, or by hand): correct the row, then ask "
+            "again.",
+            field="deploymentId",
+            type_=UNREADABLE_TYPE,
         )
     eid = evaluation_id(tenant_id, deployment_id, key)
     await _none_running_but(client, sessions, tenant_id, deployment_id, eid)
@@ -118,8 +133,36 @@ async def start(
                 await evaluations.insert_running(
                     session, eid, tenant_id, deployment_id, SUITE_VERSION
                 )
+            # Its run is started only for a row this request inserted or reopened, or one
+            # still Running (its start not answered, or under way). A key whose evaluation
+            # ended answers with it and starts nothing: its history gone (Temporal's
+            # retention, a cluster restored without histories), REJECT_DUPLICATE had nothing
+            # to refuse, and a second run of the whole suite was billed, never checked against
+            # another key's running evaluation, its outcome written over the first one's row.
+            to_start = found is None or again or found.status == "Running"
     except IntegrityError:
-        pass  # a concurrent request with the same key inserted it first (SQLite: no lock)
+        # A concurrent request with the same key inserted it first (SQLite: no lock): its run
+        # is started as that request's is, while the row is Running (USE_EXISTING: one run).
+        async with sessions() as session:
+            found = await session.get(EvaluationRow, eid)
+        to_start = found is not None and found.status == "Running"
+    if to_start:
+        await _start_run(client, task_queue, concurrency, tenant_id, deployment_id, eid)
+    view = await latest(client, sessions, tenant_id, deployment_id, eid)
+    if view is None:
+        raise Problem(503, "The evaluation's row is changing; retry with the same key.")
+    return view
+
+
+async def _start_run(
+    client: Client,
+    task_queue: str,
+    concurrency: int,
+    tenant_id: str,
+    deployment_id: str,
+    eid: str,
+) -> None:
+    """Start the evaluation's run, or find the one under way."""
     try:
         await client.start_workflow(
             EvaluateDeploymentWorkflow.run,
@@ -149,10 +192,6 @@ async def start(
             "Temporal did not answer the evaluation's start; it may not run. Retry with the "
             "same key.",
         ) from None
-    view = await latest(client, sessions, tenant_id, deployment_id, eid)
-    if view is None:
-        raise Problem(503, "The evaluation's row is changing; retry with the same key.")
-    return view
 
 
 async def _none_running_but(

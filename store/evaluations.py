@@ -63,19 +63,35 @@ async def running(
 
 
 async def complete(
-    session: AsyncSession, evaluation_id: str, evidence_ref: str, summary: dict[str, Any]
+    session: AsyncSession,
+    evaluation_id: str,
+    evidence_ref: str,
+    summary: dict[str, Any],
+    suite_version: str,
 ) -> None:
+    """Completed with its evidence, its summary and the suite version the record was made
+    with: the row was inserted with the API process's version, which a rolling deploy that
+    bumps the suite leaves behind the worker's (the row said N+1, its scores and their
+    CapabilityEvidenceRecorded N)."""
     row = await session.get(EvaluationRow, evaluation_id)
     if row is not None:
         row.status, row.evidence_ref, row.ended_at = "Completed", evidence_ref, datetime.now(UTC)
-        row.summary = summary
+        row.summary, row.suite_version = summary, suite_version
 
 
 async def fail(session: AsyncSession, tenant_id: str, evaluation_id: str, reason: str) -> None:
-    row = await session.get(EvaluationRow, evaluation_id)
-    if row is not None and row.tenant_id == tenant_id:
-        # The reason names an error class or a refusal, never content; bounded for the column.
-        row.status, row.reason, row.ended_at = "Failed", reason[:500], datetime.now(UTC)
+    """Failed with why, only a row still Running: a failure never turns an outcome already
+    recorded (Completed, its evidence imported: the deployment Evaluated on it) into Failed,
+    whichever run under the id reports it last. One conditional statement, as `settle`. The
+    reason names an error class or a refusal, never content; bounded for the column."""
+    await session.execute(
+        update(EvaluationRow)
+        .where(col(EvaluationRow.evaluation_id) == evaluation_id)
+        .where(col(EvaluationRow.tenant_id) == tenant_id)
+        .where(col(EvaluationRow.status) == "Running")
+        .values(status="Failed", reason=reason[:500], ended_at=datetime.now(UTC))
+        .execution_options(synchronize_session=False)
+    )
 
 
 async def settle(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 from domain.cloudevents import OutboxEvent
 from domain.deployments import DeploymentRecord, LicenseMetadata
 from store.tables import ModelDeploymentRow, OutboxEventRow
@@ -26,6 +28,16 @@ def deployment_record(row: ModelDeploymentRow) -> DeploymentRecord:
         version=row.version,
         context_window_tokens=row.context_window_tokens,
     )
+
+
+def reads_as_record(row: ModelDeploymentRow) -> bool:
+    """Whether the stored row reads as its record: a license written before a rule was
+    tightened (`LicenseMetadata` forbids unknown keys), or by hand, does not."""
+    try:
+        deployment_record(row)
+    except ValidationError:
+        return False
+    return True
 
 
 def outbox_event(row: OutboxEventRow) -> OutboxEvent:

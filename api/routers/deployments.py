@@ -7,7 +7,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends
 from fastapi.responses import JSONResponse
-from pydantic import ValidationError
 
 from activities.lifecycle_types import ApproveRequest
 from activities.secret_policy import secret_policy
@@ -30,7 +29,7 @@ from domain.enums import Scope
 from domain.lifecycle import Transition
 from store.repositories import ModelDeploymentRepository
 from store.tables import ModelDeploymentRow
-from store.views import deployment_record
+from store.views import reads_as_record
 
 log = logging.getLogger("model_router.api")
 
@@ -38,16 +37,6 @@ router = APIRouter(prefix="/factory/model-deployments", tags=["deployments"])
 
 Admin = Annotated[Principal, Depends(require(Scope.MODELS_ADMIN, Action.MANAGE_DEPLOYMENTS))]
 Viewer = Annotated[Principal, Depends(require(Scope.MODELS_ADMIN, Action.READ_DEPLOYMENTS))]
-
-
-def _reads(row: ModelDeploymentRow) -> bool:
-    """Whether the stored row reads as its record: a license written before a rule was
-    tightened (`LicenseMetadata` forbids unknown keys), or by hand, does not."""
-    try:
-        deployment_record(row)
-    except ValidationError:
-        return False
-    return True
 
 
 def unreadable(deployment_id: str) -> Problem:
@@ -148,7 +137,7 @@ async def list_deployments(principal: Viewer, session: SessionDep) -> list[Deplo
     whole list a 500; its own GET answers the 409 that says what to correct."""
     rows: list[ModelDeploymentRow] = []
     for row in await ModelDeploymentRepository(session, principal.tenant_id).list():
-        if _reads(row):
+        if reads_as_record(row):
             rows.append(row)
         else:
             log.warning(
@@ -267,7 +256,7 @@ async def get_deployment(
         row = await ModelDeploymentRepository(session, principal.tenant_id).get(deploymentId)
         if row is None:
             raise Problem(404, f"No deployment {deploymentId!r}.", field="deploymentId")
-        if not _reads(row):
+        if not reads_as_record(row):
             raise unreadable(deploymentId)
         view = (await deployment_views(session, principal.tenant_id, [row]))[0]
     view.evaluation = await evaluations.latest(
