@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from sqlmodel import select
 
 from domain.enums import InvocationOutcome, UsageStatus
-from domain.invocation import InvocationInput, InvocationSummary, Target
+from domain.invocation import InvocationSummary, Target
 from providers.upstream import Fault, FaultKind, UpstreamServer
 from store.db import create_engine, session_factory
 from store.migrate import downgrade, upgrade
@@ -31,6 +31,7 @@ from store.receipt_statements import ReceiptStatements
 from store.receipts import summary_of
 from store.tables import InvocationReceiptRow
 from tests.conftest import TokenFactory, create_database, drop_database
+from tests.helpers.invocations import invocation_input
 from tests.helpers.surfaces import Catalog
 
 MESSAGES: Any = [{"role": "user", "content": "status please"}]
@@ -154,26 +155,6 @@ async def test_a_replayed_transient_provider_failure_is_the_same_error_on_messag
     assert upstream.requests(model) == calls
 
 
-def _input(tenant: str) -> InvocationInput:
-    return InvocationInput(
-        invocation_id=uuid.uuid4(),
-        tenant_id=tenant,
-        project_id="p",
-        run_id=uuid.uuid4(),
-        attempt_id=uuid.uuid4(),
-        profile_id="ek",
-        route_plan_id=uuid.uuid4(),
-        policy_decision_id=uuid.uuid4(),
-        idempotency_key=f"ek-{uuid.uuid4().hex[:8]}",
-        request_hash="sha256:x",
-        pricing_revision="none",
-        caller_token="",
-        caller_queue="q",
-        timeout_seconds=30,
-        targets=[Target(deployment_id="ek/a", provider="openai", model="m", endpoint_ref="env:X")],
-    )
-
-
 async def _rows(url: str) -> dict[uuid.UUID, InvocationReceiptRow]:
     engine = create_engine(url)
     try:
@@ -195,6 +176,9 @@ async def _columns(url: str) -> set[str]:
         await engine.dispose()
 
 
+_TARGET = Target(deployment_id="ek/a", provider="openai", model="m", endpoint_ref="env:X")
+
+
 async def _error_kind_round_trip(url: str) -> None:
     await asyncio.to_thread(upgrade, url)
     assert "error_kind" in await _columns(url)
@@ -203,7 +187,7 @@ async def _error_kind_round_trip(url: str) -> None:
     statements = ReceiptStatements(engine)
     try:
         # A rate limit closed by the workflow's close; one left open, closed by the sweeper.
-        limited, left = _input(tenant), _input(tenant)
+        limited, left = (invocation_input(tenant, target=_TARGET) for _ in range(2))
         assert await statements.claim(limited, "ek/a")
         failure = InvocationSummary(
             invocation_id=limited.invocation_id,
