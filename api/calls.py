@@ -46,6 +46,28 @@ class Call:
     buffer_stream: bool | None = None
 
 
+def hashed(call: Call) -> dict[str, Any]:
+    """What a key's request hash is taken over: the operation, the profile, the request, and
+    the data classification the caller gave it. The classification decides which deployments
+    may serve the call (the tenant's policy), so a key sent again as Confidential after it was
+    used as Internal is another request, a 409 `idempotency-key-reused`: hashed without it,
+    the retry replayed the Internal answer, its classification silently ignored, even where
+    the policy refuses that deployment for Confidential data. It is hashed only when it is not
+    the default a call without one gets (Internal), so that the hash of every key used before
+    it was hashed at all (nearly all sent without one) is unchanged: their retries still
+    replay across the upgrade. An explicit Internal is the same request as none. (A key used
+    before the upgrade with another classification is refused if sent again across it: a 409,
+    retried with a new key, rather than a replay.)"""
+    hashed: dict[str, Any] = {
+        "op": call.operation.value,
+        "profile": call.profile_id,
+        **call.payload,
+    }
+    if call.data_classification is not DataClassification.INTERNAL:
+        hashed["dataClassification"] = call.data_classification.value
+    return hashed
+
+
 def cap_output(call: Call, route: Route) -> int | None:
     """Caps a chat call's request at its output allowance on this route (the caller's limit
     within the profile's maxOutputTokens: domain.output_allowance), and returns it; None for

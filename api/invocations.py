@@ -35,7 +35,7 @@ from activities.invoke_hub import (
 from activities.invoke_outcomes import not_claimed, refused_by_breakers
 from activities.stream_watchdog import StreamWatchdog
 from api.budget import admit
-from api.calls import Call, cap_output, invocation_input
+from api.calls import Call, cap_output, hashed, invocation_input
 from api.come_back import ComeBack
 from api.given_up_claims import GivenUpClaims
 from api.invocation_events import InvocationEvent, Running
@@ -57,7 +57,6 @@ from domain.invocation import (
 )
 from domain.key_reuse import reuse_refusal
 from domain.planner import PlanRequest
-from domain.policy import DataClassification
 from routing.refusals import (
     NoneAvailable,
     PolicyDenied,
@@ -117,7 +116,7 @@ class Invocations:
         # the routing and the claim (TemporalGate.ask_ahead).
         asked = self._gate.ask_ahead()
         key = call.idempotency_key or f"auto-{uuid.uuid4()}"
-        hash_ = request_hash(_hashed(call))
+        hash_ = request_hash(hashed(call))
         if call.budget_usd is not None:
             # A denial writes its receipt before any claim of ours: a used key replays first.
             seen = await self._replays.seen(tenant, key)
@@ -378,28 +377,6 @@ class Invocations:
             self._replays.events(tenant, key, hash_, seen),
             replay=True,
         )
-
-
-def _hashed(call: Call) -> dict[str, Any]:
-    """What a key's request hash is taken over: the operation, the profile, the request, and
-    the data classification the caller gave it. The classification decides which deployments
-    may serve the call (the tenant's policy), so a key sent again as Confidential after it was
-    used as Internal is another request, a 409 `idempotency-key-reused`: hashed without it,
-    the retry replayed the Internal answer, its classification silently ignored, even where
-    the policy refuses that deployment for Confidential data. It is hashed only when it is not
-    the default a call without one gets (Internal), so that the hash of every key used before
-    it was hashed at all (nearly all sent without one) is unchanged: their retries still
-    replay across the upgrade. An explicit Internal is the same request as none. (A key used
-    before the upgrade with another classification is refused if sent again across it: a 409,
-    retried with a new key, rather than a replay.)"""
-    hashed: dict[str, Any] = {
-        "op": call.operation.value,
-        "profile": call.profile_id,
-        **call.payload,
-    }
-    if call.data_classification is not DataClassification.INTERNAL:
-        hashed["dataClassification"] = call.data_classification.value
-    return hashed
 
 
 async def _refused(summary: InvocationSummary) -> AsyncIterator[InvocationEvent]:
