@@ -29,10 +29,10 @@ from core.settings import Settings
 from domain.cloudevents import to_cloudevent
 from domain.webhook_delivery import failing_too_long
 from domain.webhook_targets import Network
+from store.columns import utcnow
 from store.db import transaction
 from store.ops_tables import as_utc
 from store.repositories import WebhookSubscriptionRepository
-from store.tables import utcnow
 from store.webhook_tables import WebhookSubscriptionRow
 
 log = logging.getLogger("model_router.worker")

@@ -8,21 +8,16 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
 
 import sqlalchemy as sa
 from sqlmodel import Field, SQLModel
 
-from store.tables import BIGID, UtcDateTime, utcnow
+from store.columns import BIGID, ts_column, utcnow
 
 
 def as_utc(value: datetime) -> datetime:
     """SQLite hands timezone-aware columns back naive (they are stored as UTC)."""
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
-def _ts(nullable: bool = False) -> Any:
-    return sa.Column(UtcDateTime(), nullable=nullable)
 
 
 class ProbeSampleRow(SQLModel, table=True):
@@ -42,8 +37,8 @@ class ProbeSampleRow(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True, sa_type=BIGID)
     tenant_id: str = Field(max_length=100)
     deployment_id: str = Field(max_length=200)
-    window_start: datetime = Field(sa_column=_ts())
-    probed_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
+    window_start: datetime = Field(sa_column=ts_column())
+    probed_at: datetime = Field(default_factory=utcnow, sa_column=ts_column())
     outcome: str = Field(max_length=16)
     latency_ms: int | None = None
     error_class: str | None = Field(default=None, max_length=64)
@@ -63,7 +58,7 @@ class StatementImportRow(SQLModel, table=True):
     content_hash: str = Field(max_length=100)
     format: str = Field(max_length=16)
     lines: int
-    imported_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
+    imported_at: datetime = Field(default_factory=utcnow, sa_column=ts_column())
 
 
 class UsageStatementLineRow(SQLModel, table=True):
@@ -85,8 +80,8 @@ class UsageStatementLineRow(SQLModel, table=True):
     provider: str = Field(max_length=64)
     model: str | None = Field(default=None, max_length=200)
     key: str | None = Field(default=None, max_length=400)
-    bucket_start: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
-    bucket_end: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
+    bucket_start: datetime | None = Field(default=None, sa_column=ts_column(nullable=True))
+    bucket_end: datetime | None = Field(default=None, sa_column=ts_column(nullable=True))
     provider_request_id: str | None = Field(default=None, max_length=200)
     input_tokens: int = Field(sa_type=sa.BigInteger)
     output_tokens: int = Field(sa_type=sa.BigInteger)
@@ -95,7 +90,7 @@ class UsageStatementLineRow(SQLModel, table=True):
     cache_write_input_tokens: int = Field(
         default=0, sa_type=sa.BigInteger, sa_column_kwargs={"server_default": "0"}
     )
-    fetched_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
+    fetched_at: datetime = Field(default_factory=utcnow, sa_column=ts_column())
 
 
 class ReceiptReconciliationRow(SQLModel, table=True):
@@ -124,7 +119,7 @@ class ReceiptReconciliationRow(SQLModel, table=True):
     # Null on records from before migration 0017.
     cache_write_input_tokens: int | None = None
     estimated_cost_usd: Decimal | None = Field(default=None, max_digits=18, decimal_places=8)
-    reconciled_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
+    reconciled_at: datetime = Field(default_factory=utcnow, sa_column=ts_column())
 
 
 class ConsoleSignOutRow(SQLModel, table=True):
@@ -140,4 +135,4 @@ class ConsoleSignOutRow(SQLModel, table=True):
 
     jti: str = Field(primary_key=True, max_length=100)
     tenant_id: str = Field(max_length=100)
-    expires_at: datetime = Field(sa_column=_ts())
+    expires_at: datetime = Field(sa_column=ts_column())

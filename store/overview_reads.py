@@ -18,9 +18,10 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
+from store.columns import UtcDateTime
 from store.console_reads import open_and_closed
 from store.reconciliation import sent_nothing
-from store.tables import InvocationReceiptRow, UtcDateTime
+from store.tables import InvocationReceiptRow
 
 R = InvocationReceiptRow
 _KEYS = ("bucket", "day", "outcome", "usage_status", "profile_id", "deployment_id", "in_flight")
@@ -70,7 +71,7 @@ def _bucket_and_day(dialect: str, start: datetime, width: timedelta) -> tuple[An
         bucket = sa.cast(sa.func.floor(seconds / width.total_seconds()), sa.Integer)
         day = sa.cast(sa.func.timezone("UTC", started), sa.Date)
     else:
-        # SQLite keeps UTC text without a zone (store.tables.UtcDateTime), and has no floor()
+        # SQLite keeps UTC text without a zone (store.columns.UtcDateTime), and has no floor()
         # unless built with its math functions; a bucket is never negative (every receipt
         # read started at or after `start`), so truncation is floor.
         elapsed = (sa.func.julianday(started) - sa.func.julianday(since)) * 86400.0

@@ -24,8 +24,9 @@ from domain.health import (
     ProbeTarget,
     latency_stats,
 )
+from store.columns import utcnow
 from store.ops_tables import ProbeSampleRow
-from store.tables import ModelDeploymentRow, ModelProfileRow, utcnow
+from store.tables import ModelDeploymentRow, ModelProfileRow
 from store.upsert import upsert
 
 

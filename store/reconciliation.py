@@ -26,9 +26,10 @@ from domain.pricing import Pricebook, receipt_cost_usd
 from domain.reconciliation import Settlement
 from domain.statements import AWAITING, ReceiptUsage, RequestIdCarrier, usage_corrected_event
 from store import pricebook
+from store.columns import utcnow
 from store.ops_tables import ReceiptReconciliationRow, as_utc
 from store.repositories import OutboxRepository
-from store.tables import InvocationReceiptRow, ModelDeploymentRow, utcnow
+from store.tables import InvocationReceiptRow, ModelDeploymentRow
 from store.upsert import upsert
 
 # A receipt joined with its deployment: the provider, model and key statements are kept by.

@@ -11,7 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Field, SQLModel
 
-from store.tables import UtcDateTime, utcnow
+from store.columns import UtcDateTime, utcnow
 
 
 class TenantPolicyRow(SQLModel, table=True):

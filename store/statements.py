@@ -12,8 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col, select
 
 from domain.statements import StatementLine
+from store.columns import utcnow
 from store.ops_tables import StatementImportRow, UsageStatementLineRow, as_utc
-from store.tables import utcnow
 from store.upsert import upsert
 
 _TOKENS = (

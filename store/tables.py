@@ -6,7 +6,7 @@ Content (prompts, outputs) has no column anywhere: receipts hold hashes and arti
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -25,59 +25,7 @@ from domain.enums import (
 )
 from domain.events import RUN_EVENTS
 from domain.provider_reports import REQUEST_ID_MAX_LENGTH
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-class UtcDateTime(sa.types.TypeDecorator[datetime]):
-    """A timezone-aware timestamp on every engine. PostgreSQL keeps the zone; SQLite keeps
-    none and hands values back naive, so they are written in UTC and read back as UTC — every
-    surface then prints RFC 3339 with a zone, whichever store is behind it."""
-
-    impl = sa.DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
-        if value is None:
-            return None
-        # A naive value is taken as UTC, as SQLite has always stored them.
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-# The migrations give every surrogate key a BIGINT (a BIGSERIAL on PostgreSQL; SQLite's
-# INTEGER PRIMARY KEY is already 64-bit and is its rowid only when spelled INTEGER). Declaring
-# them as plain Integer here made SQLAlchemy's asyncpg dialect bind them as `$1::INTEGER`, so
-# the event feed and webhook delivery would have failed once the outbox passed 2**31 - 1
-# events: about four months at 100 calls/s. tests/test_migrations.py (_drift) keeps this in step.
-BIGID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
-
-
-def _ts(nullable: bool = False) -> Any:
-    return sa.Column(UtcDateTime(), nullable=nullable)
-
-
-def _json(nullable: bool = False) -> Any:
-    return sa.Column(sa.JSON, nullable=nullable)
-
-
-def _enum(enum: type, name: str) -> Any:
-    # Stored as plain strings (no native ENUM type) so the same migration runs on both engines
-    # and adding a value needs no ALTER TYPE.
-    return sa.Column(
-        sa.Enum(enum, name=name, native_enum=False, values_callable=_values, length=32),
-        nullable=False,
-    )
-
-
-def _values(enum: type) -> list[str]:
-    return [m.value for m in enum]  # type: ignore[attr-defined]
+from store.columns import BIGID, UtcDateTime, enum_column, json_column, ts_column, utcnow
 
 
 class Tenant(SQLModel, table=True):
@@ -85,7 +33,7 @@ class Tenant(SQLModel, table=True):
 
     tenant_id: str = Field(primary_key=True, max_length=100)
     name: str = Field(max_length=200)
-    created_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
+    created_at: datetime = Field(default_factory=utcnow, sa_column=ts_column())
 
 
 class OAuthClient(SQLModel, table=True):
@@ -94,10 +42,10 @@ class OAuthClient(SQLModel, table=True):
     client_id: str = Field(primary_key=True, max_length=100)
     tenant_id: str = Field(foreign_key="tenants.tenant_id", index=True, max_length=100)
     secret_hash: str = Field(max_length=300)
-    roles: list[str] = Field(sa_column=_json())
-    scopes: list[str] = Field(sa_column=_json())
+    roles: list[str] = Field(sa_column=json_column())
+    scopes: list[str] = Field(sa_column=json_column())
     disabled: bool = False
-    created_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
+    created_at: datetime = Field(default_factory=utcnow, sa_column=ts_column())
 
 
 class ModelProfileRow(SQLModel, table=True):
@@ -111,19 +59,19 @@ class ModelProfileRow(SQLModel, table=True):
     version: str = Field(max_length=50)
     release_id: str = Field(max_length=200)
     tenant_id: str = Field(max_length=100)
-    modality: Modality = Field(sa_column=_enum(Modality, "modality"))
-    required_capabilities: dict[str, Any] = Field(sa_column=_json())
-    privacy_class: PrivacyClass = Field(sa_column=_enum(PrivacyClass, "privacy_class"))
-    latency_class: LatencyClass = Field(sa_column=_enum(LatencyClass, "latency_class"))
+    modality: Modality = Field(sa_column=enum_column(Modality, "modality"))
+    required_capabilities: dict[str, Any] = Field(sa_column=json_column())
+    privacy_class: PrivacyClass = Field(sa_column=enum_column(PrivacyClass, "privacy_class"))
+    latency_class: LatencyClass = Field(sa_column=enum_column(LatencyClass, "latency_class"))
     max_context_tokens: int
     max_output_tokens: int
-    allowed_regions: list[str] = Field(sa_column=_json())
-    allowed_deployments: list[str] = Field(sa_column=_json())
-    fallback_chain: list[str] = Field(sa_column=_json())
+    allowed_regions: list[str] = Field(sa_column=json_column())
+    allowed_deployments: list[str] = Field(sa_column=json_column())
+    fallback_chain: list[str] = Field(sa_column=json_column())
     fallback_enabled: bool = False
     embedding_compatibility: str | None = Field(default=None, max_length=200)
     price_basis: str = Field(max_length=100)
-    status: ProfileStatus = Field(sa_column=_enum(ProfileStatus, "profile_status"))
+    status: ProfileStatus = Field(sa_column=enum_column(ProfileStatus, "profile_status"))
 
 
 class ModelDeploymentRow(SQLModel, table=True):
@@ -137,12 +85,14 @@ class ModelDeploymentRow(SQLModel, table=True):
     provider: str = Field(max_length=64)
     model: str = Field(max_length=200)
     region: str = Field(max_length=64)
-    privacy_class: PrivacyClass = Field(sa_column=_enum(PrivacyClass, "privacy_class"))
+    privacy_class: PrivacyClass = Field(sa_column=enum_column(PrivacyClass, "privacy_class"))
     endpoint_ref: str = Field(max_length=400)
     compute_pool_id: str | None = Field(default=None, max_length=200)
     capability_evidence_ref: str | None = Field(default=None, max_length=300)
-    license_metadata: dict[str, Any] | None = Field(default=None, sa_column=_json(nullable=True))
-    state: DeploymentState = Field(sa_column=_enum(DeploymentState, "deployment_state"))
+    license_metadata: dict[str, Any] | None = Field(
+        default=None, sa_column=json_column(nullable=True)
+    )
+    state: DeploymentState = Field(sa_column=enum_column(DeploymentState, "deployment_state"))
     healthy: bool = True
     version: int = Field(default=1, sa_type=sa.BigInteger)
     context_window_tokens: int | None = None
@@ -160,7 +110,7 @@ class CapabilityScoreRow(SQLModel, table=True):
     capability: str = Field(max_length=64)
     verdict: str = Field(max_length=16)
     score: Decimal | None = Field(default=None, max_digits=6, decimal_places=4)
-    evaluated_at: datetime = Field(sa_column=_ts())
+    evaluated_at: datetime = Field(sa_column=ts_column())
     suite_version: str = Field(max_length=50)
     # The evaluation record the score came from: the deployment's current scores are those
     # whose evidence_ref is its capabilityEvidenceRef, older ones stay as history.
@@ -179,9 +129,9 @@ class RoutePlanRow(SQLModel, table=True):
     profile_id: str = Field(max_length=200)
     profile_version: str = Field(max_length=50)
     policy_revision: str = Field(max_length=100)
-    candidates: list[str] = Field(sa_column=_json())
-    constraints: dict[str, Any] = Field(sa_column=_json())
-    resolved_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
+    candidates: list[str] = Field(sa_column=json_column())
+    constraints: dict[str, Any] = Field(sa_column=json_column())
+    resolved_at: datetime = Field(default_factory=utcnow, sa_column=ts_column())
     # The decision record: which catalog snapshot and which policy decision produced the plan.
     snapshot_version: int | None = Field(default=None, sa_type=sa.BigInteger)
     policy_decision_id: uuid.UUID | None = None
@@ -232,16 +182,18 @@ class InvocationReceiptRow(SQLModel, table=True):
     request_hash: str = Field(max_length=100)
     idempotency_key: str = Field(max_length=200)
     policy_decision_id: uuid.UUID
-    outcome: InvocationOutcome = Field(sa_column=_enum(InvocationOutcome, "invocation_outcome"))
-    usage_status: UsageStatus = Field(sa_column=_enum(UsageStatus, "usage_status"))
+    outcome: InvocationOutcome = Field(
+        sa_column=enum_column(InvocationOutcome, "invocation_outcome")
+    )
+    usage_status: UsageStatus = Field(sa_column=enum_column(UsageStatus, "usage_status"))
     input_tokens: int | None = None
     output_tokens: int | None = None
     estimated_cost_usd: Decimal | None = Field(default=None, max_digits=18, decimal_places=8)
     pricing_revision: str = Field(max_length=100)
     latency_ms: int | None = None
     output_artifact_ref: str | None = Field(default=None, max_length=300)
-    started_at: datetime = Field(sa_column=_ts())
-    ended_at: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
+    started_at: datetime = Field(sa_column=ts_column())
+    ended_at: datetime | None = Field(default=None, sa_column=ts_column(nullable=True))
     # Beyond the spec's 22: what reconciliation matches on and what the latency metric needs.
     provider_request_id: str | None = Field(default=None, max_length=REQUEST_ID_MAX_LENGTH)
     cached_input_tokens: int | None = None
@@ -314,8 +266,8 @@ class OutboxEventRow(SQLModel, table=True):
     topic: str = Field(max_length=200)
     aggregate_type: str = Field(max_length=100)
     aggregate_id: str = Field(max_length=300)
-    payload: dict[str, Any] = Field(sa_column=_json())
-    occurred_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
+    payload: dict[str, Any] = Field(sa_column=json_column())
+    occurred_at: datetime = Field(default_factory=utcnow, sa_column=ts_column())
     # When the row was written, by the database's clock as its position was taken (PostgreSQL's
     # `clock_timestamp()` default, set by migration 0009; never given by the application):
     # what store/outbox_horizon.py reads. NULL on rows from before it, and on SQLite.
@@ -345,7 +297,7 @@ class PricebookEntryRow(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True, sa_type=BIGID)
     tenant_id: str = Field(max_length=100)
     revision: str = Field(max_length=pricing.REVISION_MAX_LENGTH)
-    effective_from: datetime = Field(sa_column=_ts())
+    effective_from: datetime = Field(sa_column=ts_column())
     provider: str = Field(max_length=pricing.PROVIDER_MAX_LENGTH)
     model: str = Field(max_length=pricing.MODEL_MAX_LENGTH)
     input_usd_per_mtok: Decimal = Field(
@@ -364,7 +316,7 @@ class PricebookEntryRow(SQLModel, table=True):
         max_digits=pricing.PRICE_MAX_DIGITS,
         decimal_places=pricing.PRICE_DECIMAL_PLACES,
     )
-    created_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
+    created_at: datetime = Field(default_factory=utcnow, sa_column=ts_column())
 
 
 class IdempotencyRecordRow(SQLModel, table=True):
@@ -382,8 +334,8 @@ class IdempotencyRecordRow(SQLModel, table=True):
     key: str = Field(max_length=200)
     request_hash: str = Field(max_length=100)
     status_code: int
-    response: dict[str, Any] = Field(sa_column=_json())
-    created_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
+    response: dict[str, Any] = Field(sa_column=json_column())
+    created_at: datetime = Field(default_factory=utcnow, sa_column=ts_column())
 
 
 class EvaluationRow(SQLModel, table=True):
@@ -401,6 +353,6 @@ class EvaluationRow(SQLModel, table=True):
     reason: str | None = Field(default=None, max_length=500)
     evidence_ref: str | None = Field(default=None, max_length=300)
     # Per capability: pass rate, verdict, and listing profiles it now falls short of.
-    summary: dict[str, Any] | None = Field(default=None, sa_column=_json(nullable=True))
-    started_at: datetime = Field(default_factory=utcnow, sa_column=_ts())
-    ended_at: datetime | None = Field(default=None, sa_column=_ts(nullable=True))
+    summary: dict[str, Any] | None = Field(default=None, sa_column=json_column(nullable=True))
+    started_at: datetime = Field(default_factory=utcnow, sa_column=ts_column())
+    ended_at: datetime | None = Field(default=None, sa_column=ts_column(nullable=True))

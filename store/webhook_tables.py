@@ -9,7 +9,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlmodel import Field, SQLModel
 
-from store.tables import UtcDateTime, utcnow
+from store.columns import UtcDateTime, utcnow
 
 
 class WebhookSubscriptionRow(SQLModel, table=True):

@@ -21,10 +21,11 @@ from activities.webhook_types import workflow_id
 from core import metrics
 from core.settings import Settings
 from domain.enums import Role, Scope
+from store.columns import utcnow
 from store.db import transaction
 from store.outbox_horizon import MARGIN_SECONDS, HorizonHidden, settled_or_hidden, settled_position
 from store.repositories import OutboxRepository
-from store.tables import OutboxEventRow, utcnow
+from store.tables import OutboxEventRow
 from store.webhook_tables import WebhookSubscriptionRow
 from tests.conftest import TokenFactory, free_port
 from tests.helpers.catalog import profile_event, publish, register

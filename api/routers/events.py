@@ -23,6 +23,7 @@ from domain.access import Action
 from domain.cloudevents import to_cloudevent
 from domain.enums import Scope
 from domain.events import TOPICS, readable, subscribed_types
+from store.columns import utcnow
 from store.db import transaction
 from store.outbox_horizon import HorizonHidden, settled_or_hidden
 from store.repositories import (
@@ -31,7 +32,6 @@ from store.repositories import (
     feed_end,
     last_position,
 )
-from store.tables import utcnow
 from store.views import outbox_event
 from store.webhook_tables import WebhookSubscriptionRow
 
