@@ -34,6 +34,7 @@ from temporalio.worker import Worker
 from api.app import create_app
 from cli.main import shutdown_grace
 from core.settings import Settings
+from core.worker_runs import poll_until_stopped
 from domain.enums import Scope
 from store.db import create_engine
 from store.migrate import MigrationLockTimeout, _retrying
@@ -46,7 +47,6 @@ from worker import (
     build_webhook_poll_worker,
     build_worker,
     evaluation_adapters,
-    poll_until_stopped,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -453,8 +453,9 @@ def test_worker_probes_run_the_probe_script() -> None:
 
 
 def test_a_worker_process_that_exits_is_started_again_on_both_platforms() -> None:
-    """A worker whose run ends stops the process with exit 1 (worker.poll_until_stopped): the
-    platform's restart is what brings its queue's poller back."""
+    """A worker whose run ends stops the process with exit 1
+    (core/worker_runs.poll_until_stopped): the platform's restart is what brings its queue's
+    poller back."""
     assert load_compose()["services"]["worker"]["restart"] in ("always", "unless-stopped")
     pod = deployment("worker")["spec"]["template"]["spec"]
     assert pod.get("restartPolicy", "Always") == "Always"

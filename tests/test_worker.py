@@ -21,6 +21,7 @@ from activities.lifecycle_types import LifecycleInput, RegisterRequest
 from core import metrics
 from core.metrics_server import MetricsServer
 from core.settings import Settings
+from core.worker_runs import WorkerStopped, poll_until_stopped
 from domain.deployments import DeploymentRegistration
 from domain.enums import InvocationOutcome, UsageStatus
 from domain.statements import ReconcilerInput
@@ -33,14 +34,12 @@ from tests.helpers.process import Proc
 from tests.helpers.receipts import add_receipt
 from tests.helpers.tcp_proxy import SeverableProxy
 from worker import (
-    WorkerStopped,
     build_closer_worker,
     build_invocation_worker,
     build_webhook_delivery_worker,
     build_webhook_poll_worker,
     build_worker,
     evaluation_adapters,
-    poll_until_stopped,
     usage_recount,
 )
 from workflows.deployment_lifecycle import DeploymentLifecycleWorkflow
