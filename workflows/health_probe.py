@@ -19,21 +19,18 @@ the others land.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+
+from workflows.probe_steps import STORE_RETRY, apply_verdict, probe, probe_all
 
 with workflow.unsafe.imports_passed_through():
     from activities.probe_types import (
-        PROBE_FAILED,
         ApplyVerdictInput,
         ApplyVerdictResult,
         HealthProbeReport,
         ListTargetsInput,
-        ProbeRequest,
         PruneInput,
     )
     from domain.health import (
@@ -51,11 +48,8 @@ with workflow.unsafe.imports_passed_through():
         verdict,
     )
 
-_STORE = RetryPolicy(initial_interval=timedelta(milliseconds=500), maximum_attempts=5)
 # Histories where the verdicts were judged together, after every probe of the run.
 VERDICTS_TOGETHER = "probe-verdicts-together"
-# Histories where probes start shuffled and are cut at HealthProbeInput.deadline_seconds.
-PROBES_CUT_AT_DEADLINE = "probes-cut-at-deadline"
 # Histories where a probe answered busy (rate limited, overloaded) degrades nothing.
 BUSY_IS_NO_VERDICT = "probe-busy-is-no-verdict"
 # Histories where each verdict lands once no probe still out can change it, and a probe whose
@@ -89,7 +83,7 @@ class HealthProbeWorkflow:
             ListTargetsInput(tenant_ids=data.tenant_ids),
             result_type=list[ProbeTarget],
             start_to_close_timeout=timedelta(seconds=30),
-            retry_policy=_STORE,
+            retry_policy=STORE_RETRY,
         )
         report = HealthProbeReport(window_start=window, probed=len(targets))
         slots = asyncio.Semaphore(data.concurrency)
@@ -107,7 +101,7 @@ class HealthProbeWorkflow:
             PruneInput(older_than=window - timedelta(hours=data.sample_retention_hours)),
             result_type=int,
             start_to_close_timeout=timedelta(seconds=60),
-            retry_policy=_STORE,
+            retry_policy=STORE_RETRY,
         )
         return report
 
@@ -123,7 +117,7 @@ class HealthProbeWorkflow:
         deployments of several providers at once are the prober's own network
         (domain/health.py), and its Degrade verdicts are held."""
 
-        results = await self._probe_all(targets, window, data, slots)
+        results = await probe_all(targets, window, data, slots)
         report.unprobed = sum(r is None for r in results)
         ran = [(t, r) for t, r in zip(targets, results, strict=True) if r is not None]
         hold = own_network_suspected(ran)
@@ -149,7 +143,7 @@ class HealthProbeWorkflow:
                 len(ran),
                 held_for_network,
             )
-        await asyncio.gather(*(self._apply(t, v, report) for t, v in wanted))
+        await asyncio.gather(*(apply_verdict(t, v, report) for t, v in wanted))
 
     async def _judge_as_settled(
         self,
@@ -181,11 +175,11 @@ class HealthProbeWorkflow:
             # The semaphore wakes its waiters first in, first out: verdicts are applied in the
             # order they were reached, the same on every replay.
             async with slots:
-                await self._apply(target, wanted, report)
+                await apply_verdict(target, wanted, report)
 
         def apply(target: ProbeTarget, wanted: ProbeVerdict) -> None:
             step = (
-                self._apply(target, wanted, report)
+                apply_verdict(target, wanted, report)
                 if bound is None
                 else bounded(bound, target, wanted)
             )
@@ -217,7 +211,7 @@ class HealthProbeWorkflow:
                 waiting.clear()
 
         try:
-            results = await self._probe_all(targets, window, data, slots, landed)
+            results = await probe_all(targets, window, data, slots, landed)
             report.unprobed = sum(r is None for r in results)
             # Not settled before the last probe (or the deadline): the whole run judges them.
             hold = own_network_suspected(judged)
@@ -247,89 +241,6 @@ class HealthProbeWorkflow:
                 if not task.done():
                     task.cancel()
 
-    async def _probe_all(
-        self,
-        targets: list[ProbeTarget],
-        window: datetime,
-        data: HealthProbeInput,
-        slots: asyncio.Semaphore,
-        landed: Callable[[int, ProbeResult | None], None] | None = None,
-    ) -> list[ProbeResult | None]:
-        """Every target's probe result, in the targets' order; None where the probe did not
-        run, or was cut at the run's deadline. The probes start in a shuffled order, so a
-        deadline cuts different deployments from run to run, not the same tail each time.
-        `landed` is told each result (by the target's index) as it comes; never a cut one."""
-
-        async def probed(i: int) -> ProbeResult | None:
-            async with slots:
-                result = await self._probe(targets[i], window, data)
-            if landed is not None:
-                landed(i, result)
-            return result
-
-        if not workflow.patched(PROBES_CUT_AT_DEADLINE) or data.deadline_seconds is None:
-            return list(await asyncio.gather(*(probed(i) for i in range(len(targets)))))
-        order = list(range(len(targets)))
-        workflow.random().shuffle(order)
-        tasks = {i: asyncio.ensure_future(probed(i)) for i in order}
-        # Counted from the run's start, as the deadline is meant: listing the targets may have
-        # taken its retries already.
-        ran_for = workflow.now() - workflow.info().start_time
-        left = max(timedelta(seconds=data.deadline_seconds) - ran_for, timedelta(seconds=1))
-        try:
-            await workflow.wait_condition(
-                lambda: all(t.done() for t in tasks.values()), timeout=left
-            )
-        except TimeoutError:
-            workflow.logger.warning(
-                "probes still running at the run's deadline (%ss): %d cut, judged next run",
-                data.deadline_seconds,
-                sum(not t.done() for t in tasks.values()),
-            )
-        finally:
-            # Cut, or the run itself cancelled: no probe outlives the wait.
-            for task in tasks.values():
-                if not task.done():
-                    task.cancel()
-        settled = dict(
-            zip(tasks, await asyncio.gather(*tasks.values(), return_exceptions=True), strict=True)
-        )
-        for outcome in settled.values():
-            if isinstance(outcome, BaseException) and not is_cancelled_exception(outcome):
-                raise outcome
-        return [
-            r if isinstance(r, ProbeResult) else None for r in map(settled.get, range(len(targets)))
-        ]
-
-    async def _apply(
-        self, target: ProbeTarget, wanted: ProbeVerdict, report: HealthProbeReport
-    ) -> None:
-        try:
-            applied: ApplyVerdictResult = await workflow.execute_activity(
-                "probe_apply_verdict",
-                ApplyVerdictInput(
-                    tenant_id=target.tenant_id, deployment_id=target.deployment_id, verdict=wanted
-                ),
-                result_type=ApplyVerdictResult,
-                start_to_close_timeout=timedelta(seconds=40),
-                retry_policy=_STORE,
-            )
-        except ActivityError as exc:
-            if is_cancelled_exception(exc):
-                raise
-            # One verdict the store kept refusing: the others still land, and the run reports
-            # (its samples pruned); this deployment is judged again at the next run.
-            workflow.logger.warning(
-                "verdict for %s/%s not applied: %s",
-                target.tenant_id,
-                target.deployment_id,
-                type(exc.cause).__name__,
-            )
-            return
-        if applied.applied:
-            moved = report.degraded if wanted is ProbeVerdict.DEGRADE else report.recovered
-            moved.append(f"{target.tenant_id}/{target.deployment_id}")
-
     async def _judge_each(
         self,
         targets: list[ProbeTarget],
@@ -342,7 +253,7 @@ class HealthProbeWorkflow:
 
         async def one(target: ProbeTarget) -> None:
             async with slots:
-                result = await self._probe(target, window, data)
+                result = await probe(target, window, data)
             if result is None:
                 return
             if result.outcome is ProbeOutcome.OK:
@@ -361,48 +272,10 @@ class HealthProbeWorkflow:
                 ),
                 result_type=ApplyVerdictResult,
                 start_to_close_timeout=timedelta(seconds=40),
-                retry_policy=_STORE,
+                retry_policy=STORE_RETRY,
             )
             if applied.applied:
                 moved = report.degraded if wanted is ProbeVerdict.DEGRADE else report.recovered
                 moved.append(f"{target.tenant_id}/{target.deployment_id}")
 
         await asyncio.gather(*(one(t) for t in targets))
-
-    async def _probe(
-        self, target: ProbeTarget, window: datetime, data: HealthProbeInput
-    ) -> ProbeResult | None:
-        interval = timedelta(seconds=data.retry_interval_seconds)
-        try:
-            result: ProbeResult = await workflow.execute_activity(
-                "probe_deployment",
-                ProbeRequest(
-                    target=target, window_start=window, timeout_seconds=data.timeout_seconds
-                ),
-                result_type=ProbeResult,
-                # The adapter call is bounded by timeout_seconds; the rest is the store.
-                start_to_close_timeout=timedelta(seconds=data.timeout_seconds + 15),
-                retry_policy=RetryPolicy(
-                    initial_interval=interval,
-                    backoff_coefficient=1.0,
-                    maximum_interval=interval,
-                    maximum_attempts=data.attempts,
-                ),
-            )
-            return result
-        except ActivityError as exc:
-            if is_cancelled_exception(exc):
-                # Cut at the deadline, or the run cancelled: the caller decides which.
-                raise
-            cause = exc.cause
-            if isinstance(cause, ApplicationError) and cause.type == PROBE_FAILED and cause.details:
-                return ProbeResult.model_validate(cause.details[0])
-            # The probe itself could not run (worker lost, store down): that says nothing about
-            # the deployment, so its state is left alone until the next run.
-            workflow.logger.warning(
-                "probe of %s/%s did not run: %s",
-                target.tenant_id,
-                target.deployment_id,
-                type(cause).__name__,
-            )
-            return None
