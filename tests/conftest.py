@@ -15,6 +15,7 @@ import asyncpg
 import httpx
 import pytest
 import uvicorn
+from openai import AsyncOpenAI
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
@@ -304,6 +305,18 @@ async def cli_env(
         "MODEL_ROUTER_CLIENT_SECRET": secret,
         "COLUMNS": "250",
     }
+
+
+@pytest.fixture
+async def openai_sdk(
+    api_url: str, token_for: TokenFactory, tenant: str
+) -> AsyncIterator[AsyncOpenAI]:
+    """The openai SDK as a caller of the API, with the test's tenant's token and no retries of
+    its own (a test that wants the SDK's retries makes its own client)."""
+    async with AsyncOpenAI(
+        base_url=f"{api_url}/v1", api_key=await token_for(tenant), max_retries=0
+    ) as sdk:
+        yield sdk
 
 
 @pytest.fixture(scope="module")

@@ -48,7 +48,6 @@ from providers.upstream import ChatTurn, Reply, ToolCallReply, UpstreamServer, d
 from providers.upstream.schema_fill import instance_for
 from providers.upstream.state import RequestRecord
 from providers.upstream.suite_responders import competent_responder, failing_responder
-from tests.conftest import TokenFactory
 from tests.helpers.surfaces import Catalog
 
 # What the model answers with the answer tool: quotes and a character beyond ASCII, so the
@@ -100,14 +99,6 @@ def claude(turn: ChatTurn) -> Reply:
             tool_calls=[ToolCallReply(name=tool.name, arguments=instance_for(tool.parameters))]
         )
     return default_responder(turn)
-
-
-@pytest.fixture
-async def client(api_url: str, token_for: TokenFactory, tenant: str) -> AsyncIterator[AsyncOpenAI]:
-    async with AsyncOpenAI(
-        base_url=f"{api_url}/v1", api_key=await token_for(tenant), max_retries=0
-    ) as c:
-        yield c
 
 
 @pytest.fixture
@@ -240,9 +231,9 @@ async def test_the_upstream_takes_the_suites_schemas_as_the_sdk_sends_them(
 
 
 async def test_json_mode_answers_a_json_object_as_text(
-    client: AsyncOpenAI, catalog: Catalog, upstream: UpstreamServer, turns: list[ChatTurn]
+    openai_sdk: AsyncOpenAI, catalog: Catalog, upstream: UpstreamServer, turns: list[ChatTurn]
 ) -> None:
-    completion = await client.chat.completions.create(
+    completion = await openai_sdk.chat.completions.create(
         model=catalog.profile("anthropic"),
         response_format={"type": "json_object"},
         messages=ASK,
@@ -269,7 +260,7 @@ async def test_json_mode_answers_a_json_object_as_text(
     streamed: list[str] = []
     finish: list[str] = []
     usage = None
-    async for chunk in await client.chat.completions.create(
+    async for chunk in await openai_sdk.chat.completions.create(
         model=catalog.profile("anthropic"),
         response_format={"type": "json_object"},
         messages=ASK,
@@ -292,7 +283,7 @@ async def test_json_mode_answers_a_json_object_as_text(
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_json_mode_with_tools_calls_them_then_answers_json(
-    client: AsyncOpenAI, catalog: Catalog, turns: list[ChatTurn], stream: bool
+    openai_sdk: AsyncOpenAI, catalog: Catalog, turns: list[ChatTurn], stream: bool
 ) -> None:
     """With the caller's tools and `auto`, the model may call them (finish tool_calls) or
     answer with the JSON object (finish stop): `tool_choice: any` over both."""
@@ -301,7 +292,7 @@ async def test_json_mode_with_tools_calls_them_then_answers_json(
         "response_format": {"type": "json_object"},
         "tools": [WEATHER],
     }
-    first = await _ask(client, ask, ASK, stream)
+    first = await _ask(openai_sdk, ask, ASK, stream)
     assert first["finish"] == "tool_calls" and first["calls"][0]["name"] == "get_weather"
     assert first["content"] == ""
     history = [
@@ -309,7 +300,7 @@ async def test_json_mode_with_tools_calls_them_then_answers_json(
         {"role": "assistant", "content": None, "tool_calls": first["raw_calls"]},
         {"role": "tool", "tool_call_id": first["calls"][0]["id"], "content": "12 C, sunny"},
     ]
-    second = await _ask(client, ask, history, stream)
+    second = await _ask(openai_sdk, ask, history, stream)
     assert second["finish"] == "stop" and second["calls"] == []
     assert json.loads(second["content"]) == ANSWER
     for turn in turns:
@@ -319,7 +310,7 @@ async def test_json_mode_with_tools_calls_them_then_answers_json(
 
 
 async def test_an_answer_and_a_call_in_one_turn_stream_as_text_and_the_first_call(
-    client: AsyncOpenAI, catalog: Catalog, upstream: UpstreamServer
+    openai_sdk: AsyncOpenAI, catalog: Catalog, upstream: UpstreamServer
 ) -> None:
     """Claude may answer and call a tool of the caller's at once (parallel calls): the answer
     is the text, the caller's call is call 0 of the stream, as the whole answer numbers it."""
@@ -333,7 +324,7 @@ async def test_an_answer_and_a_call_in_one_turn_stream_as_text_and_the_first_cal
     try:
         indices: set[int] = set()
         text: list[str] = []
-        async for chunk in await client.chat.completions.create(
+        async for chunk in await openai_sdk.chat.completions.create(
             model=catalog.profile("anthropic"),
             response_format={"type": "json_object"},
             tools=[WEATHER],
@@ -350,9 +341,9 @@ async def test_an_answer_and_a_call_in_one_turn_stream_as_text_and_the_first_cal
 
 
 async def test_json_mode_under_tool_choice_none_answers_json_only(
-    client: AsyncOpenAI, catalog: Catalog, turns: list[ChatTurn]
+    openai_sdk: AsyncOpenAI, catalog: Catalog, turns: list[ChatTurn]
 ) -> None:
-    completion = await client.chat.completions.create(
+    completion = await openai_sdk.chat.completions.create(
         model=catalog.profile("anthropic"),
         response_format={"type": "json_object"},
         tools=[WEATHER],
@@ -368,11 +359,11 @@ async def test_json_mode_under_tool_choice_none_answers_json_only(
 
 
 async def test_json_mode_with_a_required_tool_calls_it(
-    client: AsyncOpenAI, catalog: Catalog, turns: list[ChatTurn]
+    openai_sdk: AsyncOpenAI, catalog: Catalog, turns: list[ChatTurn]
 ) -> None:
     """A call the caller forces is the answer, which JSON mode does not shape: no answer
     tool."""
-    completion = await client.chat.completions.create(
+    completion = await openai_sdk.chat.completions.create(
         model=catalog.profile("anthropic"),
         response_format={"type": "json_object"},
         tools=[WEATHER],
@@ -388,11 +379,11 @@ async def test_json_mode_with_a_required_tool_calls_it(
 
 
 async def _ask(
-    client: AsyncOpenAI, ask: dict[str, Any], messages: list[Any], stream: bool
+    openai_sdk: AsyncOpenAI, ask: dict[str, Any], messages: list[Any], stream: bool
 ) -> dict[str, Any]:
     """content, calls (id, name, arguments), raw_calls (to send back) and finish reason."""
     if not stream:
-        completion = await client.chat.completions.create(**ask, messages=messages)
+        completion = await openai_sdk.chat.completions.create(**ask, messages=messages)
         choice = completion.choices[0]
         calls = [
             {"id": c.id, "name": c.function.name, "arguments": c.function.arguments}
@@ -404,7 +395,7 @@ async def _ask(
         parts: dict[int, dict[str, Any]] = {}
         text: list[str] = []
         finish = ""
-        async for chunk in await client.chat.completions.create(
+        async for chunk in await openai_sdk.chat.completions.create(
             **ask, messages=messages, stream=True
         ):
             for choice_delta in chunk.choices:
@@ -434,11 +425,11 @@ async def _ask(
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_schema_written_for_openai_is_sent_as_anthropic_takes_it(
-    client: AsyncOpenAI, catalog: Catalog, turns: list[ChatTurn], stream: bool
+    openai_sdk: AsyncOpenAI, catalog: Catalog, turns: list[ChatTurn], stream: bool
 ) -> None:
     fmt: Any = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
     ask: dict[str, Any] = {"model": catalog.profile("anthropic"), "response_format": fmt}
-    answer = await _ask(client, ask, [{"role": "user", "content": "a person"}], stream)
+    answer = await _ask(openai_sdk, ask, [{"role": "user", "content": "a person"}], stream)
     assert answer["finish"] == "stop"
     person = json.loads(answer["content"])
     assert isinstance(person, dict) and {"name", "age"} <= set(person)
@@ -456,14 +447,14 @@ async def test_a_schema_written_for_openai_is_sent_as_anthropic_takes_it(
 
 
 async def test_a_schema_part_without_a_type_is_refused_without_a_call(
-    client: AsyncOpenAI, catalog: Catalog, upstream: UpstreamServer, turns: list[ChatTurn]
+    openai_sdk: AsyncOpenAI, catalog: Catalog, upstream: UpstreamServer, turns: list[ChatTurn]
 ) -> None:
     """No Anthropic schema takes a part with no type: the caller's request, refused as
     invalid in our words, and the provider never asked (it would refuse it too)."""
     schema: Any = {"type": "object", "properties": {"anything": {}}}
     before = upstream.requests(catalog.model("anthropic"))
     with pytest.raises(openai.BadRequestError) as refused:
-        await client.chat.completions.create(
+        await openai_sdk.chat.completions.create(
             model=catalog.profile("anthropic"),
             response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
             messages=[{"role": "user", "content": "anything"}],

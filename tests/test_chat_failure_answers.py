@@ -8,7 +8,6 @@ event stream unbuffered by a proxy (`X-Accel-Buffering: no`)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -18,31 +17,22 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from providers.upstream import Fault, FaultKind, UpstreamServer
 from store.receipts import by_key
-from tests.conftest import TokenFactory
 from tests.helpers.deadline import eventually
 from tests.helpers.surfaces import Catalog
 
 MESSAGES: Any = [{"role": "user", "content": "status please"}]
 
 
-@pytest.fixture
-async def sdk(api_url: str, token_for: TokenFactory, tenant: str) -> AsyncIterator[Any]:
-    async with openai.AsyncOpenAI(
-        base_url=f"{api_url}/v1", api_key=await token_for(tenant), max_retries=0
-    ) as client:
-        yield client
-
-
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_provider_rate_limit_is_openais_429(
-    sdk: Any, catalog: Catalog, upstream: UpstreamServer, stream: bool
+    openai_sdk: Any, catalog: Catalog, upstream: UpstreamServer, stream: bool
 ) -> None:
     model = catalog.model("openai")
     # Its Retry-After is past what the router waits itself: the caller hears of it at once.
     upstream.inject(model, Fault(kind=FaultKind.RATE_LIMIT, retry_after=3, times=1))
     try:
         with pytest.raises(openai.RateLimitError) as limited:
-            await sdk.chat.completions.create(
+            await openai_sdk.chat.completions.create(
                 model=catalog.profile("openai"), messages=MESSAGES, stream=stream
             )
     finally:

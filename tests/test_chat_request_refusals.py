@@ -9,7 +9,6 @@ unknown field is refused: tests/test_chat_unknown_fields.py)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -19,7 +18,6 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from providers.upstream import UpstreamServer
 from store.receipts import by_key
-from tests.conftest import TokenFactory
 from tests.helpers.surfaces import Catalog
 
 # A tool whose schema holds `1e400` (Python's json reads it as inf), as raw JSON text: no JSON
@@ -28,14 +26,6 @@ OVERFLOW_TOOL = (
     b'[{"type":"function","function":{"name":"count","parameters":{"type":"object",'
     b'"properties":{"n":{"type":"number","maximum":1e400}}}}}]'
 )
-
-
-@pytest.fixture
-async def sdk(api_url: str, token_for: TokenFactory, tenant: str) -> AsyncIterator[Any]:
-    async with openai.AsyncOpenAI(
-        base_url=f"{api_url}/v1", api_key=await token_for(tenant), max_retries=0
-    ) as client:
-        yield client
 
 
 async def _claimed(sessions: async_sessionmaker[AsyncSession], tenant: str, key: str) -> bool:
@@ -138,12 +128,12 @@ async def test_finite_numbers_and_the_words_nan_and_infinity_pass(
     ],
 )
 async def test_a_tool_choice_form_the_gateway_cannot_express_is_refused_by_its_type(
-    sdk: Any, catalog: Catalog, upstream: UpstreamServer, choice: dict[str, Any], kind: str
+    openai_sdk: Any, catalog: Catalog, upstream: UpstreamServer, choice: dict[str, Any], kind: str
 ) -> None:
     before = upstream.requests(catalog.model("openai"))
     tool: Any = {"type": "function", "function": {"name": "lookup", "parameters": {}}}
     with pytest.raises(openai.BadRequestError) as refused:
-        await sdk.chat.completions.create(
+        await openai_sdk.chat.completions.create(
             model=catalog.profile("openai"),
             messages=[{"role": "user", "content": "look it up"}],
             tools=[tool],
@@ -157,11 +147,11 @@ async def test_a_tool_choice_form_the_gateway_cannot_express_is_refused_by_its_t
 
 
 async def test_a_moderation_policy_is_refused_never_dropped(
-    sdk: Any, catalog: Catalog, upstream: UpstreamServer
+    openai_sdk: Any, catalog: Catalog, upstream: UpstreamServer
 ) -> None:
     before = upstream.requests(catalog.model("openai"))
     with pytest.raises(openai.BadRequestError) as refused:
-        await sdk.chat.completions.create(
+        await openai_sdk.chat.completions.create(
             model=catalog.profile("openai"),
             messages=[{"role": "user", "content": "screen me"}],
             extra_body={"moderation": {"model": "omni-moderation-latest"}},
@@ -171,7 +161,7 @@ async def test_a_moderation_policy_is_refused_never_dropped(
     assert upstream.requests(catalog.model("openai")) == before
     # Hints the gateway does not use are still taken and ignored, as before; so is a null
     # moderation, which asks for nothing.
-    answer = await sdk.chat.completions.create(
+    answer = await openai_sdk.chat.completions.create(
         model=catalog.profile("openai"),
         messages=[{"role": "user", "content": "hello"}],
         user="someone",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -27,7 +27,6 @@ from domain.enums import InvocationOutcome
 from domain.invocation import InvocationSummary
 from providers.types import Finish, TextDelta, ToolCallDelta
 from providers.upstream import ChatTurn, Reply, ToolCallReply, UpstreamServer, default_responder
-from tests.conftest import TokenFactory
 from tests.helpers.surfaces import Catalog
 
 
@@ -44,14 +43,6 @@ CITY: Any = {
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
     },
 }
-
-
-@pytest.fixture
-async def client(api_url: str, token_for: TokenFactory, tenant: str) -> AsyncIterator[AsyncOpenAI]:
-    async with AsyncOpenAI(
-        base_url=f"{api_url}/v1", api_key=await token_for(tenant), max_retries=0
-    ) as c:
-        yield c
 
 
 @pytest.fixture
@@ -92,9 +83,9 @@ async def test_the_simulator_streams_a_parameterless_call_as_anthropic_does(
     assert deltas == [""]
 
 
-async def _stream(client: AsyncOpenAI, profile: str, key: str, **more: Any) -> tuple[Any, list]:
+async def _stream(openai_sdk: AsyncOpenAI, profile: str, key: str, **more: Any) -> tuple[Any, list]:
     """The SDK's stream helper's final completion and its `arguments.done` events."""
-    async with client.chat.completions.stream(
+    async with openai_sdk.chat.completions.stream(
         model=profile,
         messages=[{"role": "user", "content": "ping"}],
         extra_headers={"Idempotency-Key": key},
@@ -109,13 +100,13 @@ async def _stream(client: AsyncOpenAI, profile: str, key: str, **more: Any) -> t
 
 
 async def test_a_streamed_call_without_arguments_ends_with_an_empty_object(
-    client: AsyncOpenAI, catalog: Catalog, parameterless: str
+    openai_sdk: AsyncOpenAI, catalog: Catalog, parameterless: str
 ) -> None:
     """The SDK's helper parses the pydantic tool's arguments (it raised on `""`), live and in
     the replay of the key alike."""
     key = f"noargs-{uuid.uuid4().hex}"
     for _ in ("live", "replayed"):
-        final, done = await _stream(client, catalog.profile("anthropic"), key, tools=[PING])
+        final, done = await _stream(openai_sdk, catalog.profile("anthropic"), key, tools=[PING])
         [call] = final.choices[0].message.tool_calls
         assert (call.function.name, call.function.arguments) == ("ping", "{}")
         assert call.function.parsed_arguments == NoArgs()
@@ -124,12 +115,12 @@ async def test_a_streamed_call_without_arguments_ends_with_an_empty_object(
 
 
 async def test_a_held_call_without_arguments_is_sent_with_an_empty_object(
-    client: AsyncOpenAI, catalog: Catalog, parameterless: str
+    openai_sdk: AsyncOpenAI, catalog: Catalog, parameterless: str
 ) -> None:
     """Two parameterless calls: the first streams live and gets its `{}` before the second,
     held, is sent whole with `{}`; each is done with its own arguments, in turn."""
     final, done = await _stream(
-        client,
+        openai_sdk,
         catalog.profile("anthropic"),
         f"noargs-{uuid.uuid4().hex}",
         tools=[PING, PONG],

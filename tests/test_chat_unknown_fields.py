@@ -11,7 +11,6 @@ provider."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -22,7 +21,6 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from providers.upstream import UpstreamServer
 from store.receipts import by_key
-from tests.conftest import TokenFactory
 from tests.helpers.surfaces import Catalog
 
 USER: Any = [{"role": "user", "content": "hello"}]
@@ -39,14 +37,6 @@ VENDOR_FIELDS: dict[str, Any] = {
 }
 
 
-@pytest.fixture
-async def client(api_url: str, token_for: TokenFactory, tenant: str) -> AsyncIterator[AsyncOpenAI]:
-    async with AsyncOpenAI(
-        base_url=f"{api_url}/v1", api_key=await token_for(tenant), max_retries=0
-    ) as c:
-        yield c
-
-
 async def _claimed(sessions: async_sessionmaker[AsyncSession], tenant: str, key: str) -> bool:
     async with sessions() as session:
         return await by_key(session, tenant, key) is not None
@@ -55,7 +45,7 @@ async def _claimed(sessions: async_sessionmaker[AsyncSession], tenant: str, key:
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 @pytest.mark.parametrize("field", list(VENDOR_FIELDS))
 async def test_an_unknown_field_is_a_400_naming_it_and_nothing_is_sent(
-    client: AsyncOpenAI,
+    openai_sdk: AsyncOpenAI,
     catalog: Catalog,
     upstream: UpstreamServer,
     sessions: async_sessionmaker[AsyncSession],
@@ -66,7 +56,7 @@ async def test_an_unknown_field_is_a_400_naming_it_and_nothing_is_sent(
     key = f"unknown-{uuid.uuid4().hex}"
     before = upstream.requests(catalog.model("openai"))
     with pytest.raises(openai.BadRequestError) as refused:
-        await client.chat.completions.create(
+        await openai_sdk.chat.completions.create(
             model=catalog.profile("openai"),
             messages=USER,
             stream=stream,
@@ -81,10 +71,10 @@ async def test_an_unknown_field_is_a_400_naming_it_and_nothing_is_sent(
 
 
 async def test_each_unknown_field_is_named_and_a_known_refusal_comes_first(
-    client: AsyncOpenAI, catalog: Catalog
+    openai_sdk: AsyncOpenAI, catalog: Catalog
 ) -> None:
     with pytest.raises(openai.BadRequestError) as refused:
-        await client.chat.completions.create(
+        await openai_sdk.chat.completions.create(
             model=catalog.profile("openai"),
             messages=USER,
             seed=7,
@@ -97,7 +87,7 @@ async def test_each_unknown_field_is_named_and_a_known_refusal_comes_first(
 
 
 async def test_every_accepted_hint_still_answers(
-    client: AsyncOpenAI, catalog: Catalog, upstream: UpstreamServer
+    openai_sdk: AsyncOpenAI, catalog: Catalog, upstream: UpstreamServer
 ) -> None:
     """Every hint that does not change the answer, the unmapped settings at their off values,
     and a null for any field (an unknown one included): a 200, whole and streamed."""
@@ -122,11 +112,11 @@ async def test_every_accepted_hint_still_answers(
         "extra_body": {"guided_json": None, "min_p": None, "seed": None, "moderation": None},
     }
     before = upstream.requests(catalog.model("openai"))
-    whole = await client.chat.completions.create(
+    whole = await openai_sdk.chat.completions.create(
         model=catalog.profile("openai"), messages=USER, **hints
     )
     assert whole.choices[0].message.content
-    streamed = await client.chat.completions.create(
+    streamed = await openai_sdk.chat.completions.create(
         model=catalog.profile("openai"),
         messages=USER,
         stream=True,

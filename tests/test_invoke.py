@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import httpx
@@ -62,12 +61,9 @@ async def catalog(
 
 
 @pytest.fixture
-async def sdk(
-    api_url: str, token_for: TokenFactory, tenant: str, catalog: dict[str, str]
-) -> AsyncIterator[AsyncOpenAI]:
-    token = await token_for(tenant)
-    async with AsyncOpenAI(base_url=f"{api_url}/v1", api_key=token, max_retries=0) as client:
-        yield client
+def sdk(openai_sdk: AsyncOpenAI, catalog: dict[str, str]) -> AsyncOpenAI:
+    """The tenant's openai SDK, once this module's catalog is published."""
+    return openai_sdk
 
 
 async def test_non_streaming_chat_writes_a_receipt(
