@@ -55,29 +55,27 @@ async def receipt_list(
     usage_status: Annotated[str | None, Query(max_length=20)] = None,
     deployment_id: Annotated[str | None, Query(max_length=200)] = None,
     profile_id: Annotated[str | None, Query(max_length=200)] = None,
-    run_id: Annotated[str | None, Query(max_length=40)] = None,
+    # Bounded by _run_filter, not here: a Query bound answered a longer paste with the bare
+    # error page, the form and the other filters gone.
+    run_id: str | None = None,
     before: Annotated[str | None, Query(max_length=40)] = None,
 ) -> Response:
     _read(operator)
+    run, typed, error = _run_filter(run_id)
     filters = {
         "outcome": outcome or "",
         "usage_status": usage_status or "",
         "deployment_id": deployment_id or "",
         "profile_id": profile_id or "",
-        "run_id": run_id or "",
+        # The run as the receipts' links name it, so the receipt page knows it for the same.
+        "run_id": str(run) if run else typed,
     }
     # A run id typed, even one that is no UUID, is a read of one run (that one lists nothing
     # and says why beside its field).
-    wants = reading_receipts(of_one_run=bool(run_id))
+    wants = reading_receipts(of_one_run=bool(typed))
     if not operator.may(Scope.RUNS_READ, wants):
         return _one_run_only(request, operator, filters, wants)
-    error, run, after = None, None, None
-    try:
-        run = uuid.UUID(run_id) if run_id else None
-    except ValueError:
-        # Said beside the field, the other filters as they were typed: the bare error page
-        # lost them all.
-        error = "Run id: not a UUID (copy it from a receipt, or leave it empty)."
+    after = None
     async with runtime.sessions() as session:
         if before:
             after = await _page_start(session, operator.tenant_id, before)
@@ -122,6 +120,36 @@ async def receipt_list(
         error=error,
         status=400 if error else 200,
     )
+
+
+# The longest run id read: `urn:uuid:` and braces around a hyphenated UUID fit with room. A
+# longer value is no run id, said so before any work is done on it, and shown cut to this.
+RUN_ID_MAX = 64
+NOT_A_RUN = "Run id: not a UUID (copy it from a receipt, or leave it empty)."
+
+
+def run_of(value: str | None) -> uuid.UUID | None:
+    """The run a typed run id names, in any form uuid.UUID reads (any case, with or without
+    hyphens, braces or `urn:uuid:`), its surrounding whitespace (a paste's trailing newline)
+    ignored; None for none, or for anything else."""
+    typed = (value or "").strip()
+    if not typed or len(typed) > RUN_ID_MAX:
+        return None
+    try:
+        return uuid.UUID(typed)
+    except ValueError:
+        return None
+
+
+def _run_filter(value: str | None) -> tuple[uuid.UUID | None, str, str | None]:
+    """The run filter: the run, what was typed (stripped, cut to the bound, as the field shows
+    it again), and the error said beside the field when it names no run. Said there, the other
+    filters as they were typed: the bare error page lost them all."""
+    typed = (value or "").strip()
+    run = run_of(typed)
+    if typed and run is None:
+        return None, typed[:RUN_ID_MAX], NOT_A_RUN
+    return run, typed, None
 
 
 def _one_run_only(
@@ -171,7 +199,7 @@ async def receipt_page(
     invocation_id: str,
     operator: SignedIn,
     runtime: RuntimeDep,
-    run_id: Annotated[str | None, Query(max_length=100)] = None,
+    run_id: str | None = None,
 ) -> Response:
     """One receipt. A reader of one run's receipts (a Requester) opens those of the run it
     names (`run_id`, as its run's list links them), not any of the tenant's: invocation ids are
@@ -183,7 +211,10 @@ async def receipt_page(
         raise ConsoleError(404, f"No receipt {invocation_id!r}.") from None
     async with runtime.sessions() as session:
         row = await console_reads.receipt(session, operator.tenant_id, iid)
-        of_its_run = row is not None and run_id is not None and str(row.run_id) == run_id
+        # Compared as UUIDs: the run named in any form its list takes (upper case, say) is
+        # the same run; compared as text, each receipt its list linked was a 404.
+        run = run_of(run_id)
+        of_its_run = row is not None and run is not None and row.run_id == run
         if row is None or not operator.may(
             Scope.RUNS_READ, reading_receipts(of_one_run=of_its_run)
         ):
