@@ -239,6 +239,30 @@ def record_metrics(
     # not tallied here: a tally forgets every receipt written before a restart or elsewhere.
 
 
+# Off the hot path, what records less than `record_metrics` counts under its series, with the
+# same dimensions, so that a sum by outcome, or of tokens, holds every receipt. `record_metrics`
+# keeps its own inline adds: a completed call makes no call more than it did.
+
+
+def count_outcome(
+    tenant_id: str, profile_id: str, provider: str, outcome: InvocationOutcome
+) -> None:
+    """`invocations` alone, for a close with nothing else to record: the sweeper's (Failed,
+    usage Unknown, no latency, no tokens, no fallback event)."""
+    where = {"tenant": tenant_id, "profile": profile_id, "provider": provider}
+    metrics.invocations.add(1, {**where, "outcome": outcome.value})
+
+
+def count_tokens(
+    tenant_id: str, profile_id: str, provider: str, input_tokens: int, output_tokens: int
+) -> None:
+    """`tokens` alone, for usage learnt after the close (the reconciler's settlements)."""
+    where = {"tenant": tenant_id, "profile": profile_id, "provider": provider}
+    for direction, count in (("input", input_tokens), ("output", output_tokens)):
+        if count > 0:
+            metrics.tokens.add(count, {**where, "direction": direction})
+
+
 def circuit_open(deployment_ids: list[str]) -> str:
     """Why nothing was called when every candidate's breaker refused."""
     return "no candidate available: circuit open for " + ", ".join(deployment_ids)

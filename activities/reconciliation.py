@@ -1,7 +1,7 @@
 """Receipt reconciler activities: fetch provider statements into the store, settle one day of
 receipts from the stored statements (pure rules in `domain.reconciliation`), and recount the
 receipts still waiting for the usage_unknown gauge (counting, beside it, what the run could not
-do)."""
+do). A settled receipt's tokens are added to `tokens`, which its close could not count."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.invoke_outcomes import count_tokens
 from activities.reconciliation_types import (
     SOURCE_REFUSED,
     FetchInput,
@@ -26,13 +27,14 @@ from activities.reconciliation_types import (
 )
 from core import metrics
 from core.settings import Settings
-from domain.reconciliation import Rule, plan
+from domain.reconciliation import Rule, Settlement, plan
 from providers.secrets import Connection, SecretBroker, SecretResolutionError
 from providers.statements.anthropic_usage import AnthropicUsageSource
 from providers.statements.base import StatementSource, StatementSourceError
 from providers.statements.openai_usage import OpenAIUsageSource
 from store import reconciliation, statements
 from store.db import transaction
+from store.reconciliation import ReceiptInWindow
 from store.usage_gauge import recount_usage_unknown
 
 _Factory = Callable[[Connection], StatementSource]
@@ -165,21 +167,25 @@ class ReconciliationActivities:
         pricing = reconciliation.Pricing()
         # One transaction per statement bucket: its shares land together or not at all.
         for ref in sorted(by_statement):
-            landed: list[tuple[str, str]] = []
+            landed: list[tuple[ReceiptInWindow, Settlement]] = []
             async with transaction(self._sessions) as session:
                 for settlement in by_statement[ref]:
                     receipt = by_id[settlement.invocation_id]
                     cost = await pricing.cost(session, receipt, settlement)
                     if not await reconciliation.settle(session, receipt, settlement, cost):
-                        continue
-                    landed.append((receipt.usage.provider, settlement.rule.value))
+                        continue  # settled meanwhile: counted by the run that settled it
+                    landed.append((receipt, settlement))
             # Counted once committed: a bucket whose commit failed is settled again on the
             # retry, and was counted twice.
-            for provider, rule in landed:
+            for receipt, settlement in landed:
+                rule = settlement.rule.value
                 result.settled += 1
                 if rule == Rule.REQUEST_ID.value:
                     result.by_request_id += 1
-                metrics.receipts_reconciled.add(1, {"provider": provider, "rule": rule})
+                metrics.receipts_reconciled.add(
+                    1, {"provider": receipt.usage.provider, "rule": rule}
+                )
+                _count_settled_tokens(receipt, settlement)
         for direction, count in (
             ("input", outcome.unattributed_input_tokens),
             ("output", outcome.unattributed_output_tokens),
@@ -198,3 +204,18 @@ class ReconciliationActivities:
             for source in data.failed_sources:
                 metrics.reconcile_sources_failed.add(1, {"source": source})
         return counts
+
+
+def _count_settled_tokens(receipt: ReceiptInWindow, settlement: Settlement) -> None:
+    """A settled receipt's tokens in `tokens`, under the series its close counted in. Its close
+    counted what the receipt then held: nothing for usage Unknown, our own count for Estimated.
+    So what is added is the settlement past that count, per direction: the counter then holds
+    the statement's figure (or the estimate, where that was more: a counter cannot go back)."""
+    row = receipt.row
+    count_tokens(
+        row.tenant_id,
+        row.profile_id,
+        receipt.usage.provider,
+        settlement.input_tokens - (row.input_tokens or 0),
+        settlement.output_tokens - (row.output_tokens or 0),
+    )

@@ -2,9 +2,10 @@
 running — past the invocation budget when it ran and ended (it failed, was terminated), and
 sooner, past the start's bound (`domain.sweep`), when it was never started because its API
 process died between the claim and Temporal's acceptance of the start. Failed, usage Unknown,
-close reason `swept`, counted in `receipts_swept`. A receipt whose workflow still runs is left
-to it: the workflow retries its close until the store answers, and its summary is what the
-caller was told."""
+close reason `swept`, counted in `receipts_swept` and, as every receipt with its ModelInvoked
+is, in `invocations` (outcome Failed). A receipt whose workflow still runs is left to it: the
+workflow retries its close until the store answers, and its summary is what the caller was
+told."""
 
 from __future__ import annotations
 
@@ -18,13 +19,17 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlmodel import col
 from temporalio import activity
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.invoke_outcomes import count_outcome
 from core import metrics
+from domain.enums import InvocationOutcome
 from domain.invocation import invoke_workflow_id
 from domain.sweep import PruneArtifactsInput, SweepInput, SweepReport, Workflow, to_sweep
 from store import receipts
@@ -33,6 +38,7 @@ from store.artifacts import ArtifactStore
 from store.db import transaction
 from store.event_retention import prune_run_events
 from store.receipt_statements import ReceiptStatements
+from store.tables import InvocationReceiptRow, ModelDeploymentRow
 
 log = logging.getLogger("model_router.sweeper")
 
@@ -43,6 +49,8 @@ PURGE_BUDGET_SECONDS = 60.0
 # One statement's deletions, and statements a run makes at most.
 PRUNE_BATCH = 5_000
 PRUNE_BATCHES = 10
+# A swept receipt's profile or provider when its row or its deployment's is gone.
+UNKNOWN = "unknown"
 
 
 def _prune_failed(step: str, exc: Exception) -> ApplicationError:
@@ -147,14 +155,38 @@ class SweeperActivities:
                     continue
                 if not to_sweep(workflow, (now - started_at).total_seconds(), data):
                     continue
+                # Read before the close: read after it, a failed read would fail the attempt
+                # with the receipt closed, and the retry would find nothing left to count.
+                profile, provider = await self._series(tenant_id, invocation_id)
                 if await self._statements.sweep(tenant_id, invocation_id, started_at):
                     report.closed += 1
                     metrics.receipts_swept.add(1, {"tenant": tenant_id})
+                    # Only the close that was written counts: one that lost to the call's own
+                    # close (counted by it) wrote nothing.
+                    count_outcome(tenant_id, profile, provider, InvocationOutcome.FAILED)
             if len(found) < data.batch:
                 break
             after = (found[-1][2], found[-1][1])
             activity.heartbeat(*_mark(after))
         return report
+
+    async def _series(self, tenant_id: str, invocation_id: uuid.UUID) -> tuple[str, str]:
+        """The profile and provider a swept receipt is counted under in `invocations`, as its
+        call's close would have: the receipt's profile, its deployment's provider (`unknown`
+        should that deployment row be gone)."""
+        r, d = InvocationReceiptRow, ModelDeploymentRow
+        its_deployment = (col(d.tenant_id) == col(r.tenant_id)) & (
+            col(d.deployment_id) == col(r.deployment_id)
+        )
+        stmt = (
+            sa.select(col(r.profile_id), col(d.provider))
+            .outerjoin(d, its_deployment)
+            .where(col(r.tenant_id) == tenant_id, col(r.invocation_id) == invocation_id)
+        )
+        async with self._sessions() as session:
+            found = (await session.execute(stmt)).first()
+        profile, provider = found if found is not None else (None, None)
+        return profile or UNKNOWN, provider or UNKNOWN
 
     async def _workflow(self, tenant_id: str, invocation_id: str) -> Workflow:
         # The worker's client as it is now (core/temporal_rotation.py).

@@ -1,7 +1,8 @@
 """A call with a budget is admitted only when its worst case fits: the input estimate plus the
 output allowance, priced at the profile's pricing revision. Only the route's targets whose worst
 case fits may answer it (a fallback too); with none, it is Denied (a receipt, a 402) before any
-provider sees it."""
+provider sees it: counted in `denials` and, as every receipt with its ModelInvoked is, in
+`invocations` (outcome Denied)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from activities.invoke_outcomes import count_invocation
 from api.problems import Problem
 from core import metrics
 from domain.enums import InvocationOutcome
@@ -78,8 +80,10 @@ async def admit(
         if not _denied(seen, data.request_hash):
             return
     else:
-        # Counted once, as its receipt is written: its key sent again is the same denial.
+        # Counted once, as its receipt is written: its key sent again is the same denial. It is
+        # an invocation too (its receipt has its ModelInvoked), counted Denied as a close is.
         metrics.denials.add(1, {"tenant": data.tenant_id, "reason": reason})
+        count_invocation(data, summary)
     raise denial(data.invocation_id, f"Denied: {detail}.", reason)
 
 
