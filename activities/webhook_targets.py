@@ -18,7 +18,7 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -40,15 +40,17 @@ class Pinned:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-async def pinned(url: str, allowed: Sequence[Network]) -> Pinned:
-    """The request(s) to make for `url`, or TargetRefused."""
+async def pinned(url: str, allowed: Sequence[Network], tenant: str | None = None) -> Pinned:
+    """The request(s) to make for `url`, or TargetRefused. `tenant`: whose receiver it is, so
+    that the names that hang of one tenant hold back none of another's lookups (None: a caller
+    naming no tenant; all such share one bound)."""
     target = httpx.URL(url)
     host = target.raw_host.decode("ascii")
     try:
         literal: Address | None = ipaddress.ip_address(host.strip("[]"))
     except ValueError:
         literal = None
-    addresses = [literal] if literal is not None else await _resolve(target, host)
+    addresses = [literal] if literal is not None else await _resolve(target, host, tenant)
     reason = refusal(addresses, allowed)
     if reason is not None:
         raise TargetRefused(reason)
@@ -131,45 +133,118 @@ async def _drain(answer: httpx.Response) -> None:
             return
 
 
-# A receiver's name is looked up on threads of its own, within a bound: on the loop's default
-# pool (a few threads on a small machine, which the providers' connections resolve on too), a
-# name whose DNS servers never answered held a thread for the resolver's own timeouts (10-30 s),
-# and a tenant's admin subscribing a few such names stalled every tenant's new provider
-# connections in that process. Past the bound the lookup is a failure to resolve; its thread
-# finishes on its own.
+# A receiver's name is looked up on a thread of its own, within a bound (RESOLVE_SECONDS). On the
+# loop's default pool (a few threads on a small machine, which the providers' connections resolve
+# on too), a name whose DNS servers never answered held a thread for the resolver's own timeouts
+# (10-30 s), and a tenant's admin subscribing a few such names stalled every tenant's new provider
+# connections in that process. On a pool of four of our own it was the same within webhooks: one
+# tenant's four receivers on names that hang took the four threads, and every other tenant's
+# lookup waited out its bound behind them and failed, a delivery failure each, their events held
+# and, past webhook_end_after_failing_hours, their healthy subscriptions ended. A thread a lookup
+# queues behind nobody's. Past the bound the lookup is a failure to resolve; its thread finishes
+# on its own, and what such threads may pile up to is bounded below.
 RESOLVE_SECONDS = 5.0
-_RESOLVER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="webhook-dns")
+# Lookups past their bound and still running that one tenant may have: at that many, its lookups
+# of further names are refused at once, with no thread, until one ends; other tenants' are not
+# held. A name that answers does so well within the bound (the resolver's first try waits 5 s,
+# glibc's default `timeout:5`, before it asks again), so only names that hang count here: a
+# tenant's burst of healthy deliveries, however many its subscriptions, is never refused by it.
+TENANT_HUNG_LOOKUPS = 8
+# Lookups running at once in a process, whoever's: past it, every new lookup is refused at once.
+# What it bounds is the threads: each blocked holds its stack, 8 MB reserved and some 17 KB
+# resident (512 threads waiting, measured on CPython 3.11), 9 MB at the cap. Generous: a
+# delivery worker runs at most 100 deliveries at once (worker.WEBHOOK_DELIVERY_SLOTS), and with
+# each tenant's hung lookups held near TENANT_HUNG_LOOKUPS it takes some fifty tenants' names
+# hanging at once to reach it.
+PROCESS_LOOKUPS = 512
 
 
 @dataclass(frozen=True)
 class _Lookup:
-    """A lookup of one host under way, shared by every caller for that host meanwhile."""
+    """A lookup of one host under way, shared by every caller for that host meanwhile; it counts
+    against the tenant whose delivery started it."""
 
+    tenant: str | None
     answer: Future[list[tuple[Any, ...]]]
     deadline: float  # time.monotonic()
 
 
 # One lookup per host at a time: every delivery to a host resolves it again (DNS rebinding), so a
 # host whose DNS hangs, delivered to by many subscriptions or retried every few seconds, took a
-# thread per delivery, and with four of them every tenant's lookups waited behind that one
-# tenant's. Callers for a host wait on the lookup under way; once that is past its bound and
-# still running, they are refused at once rather than given another thread to hang.
+# thread per delivery. Callers for a host wait on the lookup under way (whichever tenant started
+# it: the name hangs for all alike); once that is past its bound and still running, they are
+# refused at once rather than given another thread to hang. The map holds running lookups only:
+# the counts above are read from it.
 _LOOKUPS: dict[str, _Lookup] = {}
 _LOOKUPS_LOCK = threading.Lock()
 
 
-def _lookup(host: str, port: int) -> _Lookup:
+def _lookup(host: str, port: int, tenant: str | None) -> _Lookup:
+    """The lookup of `host` under way, or one started now on a thread of its own; TargetRefused
+    when `tenant` (or the process) holds as many hung lookups as it may."""
     with _LOOKUPS_LOCK:
         under_way = _LOOKUPS.get(host)
         if under_way is not None:
             return under_way
+        _refuse_past_bounds(host, tenant)
+        answer: Future[list[tuple[Any, ...]]] = Future()
+        answer.set_running_or_notify_cancel()  # running: nothing may cancel what others wait on
+        lookup = _Lookup(tenant, answer, time.monotonic() + RESOLVE_SECONDS)
         # The port only fills in the answers' port fields, which are not read: one lookup serves
         # every port of the host.
-        answer = _RESOLVER.submit(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
-        lookup = _Lookup(answer, time.monotonic() + RESOLVE_SECONDS)
+        thread = threading.Thread(
+            target=_getaddrinfo, args=(answer, host, port), name="webhook-dns", daemon=True
+        )
+        try:
+            thread.start()
+        except RuntimeError:  # the system gave no thread: refused like a full bound
+            raise TargetRefused(f"{host} was not looked up: no thread to resolve it on") from None
         _LOOKUPS[host] = lookup
     answer.add_done_callback(partial(_forget, host, lookup))
     return lookup
+
+
+def _refuse_past_bounds(host: str, tenant: str | None) -> None:
+    """TargetRefused when a new lookup would pass a bound; called under _LOOKUPS_LOCK. Counted
+    afresh each time (the map holds the few lookups running), so nothing has to notice a lookup
+    passing its deadline."""
+    if len(_LOOKUPS) >= PROCESS_LOOKUPS:
+        raise TargetRefused(f"{host} was not looked up: {len(_LOOKUPS)} lookups are under way")
+    now = time.monotonic()
+    hung = sum(
+        1 for lookup in _LOOKUPS.values() if lookup.tenant == tenant and lookup.deadline <= now
+    )
+    if hung >= TENANT_HUNG_LOOKUPS:
+        raise TargetRefused(
+            f"{host} was not looked up: {hung} of this tenant's receivers' names are still "
+            f"resolving past {RESOLVE_SECONDS:g} s"
+        )
+
+
+def _getaddrinfo(answer: Future[list[tuple[Any, ...]]], host: str, port: int) -> None:
+    try:
+        answer.set_result(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+    except BaseException as exc:  # handed to the waiters, as an executor would
+        answer.set_exception(exc)
+
+
+async def _answer(lookup: _Lookup, seconds: float) -> list[tuple[Any, ...]]:
+    """The lookup's answer within `seconds`, else TimeoutError; the lookup goes on meanwhile.
+    Waited on, not shielded: a shield given up on dropped its hold on the lookup's answer, and
+    a lookup that failed after its callers had given up logged "Future exception was never
+    retrieved", an error line each, about nothing."""
+    waiter = asyncio.wrap_future(lookup.answer)
+    waiter.add_done_callback(_read)
+    # asyncio.wait cancels nothing: a caller that gives up leaves the lookup to the others.
+    if not (await asyncio.wait({waiter}, timeout=seconds))[0]:
+        raise TimeoutError
+    return waiter.result()
+
+
+def _read(waiter: asyncio.Future[Any]) -> None:
+    """Reads the waiter's outcome, so that one nobody awaits any more is not logged as lost."""
+    if not waiter.cancelled():
+        waiter.exception()
 
 
 def _forget(host: str, lookup: _Lookup, _: object) -> None:
@@ -178,16 +253,14 @@ def _forget(host: str, lookup: _Lookup, _: object) -> None:
             del _LOOKUPS[host]
 
 
-async def _resolve(target: httpx.URL, host: str) -> list[Address]:
+async def _resolve(target: httpx.URL, host: str, tenant: str | None) -> list[Address]:
     port = target.port or (443 if target.scheme == "https" else 80)
-    lookup = _lookup(host, port)
+    lookup = _lookup(host, port, tenant)
     left = lookup.deadline - time.monotonic()
     try:
         if left <= 0:
             raise TimeoutError  # its lookup timed out and still runs: no second thread for it
-        async with asyncio.timeout(left):
-            # Shielded: a caller that gives up does not cancel the lookup the others wait on.
-            infos = await asyncio.shield(asyncio.wrap_future(lookup.answer))
+        infos = await _answer(lookup, left)
     except TimeoutError:
         raise TargetRefused(f"{host} did not resolve within {RESOLVE_SECONDS:g} s") from None
     except (OSError, UnicodeError):  # UnicodeError: a label empty or over 63 characters

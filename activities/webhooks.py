@@ -9,6 +9,7 @@ import logging
 import time
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 
 import httpx
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -94,7 +95,7 @@ class WebhookActivities:
             "webhook-timestamp": str(timestamp),
             "webhook-signature": sign_with(keys, data.event.event_id, timestamp, body),
         }
-        failure = await self._attempt(sub.url, body, headers, self._post_seconds())
+        failure = await self._attempt(data.tenant_id, sub.url, body, headers, self._post_seconds())
         if failure == GONE:
             # The receiver says it is gone for good (410, as Standard Webhooks senders take it):
             # the subscription is ended as its DELETE ends it, and its workflow with it. Retried,
@@ -102,6 +103,7 @@ class WebhookActivities:
             metrics.webhook_delivery_failures.add(1, {"tenant": data.tenant_id})
             ended = f"{GONE}: the subscription was ended"
             await self._note(data.tenant_id, sub, ended, ended_at=data.event.position)
+            _log_ended(data.tenant_id, sub, "its receiver answered 410 Gone")
             return
         if failure is None:
             if sub.failing_since is not None:  # a write only when a failing streak ends
@@ -110,11 +112,12 @@ class WebhookActivities:
                 await self._note(data.tenant_id, sub, None)
             return
         since = as_utc(sub.failing_since) if sub.failing_since is not None else None
-        if failing_too_long(since, utcnow(), self._end_after_failing_hours):
+        if since is not None and failing_too_long(since, utcnow(), self._end_after_failing_hours):
             metrics.webhook_delivery_failures.add(1, {"tenant": data.tenant_id})
             hours = self._end_after_failing_hours
             ended = f"{failure}; failing for {hours} h or more: the subscription was ended"
             await self._note(data.tenant_id, sub, ended, ended_at=data.event.position)
+            _log_ended(data.tenant_id, sub, _failing_for(since, hours, failure))
             return
         # Every failure is retried (with backoff, by the workflow's policy): a receiver that
         # answers 4xx today may be fixed tomorrow, and order must not be broken by skipping.
@@ -199,14 +202,15 @@ class WebhookActivities:
             log.warning("webhook delivery state not recorded: %s", type(exc).__name__)
 
     async def _attempt(
-        self, url: str, body: bytes, headers: dict[str, str], seconds: float
+        self, tenant_id: str, url: str, body: bytes, headers: dict[str, str], seconds: float
     ) -> str | None:
         """One POST of the event; None when the receiver accepted it, else why not (a status
         or an error type: never a body)."""
         try:
             # Resolved and checked again now (DNS rebinding); activities/webhook_targets.py says
             # how what is reached is what was checked.
-            target = await pinned(url, self._allowed)
+            # Its tenant named, so that its receivers' names that hang hold back no other's.
+            target = await pinned(url, self._allowed, tenant=tenant_id)
         except TargetRefused as exc:
             return f"receiver refused: {exc}"
         try:
@@ -225,6 +229,29 @@ class WebhookActivities:
             await WebhookSubscriptionRepository(session, data.tenant_id).advance(
                 _uuid(data.subscription_id), data.position
             )
+
+
+def _log_ended(tenant_id: str, sub: WebhookSubscriptionRow, why: str) -> None:
+    """Say that a subscription was ended, once it is: it was seen only in its listing
+    (GET /factory/webhook-subscriptions), and the failures metric counted it as one more
+    failure. Its receiver by host only: a URL's path or query may carry the tenant's token."""
+    host = httpx.URL(sub.url).host
+    log.warning(
+        "webhook subscription %s of tenant %s (receiver host %s) ended: %s",
+        sub.subscription_id,
+        tenant_id,
+        host,
+        why,
+    )
+
+
+def _failing_for(since: datetime, hours: int, failure: str) -> str:
+    """Why a subscription failing too long was ended, for its log line."""
+    failing = int((utcnow() - since).total_seconds() // 3600)
+    return (
+        f"its receiver has failed every delivery since {since:%Y-%m-%dT%H:%M:%SZ}, for {failing} h "
+        f"(MODEL_ROUTER_WEBHOOK_END_AFTER_FAILING_HOURS={hours}); last: {failure}"
+    )
 
 
 def _uuid(value: str) -> uuid.UUID:

@@ -38,6 +38,20 @@ def rfc3339(at: datetime) -> str:
     return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
+# The CloudEvents sequence extension's value is a string whose lexicographic order is the events'
+# order. Written plainly, position 10 came before 9 in text order. Zero-padded to the width of
+# the column's largest value (BIGINT, 2^63 - 1: 19 digits), text order is numeric order for every
+# position, and int() still reads it.
+SEQUENCE_DIGITS = 19
+
+
+def sequence(position: int) -> str:
+    """An outbox position as the CloudEvents `sequence` attribute."""
+    if position < 0:
+        raise ValueError("an outbox position is never negative")
+    return f"{position:0{SEQUENCE_DIGITS}d}"
+
+
 def to_cloudevent(event: OutboxEvent) -> dict[str, Any]:
     return {
         "specversion": "1.0",
@@ -51,6 +65,6 @@ def to_cloudevent(event: OutboxEvent) -> dict[str, Any]:
         # Extension attributes (lower-case alphanumerics only, as CloudEvents requires).
         "eventname": event.event_type,
         "aggregatetype": event.aggregate_type,
-        "sequence": str(event.position),
+        "sequence": sequence(event.position),
         "tenantid": event.tenant_id,
     }

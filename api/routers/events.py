@@ -178,7 +178,9 @@ async def create_subscription(
 ) -> CreatedSubscription:
     settings = runtime.settings
     try:
-        await pinned(str(body.url), settings.webhook_allowed_private_networks)
+        await pinned(
+            str(body.url), settings.webhook_allowed_private_networks, tenant=principal.tenant_id
+        )
     except TargetRefused as exc:
         raise field_refused("body.url", str(exc), f"url is not allowed: {exc}.") from None
     try:
