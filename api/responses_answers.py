@@ -151,7 +151,7 @@ def response_body(
     body: ResponsesIn,
     *,
     status: str,
-    created_at: float,
+    created_at: int,
     output: list[dict[str, Any]] | None = None,
     summary: InvocationSummary | None = None,
     incomplete: dict[str, str] | None = None,
@@ -163,7 +163,9 @@ def response_body(
         "object": "response",
         "created_at": created_at,
         "status": status,
-        "completed_at": time.time() if status == "completed" else None,
+        # Integer Unix seconds, as OpenAI sends both (clients that type them so failed on
+        # floats), live and replayed alike.
+        "completed_at": int(time.time()) if status == "completed" else None,
         "error": error,
         "incomplete_details": incomplete,
         "instructions": body.instructions,
@@ -179,6 +181,7 @@ def response_body(
         "tool_choice": body.tool_choice or "auto",
         "tools": [t.model_dump(exclude_none=True) for t in body.tools or []],
         "top_p": None,
-        "truncation": "disabled",
+        # As asked; "auto" changes nothing here (api/responses_shapes.py).
+        "truncation": body.truncation or "disabled",
         "usage": usage(summary) if summary is not None else None,
     }

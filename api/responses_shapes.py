@@ -16,7 +16,8 @@ a function tool's fields other than its name, description, parameters and strict
 logprobs.
 Identifiers and hints that do not change the answer (`metadata`, `user`, `safety_identifier`,
 `prompt_cache_key`, `service_tier`, `include` of reasoning content that never exists here) are
-accepted; any other field is refused as unknown, as OpenAI refuses it.
+accepted, and so is `truncation: auto` (nothing is truncated here: an overflow fails as under
+"disabled"); any other field is refused as unknown, as OpenAI refuses it.
 """
 
 from __future__ import annotations
@@ -109,6 +110,10 @@ class ResponsesIn(_Loose):
     store: bool | None = Field(default=None, description="Only false: nothing is stored")
     background: bool | None = None
     reasoning: dict[str, Any] | None = None
+    # "auto" is taken (the Agents SDK's ModelSettings(truncation="auto") and the AI SDK send
+    # it; refused, their every call was a 400) though the gateway never truncates: a prompt
+    # past the context window fails `context_length_exceeded`, as under "disabled", and an
+    # agent compacts on that (a stream says it in `response.failed`).
     truncation: Literal["auto", "disabled"] | None = None
     include: list[str] | None = None
     metadata: dict[str, str] | None = None
@@ -137,8 +142,6 @@ def _refusals(body: ResponsesIn) -> None:
     _tool_refusals(body.tools or [])
     if body.reasoning and any(v is not None for v in body.reasoning.values()):
         raise _refuse(("reasoning",), "reasoning settings cannot be mapped")
-    if body.truncation == "auto":
-        raise _refuse(("truncation",), "only truncation: disabled")
     if body.text is not None and body.text.verbosity is not None:
         raise _refuse(("text", "verbosity"), "cannot be mapped")
     _unknown_keys(body.text, ("text",))

@@ -8,7 +8,8 @@ with the receipt's usage and, on the response, the `model_router` object naming 
 A call that fails after `response.created` ends with `response.failed`, never a silent stop;
 its output holds the items streamed so far, the one open when it broke marked incomplete, its
 `error.code` is the one a whole response's error gives the same kind, and its usage is the
-receipt's when the receipt counted any."""
+receipt's when the receipt counted any. A streamed call that overflowed the context window
+before any output is told so too (`failed_before_output`: created, in_progress, failed)."""
 
 from __future__ import annotations
 
@@ -63,7 +64,8 @@ class ResponseEvents:
     def __init__(self, invocation_id: uuid.UUID, body: ResponsesIn) -> None:
         self._id = invocation_id
         self._body = body
-        self._created = time.time()
+        # Integer Unix seconds, as OpenAI sends it: clients typing it an integer fail on 1.7e9.
+        self._created = int(time.time())
         self._sequence = 0
         self._items = 0
         self._text: list[str] | None = None
@@ -164,6 +166,11 @@ class ResponseEvents:
         ) + self._event("response.output_item.done", output_index=call.output_index, item=item)
 
     def text(self, text: str, refusal: bool = False) -> bytes:
+        if not text:
+            # Nothing to say (an Anthropic text_delta may be empty): no message opens for it,
+            # as the answer folded for the receipt and replays holds none (output_items), or
+            # the stream named an item the stored answer, and an item_reference, never had.
+            return b""
         out = b""
         if self._text is not None and not self._text_done and refusal != self._text_refusal:
             out += self._close_text()  # words of the other kind: a message of their own
@@ -211,21 +218,17 @@ class ResponseEvents:
             refusal = type(event) is RefusalDelta
             self._refused |= refusal
             return self.text(event.text, refusal)
-        out = self._close_text()
         call = self._calls.get(event.index)
+        out = b""
         if call is None:
-            call = _Call(
-                id=event.id or f"call_{self._id.hex[:16]}_{event.index}",
-                name=event.name or "",
-                minted=event.id is None,
-            )
-            self._calls[event.index] = call
-            live = self._calls.get(self._live_call) if self._live_call is not None else None
-            if live is None or live.done:
-                self._live_call = event.index
-                out += self._open_call(event.index, call)
-            else:
-                call.held = True
+            # Only a call that begins ends the open message: the fold splits the text where a
+            # call began (Completion.text_at_calls), never at a later fragment of one. (While
+            # a message is open no call streams: opening it closed them all, so a later
+            # fragment is only kept.) Closed at any fragment, text, a late fragment, text
+            # streamed two messages where the stored answer, which a replay and an
+            # item_reference read, holds one.
+            out = self._close_text() + self._begin(event)
+            call = self._calls[event.index]
         else:
             # A name or an id on a later fragment, as the receipt's answer takes them
             # (CompletionBuilder): the call's done event and the final response carry them.
@@ -240,6 +243,22 @@ class ResponseEvents:
             if event.index == self._live_call and not call.done:
                 out += self._arguments_delta(event.index, call, event.arguments_delta)
         return out
+
+    def _begin(self, event: ToolCallDelta) -> bytes:
+        """Call `event.index`, begun by this fragment: streaming now (its item added), or held
+        behind the call that is (added once that one is done)."""
+        call = _Call(
+            id=event.id or f"call_{self._id.hex[:16]}_{event.index}",
+            name=event.name or "",
+            minted=event.id is None,
+        )
+        self._calls[event.index] = call
+        live = self._calls.get(self._live_call) if self._live_call is not None else None
+        if live is None or live.done:
+            self._live_call = event.index
+            return self._open_call(event.index, call)
+        call.held = True
+        return b""
 
     def _close_all(self) -> bytes:
         """Every item still open, in order. Cut by max_output_tokens, the last of them is the
@@ -301,13 +320,28 @@ class ResponseEvents:
 
     async def fail(self, summary: InvocationSummary) -> bytes:
         kind = summary.error_kind or "provider_error"
+        return self._failed(summary, f"model call failed after output began: {kind}")
+
+    def failed_before_output(self, summary: InvocationSummary) -> bytes:
+        """A call that failed before any output, told as a whole stream: `response.created`,
+        `response.in_progress`, `response.failed`, in the words its error response has
+        (api/wire.py `failure_response`). For the failures an agent acts on only in a stream
+        (api/routers/responses.py)."""
+        kind = summary.error_kind or "provider_error"
+        message = f"model call failed: {kind}"
+        if summary.error_reason:
+            message = f"{message}: {summary.error_reason}"
+        return self.start() + self._failed(summary, message)
+
+    def _failed(self, summary: InvocationSummary, message: str) -> bytes:
+        kind = summary.error_kind or "provider_error"
         error = {
             # Every kind was `server_error` here, where the same kind failing before output
             # is answered with OpenAI's own code (`rate_limit_exceeded`,
             # `context_length_exceeded`, …) or the gateway's kind: code matching on the code
             # (Codex, the Agents SDK) saw a different failure depending on when it struck.
             "code": failure_code(kind),
-            "message": f"model call failed after output began: {kind}",
+            "message": message,
             # As on the surface's error responses: whether the same request may succeed later.
             "errorClass": error_class(kind),
         }

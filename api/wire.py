@@ -102,7 +102,8 @@ def receipt_view(summary: InvocationSummary) -> dict[str, Any]:
 
 async def first_event(running: Running) -> InvocationEvent:
     """The first event: a receipt here means the call failed before any output (or a replay
-    of one that did), which every surface answers as a failure, not a stream."""
+    of one that did), which every surface answers as a failure, not a stream (but what a
+    surface streams its own way: `answer_chat`'s `failed_stream`)."""
     return await anext(running.events)
 
 
@@ -274,10 +275,14 @@ async def answer_chat(
     *,
     stream: Callable[[Running], StreamEvents] | None,
     whole: Callable[[Running, Completion, InvocationSummary], Awaitable[Response]],
+    failed_stream: Callable[[InvocationSummary], Response | None] | None = None,
 ) -> Response:
     """A chat invocation answered on a surface, the same way on every surface: a failure before
     any output as the failure response; a stream (when the surface gives its writer) relayed
-    through it; else the completed answer, in the surface's body (`whole`), or the failure."""
+    through it; else the completed answer, in the surface's body (`whole`), or the failure.
+    `failed_stream`: a surface's own answer to a stream's failure before output, where its
+    clients act on one only as a stream's event (Responses: a context overflow); None, or
+    when it gives None, the failure response."""
     running = await service.start(principal, call)
     if stream is None:
         # Without the caller's key nobody can come back for the answer: stopped when it leaves.
@@ -294,6 +299,9 @@ async def answer_chat(
         return await whole(running, completion, summary)
     first = await first_event(running)
     early = failed_early(first)
+    told = failed_stream(early) if early is not None and failed_stream is not None else None
+    if told is not None:
+        return told
     if early is not None:
         return failure_response(request, early, service.retry_after(principal, running, early))
     return StreamingResponse(

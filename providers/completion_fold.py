@@ -38,11 +38,16 @@ class CompletionBuilder:
         if isinstance(event, Accepted | KeepAlive):
             return  # Finish repeats its request id; a keep-alive adds nothing
         if isinstance(event, TextDelta):
+            if type(event) is RefusalDelta:
+                self._refusal = True
+            if not event.text:
+                # Nothing said (an Anthropic text_delta may be empty): after a call it made
+                # `ends_in_text` true, and the answer stored, replayed and referenced put the
+                # text before it after the call, where the stream had it before.
+                return
             self._text.append(event.text)
             self._chars += len(event.text)
             self._text_last = True
-            if type(event) is RefusalDelta:
-                self._refusal = True
         elif isinstance(event, ToolCallDelta):
             self._text_last = False
             call = self._calls.get(event.index)

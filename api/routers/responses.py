@@ -2,7 +2,9 @@
 `responses.create` and `responses.stream` work unchanged. The same routing, pinned plans,
 receipts, idempotency, budgets and resilience as every surface. A request's references to
 this gateway's own output items are read from their stored answers first
-(api/responses_references.py)."""
+(api/responses_references.py). A stream whose call overflowed the context window before any
+output is a stream ending in `response.failed` (`context_length_exceeded`), as OpenAI's is:
+Codex compacts its conversation only on that event, and an HTTP 400 ended its turn."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from api.responses_shapes import ResponsesIn, references, to_chat_request
 from api.responses_stream import ResponseEvents
 from api.surface import CallHeaders, Service
 from api.wire import (
+    SSE_HEADERS,
     answer_chat,
     receipt_headers,
     receipt_view,
@@ -29,6 +32,7 @@ from core.security import Principal
 from domain.access import Action
 from domain.enums import Scope
 from domain.invocation import InvocationSummary
+from providers.errors import ErrorKind
 from providers.types import Completion
 
 router = APIRouter(prefix="/v1", tags=["openai-responses"])
@@ -51,7 +55,7 @@ async def create_response(
 ) -> Response:
     chat = to_chat_request(body, await kept(runtime, principal.tenant_id, references(body)))
     call = headers.chat_call(body.model, chat, buffered=not body.stream)
-    created = time.time()
+    created = int(time.time())  # integer Unix seconds, as OpenAI's (and a replay's)
 
     def events(running: Running) -> ResponseEvents:
         return ResponseEvents(running.invocation_id, body)
@@ -71,4 +75,19 @@ async def create_response(
         return JSONResponse(answer, headers=receipt_headers(summary))
 
     stream = events if body.stream else None
-    return await answer_chat(request, service, principal, call, stream=stream, whole=whole)
+    failed = (lambda summary: overflow_stream(body, summary)) if body.stream else None
+    return await answer_chat(
+        request, service, principal, call, stream=stream, whole=whole, failed_stream=failed
+    )
+
+
+def overflow_stream(body: ResponsesIn, summary: InvocationSummary) -> Response | None:
+    """A streamed call that overflowed the context window before any output (or a replay of
+    its key, which fails the same way), as OpenAI streams it: 200, then `response.created`,
+    `response.in_progress` and `response.failed` with `context_length_exceeded`. Any other
+    failure stays the error response: the SDKs retry a 429 or 5xx only as a status."""
+    if summary.error_kind != ErrorKind.CONTEXT_LENGTH:
+        return None
+    told = ResponseEvents(summary.invocation_id, body).failed_before_output(summary)
+    headers = {**receipt_headers(summary), **SSE_HEADERS}
+    return Response(told, media_type="text/event-stream", headers=headers)
