@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from cli.files import load_file
-from cli.http import connect, err
+from cli.http import Api, WaitEnded, connect, err
 from cli.output import JSON_HELP, print_json, stdout
 from cli.output import print_table as _table
 from domain.deployments import UNADDRESSABLE, addressable
@@ -357,20 +357,15 @@ def deployments_evaluate(
     # Bounded: with no worker polling, the evaluation never ends, and the command waited for
     # good. Each poll rides out the API's restart or outage until then (Api.poll).
     deadline = time.monotonic() + timeout
-    d = api.poll("GET", _deployment(deployment_id), deadline)
+    path = _deployment(deployment_id)
+    d = _poll_evaluation(api, path, deadline, started, timeout, seen=False)
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=stdout()
     ) as bar:
         task = bar.add_task("cases", total=None)
         while ev.get("status") not in ("Completed", "Failed"):
             time.sleep(0.5)  # polling the API at a human pace
-            if time.monotonic() > deadline:
-                err.print(
-                    f"[red]evaluation {escape(started)} is still running after {timeout:g} s "
-                    "(is a worker up?)[/red]"
-                )
-                raise typer.Exit(1)
-            d = api.poll("GET", _deployment(deployment_id), deadline)
+            d = _poll_evaluation(api, path, deadline, started, timeout, seen=True)
             latest = d.get("evaluation") or {}
             if latest.get("evaluationId") != started:
                 err.print(
@@ -394,3 +389,36 @@ def deployments_evaluate(
     )
     for shortfall in (ev.get("summary") or {}).get("shortfalls", []):
         err.print(f"[yellow]below a listing profile: {escape(shortfall['message'])}[/yellow]")
+
+
+def _poll_evaluation(
+    api: Api, path: str, deadline: float, started: str, timeout: float, *, seen: bool
+) -> Any:
+    """The deployment, read for `evaluate --wait` until its deadline; `seen`: the wait has read
+    the evaluation running already."""
+    try:
+        return api.poll("GET", path, deadline)
+    except WaitEnded as ended:
+        raise _wait_ended(ended, started, timeout, seen=seen) from None
+
+
+def _wait_ended(ended: WaitEnded, started: str, timeout: float, *, seen: bool) -> typer.Exit:
+    """How a wait that reached its --timeout ends. The evaluation seen running: exit 1, as the
+    evaluation is still running, whatever the API did last (a deadline reached inside a poll, or
+    a 503 in the wait's last second, ended an hour's wait with exit 2, "come back"). The API not
+    answering any of the wait's reads: exit 2, the API out of reach."""
+    if ended.failure is not None and not seen:
+        err.print(
+            f"[red]The API {ended.failure} to {ended.request}, and kept so until the wait's "
+            f"deadline ({timeout:g} s)[/red]"
+        )
+        return typer.Exit(2)
+    running = f"evaluation {escape(started)} is still running after {timeout:g} s"
+    if ended.failure is None:
+        err.print(f"[red]{running} (is a worker up?)[/red]")
+    else:
+        err.print(
+            f"[red]{running} as last seen; then the API {ended.failure} to {ended.request} "
+            "until the wait's deadline[/red]"
+        )
+    return typer.Exit(1)

@@ -12,12 +12,11 @@ import jwt
 import typer
 from pydantic import SecretStr
 from pydantic_settings import BaseSettings
-from rich.console import Console
 from rich.markup import escape
 
+from cli.output import err as err  # the commands' stderr, which they import from here
 from core.settings import Settings, get_settings
 
-err = Console(stderr=True)
 # What every error body of the API carries one of (RFC 9457, or OAuth's `error` on the token).
 _PROBLEM_KEYS = {"status", "title", "detail", "error"}
 # Seconds: the longest any one request waits for its answer; a wait's first pause after a
@@ -36,6 +35,18 @@ class CliToken(BaseSettings):
     model_config = Settings.model_config  # the same prefix, `.env` and hidden input
 
     token: SecretStr | None = None
+
+
+class WaitEnded(Exception):
+    """Api.poll's deadline passed before an answer. `failure` is how its last try went when it
+    failed (the API not answering, a 503, a 429; already escaped for rich), None when the
+    deadline passed before a try: the caller tells a wait that ran out (exit 1) from an API
+    out of reach (exit 2), as only it knows whether the API answered the wait before."""
+
+    def __init__(self, method: str, path: str, failure: str | None) -> None:
+        super().__init__(f"{method} {path}: {failure or 'the deadline passed'}")
+        self.request = f"{method} {escape(path)}"
+        self.failure = failure
 
 
 class Api:
@@ -78,13 +89,14 @@ class Api:
         tried again after a short pause, as the API asks to come back; each try waits at most
         the time left. One restart of the API under an hour's wait ended the wait, and a try
         begun just before the deadline could outlast it by the 60 s the client allows. Past
-        the deadline with no answer: exit 2, with the last failure."""
+        the deadline with no answer: WaitEnded, for the wait to say what it was waiting on
+        (it exited 2 here, even when nothing had failed and the wait had merely run out)."""
         pause = _RETRY_FIRST
+        failure: str | None = None
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                err.print(f"[red]The wait's deadline passed before {method} {escape(path)}[/red]")
-                raise typer.Exit(2)
+                raise WaitEnded(method, path, failure)
             try:
                 resp = self._http.request(method, path, timeout=min(_TIMEOUT, left), **kwargs)
             except httpx.TransportError as exc:
@@ -95,13 +107,8 @@ class Api:
                     return _json(self._answered(resp, method, path, **kwargs))
                 failure = f"answered {resp.status_code} (come back later)"
                 wait = max(pause, _retry_after(resp))
-            left = deadline - time.monotonic()
-            if wait >= left:
-                err.print(
-                    f"[red]The API {failure} to {method} {escape(path)}, and kept so until the "
-                    "wait's deadline[/red]"
-                )
-                raise typer.Exit(2)
+            if wait >= deadline - time.monotonic():
+                raise WaitEnded(method, path, failure)
             err.print(
                 f"[yellow]The API {failure} to {method} {escape(path)}: trying again in "
                 f"{wait:g} s[/yellow]"

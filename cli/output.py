@@ -1,9 +1,15 @@
-"""What the CLI prints on stdout: tables that never cut a value, and `--json` documents.
+"""What the CLI prints: tables that never cut a value, `--json` documents, and messages on
+stderr, never wrapped when piped.
 
 Without a terminal (a pipe, a file, `$(…)`) rich laid tables out for 80 columns and cut what
 did not fit with "…": an invocation id came out as `f0a…`, a cost lost its last digits, and a
 script reading the table read those. A terminal keeps its own width, and a value wider than its
-column folds onto the next line rather than being cut."""
+column folds onto the next line rather than being cut. Messages on stderr are laid out the
+same way: piped, an error was hard-wrapped at 80 columns mid-sentence ("Request URL has an" /
+"unsupported protocol"), and a script grepping for it missed it.
+
+Every console the CLI prints through is made here, with emoji codes left as the text they are:
+a deployment id may hold colons, and `team:smile:prod` was printed as "team😄prod"."""
 
 from __future__ import annotations
 
@@ -24,13 +30,31 @@ _UNBOUNDED = 1_000_000
 JSON_HELP = "Print the API's JSON (one document) instead of a table, for scripts"
 
 
+def console(*, stderr: bool = False) -> Console:
+    """A console on stdout (or stderr) as it is now (the command's, not the one at import): on
+    a terminal, its width; otherwise unbounded. Never reads `:name:` as an emoji."""
+    made = Console(stderr=stderr, emoji=False)
+    if made.is_terminal:
+        return made
+    return Console(stderr=stderr, emoji=False, width=_UNBOUNDED, height=25)
+
+
 def stdout() -> Console:
-    """A console on stdout as it is now (the command's, not the one at import): on a terminal,
-    its width; otherwise unbounded."""
-    console = Console()
-    if console.is_terminal:
-        return console
-    return Console(width=_UNBOUNDED, height=25)
+    """A console on stdout as it is now."""
+    return console()
+
+
+class _Stderr:
+    """The CLI's stderr (`err.print(…)`): a console made for each message, as stdout's is. A
+    console's width is fixed when it is made, and one made at import could not know whether the
+    stderr of the command it prints for is a terminal (tests run many commands in one process,
+    each with a stderr of its own)."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        console(stderr=True).print(*objects, **kwargs)
+
+
+err = _Stderr()
 
 
 def table(title: str | None, columns: Iterable[str], **kwargs: Any) -> Table:

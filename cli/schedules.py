@@ -8,7 +8,6 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from temporalio.client import (
@@ -18,15 +17,17 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from cli.output import print_json, stdout, table
+from cli.output import err, print_json, stdout, table
 from core.schedule_spec import spec_text
 from core.schedules import NAMES, schedule_id
 from core.settings import get_settings
 from core.temporal import connect
 
-err = Console(stderr=True)
 schedules = typer.Typer(help="The health-probe and reconciler schedules.", no_args_is_help=True)
 T = TypeVar("T")
+# What Temporal's client says when the server did not answer (the connection lost, the server
+# restarting, its frontend overloaded): out of reach, as at connect, not a refusal.
+_OUT_OF_REACH = (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED)
 
 Name = Annotated[
     str, typer.Argument(help=f"{' or '.join(NAMES)} (or the full schedule id)", show_default=False)
@@ -49,6 +50,12 @@ def _run(action: Callable[[Client], Awaitable[T]]) -> T:
             if exc.status is RPCStatusCode.NOT_FOUND:
                 err.print(f"[red]No such schedule ({escape(exc.message)}).[/red]")
                 raise typer.Exit(1) from None
+            if exc.status in _OUT_OF_REACH:
+                err.print(
+                    f"[red]Temporal at {escape(get_settings().temporal_address)} is out of "
+                    f"reach: {exc.status.name} ({escape(exc.message)}); try again[/red]"
+                )
+                raise typer.Exit(2) from None
             err.print(f"[red]Temporal refused: {exc.status.name} ({escape(exc.message)})[/red]")
             raise typer.Exit(1) from None
         except WorkflowFailureError as exc:  # trigger --wait: the run itself failed
@@ -193,15 +200,19 @@ def trigger(
 
 def left_undone(result: Any) -> list[str]:
     """What a completed run reports it could not do (the reconciler's failed days and
-    statement sources), so that `trigger --wait` in a script fails on it: the run itself
-    completes, and the next one tries them again."""
+    statement sources, the sweeper's failed prunes), so that `trigger --wait` in a script fails
+    on it: the run itself completes, and the next one tries them again."""
     if not isinstance(result, dict):
         return []
     days = result.get("failed_windows") or {}
     sources = result.get("failed_sources") or {}
-    return [f"day {day} unreconciled ({why})" for day, why in sorted(days.items())] + [
-        f"source {source} unread ({why})" for source, why in sorted(sources.items())
-    ]
+    # Each "step: error type" (a sweeper run from before the field reports none).
+    prunes = [str(failure).partition(": ") for failure in result.get("prune_failures") or []]
+    return (
+        [f"day {day} unreconciled ({why})" for day, why in sorted(days.items())]
+        + [f"source {source} unread ({why})" for source, why in sorted(sources.items())]
+        + [f"{step} undone ({why or 'failed'})" for step, _, why in prunes]
+    )
 
 
 def _workflow_of(action: Any) -> str | None:

@@ -95,19 +95,48 @@ async def test_a_poll_into_a_silent_connection_ends_at_the_waits_deadline(
     cli_env: dict[str, str],
     api_url: str,
 ) -> None:
+    """Ended at the wait's own deadline, and as a wait that ran out: the evaluation was read
+    running, and the API went quiet after. The deadline reached inside a poll exited 2 (come
+    back), where README says a wait still running after --timeout exits 1."""
     async with _behind_proxy(http, auth, upstream, cli_env, api_url, "silent") as w:
         started = time.monotonic()
         waiting = asyncio.create_task(
             run(w.env, "deployments", "evaluate", w.dep, "--wait", "--timeout", "4")
         )
-        # Once the start is answered and the wait polls: its connections go silent.
+        # Once the wait has read the evaluation running (its second poll goes out only after
+        # the first was answered): its connections go silent, open ones and new ones.
         poll = f"GET /factory/model-deployments/{w.dep} ".encode()
-        await eventually(lambda: any(c.startswith(poll) for c in w.proxy.sent), timeout=30)
-        w.proxy.sever(partition=True)  # open connections and new ones go silent
+        await eventually(
+            lambda: sum(c.startswith(poll) for c in w.proxy.sent) >= 2, timeout=30, interval=0.01
+        )
+        w.proxy.sever(partition=True)
         result = await asyncio.wait_for(waiting, 120)
         elapsed = time.monotonic() - started
         w.proxy.restore()
+    assert result.exit_code == 1, result.output
+    said = " ".join(result.stderr.split())
+    assert "is still running after 4 s as last seen" in said, said
     # Ended by the wait's own deadline, not by the HTTP client's 60 s timeout.
-    assert result.exit_code == 2, result.output
-    assert "until the wait's deadline" in " ".join(result.stderr.split()), result.stderr
+    assert "did not answer" in said and "until the wait's deadline" in said, said
     assert elapsed < UNBOUNDED, elapsed
+
+
+async def test_an_api_out_of_reach_for_the_whole_wait_exits_2(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    upstream: UpstreamServer,
+    cli_env: dict[str, str],
+    api_url: str,
+) -> None:
+    """No read of the wait answered (the API gone from its first poll on): exit 2, the API out
+    of reach, as README says of an API that does not answer."""
+    async with _behind_proxy(http, auth, upstream, cli_env, api_url, "away") as w:
+        w.proxy.cut_request_with(
+            f"GET /factory/model-deployments/{w.dep} ".encode(), then_down=True
+        )
+        result = await run(w.env, "deployments", "evaluate", w.dep, "--wait", "--timeout", "3")
+        w.proxy.restore()
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.stderr.split())
+    assert "did not answer" in said and "kept so until the wait's deadline" in said, said
+    assert "still running" not in said, said

@@ -11,17 +11,23 @@ matching time starts the job's workflow with its argument on its task queue.
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.api.workflowservice.v1 import ListScheduleMatchingTimesRequest
 from temporalio.client import Client, ScheduleBackfill, ScheduleOverlapPolicy
 from temporalio.service import RPCError
+from temporalio.worker import Worker
 from typer.testing import CliRunner, Result
 
+from activities.sweeper import SweeperActivities
 from cli.main import app
 from core.schedules import (
     HEALTH_PROBE,
@@ -35,7 +41,11 @@ from core.schedules import (
 from core.settings import Settings, get_settings
 from domain.health import HealthProbeInput
 from domain.statements import ReconcilerInput
+from store.artifacts import ArtifactStore
+from store.db import create_engine, session_factory
 from tests.helpers.deadline import eventually
+from tests.helpers.tcp_proxy import SeverableProxy
+from workflows.receipt_sweeper import ReceiptSweeperWorkflow
 
 DAY = datetime(2026, 11, 30, tzinfo=UTC)
 
@@ -203,3 +213,82 @@ async def test_operators_list_pause_resume_and_trigger_from_the_cli(
     await eventually(completed, timeout=30, interval=0.3)
     unknown = await _cli(env, "schedules", "pause", "nightly-cleanup")
     assert unknown.exit_code == 1 and "Unknown schedule" in unknown.output
+
+
+class ReadOnlyVolume(ArtifactStore):
+    """The artifact volume mounted read-only on the worker: every purge refused."""
+
+    def purge_slot(self, slot: str, max_age_seconds: float) -> int:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self.root / slot))
+
+
+async def test_trigger_wait_exits_1_naming_the_prunes_a_sweep_left(
+    scheduled: Settings,
+    temporal_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    tmp_path: Path,
+) -> None:
+    """The sweeper completes when a prune fails every attempt and names it in its report
+    (`prune_failures`): `trigger --wait` read only the reconciler's failures, and exited 0."""
+    # Its prunes fail every time (a store without the run events' table, a read-only volume),
+    # on a queue of this test's own, which only the sweeper's schedule starts runs on.
+    queue = f"sweeper-cli-{uuid.uuid4().hex[:8]}"
+    (sweeper,) = [
+        want
+        for want in desired_schedules(scheduled, task_queue=queue)
+        if want.schedule_id == schedule_id(scheduled, SWEEPER)
+    ]
+    await temporal_client.create_schedule(sweeper.schedule_id, sweeper.schedule)
+    unmigrated = create_engine(f"sqlite+aiosqlite:///{tmp_path}/unmigrated.db")
+    sweeping = SweeperActivities(sessions)
+    failing = SweeperActivities(session_factory(unmigrated), ReadOnlyVolume(tmp_path))
+    worker = Worker(
+        temporal_client,
+        task_queue=queue,
+        workflows=[ReceiptSweeperWorkflow],
+        activities=[sweeping.sweep, failing.prune, failing.prune_artifacts],
+    )
+    env = {
+        "MODEL_ROUTER_TEMPORAL_ADDRESS": scheduled.temporal_address,
+        "MODEL_ROUTER_SCHEDULE_ID_PREFIX": scheduled.schedule_id_prefix,
+    }
+    try:
+        async with worker:
+            result = await _cli(env, "schedules", "trigger", SWEEPER, "--wait", "--timeout", "120")
+    finally:
+        await unmigrated.dispose()
+    assert result.exit_code == 1, result.output
+    said = " ".join(result.stderr.split())
+    assert "The run completed, but left" in said, said
+    assert "prune_run_events undone (OperationalError)" in said, said
+    assert "prune_artifacts undone (OSError)" in said, said
+    assert "prune_failures" in result.stdout  # the report, printed as it is
+
+
+async def test_temporal_lost_after_connecting_exits_2_as_out_of_reach(
+    scheduled: Settings,
+) -> None:
+    """Temporal gone once the CLI had connected (its connection reset, its port then refusing
+    connections): the RPC's UNAVAILABLE was printed as "Temporal refused" and exited 1, as a
+    refusal does, where README says Temporal out of reach exits 2."""
+    host, _, port = scheduled.temporal_address.rpartition(":")
+    async with SeverableProxy(host, int(port)) as proxy:
+        # The first request after connect's own (GetSystemInfo, on HTTP/2 stream 1) reaches the
+        # server, and Temporal goes away before its answer. Told by its HEADERS frame (type 1,
+        # END_HEADERS, stream 3): gRPC sends its paths Huffman-coded and its bodies gzipped, so
+        # no text of the request shows on the wire.
+        proxy.cut_request_with(b"\x01\x04\x00\x00\x00\x03", then_down=True)
+        address = f"127.0.0.1:{proxy.port}"
+        env = {
+            "MODEL_ROUTER_TEMPORAL_ADDRESS": address,
+            "MODEL_ROUTER_SCHEDULE_ID_PREFIX": scheduled.schedule_id_prefix,
+        }
+        listing = asyncio.create_task(_cli(env, "schedules", "list"))
+        await eventually(lambda: not proxy.cut_pending(), timeout=30)
+    # The proxy closed: its port refuses the client's reconnects outright (a reset after
+    # accepting surfaces as UNKNOWN "transport error" instead).
+    result = await asyncio.wait_for(listing, 120)  # the client's own retries, ~10 s
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.stderr.split())
+    assert f"Temporal at {address} is out of reach: UNAVAILABLE" in said, said
+    assert "try again" in said and "Temporal refused" not in said, said
