@@ -81,6 +81,11 @@ def _h1(driver: WebDriver) -> str:
     return str(driver.find_element(By.TAG_NAME, "h1").text)
 
 
+def _titled(driver: WebDriver, title: str) -> bool:
+    """Whether the page now shown is titled so (False while the next one is still loading)."""
+    return [h.text for h in driver.find_elements(By.TAG_NAME, "h1")] == [title]
+
+
 def _gone(element: WebElement) -> bool:
     """Whether the page holding the element was left (the next one is on its way or in)."""
     try:
@@ -224,5 +229,34 @@ async def test_a_sign_in_lands_on_a_page_its_roles_may_read(
         wait_until(lambda: browser.find_elements(By.ID, "tenant"), timeout=20)
         assert browser.current_url == f"{api_url}/console/receipts?run_id={run}"
         assert _rows_or_error(browser) == [str(receipt)]
+
+    await asyncio.to_thread(steps)
+
+
+async def test_the_consoles_address_and_its_error_pages_lead_to_a_page_the_client_may_read(
+    api_url: str, sessions: async_sessionmaker[AsyncSession], tenant: str, browser: WebDriver
+) -> None:
+    """`/console` is every client's way in (an SSO proxy opens it; every error page links back
+    to it): a client that may read no deployments is sent on to its first page, not told "Not
+    allowed" there."""
+    requester = await _client(sessions, tenant, Role.REQUESTER)
+    operator = await _client(sessions, tenant, Role.OPERATOR)
+
+    def steps() -> None:
+        sign_in(browser, api_url, *requester)
+        browser.get(f"{api_url}/console")
+        wait_until(lambda: _titled(browser, "Profiles"), timeout=20)
+        assert browser.current_url == f"{api_url}/console/profiles"
+        # An error page's way back leads there too.
+        browser.get(f"{api_url}/console/receipts/{uuid.uuid4()}?run_id={uuid.uuid4()}")
+        wait_until(lambda: browser.find_elements(By.ID, "error"), timeout=20)
+        back = browser.find_element(By.LINK_TEXT, "Back to the console")
+        _follow(back)
+        wait_until(lambda: _titled(browser, "Profiles"), timeout=20)
+        # Who reads deployments stays on the board.
+        sign_in(browser, api_url, *operator)
+        browser.get(f"{api_url}/console")
+        wait_until(lambda: _titled(browser, "Deployments"), timeout=20)
+        assert browser.current_url == f"{api_url}/console"
 
     await asyncio.to_thread(steps)

@@ -20,6 +20,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from api.client_auth import SignInRefused
 from api.client_auth import sign_in as check_client
+from api.console.landing import landing
 from api.console.render import SECURITY_HEADERS, page
 from api.console.session import (
     COOKIE,
@@ -31,8 +32,6 @@ from api.console.session import (
 )
 from api.deps import RuntimeDep
 from core.security import credential_of, mint_token, mints_tokens
-from domain.access import Action, may
-from domain.enums import Role, Scope
 from store import console_sessions
 from store.tables import OAuthClient
 
@@ -47,34 +46,11 @@ def _safe_next(value: str | None) -> str:
     return PATH
 
 
-# Where a sign-in lands when it names no page of its own: the first of these its client may
-# read, each with what that page checks (the board, deployments.check_read; Profiles,
-# profiles._read; Receipts, receipts._read). The board asks what a Requester lacks, and a
-# Requester's first page was "Not allowed"; Profiles it reads, and Receipts holds the run id
-# field to its runs' receipts when it may read runs only.
-_LANDINGS: tuple[tuple[str, Scope, Action], ...] = (
-    (PATH, Scope.MODELS_ADMIN, Action.READ_DEPLOYMENTS),
-    (f"{PATH}/profiles", Scope.MODELS_READ, Action.READ_CATALOG),
-    (f"{PATH}/receipts", Scope.RUNS_READ, Action.READ_RUNS),
-)
-
-
-def landing(client: OAuthClient) -> str:
-    """The first page the client's roles and scopes may read; with none, the board, whose
-    refusal says what it needs."""
-    # Roles as a token's are read (core/security.py): one this version does not know is none.
-    roles = {Role(r) for r in client.roles if r in Role._value2member_map_}
-    for path, scope, action in _LANDINGS:
-        if scope in client.scopes and may(roles, action):
-            return path
-    return PATH
-
-
 def _after_sign_in(target: str, client: OAuthClient) -> str:
     # The console's own address (the form's default, and where opening /console is sent back
     # to) names no page in particular: the client's landing. Any other page is kept, its query
     # included, as a shared link named it.
-    return landing(client) if target in (PATH, f"{PATH}/") else target
+    return landing(client.roles, client.scopes) if target in (PATH, f"{PATH}/") else target
 
 
 EXTERNAL_ISSUER = (

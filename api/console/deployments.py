@@ -13,13 +13,14 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import HTMLResponse, Response
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 
 from api import evaluations
+from api.console.landing import landing
 from api.console.profiles import readable, unreadable_profile
 from api.console.render import page
-from api.console.session import ConsoleError, Operator, SignedIn
+from api.console.session import PATH, ConsoleError, Operator, SignedIn
 from api.deps import RuntimeDep
 from api.runtime import Runtime
 from api.views import deployment_views
@@ -111,6 +112,12 @@ def _unreadable_detail(deployment_id: str, exc: ValidationError) -> str:
 
 @router.get("", response_class=HTMLResponse)
 async def board(request: Request, operator: SignedIn, runtime: RuntimeDep) -> Response:
+    if not operator.may(Scope.MODELS_ADMIN, Action.READ_DEPLOYMENTS):
+        # The console's address is every client's way in (its error pages link back here, an
+        # SSO proxy opens it): one that may read no deployments is sent to its first page.
+        first = landing(operator.principal.roles, operator.principal.scopes)
+        if first != PATH:
+            return RedirectResponse(first, status_code=303)
     check_read(operator)
     async with runtime.sessions() as session:
         rows, unreadable = _readable(

@@ -145,8 +145,9 @@ class ConsoleSession:
         session = cls(http)
         # A Secure cookie (sign-in over TLS) is not sent back over this plain-HTTP client.
         if answer.status_code == 303 and "secure" not in answer.headers["set-cookie"].lower():
-            board = await http.get("/console")
-            session.csrf = _hidden(board.text, "csrf_token")
+            # The console's first page for this client (a Requester's is not the board).
+            first = await http.get("/console", follow_redirects=True)
+            session.csrf = _hidden(first.text, "csrf_token")
         return session, answer
 
     async def get(self, path: str, **params: Any) -> httpx.Response:
