@@ -130,10 +130,13 @@ def _audit(
 ) -> None:
     # Tenant and reason in the message as well as in `extra`: the plain-text lines
     # (MODEL_ROUTER_LOG_JSON=false) print the message only, and the console tells the operator
-    # their reason is written to the audit log. The reason is repr-quoted, so its end is plain.
+    # their reason is written to the audit log. The reason is repr-quoted, so its end is plain;
+    # so is the deployment id, which a console form carries as typed (the API's paths refuse
+    # control characters; a form's field did not): `x\n<a forged line>` wrote a second,
+    # forged audit line to plain-text logs.
     said = _said(reason)
     audit.info(
-        "lifecycle %s of %s for tenant %s asked by %s: %s%s",
+        "lifecycle %s of %r for tenant %s asked by %s: %s%s",
         transition.value,
         deployment_id,
         tenant_id,

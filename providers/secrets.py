@@ -19,7 +19,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, SecretStr
@@ -91,7 +91,7 @@ class SecretPolicy:
         if scheme == "env":
             return self.env_refusal(rest)
         if scheme == "file":
-            return self.file_refusal(rest)
+            return climbs(rest) or self.file_refusal(rest)
         return None
 
     def tenant_refusal(self, endpoint_ref: str, tenant_id: str) -> str | None:
@@ -141,6 +141,18 @@ class SecretPolicy:
         if any(resolved.is_relative_to(d) for d in self.file_dirs):
             return None
         return "the file is outside the allowed secret directories (secret_file_dirs)"
+
+
+def climbs(path: str) -> str | None:
+    """Why a `file:` path may not hold a `..` segment. Its owner (`tenants/<tenant>/`) is read
+    from the path as written, with `..` cancelled as text, but the file is read as the path
+    resolves, through symlinks: in a mounted Secret each item is a link into `..data`, so
+    `tenants/B/../../A/key` read as no tenant's file, outside `tenants/`, and resolved to
+    tenant A's key (a security review's reproduction, 2026-12-07). Nothing needs `..` to name
+    a secret."""
+    if ".." in PurePosixPath(path).parts:
+        return "the path must not hold `..` segments"
+    return None
 
 
 def normal_ref(endpoint_ref: str) -> str:
@@ -211,6 +223,10 @@ class FileSecretBroker:
         path = Path(_expect(endpoint_ref, "file"))
         if not path.is_absolute():
             raise SecretResolutionError(f"endpointRef {endpoint_ref!r}: path must be absolute")
+        # Also for an entry registered before the rule: never read as another tenant's file.
+        climbing = climbs(str(path))
+        if climbing is not None:
+            raise SecretResolutionError(f"endpointRef {endpoint_ref!r}: {climbing}")
         text = await asyncio.to_thread(self._read, path, endpoint_ref)
         return _refuse_reserved(
             self._policy, _parse_secret_file(text.strip(), endpoint_ref), endpoint_ref

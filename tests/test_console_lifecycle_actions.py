@@ -152,3 +152,20 @@ async def test_a_rest_retire_is_audited(
     assert f"tenant {tenant} " in first.getMessage() and "reason" not in first.getMessage()
     assert getattr(first, "outcome", None) == "done: Retired"
     assert getattr(second, "outcome", None) == "already Retired"
+
+
+async def test_a_deployment_id_typed_with_a_line_break_forges_no_audit_line(
+    console: ConsoleSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A console form carries the id as typed: printed bare, a line break in it wrote a forged
+    audit line of its own to plain-text logs."""
+    caplog.set_level(logging.INFO, logger=AUDIT)
+    forged = f"x-{uuid.uuid4().hex[:6]}\n2026-12-07 INFO model_router.audit lifecycle approve"
+    done = await console.post(
+        "/console/deployment/retire", {"id": forged, "csrf_token": console.csrf, "reason": "r"}
+    )
+    assert done.status_code < 500, done.text[:500]
+    lines = [r.getMessage() for r in _lines(caplog, forged)]
+    assert lines, "the refused retire is audited"
+    for message in lines:
+        assert "\n" not in message and repr(forged) in message

@@ -196,3 +196,39 @@ async def test_a_tenants_own_secrets_are_named_by_it_alone(
     assert policy.tenant_refusal("env:MODEL_ROUTER_PROVIDER_A", "tenant-b") is not None
     assert policy.tenant_refusal("env:MODEL_ROUTER_PROVIDER_A", "tenant-a") is None
     assert policy.tenant_refusal("env:MODEL_ROUTER_PROVIDER_SHARED", "tenant-b") is None
+
+
+async def test_a_path_that_climbs_through_a_mounted_secrets_links_is_refused(
+    http: httpx.AsyncClient, token_for: TokenFactory, tenant: str, settings: Settings
+) -> None:
+    """A Secret mounted with an item per tenant lays out `tenants/<t>` as links into `..data`.
+    Its owner was read from the path as written, `..` cancelled as text, and the file as the
+    path resolves: `tenants/<own>/../../<other>/key` read as no tenant's file and resolved to
+    the other tenant's key. Refused at registration, and at resolution for an entry from
+    before."""
+    mount = Path(settings.secret_file_dirs[0]) / "tenants"
+    run = uuid.uuid4().hex[:8]
+    other = f"other-{run}"
+    stamp = mount / f"..{run}"
+    for owner in (other, tenant):
+        (stamp / owner).mkdir(parents=True)
+        (stamp / owner / "key").write_text(f"sk-{owner}-0123456789")
+        (mount / owner).symlink_to(f"..data-{run}/{owner}")
+    (mount / f"..data-{run}").symlink_to(stamp.name)
+    climbing = f"file:{mount}/{tenant}/../../{other}/key"
+    # What it reaches on disk: the other tenant's key.
+    assert Path(climbing.removeprefix("file:")).resolve().read_text().startswith(f"sk-{other}")
+
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    resp = await http.post(
+        "/factory/model-deployments",
+        json=deployment_body(f"secret/{uuid.uuid4().hex[:6]}", endpointRef=climbing),
+        headers={**auth, "Idempotency-Key": uuid.uuid4().hex},
+    )
+    assert resp.status_code == 422, resp.text
+    assert [e["field"] for e in resp.json()["errors"]] == ["body.endpointRef"]
+    with pytest.raises(SecretResolutionError, match="must not hold"):
+        await endpoint_broker(settings).resolve(climbing)
+    # Its own key, named plainly, is its own.
+    own = await endpoint_broker(settings).resolve(f"file:{mount}/{tenant}/key")
+    assert own.api_key.get_secret_value() == f"sk-{tenant}-0123456789"
