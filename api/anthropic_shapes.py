@@ -1,38 +1,41 @@
-"""Anthropic Messages wire shapes: the request mapped to the normalised ChatRequest (the answer
-built from normalised events and the receipt is api/anthropic_answers.py).
+"""Anthropic Messages wire shapes: the request mapped to the normalised ChatRequest (its history:
+api/anthropic_history.py; the answer built from normalised events and the receipt is
+api/anthropic_answers.py).
 
 What the normalised request cannot carry is refused naming the field (a 400), never dropped:
-images, documents, thinking blocks, thinking asked for (`enabled`), server tools, `top_p`,
-`top_k`, MCP servers, containers, context edits that change what the model sees. `cache_control`
-is carried to the turn (or tool) it marks (a top-level one to the last message's last block,
-where Anthropic applies it), and a tool result's `is_error` to the tool message
-(providers/openai_request.py says how an OpenAI deployment reads it); `metadata` and
-`service_tier` describe the call, not the answer, and are accepted. So is what Claude Code
-sends on every turn that changes nothing an answer here can hold: thinking `adaptive` (leave to
-think, which this gateway answers without), `output_config.effort` (a hint) and
-`clear_thinking_*` edits (no thinking block ever exists here to clear).
+images, documents, thinking blocks where they count (a user turn's, the final assistant turn's;
+an earlier assistant turn's are left out, as Anthropic ignores them), thinking asked for
+(`enabled`), server tools, `top_p`, `top_k`, MCP servers, containers, context edits that change
+what the model sees. `cache_control` is carried to the turn (or tool) it marks (a top-level one
+to the last message's last block, where Anthropic applies it), and a tool result's `is_error`
+to the tool message (providers/openai_request.py says how an OpenAI deployment reads it);
+`metadata` and `service_tier` describe the call, not the answer, and are accepted. So is what
+Claude Code sends on every turn that changes nothing an answer here can hold: thinking
+`adaptive` (leave to think, which this gateway answers without), `output_config.effort` (a
+hint) and `clear_thinking_*` edits (no thinking block ever reaches a deployment to clear).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from api.anthropic_history import (
+    CacheControl,
+    MessageParam,
+    breakpoint_of,
+    history,
+    joined_texts,
+)
 from api.anthropic_thinking import ThinkingParam, check_context_management, check_thinking
 from api.openai_shapes import field_errors
 from api.problems import body_refused as _refuse
 from domain.text import StoredName
-from providers.types import (
-    ChatRequest,
-    Message,
-    ResponseFormat,
-    Tool,
-    ToolCall,
-    ToolChoice,
-)
+from providers.types import ChatRequest, Message, ResponseFormat, Tool, ToolChoice
+
+# joined_texts is still imported from here by api/responses_shapes.py (the same joining rule).
+__all__ = ["CountTokensIn", "MessagesIn", "joined_texts", "to_chat_request"]
 
 # Fields of the Messages API the normalised request has no place for.
 _REFUSED = ("top_p", "top_k", "mcp_servers", "container")
@@ -58,38 +61,33 @@ class _Loose(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-class CacheControl(_Loose):
-    """A breakpoint. Its other fields (Claude Code's `scope: global`, a beta's) say where the
-    cache is kept, not what is answered: taken, and never passed on (_cache), as Anthropic
-    refuses them without their beta header, which no deployment is sent."""
-
-    type: Literal["ephemeral"] = "ephemeral"
-    ttl: Literal["5m", "1h"] | None = None
-
-
-class ContentBlock(_Loose):
-    """One content block; its fields depend on `type` and are checked when mapped."""
-
-    type: str = Field(min_length=1, max_length=64)
-    cache_control: CacheControl | None = None
-
-
-class MessageParam(_Loose):
-    role: Literal["user", "assistant"]
-    content: str | list[ContentBlock]
-
-
 class SystemBlock(_Loose):
     type: Literal["text"]
     text: str
     cache_control: CacheControl | None = None
 
 
+def _custom_only(schema: dict[str, Any]) -> None:
+    """The schema says what is taken, a custom tool with its input_schema; validation reads any
+    type and no input_schema, so that a server tool is refused saying so (_tool_refusals), not
+    as a custom tool missing its input_schema."""
+    props = schema["properties"]
+    props["type"]["anyOf"] = [{"const": "custom", "type": "string"}, {"type": "null"}]
+    props["input_schema"] = {
+        "additionalProperties": True,
+        "title": "Input Schema",
+        "type": "object",
+    }
+    schema["required"] = [*schema.get("required", []), "input_schema"]
+
+
 class ToolParam(_Loose):
+    model_config = ConfigDict(extra="allow", json_schema_extra=_custom_only)
+
     name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
     description: str | None = None
-    input_schema: dict[str, Any]
-    type: Literal["custom"] | None = Field(
+    input_schema: dict[str, Any] | None = None
+    type: str | None = Field(
         default=None, description="Custom (client) tools only; server tools are refused"
     )
     strict: bool | None = None
@@ -128,7 +126,8 @@ class MessagesIn(_Loose):
     )
     metadata: dict[str, Any] | None = None
     service_tier: str | None = None
-    stream: bool = False
+    # Null asks for nothing (a whole answer), as any field sent as null: it was refused.
+    stream: bool | None = False
 
 
 class CountTokensIn(_Loose):
@@ -147,112 +146,8 @@ class CountTokensIn(_Loose):
 _MESSAGES_FIELDS = frozenset(MessagesIn.model_fields)
 
 
-def _breakpoint(marker: CacheControl | None) -> dict[str, Any] | None:
-    """What a provider is sent of a breakpoint: its type and ttl, no field of a beta."""
-    if marker is None:
-        return None
-    return marker.model_dump(include={"type", "ttl"}, exclude_none=True)
-
-
-def _cache(block: ContentBlock | SystemBlock | ToolParam) -> dict[str, Any] | None:
-    return _breakpoint(block.cache_control)
-
-
-def _tool_result(
-    block: ContentBlock, loc: tuple[str | int, ...]
-) -> tuple[str, dict[str, Any] | None]:
-    """A tool result's text and its breakpoint: the block's own, or else the one its last
-    marked text part carries. The result reaches a provider as one block, so a part's marker
-    goes to its end, the one place a breakpoint can be put there (it was dropped)."""
-    extra = block.model_extra or {}
-    content = extra.get("content", "")
-    cache = _cache(block)
-    if isinstance(content, str):
-        return content, cache
-    if not isinstance(content, list):
-        raise _refuse((*loc, "content"), "must be a string or a list of text blocks")
-    parts, marked = [], None
-    for i, part in enumerate(content):
-        if not isinstance(part, dict) or part.get("type") != "text":
-            raise _refuse((*loc, "content", i), "only text blocks can be mapped")
-        parts.append(str(part.get("text", "")))
-        if part.get("cache_control") is not None:
-            with field_errors(*loc, "content", i, "cache_control"):
-                marked = _breakpoint(CacheControl.model_validate(part["cache_control"]))
-    return joined_texts(parts), cache or marked
-
-
-def joined_texts(parts: Iterable[str]) -> str:
-    """A message's text parts as the one text a normalised message holds, a newline between
-    them so that they stay apart: joined end to end, a tool result's "Found 2 files:" and
-    "a.py" read "Found 2 files:a.py", and an assistant turn's or a Responses message's
-    "Context:" and "a.py" "Context:a.py". The one rule for the parts the Messages and Responses
-    surfaces join (api/responses_shapes.py too); Chat Completions' text parts are still joined
-    end to end (api/openai_shapes.py), not changed with these."""
-    return "\n".join(parts)
-
-
-def _text(block: ContentBlock, loc: tuple[str | int, ...]) -> str:
-    text = (block.model_extra or {}).get("text")
-    if not isinstance(text, str):
-        raise _refuse((*loc, "text"), "a text block needs its text")
-    return text
-
-
-def _user(index: int, blocks: list[ContentBlock]) -> list[Message]:
-    # Tool results first (the API requires them first in the turn): an OpenAI deployment
-    # needs them right after the assistant turn that called the tools.
-    results, texts = [], []
-    for b, block in enumerate(blocks):
-        loc: tuple[str | int, ...] = ("messages", index, "content", b)
-        if block.type == "tool_result":
-            call_id = (block.model_extra or {}).get("tool_use_id")
-            if not isinstance(call_id, str) or not call_id:
-                raise _refuse((*loc, "tool_use_id"), "a tool result needs its tool_use_id")
-            text, cache = _tool_result(block, loc)
-            failed = (block.model_extra or {}).get("is_error") or False  # null: not flagged
-            if not isinstance(failed, bool):
-                raise _refuse((*loc, "is_error"), "must be a boolean")
-            results.append(
-                Message(
-                    role="tool",
-                    content=text,
-                    tool_call_id=call_id,
-                    cache_control=cache,
-                    is_error=failed,
-                )
-            )
-        elif block.type == "text":
-            text, cache = _text(block, loc), _cache(block)
-            texts.append(Message(role="user", content=text, cache_control=cache))
-        else:
-            raise _refuse((*loc, "type"), f"{block.type!r} blocks cannot be mapped")
-    return results + texts
-
-
-def _assistant(index: int, blocks: list[ContentBlock]) -> Message:
-    texts, calls = [], []
-    cache = None
-    for b, block in enumerate(blocks):
-        loc: tuple[str | int, ...] = ("messages", index, "content", b)
-        extra = block.model_extra or {}
-        if block.type == "text":
-            texts.append(_text(block, loc))
-        elif block.type == "tool_use":
-            if not isinstance(extra.get("id"), str) or not isinstance(extra.get("name"), str):
-                raise _refuse(loc, "a tool_use block needs its id and name")
-            arguments = json.dumps(extra.get("input") or {}, separators=(",", ":"))
-            calls.append(ToolCall(id=extra["id"], name=extra["name"], arguments=arguments))
-        else:
-            raise _refuse((*loc, "type"), f"{block.type!r} blocks cannot be mapped")
-        cache = _cache(block) or cache
-    with field_errors("messages", index):
-        return Message(
-            role="assistant",
-            content=joined_texts(texts) or None,
-            tool_calls=tuple(calls),
-            cache_control=cache,
-        )
+def _cache(block: SystemBlock | ToolParam) -> dict[str, Any] | None:
+    return breakpoint_of(block.cache_control)
 
 
 def _system(system: str | list[SystemBlock] | None) -> list[Message]:
@@ -268,7 +163,7 @@ def _tools(tools: list[ToolParam] | None) -> tuple[Tool, ...]:
         Tool(
             name=t.name,
             description=t.description,
-            parameters=t.input_schema,
+            parameters=t.input_schema or {},
             strict=bool(t.strict),
             cache_control=_cache(t),
         )
@@ -325,6 +220,23 @@ def _format(
     return ResponseFormat(type="json_schema", name="output", json_schema=schema, strict=True)
 
 
+def _tool_refusals(index: int, tool: ToolParam) -> None:
+    """A server tool (`web_search_20250305`, …) or an Anthropic-defined one (`bash_…`) is run by
+    Anthropic or shaped by it, which no deployment here does: refused naming its type, before
+    its own fields (it was "input_schema: Field required", which said nothing of why)."""
+    if tool.type not in (None, "custom"):
+        raise _refuse(
+            ("tools", index, "type"),
+            "server tools and Anthropic-defined tools cannot be run by this gateway: only custom"
+            " tools (name, input_schema) can be mapped",
+        )
+    if tool.input_schema is None:
+        raise _refuse(("tools", index, "input_schema"), "Field required")
+    for name in sorted(k for k, v in (tool.model_extra or {}).items() if v is not None):
+        if name not in _TOOL_HINTS:
+            raise _refuse(("tools", index, name), "unsupported tool parameter")
+
+
 def _refusals(body: MessagesIn | CountTokensIn) -> None:
     extra = body.model_extra or {}
     for name in _REFUSED:
@@ -337,10 +249,7 @@ def _refusals(body: MessagesIn | CountTokensIn) -> None:
     for name in sorted(k for k, v in extra.items() if v is not None and k not in taken):
         raise _refuse((name,), "unknown or unsupported parameter")
     for index, tool in enumerate(body.tools or []):
-        tool_extra = tool.model_extra or {}
-        for name in sorted(k for k, v in tool_extra.items() if v is not None):
-            if name not in _TOOL_HINTS:
-                raise _refuse(("tools", index, name), "unsupported tool parameter")
+        _tool_refusals(index, tool)
     check_thinking(body.thinking)
     check_context_management(extra.get("context_management"))
     if isinstance(body, MessagesIn) and body.max_tokens == 0:
@@ -353,29 +262,9 @@ def _refusals(body: MessagesIn | CountTokensIn) -> None:
         )
 
 
-def _marked(blocks: list[ContentBlock], cache: CacheControl | None) -> list[ContentBlock]:
-    """The last message's blocks with a top-level `cache_control` on the last one, as if the
-    caller had put it there: Anthropic applies it to the request's last cacheable block, and
-    every block this surface maps can be cached. One the caller marked itself stays as marked."""
-    if cache is None or not blocks or blocks[-1].cache_control is not None:
-        return blocks
-    return [*blocks[:-1], blocks[-1].model_copy(update={"cache_control": cache})]
-
-
 def to_chat_request(body: MessagesIn | CountTokensIn) -> ChatRequest:
     _refusals(body)
-    messages = _system(body.system)
-    last = len(body.messages) - 1
-    for index, m in enumerate(body.messages):
-        blocks = (
-            [ContentBlock(type="text", text=m.content)] if isinstance(m.content, str) else m.content
-        )
-        if index == last:
-            blocks = _marked(blocks, body.cache_control)
-        if m.role == "user":
-            messages += _user(index, blocks)
-        else:
-            messages.append(_assistant(index, blocks))
+    messages = _system(body.system) + history(body.messages, body.cache_control)
     choice, parallel = _choice(body.tool_choice)
     max_tokens = body.max_tokens if isinstance(body, MessagesIn) else None
     temperature = body.temperature if isinstance(body, MessagesIn) else None

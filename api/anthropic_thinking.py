@@ -1,8 +1,10 @@
 """What Claude Code sends about thinking on every turn, and what this surface makes of it:
 `thinking` (taken as `adaptive` or `disabled`, refused when it asks for thinking blocks this
-surface can neither return nor take back) and `context_management` (its `clear_thinking_*`
-edits taken, as no thinking block exists here to clear). Each refusal names its field, as the
-rest of the Messages mapping (api/anthropic_shapes.py) does."""
+surface can neither return nor take back), `context_management` (its `clear_thinking_*` edits
+taken, as no thinking block reaches a deployment to clear) and the thinking blocks of a history
+(an earlier assistant turn's left out, as Anthropic leaves them out; one in the final assistant
+turn refused: thinking_left_out). Each refusal names its field, as the rest of the Messages
+mapping (api/anthropic_shapes.py, api/anthropic_history.py) does."""
 
 from __future__ import annotations
 
@@ -11,6 +13,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.problems import body_refused
+
+# The blocks of a model's thinking, as an assistant turn of a Claude model's history holds them
+# (the session began on Anthropic itself, or a framework kept them).
+THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 
 
 class ThinkingParam(BaseModel):
@@ -47,11 +53,30 @@ def check_thinking(thinking: ThinkingParam | None) -> None:
         )
 
 
+def thinking_left_out(kind: str, loc: tuple[str | int, ...], *, final: bool) -> bool:
+    """Whether an assistant turn's block is thinking to leave out of the history. Anthropic
+    ignores the thinking of earlier turns (it is not part of the context), and this surface
+    never enables thinking, so none is sent on: refused, every later turn of a conversation
+    that began with thinking was refused too. In the final assistant turn (a prefill the model
+    goes on from) it would be thinking to continue, which needs thinking enabled: refused, as
+    Anthropic refuses it with thinking disabled."""
+    if kind not in THINKING_BLOCKS:
+        return False
+    if final:
+        raise body_refused(
+            (*loc, "type"),
+            "an assistant message in the final position cannot contain thinking: this gateway"
+            " answers without thinking (earlier turns' thinking blocks are left out)",
+        )
+    return True
+
+
 def check_context_management(config: Any) -> None:
     """Context edits: `clear_thinking_*` clears thinking blocks from the history, and none ever
-    exists here (they are refused in a history and never answered), so it changes nothing and
-    is taken (Claude Code sends it on every turn). Any other edit (`clear_tool_uses_*`,
-    `compact_*`) changes what the model is shown, which the normalised request cannot carry."""
+    reaches a deployment (an earlier turn's are left out, the final turn's refused, and none is
+    answered), so it changes nothing and is taken (Claude Code sends it on every turn). Any
+    other edit (`clear_tool_uses_*`, `compact_*`) changes what the model is shown, which the
+    normalised request cannot carry."""
     if config is None:
         return
     if not isinstance(config, dict):

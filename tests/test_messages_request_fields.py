@@ -1,13 +1,15 @@
 """Messages request fields the anthropic SDK sends that were refused or misread: a top-level
 `cache_control` (carried to the last message's last block, where Anthropic applies it), a tool
 result of several text blocks (kept apart, not run together), `output_config` keys sent as
-null (asking for nothing), and histories past 10,000 messages (Anthropic takes 100,000)."""
+null (asking for nothing), histories past 10,000 messages (Anthropic takes 100,000), `stream`
+sent as null (a whole answer), and a server tool (refused naming its type)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anthropic
 import pytest
 from anthropic import AsyncAnthropic
 
@@ -139,3 +141,39 @@ async def test_a_history_past_ten_thousand_messages_is_taken(
     assert _text(message) == "Echo: the last"
     counted = await client.messages.count_tokens(model=catalog.profile("openai"), messages=history)
     assert counted.input_tokens > 10_000
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_stream_sent_as_null_is_a_whole_answer(
+    client: AsyncAnthropic, catalog: Catalog, protocol: str
+) -> None:
+    # A field sent as null asks for nothing; `stream: null` was refused (not a boolean).
+    message = await client.messages.create(
+        model=catalog.profile(protocol),
+        max_tokens=50,
+        messages=[{"role": "user", "content": "not streamed"}],
+        extra_body={"stream": None},
+    )
+    assert _text(message) == "Echo: not streamed"
+
+
+async def test_a_server_tool_is_refused_naming_its_type(
+    client: AsyncAnthropic, catalog: Catalog
+) -> None:
+    """It was refused as a custom tool without its input_schema ("Field required"), which
+    said nothing of why."""
+    body: Any = {
+        "model": catalog.profile("openai"),
+        "messages": [{"role": "user", "content": "search the web"}],
+        "tools": [
+            {"name": "lookup", "input_schema": {"type": "object"}},
+            {"type": "web_search_20250305", "name": "web_search", "max_uses": 3},
+        ],
+    }
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        await client.messages.create(max_tokens=50, **body)
+    with pytest.raises(anthropic.BadRequestError) as uncounted:
+        await client.messages.count_tokens(**body)
+    for error in (refused.value, uncounted.value):
+        assert "body.tools.1.type: server tools" in error.message, error.message
+        assert "Field required" not in error.message
