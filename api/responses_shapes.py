@@ -209,7 +209,7 @@ _NOT_KEPT = (
 )
 
 
-def _kind(item: dict[str, Any]) -> object:
+def item_kind(item: dict[str, Any]) -> object:
     """An item's type. Without one it is an easy message, or, holding an `id` and no `role`,
     an item_reference (whose `type` is optional in the SDK). A null type asks for nothing."""
     kind = item.get("type")
@@ -222,7 +222,7 @@ def references(body: ResponsesIn) -> list[str]:
     """The ids the input's item references name, for the caller to look up before mapping."""
     if isinstance(body.input, str):
         return []
-    refs = (item.get("id") for item in body.input if _kind(item) == "item_reference")
+    refs = (item.get("id") for item in body.input if item_kind(item) == "item_reference")
     return [ref for ref in refs if isinstance(ref, str)]
 
 
@@ -247,7 +247,7 @@ def _items(items: list[dict[str, Any]], kept: Mapping[str, dict[str, Any] | None
     messages: list[Message] = []
     for index, item in enumerate(items):
         loc: tuple[str | int, ...] = ("input", index)
-        kind = _kind(item)
+        kind = item_kind(item)
         if kind == "item_reference":
             item = _referenced(item, loc, kept)
             kind = item["type"]

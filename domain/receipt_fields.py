@@ -91,6 +91,10 @@ FIELDS: dict[str, Field] = {
     "buffered": Field(C, replayed=True, event=False, shown=True),
     # Which provider attempt answered (retries and fallbacks count from 1), at the close.
     "provider_attempt": Field(X, replayed=True, event=False, shown=True),
+    # The call's data classification, known at the claim (migration 0023): what an item
+    # reference to its answer must at least be sent as (api/responses_references.py). Not in
+    # the spec's receipt or event.
+    "data_classification": Field(C, replayed=False, event=False, shown=False),
 }
 del C, X, S
 

@@ -211,6 +211,11 @@ class InvocationReceiptRow(SQLModel, table=True):
     buffered: bool = Field(default=False, sa_column_kwargs={"server_default": sa.false()})
     # Which provider attempt answered (1, 2, … over retries and fallbacks): set at the close.
     provider_attempt: int | None = None
+    # The call's data classification (domain.policy.DataClassification's value), set at the
+    # claim (migration 0023): a Responses item reference to this answer is refused from a call
+    # of a lower classification (api/responses_references.py). Null on receipts claimed before
+    # the column.
+    data_classification: str | None = Field(default=None, max_length=32)
 
 
 # A run's events as a partial index's predicate (and the prune's, written the same so that the

@@ -34,6 +34,7 @@ from providers.upstream import ChatTurn, Reply, UpstreamServer, default_responde
 from providers.upstream.turn import ToolCallReply, TurnMessage
 from store.artifacts import ArtifactStore
 from tests.conftest import TokenFactory
+from tests.helpers.deadline import eventually
 from tests.helpers.surfaces import PROTOCOLS, Catalog, receipt
 
 DAY = 86_400.0
@@ -323,6 +324,9 @@ async def test_a_reference_to_an_answer_past_its_retention_is_refused(
     digest = row.output_artifact_ref.removeprefix("sha256:")
     store = ArtifactStore(settings.artifact_root)
     path = store.root / catalog.tenant / digest[:2] / digest
+    # Filed beside the close, which may land after the answer was sent (activities/
+    # invoke_close.py): touched at once, it was not there yet under load.
+    await eventually(path.exists)
     long_ago = time.time() - 40 * DAY
     os.utime(path, (long_ago, long_ago))
     assert store.purge_slot(digest[:2], 30 * DAY) >= 1 and not path.exists()

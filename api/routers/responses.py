@@ -19,7 +19,7 @@ from api.invocation_events import Running
 from api.openai_errors import ERROR_RESPONSES, error_envelope
 from api.responses_answers import output_items, response_body, status_of
 from api.responses_references import kept
-from api.responses_shapes import ResponsesIn, references, to_chat_request
+from api.responses_shapes import ResponsesIn, to_chat_request
 from api.responses_stream import ResponseEvents
 from api.surface import CallHeaders, Service
 from api.wire import (
@@ -53,7 +53,9 @@ async def create_response(
     headers: CallHeaders,
     runtime: RuntimeDep,
 ) -> Response:
-    chat = to_chat_request(body, await kept(runtime, principal.tenant_id, references(body)))
+    # The call's classification bounds the answers its references may bring in.
+    referred = await kept(runtime, principal.tenant_id, body, headers.data_classification)
+    chat = to_chat_request(body, referred)
     call = headers.chat_call(body.model, chat, buffered=not body.stream)
     created = int(time.time())  # integer Unix seconds, as OpenAI's (and a replay's)
 
