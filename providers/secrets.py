@@ -114,12 +114,18 @@ class SecretPolicy:
         if scheme != "file" or not Path(path).is_absolute():
             return set()
         owners = set()
-        for candidate in (Path(path), Path(path).resolve()):
+        resolved = Path(path).resolve()
+        for candidate in (Path(path), resolved):
             for base in self.file_dirs or ():
                 if candidate.is_relative_to(base):
                     parts = candidate.relative_to(base).parts
                     if len(parts) >= 3 and parts[0] == "tenants":
                         owners.add(parts[1])
+        # And where each tenant's folder resolves to: in a mounted Secret `tenants/<t>` is a
+        # link into the kubelet's `..<timestamp>/`, so a path reaching that file another way
+        # (an operator's link elsewhere in the mount) resolves outside any `tenants/`.
+        for base in self.file_dirs or ():
+            owners |= {t for t, folder in _tenant_folders(base) if resolved.is_relative_to(folder)}
         return owners
 
     def env_refusal(self, name: str) -> str | None:
@@ -144,15 +150,26 @@ class SecretPolicy:
 
 
 def climbs(path: str) -> str | None:
-    """Why a `file:` path may not hold a `..` segment. Its owner (`tenants/<tenant>/`) is read
-    from the path as written, with `..` cancelled as text, but the file is read as the path
-    resolves, through symlinks: in a mounted Secret each item is a link into `..data`, so
-    `tenants/B/../../A/key` read as no tenant's file, outside `tenants/`, and resolved to
-    tenant A's key (a security review's reproduction, 2026-12-07). Nothing needs `..` to name
-    a secret."""
-    if ".." in PurePosixPath(path).parts:
-        return "the path must not hold `..` segments"
+    """Why a `file:` path may not hold a `..` segment, nor one starting with `..`. Its owner
+    (`tenants/<tenant>/`) is read from the path as written, with `..` cancelled as text, but
+    the file is read as the path resolves, through symlinks: in a mounted Secret each item is a
+    link into `..data`, so `tenants/B/../../A/key` read as no tenant's file, outside
+    `tenants/`, and resolved to tenant A's key; and the kubelet's own `..data/tenants/A/key`
+    (no `..` segment) read as outside `tenants/` too (two security reviews' reproductions,
+    2026-12-07). Nothing needs either to name a secret: the kubelet's folders are its own."""
+    if any(part.startswith("..") for part in PurePosixPath(path).parts):
+        return "the path must not hold `..` segments or the mount's own `..` folders"
     return None
+
+
+def _tenant_folders(base: Path) -> list[tuple[str, Path]]:
+    """Each `tenants/<tenant>` folder under an allowed directory, as it resolves (the kubelet's
+    `..data` and `..<timestamp>` folders, when the Secret is mounted there, are no tenant's)."""
+    try:
+        entries = [e for e in (base / "tenants").iterdir() if not e.name.startswith(".")]
+        return [(entry.name, entry.resolve()) for entry in entries]
+    except OSError:  # no `tenants/` there: no tenant's folder
+        return []
 
 
 def normal_ref(endpoint_ref: str) -> str:

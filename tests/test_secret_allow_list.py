@@ -232,3 +232,39 @@ async def test_a_path_that_climbs_through_a_mounted_secrets_links_is_refused(
     # Its own key, named plainly, is its own.
     own = await endpoint_broker(settings).resolve(f"file:{mount}/{tenant}/key")
     assert own.api_key.get_secret_value() == f"sk-{tenant}-0123456789"
+
+
+async def test_the_kubelets_own_folders_lead_to_no_other_tenants_key(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """The Secret mounted at the allowed directory itself, as the manifests mount it: the
+    kubelet puts `..data -> ..<timestamp>` at its root and `tenants` is a link into `..data`.
+    `..data/tenants/A/key` holds no `..` segment, read as outside `tenants/` (no tenant's), and
+    resolved to A's key; so did a link of the operator's elsewhere in the mount into A's."""
+    mount = tmp_path / "secrets"
+    stamp = mount / "..2026_12_07_15_00_00.1"
+    (stamp / "tenants" / "tenant-a").mkdir(parents=True)
+    (stamp / "tenants" / "tenant-a" / "key").write_text("sk-tenant-a-0123456789")
+    (stamp / "shared").mkdir()
+    (stamp / "shared" / "a-alias").symlink_to("../tenants/tenant-a/key")
+    (mount / "..data").symlink_to(stamp.name)
+    (mount / "tenants").symlink_to("..data/tenants")
+    (mount / "shared").symlink_to("..data/shared")
+    configured = settings.model_copy(update={"secret_file_dirs": [mount]})
+    policy = secret_policy(configured)
+    broker = endpoint_broker(configured)
+    kubelets = f"file:{mount}/..data/tenants/tenant-a/key"
+    assert Path(kubelets.removeprefix("file:")).resolve().read_text().startswith("sk-tenant-a")
+    assert policy.refusal(kubelets) is not None
+    with pytest.raises(SecretResolutionError, match="must not hold"):
+        await broker.resolve(kubelets)
+    # Named another way that resolves into A's folder: A's alone.
+    alias = f"file:{mount}/shared/a-alias"
+    assert policy.refusal(alias) is None
+    assert policy.tenant_refusal(alias, "tenant-b") is not None
+    assert policy.tenant_refusal(alias, "tenant-a") is None
+    # A's own key, named plainly, is A's.
+    plain = f"file:{mount}/tenants/tenant-a/key"
+    assert policy.tenant_refusal(plain, "tenant-b") is not None
+    assert policy.tenant_refusal(plain, "tenant-a") is None
+    assert (await broker.resolve(plain)).api_key.get_secret_value() == "sk-tenant-a-0123456789"
