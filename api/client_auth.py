@@ -29,6 +29,7 @@ from anyio import CapacityLimiter, to_thread
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.security import verify_secret
+from domain.text import is_text
 from store.clients import find_client
 from store.tables import OAuthClient
 
@@ -158,15 +159,22 @@ async def authenticate(
 ) -> OAuthClient | None:
     """The enabled client whose secret this is, or None (unknown, disabled or wrong secret).
     Raises SignInsBusy when the line for a secret check is full."""
-    # No client id holds a NUL, and PostgreSQL refuses one in a text value: the lookup was a
-    # 500 to an unauthenticated caller (a form body's `%00`, or a Basic header's). Unknown.
     with SECRET_CHECKS.place():
-        client = None if "\x00" in client_id else await find_client(sessions, client_id)
+        client = await find_client(sessions, client_id) if _may_name_a_client(client_id) else None
         stored = client.secret_hash if client and not client.disabled else _DUMMY_HASH
         valid = await SECRET_CHECKS.check(secret, stored)
     if client is None or client.disabled or not valid:
         return None
     return client
+
+
+def _may_name_a_client(client_id: str) -> bool:
+    """Whether the store can be asked for a client of this id. No client id holds a NUL, which
+    PostgreSQL refuses in a text value, or half of a surrogate pair, which cannot even be sent
+    to it: either lookup was a 500 to a caller not signed in (a form body's `%00` or a Basic
+    header's; a multipart form's `+2AA-` declared UTF-7). Such an id is an unknown client's,
+    its secret still checked against the dummy hash."""
+    return "\x00" not in client_id and is_text(client_id)
 
 
 async def sign_in(

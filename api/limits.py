@@ -4,6 +4,17 @@ body size (by Content-Length and by counting what arrives), JSON nesting depth, 
 characters, numbers JSON cannot carry (NaN, Infinity, 1e400: api/non_finite.py). Pure ASGI so
 streaming responses are not buffered.
 
+A JSON body must be UTF-8 (RFC 8259 §8.1), a byte order mark before it allowed as the parser
+allows it. Python's parser also reads UTF-16 and UTF-32, and every check of the body's bytes
+here and in api/text_bodies.py reads them as UTF-8: a UTF-16 body's escapes (`\\ud800`,
+`\\u0000`) and brackets are each followed by a zero byte, and slipped past them all (a lone
+surrogate was a 500 on every invoke surface, and on /v1/responses after its call was made;
+nesting past the limit was taken, and a 500 from ~300 levels).
+
+Behind the request's checks, a string that is not text and still reaches its hash
+(domain/hashing.py's NotText, raised before anything is claimed) is answered here as those checks
+answer it, naming the field, never a 500.
+
 Request bodies are read here in full (they are bounded by the size limit and every route reads
 its body whole anyway) so a refusal is a clean 413/400 before any route code runs; the app then
 receives the same bytes.
@@ -26,11 +37,12 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.non_finite import non_finite_field
-from api.problems import Problem, envelope_for
+from api.problems import VALIDATION, Problem, envelope_for
 from core.jwks import IssuerUnreachable
 from core.logging import bind
 from core.security import Principal, TokenError, TokenVerifier
 from core.settings import Settings
+from domain.text import NotText, not_text
 
 PROBLEM_JSON = b"application/problem+json"
 # Probes and scrapes must keep answering whatever a client does.
@@ -45,6 +57,9 @@ _LARGE_BODY_PATHS = ("/factory/usage-statements",)
 _CONTENT_PATHS = ("/v1/", "/gateway/invoke", "/gateway/embed", "/gateway/rerank")
 _JSON_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# What json.detect_encoding names a UTF-8 body: with a byte order mark ("utf-8-sig") too, which
+# json.loads, and so every route, reads as the same text.
+_UTF8 = frozenset({"utf-8", "utf-8-sig"})
 _MAX_BUCKETS = 100_000
 # Where this middleware leaves the token it verified and whom it names, so the route's own
 # check (api/deps.py) does not verify the same token a second time: a JWT decode is ~1% of the
@@ -234,12 +249,13 @@ class LimitsMiddleware:
                     400,
                     "Bad Request",
                     detail,
-                    type_="https://model-router.dev/problems/validation",
+                    type_=VALIDATION,
                     errors=[{"field": field, "message": detail}],
                 )
                 return
 
         delivered = False
+        started = False
 
         async def replay() -> Message:
             nonlocal delivered
@@ -250,15 +266,28 @@ class LimitsMiddleware:
             return await receive()
 
         async def send_binding_tenant(message: Message) -> None:
-            # Only a verified token's tenant is one to log.
-            if message["type"] == "http.response.start" and principal is not None:
-                bind(tenant=principal.tenant_id)
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                # Only a verified token's tenant is one to log.
+                if principal is not None:
+                    bind(tenant=principal.tenant_id)
             await send(message)
 
-        await self.app(scope, replay, send_binding_tenant)
+        try:
+            await self.app(scope, replay, send_binding_tenant)
+        except NotText as exc:
+            if started:
+                raise  # a stream past its headers: nothing can be said in it any more
+            await _not_text(scope, send, bytes(body), str(exc))
 
     def _check_json(self, body: bytes, *, nul_allowed: bool) -> tuple[str, str] | None:
         """Why the body is refused, and the field it names; None when it is not."""
+        # First: every check below reads the bytes as UTF-8. Constant time: the encoding is told
+        # by the first four bytes (a JSON text starts with ASCII, so zero bytes among them are
+        # UTF-16's or UTF-32's), as json.loads tells it.
+        if json.detect_encoding(body) not in _UTF8:
+            return "The body must be UTF-8 (RFC 8259 §8.1), not UTF-16 or UTF-32.", "body"
         try:
             body.decode("utf-8")
         except UnicodeDecodeError:
@@ -319,6 +348,36 @@ async def _problem_of(scope: Scope, send: Send, problem: Problem) -> None:
         type_=problem.type,
         **problem.extensions,
     )
+
+
+async def _not_text(scope: Scope, send: Send, body: bytes, message: str) -> None:
+    """A request holding a string that is not text, which its route met at the request's hash:
+    refused as the request's own checks refuse one (api/text_bodies.py), naming the body's
+    field: a 422, or a 400 on a surface with an envelope of its own (OpenAI's, Anthropic's),
+    as those refuse what they cannot take (api/problems.py)."""
+    field = _not_text_field(body)
+    own = envelope_for(scope.get("app"), scope.get("path", "")) is not None
+    status, title = (400, "Bad Request") if own else (422, "Unprocessable Content")
+    await _problem(
+        scope,
+        send,
+        status,
+        title,
+        f"Invalid request: {field}",
+        type_=VALIDATION,
+        errors=[{"field": field, "message": message}],
+    )
+
+
+def _not_text_field(body: bytes) -> str:
+    """`body.<where>` of the body's first string that is not text; `body` when the body shows
+    none (the string was not sent as it is: the hash is taken over the request as the route
+    read it)."""
+    try:
+        where = not_text(json.loads(body)) if body else None
+    except (ValueError, RecursionError):
+        where = None  # not JSON (a form)
+    return ".".join(str(part) for part in ("body", *(where or ())))
 
 
 async def _too_large(scope: Scope, send: Send, limit: int) -> None:

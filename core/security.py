@@ -29,6 +29,7 @@ from core.settings import Settings
 from core.verified_tokens import Verified, VerifiedTokens
 from domain.enums import Role, Scope
 from domain.tenants import TENANT_ID_RULE, is_tenant_id
+from domain.text import is_text
 
 _SCRYPT = {"n": 2**14, "r": 8, "p": 1, "dklen": 32}
 
@@ -40,11 +41,14 @@ def hash_secret(secret: str) -> str:
 
 
 def verify_secret(secret: str, stored: str) -> bool:
+    """Whether `secret` is the one `stored` was hashed from. A secret that is not text (half of
+    a surrogate pair: a multipart form's declared UTF-7 gives one) is no client's, whose secrets
+    were all hashed from their UTF-8: it is wrong, not a 500 to a caller not signed in."""
     try:
         scheme, salt_b64, digest_b64 = stored.split("$")
     except ValueError:
         return False
-    if scheme != "scrypt":
+    if scheme != "scrypt" or not is_text(secret):
         return False
     digest = hashlib.scrypt(
         secret.encode(),

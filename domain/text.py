@@ -12,6 +12,9 @@ A pair may also come cut in two, one half at the end of a delta and the other at
 the next: a JavaScript proxy that re-chunks text by string index does that (its strings are
 UTF-16). `SplitPairs` holds the first half back until the next piece of the same text, so the
 character arrives whole instead of as two U+FFFD.
+
+A string that is no text and still reaches a request's hash (`NotText`, raised by
+domain/hashing.py) names where it is, for the API to refuse it naming the field.
 """
 
 from __future__ import annotations
@@ -35,14 +38,25 @@ def _no_nul(value: str) -> str:
 StoredName = Annotated[str, AfterValidator(_no_nul)]
 
 
+class NotText(ValueError):
+    """A value to be encoded (hashed, stored) holds a string that is not text, at `where`.
+
+    A ValueError, as the UnicodeEncodeError it replaces was: what caught that catches this. Its
+    message names neither the string nor where it is, which can be anything a caller sent."""
+
+    def __init__(self, where: Path) -> None:
+        super().__init__("not text: a surrogate escape (\\ud800-\\udfff) without its pair")
+        self.where = where
+
+
 def not_text(value: Any, path: Path = ()) -> Path | None:
     """Where in a parsed JSON document the first string (or object key) that is not text is,
     or None when every one is text."""
     if isinstance(value, str):
-        return None if _encodes(value) else path
+        return None if is_text(value) else path
     if isinstance(value, dict):
         for key, item in value.items():
-            if not _encodes(key):
+            if not is_text(key):
                 return path
             found = not_text(item, (*path, key))
             if found is not None:
@@ -55,7 +69,8 @@ def not_text(value: Any, path: Path = ()) -> Path | None:
     return None
 
 
-def _encodes(text: str) -> bool:
+def is_text(text: str) -> bool:
+    """Whether the string is text (it encodes as UTF-8): half of a surrogate pair is not."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -66,7 +81,7 @@ def _encodes(text: str) -> bool:
 def as_text(value: str) -> str:
     """`value` as text: two halves of a pair side by side are their character, and every half
     that stands alone is U+FFFD. Plain ASCII, nearly every chunk of an answer, is one check."""
-    if value.isascii() or _encodes(value):
+    if value.isascii() or is_text(value):
         return value
     # Through UTF-16, where the halves are code units: a pair decodes to its character, and
     # the decoder's "replace" gives U+FFFD for each unit it cannot pair.

@@ -8,7 +8,6 @@ it is shown again with a 503 (the line full) or a 429 (its address failing), and
 
 from __future__ import annotations
 
-import hmac
 import logging
 import secrets
 from datetime import UTC, datetime
@@ -29,6 +28,7 @@ from api.console.session import (
     Changing,
     ConsoleError,
     is_secure,
+    same_token,
 )
 from api.deps import RuntimeDep
 from core.security import credential_of, mint_token, mints_tokens
@@ -105,8 +105,7 @@ async def sign_in(
 ) -> Response:
     target = _safe_next(next)
     cookie_nonce = request.cookies.get(LOGIN_COOKIE, "")
-    # Compared as bytes: compare_digest raises on a str that is not ASCII (a 500 to anyone).
-    if not login_nonce or not hmac.compare_digest(login_nonce.encode(), cookie_nonce.encode()):
+    if not login_nonce or not same_token(login_nonce, cookie_nonce):
         expired = "The sign-in form expired; please try again."
         return _sign_in_page(request, target, expired, 403, client_id)
     if not client_id or not client_secret:

@@ -154,13 +154,19 @@ async def check_csrf(request: Request, operator: SignedIn) -> Operator:
         # Its fields are ids and names looked up or stored: PostgreSQL refuses a NUL in a text
         # value, which was a 500 (SQLite took it).
         raise ConsoleError(400, "The form contains a NUL character.")
-    given = form.get(CSRF_FIELD)
-    # Compared as bytes: compare_digest raises on a str that is not ASCII (a 500).
-    if not isinstance(given, str) or not hmac.compare_digest(
-        given.encode(), operator.csrf.encode()
-    ):
+    if not same_token(form.get(CSRF_FIELD), operator.csrf):
         raise ConsoleError(403, "The form's CSRF token is missing or not this session's.")
     return operator
+
+
+def same_token(given: object, expected: str) -> bool:
+    """Whether a posted token (the CSRF token, the sign-in form's nonce) is the one expected,
+    in constant time. Each is ASCII, so one that is not ASCII text is not it: compare_digest
+    raises on a str that is not ASCII, and `.encode()` on half of a surrogate pair (a multipart
+    form's declared UTF-7 gives one), each a 500."""
+    if not isinstance(given, str) or not given.isascii():
+        return False
+    return hmac.compare_digest(given.encode("ascii"), expected.encode())
 
 
 Changing = Annotated[Operator, Depends(check_csrf)]
