@@ -58,6 +58,7 @@ class _Turn:
     role: str
     index: int  # the first message's
     blocks: list[tuple[Loc, ContentBlock]] = field(default_factory=list)
+    indices: list[int] = field(default_factory=list)  # every message's, empty ones included
 
 
 def breakpoint_of(marker: CacheControl | None) -> dict[str, Any] | None:
@@ -106,6 +107,7 @@ def _turns(messages: list[MessageParam], cache: CacheControl | None) -> list[_Tu
             blocks = _marked(blocks, cache)
         if not turns or turns[-1].role != m.role:
             turns.append(_Turn(m.role, index))
+        turns[-1].indices.append(index)
         turns[-1].blocks += [(("messages", index, "content", b), x) for b, x in enumerate(blocks)]
     return turns
 
@@ -178,31 +180,48 @@ def _user(turn: _Turn) -> list[Message]:
 
 
 def _assistant(turn: _Turn, *, final: bool) -> list[Message]:
-    """One message: the turn's texts joined (as one turn's are), its calls in order. An earlier
-    turn that held only thinking is left out whole, as Anthropic reads it (nothing)."""
-    texts, calls, cache, kept = [], [], None, False
-    for loc, block in turn.blocks:
-        if thinking_left_out(block.type, loc, final=final):
+    """One message for each the caller sent: its texts joined, its calls in order. The turn (its
+    consecutive assistant messages) says which thinking blocks count: those of the final turn.
+    Kept apart, an Anthropic deployment gets each message's blocks in the order sent (merged
+    here, a text after a call was put before it, and only the last breakpoint was kept); an
+    OpenAI deployment's body joins them (providers/openai_request.py). A message that held only
+    thinking of an earlier turn is left out whole, as Anthropic reads it (nothing)."""
+    out: list[Message] = []
+    for index, blocks in _by_message(turn):
+        texts, calls, cache, kept = [], [], None, False
+        for loc, block in blocks:
+            if thinking_left_out(block.type, loc, final=final):
+                continue
+            kept = True
+            extra = block.model_extra or {}
+            if block.type == "text":
+                texts.append(_text(block, loc))
+            elif block.type == "tool_use":
+                if not isinstance(extra.get("id"), str) or not isinstance(extra.get("name"), str):
+                    raise _refuse(loc, "a tool_use block needs its id and name")
+                arguments = json.dumps(extra.get("input") or {}, separators=(",", ":"))
+                calls.append(ToolCall(id=extra["id"], name=extra["name"], arguments=arguments))
+            else:
+                raise _refuse((*loc, "type"), f"{block.type!r} blocks cannot be mapped")
+            cache = breakpoint_of(block.cache_control) or cache
+        if not kept and blocks:
             continue
-        kept = True
-        extra = block.model_extra or {}
-        if block.type == "text":
-            texts.append(_text(block, loc))
-        elif block.type == "tool_use":
-            if not isinstance(extra.get("id"), str) or not isinstance(extra.get("name"), str):
-                raise _refuse(loc, "a tool_use block needs its id and name")
-            arguments = json.dumps(extra.get("input") or {}, separators=(",", ":"))
-            calls.append(ToolCall(id=extra["id"], name=extra["name"], arguments=arguments))
-        else:
-            raise _refuse((*loc, "type"), f"{block.type!r} blocks cannot be mapped")
-        cache = breakpoint_of(block.cache_control) or cache
-    if not kept and not final:
-        return []
-    with field_errors("messages", turn.index):
-        message = Message(
-            role="assistant",
-            content=joined_texts(texts) or None,
-            tool_calls=tuple(calls),
-            cache_control=cache,
-        )
-    return [message]
+        with field_errors("messages", index):
+            out.append(
+                Message(
+                    role="assistant",
+                    content=joined_texts(texts) or None,
+                    tool_calls=tuple(calls),
+                    cache_control=cache,
+                )
+            )
+    return out
+
+
+def _by_message(turn: _Turn) -> list[tuple[int, list[tuple[Loc, ContentBlock]]]]:
+    """The turn's blocks grouped by the message they were sent in, in order; a message with no
+    blocks (an empty final assistant message) as one with none, mapped as it always was."""
+    groups: dict[int, list[tuple[Loc, ContentBlock]]] = {i: [] for i in turn.indices}
+    for loc, block in turn.blocks:
+        groups[int(loc[1])].append((loc, block))
+    return list(groups.items())

@@ -174,6 +174,12 @@ class MessageEvents:
         return out + b"".join(self._delta(d) for d in deltas)
 
     def text(self, text: str) -> bytes:
+        if not text:
+            # Nothing said (an Anthropic deployment's text_delta may be empty): no block opens
+            # for it, as the answer folded for the receipt, replays and the whole answer holds
+            # none (providers/completion_fold.py); after a call it was an empty text block the
+            # replay did not have, and Claude Code kept it in its history.
+            return b""
         key, delta = ("text", self._texts), {"type": "text_delta", "text": text}
         sent = self._more(key, delta)  # a block seen before: no new block to build
         return sent if sent is not None else self._put(key, {"type": "text", "text": ""}, delta)

@@ -29,11 +29,34 @@ def _message(message: Message) -> dict[str, Any]:
     return out
 
 
+def _assistant_turns(messages: tuple[Message, ...] | list[Message]) -> list[Message]:
+    """Consecutive assistant messages as one. Chat Completions wants each message with
+    `tool_calls` followed at once by the calls' results: a history of [assistant(call A),
+    assistant(call B), tool A, tool B] (Anthropic's Messages combines such turns, and Claude
+    Code sends them) was OpenAI's 400. Their texts are joined by a newline, their calls kept in
+    order: Chat Completions has no order between an assistant's text and its calls."""
+    out: list[Message] = []
+    for message in messages:
+        last = out[-1] if out else None
+        if last is None or message.role != "assistant" or last.role != "assistant":
+            out.append(message)
+            continue
+        texts = [t for t in (last.content, message.content) if t]
+        out[-1] = last.model_copy(
+            update={
+                "content": "\n".join(texts) or None,
+                "tool_calls": last.tool_calls + message.tool_calls,
+                "cache_control": message.cache_control or last.cache_control,
+            }
+        )
+    return out
+
+
 def chat_body(request: ChatRequest, model: str, max_tokens_param: str) -> dict[str, Any]:
     """The Chat Completions request body of a call, as plain JSON values."""
     params: dict[str, Any] = {
         "model": model,
-        "messages": [_message(m) for m in request.messages],
+        "messages": [_message(m) for m in _assistant_turns(request.messages)],
     }
     if request.tools:
         params["tools"] = [

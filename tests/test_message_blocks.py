@@ -175,3 +175,21 @@ def test_an_answer_given_whole_has_its_blocks_in_the_order_they_stream(order: st
     # A replay of the stored answer streams the same blocks.
     stored = Replayed(output=completion.model_dump_json().encode())
     assert _blocks(_stream(replay_events(stored))) == given
+
+
+def test_an_empty_text_delta_opens_no_block() -> None:
+    """An Anthropic deployment's text_delta may be empty: after a call it opened an empty text
+    block that the answer given whole and a replay (the fold) do not hold."""
+    parts: list[TextDelta | ToolCallDelta | Finish] = [
+        TextDelta(text="Run."),
+        ToolCallDelta(index=0, id="c0", name="read", arguments_delta='{"path": "a.py"}'),
+        TextDelta(text=""),
+        Finish(reason=FinishReason.TOOL_CALLS),
+    ]
+    invocation = uuid.uuid4()
+    completion = collect_events(parts)
+    whole = message_body(invocation, "code-agent", completion, _summary(invocation))
+    assert [b["type"] for b in whole["content"]] == ["text", "tool_use"]
+    assert [b["type"] for b in _blocks(_stream(parts))] == ["text", "tool_use"]
+    stored = Replayed(output=completion.model_dump_json().encode())
+    assert [b["type"] for b in _blocks(_stream(replay_events(stored)))] == ["text", "tool_use"]

@@ -158,6 +158,14 @@ async def test_consecutive_assistant_turns_are_one_turn(
     roles = [m["role"] for m in sent["messages"]]
     if protocol == "anthropic":
         assert roles == ["user", "assistant", "user"]
+        # Each message's blocks in the order sent: a text after a call stays after it.
+        blocks = sent["messages"][1]["content"]
+        assert [(b["type"], b.get("text") or b.get("id")) for b in blocks] == [
+            ("text", "Paris."),
+            ("tool_use", "t_a"),
+            ("text", "Rome."),
+            ("tool_use", "t_b"),
+        ]
         return
     # One assistant message of both calls, each followed by its result: OpenAI refuses a
     # tool_calls message whose results do not follow it.
