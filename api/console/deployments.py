@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from api import evaluations
 from api.console.landing import landing
 from api.console.profiles import readable, unreadable_profile
-from api.console.render import page
+from api.console.render import SECURITY_HEADERS, page
 from api.console.session import PATH, ConsoleError, Operator, SignedIn
 from api.deps import RuntimeDep
 from api.runtime import Runtime
@@ -117,7 +117,7 @@ async def board(request: Request, operator: SignedIn, runtime: RuntimeDep) -> Re
         # SSO proxy opens it): one that may read no deployments is sent to its first page.
         first = landing(operator.principal.roles, operator.principal.scopes)
         if first != PATH:
-            return RedirectResponse(first, status_code=303)
+            return RedirectResponse(first, status_code=303, headers=SECURITY_HEADERS)
     check_read(operator)
     async with runtime.sessions() as session:
         rows, unreadable = _readable(
