@@ -150,12 +150,27 @@ RESOLVE_SECONDS = 5.0
 # glibc's default `timeout:5`, before it asks again), so only names that hang count here: a
 # tenant's burst of healthy deliveries, however many its subscriptions, is never refused by it.
 TENANT_HUNG_LOOKUPS = 8
+# Lookups running at once that one tenant started, hung or not: at that many, its lookups of
+# further names are refused at once, with no thread, until one ends; other tenants' are not held.
+# Counting hung lookups only (above) left a tenant free for their first 5 s: its admin creating
+# subscriptions to unique names that hang (the API takes bursts of 400 requests, each looked up
+# before it is refused) started 512 lookups within them, the process's bound below, and every
+# tenant's lookups in that process were refused until the resolver gave up on those names
+# (10-30 s). At 32 a tenant holds at most a sixteenth of the process's lookups. Its healthy ones
+# stay well under it: a subscription's deliveries run one at a time (workflows/
+# webhook_delivery.py), a tenant holds at most 20 active subscriptions unless the operator raises
+# MODEL_ROUTER_WEBHOOK_MAX_SUBSCRIPTIONS_PER_TENANT, lookups of one host are shared, and a name
+# that answers does so in milliseconds: 20 at once at most, and 12 to spare for its admins'
+# subscription creations meanwhile. (A cap raised past ~30, on as many distinct hosts, lets a
+# burst's lookups past 32 be refused: a failed attempt each, retried.)
+TENANT_LOOKUPS = 32
 # Lookups running at once in a process, whoever's: past it, every new lookup is refused at once.
 # What it bounds is the threads: each blocked holds its stack, 8 MB reserved and some 17 KB
 # resident (512 threads waiting, measured on CPython 3.11), 9 MB at the cap. Generous: a
 # delivery worker runs at most 100 deliveries at once (worker.WEBHOOK_DELIVERY_SLOTS), and with
-# each tenant's hung lookups held near TENANT_HUNG_LOOKUPS it takes some fifty tenants' names
-# hanging at once to reach it.
+# each tenant's lookups held to TENANT_LOOKUPS (its hung ones to TENANT_HUNG_LOOKUPS) it takes
+# sixteen tenants at their bound at once (512 / 32), or sixty-four tenants' names hanging past
+# their 5 s (512 / 8), to reach it.
 PROCESS_LOOKUPS = 512
 
 
@@ -181,7 +196,8 @@ _LOOKUPS_LOCK = threading.Lock()
 
 def _lookup(host: str, port: int, tenant: str | None) -> _Lookup:
     """The lookup of `host` under way, or one started now on a thread of its own; TargetRefused
-    when `tenant` (or the process) holds as many hung lookups as it may."""
+    when `tenant` holds as many lookups, or hung lookups, as it may, or the process as many
+    lookups."""
     with _LOOKUPS_LOCK:
         under_way = _LOOKUPS.get(host)
         if under_way is not None:
@@ -210,14 +226,18 @@ def _refuse_past_bounds(host: str, tenant: str | None) -> None:
     passing its deadline."""
     if len(_LOOKUPS) >= PROCESS_LOOKUPS:
         raise TargetRefused(f"{host} was not looked up: {len(_LOOKUPS)} lookups are under way")
+    own = [lookup for lookup in _LOOKUPS.values() if lookup.tenant == tenant]
     now = time.monotonic()
-    hung = sum(
-        1 for lookup in _LOOKUPS.values() if lookup.tenant == tenant and lookup.deadline <= now
-    )
+    hung = sum(1 for lookup in own if lookup.deadline <= now)
     if hung >= TENANT_HUNG_LOOKUPS:
         raise TargetRefused(
             f"{host} was not looked up: {hung} of this tenant's receivers' names are still "
             f"resolving past {RESOLVE_SECONDS:g} s"
+        )
+    if len(own) >= TENANT_LOOKUPS:
+        raise TargetRefused(
+            f"{host} was not looked up: {len(own)} of this tenant's receivers' names are "
+            "being resolved"
         )
 
 

@@ -19,6 +19,7 @@ from activities.webhook_targets import TargetRefused, pinned
 from api.deps import RuntimeDep, SessionDep, TemporalDep, holds, require
 from api.problems import Problem, field_refused
 from core.security import Principal
+from core.settings import Settings
 from domain.access import Action
 from domain.cloudevents import to_cloudevent
 from domain.enums import Scope
@@ -177,37 +178,27 @@ async def create_subscription(
     body: SubscriptionBody, principal: Admin, runtime: RuntimeDep, temporal: TemporalDep
 ) -> CreatedSubscription:
     settings = runtime.settings
+    event_types = _event_types(body, principal)
+    # What refuses without the URL is asked first, in a transaction of its own: the lookup
+    # below may take 5 s, and one tenant's admin creating subscriptions to unique names that
+    # hang, though at the tenant's cap, started a lookup (a thread) for each before the 409
+    # (under the cap, TENANT_LOOKUPS in activities/webhook_targets.py bounds them).
+    # The lookup runs inside no transaction, so that it holds neither a pooled connection nor
+    # the tenant's lock on creates (active_count) for those 5 s.
+    async with transaction(runtime.sessions) as session:
+        await _refuse_without_url(session, settings, principal.tenant_id, body.start_after)
     try:
         await pinned(
             str(body.url), settings.webhook_allowed_private_networks, tenant=principal.tenant_id
         )
     except TargetRefused as exc:
         raise field_refused("body.url", str(exc), f"url is not allowed: {exc}.") from None
-    try:
-        # A creator who may not read runs subscribes to none of a run's events (the feed
-        # leaves them out of its pages too): they carry every run's receipts.
-        event_types = subscribed_types(
-            list(body.event_types), reads_runs=holds(principal, Scope.RUNS_READ, Action.READ_RUNS)
-        )
-    except ValueError as exc:
-        raise field_refused("body.eventTypes", str(exc), f"eventTypes: {exc}.") from None
     async with transaction(runtime.sessions) as session:
         subscriptions = WebhookSubscriptionRepository(session, principal.tenant_id)
-        most = settings.webhook_max_subscriptions_per_tenant
-        if await subscriptions.active_count() >= most:
-            raise Problem(
-                409,
-                f"This tenant holds {most} active webhook subscriptions, the most it may "
-                "(MODEL_ROUTER_WEBHOOK_MAX_SUBSCRIPTIONS_PER_TENANT): delete one first.",
-            )
+        # Again, under the lock this time held until the row is added: a create that ended
+        # meanwhile may have taken the last place.
+        await _refuse_without_url(session, settings, principal.tenant_id, body.start_after)
         start = body.start_after
-        if start is not None and start > await feed_end(session):
-            # Events up to it would be passed over as they came: a typo dropped them silently.
-            raise field_refused(
-                "body.startAfter",
-                "is past the end of the feed: events up to it would never be delivered",
-                "startAfter is past the end of the feed.",
-            )
         if start is None:
             # The end of the feed as readers see it: an event still being written below the
             # last position is delivered (its transaction may commit after this one).
@@ -249,6 +240,40 @@ async def create_subscription(
             headers={"Retry-After": "5"},
         ) from None
     return CreatedSubscription(**_view(row).model_dump(), signing_secret=secret)
+
+
+def _event_types(body: SubscriptionBody, principal: Principal) -> list[str]:
+    """The event types subscribed to, or a 422 naming body.eventTypes."""
+    try:
+        # A creator who may not read runs subscribes to none of a run's events (the feed
+        # leaves them out of its pages too): they carry every run's receipts.
+        return subscribed_types(
+            list(body.event_types), reads_runs=holds(principal, Scope.RUNS_READ, Action.READ_RUNS)
+        )
+    except ValueError as exc:
+        raise field_refused("body.eventTypes", str(exc), f"eventTypes: {exc}.") from None
+
+
+async def _refuse_without_url(
+    session: AsyncSession, settings: Settings, tenant_id: str, start_after: int | None
+) -> None:
+    """A 409 when the tenant holds as many active subscriptions as it may, a 422 when
+    `start_after` is past the end of the feed; the count is under the tenant's lock on creates
+    until the transaction ends (WebhookSubscriptionRepository.active_count)."""
+    most = settings.webhook_max_subscriptions_per_tenant
+    if await WebhookSubscriptionRepository(session, tenant_id).active_count() >= most:
+        raise Problem(
+            409,
+            f"This tenant holds {most} active webhook subscriptions, the most it may "
+            "(MODEL_ROUTER_WEBHOOK_MAX_SUBSCRIPTIONS_PER_TENANT): delete one first.",
+        )
+    if start_after is not None and start_after > await feed_end(session):
+        # Events up to it would be passed over as they came: a typo dropped them silently.
+        raise field_refused(
+            "body.startAfter",
+            "is past the end of the feed: events up to it would never be delivered",
+            "startAfter is past the end of the feed.",
+        )
 
 
 async def _discard(
