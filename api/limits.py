@@ -36,15 +36,15 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.limit_answers import not_text_answer, problem_answer, problem_of, too_large
 from api.non_finite import non_finite_field
-from api.problems import VALIDATION, Problem, envelope_for
+from api.problems import VALIDATION
 from core.jwks import IssuerUnreachable
 from core.logging import bind
 from core.security import Principal, TokenError, TokenVerifier
 from core.settings import Settings
-from domain.text import NotText, not_text
+from domain.text import NotText
 
-PROBLEM_JSON = b"application/problem+json"
 # Probes and scrapes must keep answering whatever a client does.
 _UNLIMITED_PATHS = frozenset({"/healthz", "/readyz", "/readyz/process", "/metrics"})
 # Where a larger body is the point: statement files have their own, larger limit.
@@ -157,7 +157,7 @@ class LimitsMiddleware:
         else:
             _hand_over(scope, token, principal)
             return principal
-        await _problem_of(scope, send, refusal)
+        await problem_of(scope, send, refusal)
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -177,7 +177,7 @@ class LimitsMiddleware:
                 key = f"a:{client[0] if client else 'unknown'}"
             wait = self.buckets.take(key)
             if wait > 0:
-                await _problem(
+                await problem_answer(
                     scope,
                     send,
                     429,
@@ -188,7 +188,9 @@ class LimitsMiddleware:
                 return
 
         if _CONTROL.search(path) or b"%00" in scope.get("query_string", b""):
-            await _problem(scope, send, 400, "Bad Request", "The URL contains control characters.")
+            await problem_answer(
+                scope, send, 400, "Bad Request", "The URL contains control characters."
+            )
             return
 
         limit = self.settings.max_body_bytes
@@ -217,12 +219,12 @@ class LimitsMiddleware:
                 limit = larger
                 if size <= limit:
                     return False
-            await _too_large(scope, send, limit)
+            await too_large(scope, send, limit)
             return True
 
         length = headers.get(b"content-length")
         if length is not None and not length.isdigit():
-            await _too_large(scope, send, limit)
+            await too_large(scope, send, limit)
             return
         if length is not None and int(length) > limit and await past(int(length)):
             return
@@ -243,7 +245,7 @@ class LimitsMiddleware:
             refusal = self._check_json(bytes(body), nul_allowed=path.startswith(_CONTENT_PATHS))
             if refusal:
                 detail, field = refusal
-                await _problem(
+                await problem_answer(
                     scope,
                     send,
                     400,
@@ -279,7 +281,7 @@ class LimitsMiddleware:
         except NotText as exc:
             if started:
                 raise  # a stream past its headers: nothing can be said in it any more
-            await _not_text(scope, send, bytes(body), str(exc))
+            await not_text_answer(scope, send, bytes(body), str(exc))
 
     def _check_json(self, body: bytes, *, nul_allowed: bool) -> tuple[str, str] | None:
         """Why the body is refused, and the field it names; None when it is not."""
@@ -335,101 +337,3 @@ def _bearer(headers: dict[bytes, bytes]) -> str | None:
 def _hand_over(scope: Scope, token: str, principal: Principal) -> None:
     # The request's own state (a copy per request of the lifespan's): read by api/deps.py.
     scope.setdefault("state", {})[VERIFIED] = (token, principal)
-
-
-async def _problem_of(scope: Scope, send: Send, problem: Problem) -> None:
-    await _problem(
-        scope,
-        send,
-        problem.status,
-        problem.title,
-        problem.detail,
-        headers=[(k.lower().encode(), v.encode()) for k, v in problem.headers.items()],
-        type_=problem.type,
-        **problem.extensions,
-    )
-
-
-async def _not_text(scope: Scope, send: Send, body: bytes, message: str) -> None:
-    """A request holding a string that is not text, which its route met at the request's hash:
-    refused as the request's own checks refuse one (api/text_bodies.py), naming the body's
-    field: a 422, or a 400 on a surface with an envelope of its own (OpenAI's, Anthropic's),
-    as those refuse what they cannot take (api/problems.py)."""
-    field = _not_text_field(body)
-    own = envelope_for(scope.get("app"), scope.get("path", "")) is not None
-    status, title = (400, "Bad Request") if own else (422, "Unprocessable Content")
-    await _problem(
-        scope,
-        send,
-        status,
-        title,
-        f"Invalid request: {field}",
-        type_=VALIDATION,
-        errors=[{"field": field, "message": message}],
-    )
-
-
-def _not_text_field(body: bytes) -> str:
-    """`body.<where>` of the body's first string that is not text; `body` when the body shows
-    none (the string was not sent as it is: the hash is taken over the request as the route
-    read it)."""
-    try:
-        where = not_text(json.loads(body)) if body else None
-    except (ValueError, RecursionError):
-        where = None  # not JSON (a form)
-    return ".".join(str(part) for part in ("body", *(where or ())))
-
-
-async def _too_large(scope: Scope, send: Send, limit: int) -> None:
-    await _problem(
-        scope,
-        send,
-        413,
-        "Content Too Large",
-        f"The request body exceeds {limit} bytes.",
-        maxBytes=limit,
-    )
-
-
-async def _problem(
-    scope: Scope,
-    send: Send,
-    status: int,
-    title: str,
-    detail: str,
-    *,
-    headers: list[tuple[bytes, bytes]] | None = None,
-    type_: str = "about:blank",
-    **extensions: Any,
-) -> None:
-    problem: dict[str, Any] = {
-        "type": type_,
-        "title": title,
-        "status": status,
-        "detail": detail,
-        "instance": scope.get("path", ""),
-    }
-    request_id = scope.get("state", {}).get("request_id")
-    if request_id:
-        problem["requestId"] = request_id
-    problem.update(extensions)
-    content_type = PROBLEM_JSON
-    # A surface with its own error envelope (Messages, Responses) gets these refusals in it too.
-    render = envelope_for(scope.get("app"), scope.get("path", ""))
-    if render is not None:
-        problem, more = render(status, problem)
-        content_type = more.pop("content-type", "application/json").encode()
-        headers = [*(headers or []), *((k.encode(), v.encode()) for k, v in more.items())]
-    payload = json.dumps(problem).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", content_type),
-                (b"content-length", str(len(payload)).encode()),
-                *(headers or []),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": payload})
