@@ -29,15 +29,14 @@ import httpx
 import pytest
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
-from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api import text_bodies
 from api.console.session import ConsoleError, Operator, check_csrf
 from core.security import Principal, hash_secret, verify_secret
 from providers.upstream import UpstreamServer
-from store.tables import InvocationReceiptRow
 from tests.helpers.browser import ConsoleSession
+from tests.helpers.receipts import receipt_count
 from tests.helpers.surfaces import Catalog
 
 LONE = "\\ud83d"  # the escape as the JSON text holds it: a high surrogate, no low one
@@ -88,16 +87,6 @@ def _refused(resp: httpx.Response, path: str, field: str, status: int = 400) -> 
     return str(found["errors"][0]["message"])
 
 
-async def _receipts(sessions: async_sessionmaker[AsyncSession], tenant: str) -> int:
-    async with sessions() as session:
-        found = await session.scalar(
-            select(func.count())
-            .select_from(InvocationReceiptRow)
-            .where(InvocationReceiptRow.tenant_id == tenant)  # type: ignore[arg-type]
-        )
-    return int(found or 0)
-
-
 async def test_a_json_body_in_utf16_or_utf32_is_refused_and_utf8_with_a_bom_is_taken(
     http: httpx.AsyncClient,
     catalog: Catalog,
@@ -111,13 +100,13 @@ async def test_a_json_body_in_utf16_or_utf32_is_refused_and_utf8_with_a_bom_is_t
             resp = await _post(http, catalog.auth, path, _encoded(body, LONE, encoding))
             message = _refused(resp, path, "body")
             assert "must be UTF-8" in message, (encoding, path, message)
-    assert await _receipts(sessions, tenant) == 0
+    assert await receipt_count(sessions, tenant) == 0
     assert upstream.state.stats.total == calls
     # The same body in UTF-8, a byte order mark before it, is read as it always was.
     path, body = _bodies(catalog.profile("openai"))[0]
     taken = await _post(http, catalog.auth, path, b"\xef\xbb\xbf" + _encoded(body, "hi", "utf-8"))
     assert taken.status_code == 200, taken.text
-    assert await _receipts(sessions, tenant) == 1
+    assert await receipt_count(sessions, tenant) == 1
 
 
 def _hidden_nesting(depth: int) -> dict[str, Any]:
@@ -185,7 +174,7 @@ async def test_a_string_that_is_not_text_met_at_the_requests_hash_is_refused_nam
         # As the request's checks refuse it: 400 on the SDK surfaces, 422 on the gateway's.
         status = 400 if path.startswith("/v1/") else 422
         assert "not text" in _refused(resp, path, field, status)
-    assert await _receipts(sessions, tenant) == 0
+    assert await receipt_count(sessions, tenant) == 0
     assert upstream.state.stats.total == calls
 
 

@@ -3,23 +3,8 @@ events are ordered."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
-from domain.cloudevents import OutboxEvent, to_cloudevent
-
-
-def _event(position: int) -> OutboxEvent:
-    return OutboxEvent(
-        position=position,
-        event_id=f"e{position}",
-        tenant_id="t",
-        event_type="DeploymentStateChanged",
-        topic="model-access.deployments.v1.deployment-state-changed",
-        aggregate_type="ModelDeployment",
-        aggregate_id="a/b",
-        payload={},
-        occurred_at=datetime.now(UTC),
-    )
+from domain.cloudevents import to_cloudevent
+from tests.helpers.outbox_events import state_changed
 
 
 def test_sequences_compare_as_text_in_the_order_of_their_positions() -> None:
@@ -27,8 +12,11 @@ def test_sequences_compare_as_text_in_the_order_of_their_positions() -> None:
     event 9. Across every change in digit count up to a BIGINT's largest value, text order is
     position order, and the number still reads back."""
     positions = [0, 1, 9, 10, 99, 100, 2**31, 2**32, 10**18 - 1, 10**18, 2**63 - 1]
-    sequences = [to_cloudevent(_event(p))["sequence"] for p in positions]
-    assert to_cloudevent(_event(9))["sequence"] < to_cloudevent(_event(10))["sequence"]
+    sequences = [to_cloudevent(state_changed(position=p))["sequence"] for p in positions]
+    assert (
+        to_cloudevent(state_changed(position=9))["sequence"]
+        < to_cloudevent(state_changed(position=10))["sequence"]
+    )
     assert sorted(sequences) == sequences
     assert [int(s) for s in sequences] == positions
     assert {len(s) for s in sequences} == {19}

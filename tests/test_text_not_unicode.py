@@ -18,12 +18,11 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from providers.upstream import Fault, FaultKind, UpstreamServer
 from providers.upstream.turn import ChatTurn, Reply, ToolCallReply
-from store.tables import InvocationReceiptRow
+from tests.helpers.receipts import receipt_count
 from tests.helpers.surfaces import Catalog
 
 LONE = "\\ud83d"  # the escape as it appears in the JSON text: a high surrogate, no low one
@@ -65,16 +64,6 @@ async def _post(
     return await http.post(path, content=content, headers=headers, timeout=30)
 
 
-async def _receipts(sessions: async_sessionmaker[AsyncSession], tenant: str) -> int:
-    async with sessions() as session:
-        found = await session.scalar(
-            select(func.count())
-            .select_from(InvocationReceiptRow)
-            .where(InvocationReceiptRow.tenant_id == tenant)  # type: ignore[arg-type]
-        )
-    return int(found or 0)
-
-
 async def test_a_string_that_is_not_text_is_refused_naming_its_field(
     http: httpx.AsyncClient,
     catalog: Catalog,
@@ -94,7 +83,7 @@ async def test_a_string_that_is_not_text_is_refused_naming_its_field(
             assert field in found["error"]["message"], (path, found)
         else:
             assert [e["field"] for e in found["errors"]] == [field], (path, found)
-    assert await _receipts(sessions, tenant) == 0
+    assert await receipt_count(sessions, tenant) == 0
     assert upstream.state.stats.total == calls
 
 
@@ -108,7 +97,7 @@ async def test_an_escaped_pair_is_text(
     resp = await _post(http, catalog.auth, path, body, PAIR)
     assert resp.status_code == 200, resp.text
     assert "\U0001f600" in resp.json()["choices"][0]["message"]["content"]  # echoed back
-    assert await _receipts(sessions, tenant) == 1
+    assert await receipt_count(sessions, tenant) == 1
 
 
 async def _answer(

@@ -11,7 +11,6 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -26,11 +25,11 @@ from activities.webhook_types import DeliverInput, DeliverySettings
 from activities.webhooks import WebhookActivities
 from api.routers.events import MAX_POSITION
 from core.settings import Settings
-from domain.cloudevents import OutboxEvent
 from store.db import transaction
 from store.repositories import WebhookSubscriptionRepository
 from tests.conftest import TokenFactory, free_port
 from tests.helpers.deadline import UNBOUNDED, eventually
+from tests.helpers.outbox_events import state_changed
 from tests.helpers.receiver import Receiver
 from tests.helpers.stack import serve
 
@@ -72,7 +71,7 @@ async def test_one_tenants_names_that_hang_hold_back_no_other_tenants_delivery(
                 DeliverInput(
                     tenant_id=tenant_id,
                     subscription_id=sub,
-                    event=_event(tenant_id, position),
+                    event=state_changed(tenant_id, position),
                     timeout_seconds=5,
                 )
             )
@@ -234,17 +233,3 @@ async def _subscription(
             url=url, signing_secret=secret, event_types=[], delivered_position=0
         )
     return str(row.subscription_id)
-
-
-def _event(tenant_id: str, position: int) -> OutboxEvent:
-    return OutboxEvent(
-        position=position,
-        event_id=str(uuid.uuid4()),
-        tenant_id=tenant_id,
-        event_type="DeploymentStateChanged",
-        topic="model-access.deployments.v1.deployment-state-changed",
-        aggregate_type="ModelDeployment",
-        aggregate_id="a/b",
-        payload={},
-        occurred_at=datetime.now(UTC),
-    )

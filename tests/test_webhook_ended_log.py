@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import httpx
 import pytest
@@ -20,12 +19,12 @@ from sqlmodel import col
 from activities.webhook_signing import new_secret
 from activities.webhook_types import DeliverInput, DeliverySettings
 from activities.webhooks import WebhookActivities
-from domain.cloudevents import OutboxEvent
 from store.columns import utcnow
 from store.db import transaction
 from store.repositories import WebhookSubscriptionRepository
 from store.webhook_tables import WebhookSubscriptionRow
 from tests.conftest import free_port
+from tests.helpers.outbox_events import state_changed
 from tests.helpers.receiver import Receiver
 
 LOOPBACK = [ipaddress.ip_network("127.0.0.0/8")]
@@ -88,7 +87,7 @@ async def test_a_subscription_ended_by_its_receiver_is_logged_with_why(
                     DeliverInput(
                         tenant_id=tenant,
                         subscription_id=str(sub),
-                        event=_event(tenant),
+                        event=state_changed(tenant),
                         timeout_seconds=5,
                     )
                 )
@@ -108,17 +107,3 @@ async def test_a_subscription_ended_by_its_receiver_is_logged_with_why(
         f"webhook subscription {sub} of tenant {tenant} (receiver host 127.0.0.1) ended: {stated}"
     )
     assert PATH not in line and "query-secret" not in line and secret not in line
-
-
-def _event(tenant_id: str) -> OutboxEvent:
-    return OutboxEvent(
-        position=1,
-        event_id=str(uuid.uuid4()),
-        tenant_id=tenant_id,
-        event_type="DeploymentStateChanged",
-        topic="model-access.deployments.v1.deployment-state-changed",
-        aggregate_type="ModelDeployment",
-        aggregate_id="a/b",
-        payload={},
-        occurred_at=datetime.now(UTC),
-    )

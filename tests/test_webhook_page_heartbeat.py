@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -25,12 +24,12 @@ from activities.webhook_types import (
 )
 from activities.webhooks import EVENT_MARGIN_SECONDS, WebhookActivities
 from core.settings import Settings
-from domain.cloudevents import OutboxEvent
 from store.db import transaction
 from store.repositories import WebhookSubscriptionRepository
 from tests.conftest import TokenFactory, free_port
 from tests.helpers.catalog import register
 from tests.helpers.deadline import eventually
+from tests.helpers.outbox_events import state_changed
 from tests.helpers.receiver import Receiver
 
 
@@ -72,20 +71,6 @@ async def test_a_pages_activity_runs_on_the_deliveries_queue_with_a_heartbeat_ti
         assert page.task_queue.name == deliveries_queue(settings.temporal_task_queue), page
 
 
-def _event(tenant: str, position: int) -> OutboxEvent:
-    return OutboxEvent(
-        position=position,
-        event_id=str(uuid.uuid4()),
-        tenant_id=tenant,
-        event_type="DeploymentStateChanged",
-        topic="model-access.deployments.v1.deployment-state-changed",
-        aggregate_type="ModelDeployment",
-        aggregate_id=f"a/{position}",
-        payload={},
-        occurred_at=datetime.now(UTC),
-    )
-
-
 async def test_a_page_retried_after_its_worker_went_starts_at_the_event_under_way(
     sessions: async_sessionmaker[AsyncSession], tenant: str
 ) -> None:
@@ -102,7 +87,7 @@ async def test_a_page_retried_after_its_worker_went_starts_at_the_event_under_wa
                 delivered_position=0,
             )
         receiver.secret = row.signing_secret or ""
-        events = [_event(tenant, n) for n in (11, 12, 13, 14)]
+        events = [state_changed(tenant, n, aggregate_id=f"a/{n}") for n in (11, 12, 13, 14)]
         env = ActivityEnvironment()
         env.info = dataclasses.replace(
             env.info, heartbeat_details=[2], start_to_close_timeout=timedelta(seconds=60)

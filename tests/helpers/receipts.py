@@ -90,6 +90,17 @@ async def invoked_events(
         return list((await session.scalars(stmt)).all())
 
 
+async def receipt_count(sessions: async_sessionmaker[AsyncSession], tenant: str) -> int:
+    """How many receipts the tenant has: a refused request must write none."""
+    async with sessions() as session:
+        found = await session.scalar(
+            select(func.count())
+            .select_from(InvocationReceiptRow)
+            .where(col(InvocationReceiptRow.tenant_id) == tenant)
+        )
+    return int(found or 0)
+
+
 async def all_closed(sessions: async_sessionmaker[AsyncSession], tenant: str) -> bool:
     """Whether every receipt of the tenant is closed (for `eventually`)."""
     async with sessions() as session:
