@@ -30,14 +30,13 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api.console.overview_cache import TTL, OverviewCache, Snapshot
 from core.local_ports import free_port
-from core.security import new_client_secret
 from core.settings import Settings
 from domain.access import Action, may, reading_receipts
-from domain.enums import Role, Scope, UsageStatus
+from domain.enums import Role, UsageStatus
 from store import overview_reads
-from store.clients import upsert_client
 from store.overview_reads import OverviewFigures
 from tests.helpers.browser import ConsoleSession, audit, sign_in, start_browser, text
+from tests.helpers.clients import client_of
 from tests.helpers.deadline import eventually, wait_until
 from tests.helpers.receipts import add_receipt
 from tests.helpers.stack import serve
@@ -45,25 +44,10 @@ from tests.helpers.stack import serve
 NEEDS = "needs the role Observer or Operator or PlatformAdmin"
 
 
-async def _client(
-    sessions: async_sessionmaker[AsyncSession], tenant: str, role: Role
-) -> tuple[str, str]:
-    client_id, secret = f"roles-{uuid.uuid4().hex[:8]}", new_client_secret()
-    await upsert_client(
-        sessions,
-        tenant_id=tenant,
-        client_id=client_id,
-        secret=secret,
-        roles=[role],
-        scopes=list(Scope),
-    )
-    return client_id, secret
-
-
 async def _signed_in(
     base: str, sessions: async_sessionmaker[AsyncSession], tenant: str, role: Role
 ) -> ConsoleSession:
-    session, answer = await ConsoleSession.sign_in(base, *await _client(sessions, tenant, role))
+    session, answer = await ConsoleSession.sign_in(base, *await client_of(sessions, tenant, role))
     assert answer.status_code == 303, answer.text[:300]
     return session
 
@@ -182,8 +166,8 @@ async def test_a_requester_goes_from_the_refusal_to_its_run_in_the_browser(
     run = uuid.uuid4()
     receipt = await _receipt(sessions, tenant, run)
     await _receipt(sessions, tenant, uuid.uuid4())  # another run's, never shown
-    requester = await _client(sessions, tenant, Role.REQUESTER)
-    operator = await _client(sessions, tenant, Role.OPERATOR)
+    requester = await client_of(sessions, tenant, Role.REQUESTER)
+    operator = await client_of(sessions, tenant, Role.OPERATOR)
 
     def steps() -> None:
         sign_in(browser, api_url, *requester)

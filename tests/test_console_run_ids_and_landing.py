@@ -23,10 +23,9 @@ from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.select import Select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from core.security import new_client_secret
 from domain.enums import InvocationOutcome, Role, Scope, UsageStatus
-from store.clients import upsert_client
 from tests.helpers.browser import audit, sign_in, start_browser, text
+from tests.helpers.clients import client_of
 from tests.helpers.deadline import wait_until
 from tests.helpers.receipts import add_receipt
 
@@ -38,24 +37,6 @@ def browser() -> Iterator[WebDriver]:
         yield driver
     finally:
         driver.quit()
-
-
-async def _client(
-    sessions: async_sessionmaker[AsyncSession],
-    tenant: str,
-    role: Role,
-    scopes: list[Scope] | None = None,
-) -> tuple[str, str]:
-    client_id, secret = f"runids-{uuid.uuid4().hex[:8]}", new_client_secret()
-    await upsert_client(
-        sessions,
-        tenant_id=tenant,
-        client_id=client_id,
-        secret=secret,
-        roles=[role],
-        scopes=scopes if scopes is not None else list(Scope),
-    )
-    return client_id, secret
 
 
 async def _receipt(
@@ -125,7 +106,7 @@ async def test_a_requester_opens_a_receipt_of_its_run_typed_in_upper_case(
     run = uuid.uuid4()
     receipt = await _receipt(sessions, tenant, run)
     await _receipt(sessions, tenant, uuid.uuid4())  # another run's, never shown
-    requester = await _client(sessions, tenant, Role.REQUESTER)
+    requester = await client_of(sessions, tenant, Role.REQUESTER)
 
     def steps() -> None:
         sign_in(browser, api_url, *requester)
@@ -160,7 +141,7 @@ async def test_the_run_filter_reads_a_paste_and_says_what_it_cannot_beside_its_f
     run = uuid.uuid4()
     completed = await _receipt(sessions, tenant, run)
     await _receipt(sessions, tenant, run, InvocationOutcome.FAILED)  # filtered out by outcome
-    observer = await _client(sessions, tenant, Role.OBSERVER)
+    observer = await client_of(sessions, tenant, Role.OBSERVER)
     junk = "not-a-run-id-" * 20  # longer than any form of a UUID
 
     def outcome() -> str:
@@ -202,9 +183,9 @@ async def test_a_sign_in_lands_on_a_page_its_roles_may_read(
 ) -> None:
     run = uuid.uuid4()
     receipt = await _receipt(sessions, tenant, run)
-    requester = await _client(sessions, tenant, Role.REQUESTER)
-    runs_only = await _client(sessions, tenant, Role.REQUESTER, [Scope.RUNS_READ])
-    operator = await _client(sessions, tenant, Role.OPERATOR)
+    requester = await client_of(sessions, tenant, Role.REQUESTER)
+    runs_only = await client_of(sessions, tenant, Role.REQUESTER, [Scope.RUNS_READ])
+    operator = await client_of(sessions, tenant, Role.OPERATOR)
 
     def steps() -> None:
         # A Requester reads no deployments: its first page is Profiles, not "Not allowed".
@@ -239,8 +220,8 @@ async def test_the_consoles_address_and_its_error_pages_lead_to_a_page_the_clien
     """`/console` is every client's way in (an SSO proxy opens it; every error page links back
     to it): a client that may read no deployments is sent on to its first page, not told "Not
     allowed" there."""
-    requester = await _client(sessions, tenant, Role.REQUESTER)
-    operator = await _client(sessions, tenant, Role.OPERATOR)
+    requester = await client_of(sessions, tenant, Role.REQUESTER)
+    operator = await client_of(sessions, tenant, Role.OPERATOR)
 
     def steps() -> None:
         sign_in(browser, api_url, *requester)
