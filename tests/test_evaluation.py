@@ -13,7 +13,7 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col, select
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 
 from api.evaluations import settled
 from core.settings import Settings
@@ -267,6 +267,14 @@ async def test_a_reader_never_settles_a_row_over_the_outcome_its_run_recorded(
     async with sessions() as session:
         recorded = await session.get(EvaluationRow, done["evaluationId"])
     assert recorded is not None and recorded.status == "Completed" and recorded.summary
+    # The run records its row, then ends: the reader finds it ended only once Temporal says so
+    # (read at once under CI's load, the workflow was still closing, and settled saw it running).
+    handle = temporal_client.get_workflow_handle(done["evaluationId"])
+
+    async def ended() -> bool:
+        return (await handle.describe()).status is not WorkflowExecutionStatus.RUNNING
+
+    await eventually(ended, timeout=60)
     # The row as that reader holds it: read while the run was still going.
     recorded.status = "Running"
     assert await settled(temporal_client, sessions, recorded)
