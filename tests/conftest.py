@@ -15,6 +15,7 @@ import asyncpg
 import httpx
 import pytest
 import uvicorn
+from anthropic import AsyncAnthropic
 from openai import AsyncOpenAI
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -315,6 +316,18 @@ async def openai_sdk(
     its own (a test that wants the SDK's retries makes its own client)."""
     async with AsyncOpenAI(
         base_url=f"{api_url}/v1", api_key=await token_for(tenant), max_retries=0
+    ) as sdk:
+        yield sdk
+
+
+@pytest.fixture
+async def anthropic_sdk(
+    api_url: str, token_for: TokenFactory, tenant: str
+) -> AsyncIterator[AsyncAnthropic]:
+    """The anthropic SDK as a caller of the API (/v1/messages), with the test's tenant's token
+    and no retries of its own."""
+    async with AsyncAnthropic(
+        base_url=api_url, api_key=await token_for(tenant), max_retries=0
     ) as sdk:
         yield sdk
 

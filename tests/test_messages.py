@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anthropic
@@ -46,13 +45,9 @@ WEATHER: Any = {
 
 
 @pytest.fixture
-async def client(
-    api_url: str, token_for: TokenFactory, tenant: str, catalog: Catalog
-) -> AsyncIterator[AsyncAnthropic]:
-    async with AsyncAnthropic(
-        base_url=api_url, api_key=await token_for(tenant), max_retries=0
-    ) as c:
-        yield c
+def client(anthropic_sdk: AsyncAnthropic, catalog: Catalog) -> AsyncAnthropic:
+    """The tenant's anthropic SDK, once the catalog is published."""
+    return anthropic_sdk
 
 
 def _text(message: Any) -> str:

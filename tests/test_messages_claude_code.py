@@ -9,7 +9,7 @@ cannot return, or context edits that change what the model sees, is still refuse
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -19,7 +19,6 @@ from anthropic import AsyncAnthropic
 from providers.anthropic_convert import convert
 from providers.types import ChatRequest, Message, Tool
 from providers.upstream import ChatTurn, Reply, UpstreamServer, default_responder
-from tests.conftest import TokenFactory
 from tests.helpers.surfaces import PROTOCOLS, Catalog
 
 # A breakpoint as Claude Code marks its system prompt: `scope` is a beta's field.
@@ -119,13 +118,9 @@ def claude_code_turn(profile: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def client(
-    api_url: str, token_for: TokenFactory, tenant: str, catalog: Catalog
-) -> AsyncIterator[AsyncAnthropic]:
-    async with AsyncAnthropic(
-        base_url=api_url, api_key=await token_for(tenant), max_retries=0
-    ) as c:
-        yield c
+def client(anthropic_sdk: AsyncAnthropic, catalog: Catalog) -> AsyncAnthropic:
+    """The tenant's anthropic SDK, once the catalog is published."""
+    return anthropic_sdk
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ was dropped, and is refused, as Anthropic refuses it."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -17,7 +17,6 @@ import pytest
 from anthropic import AsyncAnthropic
 
 from providers.upstream import ChatTurn, Reply, UpstreamServer, default_responder
-from tests.conftest import TokenFactory
 from tests.helpers.surfaces import PROTOCOLS, Catalog
 
 # What a thinking model's turns hold: none of it may reach a deployment.
@@ -37,13 +36,9 @@ def _result(call_id: str, text: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def client(
-    api_url: str, token_for: TokenFactory, tenant: str, catalog: Catalog
-) -> AsyncIterator[AsyncAnthropic]:
-    async with AsyncAnthropic(
-        base_url=api_url, api_key=await token_for(tenant), max_retries=0
-    ) as c:
-        yield c
+def client(anthropic_sdk: AsyncAnthropic, catalog: Catalog) -> AsyncAnthropic:
+    """The tenant's anthropic SDK, once the catalog is published."""
+    return anthropic_sdk
 
 
 @pytest.fixture

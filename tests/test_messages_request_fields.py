@@ -6,7 +6,6 @@ sent as null (a whole answer), and a server tool (refused naming its type)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anthropic
@@ -14,18 +13,13 @@ import pytest
 from anthropic import AsyncAnthropic
 
 from providers.upstream import ChatTurn, Reply, UpstreamServer, default_responder
-from tests.conftest import TokenFactory
 from tests.helpers.surfaces import PROTOCOLS, Catalog
 
 
 @pytest.fixture
-async def client(
-    api_url: str, token_for: TokenFactory, tenant: str, catalog: Catalog
-) -> AsyncIterator[AsyncAnthropic]:
-    async with AsyncAnthropic(
-        base_url=api_url, api_key=await token_for(tenant), max_retries=0
-    ) as c:
-        yield c
+def client(anthropic_sdk: AsyncAnthropic, catalog: Catalog) -> AsyncAnthropic:
+    """The tenant's anthropic SDK, once the catalog is published."""
+    return anthropic_sdk
 
 
 def _text(message: Any) -> str:
