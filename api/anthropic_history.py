@@ -1,8 +1,8 @@
 """A Messages request's history as normalised messages (the rest of the request:
 api/anthropic_shapes.py): text, `tool_use` and `tool_result` blocks mapped; consecutive turns of
 one role merged into one, as Anthropic combines them; the thinking blocks of earlier assistant
-turns left out (api/anthropic_thinking.py); a turn with no content refused, as Anthropic
-refuses it, and any other block refused naming it, never dropped.
+turns left out (api/anthropic_thinking.py); a turn with no content, or a text block with an empty
+text, refused, as Anthropic refuses them, and any other block refused naming it, never dropped.
 """
 
 from __future__ import annotations
@@ -23,6 +23,10 @@ Loc = tuple[str | int, ...]
 
 # Anthropic's own words for it (its 400 names `messages.N`; the field here is its content).
 _EMPTY = "all messages must have non-empty content except for the optional final assistant message"
+# Anthropic's words for a text block whose text is "" (a message's or a system block's): passed on,
+# an Anthropic deployment refused it after the call was claimed, a Failed receipt for a request
+# that was never going to be answered. Whitespace-only text is not refused here.
+EMPTY_TEXT = "text content blocks must be non-empty"
 
 
 class _Loose(BaseModel):
@@ -103,6 +107,9 @@ def _turns(messages: list[MessageParam], cache: CacheControl | None) -> list[_Tu
         if not blocks and not (index == last and m.role == "assistant"):
             # It was dropped: a user turn the caller sent reached no model.
             raise _refuse(("messages", index, "content"), _EMPTY)
+        for b, block in enumerate(blocks if isinstance(m.content, list) else ()):
+            if block.type == "text" and (block.model_extra or {}).get("text") == "":
+                raise _refuse(("messages", index, "content", b, "text"), EMPTY_TEXT)
         if index == last:
             blocks = _marked(blocks, cache)
         if not turns or turns[-1].role != m.role:

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.anthropic_history import (
+    EMPTY_TEXT,
     CacheControl,
     MessageParam,
     breakpoint_of,
@@ -248,6 +249,9 @@ def _refusals(body: MessagesIn | CountTokensIn) -> None:
     taken = _HINTS | (_MESSAGES_FIELDS if isinstance(body, CountTokensIn) else frozenset())
     for name in sorted(k for k, v in extra.items() if v is not None and k not in taken):
         raise _refuse((name,), "unknown or unsupported parameter")
+    for index, block in enumerate(body.system if isinstance(body.system, list) else ()):
+        if block.text == "":  # refused by Anthropic too, naming `system.N.text`
+            raise _refuse(("system", index, "text"), EMPTY_TEXT)
     for index, tool in enumerate(body.tools or []):
         _tool_refusals(index, tool)
     check_thinking(body.thinking)

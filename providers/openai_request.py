@@ -1,5 +1,6 @@
 """The OpenAI Chat Completions request body, built from our own request types: what the adapter
-sends through the SDK's client as it is (providers/openai_adapter.py)."""
+sends through the SDK's client as it is (providers/openai_adapter.py). Claude Code's billing line
+(a system block of its own) is left out of it: see _billing_line."""
 
 from __future__ import annotations
 
@@ -8,6 +9,21 @@ from typing import Any
 from providers.types import ChatRequest, Message
 
 TOOL_ERROR_PREFIX = "Error: "
+# What Claude Code's first system block starts with, e.g. `x-anthropic-billing-header:
+# cc_version=2.0.14; cc_entrypoint=cli; cch=ab12c;`. Its value changes every turn.
+BILLING_HEADER = "x-anthropic-billing-header:"
+
+
+def _billing_line(message: Message) -> bool:
+    """Whether the message is Claude Code's billing block. Sent first, its changing value made an
+    OpenAI deployment's prefix cache miss on every turn, and it says nothing to the model: left
+    out of this body only (an Anthropic deployment is sent it, as Anthropic reads it). Messages
+    maps each system block to a system message of its own (api/anthropic_shapes.py), so here
+    the block is the whole message; one that goes on past its first line (a `system` sent as one
+    string that begins with the line) holds the caller's prompt too, and is kept whole."""
+    if message.role != "system" or not message.content:
+        return False
+    return message.content.startswith(BILLING_HEADER) and "\n" not in message.content.strip()
 
 
 def _message(message: Message) -> dict[str, Any]:
@@ -56,7 +72,9 @@ def chat_body(request: ChatRequest, model: str, max_tokens_param: str) -> dict[s
     """The Chat Completions request body of a call, as plain JSON values."""
     params: dict[str, Any] = {
         "model": model,
-        "messages": [_message(m) for m in _assistant_turns(request.messages)],
+        "messages": [
+            _message(m) for m in _assistant_turns(request.messages) if not _billing_line(m)
+        ],
     }
     if request.tools:
         params["tools"] = [
