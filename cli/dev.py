@@ -73,6 +73,8 @@ class DevStack:
                 "MODEL_ROUTER_ARTIFACT_ROOT": str(self.data_dir / "artifacts"),
                 "MODEL_ROUTER_API_HOST": "127.0.0.1",
                 "MODEL_ROUTER_API_PORT": str(self.api_port),
+                # The demo tenant's PlatformAdmin runs the schedules from the console.
+                "MODEL_ROUTER_PLATFORM_TENANTS": json.dumps([DEMO_TENANT]),
                 # The demo catalog lives on the local upstream simulator, behind an endpointRef
                 # that names no port (env:MODEL_ROUTER_PROVIDER_DEV_SIMULATOR, under the default
                 # provider prefix the secret allow-list admits): the address is this run's, so

@@ -51,6 +51,7 @@ from tests.helpers.browser import (
 from tests.helpers.catalog import profile_event, publish, record_evidence, register
 from tests.helpers.deadline import eventually, wait_until
 from tests.helpers.receipts import add_receipt
+from tests.helpers.stack import serve
 
 
 @dataclass(frozen=True)
@@ -505,17 +506,25 @@ async def schedules(temporal_client: Client, settings: Settings) -> AsyncIterato
 
 
 async def test_schedules_show_last_and_next_run_and_admins_run_them_now(
-    api_url: str,
     demo: Demo,
     browser: WebDriver,
     sessions: async_sessionmaker[AsyncSession],
+    settings: Settings,
     temporal_client: Client,
     schedules: list[str],
 ) -> None:
     observer = await _client(sessions, demo.tenant, [Role.OBSERVER])
     probe = schedule_id_of(schedules, "deployment-health-probe")
+    # An API of its own whose settings list the demo tenant as a platform tenant, as `make dev`
+    # lists its own (the suite's lists none); its invocation worker on a queue of its own.
+    own = settings.model_copy(
+        update={
+            "platform_tenants": [demo.tenant],
+            "temporal_invocation_task_queue": f"console-schedules-{uuid.uuid4().hex[:8]}",
+        }
+    )
 
-    def steps() -> None:
+    def steps(api_url: str) -> None:
         sign_in(browser, api_url, demo.admin.client_id, demo.admin.secret)
         _open(browser, f"{api_url}/console/schedules")
         row = browser.find_element(By.CSS_SELECTOR, "tr[data-schedule='deployment-health-probe']")
@@ -529,7 +538,8 @@ async def test_schedules_show_last_and_next_run_and_admins_run_them_now(
         assert not browser.find_elements(By.ID, "run-deployment-health-probe")
         assert "PlatformAdmin only" in text(browser, "schedules")
 
-    await asyncio.to_thread(steps)
+    async with serve(own) as api:
+        await asyncio.to_thread(steps, api.url)
 
     async def triggered() -> bool:
         info = (await temporal_client.get_schedule_handle(probe).describe()).info

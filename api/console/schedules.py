@@ -1,5 +1,6 @@
 """The scheduled jobs (health probe, receipt reconciler): last and next run from Temporal's
-schedule descriptions, and "run now" (a schedule trigger) for platform admins."""
+schedule descriptions, and "run now" (a schedule trigger) for the platform's admins: a
+PlatformAdmin of a tenant listed in `platform_tenants`."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from api.console.render import SECURITY_HEADERS, page
 from api.console.session import Changing, ConsoleError, Operator, SignedIn
 from api.deps import RuntimeDep
+from api.runtime import Runtime
 from core.schedule_spec import spec_text
 from core.schedules import NAMES, schedule_id
 from domain.access import Action
@@ -34,9 +36,22 @@ def _unavailable(exc: RPCError) -> ConsoleError:
     return ConsoleError(503, "Temporal did not answer; try again shortly.")
 
 
-def _is_admin(operator: Operator) -> bool:
-    # Schedules are platform-wide (all tenants' probes and receipts).
-    return Role.PLATFORM_ADMIN in operator.principal.roles
+# Why Run now is not offered (the page) or refused (a POST). The setting is named: a tenant's
+# PlatformAdmin told only "PlatformAdmin" could not tell why its role was not enough.
+NOT_PLATFORM = (
+    "Run now is for a PlatformAdmin of a platform tenant (the setting "
+    "MODEL_ROUTER_PLATFORM_TENANTS lists them): these schedules serve every tenant, and the "
+    "health probe spends every tenant's provider keys."
+)
+
+
+def _may_trigger(operator: Operator, runtime: Runtime) -> bool:
+    # Schedules are platform-wide (all tenants' probes and receipts): every tenant has its own
+    # PlatformAdmin, so the role alone let any tenant's admin spend the others' provider keys.
+    return (
+        Role.PLATFORM_ADMIN in operator.principal.roles
+        and operator.tenant_id in runtime.settings.platform_tenants
+    )
 
 
 async def _describe(client: Any, sid: str) -> dict[str, Any]:
@@ -86,7 +101,8 @@ async def schedules(
         title="Schedules",
         nav="schedules",
         schedules=rows,
-        can_trigger=_is_admin(operator),
+        can_trigger=_may_trigger(operator, runtime),
+        not_platform=NOT_PLATFORM,
         done=done if done in NAMES else None,
     )
 
@@ -99,8 +115,8 @@ async def run_now(
     name: Annotated[str, Form(max_length=100)],
 ) -> Response:
     _read(operator)
-    if not _is_admin(operator):
-        raise ConsoleError(403, "Run now is for PlatformAdmin: schedules serve every tenant.")
+    if not _may_trigger(operator, runtime):
+        raise ConsoleError(403, NOT_PLATFORM)
     if name not in NAMES:
         raise ConsoleError(404, f"No schedule {name!r}.")
     client = await runtime.temporal()
