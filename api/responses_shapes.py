@@ -13,7 +13,7 @@ which it keeps for replays anyway, still holds it (read by api/routers/responses
 other reference, or one whose answer is no longer kept, is refused. So is what the normalised
 request cannot carry: images, files, audio, reasoning items and settings, non-function tools,
 a function tool's fields other than its name, description, parameters and strict, `top_p`,
-logprobs.
+logprobs. An empty `input` (`""`, `[]`) is refused, as OpenAI refuses it.
 Identifiers and hints that do not change the answer (`metadata`, `user`, `safety_identifier`,
 `prompt_cache_key`, `service_tier`, `include` of reasoning content that never exists here) are
 accepted, and so is `truncation: auto` (nothing is truncated here: an overflow fails as under
@@ -122,6 +122,10 @@ class ResponsesIn(_Loose):
 
 
 def _refusals(body: ResponsesIn) -> None:
+    if not body.input:
+        # As OpenAI refuses it (400, param `input`), before anything is claimed: `""` and `[]`
+        # were claimed and sent, a Failed receipt where the provider refused them.
+        raise _refuse(("input",), "must not be empty: send text or at least one item")
     extra = body.model_extra or {}
     for name in _STATEFUL:
         if extra.get(name) is not None:

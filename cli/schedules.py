@@ -29,8 +29,25 @@ T = TypeVar("T")
 # restarting, its frontend overloaded): out of reach, as at connect, not a refusal.
 _OUT_OF_REACH = (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED)
 
+
+def _known(name: str) -> str:
+    """NAME checked as the command line is read: an unknown one is a usage error (exit 2, as
+    every other refusal of what was typed), before Temporal is asked anything. It exited 1,
+    the code of Temporal's own refusal, so a script could not tell a typo from a failure."""
+    if name in NAMES or name.startswith(get_settings().schedule_id_prefix + "/"):
+        return name
+    raise typer.BadParameter(
+        f"Unknown schedule {name!r}: use one of {', '.join(NAMES)}, or a full schedule id"
+    )
+
+
 Name = Annotated[
-    str, typer.Argument(help=f"{' or '.join(NAMES)} (or the full schedule id)", show_default=False)
+    str,
+    typer.Argument(
+        help=f"{' or '.join(NAMES)} (or the full schedule id)",
+        show_default=False,
+        callback=_known,
+    ),
 ]
 
 
@@ -69,13 +86,8 @@ def _run(action: Callable[[Client], Awaitable[T]]) -> T:
 
 
 def _id(name: str) -> str:
-    settings = get_settings()
-    if name in NAMES:
-        return schedule_id(settings, name)
-    if name.startswith(settings.schedule_id_prefix + "/"):
-        return name
-    err.print(f"[red]Unknown schedule {escape(repr(name))}: use one of {', '.join(NAMES)}.[/red]")
-    raise typer.Exit(1)
+    """The schedule id of a NAME `_known` took: a known name's, or the full id given."""
+    return schedule_id(get_settings(), name) if name in NAMES else name
 
 
 @schedules.command("list")

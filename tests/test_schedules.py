@@ -212,7 +212,7 @@ async def test_operators_list_pause_resume_and_trigger_from_the_cli(
 
     await eventually(completed, timeout=30, interval=0.3)
     unknown = await _cli(env, "schedules", "pause", "nightly-cleanup")
-    assert unknown.exit_code == 1 and "Unknown schedule" in unknown.output
+    assert unknown.exit_code == 2 and "Unknown schedule" in unknown.output
 
 
 class ReadOnlyVolume(ArtifactStore):

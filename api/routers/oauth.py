@@ -3,24 +3,72 @@
 Errors use the RFC's `error` codes inside a problem+json body, so OAuth clients and
 problem-aware clients both understand them. A sign-in turned away before its secret is checked
 (api/client_auth.py: the line for a check full, or its address failing too often) is
-`temporarily_unavailable` (503) or `slow_down` (429), with Retry-After.
+`temporarily_unavailable` (503) or `slow_down` (429), with Retry-After. A request FastAPI
+cannot validate (a field missing, a file where a text belongs, a form that does not parse) is
+§5.2's 400 `invalid_request` naming the field, not the app's 422 validation problem: an OAuth
+client reads `error`, and the RFC says 400.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-from typing import Annotated
+import re
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Form, Request
+from fastapi import APIRouter, Form, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
 
 from api.client_auth import SignInRefused, sign_in
 from api.deps import RuntimeDep
 from api.problems import problem_response
 from core.security import credential_of, mint_token, mints_tokens
 
-router = APIRouter(tags=["auth"])
+# What RFC 6749 lets an `error_description` hold (§5.2: printable ASCII but `"` and `\\`).
+_NOT_DESCRIPTION = re.compile(r"[^\x20-\x21\x23-\x5b\x5d-\x7e]")
+
+
+class _OAuthRoute(APIRoute):
+    """The token endpoint with its own request validation answered in OAuth's terms. Its
+    refusals before the handler are FastAPI's: the form read (Starlette's 400 for a multipart
+    body it cannot parse) and the fields validated (a RequestValidationError). Scoped to this
+    route: the app-wide handlers (api/problems.py) stay the problem+json of every other path."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handle = super().get_route_handler()
+        # The form's own field names: only these are told back (a loc may name what the caller
+        # sent, e.g. a JSON body's keys refused by api/text_bodies.py, in any characters).
+        fields = frozenset(str(f.alias) for f in self.dependant.body_params)
+
+        async def handler(request: Request) -> Response:
+            try:
+                return await handle(request)
+            except RequestValidationError as exc:
+                described = "; ".join(dict.fromkeys(_said(e, fields) for e in exc.errors()))
+                return _oauth_error(request, 400, "invalid_request", described)
+            except HTTPException as exc:
+                if exc.status_code != 400:
+                    raise
+                why = _NOT_DESCRIPTION.sub("", str(exc.detail))
+                return _oauth_error(request, 400, "invalid_request", f"body is not a form: {why}")
+
+        return handler
+
+
+def _said(error: Any, fields: frozenset[str]) -> str:
+    loc = tuple(error.get("loc", ()))
+    field = str(loc[1]) if len(loc) == 2 and loc[1] in fields else "body"
+    if error.get("type") == "missing":
+        return f"{field} is required"
+    # A form field is text or a file part; anything else here (a lone surrogate) is not text.
+    return f"{field} must be text"
+
+
+router = APIRouter(tags=["auth"], route_class=_OAuthRoute)
 
 
 def _oauth_error(
