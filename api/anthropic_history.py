@@ -25,7 +25,8 @@ Loc = tuple[str | int, ...]
 _EMPTY = "all messages must have non-empty content except for the optional final assistant message"
 # Anthropic's words for a text block whose text is "" (a message's or a system block's): passed on,
 # an Anthropic deployment refused it after the call was claimed, a Failed receipt for a request
-# that was never going to be answered. Whitespace-only text is not refused here.
+# that was never going to be answered. A tool result's text part too, as Anthropic refuses it
+# (joined into the result's text, it was taken here). Whitespace-only text is not refused here.
 EMPTY_TEXT = "text content blocks must be non-empty"
 
 
@@ -104,8 +105,10 @@ def _turns(messages: list[MessageParam], cache: CacheControl | None) -> list[_Tu
         blocks = (
             [ContentBlock(type="text", text=m.content)] if isinstance(m.content, str) else m.content
         )
-        if not blocks and not (index == last and m.role == "assistant"):
-            # It was dropped: a user turn the caller sent reached no model.
+        if not m.content and not (index == last and m.role == "assistant"):
+            # `[]` or `""`, as Anthropic refuses both. `[]` was dropped: a user turn the caller
+            # sent reached no model; `""` was sent on, an Anthropic deployment's turn with no
+            # content, which Anthropic refuses once the call is claimed.
             raise _refuse(("messages", index, "content"), _EMPTY)
         for b, block in enumerate(blocks if isinstance(m.content, list) else ()):
             if block.type == "text" and (block.model_extra or {}).get("text") == "":
@@ -143,6 +146,8 @@ def _tool_result(block: ContentBlock, loc: Loc) -> tuple[str, dict[str, Any] | N
     for i, part in enumerate(content):
         if not isinstance(part, dict) or part.get("type") != "text":
             raise _refuse((*loc, "content", i), "only text blocks can be mapped")
+        if part.get("text") == "":
+            raise _refuse((*loc, "content", i, "text"), EMPTY_TEXT)
         parts.append(str(part.get("text", "")))
         if part.get("cache_control") is not None:
             with field_errors(*loc, "content", i, "cache_control"):

@@ -80,8 +80,15 @@ class MessageEvents:
             "stop_sequence": None,
             # Our estimate of the input, where the Messages API reports it (clients that read
             # input tokens here saw 0); the receipt's figures come with message_delta, which the
-            # SDK lets overwrite these.
-            "usage": {"input_tokens": self._input_estimate, "output_tokens": 0},
+            # SDK lets overwrite these. The cache fields as Anthropic's message_start has them,
+            # always, numbers (0: the estimate knows of no cache): clients that read the input
+            # only here (the AI SDK, older langchain-anthropic) found them missing.
+            "usage": {
+                "input_tokens": self._input_estimate,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+                "output_tokens": 0,
+            },
         }
         return sse("message_start", {"type": "message_start", "message": message}) + sse(
             "ping", {"type": "ping"}
