@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,6 +38,13 @@ class _Commands(TyperGroup):
                 name = f"MODEL_ROUTER_{str(error['loc'][0]).upper()}: " if error["loc"] else ""
                 typer.echo(f"  {name}{error['msg']}", err=True)
             raise typer.Exit(2) from None
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        # A usage error (an unknown schedule NAME, a bad option) as click prints it when stderr
+        # is not a terminal: typer's boxed panel was wrapped at 80 columns there, and a script
+        # grepping stderr for the message missed it (cli/output.py keeps our own messages whole).
+        self.rich_markup_mode = "rich" if sys.stderr.isatty() else None
+        return super().main(*args, **kwargs)
 
 
 app = typer.Typer(
