@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from api.anthropic_thinking import thinking_left_out
 from api.openai_shapes import field_errors
@@ -50,9 +50,15 @@ class ContentBlock(_Loose):
     cache_control: CacheControl | None = None
 
 
+# As the schema tells it: empty text is refused (but for a final assistant message, which
+# `_turns` judges), and a schema allowing it had generated clients send it (schemathesis's
+# every example was a 400). Validation is `_turns`', where the message's place is known.
+_Text = Annotated[str, WithJsonSchema({"type": "string", "minLength": 1})]
+
+
 class MessageParam(_Loose):
     role: Literal["user", "assistant"]
-    content: str | list[ContentBlock]
+    content: _Text | list[ContentBlock]
 
 
 @dataclass
