@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, literal, tuple_, update
+from sqlalchemy import func, literal, or_, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col, select
 
@@ -195,6 +195,22 @@ async def active_subscriptions(
     return (await session.scalars(stmt.order_by(col(WebhookSubscriptionRow.created_at)))).all()
 
 
+class OverlapRunning(Exception):
+    """A rotation refused: the previous rotation's overlap runs until `until`."""
+
+    def __init__(self, until: datetime) -> None:
+        super().__init__(f"the previous secret signs until {until.isoformat()}")
+        self.until = until
+
+
+def _overlap_running(row: WebhookSubscriptionRow, now: datetime) -> datetime | None:
+    """Until when `row` still signs with a rotation's replaced secret, or None."""
+    until = row.previous_secret_until
+    if row.previous_signing_secret is None or until is None or until <= now:
+        return None
+    return until
+
+
 class WebhookSubscriptionRepository(TenantRepository):
     async def list(self) -> Sequence[WebhookSubscriptionRow]:
         stmt = (
@@ -264,26 +280,56 @@ class WebhookSubscriptionRepository(TenantRepository):
     ) -> WebhookSubscriptionRow | None:
         """Sign with `secret` from now on, and with the one it replaces as well until
         `overlap_until`; None for no such active subscription. One statement (the replaced
-        secret is the row's as the update finds it): two rotations at once each keep the one the
-        other issued, on SQLite too, where a read then a write lost the first rotation's."""
+        secret is the row's as the update finds it), so that of two rotations at once the
+        second sees the first's overlap, on SQLite too, where a read then a write lost the
+        first rotation's.
+
+        A rotation keeping the replaced secret while an earlier rotation's overlap still runs
+        raises `OverlapRunning`, the row unchanged: it replaced that rotation's secret and
+        dropped the one before it at once, which the receiver, not switched yet, still verified
+        with, and every delivery failed until the subscription was ended. One with no overlap
+        (a leaked secret: `overlap_until` not after now) is taken whenever: the new secret
+        alone, at once."""
         w = WebhookSubscriptionRow
-        stmt = (
-            update(w)
-            .where(col(w.tenant_id) == self.tenant_id)
-            .where(col(w.subscription_id) == subscription_id)
-            .where(col(w.active))
-            .values(
-                # With no overlap (a leaked secret) the replaced one is not kept at all.
-                previous_signing_secret=col(w.signing_secret) if overlap_until > utcnow() else None,
-                signing_secret=secret,
-                previous_secret_until=overlap_until,
+        while True:
+            now = utcnow()
+            keeps = overlap_until > now
+            stmt = (
+                update(w)
+                .where(col(w.tenant_id) == self.tenant_id)
+                .where(col(w.subscription_id) == subscription_id)
+                .where(col(w.active))
             )
-            .returning(col(w.subscription_id))
-            .execution_options(synchronize_session=False)
-        )
-        if (await self.session.execute(stmt)).first() is None:
-            return None
-        return await self.session.get(w, subscription_id, populate_existing=True)
+            if keeps:
+                # As the delivery reads it (activities/webhooks.py): a previous secret held
+                # and its time not up.
+                stmt = stmt.where(
+                    or_(
+                        col(w.previous_signing_secret).is_(None),
+                        col(w.previous_secret_until).is_(None),
+                        col(w.previous_secret_until) <= literal(now, UtcDateTime()),
+                    )
+                )
+            stmt = (
+                stmt.values(
+                    # With no overlap (a leaked secret) the replaced one is not kept at all.
+                    previous_signing_secret=col(w.signing_secret) if keeps else None,
+                    signing_secret=secret,
+                    previous_secret_until=overlap_until,
+                )
+                .returning(col(w.subscription_id))
+                .execution_options(synchronize_session=False)
+            )
+            if (await self.session.execute(stmt)).first() is not None:
+                return await self.session.get(w, subscription_id, populate_existing=True)
+            row = await self.session.get(w, subscription_id, populate_existing=True)
+            if row is None or row.tenant_id != self.tenant_id or not row.active:
+                return None
+            running = _overlap_running(row, now)
+            if running is not None:
+                raise OverlapRunning(running)
+            # Its overlap was ended between the update and this read (a rotation with none
+            # committed meanwhile): asked again.
 
     async def delivery_failed(self, subscription_id: uuid.UUID, reason: str) -> None:
         """Count a refused or failed attempt; the streak's start is kept."""

@@ -21,7 +21,7 @@ from api.problems import Problem, field_refused
 from core.security import Principal
 from core.settings import Settings
 from domain.access import Action
-from domain.cloudevents import to_cloudevent
+from domain.cloudevents import rfc3339, to_cloudevent
 from domain.enums import Scope
 from domain.events import TOPICS, readable, subscribed_types
 from store.columns import utcnow
@@ -29,6 +29,7 @@ from store.db import transaction
 from store.outbox_horizon import HorizonHidden, settled_or_hidden
 from store.repositories import (
     OutboxRepository,
+    OverlapRunning,
     WebhookSubscriptionRepository,
     feed_end,
     last_position,
@@ -329,10 +330,21 @@ class RotateBody(BaseModel):
     )
 
 
+# The 409 of a rotation refused while the previous one's overlap runs (rotate_secret, below).
+OVERLAP_RUNNING_TYPE = "https://model-router.dev/problems/webhook-secret-overlap-running"
+
+
 @router.post(
     "/factory/webhook-subscriptions/{subscriptionId}/rotate-secret",
     response_model=CreatedSubscription,
     operation_id="RotateWebhookSecret",
+    responses={
+        404: {"description": "No such active subscription"},
+        409: {
+            "description": "The previous rotation's overlap still runs (`previousSecretUntil`): "
+            "nothing changed"
+        },
+    },
 )
 async def rotate_secret(
     subscriptionId: uuid.UUID,
@@ -343,13 +355,34 @@ async def rotate_secret(
     """A new signing secret, shown once. Deliveries carry a signature by each secret for
     `overlapSeconds`, which a Standard Webhooks library accepts when either verifies: the
     receiver takes the new secret up with no delivery refused meanwhile. Its cursor, and
-    events under way, are kept."""
+    events under way, are kept.
+
+    While a previous rotation's overlap runs, a rotation with an overlap is a 409 and changes
+    nothing: it would replace the secret that rotation issued and drop the one before it at
+    once, which a receiver not switched yet still verifies with (every delivery then failed,
+    until the subscription was ended). `overlapSeconds` 0 (a leaked secret) is taken whenever:
+    the new secret alone, at once, every earlier one dropped."""
     overlap = (body or RotateBody()).overlap_seconds
     secret = new_secret()
     async with transaction(runtime.sessions) as session:
-        row = await WebhookSubscriptionRepository(session, principal.tenant_id).rotate_secret(
-            subscriptionId, secret, utcnow() + timedelta(seconds=overlap)
-        )
+        try:
+            row = await WebhookSubscriptionRepository(session, principal.tenant_id).rotate_secret(
+                subscriptionId, secret, utcnow() + timedelta(seconds=overlap)
+            )
+        except OverlapRunning as running:
+            until = rfc3339(running.until)
+            raise Problem(
+                409,
+                f"Subscription {subscriptionId} is still signed with the secret its last "
+                f"rotation replaced as well, until {until} (previousSecretUntil); a rotation now "
+                "would drop that secret at once, and a receiver still verifying with it would "
+                "refuse every delivery. Switch the receiver to the current secret (the one the "
+                "last rotation showed) first, and rotate again once the overlap has ended; for "
+                "a leaked secret, rotate with overlapSeconds 0 (the new secret alone, at once).",
+                field="subscriptionId",
+                previousSecretUntil=until,
+                type_=OVERLAP_RUNNING_TYPE,
+            ) from None
         if row is None:
             raise Problem(404, f"No subscription {subscriptionId}.", field="subscriptionId")
         view = _view(row)
