@@ -713,7 +713,8 @@ async def test_the_gauge_counts_what_a_run_may_still_settle_only(
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
     """A receipt started before the lookback is never settled by a run: counted, each stayed in
-    usage_unknown for good, and an alert on the gauge meant nothing after the first month."""
+    usage_unknown for good, and an alert on the gauge meant nothing after the first month. Nor
+    is one still open."""
     provider = f"gauge{uuid.uuid4().hex[:6]}"  # of this test alone
     await register(http, auth, "gauge/m", provider="vllm", model="m", endpointRef="pool:g")
     async with sessions() as s, s.begin():
@@ -732,6 +733,16 @@ async def test_the_gauge_counts_what_a_run_may_still_settle_only(
             started_at=now - timedelta(hours=hours),
             usage_status=UsageStatus.UNKNOWN,
         )
+    # A call still under way (claimed Unknown, not closed) awaits nothing yet: counted, the gauge
+    # rose with the calls in flight and an alert on it fired under ordinary load.
+    await add_receipt(
+        sessions,
+        tenant=tenant,
+        deployment_id="gauge/m",
+        started_at=now - timedelta(seconds=2),
+        usage_status=UsageStatus.UNKNOWN,
+        open_=True,
+    )
     async with sessions() as session:
         counted = await awaiting_by_provider(session, 72)
     assert counted.get(provider) == 2
