@@ -214,7 +214,9 @@ class InvokeActivities:
             raise
         except Exception as exc:  # our own failure after the claim, never the provider's
             log.error("invocation failed after its claim: %s", type(exc).__name__)
-            summary = ended_by_us(data, data.targets[0].deployment_id, started)
+            # The deployment that was answering, as the cancel above names it: the primary's
+            # joined a fallback's receipt to the wrong provider and model in the reconciler.
+            summary = ended_by_us(data, pending.answering or data.targets[0].deployment_id, started)
         finally:
             pending.request = None  # the content is not kept a moment longer than the call
         if pending.stopped_by_failed_start(summary.outcome):  # its claim is undone by the API
