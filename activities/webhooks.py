@@ -34,7 +34,7 @@ from store.columns import utcnow
 from store.db import transaction
 from store.ops_tables import as_utc
 from store.repositories import WebhookSubscriptionRepository
-from store.webhook_tables import WebhookSubscriptionRow
+from store.webhook_tables import WebhookSubscriptionRow, previous_signs_until
 
 log = logging.getLogger("model_router.worker")
 
@@ -86,8 +86,7 @@ class WebhookActivities:
         body = json.dumps(to_cloudevent(data.event), separators=(",", ":")).encode()
         timestamp = int(time.time())
         keys = [sub.signing_secret]
-        until = sub.previous_secret_until
-        if sub.previous_signing_secret and until is not None and as_utc(until) > utcnow():
+        if sub.previous_signing_secret and previous_signs_until(sub, utcnow()) is not None:
             keys.append(sub.previous_signing_secret)  # a rotation's overlap
         headers = {
             "Content-Type": "application/cloudevents+json",

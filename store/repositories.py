@@ -28,7 +28,7 @@ from store.tables import (
     UtcDateTime,
     utcnow,
 )
-from store.webhook_tables import WebhookSubscriptionRow
+from store.webhook_tables import WebhookSubscriptionRow, previous_signs_until
 
 
 class TenantRepository:
@@ -203,14 +203,6 @@ class OverlapRunning(Exception):
         self.until = until
 
 
-def _overlap_running(row: WebhookSubscriptionRow, now: datetime) -> datetime | None:
-    """Until when `row` still signs with a rotation's replaced secret, or None."""
-    until = row.previous_secret_until
-    if row.previous_signing_secret is None or until is None or until <= now:
-        return None
-    return until
-
-
 class WebhookSubscriptionRepository(TenantRepository):
     async def list(self) -> Sequence[WebhookSubscriptionRow]:
         stmt = (
@@ -291,7 +283,11 @@ class WebhookSubscriptionRepository(TenantRepository):
         (a leaked secret: `overlap_until` not after now) is taken whenever: the new secret
         alone, at once."""
         w = WebhookSubscriptionRow
-        while True:
+        # Bounded: asked again only when the overlap ended between the update and the read, which
+        # a second try settles; a row whose stored time SQL and Python read apart (a hand-edited
+        # SQLite text) would have spun here holding the write transaction.
+        stored: datetime | None = None
+        for _ in range(3):
             now = utcnow()
             keeps = overlap_until > now
             stmt = (
@@ -325,11 +321,13 @@ class WebhookSubscriptionRepository(TenantRepository):
             row = await self.session.get(w, subscription_id, populate_existing=True)
             if row is None or row.tenant_id != self.tenant_id or not row.active:
                 return None
-            running = _overlap_running(row, now)
+            stored = row.previous_secret_until
+            running = previous_signs_until(row, now)
             if running is not None:
                 raise OverlapRunning(running)
             # Its overlap was ended between the update and this read (a rotation with none
             # committed meanwhile): asked again.
+        raise OverlapRunning(stored or utcnow())
 
     async def delivery_failed(self, subscription_id: uuid.UUID, reason: str) -> None:
         """Count a refused or failed attempt; the streak's start is kept."""

@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from sqlmodel import Field, SQLModel
 
 from store.columns import UtcDateTime, utcnow
+from store.ops_tables import as_utc
 
 
 class WebhookSubscriptionRow(SQLModel, table=True):
@@ -42,3 +43,13 @@ class WebhookSubscriptionRow(SQLModel, table=True):
     previous_secret_until: datetime | None = Field(
         default=None, sa_column=sa.Column(UtcDateTime(), nullable=True)
     )
+
+
+def previous_signs_until(row: WebhookSubscriptionRow, now: datetime) -> datetime | None:
+    """Until when a rotation's replaced secret still signs beside the current one, or None: a
+    replaced secret held and its time not up. What a delivery signs with, and what a rotation
+    is refused during (store/repositories.py, whose update asks the same in SQL)."""
+    until = row.previous_secret_until
+    if row.previous_signing_secret is None or until is None:
+        return None
+    return until if as_utc(until) > now else None
