@@ -122,10 +122,6 @@ class ResponsesIn(_Loose):
 
 
 def _refusals(body: ResponsesIn) -> None:
-    if not body.input:
-        # As OpenAI refuses it (400, param `input`), before anything is claimed: `""` and `[]`
-        # were claimed and sent, a Failed receipt where the provider refused them.
-        raise _refuse(("input",), "must not be empty: send text or at least one item")
     extra = body.model_extra or {}
     for name in _STATEFUL:
         if extra.get(name) is not None:
@@ -133,6 +129,11 @@ def _refusals(body: ResponsesIn) -> None:
                 (name,),
                 "this gateway is stateless (store: false): send the whole conversation as input",
             )
+    if not body.input:
+        # As OpenAI refuses it (400, param `input`), before anything is claimed: `""` and `[]`
+        # were claimed and sent, a Failed receipt where the provider refused them. After the
+        # stateful fields: `[]` with previous_response_id is told why that cannot be.
+        raise _refuse(("input",), "must not be empty: send text or at least one item")
     if body.store:
         raise _refuse(("store",), "responses are not stored; send store: false or omit it")
     if body.background:

@@ -46,6 +46,18 @@ async def test_an_empty_responses_input_is_a_400_naming_input_with_no_receipt(
     assert upstream.requests(catalog.model("openai")) == sent
 
 
+async def test_an_empty_input_continuing_a_stored_response_is_told_why_that_cannot_be(
+    openai_sdk: AsyncOpenAI, catalog: Catalog
+) -> None:
+    """`[]` beside previous_response_id is a client leaning on stored state: told the gateway is
+    stateless, which is what it must change, not that its (deliberately) empty input is."""
+    with pytest.raises(openai.BadRequestError) as refused:
+        await openai_sdk.responses.create(
+            model=catalog.profile("openai"), input=[], previous_response_id="resp_1"
+        )
+    assert refused.value.param == "previous_response_id", refused.value.body
+
+
 async def test_no_chat_messages_is_a_400_naming_messages_with_no_receipt(
     openai_sdk: AsyncOpenAI,
     catalog: Catalog,
