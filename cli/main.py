@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
+from typer._click.exceptions import UsageError  # click as typer vendors it; not re-exported
 from typer.core import TyperGroup
 
 from cli import catalog, receipts, route, schedules
@@ -28,6 +29,15 @@ class _Commands(TyperGroup):
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
+        except UsageError as exc:
+            # A command's usage error (an unknown schedule NAME, a bad option) as click prints
+            # it when stderr is not a terminal: typer's boxed panel was wrapped at 80 columns
+            # there, and a script grepping stderr for the message missed it (cli/output.py keeps
+            # our own messages whole). Help and a terminal's errors keep typer's panels.
+            if sys.stderr.isatty():
+                raise
+            exc.show()
+            raise typer.Exit(exc.exit_code) from None
         except ValidationError as exc:
             if exc.title != Settings.__name__:
                 raise
@@ -38,13 +48,6 @@ class _Commands(TyperGroup):
                 name = f"MODEL_ROUTER_{str(error['loc'][0]).upper()}: " if error["loc"] else ""
                 typer.echo(f"  {name}{error['msg']}", err=True)
             raise typer.Exit(2) from None
-
-    def main(self, *args: Any, **kwargs: Any) -> Any:
-        # A usage error (an unknown schedule NAME, a bad option) as click prints it when stderr
-        # is not a terminal: typer's boxed panel was wrapped at 80 columns there, and a script
-        # grepping stderr for the message missed it (cli/output.py keeps our own messages whole).
-        self.rich_markup_mode = "rich" if sys.stderr.isatty() else None
-        return super().main(*args, **kwargs)
 
 
 app = typer.Typer(
