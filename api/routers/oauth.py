@@ -103,7 +103,17 @@ def _basic_credentials(request: Request) -> tuple[str, str] | None:
     return (client_id, secret) if sep else None
 
 
-@router.post("/oauth/token", response_model=None)
+@router.post(
+    "/oauth/token",
+    response_model=None,
+    responses={
+        400: {
+            "description": "RFC 6749 5.2: `invalid_request` (a field missing or not text, a "
+            "form that does not parse), `unsupported_grant_type` or `invalid_scope`"
+        },
+        401: {"description": "`invalid_client`"},
+    },
+)
 async def token(
     request: Request,
     runtime: RuntimeDep,
