@@ -6,6 +6,7 @@ do). A settled receipt's tokens are added to `tokens`, which its close could not
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import timedelta
@@ -17,6 +18,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.invoke_outcomes import count_tokens
+from activities.provider_wide import provider_wide
 from activities.reconciliation_types import (
     SOURCE_REFUSED,
     FetchInput,
@@ -38,6 +40,7 @@ from store.reconciliation import ReceiptInWindow
 from store.usage_gauge import recount_usage_unknown
 
 _Factory = Callable[[Connection], StatementSource]
+log = logging.getLogger("model_router.reconciler")
 
 
 class ReconciliationActivities:
@@ -65,6 +68,9 @@ class ReconciliationActivities:
                 settings.statements_anthropic_admin_ref,
                 lambda c: AnthropicUsageSource(http, c, anthropic_keys),
             )
+        # What those sources report: a tenant's imported line reaching it is left out
+        # (domain/reconciliation.reaches_provider_wide; the import endpoint refuses them).
+        self._provider_wide = provider_wide(settings)
 
     @activity.defn(name="reconcile_sources")
     async def sources(self) -> list[str]:
@@ -145,8 +151,17 @@ class ReconciliationActivities:
                 settle_zero=data.settle_zero_usage,
                 bucket_cutoff=data.bucket_cutoff,
                 carriers=carriers,
+                provider_wide=self._provider_wide,
             )
         )
+        if outcome.ignored_lines:
+            log.warning(
+                "%d imported statement line(s) left out: they name usage a provider-wide "
+                "statement reports (%s%s)",
+                len(outcome.ignored_lines),
+                ", ".join(outcome.ignored_lines[:5]),
+                ", …" if len(outcome.ignored_lines) > 5 else "",
+            )
         by_id = {r.usage.invocation_id: r for r in pending}
         by_statement = defaultdict(list)
         for settlement in outcome.settlements:

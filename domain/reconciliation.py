@@ -23,6 +23,14 @@ receipt started inside the bucket. Buckets are taken in time order, a tenant's o
 before provider-wide ones; what one bucket settles counts as known usage for the next, which is
 why running the rules again over the same statements settles nothing new.
 
+A tenant's import never settles usage a provider-wide statement covers (`provider_wide`: the
+providers whose usage API the reconciler reads, each with the keys it reports, or every key).
+Such a receipt is a member of a provider-wide bucket; settled first by its tenant's line, it
+counted as known there, so the tokens behind it became unexplained and were shared among the
+other tenants' receipts on the key: a tenant importing one token for an hour moved its whole
+usage onto another tenant's receipts (2026-12-07). Such lines are left out, and listed
+(`Plan.ignored_lines`); the import endpoint refuses them (`reaches_provider_wide` decides both).
+
 Providers publish usage late, so a bucket is shared out only once it ended at least the settle
 delay ago (`bucket_cutoff`); until then its receipts are skipped with `HELD`. A request-id line
 is exact and settles at once, whatever the delay (a closed receipt: see below).
@@ -54,7 +62,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -85,6 +93,27 @@ PAST_RECEIPT = "the statement's share is past what a receipt's token counts hold
 # requests from 1 again after a restart, two endpoints under one provider name): its line gave
 # each of them its whole count, twice the bill. It names none of them; buckets may still.
 SHARED_ID = "another receipt carries the same provider request id"
+
+
+# Providers whose usage a provider-wide source reports (read with an admin key, for every
+# tenant on the key): provider name -> the keys (endpointRefs) it reports, or None: every key.
+ProviderWide = Mapping[str, frozenset[str] | None]
+
+
+def reaches_provider_wide(
+    provider_wide: ProviderWide, provider: str, key: str | None, by_request_id: bool
+) -> bool:
+    """Whether a tenant's line (of `provider`, naming `key` or any key, by request id or by
+    bucket) could settle a receipt that a provider-wide statement covers: any line of a provider
+    read for every key; of a provider read for some keys, a request-id line (it names a receipt
+    on any key), a bucket of any key, or of one of those keys. A bucket of a key the source does
+    not report holds only receipts that no provider-wide bucket holds."""
+    if provider.lower() not in provider_wide:
+        return False
+    keys = provider_wide[provider.lower()]
+    if keys is None or by_request_id or key is None:
+        return True
+    return key in keys
 
 
 class Rule(StrEnum):
@@ -121,6 +150,10 @@ class Plan(_Frozen):
     # window): someone's usage, but no receipt's.
     unattributed_input_tokens: int = 0
     unattributed_output_tokens: int = 0
+    # Tenants' lines left out: they reach usage a provider-wide statement covers
+    # (`reaches_provider_wide`), stored before the import endpoint refused them or by an API
+    # process not configured with the source.
+    ignored_lines: tuple[str, ...] = ()
 
 
 _SNAPSHOT = re.compile(r"\d{4}-\d{2}-\d{2}|\d{8}")
@@ -248,6 +281,7 @@ def plan(
     settle_zero: bool = False,
     bucket_cutoff: datetime | None = None,
     carriers: Iterable[RequestIdCarrier] = (),
+    provider_wide: ProviderWide | None = None,
 ) -> Plan:
     """What the statements settle. `receipts` must hold every awaiting receipt that a bucket of
     `lines` covers, and the known usage of the others, one by one or summed (a sum of one
@@ -255,12 +289,18 @@ def plan(
     are miscounted. Buckets ending after
     `bucket_cutoff` are held back (their receipts skipped with HELD); None holds none.
     `carriers`: receipts besides `receipts` that carry a provider request id (settled on
-    another day's window): a line naming their id names them too."""
+    another day's window): a line naming their id names them too. `provider_wide`: the
+    providers a provider-wide source reports; tenants' lines reaching them are left out."""
     ledger = _Ledger(receipts)
     by_request: dict[tuple[str, str], list[StatementLine]] = defaultdict(list)
     groups: dict[_GroupKey, list[StatementLine]] = defaultdict(list)
+    ignored: list[str] = []
     for line in lines:
-        if line.provider_request_id is not None:
+        if line.tenant_id is not None and reaches_provider_wide(
+            provider_wide or {}, line.provider, line.key, line.provider_request_id is not None
+        ):
+            ignored.append(line.statement_ref)
+        elif line.provider_request_id is not None:
             by_request[(line.provider.lower(), line.provider_request_id)].append(line)
         else:
             groups[_group_key(line)].append(line)
@@ -319,6 +359,7 @@ def plan(
         skipped=tuple(ledger.skipped),
         unattributed_input_tokens=ledger.unattributed_input,
         unattributed_output_tokens=ledger.unattributed_output,
+        ignored_lines=tuple(sorted(ignored)),
     )
 
 

@@ -33,9 +33,10 @@ from domain.pricing import PriceEntry, estimate_cost_usd
 from domain.reconciliation import OPEN
 from domain.statements import ReconcilerInput, StatementLine
 from providers.secrets import default_broker
+from providers.statements.imports import CSV, parse, statement_lines
 from store import statements
 from store.db import transaction
-from store.ops_tables import ReceiptReconciliationRow
+from store.ops_tables import ReceiptReconciliationRow, StatementImportRow
 from store.reconciliation import awaiting_by_provider
 from store.tables import InvocationReceiptRow, ModelDeploymentRow
 from tests.conftest import TokenFactory
@@ -510,6 +511,72 @@ async def test_a_bucket_past_its_receipts_windows_is_left_unattributed(
     assert (await receipts(sessions, [lone]))[lone].input_tokens == 128_000
     after = metrics.reconcile_unattributed_tokens.value({"direction": "input"})
     assert after - before == 30_000_000 - 128_000
+
+
+async def test_a_tenants_stored_import_does_not_move_its_usage_onto_another_tenants_receipt(
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    auth: dict[str, str],
+    tenant: str,
+    settings: Settings,
+    sessions: async_sessionmaker[AsyncSession],
+    temporal_client: Client,
+    monkeypatch: pytest.MonkeyPatch,
+    keys: Keys,
+) -> None:
+    """Two tenants on one OpenAI key, whose Usage API the reconciler reads. Tenant A's import
+    of one token for the hour, stored before the import endpoint refused such rows (or by an
+    API process not configured with the source), settled A's receipt at 1 token first; the
+    provider's bucket took it as known and gave B's receipt 99,999 of its 100,000 tokens. Left
+    out, the bucket is shared between them as without it."""
+    other = f"tenant-{uuid.uuid4().hex[:8]}"
+    other_auth = {"Authorization": f"Bearer {await token_for(other)}"}
+    for who in (auth, other_auth):
+        await register(http, who, "oa/gpt-4o", model="gpt-4o", endpointRef=keys.openai_ref)
+    hour = AS_OF - timedelta(hours=3)
+    mine, theirs = [
+        await add_receipt(
+            sessions,
+            tenant=who,
+            deployment_id="oa/gpt-4o",
+            started_at=hour + timedelta(minutes=m),
+            usage_status=UsageStatus.UNKNOWN,
+        )
+        for who, m in ((tenant, 5), (other, 10))
+    ]
+    text = (
+        "provider,bucketStart,bucketWidth,model,inputTokens,outputTokens\n"
+        f"openai,{hour:%Y-%m-%dT%H:%M:%SZ},1h,gpt-4o,1,0\n"
+    )
+    stored = StatementImportRow(tenant_id=tenant, content_hash="sha256:a", format=CSV, lines=1)
+    async with transaction(sessions) as session:
+        await statements.record_import(
+            session, stored, statement_lines(stored.import_id, tenant, parse(text, CSV))
+        )
+    async with StatementServer(admin_key=ADMIN_KEY, page_size=8) as server:
+        server.openai = [
+            Usage(hour, "gpt-4o-2024-08-06", keys.openai_id,
+                  {"input_tokens": 100_000, "output_tokens": 10_000}),
+        ]  # fmt: skip
+        reconcile_settings = _sources(settings, server, monkeypatch, keys)
+        async with build_worker(temporal_client, reconcile_settings, sessions):
+            report = await temporal_client.execute_workflow(
+                ReceiptReconcilerWorkflow.run,
+                ReconcilerInput(
+                    lookback_hours=4,
+                    settle_delay_minutes=0,
+                    tenant_ids=[tenant, other],
+                    as_of=AS_OF,
+                ),
+                id=f"reconcile-test-{uuid.uuid4().hex[:8]}",
+                task_queue=reconcile_settings.temporal_task_queue,
+            )
+    assert report.failed_sources == {} and report.settled == 2
+    rows = await receipts(sessions, [mine, theirs])
+    for rid in (mine, theirs):
+        row = rows[rid]
+        assert (row.input_tokens, row.output_tokens) == (50_000, 5_000)
+        assert (row.statement_ref or "").startswith("openai-usage/")
 
 
 async def test_a_day_with_more_request_ids_than_one_statement_binds_still_finds_its_lines(

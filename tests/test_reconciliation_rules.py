@@ -27,12 +27,14 @@ from domain.reconciliation import (
     OPEN,
     PAST_RECEIPT,
     SHARED_ID,
+    ProviderWide,
     Rule,
     Settlement,
     allocate,
     allocate_capped,
     model_matches,
     plan,
+    reaches_provider_wide,
 )
 from domain.statements import ReceiptUsage, StatementLine
 from providers.statements.imports import CSV, JSONL, StatementFileError, parse, statement_lines
@@ -375,6 +377,115 @@ def test_a_tenants_own_statement_goes_before_the_providers_and_is_not_counted_tw
     result = plan([provider_wide, own], receipts)
     assert tokens(result.settlements) == {"inv-01": (20, 2, 0), "inv-02": (20, 2, 0)}
     assert {s.statement_ref for s in result.settlements} == {"import/a#L2"}
+
+
+# OpenAI's Usage API read for every key (MODEL_ROUTER_STATEMENTS_OPENAI_ADMIN_REF, no key map).
+EVERY_OPENAI_KEY: ProviderWide = {"openai": None}
+
+
+def own_line(inp: int, out: int, ref: str = "import/a#L2", **over: object) -> StatementLine:
+    """A line of tenant t1's own import."""
+    own = bucket(inp, out)
+    return own.model_validate(
+        {
+            **own.model_dump(),
+            "statement_ref": ref,
+            "source": ref.split("#")[0],
+            "tenant_id": "t1",
+            "model": "gpt-4o",
+            **over,
+        }
+    )
+
+
+def test_a_tenants_import_does_not_move_its_usage_onto_other_tenants_receipts() -> None:
+    """Tenant t1's import for a provider whose usage API is read for every tenant on the key
+    settled t1's receipt at its own figures first; the provider's bucket then took them as
+    known, and the tokens behind them went to t2's receipt: 1 token imported, t2 settled at
+    99,999 of 100,000. t1's lines for that usage are left out, on every pass."""
+    a, b = receipt(1), receipt(2, tenant_id="t2")
+    provider_wide = bucket(100_000, 10_000)
+    fair = {"inv-01": (50_000, 5_000, 0), "inv-02": (50_000, 5_000, 0)}
+    alone = plan([provider_wide], [a, b], provider_wide=EVERY_OPENAI_KEY)
+    assert tokens(alone.settlements) == fair
+
+    by_bucket = own_line(1, 0)
+    by_id = own_line(
+        1, 0, "import/b#L2", provider_request_id="req_a", bucket_start=None, bucket_end=None
+    )
+    a = a.model_copy(update={"provider_request_id": "req_a"})
+    for line in (by_bucket, by_id):
+        together = plan([line, provider_wide], [a, b], provider_wide=EVERY_OPENAI_KEY)
+        assert tokens(together.settlements) == fair
+        assert {s.statement_ref for s in together.settlements} == {provider_wide.statement_ref}
+        assert together.ignored_lines == (line.statement_ref,)
+        # The import's pass before the provider published the hour, then the provider's.
+        early = plan([line], [a, b], provider_wide=EVERY_OPENAI_KEY)
+        assert early.settlements == () and early.ignored_lines == (line.statement_ref,)
+        later = plan([line, provider_wide], [a, b], provider_wide=EVERY_OPENAI_KEY)
+        assert tokens(later.settlements) == fair
+        again = plan(
+            [line, provider_wide],
+            applied([a, b], later.settlements),
+            provider_wide=EVERY_OPENAI_KEY,
+        )
+        assert again.settlements == ()
+    # A provider no usage API is read for: the tenant's import is the only statement of it.
+    vllm = [r.model_copy(update={"provider": "vllm"}) for r in (a, b)]
+    own = own_line(40, 4, provider="vllm")
+    assert tokens(plan([own], vllm, provider_wide=EVERY_OPENAI_KEY).settlements) == {
+        "inv-01": (40, 4, 0)
+    }
+
+
+def test_a_tenants_import_settles_its_own_key_the_provider_wide_source_does_not_report() -> None:
+    """With a key map, the usage API reports the keys it names only: a tenant's bucket of
+    another key of its own is its usage alone, and settles; a line of a reported key, of any
+    key, or by request id (a call on any key) is left out."""
+    reported = {"openai": frozenset({KEY})}
+    own_key = "env:OPENAI_KEY_T1"
+    mine = receipt(1, provider_request_id="req_1")
+    mine_elsewhere = receipt(3, key=own_key)
+    theirs = receipt(2, tenant_id="t2")
+    lines = [
+        bucket(100_000, 10_000),
+        own_line(700, 70, "import/a#L2", key=own_key),
+        own_line(1, 0, "import/a#L3", key=KEY),
+        own_line(1, 0, "import/a#L4"),  # any key
+        own_line(
+            1, 0, "import/a#L5", provider_request_id="req_1", bucket_start=None, bucket_end=None
+        ),
+    ]
+    result = plan(lines, [mine, mine_elsewhere, theirs], provider_wide=reported)
+    assert tokens(result.settlements) == {
+        "inv-01": (50_000, 5_000, 0),
+        "inv-02": (50_000, 5_000, 0),
+        "inv-03": (700, 70, 0),
+    }
+    assert result.ignored_lines == ("import/a#L3", "import/a#L4", "import/a#L5")
+    assert reaches_provider_wide(reported, "OpenAI", KEY, by_request_id=False)
+    assert not reaches_provider_wide(reported, "openai", own_key, by_request_id=False)
+    assert reaches_provider_wide(reported, "openai", own_key, by_request_id=True)
+    assert not reaches_provider_wide(reported, "anthropic", None, by_request_id=True)
+
+
+def test_an_import_row_for_usage_a_provider_wide_source_reports_is_refused() -> None:
+    text = (
+        "provider,providerRequestId,bucketStart,bucketWidth,model,key,inputTokens,outputTokens\n"
+        "vllm,,2026-11-30T10:00:00Z,1h,qwen2.5-coder,pool:tenant-a/vllm,100,20\n"
+        "openai,,2026-11-30T10:00:00Z,1h,gpt-4o,env:OPENAI_KEY_T1,1,0\n"
+        "openai,req_1,,,,,1,0\n"
+        "anthropic,,2026-11-30T10:00:00Z,1h,claude-sonnet-4,,1,0\n"
+    )
+    assert len(parse(text, CSV)) == 4  # no source read provider-wide: every row is the tenant's
+    with pytest.raises(StatementFileError) as caught:
+        parse(text, CSV, EVERY_OPENAI_KEY)
+    assert [(e.line, e.field) for e in caught.value.errors] == [(3, "provider"), (4, "provider")]
+    assert "openai's own usage statement" in caught.value.errors[0].message
+    # Reporting some keys: a bucket of a key it does not report is the tenant's.
+    with pytest.raises(StatementFileError) as caught:
+        parse(text, CSV, {"openai": frozenset({KEY}), "anthropic": None})
+    assert [(e.line, e.field) for e in caught.value.errors] == [(4, "provider"), (5, "provider")]
 
 
 def test_bucket_bounds_are_start_inclusive_end_exclusive() -> None:

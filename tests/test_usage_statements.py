@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col, func, select
 from temporalio.client import Client
 
+from core.local_ports import free_port
 from core.schedules import HEALTH_PROBE, RECONCILER, ensure_schedules, schedule_id
 from core.settings import Settings
 from domain.enums import Role, UsageStatus
@@ -24,6 +25,7 @@ from tests.conftest import TokenFactory
 from tests.helpers.catalog import register
 from tests.helpers.cli import run
 from tests.helpers.receipts import add_receipt, invoked_events, receipts
+from tests.helpers.stack import serve
 from workflows.receipt_reconciler import ReceiptReconcilerWorkflow
 
 CSV = {"Content-Type": "text/csv"}
@@ -164,6 +166,55 @@ async def test_imports_refuse_other_media_types_and_non_admins(
         "/factory/usage-statements", content=line, headers={**observer, **JSONL}
     )
     assert refused.status_code == 403
+
+
+async def test_a_row_for_usage_a_provider_wide_statement_reports_is_a_422_naming_provider(
+    settings: Settings,
+    auth: dict[str, str],
+    tenant: str,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """OpenAI's Usage API read for every tenant on the key: a tenant's own figures for that
+    usage moved its tokens onto other tenants' receipts (domain/reconciliation.py). Refused,
+    the whole file, naming the row and `provider`; a key the usage API does not report, and
+    a provider it does not cover, are the tenant's to import."""
+    wide = settings.model_copy(
+        update={
+            "statements_openai_admin_ref": "env:MR_TEST_OPENAI_ADMIN",
+            "statements_openai_key_refs": {"key_shared": "env:OPENAI_KEY_SHARED"},
+            # An API of its own without Temporal: imports write the store only.
+            "temporal_address": f"127.0.0.1:{free_port()}",
+            "temporal_connect_timeout_seconds": 1.0,
+        }
+    )
+    header = (
+        "provider,providerRequestId,bucketStart,bucketWidth,model,key,inputTokens,outputTokens\n"
+    )
+    body = (
+        header
+        + "vllm,,2026-11-30T10:00:00Z,1h,qwen2.5-coder,pool:tenant-a/vllm,1000,200\n"
+        + "openai,,2026-11-30T10:00:00Z,1h,gpt-4o,env:OPENAI_KEY_SHARED,1,0\n"
+        + "openai,chatcmpl-1,,,,,1,0\n"
+    )
+    async with serve(wide) as api, httpx.AsyncClient(base_url=api.url) as c:
+        resp = await c.post("/factory/usage-statements", content=body, headers={**auth, **CSV})
+        assert resp.status_code == 422, resp.text
+        assert resp.headers["content-type"].startswith("application/problem+json")
+        problem = resp.json()
+        assert [(e["line"], e["field"]) for e in problem["errors"]] == [
+            (3, "provider"),
+            (4, "provider"),
+        ]
+        assert (
+            "line 3, provider" in problem["detail"] and "nothing was imported" in problem["detail"]
+        )
+        assert await _stored(sessions, tenant) == (0, 0)
+        own_key = body.replace("env:OPENAI_KEY_SHARED", "env:OPENAI_KEY_MINE").replace(
+            "openai,chatcmpl-1,,,,,1,0\n", ""
+        )
+        ok = await c.post("/factory/usage-statements", content=own_key, headers={**auth, **CSV})
+        assert ok.status_code == 201, ok.text
+        assert await _stored(sessions, tenant) == (1, 2)
 
 
 async def test_imported_statements_settle_self_hosted_receipts(

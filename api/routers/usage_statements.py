@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 
+from activities.provider_wide import provider_wide
 from api.deps import RuntimeDep, SessionDep, require
 from api.problems import Problem
 from core.security import Principal
@@ -78,7 +79,10 @@ async def _body(request: Request, limit: int) -> bytes:
     },
     responses={
         200: {"description": "The same file was imported before; nothing new was stored"},
-        422: {"description": "A row is invalid (each listed with its line); nothing imported"},
+        422: {
+            "description": "A row is invalid (each listed with its line and field), or names "
+            "usage a provider-wide statement reports (field `provider`); nothing imported"
+        },
     },
 )
 async def import_statement(request: Request, principal: Admin, runtime: RuntimeDep) -> JSONResponse:
@@ -95,7 +99,10 @@ async def import_statement(request: Request, principal: Admin, runtime: RuntimeD
     except UnicodeDecodeError:
         raise Problem(400, "The statement file is not UTF-8 text.", field="body") from None
     try:
-        rows = imports.parse(text, fmt)
+        # A row for usage the provider's own statement reports, shared among every tenant on
+        # the key, is refused: settled from one tenant's figures, it moved that tenant's usage
+        # onto the others' receipts (domain/reconciliation.py).
+        rows = imports.parse(text, fmt, provider_wide(runtime.settings))
     except imports.StatementFileError as exc:
         first = exc.errors[0]
         where = f"line {first.line}" + (f", {first.field}" if first.field else "")

@@ -7,6 +7,11 @@ Fields (camelCase, as every JSON body of the API): `provider`; either `providerR
 [, `cachedInputTokens` (cache reads) and `cacheWriteInputTokens` (cache writes), parts of the
 input]. Any other field is refused, so no prompt or output can ride along. A file is all or
 nothing: one bad row and nothing is imported.
+
+A row that could settle usage a provider-wide source reports (OpenAI's Usage API, Anthropic's
+usage report, when configured: activities/provider_wide.py) is refused, naming `provider`: that
+usage is shared among every tenant on the key, and one tenant's own figures for it moved its
+usage onto the others' receipts (domain/reconciliation.py).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from domain.deployments import PROVIDER_NAME, looks_like_credential
 from domain.provider_reports import TOKEN_COUNT_MAX
+from domain.reconciliation import ProviderWide, reaches_provider_wide
 from domain.statements import WIDTHS, BucketWidth, StatementLine
 
 CSV = "csv"
@@ -119,8 +125,29 @@ def _records(text: str, fmt: str) -> list[tuple[int, Any]]:
     return out
 
 
-def _cross_checks(row: ImportRow) -> list[tuple[str, str]]:
+def _provider_wide_problem(row: ImportRow, covered: ProviderWide) -> str | None:
+    by_request_id = row.provider_request_id is not None
+    if not reaches_provider_wide(covered, row.provider, row.key, by_request_id):
+        return None
+    p = row.provider
+    own = f"{p}'s own usage statement, shared among every tenant on the key"
+    if covered[p] is None:
+        return f"the usage of {p} comes from {own}; an import cannot settle it"
+    if by_request_id:
+        return (
+            f"the usage of some {p} keys comes from {own}, and a providerRequestId row may name "
+            "a call on any key: give bucketStart, bucketWidth, model and a key it does not cover"
+        )
+    if row.key is None:
+        return f"the usage of some {p} keys comes from {own}: name a key it does not cover"
+    return f"the usage of this {p} key comes from {own}; an import cannot settle it"
+
+
+def _cross_checks(row: ImportRow, covered: ProviderWide) -> list[tuple[str, str]]:
     problems: list[tuple[str, str]] = []
+    refused = _provider_wide_problem(row, covered)
+    if refused is not None:
+        problems.append(("provider", refused))
     if row.cached_input_tokens > row.input_tokens:
         problems.append(("cachedInputTokens", "cached input tokens are part of inputTokens"))
     elif row.cached_input_tokens + row.cache_write_input_tokens > row.input_tokens:
@@ -151,8 +178,10 @@ def _cross_checks(row: ImportRow) -> list[tuple[str, str]]:
     return problems
 
 
-def parse(text: str, fmt: str) -> list[tuple[int, ImportRow]]:
-    """Every row with its line number, or StatementFileError listing every bad row."""
+def parse(text: str, fmt: str, covered: ProviderWide | None = None) -> list[tuple[int, ImportRow]]:
+    """Every row with its line number, or StatementFileError listing every bad row.
+    `covered`: the providers a provider-wide source reports (`provider_wide()`); a row that
+    could settle their usage is a bad row."""
     rows: list[tuple[int, ImportRow]] = []
     errors: list[RowError] = []
     for line, record in _records(text, fmt):
@@ -172,7 +201,7 @@ def parse(text: str, fmt: str) -> list[tuple[int, ImportRow]]:
                 for e in exc.errors(include_input=False)
             )
             continue
-        problems = _cross_checks(row)
+        problems = _cross_checks(row, covered or {})
         errors.extend(RowError(line=line, field=f, message=m) for f, m in problems)
         if not problems:
             rows.append((line, row))
