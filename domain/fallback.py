@@ -1,10 +1,16 @@
 """Which candidate may answer after another failed: pure rules over what the route plan and the
 profile guarantee. Candidates come in route order and already satisfy the plan's constraints
 (the planner put them there); these rules are checked again here so that a fallback can never
-weaken privacy, and so that a profile's fallback chain is held to the same guarantees."""
+weaken privacy, and so that a profile's fallback chain is held to the same guarantees.
+
+The privacy part (`may_stand_in`) holds for every deployment that answers in the primary's
+place, whether the primary failed or was passed over before any call (Degraded, unhealthy,
+past the budget): the routing service keeps only such targets on a route
+(`stand_ins`), and `may_answer` asks it again after each failure."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from enum import StrEnum
 
 from domain.catalog import CatalogData, CatalogDeployment
@@ -32,15 +38,50 @@ def after_failure(kind: str) -> Next:
     return Next.STOP if kind in _STOP else Next.MOVE_ON
 
 
+def may_stand_in(
+    data_classification: str,
+    allowed_privacy_classes: Collection[str],
+    privacy_class: str | None,
+    external: bool,
+) -> bool:
+    """May a deployment of `privacy_class` (`external`: an External provider) answer a call
+    carrying `data_classification` data in place of the plan's primary? A confidential workload
+    never falls back to an external provider, whatever the tenant's policy let the plan hold,
+    and no call falls back to a privacy class the plan does not allow
+    (`allowed_privacy_classes` empty: no such restriction)."""
+    if data_classification in CONFIDENTIAL and external:
+        return False
+    return not allowed_privacy_classes or privacy_class in allowed_privacy_classes
+
+
+def stand_ins(
+    targets: list[Target],
+    primary: str,
+    data_classification: str,
+    allowed_privacy_classes: Collection[str],
+) -> list[Target]:
+    """The route's targets that may be called, in route order: the plan's primary, and every
+    other one that may stand in for it (`may_stand_in`). Applied where a route is built, so
+    that a primary passed over before any call (Degraded, unhealthy) or by the budget is held
+    to the same rule as one that failed."""
+    return [
+        t
+        for t in targets
+        if t.deployment_id == primary
+        or may_stand_in(data_classification, allowed_privacy_classes, t.privacy_class, t.external)
+    ]
+
+
 def may_answer(data: InvocationInput, failed: Target, candidate: Target, reason: str) -> bool:
     """May `candidate` answer after `failed` did not, for `reason` (an error kind, or
     `circuit_open` when `failed` was skipped)?"""
     if not data.fallback_enabled:
         return False
-    if data.data_classification in CONFIDENTIAL and candidate.external:
-        return False
-    if data.allowed_privacy_classes and candidate.privacy_class not in (
-        data.allowed_privacy_classes
+    if not may_stand_in(
+        data.data_classification,
+        data.allowed_privacy_classes,
+        candidate.privacy_class,
+        candidate.external,
     ):
         return False
     if data.operation is Operation.EMBED and (

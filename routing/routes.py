@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from domain import modality
 from domain.constraints import meets_needs, serves_data_of, unpromised_needs
 from domain.enums import LatencyClass
+from domain.fallback import stand_ins
 from domain.invocation import Operation, Target
 from domain.planner import PlanRequest
 from domain.profiles import ModelProfile
@@ -80,22 +81,25 @@ class Routes:
 
     async def decide(self, needs: PlanRequest, profile_id: str) -> RoutePlanResult:
         """The decision for the profile's newest active version now, pinned nowhere: the
-        route-plan preview, and what ResolveRoutePlan pins."""
+        route-plan preview, and what ResolveRoutePlan pins (CatalogView.to_pin)."""
         view = await self._snapshots.view(needs.tenant_id)
         return view.decide(view.current_profile(profile_id), needs)
 
     async def pin(
         self, needs: PlanRequest, profile_id: str, run_id: uuid.UUID
     ) -> tuple[RoutePlanRow, bool]:
-        """The run's plan for the profile (and whether this call created it), resolved once;
+        """The run's plan for the profile (and whether this call created it), resolved once:
+        the decision now, its candidates as if every deployment were well (CatalogView.to_pin);
         an empty decision is not pinned but refused (PolicyDenied or NoneAvailable)."""
+
+        async def decide() -> RoutePlanResult:
+            view = await self._snapshots.view(needs.tenant_id)
+            profile = view.current_profile(profile_id)
+            return view.to_pin(view.decide(profile, needs), profile, needs)
+
         try:
             return await route_plans.resolve_once(
-                self._sessions,
-                needs.tenant_id,
-                run_id,
-                profile_id,
-                lambda: self.decide(needs, profile_id),
+                self._sessions, needs.tenant_id, run_id, profile_id, decide
             )
         except route_plans.NothingToPin as empty:
             # Nothing is pinned: the run asks again once the policy or the catalog allows.
@@ -147,6 +151,10 @@ class Routes:
             decided.append(view.decide(current, needs))
             return decided[0]
 
+        async def decide_to_pin() -> RoutePlanResult:
+            plan = await decide_now()
+            return view.to_pin(plan, view.current_profile(profile_id), needs)
+
         row = None
         needed: tuple[tuple[str, float], ...] = ()
         # Why the run's own plan cannot take this call, if it cannot: the answer only when the
@@ -162,7 +170,7 @@ class Routes:
                 # call goes on with the decision just made, as a call without a run would.
                 with contextlib.suppress(route_plans.NothingToPin):
                     row, _ = await route_plans.resolve_once(
-                        self._sessions, tenant, run_id, profile_id, decide_now
+                        self._sessions, tenant, run_id, profile_id, decide_to_pin
                     )
                 if row is not None:
                     self._remember(pinned, row)
@@ -211,12 +219,31 @@ class Routes:
                 t for t in chained if meets_needs(view.snapshot, tenant, t.deployment_id, needed)
             ]
         targets += chained
+        pinned_primary = (candidates[0] if candidates else "") if row is not None else None
+        if refused is not None and not candidates and row is not None and row.candidates:
+            pinned_primary = row.candidates[0]  # none of the plan's takes the call
+        first = _first(view, profile, needs, pinned_primary, decided)
+        # The primary the receipt names: anyone else answering is a fallback.
+        primary = first or (profile.allowed_deployments or [""])[0]
+        # Anyone but the primary answers in its place, whether the primary failed or was passed
+        # over before any call (Degraded, unhealthy, by the budget): the privacy rule of every
+        # fallback (domain.fallback) holds for each, here where the targets are built, so that
+        # the budget, the breakers and the attempts see only those. Held only after a failure,
+        # a Confidential call whose primary was Degraded went to an External deployment.
+        allowed = [c.value for c in constraints.allowed_privacy_classes]
+        data_class = needs.data_classification
+
+        def stands_in(deployment_id: str) -> bool:
+            return deployment_id == primary or view.may_stand_in(deployment_id, data_class, allowed)
+
+        targets = stand_ins(targets, primary, data_class, allowed)
         if refused is not None and not targets:
             # The chain may take the call once a deployment of it is back: a 503 to come back
             # after, not the run's refusal for good.
             waiting = chain_waiting_on(view, profile, needs, constraints, set(candidates))
             if row is not None and needed:
                 waiting = [d for d in waiting if meets_needs(view.snapshot, tenant, d, needed)]
+            waiting = [d for d in waiting if stands_in(d)]
             if waiting:
                 raise NoneAvailable(profile_id, waiting)
             raise refused
@@ -226,16 +253,14 @@ class Routes:
             # version; the plan itself does not change.
             decided.append(view.decide(profile, needs))
         if not targets:
-            # A plan decided now leaves Degraded deployments out; they may be back soonest.
+            # A plan decided now leaves Degraded deployments out; they may be back soonest. One
+            # that may not stand in for the primary is waited on by no call of this data.
             unhealthy = [d for p in decided for d in unhealthy_ids(p)]
-            waiting_on = [*candidates, *unhealthy]
+            waiting_on = [d for d in (*candidates, *unhealthy) if stands_in(d)]
             if candidates:
                 raise NoneAvailable(profile_id, waiting_on)
             raise _empty(decided[0], profile_id, waiting_on)
-        pinned_primary = (candidates[0] if candidates else "") if row is not None else None
-        if refused is not None and not candidates and row is not None and row.candidates:
-            pinned_primary = row.candidates[0]  # none of the plan's takes the call
-        primary, passed_over = _primary(view, profile, needs, targets, pinned_primary, decided)
+        passed_over = _passed_over(view, targets, first, pinned_primary, decided)
         if refused is not None and passed_over is not None:
             # The chain answers what the run's plan could not: the plan's first was passed over
             # for the reason the run alone would have been refused.
@@ -252,7 +277,7 @@ class Routes:
             policy_decision_id=decision_id,
             pricing_revision=book.revision if book is not None else profile.price_basis,
             fallback_enabled=profile.fallback_enabled,
-            allowed_privacy_classes=[c.value for c in constraints.allowed_privacy_classes],
+            allowed_privacy_classes=allowed,
             primary_deployment_id=primary,
             primary_passed_over=passed_over,
             latency_class=profile.latency_class,
@@ -293,25 +318,34 @@ def _empty(
     return policy_denial(plan) or NoneAvailable(profile_id, waiting_on)
 
 
-def _primary(
+def _first(
     view: CatalogView,
     profile: ModelProfile,
     needs: PlanRequest,
-    targets: list[Target],
     pinned_primary: str | None,
     decided: list[RoutePlanResult],
-) -> tuple[str, str | None]:
-    """The primary and why it was passed over (None when it answers first)."""
+) -> str:
+    """The plan's first candidate: a pinned plan's, or whom a decision made now would have put
+    first without the outage; "" for none."""
     if pinned_primary is not None:
-        primary = pinned_primary
-    else:
-        primary = view.primary(decided[0], profile, needs)
-    skipped = None
-    if targets[0].deployment_id != primary:
-        plan = None if pinned_primary is not None else decided[0]
-        skipped = view.passed_over(plan, primary) if primary else None
-        skipped = skipped or "no_candidate"
-    return primary or (profile.allowed_deployments or [""])[0], skipped
+        return pinned_primary
+    return view.primary(decided[0], profile, needs)
+
+
+def _passed_over(
+    view: CatalogView,
+    targets: list[Target],
+    first: str,
+    pinned_primary: str | None,
+    decided: list[RoutePlanResult],
+) -> str | None:
+    """Why the plan's first candidate was passed over before any call (None when it is called
+    first)."""
+    if targets[0].deployment_id == first:
+        return None
+    plan = None if pinned_primary is not None else decided[0]
+    skipped = view.passed_over(plan, first) if first else None
+    return skipped or "no_candidate"
 
 
 def _check_modality(profile: ModelProfile, operation: Operation) -> None:

@@ -8,14 +8,17 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from domain.catalog import CatalogDeployment, PoolState
+from domain.cohort import lifecycle_exclusion
 from domain.enums import DeploymentState, Modality, PrivacyClass
 from domain.exclusions import ExclusionCode
-from domain.fallback import healed, passed_over
+from domain.fallback import healed, may_stand_in, passed_over
 from domain.invocation import Target
-from domain.lifecycle import is_routable
 from domain.planner import PlanRequest, plan_route
 from domain.profiles import ModelProfile
 from domain.route_plan import RoutePlanResult
@@ -208,12 +211,7 @@ class CatalogView:
         first = plan.candidate_ids[0] if plan.candidates else ""
         if not self_clearing(plan):
             return first
-        if not self._healed:
-            self._healed.append(CatalogSnapshot(healed(self.snapshot.data)))
-        well = plan_route(
-            self._healed[0], profile, request, now=plan.resolved_at, weights=self.weights
-        )
-        ids = [c.deployment_id for c in well.to_result().candidates]
+        ids = self._well(profile, request, plan.resolved_at).candidate_ids
         return ids[0] if ids else first
 
     def well_candidates(self, profile: ModelProfile, request: PlanRequest) -> list[str]:
@@ -221,12 +219,31 @@ class CatalogView:
         every pool serving: each one checked as a decision checks it (the tenant policy for the
         call's data, regions, thresholds, the budget), which an exclusion for health, made
         first, never was."""
+        return self._well(profile, request, datetime.now(UTC)).candidate_ids
+
+    def to_pin(
+        self, plan: RoutePlanResult, profile: ModelProfile, request: PlanRequest
+    ) -> RoutePlanResult:
+        """What a run pins of `plan`, a decision made now: its candidates as that decision
+        would have them were every deployment well (`well_candidates`, in that decision's
+        order), so that a deployment Degraded, unhealthy or in a draining pool at the run's
+        first call stays in its plan, skipped by `targets` while it is, and called again once
+        it recovers: "Degraded deployments are skipped by the router without changing the
+        route plan". Pinned as they were now, a run begun during an outage kept only the
+        deployments well at that moment, for good. A decision with no candidate now is
+        returned as it is (it is not pinned: store.route_plans.NothingToPin)."""
+        if not plan.candidates or not self_clearing(plan):
+            return plan
+        well = self._well(profile, request, plan.resolved_at)
+        return plan.model_copy(update={"candidates": well.candidates})
+
+    def _well(self, profile: ModelProfile, request: PlanRequest, now: datetime) -> RoutePlanResult:
+        """The decision on this catalog as if every Degraded or unhealthy deployment were well
+        and every pool serving (its healed snapshot compiled once per catalog version)."""
         if not self._healed:
             self._healed.append(CatalogSnapshot(healed(self.snapshot.data)))
-        well = plan_route(
-            self._healed[0], profile, request, now=datetime.now(UTC), weights=self.weights
-        )
-        return [c.deployment_id for c in well.to_result().candidates]
+        well = plan_route(self._healed[0], profile, request, now=now, weights=self.weights)
+        return well.to_result()
 
     def passed_over(self, plan: RoutePlanResult | None, deployment_id: str) -> str | None:
         """Why `deployment_id` is not called now: its exclusion in the decision, or (on a
@@ -238,7 +255,32 @@ class CatalogView:
         reason = passed_over(d)
         if reason is None and (d is None or d.endpoint_ref is None):
             return "not_in_catalog"
+        if reason is None and d is not None and (found := self._refusal(d)) is not None:
+            return found[0].value  # its pool draining or offline
         return reason
+
+    def _refusal(self, d: CatalogDeployment) -> tuple[ExclusionCode, dict[str, Any]] | None:
+        """Why `d` may not be called now, as a decision would exclude it (domain.cohort): not
+        Approved and healthy, or its pool draining or offline."""
+        pool = self._pools.get(d.compute_pool_id) if d.compute_pool_id else None
+        return lifecycle_exclusion(d, pool)
+
+    @cached_property
+    def _pools(self) -> dict[str, PoolState]:
+        return {p.pool_id: p.state for p in self.snapshot.data.pools}
+
+    def may_stand_in(
+        self, deployment_id: str, data_classification: str, allowed_privacy_classes: list[str]
+    ) -> bool:
+        """Whether the deployment may answer a call of this data in place of the plan's primary
+        (domain.fallback `may_stand_in`); one gone from the catalog is never called anyway."""
+        d = self.snapshot.deployment(self.tenant_id, deployment_id)
+        if d is None:
+            return True
+        external = d.privacy_class is PrivacyClass.EXTERNAL
+        return may_stand_in(
+            data_classification, allowed_privacy_classes, d.privacy_class.value, external
+        )
 
     def all_retired(self, candidates: list[str]) -> bool:
         """Every one of these deployments is Retired (or gone from the catalog): none comes
@@ -255,12 +297,12 @@ class CatalogView:
         embedding_compatibility: str | None,
         modality: Modality | None = None,
     ) -> list[Target]:
-        """The candidates that are routable now, in route order; Degraded or unhealthy ones
-        are skipped, the plan itself never changes."""
+        """The candidates that are routable now, in route order; Degraded or unhealthy ones,
+        and those in a draining or offline pool, are skipped, the plan itself never changes."""
         out = []
         for deployment_id in candidates:
             d = self.snapshot.deployment(self.tenant_id, deployment_id)
-            if d is None or d.endpoint_ref is None or not is_routable(d.state, d.healthy):
+            if d is None or d.endpoint_ref is None or self._refusal(d) is not None:
                 continue
             out.append(
                 Target(

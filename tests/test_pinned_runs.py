@@ -591,3 +591,39 @@ async def test_a_runs_call_its_plan_cannot_take_goes_to_its_enabled_fallback_cha
     assert tools.status_code == 200, tools.text
     assert tools.headers["X-Model-Router-Deployment"] == "pin/tooled"
     assert ctx.requests("a") == 1
+
+
+async def test_a_run_begun_while_its_first_deployment_is_degraded_keeps_it_in_its_plan(
+    ctx: Ctx,
+) -> None:
+    """A run's first call came while pin/a was Degraded: its plan kept only pin/b, for good. Once
+    pin/a recovered and pin/b went Degraded, every call of the run was a 503 (a 409 once pin/b
+    retired), though pin/a was Approved and healthy. Degraded deployments are skipped by the
+    router without changing the route plan: the run's plan holds both, pin/a skipped while it
+    is Degraded."""
+    await ctx.deployment("pin/a", "a")
+    await ctx.deployment("pin/b", "b")
+    await ctx.profile("outage", ["pin/a", "pin/b"])
+    a = ctx.temporal.get_workflow_handle(workflow_id(ctx.tenant, "pin/a"))
+    b = ctx.temporal.get_workflow_handle(workflow_id(ctx.tenant, "pin/b"))
+    assert (await a.execute_update(DeploymentLifecycleWorkflow.probe_failed)).state == "Degraded"
+    run = uuid.uuid4()
+    first, first_key = await ctx.chat("outage", run)
+    assert first.status_code == 200, first.text
+    assert first.headers["X-Model-Router-Deployment"] == "pin/b"
+    row = await ctx.receipt(first_key)
+    assert row is not None and row.fallback_used  # pin/a passed over: it is the plan's first
+    plan = await ctx.plan(run, "outage")
+    assert plan is not None and list(plan.candidates) == ["pin/a", "pin/b"]
+
+    assert (await a.execute_update(DeploymentLifecycleWorkflow.probe_recovered)).state == (
+        "Approved"
+    )
+    assert (await b.execute_update(DeploymentLifecycleWorkflow.probe_failed)).state == "Degraded"
+    served, key = await ctx.chat("outage", run)
+    assert served.status_code == 200, served.text
+    assert served.headers["X-Model-Router-Deployment"] == "pin/a"
+    row = await ctx.receipt(key)
+    assert row is not None and (row.deployment_id, row.fallback_used) == ("pin/a", False)
+    assert row.route_plan_id == plan.route_plan_id
+    assert (ctx.requests("a"), ctx.requests("b")) == (1, 1)
