@@ -1,8 +1,9 @@
 """A Messages request's history as normalised messages (the rest of the request:
 api/anthropic_shapes.py): text, `tool_use` and `tool_result` blocks mapped; consecutive turns of
 one role merged into one, as Anthropic combines them; the thinking blocks of earlier assistant
-turns left out (api/anthropic_thinking.py); a turn with no content, or a text block with an empty
-text, refused, as Anthropic refuses them, and any other block refused naming it, never dropped.
+turns left out (api/anthropic_thinking.py); text blocks of no text (empty, or whitespace only)
+left out, as they say nothing and Anthropic refuses them (_kept); a turn left with no content
+refused, as Anthropic refuses it; and any other block refused naming it, never dropped.
 """
 
 from __future__ import annotations
@@ -17,17 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from api.anthropic_thinking import thinking_left_out
 from api.openai_shapes import field_errors
 from api.problems import body_refused as _refuse
+from providers.anthropic_convert import blank_text
 from providers.types import Message, ToolCall
 
 Loc = tuple[str | int, ...]
 
 # Anthropic's own words for it (its 400 names `messages.N`; the field here is its content).
 _EMPTY = "all messages must have non-empty content except for the optional final assistant message"
-# Anthropic's words for a text block whose text is "" (a message's or a system block's): passed on,
-# an Anthropic deployment refused it after the call was claimed, a Failed receipt for a request
-# that was never going to be answered. A tool result's text part too, as Anthropic refuses it
-# (joined into the result's text, it was taken here). Whitespace-only text is not refused here.
-EMPTY_TEXT = "text content blocks must be non-empty"
 
 
 class _Loose(BaseModel):
@@ -50,10 +47,11 @@ class ContentBlock(_Loose):
     cache_control: CacheControl | None = None
 
 
-# As the schema tells it: empty text is refused (but for a final assistant message, which
-# `_turns` judges), and a schema allowing it had generated clients send it (schemathesis's
-# every example was a 400). Validation is `_turns`', where the message's place is known.
-_Text = Annotated[str, WithJsonSchema({"type": "string", "minLength": 1})]
+# As the schema tells it: text with no character but whitespace is refused (but for a final
+# assistant message, which `_turns` judges), and a schema allowing it had generated clients send
+# it (schemathesis's every example was a 400). Validation is `_turns`', where the message's
+# place is known.
+_Text = Annotated[str, WithJsonSchema({"type": "string", "minLength": 1, "pattern": r"\S"})]
 
 
 class MessageParam(_Loose):
@@ -108,53 +106,76 @@ def _turns(messages: list[MessageParam], cache: CacheControl | None) -> list[_Tu
     last = len(messages) - 1
     turns: list[_Turn] = []
     for index, m in enumerate(messages):
-        blocks = (
+        sent = (
             [ContentBlock(type="text", text=m.content)] if isinstance(m.content, str) else m.content
         )
-        if not m.content and not (index == last and m.role == "assistant"):
-            # `[]` or `""`, as Anthropic refuses both. `[]` was dropped: a user turn the caller
-            # sent reached no model; `""` was sent on, an Anthropic deployment's turn with no
-            # content, which Anthropic refuses once the call is claimed.
+        blocks = _kept(index, sent)
+        if not blocks and not (index == last and m.role == "assistant"):
+            # `[]`, `""`, or only text blocks of no text, as Anthropic refuses each (`[]` was
+            # dropped: a user turn the caller sent reached no model).
             raise _refuse(("messages", index, "content"), _EMPTY)
-        for b, block in enumerate(blocks if isinstance(m.content, list) else ()):
-            if block.type == "text" and (block.model_extra or {}).get("text") == "":
-                raise _refuse(("messages", index, "content", b, "text"), EMPTY_TEXT)
         if index == last:
             blocks = _marked(blocks, cache)
         if not turns or turns[-1].role != m.role:
             turns.append(_Turn(m.role, index))
         turns[-1].indices.append(index)
-        turns[-1].blocks += [(("messages", index, "content", b), x) for b, x in enumerate(blocks)]
+        turns[-1].blocks += blocks
     return turns
 
 
-def _marked(blocks: list[ContentBlock], cache: CacheControl | None) -> list[ContentBlock]:
+def _kept(index: int, sent: list[ContentBlock]) -> list[tuple[Loc, ContentBlock]]:
+    """A message's blocks but its text blocks of no text (empty, or whitespace only), each with
+    where it was sent. Anthropic refuses those ("text content blocks must be non-empty", "…
+    must contain non-whitespace text"), and they say nothing: Claude Code resuming a session
+    sends `[{"type": "text", "text": ""}, tool_use]` for an assistant turn of calls alone, as
+    the AI SDK and a client echoing `response.content` do. A breakpoint on one moves to the
+    message's block before it (unless that has its own): the prefix it marked is the same, as
+    the block left out added nothing to it; with none before it in the message, it goes too.
+    A text block without a string `text` is kept, for _text to refuse."""
+    kept: list[tuple[Loc, ContentBlock]] = []
+    for b, block in enumerate(sent):
+        text = (block.model_extra or {}).get("text")
+        if block.type != "text" or not isinstance(text, str) or not blank_text(text):
+            kept.append((("messages", index, "content", b), block))
+        elif block.cache_control is not None and kept and kept[-1][1].cache_control is None:
+            loc, before = kept[-1]
+            kept[-1] = (loc, before.model_copy(update={"cache_control": block.cache_control}))
+    return kept
+
+
+def _marked(
+    blocks: list[tuple[Loc, ContentBlock]], cache: CacheControl | None
+) -> list[tuple[Loc, ContentBlock]]:
     """The last message's blocks with a top-level `cache_control` on the last one, as if the
     caller had put it there: Anthropic applies it to the request's last cacheable block, and
     every block this surface maps can be cached. One the caller marked itself stays as marked."""
-    if cache is None or not blocks or blocks[-1].cache_control is not None:
+    if cache is None or not blocks or blocks[-1][1].cache_control is not None:
         return blocks
-    return [*blocks[:-1], blocks[-1].model_copy(update={"cache_control": cache})]
+    loc, block = blocks[-1]
+    return [*blocks[:-1], (loc, block.model_copy(update={"cache_control": cache}))]
 
 
 def _tool_result(block: ContentBlock, loc: Loc) -> tuple[str, dict[str, Any] | None]:
     """A tool result's text and its breakpoint: the block's own, or else the one its last
     marked text part carries. The result reaches a provider as one block, so a part's marker
-    goes to its end, the one place a breakpoint can be put there (it was dropped)."""
+    goes to its end, the one place a breakpoint can be put there (it was dropped). A text part
+    of no text (empty, or whitespace only) is left out, as a message's text block is (_kept),
+    its marker still the result's; a result left with no text is one with empty content, which
+    Anthropic takes."""
     extra = block.model_extra or {}
     content = extra.get("content", "")
     cache = breakpoint_of(block.cache_control)
     if isinstance(content, str):
-        return content, cache
+        return ("" if blank_text(content) else content), cache
     if not isinstance(content, list):
         raise _refuse((*loc, "content"), "must be a string or a list of text blocks")
     parts, marked = [], None
     for i, part in enumerate(content):
         if not isinstance(part, dict) or part.get("type") != "text":
             raise _refuse((*loc, "content", i), "only text blocks can be mapped")
-        if part.get("text") == "":
-            raise _refuse((*loc, "content", i, "text"), EMPTY_TEXT)
-        parts.append(str(part.get("text", "")))
+        text = str(part.get("text", ""))
+        if not blank_text(text):
+            parts.append(text)
         if part.get("cache_control") is not None:
             with field_errors(*loc, "content", i, "cache_control"):
                 marked = breakpoint_of(CacheControl.model_validate(part["cache_control"]))

@@ -13,6 +13,9 @@ to the tool message (providers/openai_request.py says how an OpenAI deployment r
 Claude Code sends on every turn that changes nothing an answer here can hold: thinking
 `adaptive` (leave to think, which this gateway answers without), `output_config.effort` (a
 hint) and `clear_thinking_*` edits (no thinking block ever reaches a deployment to clear).
+Text blocks of no text (empty, or whitespace only: in `system`, in a message, in a tool result)
+say nothing and are left out, as Anthropic refuses them; a message left with no content is
+refused (api/anthropic_history.py).
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.anthropic_history import (
-    EMPTY_TEXT,
     CacheControl,
     MessageParam,
     breakpoint_of,
@@ -33,6 +35,7 @@ from api.anthropic_thinking import ThinkingParam, check_context_management, chec
 from api.openai_shapes import field_errors
 from api.problems import body_refused as _refuse
 from domain.text import StoredName
+from providers.anthropic_convert import blank_text
 from providers.types import ChatRequest, Message, ResponseFormat, Tool, ToolChoice
 
 # joined_texts is still imported from here by api/responses_shapes.py (the same joining rule).
@@ -152,11 +155,20 @@ def _cache(block: SystemBlock | ToolParam) -> dict[str, Any] | None:
 
 
 def _system(system: str | list[SystemBlock] | None) -> list[Message]:
+    """A system message for each block, but those of no text (empty, or whitespace only), left
+    out as a message's are (api/anthropic_history.py _kept), a breakpoint on one moved to the
+    block before it unless that has its own (with none before it, it goes too)."""
     if system is None:
         return []
     if isinstance(system, str):
-        return [Message(role="system", content=system)] if system else []
-    return [Message(role="system", content=b.text, cache_control=_cache(b)) for b in system]
+        return [] if blank_text(system) else [Message(role="system", content=system)]
+    out: list[Message] = []
+    for b in system:
+        if not blank_text(b.text):
+            out.append(Message(role="system", content=b.text, cache_control=_cache(b)))
+        elif b.cache_control is not None and out and out[-1].cache_control is None:
+            out[-1] = out[-1].model_copy(update={"cache_control": _cache(b)})
+    return out
 
 
 def _tools(tools: list[ToolParam] | None) -> tuple[Tool, ...]:
@@ -249,9 +261,6 @@ def _refusals(body: MessagesIn | CountTokensIn) -> None:
     taken = _HINTS | (_MESSAGES_FIELDS if isinstance(body, CountTokensIn) else frozenset())
     for name in sorted(k for k, v in extra.items() if v is not None and k not in taken):
         raise _refuse((name,), "unknown or unsupported parameter")
-    for index, block in enumerate(body.system if isinstance(body.system, list) else ()):
-        if block.text == "":  # refused by Anthropic too, naming `system.N.text`
-            raise _refuse(("system", index, "text"), EMPTY_TEXT)
     for index, tool in enumerate(body.tools or []):
         _tool_refusals(index, tool)
     check_thinking(body.thinking)

@@ -39,6 +39,14 @@ def _breakpoint(marker: dict[str, Any]) -> dict[str, Any]:
     return {"type": marker.get("type") or "ephemeral", **({"ttl": ttl} if ttl else {})}
 
 
+def blank_text(text: str | None) -> bool:
+    """Whether a text is none Anthropic takes in a text block: empty ("text content blocks must
+    be non-empty") or whitespace only ("text content blocks must contain non-whitespace text").
+    Such a block says nothing: it is never sent, and the Messages surface leaves it out of the
+    normalised request (api/anthropic_history.py)."""
+    return not text or text.isspace()
+
+
 def _tool_input(arguments: str) -> dict[str, Any]:
     try:
         value = json.loads(arguments or "{}")
@@ -53,10 +61,12 @@ def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
         block: dict[str, Any] = {"type": "tool_result", "tool_use_id": _id(message.tool_call_id)}
         if message.is_error:
             block["is_error"] = True
-        blocks = [{**block, "content": message.content or ""}]
+        if not blank_text(message.content):  # a result of no text: no content, which Anthropic
+            block["content"] = message.content  # takes (its own example of an empty result)
+        blocks = [block]
     else:
         blocks = []
-        if message.content:
+        if not blank_text(message.content):
             blocks.append({"type": "text", "text": message.content})
         blocks += [
             {"type": "tool_use", "id": _id(c.id), "name": c.name, "input": _tool_input(c.arguments)}
@@ -74,20 +84,23 @@ def _explicit_cache(request: ChatRequest) -> bool:
 
 
 def _system(request: ChatRequest, prompt_caching: bool) -> str | list[dict[str, Any]] | None:
+    # A system turn of no text is none Anthropic takes (blank_text): left out.
     system = [m for m in request.messages if m.role == "system"]
-    if not system:
-        return None
     if _explicit_cache(request):
-        # The caller placed its own breakpoints: one block per system turn, each as marked.
-        return [
-            {
-                "type": "text",
-                "text": m.content or "",
-                **({"cache_control": _breakpoint(m.cache_control)} if m.cache_control else {}),
-            }
-            for m in system
-        ]
-    text = "\n\n".join(m.content or "" for m in system)
+        # The caller placed its own breakpoints: one block per system turn, each as marked; a
+        # left-out turn's moves to the block before it, unless that has its own (the prefix it
+        # marked is the same), as the Messages surface moves it (api/anthropic_shapes.py).
+        blocks: list[dict[str, Any]] = []
+        for m in system:
+            marker = {"cache_control": _breakpoint(m.cache_control)} if m.cache_control else {}
+            if not blank_text(m.content):
+                blocks.append({"type": "text", "text": m.content, **marker})
+            elif blocks and "cache_control" not in blocks[-1]:
+                blocks[-1].update(marker)
+        return blocks or None
+    text = "\n\n".join(m.content for m in system if m.content and not blank_text(m.content))
+    if not text:
+        return None
     if prompt_caching:
         return [{"type": "text", "text": text, "cache_control": dict(_EPHEMERAL)}]
     return text

@@ -27,12 +27,14 @@ BASH: Any = {"name": "bash", "input_schema": {"type": "object", "properties": {}
 
 
 CUT = "CUT:"
+# Before arguments that are whitespace alone: a message of no text is refused on /v1/messages.
+ARGUMENTS = "ARGUMENTS:"
 
 
 def _arguments_said(turn: ChatTurn) -> Reply:
-    """Calls `bash` with the user's words as its arguments, exactly as written; after `CUT:`,
-    ended as an answer cut at max_tokens is."""
-    said = turn.last_user_text
+    """Calls `bash` with the user's words as its arguments, exactly as written (after
+    `ARGUMENTS:`, those after it); after `CUT:`, ended as an answer cut at max_tokens is."""
+    said = turn.last_user_text.removeprefix(ARGUMENTS)
     if said.startswith(CUT):
         call = ToolCallReply(name="bash", arguments=said.removeprefix(CUT))
         return Reply(tool_calls=[call], finish_reason="length")
@@ -147,10 +149,10 @@ async def test_a_long_call_streams_whole_and_one_cut_short_keeps_its_whole_membe
 async def test_blank_arguments_are_the_empty_object(client: AsyncAnthropic) -> None:
     """A call with only whitespace for arguments (as some servers stream a first fragment) is
     a call with none: `{}`, not an error."""
-    answered = await client.messages.create(**_call("  \n "))
+    answered = await client.messages.create(**_call(f"{ARGUMENTS}  \n "))
     [block] = answered.content
     assert block.type == "tool_use" and block.input == {}
-    async with client.messages.stream(**_call("  \n ")) as stream:
+    async with client.messages.stream(**_call(f"{ARGUMENTS}  \n ")) as stream:
         final = await stream.get_final_message()
     assert final.content[0].type == "tool_use" and final.content[0].input == {}
 
