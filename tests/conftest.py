@@ -10,6 +10,7 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
@@ -27,12 +28,12 @@ from core.security import new_client_secret
 from core.settings import Settings
 from core.temporal import connect
 from domain.enums import Role, Scope
-from providers.upstream import UpstreamServer
+from providers.upstream import ChatTurn, Reply, UpstreamServer, default_responder
 from store.clients import upsert_client
 from store.db import create_engine, session_factory
 from store.migrate import upgrade
 from tests.helpers import spans as span_helpers
-from tests.helpers.surfaces import Catalog, build_catalog
+from tests.helpers.surfaces import PROTOCOLS, Catalog, build_catalog
 from worker import (
     build_closer_worker,
     build_invocation_worker,
@@ -353,3 +354,23 @@ async def catalog(
     own, which pytest uses there instead."""
     auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
     return await build_catalog(http, auth, temporal_client, tenant, upstream)
+
+
+@pytest.fixture
+def seen(catalog: Catalog, upstream: UpstreamServer) -> Iterator[dict[str, list[dict[str, Any]]]]:
+    """The bodies each protocol's model of the catalog received, as the simulator read them
+    (what the agent surfaces' tests check was sent on)."""
+    bodies: dict[str, list[dict[str, Any]]] = {p: [] for p in PROTOCOLS}
+
+    def recorder(protocol: str) -> Any:
+        def record(turn: ChatTurn) -> Reply:
+            bodies[protocol].append(turn.raw)
+            return default_responder(turn)
+
+        return record
+
+    for protocol in PROTOCOLS:
+        upstream.register(catalog.model(protocol), recorder(protocol))
+    yield bodies
+    for protocol in PROTOCOLS:
+        upstream.register(catalog.model(protocol), default_responder)

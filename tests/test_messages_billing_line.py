@@ -6,14 +6,12 @@ and an Anthropic deployment is still sent it as it came."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from anthropic import AsyncAnthropic
 
-from providers.upstream import ChatTurn, Reply, UpstreamServer, default_responder
-from tests.helpers.surfaces import PROTOCOLS, Catalog
+from tests.helpers.surfaces import Catalog
 
 BILLING = "x-anthropic-billing-header: cc_version=2.0.14; cc_entrypoint=cli; cch=ab12c;"
 IDENTITY = "You are Claude Code, Anthropic's official CLI for Claude."
@@ -30,25 +28,6 @@ SYSTEM: Any = [
 def client(anthropic_sdk: AsyncAnthropic, catalog: Catalog) -> AsyncAnthropic:
     """The tenant's anthropic SDK, once the catalog is published."""
     return anthropic_sdk
-
-
-@pytest.fixture
-def seen(catalog: Catalog, upstream: UpstreamServer) -> Iterator[dict[str, list[dict[str, Any]]]]:
-    """The bodies each protocol's model received, as the simulator read them."""
-    bodies: dict[str, list[dict[str, Any]]] = {p: [] for p in PROTOCOLS}
-
-    def recorder(protocol: str) -> Any:
-        def record(turn: ChatTurn) -> Reply:
-            bodies[protocol].append(turn.raw)
-            return default_responder(turn)
-
-        return record
-
-    for protocol in PROTOCOLS:
-        upstream.register(catalog.model(protocol), recorder(protocol))
-    yield bodies
-    for protocol in PROTOCOLS:
-        upstream.register(catalog.model(protocol), default_responder)
 
 
 async def _ask(client: AsyncAnthropic, profile: str, system: Any) -> None:

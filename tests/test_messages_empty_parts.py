@@ -8,7 +8,6 @@ local upstream's Anthropic endpoint refuses what Anthropic refuses, in Anthropic
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -17,7 +16,7 @@ import pytest
 from anthropic import AsyncAnthropic
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from providers.upstream import ChatTurn, Reply, UpstreamServer, default_responder
+from providers.upstream import UpstreamServer
 from tests.helpers.receipts import receipt_count
 from tests.helpers.surfaces import PROTOCOLS, Catalog
 
@@ -30,25 +29,6 @@ MARK: Any = {"type": "ephemeral"}
 def client(anthropic_sdk: AsyncAnthropic, catalog: Catalog) -> AsyncAnthropic:
     """The tenant's anthropic SDK, once the catalog is published."""
     return anthropic_sdk
-
-
-@pytest.fixture
-def seen(catalog: Catalog, upstream: UpstreamServer) -> Iterator[dict[str, list[dict[str, Any]]]]:
-    """The bodies each protocol's model received, as the simulator read them."""
-    bodies: dict[str, list[dict[str, Any]]] = {p: [] for p in PROTOCOLS}
-
-    def recorder(protocol: str) -> Any:
-        def record(turn: ChatTurn) -> Reply:
-            bodies[protocol].append(turn.raw)
-            return default_responder(turn)
-
-        return record
-
-    for protocol in PROTOCOLS:
-        upstream.register(catalog.model(protocol), recorder(protocol))
-    yield bodies
-    for protocol in PROTOCOLS:
-        upstream.register(catalog.model(protocol), default_responder)
 
 
 def _ask(text: str) -> Any:

@@ -13,7 +13,6 @@ blank system, assistant and tool texts included."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -24,7 +23,6 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from providers.anthropic_convert import convert
 from providers.types import ChatRequest, Message
-from providers.upstream import ChatTurn, Reply, UpstreamServer, default_responder
 from tests.helpers.receipts import receipt_count
 from tests.helpers.surfaces import PROTOCOLS, Catalog
 
@@ -50,25 +48,6 @@ CALL: Any = {"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {"com
 def client(anthropic_sdk: AsyncAnthropic, catalog: Catalog) -> AsyncAnthropic:
     """The tenant's anthropic SDK, once the catalog is published."""
     return anthropic_sdk
-
-
-@pytest.fixture
-def seen(catalog: Catalog, upstream: UpstreamServer) -> Iterator[dict[str, list[dict[str, Any]]]]:
-    """The bodies each protocol's model received, as the simulator read them."""
-    bodies: dict[str, list[dict[str, Any]]] = {p: [] for p in PROTOCOLS}
-
-    def recorder(protocol: str) -> Any:
-        def record(turn: ChatTurn) -> Reply:
-            bodies[protocol].append(turn.raw)
-            return default_responder(turn)
-
-        return record
-
-    for protocol in PROTOCOLS:
-        upstream.register(catalog.model(protocol), recorder(protocol))
-    yield bodies
-    for protocol in PROTOCOLS:
-        upstream.register(catalog.model(protocol), default_responder)
 
 
 def texts(node: Any) -> list[str]:

@@ -9,14 +9,12 @@ was dropped, and is refused, as Anthropic refuses it."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
 import pytest
 from anthropic import AsyncAnthropic
 
-from providers.upstream import ChatTurn, Reply, UpstreamServer, default_responder
 from tests.helpers.surfaces import PROTOCOLS, Catalog
 
 # What a thinking model's turns hold: none of it may reach a deployment.
@@ -39,25 +37,6 @@ def _result(call_id: str, text: str) -> dict[str, Any]:
 def client(anthropic_sdk: AsyncAnthropic, catalog: Catalog) -> AsyncAnthropic:
     """The tenant's anthropic SDK, once the catalog is published."""
     return anthropic_sdk
-
-
-@pytest.fixture
-def seen(catalog: Catalog, upstream: UpstreamServer) -> Iterator[dict[str, list[dict[str, Any]]]]:
-    """The bodies each protocol's model received, as the simulator read them."""
-    bodies: dict[str, list[dict[str, Any]]] = {p: [] for p in PROTOCOLS}
-
-    def recorder(protocol: str) -> Any:
-        def record(turn: ChatTurn) -> Reply:
-            bodies[protocol].append(turn.raw)
-            return default_responder(turn)
-
-        return record
-
-    for protocol in PROTOCOLS:
-        upstream.register(catalog.model(protocol), recorder(protocol))
-    yield bodies
-    for protocol in PROTOCOLS:
-        upstream.register(catalog.model(protocol), default_responder)
 
 
 def _text(message: Any) -> str:
