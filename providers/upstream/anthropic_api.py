@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from providers.upstream.answer import Answer, AnswerUsage, new_id, prompt_prefixes
+from providers.upstream.anthropic_texts import check_texts
 from providers.upstream.chat import BadRequest, Codec, StreamPlan, chat_endpoint, read_body, sse
 from providers.upstream.faults import FaultKind
 from providers.upstream.problems import anthropic_error, fault_response, malformed
@@ -67,52 +68,6 @@ def _check_ids(raw: list[Any]) -> None:
                 if value in seen:
                     raise BadRequest(f"messages.{i}: `tool_use` ids must be unique")
                 seen.add(value)
-
-
-# Anthropic's refusals of text that says nothing, in its words: a text block of no text (a
-# message's, a tool result's, a system block's), and a message of no content but the optional
-# final assistant one. Named as Anthropic names them: a block by its list (`messages: …`,
-# `system: …`), a message by its place (`messages.N: …`). A gateway that sends either meets
-# here the 400 it meets at Anthropic, after its call was claimed.
-_EMPTY_TEXT = "text content blocks must be non-empty"
-_BLANK_TEXT = "text content blocks must contain non-whitespace text"
-_NO_CONTENT = (
-    "all messages must have non-empty content except for the optional final assistant message"
-)
-
-
-def _text_refusal(blocks: object) -> str | None:
-    """Anthropic's words for the first text block of `blocks` it refuses (a tool result's own
-    blocks looked in too), or None."""
-    for b in blocks if isinstance(blocks, list) else ():
-        kind = b.get("type") if isinstance(b, dict) else None
-        text = b.get("text") if isinstance(b, dict) else None
-        if kind == "text" and isinstance(text, str) and (not text or text.isspace()):
-            return _BLANK_TEXT if text else _EMPTY_TEXT
-        found = _text_refusal(b.get("content")) if kind == "tool_result" else None
-        if found is not None:
-            return found
-    return None
-
-
-def _check_texts(body: dict[str, Any]) -> None:
-    found = _text_refusal(body.get("system"))
-    if found is not None:
-        raise BadRequest(f"system: {found}")
-    raw = body.get("messages")
-    items = raw if isinstance(raw, list) else []
-    for i, item in enumerate(items):
-        if not isinstance(item, dict):
-            continue  # refused as a message (_messages)
-        content = item.get("content")
-        final = i == len(items) - 1 and item.get("role") == "assistant"
-        if content in ("", []) and not final:
-            raise BadRequest(f"messages.{i}: {_NO_CONTENT}")
-        if isinstance(content, str):  # a text block of its own, as Anthropic reads it
-            content = [{"type": "text", "text": content}] if content else []
-        found = _text_refusal(content)
-        if found is not None:
-            raise BadRequest(f"messages: {found}")
 
 
 def _messages(raw: object) -> list[TurnMessage]:
@@ -249,7 +204,7 @@ def parse(body: dict[str, Any]) -> ChatTurn:
     schema = fmt.get("schema") if fmt.get("type") == "json_schema" else None
     if schema is not None:
         _check_schema(schema)
-    _check_texts(body)
+    check_texts(body)
     return ChatTurn(
         api="anthropic",
         model=str(body["model"]),
