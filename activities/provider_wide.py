@@ -1,12 +1,12 @@
 """The providers whose usage the reconciler reads from the provider itself (their usage APIs,
 with an admin key, for every tenant on a key), as the settings configure the sources: what a
-tenant's statement import may not settle (domain/reconciliation.reaches_provider_wide). Read by
+tenant's statement import may not settle (domain/statement_coverage.py). Read by
 the reconciler and by the import endpoint, from the same settings."""
 
 from __future__ import annotations
 
 from core.settings import Settings
-from domain.reconciliation import ProviderWide
+from domain.statement_coverage import ProviderWide
 from providers.statements.anthropic_usage import AnthropicUsageSource
 from providers.statements.openai_usage import OpenAIUsageSource
 

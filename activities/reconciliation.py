@@ -69,7 +69,7 @@ class ReconciliationActivities:
                 lambda c: AnthropicUsageSource(http, c, anthropic_keys),
             )
         # What those sources report: a tenant's imported line reaching it is left out
-        # (domain/reconciliation.reaches_provider_wide; the import endpoint refuses them).
+        # (domain/statement_coverage.py; the import endpoint refuses them).
         self._provider_wide = provider_wide(settings)
 
     @activity.defn(name="reconcile_sources")

@@ -23,13 +23,8 @@ receipt started inside the bucket. Buckets are taken in time order, a tenant's o
 before provider-wide ones; what one bucket settles counts as known usage for the next, which is
 why running the rules again over the same statements settles nothing new.
 
-A tenant's import never settles usage a provider-wide statement covers (`provider_wide`: the
-providers whose usage API the reconciler reads, each with the keys it reports, or every key).
-Such a receipt is a member of a provider-wide bucket; settled first by its tenant's line, it
-counted as known there, so the tokens behind it became unexplained and were shared among the
-other tenants' receipts on the key: a tenant importing one token for an hour moved its whole
-usage onto another tenant's receipts (2026-12-07). Such lines are left out, and listed
-(`Plan.ignored_lines`); the import endpoint refuses them (`reaches_provider_wide` decides both).
+A tenant's import never settles usage a provider-wide statement covers: such lines are left out
+(`Plan.ignored_lines`; the rule, and why, in domain/statement_coverage.py).
 
 Providers publish usage late, so a bucket is shared out only once it ended at least the settle
 delay ago (`bucket_cutoff`); until then its receipts are skipped with `HELD`. A request-id line
@@ -62,7 +57,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -72,6 +67,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from domain.allocation import allocate, allocate_capped, estimate_weights
 from domain.enums import UsageStatus
 from domain.provider_reports import recordable
+from domain.statement_coverage import ProviderWide, reaches_provider_wide
 from domain.statements import (
     AWAITING,
     ReceiptUsage,
@@ -93,27 +89,6 @@ PAST_RECEIPT = "the statement's share is past what a receipt's token counts hold
 # requests from 1 again after a restart, two endpoints under one provider name): its line gave
 # each of them its whole count, twice the bill. It names none of them; buckets may still.
 SHARED_ID = "another receipt carries the same provider request id"
-
-
-# Providers whose usage a provider-wide source reports (read with an admin key, for every
-# tenant on the key): provider name -> the keys (endpointRefs) it reports, or None: every key.
-ProviderWide = Mapping[str, frozenset[str] | None]
-
-
-def reaches_provider_wide(
-    provider_wide: ProviderWide, provider: str, key: str | None, by_request_id: bool
-) -> bool:
-    """Whether a tenant's line (of `provider`, naming `key` or any key, by request id or by
-    bucket) could settle a receipt that a provider-wide statement covers: any line of a provider
-    read for every key; of a provider read for some keys, a request-id line (it names a receipt
-    on any key), a bucket of any key, or of one of those keys. A bucket of a key the source does
-    not report holds only receipts that no provider-wide bucket holds."""
-    if provider.lower() not in provider_wide:
-        return False
-    keys = provider_wide[provider.lower()]
-    if keys is None or by_request_id or key is None:
-        return True
-    return key in keys
 
 
 class Rule(StrEnum):

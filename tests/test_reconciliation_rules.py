@@ -27,15 +27,14 @@ from domain.reconciliation import (
     OPEN,
     PAST_RECEIPT,
     SHARED_ID,
-    ProviderWide,
     Rule,
     Settlement,
     allocate,
     allocate_capped,
     model_matches,
     plan,
-    reaches_provider_wide,
 )
+from domain.statement_coverage import ProviderWide, reaches_provider_wide
 from domain.statements import ReceiptUsage, StatementLine
 from providers.statements.imports import CSV, JSONL, StatementFileError, parse, statement_lines
 

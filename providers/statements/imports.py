@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from domain.deployments import PROVIDER_NAME, looks_like_credential
 from domain.provider_reports import TOKEN_COUNT_MAX
-from domain.reconciliation import ProviderWide, reaches_provider_wide
+from domain.statement_coverage import ProviderWide, reaches_provider_wide
 from domain.statements import WIDTHS, BucketWidth, StatementLine
 
 CSV = "csv"
