@@ -298,12 +298,8 @@ class Settings(BaseSettings):
     health_probe_retry_interval_seconds: float = Field(default=5.0, gt=0)
     health_probe_sample_retention_hours: int = Field(default=72, ge=1)
     reconciler_cron: str = Field(default="30 * * * *", description="UTC cron of the reconciler.")
-    # The schedules serve every tenant (the probe spends every tenant's provider keys), so a
-    # tenant's own PlatformAdmin role is not enough to run them (api/console/schedules.py).
-    platform_tenants: list[str] = Field(
-        default=[],
-        description="Tenants whose PlatformAdmin may run the platform-wide schedules from the "
-        "console.",
+    platform_tenants: list[str] = Field(  # any tenant has a PlatformAdmin; schedules serve all
+        default=[], description="Tenants whose PlatformAdmin may run the schedules (console)."
     )
     receipt_sweeper_cron: str = Field(
         default="* * * * *", description="UTC cron of the receipt sweeper."
