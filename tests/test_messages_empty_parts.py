@@ -1,7 +1,8 @@
 """Text of no text where the Messages API takes a string or a tool result's parts, through the
 official anthropic SDK. A message whose `content` is a string of no text (empty, or whitespace
 only) is a message with no content: refused naming `messages.N.content`, as `[]` is, but in the
-final assistant message, for `create` and `count_tokens` alike, and nothing is claimed. A tool
+final assistant message (the refusal's cases are with the blocks' in test_messages_empty_text.py;
+the final assistant message's here). A tool
 result's text part of no text is left out, as a message's text block is (its breakpoint still
 the result's); a result left with no text is one with no content, which Anthropic takes. The
 local upstream's Anthropic endpoint refuses what Anthropic refuses, in Anthropic's words."""
@@ -47,45 +48,6 @@ def _ran(*blocks: Any) -> list[Any]:
         {"role": "assistant", "content": [CALL]},
         {"role": "user", "content": list(blocks)},
     ]
-
-
-@pytest.mark.parametrize("protocol", PROTOCOLS)
-@pytest.mark.parametrize(
-    ("messages", "field"),
-    [
-        ([_ask("")], "body.messages.0.content"),
-        ([_ask(" \n ")], "body.messages.0.content"),
-        (
-            [_ask("hi"), {"role": "assistant", "content": ""}, _ask("again")],
-            "body.messages.1.content",
-        ),
-        (
-            [_ask("hi"), {"role": "assistant", "content": "\t"}, _ask("again")],
-            "body.messages.1.content",
-        ),
-    ],
-    ids=["user-empty", "user-whitespace", "assistant-empty", "assistant-whitespace"],
-)
-async def test_a_string_content_of_no_text_is_refused_before_anything_is_claimed(
-    client: AsyncAnthropic,
-    catalog: Catalog,
-    sessions: async_sessionmaker[AsyncSession],
-    seen: dict[str, list[dict[str, Any]]],
-    protocol: str,
-    messages: Any,
-    field: str,
-) -> None:
-    body: Any = {"model": catalog.profile(protocol), "messages": messages}
-    with pytest.raises(anthropic.BadRequestError) as refused:
-        await client.messages.create(max_tokens=50, **body)
-    with pytest.raises(anthropic.BadRequestError) as uncounted:
-        await client.messages.count_tokens(**body)
-    for error in (refused.value, uncounted.value):
-        assert error.type == "invalid_request_error"
-        assert field in error.message, error.message
-        assert EMPTY_CONTENT in error.message, error.message
-    assert await receipt_count(sessions, catalog.tenant) == 0
-    assert seen[protocol] == []
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

@@ -175,8 +175,27 @@ async def test_claude_code_resuming_a_turn_of_calls_alone_is_answered(
             [_ask("hi"), {"role": "assistant", "content": [EMPTY]}, _ask("again")],
             "body.messages.1.content",
         ),
+        # Content as a string: `""` or whitespace, a user's or an earlier assistant's.
+        ([{"role": "user", "content": ""}], "body.messages.0.content"),
+        ([{"role": "user", "content": " \n "}], "body.messages.0.content"),
+        (
+            [_ask("hi"), {"role": "assistant", "content": ""}, _ask("again")],
+            "body.messages.1.content",
+        ),
+        (
+            [_ask("hi"), {"role": "assistant", "content": "\t"}, _ask("again")],
+            "body.messages.1.content",
+        ),
     ],
-    ids=["user-empty", "user-whitespace", "earlier-assistant"],
+    ids=[
+        "user-empty",
+        "user-whitespace",
+        "earlier-assistant",
+        "user-empty-string",
+        "user-whitespace-string",
+        "assistant-empty-string",
+        "assistant-whitespace-string",
+    ],
 )
 async def test_a_message_left_with_no_content_is_refused_before_anything_is_claimed(
     client: AsyncAnthropic,
