@@ -179,6 +179,17 @@ def model_invoked(receipt: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+# What a fallback gave the caller when it "answered" (the spec's ModelFallbackUsed: "an
+# equivalent-constraint fallback answered"): a whole answer, or a stream cut after output. A
+# fallback that failed too, or was cancelled, was taken (the receipt's `fallbackUsed`, the
+# `fallbacks` metric: "fallbacks taken") but answered nothing.
+ANSWERED = frozenset({InvocationOutcome.COMPLETED, InvocationOutcome.PARTIAL})
+
+
+def fallback_answered(summary: InvocationSummary) -> bool:
+    return summary.fallback_used and summary.outcome in ANSWERED
+
+
 def fallback_used(receipt: Mapping[str, Any], summary: InvocationSummary) -> dict[str, Any]:
     """A fallback answered: whom it replaced and why (only the call knows; not a column)."""
     invocation = str(receipt["invocation_id"])

@@ -14,7 +14,13 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 from domain.invocation import InvocationInput, InvocationSummary
-from domain.receipt_fields import claim_values, close_values, fallback_used, model_invoked
+from domain.receipt_fields import (
+    claim_values,
+    close_values,
+    fallback_answered,
+    fallback_used,
+    model_invoked,
+)
 from store.routing_tables import CatalogStateRow
 from store.tables import InvocationReceiptRow, OutboxEventRow
 
@@ -108,7 +114,7 @@ def events_of(
     receipt: Mapping[str, Any], summary: InvocationSummary | None
 ) -> list[dict[str, Any]]:
     found = [model_invoked(receipt)]
-    if summary is not None and summary.fallback_used:
+    if summary is not None and fallback_answered(summary):
         found.append(fallback_used(receipt, summary))
     return found
 

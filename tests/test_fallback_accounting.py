@@ -228,3 +228,26 @@ async def test_every_place_naming_the_answering_deployment_agrees_with_the_recei
     assert raw.headers["x-model-router-deployment"] == extension["deploymentId"] == "fa/b"
     assert extension["receiptId"] == raw.headers["x-model-router-receipt-id"]
     assert extension["fallbackUsed"] is True
+
+
+async def test_a_fallback_that_failed_too_was_taken_but_answered_nothing(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    upstream: UpstreamServer,
+    sessions: async_sessionmaker[AsyncSession],
+    tenant: str,
+) -> None:
+    # Both fa/e and its fallback fa/b answer with errors: the receipt and the `fallbacks`
+    # metric say a fallback was taken; ModelFallbackUsed ("a fallback answered") is not written.
+    upstream.inject(E, Fault(kind=FaultKind.SERVER_ERROR))
+    upstream.inject(B, Fault(kind=FaultKind.SERVER_ERROR))
+    try:
+        taken = _fallbacks("fa-err", "server_error")
+        resp, key, _ = await _chat(http, auth, "fa-err")
+    finally:
+        upstream.state.clear_faults(B)
+    assert resp.status_code >= 500
+    row = await _receipt(sessions, tenant, key)
+    assert (row.outcome, row.deployment_id, row.fallback_used) == ("Failed", "fa/b", True)
+    assert _fallbacks("fa-err", "server_error") == taken + 1
+    assert str(row.invocation_id) not in await _fallback_events(sessions, tenant)
