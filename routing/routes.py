@@ -92,9 +92,12 @@ class Routes:
         the decision now, its candidates as if every deployment were well (CatalogView.to_pin);
         an empty decision is not pinned but refused (PolicyDenied or NoneAvailable)."""
 
+        seen: list[tuple[CatalogView, ModelProfile]] = []
+
         async def decide() -> RoutePlanResult:
             view = await self._snapshots.view(needs.tenant_id)
             profile = view.current_profile(profile_id)
+            seen.append((view, profile))
             return view.to_pin(view.decide(profile, needs), profile, needs)
 
         try:
@@ -103,7 +106,9 @@ class Routes:
             )
         except route_plans.NothingToPin as empty:
             # Nothing is pinned: the run asks again once the policy or the catalog allows.
-            raise _empty(empty.plan, profile_id, unhealthy_ids(empty.plan)) from None
+            view, profile = seen[-1]
+            refusal = view.to_refuse(empty.plan, profile, needs)
+            raise _empty(refusal, profile_id, unhealthy_ids(empty.plan)) from None
 
     async def route(
         self,
@@ -259,7 +264,7 @@ class Routes:
             waiting_on = [d for d in (*candidates, *unhealthy) if stands_in(d)]
             if candidates:
                 raise NoneAvailable(profile_id, waiting_on)
-            raise _empty(decided[0], profile_id, waiting_on)
+            raise _empty(view.to_refuse(decided[0], profile, needs), profile_id, waiting_on)
         passed_over = _passed_over(view, targets, first, pinned_primary, decided)
         if refused is not None and passed_over is not None:
             # The chain answers what the run's plan could not: the plan's first was passed over

@@ -237,6 +237,20 @@ class CatalogView:
         well = self._well(profile, request, plan.resolved_at)
         return plan.model_copy(update={"candidates": well.candidates})
 
+    def to_refuse(
+        self, plan: RoutePlanResult, profile: ModelProfile, request: PlanRequest
+    ) -> RoutePlanResult:
+        """The decision an empty `plan`'s refusal is read from: `plan` itself, unless a
+        Degraded, unhealthy or draining deployment is among its exclusions and the decision
+        would be empty even were every deployment well; then that healed decision, which says
+        what else keeps each one out. Health is the planner's first filter, so it hid a policy
+        denial: a call the policy refuses was a transient 503 while a deployment it refuses was
+        Degraded, and the 403 once it recovered."""
+        if plan.candidates or not self_clearing(plan):
+            return plan
+        well = self._well(profile, request, plan.resolved_at)
+        return plan if well.candidates else well
+
     def _well(self, profile: ModelProfile, request: PlanRequest, now: datetime) -> RoutePlanResult:
         """The decision on this catalog as if every Degraded or unhealthy deployment were well
         and every pool serving (its healed snapshot compiled once per catalog version)."""

@@ -99,7 +99,8 @@ def test_planner_decisions_are_refused_by_policy_or_found_unavailable() -> None:
     assert isinstance(denied, PolicyDenied)
     assert (denied.reason, denied.about_data) == ("confidential_to_external_denied", True)
     # The same deployment Degraded as well: health is the first filter, so the plan says
-    # unhealthy and the answer is the transient one.
+    # unhealthy and is no denial by itself; the routing service reads the refusal from the
+    # decision as if it were well (CatalogView.to_refuse, tests/test_routing_service.py).
     degraded = plan(
         [Spec("ext", privacy=PC.EXTERNAL, state=DeploymentState.DEGRADED)],
         profile=make_profile(["ext"], privacy=PC.EXTERNAL),

@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
+from activities.lifecycle_types import workflow_id
 from core.settings import Settings
 from domain.invocation import Operation
 from domain.planner import PlanRequest
@@ -126,3 +127,44 @@ async def test_a_profile_with_no_routable_deployment_is_none_available(
     assert none.value.profile_id == "rs-empty"
     with pytest.raises(NoneAvailable):
         await routes.pin(needs, "rs-empty", uuid.uuid4())
+
+
+async def test_a_policy_denial_is_the_same_while_a_deployment_it_refuses_is_degraded(
+    routes: Routes,
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+) -> None:
+    # The baseline policy keeps Restricted data on Local deployments; rs/x is Regional. Health
+    # is the planner's first filter: Degraded, rs/x was excluded as unhealthy alone, and a
+    # Restricted call was the transient 503 it is refused as only once rs/x recovered.
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    await approved_deployment(
+        http,
+        auth,
+        temporal_client,
+        tenant,
+        "rs/x",
+        model=f"x-{uuid.uuid4().hex[:8]}",
+        endpointRef=upstream.endpoint_ref,
+    )
+    resp = await publish(http, auth, profile_event("rs-deg", ["rs/x"], {}))
+    assert resp.status_code == 200, resp.text
+    handle = temporal_client.get_workflow_handle(workflow_id(tenant, "rs/x"))
+    assert (await handle.execute_update("probe_failed", result_type=dict))["state"] == "Degraded"
+
+    restricted = PlanRequest(tenant_id=tenant, data_classification=DataClassification.RESTRICTED)
+    with pytest.raises(PolicyDenied) as denied:
+        await routes.route(restricted, "rs-deg", None, Operation.CHAT)
+    assert (denied.value.reason, denied.value.about_data) == ("privacy_denied_by_policy", True)
+    with pytest.raises(PolicyDenied):
+        await routes.pin(restricted, "rs-deg", uuid.uuid4())
+    # Data the policy lets rs/x see: waiting on rs/x's recovery is the answer.
+    internal = restricted.model_copy(update={"data_classification": DataClassification.INTERNAL})
+    with pytest.raises(NoneAvailable) as none:
+        await routes.route(internal, "rs-deg", None, Operation.CHAT)
+    assert none.value.waiting_on == ["rs/x"]
+    with pytest.raises(NoneAvailable):
+        await routes.pin(internal, "rs-deg", uuid.uuid4())
