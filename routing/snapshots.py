@@ -212,7 +212,13 @@ class CatalogView:
         if not self_clearing(plan):
             return first
         ids = self._well(profile, request, plan.resolved_at).candidate_ids
-        return ids[0] if ids else first
+        # Only a deployment passed over for health stands first in the plan's place. Scores are
+        # relative to the survivors' best price and latency, so the healed decision may order
+        # the well ones otherwise: its first, if called now too, named a fallback from a
+        # deployment never tried (measured: a Degraded cheap one reordered two others).
+        if not ids or ids[0] in plan.candidate_ids:
+            return first
+        return ids[0]
 
     def well_candidates(self, profile: ModelProfile, request: PlanRequest) -> list[str]:
         """The candidates a decision would have were no deployment Degraded or unhealthy and
