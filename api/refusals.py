@@ -73,6 +73,8 @@ def problem_of(
             "(none approved and healthy under this plan).",
             headers={"Retry-After": str(retry_after(refused.waiting_on))},
             errorClass="transient",
+            reason=refused.reason,
+            excluded=[{"deploymentId": d, "code": code} for d, code in refused.excluded],
         )
     raise TypeError(f"no problem for {type(refused).__name__}")
 

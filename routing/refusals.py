@@ -5,6 +5,8 @@ code declares in domain.exclusions, so a new code carries its meaning here unedi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from domain.enums import Modality
 from domain.exclusions import DENIES, SELF_CLEARING, ExclusionCode, Meaning
 from domain.route_plan import Exclusion, RoutePlanResult
@@ -115,11 +117,24 @@ class NoneAvailable(Refusal):
     """Every candidate is Degraded, unhealthy, out of its pool or otherwise not routable now:
     transient, worth a retry."""
 
-    def __init__(self, profile_id: str, waiting_on: list[str]) -> None:
+    def __init__(
+        self,
+        profile_id: str,
+        waiting_on: list[str],
+        excluded: Sequence[tuple[str, str]] = (),
+    ) -> None:
         super().__init__(f"no candidate of profile {profile_id} available")
         self.profile_id = profile_id
         # The deployments that may be back soonest: the caller's Retry-After follows them.
         self.waiting_on = waiting_on
+        # Why each deployment is not called now, (deployment id, exclusion code), in the
+        # profile's order: the spec's "fails with class transient and reason". Without them a
+        # mistyped deployment id and an outage gave the caller the same words.
+        self.excluded = list(excluded)
+
+    @property
+    def reason(self) -> str:
+        return self.excluded[0][1] if self.excluded else "none-available"
 
 
 def self_clearing(plan: RoutePlanResult) -> bool:
@@ -131,6 +146,10 @@ def unhealthy_ids(plan: RoutePlanResult) -> list[str]:
     # Health is the first filter, so one may fail another too: then the caller merely comes
     # back early.
     return [e.deployment_id for e in plan.excluded if e.code is ExclusionCode.UNHEALTHY]
+
+
+def exclusions_of(plan: RoutePlanResult) -> list[tuple[str, str]]:
+    return [(e.deployment_id, e.code.value) for e in plan.excluded]
 
 
 def policy_denial(plan: RoutePlanResult) -> PolicyDenied | None:

@@ -29,6 +29,7 @@ from routing.refusals import (
     RunPlannedWithoutNeed,
     RunPlanRetired,
     WrongModality,
+    exclusions_of,
     policy_denial,
     unhealthy_ids,
 )
@@ -250,7 +251,7 @@ class Routes:
                 waiting = [d for d in waiting if meets_needs(view.snapshot, tenant, d, needed)]
             waiting = [d for d in waiting if stands_in(d)]
             if waiting:
-                raise NoneAvailable(profile_id, waiting)
+                raise NoneAvailable(profile_id, waiting, _why_not(view, waiting))
             raise refused
         if not targets and not candidates and not decided:
             # The plan stores no exclusions: a pinned empty plan (ResolveRoutePlan pinned them
@@ -263,7 +264,7 @@ class Routes:
             unhealthy = [d for p in decided for d in unhealthy_ids(p)]
             waiting_on = [d for d in (*candidates, *unhealthy) if stands_in(d)]
             if candidates:
-                raise NoneAvailable(profile_id, waiting_on)
+                raise NoneAvailable(profile_id, waiting_on, _why_not(view, candidates))
             raise _empty(view.to_refuse(decided[0], profile, needs), profile_id, waiting_on)
         passed_over = _passed_over(view, targets, first, pinned_primary, decided)
         if refused is not None and passed_over is not None:
@@ -320,7 +321,12 @@ def _empty(
 ) -> PolicyDenied | NoneAvailable:
     """The refusal for a plan with no candidate: the policy's denial when the policy is what
     emptied it, otherwise none available."""
-    return policy_denial(plan) or NoneAvailable(profile_id, waiting_on)
+    return policy_denial(plan) or NoneAvailable(profile_id, waiting_on, exclusions_of(plan))
+
+
+def _why_not(view: CatalogView, deployment_ids: list[str]) -> list[tuple[str, str]]:
+    """Why each of a pinned plan's (or a chain's) deployments is not called now."""
+    return [(d, view.passed_over(None, d) or "no_candidate") for d in deployment_ids]
 
 
 def _first(

@@ -117,9 +117,11 @@ def test_each_refusal_has_its_problem() -> None:
         waited.append(ids)
         return 7
 
-    none = problem_of(NoneAvailable("p", ["d1", "d2"]), retry_after)
+    none = problem_of(NoneAvailable("p", ["d1", "d2"], [("d1", "unhealthy")]), retry_after)
     assert (none.status, none.headers["Retry-After"]) == (503, "7")
     assert none.extensions["errorClass"] == "transient"
+    assert none.extensions["reason"] == "unhealthy"
+    assert none.extensions["excluded"] == [{"deploymentId": "d1", "code": "unhealthy"}]
     assert waited == [["d1", "d2"]]
     unknown = problem_of(UnknownProfile("p"), retry_after)
     assert (unknown.status, unknown.extensions["field"]) == (404, "profileId")

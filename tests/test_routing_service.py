@@ -125,6 +125,12 @@ async def test_a_profile_with_no_routable_deployment_is_none_available(
     with pytest.raises(NoneAvailable) as none:
         await routes.route(needs, "rs-empty", None, Operation.CHAT)
     assert none.value.profile_id == "rs-empty"
+    # The reason a mistyped id and an outage are told apart by (the spec's "class transient
+    # and reason").
+    assert (none.value.reason, none.value.excluded) == (
+        "not_in_catalog",
+        [("rs/ghost", "not_in_catalog")],
+    )
     with pytest.raises(NoneAvailable):
         await routes.pin(needs, "rs-empty", uuid.uuid4())
 
@@ -166,5 +172,6 @@ async def test_a_policy_denial_is_the_same_while_a_deployment_it_refuses_is_degr
     with pytest.raises(NoneAvailable) as none:
         await routes.route(internal, "rs-deg", None, Operation.CHAT)
     assert none.value.waiting_on == ["rs/x"]
+    assert (none.value.reason, none.value.excluded) == ("unhealthy", [("rs/x", "unhealthy")])
     with pytest.raises(NoneAvailable):
         await routes.pin(internal, "rs-deg", uuid.uuid4())
