@@ -42,7 +42,18 @@ class AllowedDeployment(BaseModel):
     registered: bool
     state: str | None = None
     healthy: bool | None = None
-    routable: bool = False
+    routable: bool = Field(
+        default=False,
+        description="Approved and healthy, and its current evidence meets every threshold of "
+        "this profile version (the tenant policy, the call's data and the budget decide the rest: "
+        "the route-plan preview)",
+    )
+    below_thresholds: list[str] = Field(
+        default_factory=list,
+        alias="belowThresholds",
+        description="The profile's required capabilities its current evidence does not meet "
+        "(never measured, below the threshold, or a verdict the suite never writes)",
+    )
     evidence: EvidenceSummary | None = None
 
 

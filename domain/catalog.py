@@ -109,6 +109,18 @@ def meets(measured: float, threshold: float) -> bool:
     return measured >= threshold
 
 
+def below_thresholds(profile: ModelProfile, scores: list[CapabilityScore]) -> list[str]:
+    """The profile's required capabilities this evidence does not meet (`CapabilityScore.meets`;
+    never measured counts as not met), sorted: what keeps the deployment out of the profile's
+    plans whatever its state."""
+    found = {s.capability: s for s in scores}
+    return [
+        capability
+        for capability, threshold in sorted(profile.required_capabilities.items())
+        if (s := found.get(capability)) is None or not s.meets(float(threshold))
+    ]
+
+
 class DeploymentStats(BaseModel):
     """Recent latency (health probes and invocations) and invocation outcomes of a deployment,
     over whatever window the snapshot builder chose."""

@@ -10,14 +10,14 @@ from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col, select
 
-from domain.catalog import CapabilityScore, CatalogData, CatalogDeployment, DeploymentStats
+from domain.catalog import CatalogData, CatalogDeployment, DeploymentStats
 from domain.enums import ProfileStatus
 from domain.policy import TenantPolicy, baseline_policy
 from domain.pricing import Pricebook
 from domain.profiles import ModelProfile
 from domain.scoring import DEFAULT_WEIGHTS, Weights
 from store import pricebook
-from store.evidence import current_scores
+from store.evidence import capability_score, current_scores
 from store.probes import probe_latency
 from store.routing_tables import CatalogStateRow, TenantPolicyRow, TenantRoutingWeightsRow
 from store.tables import ModelDeploymentRow, ModelProfileRow
@@ -117,17 +117,7 @@ async def load_catalog(
             for d in deployments
         ),
         capability_scores=tuple(
-            CapabilityScore(
-                tenant_id=tenant_id,
-                deployment_id=s.deployment_id,
-                capability=s.capability,
-                verdict=s.verdict,
-                score=float(s.score) if s.score is not None else None,
-                evaluated_at=s.evaluated_at,
-                suite_version=s.suite_version,
-            )
-            for rows in scores.values()
-            for s in rows
+            capability_score(tenant_id, s) for rows in scores.values() for s in rows
         ),
         stats=stats,
         pricebooks=tuple(books),

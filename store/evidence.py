@@ -8,7 +8,21 @@ from collections.abc import Iterable
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col, select
 
+from domain.catalog import CapabilityScore
 from store.tables import CapabilityScoreRow, ModelDeploymentRow
+
+
+def capability_score(tenant_id: str, row: CapabilityScoreRow) -> CapabilityScore:
+    """A score row as the domain reads it (the planner's thresholds, `CapabilityScore.meets`)."""
+    return CapabilityScore(
+        tenant_id=tenant_id,
+        deployment_id=row.deployment_id,
+        capability=row.capability,
+        verdict=row.verdict,
+        score=float(row.score) if row.score is not None else None,
+        evaluated_at=row.evaluated_at,
+        suite_version=row.suite_version,
+    )
 
 
 async def current_scores(

@@ -14,7 +14,13 @@ from temporalio.client import Client
 
 from store.tables import OutboxEventRow
 from tests.conftest import TokenFactory
-from tests.helpers.catalog import profile_event, publish, record_evidence, register
+from tests.helpers.catalog import (
+    approved_deployment,
+    profile_event,
+    publish,
+    record_evidence,
+    register,
+)
 
 
 @pytest.fixture
@@ -295,3 +301,22 @@ def test_versions_equal_by_their_parts_still_have_one_order() -> None:
         "1.0"
     )
     assert version_order("2.0.1") > version_order("2")
+
+
+async def test_a_deployment_below_the_profiles_thresholds_is_not_shown_routable(
+    http: httpx.AsyncClient, auth: dict[str, str], tenant: str, temporal_client: Client
+) -> None:
+    # Approved and healthy, then re-evaluated below code-agent's 0.8: it stays Approved (the
+    # thresholds are the router's filter), and the router leaves it out of the profile's plans.
+    await approved_deployment(http, auth, temporal_client, tenant, "az/we/slipping")
+    published = await publish(http, auth, profile_event("code-agent", ["az/we/slipping"]))
+    assert published.status_code == 200, published.text
+    detail = (await http.get("/factory/model-profiles/code-agent", headers=auth)).json()
+    [dep] = detail["deployments"]
+    assert (dep["state"], dep["routable"], dep["belowThresholds"]) == ("Approved", True, [])
+
+    await record_evidence(temporal_client, tenant, "az/we/slipping", {"tool-calling": 0.6})
+    detail = (await http.get("/factory/model-profiles/code-agent", headers=auth)).json()
+    [dep] = detail["deployments"]
+    assert (dep["state"], dep["routable"]) == ("Approved", False)
+    assert dep["belowThresholds"] == ["tool-calling"]

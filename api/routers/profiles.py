@@ -15,12 +15,13 @@ from api.schemas import AllowedDeployment, ProfileDetail
 from api.views import evidence_summary
 from core.security import Principal
 from domain.access import Action
+from domain.catalog import below_thresholds
 from domain.enums import Scope
 from domain.lifecycle import is_routable
 from domain.profile_releases import AssetEvent, AssetReleasePublished
 from domain.profiles import ModelProfile
 from store import profile_catalog
-from store.evidence import current_scores
+from store.evidence import capability_score, current_scores
 from store.repositories import ModelDeploymentRepository, ModelProfileRepository
 from store.tables import ModelProfileRow
 
@@ -101,16 +102,22 @@ async def get_profile(
     allowed = []
     for deployment_id in row.allowed_deployments:
         d = found.get(deployment_id)
+        if d is None:
+            allowed.append(AllowedDeployment(deployment_id=deployment_id, registered=False))
+            continue
+        rows = scores.get(deployment_id, [])
+        # The planner's own threshold rule: Approved and healthy alone said "routable" of a
+        # deployment re-evaluated below the profile's thresholds, which the router filters out.
+        below = below_thresholds(profile, [capability_score(principal.tenant_id, r) for r in rows])
         allowed.append(
-            AllowedDeployment(deployment_id=deployment_id, registered=False)
-            if d is None
-            else AllowedDeployment(
+            AllowedDeployment(
                 deployment_id=deployment_id,
                 registered=True,
                 state=d.state.value,
                 healthy=d.healthy,
-                routable=is_routable(d.state, d.healthy),
-                evidence=evidence_summary(d.capability_evidence_ref, scores.get(deployment_id, [])),
+                routable=is_routable(d.state, d.healthy) and not below,
+                below_thresholds=below,
+                evidence=evidence_summary(d.capability_evidence_ref, rows),
             )
         )
     return ProfileDetail(**profile.model_dump(), deployments=allowed)
