@@ -135,6 +135,7 @@ class WorkflowStarts:
                 task_queue=self._config.workflow_queue,
                 id_conflict_policy=policy,
                 request_eager_start=True,
+                execution_timeout=self._config.workflow_timeout,
             )
 
         try:

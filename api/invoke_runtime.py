@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
@@ -29,7 +30,7 @@ from api.replays import Replays
 from api.runtime_types import InvokeConfig
 from api.temporal_gate import TemporalGate
 from core.settings import Settings
-from domain.sweep import unstarted_bound
+from domain.sweep import unstarted_bound, workflow_ceiling_seconds
 from routing.routes import Routes
 from store.receipt_statements import ReceiptStatements
 from workflows.invoke import InvokeModelWorkflow
@@ -68,6 +69,9 @@ class InvokeRuntime:
             workflow_queue=settings.temporal_invocation_task_queue,
             caller_queue=f"{settings.temporal_invocation_task_queue}-api-{uuid.uuid4().hex[:12]}",
             timeout_seconds=settings.default_timeout_seconds,
+            workflow_timeout=timedelta(
+                seconds=workflow_ceiling_seconds(settings.default_timeout_seconds)
+            ),
         )
         self.service: Invocations | None = None
         self.workers: InvocationWorkers | None = None

@@ -67,6 +67,19 @@ class Workflow(StrEnum):
     NEVER_STARTED = "never started"
 
 
+# The longest an InvokeModel workflow runs. It closes its receipt as the call ends, so one still
+# running a day on is wedged (a workflow task failing after an incompatible deploy, a close
+# retried through a day-long outage): timed out, it is ENDED, and the sweeper closes its receipt.
+# Without a bound the sweeper left such a receipt open for good ("every claim is closed by
+# someone"), its key in progress. A day leaves a fix or the store's return time to close it with
+# what the call knew; ten budgets, when a budget is set that long.
+WORKFLOW_CEILING_SECONDS = 86_400.0
+
+
+def workflow_ceiling_seconds(budget_seconds: float) -> float:
+    return max(WORKFLOW_CEILING_SECONDS, 10 * budget_seconds)
+
+
 def to_sweep(workflow: Workflow, open_for_seconds: float, data: SweepInput) -> bool:
     """Whether the sweeper closes a receipt open this long: never while its workflow runs; one
     whose workflow was never started once past `unstarted_longer_than_seconds`; any other past

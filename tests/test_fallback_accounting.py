@@ -20,6 +20,9 @@ from temporalio.client import Client
 
 from activities.lifecycle_types import workflow_id
 from core import metrics
+from core.settings import Settings
+from domain.invocation import invoke_workflow_id
+from domain.sweep import workflow_ceiling_seconds
 from providers.upstream import Fault, FaultKind, UpstreamServer
 from store.tables import InvocationReceiptRow, OutboxEventRow
 from tests.conftest import TokenFactory
@@ -251,3 +254,23 @@ async def test_a_fallback_that_failed_too_was_taken_but_answered_nothing(
     assert (row.outcome, row.deployment_id, row.fallback_used) == ("Failed", "fa/b", True)
     assert _fallbacks("fa-err", "server_error") == taken + 1
     assert str(row.invocation_id) not in await _fallback_events(sessions, tenant)
+
+
+async def test_an_invocations_workflow_runs_a_day_at_most(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    temporal_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    settings: Settings,
+    tenant: str,
+) -> None:
+    # Wedged (a workflow task failing after an incompatible deploy), a running InvokeModel kept
+    # its receipt from the sweeper for good; timed out, it is ended, and the sweeper closes it
+    # (tests/test_receipt_sweeper.py).
+    resp, key, _ = await _chat(http, auth, "fa")
+    assert resp.status_code == 200, resp.text
+    row = await _receipt(sessions, tenant, key)
+    handle = temporal_client.get_workflow_handle(invoke_workflow_id(tenant, row.invocation_id))
+    config = (await handle.describe()).raw_description.execution_config
+    ceiling = workflow_ceiling_seconds(settings.default_timeout_seconds)
+    assert config.workflow_execution_timeout.ToSeconds() == ceiling == 86_400

@@ -7,6 +7,7 @@ Its schedule is created with the others."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -15,7 +16,7 @@ from typing import Any
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.testing import ActivityEnvironment
 
 from activities.sweeper import SweeperActivities
@@ -249,3 +250,34 @@ def test_a_retry_of_a_claim_with_no_workflow_is_told_when_the_sweeper_may_close_
     assert unstarted_wait(5.0, 5.0) == UNSTARTED_MARGIN_SECONDS
     assert unstarted_wait(20.0, 5.0) == unstarted_bound(5.0) - 20.0
     assert unstarted_wait(unstarted_bound(5.0) + 60, 5.0) == 0.0
+
+
+async def test_a_receipt_whose_workflow_timed_out_is_swept(
+    settings: Settings,
+    temporal_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    tenant: str,
+    worker: None,
+) -> None:
+    # An InvokeModel past its execution timeout (a day in production, domain/sweep.py
+    # `workflow_ceiling_seconds`; a second here) is ended, not running: its receipt is swept.
+    wedged = await _open_receipt(sessions, tenant, "wedged", timedelta(hours=1))
+    handle = await temporal_client.start_workflow(
+        "InvokeModel",
+        wedged,
+        id=f"invoke/{wedged.tenant_id}/{wedged.invocation_id}",
+        task_queue=f"unpolled-{uuid.uuid4().hex[:8]}",
+        execution_timeout=timedelta(seconds=1),
+    )
+    deadline = datetime.now(UTC) + timedelta(seconds=60)
+    while (await handle.describe()).status is not WorkflowExecutionStatus.TIMED_OUT:
+        assert datetime.now(UTC) < deadline, "the workflow never timed out"
+        await asyncio.sleep(0.2)
+    await temporal_client.execute_workflow(
+        ReceiptSweeperWorkflow.run,
+        SweepInput(open_longer_than_seconds=600),
+        id=f"sweep-test-{uuid.uuid4().hex[:8]}",
+        task_queue=settings.temporal_task_queue,
+    )
+    swept = await _row(sessions, tenant, "wedged")
+    assert (swept.outcome, swept.close_reason) == ("Failed", "swept")
