@@ -3,6 +3,12 @@ deployment's real adapter, record the sample, and hand the verdict to the lifecy
 
 A probe is never an invocation: it writes no receipt, reserves no budget and emits no
 ModelInvoked. The request is a fixed word of ours, never a customer's content.
+
+A probe resolves the deployment's credential as its tenant's (`secret_policy.for_tenant`): a
+reference kept for other tenants since the deployment was registered is not resolved, and the
+probe is not sent (`credentials`). A probe that was not sent records no sample either
+(domain/health.py, `sampled`): it says nothing of the provider, so it must not count in the
+router's history term.
 """
 
 from __future__ import annotations
@@ -25,10 +31,11 @@ from activities.probe_types import (
     ProbeRequest,
     PruneInput,
 )
+from activities.secret_policy import for_tenant
 from core import metrics
 from domain.deployments import DeploymentRecord
 from domain.enums import Modality
-from domain.health import CREDENTIALS, ProbeOutcome, ProbeResult, ProbeTarget
+from domain.health import CREDENTIALS, ProbeOutcome, ProbeResult, ProbeTarget, sampled
 from providers.base import ProviderAdapter
 from providers.errors import ErrorKind, ProviderError
 from providers.registry import adapter_kind, resolve_adapter
@@ -68,7 +75,10 @@ async def send_probe(
         if adapter_kind(target.provider, modality) == "rerank":
             modality = Modality.RERANK
         adapter = await resolve_adapter(
-            broker,
+            # Whether the tenant may still name the reference is asked before it is read: the
+            # allow-list's owners may have changed since registration (a refusal is
+            # `credentials`, below, as a reference that does not resolve).
+            for_tenant(broker, target.tenant_id),
             provider=target.provider,
             model=target.model,
             endpoint_ref=target.endpoint_ref,
@@ -138,12 +148,14 @@ class ProbeActivities:
                 )
                 return _raise_if_failed(replay, transient=False, message="recorded")
         result, transient, message = await send_probe(self._broker, target, data.timeout_seconds)
-        async with transaction(self._sessions) as session:
-            await probes.record_sample(session, result, data.window_start, attempt)
+        if sampled(result):
+            async with transaction(self._sessions) as session:
+                await probes.record_sample(session, result, data.window_start, attempt)
         _observe(target, result)
         if result.error_class == CREDENTIALS:
-            # Held, not degraded (domain/health.py, credentials_unresolved): this line and the
-            # `credentials` count are how an operator learns of a reference that is wrong.
+            # Held, not degraded (domain/health.py, credentials_unresolved), and no sample: this
+            # line and the `credentials` count are how an operator learns of a reference that
+            # is wrong, or kept for other tenants since the deployment was registered.
             log.warning(
                 "probe of %s/%s not sent, its credentials did not resolve in this worker: %s",
                 target.tenant_id,

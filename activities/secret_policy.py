@@ -1,10 +1,17 @@
 """The Secret Broker's allow-list as configured: which `file:` directories and `env:` variables
 an endpointRef may name. One place, used by the registration check (a 422 naming endpointRef)
 and by every broker that resolves a deployment's endpointRef (invocations, probes, recovery
-trials, evaluations), so an entry written before the allow-list existed is refused too."""
+trials, evaluations), so an entry written before the allow-list existed is refused too.
+
+Which tenants may name a reference (`secret_ref_tenants`, `tenants/<tenant>/`) can change after
+a deployment was registered under it. The registration check alone left tenant B's deployment on
+a reference later kept for tenant A probed every two minutes with A's key: `EndpointBroker`
+carries the policy, so a broker acting for a known tenant (`for_tenant`) asks again at every
+resolution, before reading the secret."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 from pathlib import Path
@@ -16,8 +23,10 @@ from sqlalchemy.exc import ArgumentError
 from core.settings import Settings
 from providers.secrets import (
     GATEWAY_ENV_PREFIX,
-    CompositeSecretBroker,
+    Connection,
+    SecretBroker,
     SecretPolicy,
+    SecretResolutionError,
     default_broker,
     key_in_file,
     secret_digest,
@@ -65,8 +74,55 @@ def secret_policy(settings: Settings) -> SecretPolicy:
     )
 
 
-def endpoint_broker(settings: Settings) -> CompositeSecretBroker:
+class EndpointBroker:
+    """The broker for deployments' endpointRefs, with the policy it enforces: `resolve` as
+    any broker (the allow-lists, the gateway's own secrets), and `for_tenant` for a caller
+    that knows whose deployment it resolves for."""
+
+    def __init__(self, inner: SecretBroker, policy: SecretPolicy) -> None:
+        self._inner = inner
+        self.policy = policy
+
+    async def resolve(self, endpoint_ref: str) -> Connection:
+        return await self._inner.resolve(endpoint_ref)
+
+    def for_tenant(self, tenant_id: str) -> SecretBroker:
+        return _TenantBroker(self, tenant_id)
+
+
+class _TenantBroker:
+    """Resolves only the references `tenant_id` may name now. A refusal is a
+    SecretResolutionError, as a reference that does not resolve: no request goes out, and the
+    caller classes it `credentials` (a probe holds the deployment rather than degrade it)."""
+
+    def __init__(self, broker: EndpointBroker, tenant_id: str) -> None:
+        self._broker = broker
+        self._tenant_id = tenant_id
+
+    async def resolve(self, endpoint_ref: str) -> Connection:
+        # A `file:` reference's owners are read from the disk (the `tenants/<tenant>/`
+        # folders and where they resolve): off the event loop, as the broker reads the file.
+        refused = await asyncio.to_thread(
+            self._broker.policy.tenant_refusal, endpoint_ref, self._tenant_id
+        )
+        if refused:
+            # Names the reference, as every broker error does; never the tenants it is kept for.
+            raise SecretResolutionError(f"endpointRef {endpoint_ref!r}: {refused}")
+        return await self._broker.resolve(endpoint_ref)
+
+
+def for_tenant(broker: SecretBroker, tenant_id: str) -> SecretBroker:
+    """`broker` resolving for `tenant_id`'s deployment. The gateway's brokers are
+    `endpoint_broker`'s; one built by hand without a policy (unit tests' stand-ins) restricts
+    nothing, as a SecretPolicy without lists does, and is used as it is."""
+    if isinstance(broker, EndpointBroker):
+        return broker.for_tenant(tenant_id)
+    return broker
+
+
+def endpoint_broker(settings: Settings) -> EndpointBroker:
     """The broker for deployments' endpointRefs."""
-    return default_broker(
-        allow_upstream=settings.allow_upstream_endpoints, policy=secret_policy(settings)
+    policy = secret_policy(settings)
+    return EndpointBroker(
+        default_broker(allow_upstream=settings.allow_upstream_endpoints, policy=policy), policy
     )

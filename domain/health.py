@@ -152,6 +152,15 @@ def _network_rule(providers: int, unreachable: int, fresh: int) -> bool:
     return providers >= 2 and unreachable > 0 and unreachable >= OWN_NETWORK_SHARE * fresh
 
 
+def network_suspected(providers: int, unreachable: int, fresh: int) -> bool:
+    """The network rule on its own terms, for evidence other than a probe run's (an API
+    process's open breakers, domain.breaker `network_suspected`): `providers` failing
+    unreachable, and of the evidence counted in the share, the `unreachable` failures and all
+    of it (`fresh`). One rule for both: a process whose egress broke opened breakers on every
+    provider it called, and its reports degraded each of them for the whole fleet."""
+    return _network_rule(providers, unreachable, fresh)
+
+
 def own_network_possible(
     probed: Sequence[tuple[ProbeTarget, ProbeResult]], pending: Sequence[ProbeTarget]
 ) -> bool:
@@ -185,11 +194,12 @@ def credentials_unresolved(result: ProbeResult) -> bool:
     worker's secrets are not the API processes' (a rollout missing the worker's secret volume,
     a variable added to the API's environment alone): taken for the deployment's failure, one
     worker's missing volume degraded every deployment the API processes served well. It says
-    nothing of the provider, so its Degrade verdict is held and it counts for nothing in the
-    network rule, as the API's calls do not count it in their breakers. A reference wrong
-    everywhere is a configuration error, not an outage: the worker logs it (the reference,
-    never a secret) and counts it in `provider_errors` (class `credentials`) at every run, and
-    each call that meets it is logged by its API process."""
+    nothing of the provider, so its Degrade verdict is held, it counts for nothing in the
+    network rule, as the API's calls do not count it in their breakers, and it is no sample
+    (`sampled`). A reference wrong everywhere, or kept for other tenants since the deployment
+    was registered (`secret_ref_tenants`), is a configuration error, not an outage: the worker
+    logs it (the reference, never a secret) and counts it in `provider_errors` (class
+    `credentials`) at every run, and each call that meets it is logged by its API process."""
     return result.outcome is ProbeOutcome.FAILED and result.error_class == CREDENTIALS
 
 
@@ -197,8 +207,22 @@ def answered_busy(result: ProbeResult) -> bool:
     """A probe answered as busy (a rate limit, Anthropic's overloaded): the deployment is there
     and serving others. At its limit under real traffic, it went Degraded, the router sent its
     traffic elsewhere, the next probe got through and it went Approved again, every few
-    minutes: the flap the breaker's trials were spared (domain/failures.py's BUSY)."""
+    minutes: the flap the breaker's trials were spared (domain/failures.py's BUSY). It is still
+    a sample, failed (`sampled`): the state is held, but the router's history term is the
+    chance a call sent there now gets through, and a call sent to a deployment at its limit
+    gets the same answer. Counted, a busy deployment draws a little less traffic while it is
+    busy, smoothly over the stats window and without an event; left out, it would keep the
+    score of one that answers while its callers' attempts are refused there."""
     return result.outcome is ProbeOutcome.FAILED and result.error_class in BUSY
+
+
+def sampled(result: ProbeResult) -> bool:
+    """Whether a probe's result is recorded as the window's sample, which the router's latency
+    and history terms read (`LatencyStats.routing_stats`): not a probe that was never sent
+    (`credentials_unresolved`). Recorded, a worker missing one secret, or a reference kept for
+    other tenants, lowered the deployment's success rate every run for a provider no one had
+    asked. A busy answer is a sample (`answered_busy`)."""
+    return not credentials_unresolved(result)
 
 
 class LatencyStats(BaseModel):
@@ -217,7 +241,7 @@ class LatencyStats(BaseModel):
 
     def routing_stats(self) -> DeploymentStats:
         """What routing scores (domain/scoring.py): the latency term on the successful probes'
-        p95, the history term on the probes that got an answer of any kind. A probe is a real
+        p95, the history term on the probes that were sent (`sampled`). A probe is a real
         request to the deployment through its adapter, every two minutes whatever the traffic,
         so a deployment nobody calls has a history too, and one call's luck does not make it."""
         return DeploymentStats(

@@ -436,6 +436,10 @@ async def test_a_worker_that_resolves_no_credential_degrades_nothing(
     assert report.held == [f"{tenant}/keys/anthropic", f"{tenant}/keys/openai"]
     for deployment in ("keys/openai", "keys/anthropic"):
         assert await _state(http, auth, deployment) == "Approved"
+    # Not sent, so no sample for the router's history term to count as a failure.
+    async with sessions() as session:
+        since = datetime.now(UTC) - timedelta(hours=1)
+        assert await probe_latency(session, since=since, tenant_id=tenant) == {}
 
 
 async def test_a_reference_that_is_wrong_is_logged_and_counted_not_degraded(
