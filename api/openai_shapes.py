@@ -57,6 +57,9 @@ class MessageIn(_Loose):
     # An assistant's refusal, as the SDK sends back a message it was answered with (content
     # null): its words, as a refusal part's are (it was dropped, the turn left empty).
     refusal: str | None = None
+    # Who spoke (OpenAI's participant name, which the model reads): carried, not dropped as an
+    # undeclared field is; a string, as OpenAI takes it (its own pattern is its to apply).
+    name: str | None = None
 
 
 class FunctionDef(_Loose):
@@ -188,6 +191,11 @@ def to_chat_request(body: ChatCompletionIn) -> ChatRequest:
     messages = []
     for index, m in enumerate(body.messages):
         role = "system" if m.role == "developer" else m.role
+        name = m.name
+        if name is not None and role == "tool":
+            # OpenAI's tool message has no `name`: ignored on one, as every message's was
+            # before names were carried (the normalised message refuses it).
+            name = None
         with field_errors("messages", index):
             messages.append(
                 Message(
@@ -198,6 +206,7 @@ def to_chat_request(body: ChatCompletionIn) -> ChatRequest:
                         for c in m.tool_calls or []
                     ),
                     tool_call_id=m.tool_call_id,
+                    name=name,
                 )
             )
     choice: ToolChoice | None = None

@@ -42,6 +42,8 @@ def _message(message: Message) -> dict[str, Any]:
         ]
     elif message.content is None:
         out["content"] = ""
+    if message.name is not None:
+        out["name"] = message.name
     return out
 
 
@@ -50,11 +52,18 @@ def _assistant_turns(messages: tuple[Message, ...] | list[Message]) -> list[Mess
     `tool_calls` followed at once by the calls' results: a history of [assistant(call A),
     assistant(call B), tool A, tool B] (Anthropic's Messages combines such turns, and Claude
     Code sends them) was OpenAI's 400. Their texts are joined by a newline, their calls kept in
-    order: Chat Completions has no order between an assistant's text and its calls."""
+    order: Chat Completions has no order between an assistant's text and its calls. Turns of
+    two named speakers stay two (an agent group's), as the caller sent them: one would be said
+    by one of them only."""
     out: list[Message] = []
     for message in messages:
         last = out[-1] if out else None
-        if last is None or message.role != "assistant" or last.role != "assistant":
+        if (
+            last is None
+            or message.role != "assistant"
+            or last.role != "assistant"
+            or message.name != last.name
+        ):
             out.append(message)
             continue
         texts = [t for t in (last.content, message.content) if t]

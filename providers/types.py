@@ -43,11 +43,18 @@ class Message(_Model):
     # A tool result that reports the tool's failure (Anthropic's `is_error`, which coding agents
     # set on every failed command). Left out of dumps when unset, as cache_control is.
     is_error: bool = Field(default=False, exclude_if=lambda v: not v)
+    # Who spoke the turn, told apart from others of its role (OpenAI's `name`, which the model
+    # reads; AutoGen sets it on user and assistant messages). Left out of dumps when unset, as
+    # cache_control is: the hash of a request without one is what it was before it was carried.
+    name: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @model_validator(mode="after")
     def _shape(self) -> Message:
         if self.role == "tool" and not self.tool_call_id:
             raise ValueError("a tool message needs tool_call_id")
+        if self.name is not None and self.role == "tool":
+            # OpenAI's tool message has no name: it would have nowhere to go.
+            raise ValueError("a tool message carries no name")
         if self.is_error and self.role != "tool":
             raise ValueError("only tool messages report a tool's failure")
         if self.tool_calls and self.role != "assistant":
