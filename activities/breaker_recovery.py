@@ -64,6 +64,7 @@ class BreakerRecovery:
         self._trials: dict[Key, asyncio.Task[None]] = {}
         self._next: dict[Key, float] = {}  # when each deployment's next trial starts
         breakers.report = self.report
+        breakers.trialling = self.trialling
 
     def rebind(self, client: Client) -> None:
         """Send verdicts on `client` from now on (core/temporal_rotation.py)."""
@@ -86,6 +87,12 @@ class BreakerRecovery:
             started = loop.create_task(self._recover(key, sent))
             self._trials[key] = started
             started.add_done_callback(lambda task: self._drop(self._trials, key, task))
+
+    def trialling(self, tenant_id: str, deployment_id: str) -> bool:
+        """Whether this process trials the deployment back now: the catalog's Degraded is this
+        process's own report, and the breaker it keeps is the one its first good trial closes
+        (BreakerRegistry.catalog_moved leaves it be)."""
+        return (tenant_id, deployment_id) in self._trials
 
     def next_trial_in(self, tenant_id: str, deployment_ids: Iterable[str]) -> float | None:
         """Seconds until this process next trials one of these deployments; None if it trials

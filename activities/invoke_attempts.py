@@ -109,7 +109,13 @@ async def attempts_on(
         route.uncertain = route.uncertain or result.usage is UsageStatus.UNKNOWN
         transient = kind in TRANSIENT
         if transient:
-            breaker.failure(result.retry_after, busy=kind in BUSY, started_at=began)
+            breaker.failure(
+                result.retry_after,
+                busy=kind in BUSY,
+                started_at=began,
+                kind=kind,  # for the network rule on Degraded reports (domain/breaker.py)
+                provider=target.provider,
+            )
         if result.outcome is InvocationOutcome.PARTIAL:
             return result  # output reached the caller: never retried, never spliced
         delay = retry_delay(

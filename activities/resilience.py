@@ -3,11 +3,15 @@ per-deployment overrides), retry rules, and the circuit breakers.
 
 Breakers live in process memory, one registry per process (API process or worker): each
 process learns a deployment's failures from its own calls. That keeps the hot path free of
-I/O; a fleet of N processes sends at most N trial calls to a provider that is down."""
+I/O; a fleet of N processes sends at most N trial calls to a provider that is down. What one
+process's breakers tell the fleet (a Degraded report) is checked against its own network first,
+and what the fleet's catalog says of a deployment makes this process's open breaker for it
+stale (domain/breaker.py): both on state changes and catalog versions, never per call."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
@@ -16,10 +20,11 @@ from activities.delta_text import DeltaText
 from activities.stream_watchdog import StreamWatchdog
 from core import timing
 from core.settings import Settings
-from domain.breaker import Breaker, BreakerState
+from domain.breaker import Breaker, BreakerState, network_suspected, outlived
 from domain.fallback import may_answer
 from domain.invocation import AttemptTimeouts, InvocationInput, Target
 from domain.retry import RetryRules
+from domain.snapshot import CatalogSnapshot
 from providers.base import ProviderAdapter
 from providers.errors import ErrorKind, ProviderError
 from providers.types import (
@@ -31,6 +36,14 @@ from providers.types import (
     ToolCallDelta,
 )
 
+log = logging.getLogger("model_router.breakers")
+
+Key = tuple[str, str]
+
+
+def _never(_tenant_id: str, _deployment_id: str) -> bool:
+    return False
+
 
 class BreakerRegistry:
     """One breaker per (tenant, deployment) in this process. Sustained failure — a breaker that
@@ -38,21 +51,42 @@ class BreakerRegistry:
     `report(tenant, deployment, healthy=False)`, and its closing after that with
     `healthy=True`; the lifecycle turns those into Degraded and back. The router sends no
     trials to a Degraded deployment, so the reporter trials it itself
-    (`activities/breaker_recovery.py`)."""
+    (`activities/breaker_recovery.py`).
+
+    A report is held while this process's open breakers look like its own network failing
+    (domain.breaker `network_suspected`); the breaker still keeps this process's calls off the
+    deployment, and the next failed trial asks again. And an open breaker whose deployment the
+    catalog judged since is forgotten (`catalog_moved`)."""
 
     def __init__(
         self, threshold: int, cooldown: float, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self._threshold, self._cooldown, self._clock = threshold, cooldown, clock
-        self._breakers: dict[tuple[str, str], Breaker] = {}
-        self._reported: set[tuple[str, str]] = set()
+        self._breakers: dict[Key, Breaker] = {}
+        self._reported: set[Key] = set()
+        # The breakers open or half-open now: the network rule's evidence, and those the
+        # catalog may make stale. Kept on state changes only (a call that succeeds on a closed
+        # breaker changes none), so neither asks every breaker the process ever made.
+        self._open: set[Key] = set()
+        # Sustained failure not reported for the network rule, each logged once.
+        self._held: set[Key] = set()
         self.report: Callable[[str, str, bool], None] | None = None
+        # Whether this process trials the deployment back now (BreakerRecovery): its breaker
+        # is the trials', closed by the first that succeeds, and the catalog leaves it be.
+        self.trialling: Callable[[str, str], bool] = _never
 
     def _on_change(
-        self, key: tuple[str, str], breaker: Breaker, before: BreakerState, to: BreakerState
+        self, key: Key, breaker: Breaker, before: BreakerState, to: BreakerState
     ) -> None:
         # A breaker forgotten (`forget`) while a call still held it reports nothing.
-        if self.report is None or self._breakers.get(key) is not breaker:
+        if self._breakers.get(key) is not breaker:
+            return
+        if to is BreakerState.CLOSED:
+            self._open.discard(key)
+            self._held.discard(key)
+        else:
+            self._open.add(key)
+        if self.report is None:
             return
         if (
             before is BreakerState.HALF_OPEN
@@ -60,11 +94,53 @@ class BreakerRegistry:
             and key not in self._reported
             and not breaker.busy  # busy, not unwell: domain.failures.BUSY
         ):
+            if self._own_network():
+                self._hold(key)
+                return
+            self._held.discard(key)
             self._reported.add(key)
             self.report(key[0], key[1], False)
         elif to is BreakerState.CLOSED and key in self._reported:
             self._reported.discard(key)
             self.report(key[0], key[1], True)
+
+    def _own_network(self) -> bool:
+        """The network rule on this process's open breakers: asked at a failed trial only (at
+        most one per open breaker and cool-down), over the open ones only."""
+        return network_suspected((self._breakers[k], k in self._reported) for k in self._open)
+
+    def _hold(self, key: Key) -> None:
+        """Not reported: Degraded holds for every process, and this one's evidence is what the
+        probe's rule takes for its own network. Reported, a pod whose egress broke would degrade
+        every deployment it called, the probe approve them again minutes later, and the pod
+        report them again at its next failed trials: a fleet-wide outage, over and over.
+        Logged once, until the breaker closes or is forgotten."""
+        if key in self._held:
+            return
+        self._held.add(key)
+        log.warning(
+            "deployment %s failing here, not reported Degraded: %d breakers open here, failing "
+            "unreachable on several providers; this process's own network suspected",
+            key[1],
+            len(self._open),
+        )
+
+    def catalog_moved(
+        self, tenant_id: str, before: CatalogSnapshot | None, now: CatalogSnapshot
+    ) -> None:
+        """The tenant's catalog compiled here at a new version (routing/snapshots.py
+        `on_version`, once per version; `before` the snapshot it replaces, if one was kept):
+        each of the tenant's breakers open here whose deployment the catalog judged since
+        (domain.breaker `outlived`) is forgotten, unless this process trials it back. Kept,
+        a process that had not reported the deployment kept its breaker open through the
+        outage (it routed nothing there) and refused the deployment's calls once it was back.
+        Costs one pass over the breakers open now, usually none."""
+        for key in [k for k in self._open if k[0] == tenant_id]:
+            if self.trialling(*key):
+                continue
+            seen = before.deployment(*key) if before is not None else None
+            if outlived(seen, now.deployment(*key)):
+                self.forget(*key)
 
     def forget_report(self, tenant_id: str, deployment_id: str) -> None:
         """The reporter stopped following this deployment (it left it to the health probe): a
@@ -73,14 +149,16 @@ class BreakerRegistry:
 
     def forget(self, tenant_id: str, deployment_id: str) -> None:
         """This process's breaker for the deployment is dropped with its report: the health
-        probe owns the deployment now. Kept open, the breaker outlived the outage: once the
-        probe approved the deployment again, each process refused every call but one trial
-        per cool-down (a profile's only deployment answered 503), and that one trial's single
-        blip reported the deployment Degraded again for the whole fleet. A Degraded deployment
-        gets no calls, so a fresh breaker loses nothing."""
+        probe (or another process's trials) owns the deployment now. Kept open, the breaker
+        outlived the outage: once the probe approved the deployment again, each process
+        refused every call but one trial per cool-down (a profile's only deployment answered
+        503), and that one trial's single blip reported the deployment Degraded again for the
+        whole fleet. A Degraded deployment gets no calls, so a fresh breaker loses nothing."""
         key = (tenant_id, deployment_id)
         self._breakers.pop(key, None)
         self._reported.discard(key)
+        self._open.discard(key)
+        self._held.discard(key)
 
     def wait(self, tenant_id: str, deployment_ids: Iterable[str]) -> float | None:
         """Seconds until the first of these deployments may be tried again in this process

@@ -83,6 +83,9 @@ class Runtime:
         # Invoke and ResolveRoutePlan route through the one service.
         self.routes = Routes(self.sessions, self.snapshots)
         self.invoke = InvokeRuntime(settings, self.sessions, self.routes, self.statements)
+        # Each catalog version compiled here tells this process's breakers what the fleet judged
+        # (Degraded, back again): an open breaker it makes stale is forgotten.
+        self.snapshots.on_version = self.invoke.activities.breakers.catalog_moved
         # The console overview's figures, this process's (api/console/overview_cache.py).
         # Imported here: the console's pages import this module.
         from api.console.overview_cache import OverviewCache

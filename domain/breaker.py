@@ -10,13 +10,22 @@ outcome (`started_at`) moves no state. Before, a 90 s stream begun ahead of an o
 completed after the breaker opened closed it and reported the deployment recovered, one
 Approved → Degraded → Approved flap (two events and a catalog rebuild for every tenant) per
 long stream in flight; and such a call failing late while the trial was out reopened the
-breaker and reported sustained failure before the trial had answered."""
+breaker and reported sustained failure before the trial had answered.
+
+Two rules say what one process's open breakers are worth beyond it: `network_suspected` (the
+health probe's network rule on them: its own network, not the providers) and `outlived` (the
+catalog judged the deployment since: the breaker is stale)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
+
+from domain.catalog import CatalogDeployment
+from domain.enums import DeploymentState
+from domain.health import UNREACHABLE
+from domain.health import network_suspected as _network_suspected
 
 
 class BreakerState(StrEnum):
@@ -42,6 +51,10 @@ class Breaker:
     not_before: float = 0.0
     # The last failure said the provider was busy (domain.failures.BUSY), not unwell.
     busy: bool = False
+    # The last failure's kind (providers/errors.py) and its provider, for `network_suspected`;
+    # None from a caller that does not say.
+    kind: str | None = None
+    provider: str | None = None
 
     def _move(self, to: BreakerState) -> None:
         before, self.state = self.state, to
@@ -99,15 +112,62 @@ class Breaker:
         self._move(BreakerState.CLOSED)
 
     def failure(
-        self, retry_after: float | None = None, busy: bool = False, started_at: float | None = None
+        self,
+        retry_after: float | None = None,
+        busy: bool = False,
+        started_at: float | None = None,
+        kind: str | None = None,
+        provider: str | None = None,
     ) -> None:
         if self._stale(started_at):
             return
         now = self.clock()
         self.failures += 1
-        self.busy = busy
+        self.busy, self.kind, self.provider = busy, kind, provider
         if retry_after is not None:
             self.not_before = now + retry_after
         if self.state is BreakerState.HALF_OPEN or self.failures >= self.threshold:
             self.opened_at, self.trial_started = now, None
             self._move(BreakerState.OPEN)
+
+
+def network_suspected(open_breakers: Iterable[tuple[Breaker, bool]]) -> bool:
+    """Whether a process's open (or half-open) breakers look like its own network (its DNS, its
+    egress) rather than the providers': domain.health's network rule, on these breakers as the
+    probe counts its run (`_network_counts`). Each comes with whether its deployment is judged
+    already (reported Degraded by this process): left out of the share, as a Degraded
+    deployment failing again is, its provider still among those unreachable. A breaker open on
+    another failure (a 5xx, a cut stream, a rate limit) is a provider that answered.
+
+    Only open breakers count: a closed one says how its last call went, maybe an hour ago, and
+    a process whose egress broke a second before would still have closed breakers on every
+    provider it had not called since, outvoting the open ones. The cost: a real outage of two
+    providers at once (a third one serving) is held here too, until one of them closes; the
+    breakers keep this process off them meanwhile, and the health probe judges them from the
+    worker."""
+    providers: set[str] = set()
+    unreachable = fresh = 0
+    for breaker, judged in open_breakers:
+        lost = breaker.kind in UNREACHABLE
+        if lost and breaker.provider is not None:
+            providers.add(breaker.provider)
+        if judged:
+            continue
+        fresh += 1
+        unreachable += lost
+    return _network_suspected(len(providers), unreachable, fresh)
+
+
+def outlived(seen: CatalogDeployment | None, now: CatalogDeployment | None) -> bool:
+    """Whether an open breaker's deployment has been judged by the catalog since, so that the
+    breaker is stale (`seen`: the deployment in the process's previous snapshot, if any; `now`:
+    in the new one). Degraded now: the health probe, or another process's trials, own it, and
+    it gets no calls, so a fresh breaker loses nothing. Its row moved (every lifecycle
+    transition bumps its version): Degraded and back while this process compiled no snapshot
+    in between. Gone: never called again. Kept open, the breaker outlived the outage: once the
+    deployment was Approved again this process refused its calls but one trial per cool-down,
+    and one blip on that trial reported it Degraded for the whole fleet, where a fresh breaker
+    needs `threshold` failures and a failed trial."""
+    if now is None or now.state is DeploymentState.DEGRADED:
+        return True
+    return seen is not None and seen.version != now.version

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
@@ -34,6 +35,9 @@ log = logging.getLogger("model_router.routing")
 # (compiled again at their next call). Each holds the tenant's whole catalog, 100-300 KB.
 MAX_TENANTS = 2_000
 
+# (tenant, the snapshot replaced or None, the new one): `SnapshotCache.on_version`.
+OnVersion = Callable[[str, CatalogSnapshot | None, CatalogSnapshot], None]
+
 
 @dataclass(frozen=True)
 class StatsWindow:
@@ -61,6 +65,11 @@ class SnapshotCache:
         # A tenant whose refresh failed is tried again after another refresh period, not at
         # its next call (the store away, each call of each tenant started one).
         self._retry_at: dict[str, float] = {}
+        # Told of each tenant's catalog compiled at a new version, with the snapshot it replaces
+        # (None: none kept here), once per version and never for a statistics refresh: the
+        # invoke side's breakers forget what the catalog has judged since
+        # (activities/resilience.py BreakerRegistry.catalog_moved).
+        self.on_version: OnVersion | None = None
 
     def cached(self, tenant_id: str) -> CatalogView | None:
         """The tenant's snapshot as last compiled here, its version not read again: for a route
@@ -107,8 +116,12 @@ class SnapshotCache:
         past MAX_TENANTS: each holds its whole catalog (profile versions, pricebooks), and a
         process serving thousands of tenants kept every one it had ever served."""
         tenant = view.tenant_id
-        self._cache.pop(tenant, None)  # to the end: the order is the order of compiling
+        before = self._cache.pop(tenant, None)  # to the end: the order is the order of compiling
         self._cache[tenant] = view
+        if self.on_version is not None and (
+            before is None or before.snapshot.version != view.snapshot.version
+        ):
+            self.on_version(tenant, before.snapshot if before else None, view.snapshot)
         self._retry_at.pop(tenant, None)
         while len(self._cache) > MAX_TENANTS:
             oldest = next(iter(self._cache))
