@@ -72,11 +72,25 @@ def openai_names(kind: str) -> tuple[str, str]:
     return _NAMES.get(kind, (kind, kind))
 
 
+def _transient(kind: str) -> tuple[int, str, str]:
+    """OpenAI's status, type and code for a transient `kind` (`FAILURES`, else a 503)."""
+    return FAILURES.get(kind, (503, "server_error", kind))
+
+
+def failure_names(kind: str) -> tuple[str, str]:
+    """The `error.type` and `error.code` a whole response's error gives a failure of `kind`
+    (`openai_names`, a transient kind's renamed as `error_envelope` renames it). A stream that
+    fails after output began says the same (api/openai_stream.py, api/responses_stream.py):
+    code matching on them saw another failure depending on when it struck."""
+    if kind in TRANSIENT:
+        _, error_type, code = _transient(kind)
+        return error_type, code
+    return openai_names(kind)
+
+
 def failure_code(kind: str) -> str:
-    """The `error.code` a whole response's error gives a failure of `kind` (a stream that fails
-    after output began says the same: api/responses_stream.py)."""
-    renamed = FAILURES.get(kind) if kind in TRANSIENT else None
-    return renamed[2] if renamed is not None else openai_names(kind)[1]
+    """The `error.code` of `failure_names`."""
+    return failure_names(kind)[1]
 
 
 def _failure(problem: dict[str, Any]) -> tuple[int, str, str] | None:
@@ -89,7 +103,7 @@ def _failure(problem: dict[str, Any]) -> tuple[int, str, str] | None:
         or kind not in TRANSIENT
     ):
         return None
-    return FAILURES.get(kind, (503, "server_error", kind))
+    return _transient(kind)
 
 
 def error_envelope(status: int, problem: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:

@@ -6,7 +6,8 @@ chunk with no choices, then `[DONE]`. The receipt's `model_router` object rides 
 those chunks, so a loop reading `choices[0]` never meets a chunk without choices it did not ask
 for, and the SDK's stream helper, which takes each chunk's `usage` as the total, keeps the
 usage (a separate receipt chunk after it set the total back to None). A call cut after output
-ends with an explicit error, never a clean terminator.
+ends with an explicit error, never a clean terminator: its `type` and `code` those a whole
+response's error gives the failure (api/openai_errors.py `failure_names`).
 
 The first tool call streams live; every later one is held and sent whole before the finish
 chunk. An OpenAI deployment may interleave the fragments of parallel calls, and only the end
@@ -26,6 +27,7 @@ import uuid
 from typing import Any
 
 from api import sse
+from api.openai_errors import failure_names
 from api.openai_shapes import chunk, delta_of, refused_finish, usage_body
 from api.wire import receipt_view
 from domain.close_reason import close_reason
@@ -133,12 +135,18 @@ class ChatChunks:
 
     async def fail(self, summary: InvocationSummary) -> bytes:
         reason = summary.close_reason or close_reason(summary.outcome, summary.error_kind)
+        kind = summary.error_kind or "provider_error"
+        # The type and code a whole response's error gives the kind: the code said the outcome
+        # (`Partial`, which the SDK raised as the APIError's code) and the type the gateway's
+        # kind, where the same failure before output said `rate_limit_exceeded` or
+        # `context_length_exceeded`, which agents act on.
+        error_type, code = failure_names(kind)
         return sse.line(
             {
                 "error": {
-                    "message": f"model call failed: {summary.error_kind}",
-                    "type": summary.error_kind,
-                    "code": summary.outcome,
+                    "message": f"model call failed: {kind}",
+                    "type": error_type,
+                    "code": code,
                     "errorClass": error_class(summary.error_kind),
                     "receiptId": str(self._id),
                     "deploymentId": summary.deployment_id,

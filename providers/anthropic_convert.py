@@ -1,6 +1,7 @@
 """Anthropic's messages.create arguments from a normalised chat request: system messages to
-`system`, tool results to user turns, merged turns, the prompt-cache breakpoints, and JSON
-output as Anthropic takes it (providers/anthropic_json_mode.py)."""
+`system`, tool results to user turns, merged turns, the prompt-cache breakpoints, JSON output
+and strict tools' schemas as Anthropic takes them (providers/anthropic_json_mode.py), and a
+temperature within Anthropic's range."""
 
 from __future__ import annotations
 
@@ -9,12 +10,23 @@ import json
 import re
 from typing import Any
 
-from providers.anthropic_json_mode import answer_tool, ask_for_answer, output_format
+from providers.anthropic_json_mode import (
+    answer_tool,
+    ask_for_answer,
+    output_format,
+    sendable_schema,
+)
 from providers.types import ChatRequest, Message
 
 DEFAULT_MAX_TOKENS = 4096
 _EPHEMERAL = {"type": "ephemeral"}
 _CHOICE = {"auto": "auto", "none": "none", "required": "any", "tool": "tool"}
+# Anthropic's highest temperature. OpenAI's surfaces take up to 2; above this Anthropic answers
+# 400 (after the key was claimed, where an OpenAI deployment answered the same request). Clamped,
+# not scaled: a value Anthropic takes goes as given (0.7 stays 0.7, what a caller tuned on
+# Anthropic expects, and the Messages surface takes 0-1 only), and OpenAI's 1-2 has no exact
+# counterpart on Anthropic's scale to map to anyway.
+_MAX_TEMPERATURE = 1.0
 
 
 # Anthropic takes tool-call ids of these characters only; an OpenAI-compatible server's may hold
@@ -118,8 +130,8 @@ def convert(
     before the newest turn, so an agent's growing conversation is read from the cache instead
     of billed in full each turn (Anthropic ignores them below its minimum length).
 
-    A json_schema the structured outputs cannot take raises ProviderError (invalid_request,
-    naming `provider`)."""
+    A json_schema the structured outputs cannot take, or a strict tool's such schema, raises
+    ProviderError (invalid_request, naming `provider`)."""
     turns: list[dict[str, Any]] = []
     for message in request.messages:
         if message.role == "system":
@@ -145,7 +157,13 @@ def convert(
             {
                 "name": t.name,
                 **({"description": t.description} if t.description else {}),
-                "input_schema": t.parameters,
+                # A strict tool's schema in the subset strict tool use takes, as a json_schema
+                # format's (providers/anthropic_json_mode.py); any other takes any schema.
+                "input_schema": sendable_schema(
+                    t.parameters, provider, f"the JSON schema of strict tool '{t.name}'"
+                )
+                if t.strict
+                else t.parameters,
                 **({"strict": True} if t.strict else {}),
                 **({"cache_control": _breakpoint(t.cache_control)} if t.cache_control else {}),
             }
@@ -171,5 +189,6 @@ def convert(
         params["stop_sequences"] = list(request.stop)
     if request.temperature is not None:
         # Not a typed argument of this SDK's messages.create; older models still accept it.
-        params["extra_body"] = {"temperature": request.temperature}
+        temperature = min(request.temperature, _MAX_TEMPERATURE)
+        params["extra_body"] = {"temperature": temperature}
     return params

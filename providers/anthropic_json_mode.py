@@ -2,7 +2,9 @@
 structured-output schema only in a subset of JSON Schema.
 
 A `json_schema` format goes out as `output_config.format`, its schema made one Anthropic takes
-by the SDK's own `anthropic.transform_schema` (what its `messages.parse` sends): every object
+by the SDK's own `anthropic.transform_schema` (what its `messages.parse` sends), and so does a
+strict tool's `input_schema` (`sendable_schema`: strict tool use takes the same subset, and an
+OpenAI strict tool's `minimum` or `maxLength` was a 400 after the key was claimed): every object
 closed with `additionalProperties: false` (a map's value schema dropped with it), and the
 keywords outside what the SDK sends as constraints (`minimum`, `maxLength`, `minItems` above 1,
 an unknown string `format`, and `pattern` too) moved into the description, where the model
@@ -156,26 +158,31 @@ def _sendable(schema: dict[str, Any]) -> dict[str, Any]:
     return typed
 
 
-def output_format(fmt: ResponseFormat, provider: str) -> dict[str, Any]:
-    """`output_config.format` for a json_schema format, as Anthropic takes it. A schema the
-    transform cannot read (a part without a type, a `true` schema) is the caller's request that
-    no Anthropic deployment takes: refused as invalid, in our words (never the schema's)."""
-    schema: dict[str, Any] = fmt.json_schema or {}
-    if fmt.description and "description" not in schema:
-        # Messages' format has no description of its own: the schema's carries it.
-        schema = {**schema, "description": fmt.description}
+def sendable_schema(schema: dict[str, Any], provider: str, what: str) -> dict[str, Any]:
+    """`schema` as Anthropic's structured outputs and strict tools take it (the module says
+    how). A schema the transform cannot read (a part without a type, a `true` schema) is the
+    caller's request that no Anthropic deployment takes: refused as invalid, in our words
+    (never the schema's), `what` naming the schema."""
     try:
-        sendable = anthropic.transform_schema(_sendable(schema))
+        return anthropic.transform_schema(_sendable(schema))
     except (ValueError, TypeError, AssertionError, RecursionError):
         raise ProviderError(
             ErrorKind.INVALID_REQUEST,
             provider=provider,
-            # The surfaces name the field differently (response_format, text.format,
-            # output_config.format): said as what it is.
-            reason="the output format's JSON schema has a part without a type, which "
-            "Anthropic's structured outputs do not take (each part needs a type, anyOf, "
-            "allOf, enum or const)",
+            reason=f"{what} has a part without a type, which Anthropic's structured outputs "
+            "do not take (each part needs a type, anyOf, allOf, enum or const)",
         ) from None
+
+
+def output_format(fmt: ResponseFormat, provider: str) -> dict[str, Any]:
+    """`output_config.format` for a json_schema format, as Anthropic takes it."""
+    schema: dict[str, Any] = fmt.json_schema or {}
+    if fmt.description and "description" not in schema:
+        # Messages' format has no description of its own: the schema's carries it.
+        schema = {**schema, "description": fmt.description}
+    # The surfaces name the field differently (response_format, text.format,
+    # output_config.format): said as what it is.
+    sendable = sendable_schema(schema, provider, "the output format's JSON schema")
     return {"type": "json_schema", "schema": sendable}
 
 

@@ -1,12 +1,14 @@
 """How Chat Completions answers a call that did not complete, against the local upstream's
 faults: a failure before any output with OpenAI's status, type and code for its kind (a rate
 limit a 429 the openai SDK raises as RateLimitError; a timeout a 504; the rest a 503
-`server_error`), keeping Retry-After; a replay of a key whose caller left mid-stream (Cancelled)
+`server_error`), keeping Retry-After, and the same type and code when it fails after output
+began (the stream's error event); a replay of a key whose caller left mid-stream (Cancelled)
 as a closed key on every surface, whole or streamed, never a provider's failure; and every
 event stream unbuffered by a proxy (`X-Accel-Buffering: no`)."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -15,7 +17,11 @@ import openai
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from providers.upstream import Fault, FaultKind, UpstreamServer
+from api.openai_stream import ChatChunks
+from domain.enums import InvocationOutcome
+from domain.invocation import InvocationSummary
+from providers.types import TextDelta
+from providers.upstream import Fault, FaultKind, Reply, UpstreamServer, default_responder
 from store.receipts import by_key
 from tests.helpers.deadline import eventually
 from tests.helpers.surfaces import Catalog
@@ -76,6 +82,75 @@ async def test_a_timeout_is_a_504_and_other_transient_failures_a_503_server_erro
     error = failed.json()["error"]
     assert (error["type"], error["code"]) == ("server_error", "server_error"), error
     assert int(failed.headers["Retry-After"]) >= 1
+
+
+async def test_a_stream_failing_after_output_says_the_type_and_code_a_whole_answer_gives(
+    openai_sdk: Any, catalog: Catalog, upstream: UpstreamServer
+) -> None:
+    """The error event said the outcome as its code (`Partial`, the SDK's APIError.code) and
+    the gateway's kind as its type: an overload mid-stream (Anthropic's in-stream
+    `overloaded_error`) is said as the same overload before any output is answered."""
+    model, profile = catalog.model("anthropic"), catalog.profile("anthropic")
+    upstream.register(model, lambda turn: Reply(text=" ".join(f"w{i}" for i in range(40))))
+    upstream.inject(model, Fault(kind=FaultKind.STREAM_ERROR, after_chunks=8))
+    said = ""
+    try:
+        with pytest.raises(openai.APIError) as streamed:
+            async for chunk in await openai_sdk.chat.completions.create(
+                model=profile, messages=MESSAGES, stream=True
+            ):
+                said += "".join(c.delta.content or "" for c in chunk.choices)
+    finally:
+        upstream.register(model, default_responder)
+        upstream.state.clear_faults(model)
+    # Then the same failure before any output (after the stream: the breaker it may open
+    # would refuse a call after it before the deployment is asked).
+    upstream.inject(model, Fault(kind=FaultKind.OVERLOADED))
+    try:
+        with pytest.raises(openai.APIStatusError) as whole:
+            await openai_sdk.chat.completions.create(model=profile, messages=MESSAGES)
+    finally:
+        upstream.state.clear_faults(model)
+    assert said.startswith("w0")  # output had reached the caller
+    assert (whole.value.type, whole.value.code) == ("server_error", "overloaded")
+    assert (streamed.value.type, streamed.value.code) == (whole.value.type, whole.value.code)
+    assert "overloaded" in streamed.value.message
+
+
+@pytest.mark.parametrize(
+    ("fault", "kind"),
+    [
+        (FaultKind.RATE_LIMIT, "rate_limit"),
+        (FaultKind.CONTEXT_LENGTH, "context_length"),
+        (FaultKind.AUTH, "auth"),
+    ],
+)
+async def test_a_stream_failing_after_output_names_each_kind_as_a_whole_answer_does(
+    openai_sdk: Any, catalog: Catalog, upstream: UpstreamServer, fault: FaultKind, kind: str
+) -> None:
+    """OpenAI's own names (`rate_limit_exceeded`, `context_length_exceeded`) or the gateway's
+    kind, as the whole answer gives them; most kinds the local upstream cannot fail with
+    mid-stream, so the stream's writer is given the receipt of one."""
+    model = catalog.model("openai")
+    upstream.inject(model, Fault(kind=fault))
+    try:
+        with pytest.raises(openai.APIStatusError) as whole:
+            await openai_sdk.chat.completions.create(
+                model=catalog.profile("openai"), messages=MESSAGES
+            )
+    finally:
+        upstream.state.clear_faults(model)
+    writer = ChatChunks(uuid.uuid4(), "p", include_usage=False)
+    writer.start()
+    writer.text("partly")
+    writer.add(TextDelta(text=" said"))
+    summary = InvocationSummary(
+        invocation_id=uuid.uuid4(), outcome=InvocationOutcome.PARTIAL, error_kind=kind
+    )
+    [line] = [x for x in (await writer.fail(summary)).split(b"\n") if x.startswith(b"data: ")]
+    error = json.loads(line.removeprefix(b"data: "))["error"]
+    assert whole.value.code is not None
+    assert (error["type"], error["code"]) == (whole.value.type, whole.value.code)
 
 
 # Each agent-native surface: its profile's protocol, the body of a call to it, and what a line of

@@ -110,7 +110,10 @@ async def test_a_connection_dropped_after_output_is_a_cut_stream(
     before = metrics.provider_errors.value(cuts)
     events, key = await _stream(http, auth, profile)
     assert any(e.get("choices") and e["choices"][0]["delta"].get("content") for e in events[:-1])
-    assert "[DONE]" not in events and events[-1]["error"]["type"] == "stream_incomplete"
+    assert "[DONE]" not in events
+    # The type and code the non-stream error below gives the kind (its type was the kind).
+    error = events[-1]["error"]
+    assert (error["type"], error["code"]) == ("server_error", "stream_incomplete"), error
     assert events[-1]["error"]["errorClass"] == "transient"  # as on the non-stream errors
     row = await _receipt(sessions, tenant, key)
     assert (row.outcome, row.usage_status) == ("Partial", "Unknown")

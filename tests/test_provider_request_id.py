@@ -94,7 +94,8 @@ async def test_a_broken_stream_keeps_the_providers_request_id(
     row = await _receipt(sessions, tenant, key)
     assert row.outcome == outcome, resp.text
     if output:
-        assert resp.status_code == 200 and f'"type":"{kind}"' in resp.text
+        # The error event names the kind as the whole answer's error does: as its code.
+        assert resp.status_code == 200 and f'"code":"{kind}"' in resp.text
     else:
         # Chat Completions answers a timeout as a 504 (api/openai_errors.FAILURES).
         status = 504 if kind == "timeout" else 503

@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from providers.upstream.answer import Answer, AnswerUsage, new_id, prompt_prefixes
+from providers.upstream.anthropic_schemas import check_schemas
 from providers.upstream.anthropic_texts import check_texts
 from providers.upstream.chat import BadRequest, Codec, StreamPlan, chat_endpoint, read_body, sse
 from providers.upstream.faults import FaultKind
@@ -107,81 +108,6 @@ def _messages(raw: object) -> list[TurnMessage]:
     return out
 
 
-# What Anthropic's structured outputs refuse in `output_config.format`'s schema, as its documented
-# limits say (and its 400 does): an object not closed by `additionalProperties: false`,
-# numerical bounds, string lengths, array constraints but `minItems` 0 or 1, a pattern with
-# lookaround, a backreference or a word boundary, a recursive schema. Checked here so that a
-# gateway sending a schema as given meets the refusal it meets at Anthropic.
-_NOT_TAKEN = (
-    "minimum",
-    "maximum",
-    "exclusiveMinimum",
-    "exclusiveMaximum",
-    "multipleOf",
-    "minLength",
-    "maxLength",
-    "maxItems",
-    "uniqueItems",
-    "contains",
-)
-_COMPLEX_PATTERN = re.compile(r"\(\?<?[=!]|\\[1-9bBk]")
-_SCHEMA = "output_config.format.schema"
-
-
-def _resolve(root: dict[str, Any], ref: str) -> object:
-    """What `ref` points at in `root`, None for nothing (a JSON pointer's `~1` is `/`)."""
-    node: object = root
-    for part in ref.removeprefix("#").strip("/").split("/") if ref != "#" else []:
-        key = part.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, list):  # an anyOf's branch, by its index
-            node = node[int(key)] if key.isdigit() and int(key) < len(node) else None
-        else:
-            node = node.get(key) if isinstance(node, dict) else None
-    return node
-
-
-def _check_schema(root: object) -> None:
-    def walk(node: object, path: str, refs: tuple[str, ...]) -> None:
-        if not isinstance(node, dict):
-            return
-        ref = node.get("$ref")
-        if isinstance(ref, str):
-            if ref == "#" or ref in refs:
-                raise BadRequest(f"{path}: recursive schemas are not supported")
-            target = _resolve(root if isinstance(root, dict) else {}, ref)
-            if not isinstance(target, dict):
-                # A ref to nothing (`#/definitions/A` once `definitions` is gone) was taken,
-                # and a schema the gateway sent with one passed here.
-                raise BadRequest(f"{path}: Invalid schema: $ref '{ref}' does not resolve")
-            walk(target, path, (*refs, ref))
-        kind = node.get("type")
-        if (kind == "object" or "properties" in node) and node.get(
-            "additionalProperties"
-        ) is not False:
-            raise BadRequest(
-                f"{path}: For 'object' type, 'additionalProperties' must be explicitly set to false"
-            )
-        for key in _NOT_TAKEN:
-            if key in node:
-                raise BadRequest(f"{path}: For '{kind}' type, property '{key}' is not supported")
-        if "minItems" in node and node["minItems"] not in (0, 1):
-            raise BadRequest(
-                f"{path}: For 'array' type, 'minItems' values other than 0 or 1 are not supported"
-            )
-        pattern = node.get("pattern")
-        if isinstance(pattern, str) and _COMPLEX_PATTERN.search(pattern):
-            raise BadRequest(f"{path}: the regular expression of 'pattern' is not supported")
-        for key in ("properties", "$defs", "definitions"):
-            for name, sub in (node.get(key) or {}).items():
-                walk(sub, f"{path}.{key}.{name}", refs)
-        for key in ("anyOf", "allOf", "oneOf"):
-            for i, sub in enumerate(node.get(key) or []):
-                walk(sub, f"{path}.{key}.{i}", refs)
-        walk(node.get("items"), f"{path}.items", refs)
-
-    walk(root, _SCHEMA, ())
-
-
 def parse(body: dict[str, Any]) -> ChatTurn:
     if not isinstance(body.get("max_tokens"), int):
         raise BadRequest("max_tokens: Field required")
@@ -200,10 +126,13 @@ def parse(body: dict[str, Any]) -> ChatTurn:
     name = raw_choice.get("name") if choice == "tool" else None
     if name is not None and not any(t.name == name for t in tools):
         raise BadRequest("tool_choice.name: not in tools")
+    temperature = body.get("temperature")
+    if isinstance(temperature, int | float) and not 0 <= temperature <= 1:
+        # Anthropic's range, refused as it refuses it (OpenAI's reaches 2).
+        raise BadRequest("temperature: range: 0..1")
     fmt = (body.get("output_config") or {}).get("format") or {}
     schema = fmt.get("schema") if fmt.get("type") == "json_schema" else None
-    if schema is not None:
-        _check_schema(schema)
+    check_schemas(body)
     check_texts(body)
     return ChatTurn(
         api="anthropic",
