@@ -28,7 +28,7 @@ from store.repositories import (
     ModelDeploymentRepository,
     ModelProfileRepository,
 )
-from store.views import deployment_record
+from store.views import deployment_record, reads_as_record
 
 
 class LifecycleActivities:
@@ -51,22 +51,33 @@ class LifecycleActivities:
     async def apply_transition(self, data: TransitionInput) -> DeploymentRecord:
         try:
             async with transaction(self._sessions) as session:
-                row = await lifecycle.apply_transition(
-                    session,
-                    data.tenant_id,
-                    data.deployment_id,
-                    data.transition,
-                    data.expected_version,
-                    license_=data.license,
-                    evidence=data.evidence,
-                )
+                try:
+                    row = await lifecycle.apply_transition(
+                        session,
+                        data.tenant_id,
+                        data.deployment_id,
+                        data.transition,
+                        data.expected_version,
+                        expected_state=data.expected_state,
+                        license_=data.license,
+                        evidence=data.evidence,
+                    )
+                except lifecycle.VersionConflict as exc:
+                    # The row as it is goes with the refusal (read here, before the rollback
+                    # expires it): the workflow adopts it, its copy never left behind the store.
+                    stored = (
+                        [deployment_record(exc.row).model_dump(mode="json", by_alias=True)]
+                        if reads_as_record(exc.row)
+                        else []
+                    )
+                    raise ApplicationError(
+                        str(exc), *stored, type=CONFLICT, non_retryable=True
+                    ) from None
                 return deployment_record(row)
         except lifecycle.DeploymentMissing:
             raise ApplicationError(
                 "deployment not found", type=NOT_FOUND, non_retryable=True
             ) from None
-        except lifecycle.VersionConflict as exc:
-            raise ApplicationError(str(exc), type=CONFLICT, non_retryable=True) from None
 
     @activity.defn(name="check_approval")
     async def check_approval(self, data: ApprovalCheckInput) -> list[Refusal]:

@@ -15,6 +15,7 @@ from domain.deployments import (
     EvidenceInput,
     LicenseMetadata,
 )
+from domain.enums import DeploymentState
 from domain.lifecycle import Transition
 
 WORKFLOW_NAME = "DeploymentLifecycle"
@@ -23,6 +24,7 @@ REGISTER_UPDATE = "register"
 ILLEGAL = "IllegalTransition"
 REFUSED = "ApprovalRefused"
 # ApplicationError types of the store activities (non-retryable), inside the update's failure.
+# A conflict's details are the deployment as the store holds it, for the workflow to adopt.
 CONFLICT = "ConcurrencyConflict"
 NOT_FOUND = "DeploymentNotFound"
 # A stored license or profile that no longer reads as its model (written before a rule was
@@ -76,6 +78,10 @@ class TransitionInput(BaseModel):
     deployment_id: str
     transition: Transition
     expected_version: int
+    # The state the workflow holds the deployment in: a retry tells its own committed write
+    # from another's by the state this transition leads to. None in an activity scheduled
+    # before it was sent.
+    expected_state: DeploymentState | None = None
     license: LicenseMetadata | None = None
     evidence: EvidenceInput | None = None
 

@@ -85,7 +85,8 @@ async def test_worker_killed_mid_approval_then_restarted_is_consistent(
             ),
         )
 
-        # Hold the row so the approval's write blocks mid-transaction, then kill the worker.
+        # Hold the row so the approval's store step blocks mid-transaction (at its locked read
+        # of the row), then kill the worker.
         url = make_url(settings.database_url)
         lock = await asyncpg.connect(
             host=url.host, port=url.port, user=url.username, database=url.database
@@ -111,7 +112,8 @@ async def test_worker_killed_mid_approval_then_restarted_is_consistent(
         async def blocked() -> bool:
             waiting = await watcher.fetchval(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock' AND query LIKE 'UPDATE model_deployments%'"
+                "AND wait_event_type = 'Lock' AND query LIKE 'SELECT %FROM model_deployments%' "
+                "AND query LIKE '%FOR UPDATE'"
             )
             return bool(waiting)
 

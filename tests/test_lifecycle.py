@@ -218,7 +218,6 @@ ILLEGAL = [
     ("Degraded", "approve"),
     ("Degraded", "record_license"),
     ("Retired", "approve"),
-    ("Retired", "retire"),
     ("Retired", "record_license"),
     ("Retired", "probe_failed"),
 ]

@@ -13,10 +13,11 @@ from typing import TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.lifecycle_types import (
+        CONFLICT,
         ILLEGAL,
         REFUSED,
         STORE_REFUSALS,
@@ -34,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from domain.deployments import DeploymentRecord, LicenseMetadata
     from domain.enums import DeploymentState
     from domain.lifecycle import IllegalTransition, Transition, is_noop, next_state
+    from domain.stored import stored_context
 
 T = TypeVar("T")
 
@@ -237,18 +239,38 @@ class DeploymentLifecycleWorkflow:
         evidence: EvidenceInput | None = None,
         license_: LicenseMetadata | None = None,
     ) -> DeploymentRecord:
-        updated: DeploymentRecord = await _store(
-            "apply_transition",
-            TransitionInput(
-                tenant_id=record.tenant_id,
-                deployment_id=record.deployment_id,
-                transition=transition,
-                expected_version=record.version,
-                evidence=evidence,
-                license=license_,
-            ),
-            DeploymentRecord,
-        )
+        try:
+            updated: DeploymentRecord = await _store(
+                "apply_transition",
+                TransitionInput(
+                    tenant_id=record.tenant_id,
+                    deployment_id=record.deployment_id,
+                    transition=transition,
+                    expected_version=record.version,
+                    expected_state=record.state,
+                    evidence=evidence,
+                    license=license_,
+                ),
+                DeploymentRecord,
+            )
+        except ActivityError as exc:
+            self._adopt(exc)
+            raise
         self._record = updated
         self._transitions += 1
         return updated
+
+    def _adopt(self, failure: ActivityError) -> None:
+        """A conflict's row as the store holds it becomes the workflow's copy, and the next
+        transition is judged against it. Kept, the copy stayed behind the store for good: the
+        next transition found the row one version on and took it for its own (a Retire answered
+        with the Approved row, nothing retired), or was a no-op from the state the copy held (a
+        Degraded row held Approved: every recovery a no-op)."""
+        cause = failure.cause
+        if not (isinstance(cause, ApplicationError) and cause.type == CONFLICT and cause.details):
+            return
+        # A history from before conflicts were adopted kept its copy: replayed, it keeps it.
+        if workflow.patched("conflict-adopts-stored"):
+            self._record = DeploymentRecord.model_validate(
+                cause.details[0], context=stored_context()
+            )

@@ -1,4 +1,5 @@
-"""Model deployments: register, list, get, license, approve, retire."""
+"""Model deployments: register, list, get, license, approve, retire (a repeat answered with the
+retired deployment)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from domain.enums import Scope
 from domain.lifecycle import Transition
 from store.repositories import ModelDeploymentRepository
 from store.tables import ModelDeploymentRow
-from store.views import reads_as_record
+from store.views import deployment_record, reads_as_record
 
 log = logging.getLogger("model_router.api")
 
@@ -206,15 +207,33 @@ async def retire_deployment(
     temporal: TemporalDep,
     runtime: RuntimeDep,
 ) -> DeploymentRecord:
-    return await lifecycle.transition(
-        temporal,
-        runtime.sessions,
-        runtime.settings.temporal_task_queue,
-        principal.tenant_id,
-        deploymentId,
-        Transition.RETIRE,
-        actor=principal,
-    )
+    try:
+        return await lifecycle.transition(
+            temporal,
+            runtime.sessions,
+            runtime.settings.temporal_task_queue,
+            principal.tenant_id,
+            deploymentId,
+            Transition.RETIRE,
+            actor=principal,
+        )
+    except Problem as problem:
+        # Retired already (a retry after a timeout that applied it after all, two operators at
+        # once): a repeat, done as the console counts it, answered as approving again is.
+        if not lifecycle.already_done(problem, Transition.RETIRE):
+            raise
+    return await _stored(runtime, principal.tenant_id, deploymentId)
+
+
+async def _stored(runtime: RuntimeDep, tenant_id: str, deployment_id: str) -> DeploymentRecord:
+    """The deployment as the store holds it."""
+    async with runtime.sessions() as session:
+        row = await ModelDeploymentRepository(session, tenant_id).get(deployment_id)
+    if row is None:
+        raise Problem(404, f"No deployment {deployment_id!r}.", field="deploymentId")
+    if not reads_as_record(row):
+        raise unreadable(deployment_id)
+    return deployment_record(row)
 
 
 @router.put(
