@@ -134,6 +134,11 @@ class NoneAvailable(Refusal):
 
     @property
     def reason(self) -> str:
+        """Why the call may be served later: the first exclusion that lifts by itself (the
+        deployment waited on), else the first of all."""
+        for _, code in self.excluded:
+            if code in SELF_CLEARING_CODES:
+                return code
         return self.excluded[0][1] if self.excluded else "none-available"
 
 
@@ -146,6 +151,11 @@ def unhealthy_ids(plan: RoutePlanResult) -> list[str]:
     # Health is the first filter, so one may fail another too: then the caller merely comes
     # back early.
     return [e.deployment_id for e in plan.excluded if e.code is ExclusionCode.UNHEALTHY]
+
+
+# The self-clearing exclusion codes as the 503 lists them (strings: a pinned plan's come from
+# the catalog's state, not a decision).
+SELF_CLEARING_CODES = frozenset(c.value for c in SELF_CLEARING)
 
 
 def exclusions_of(plan: RoutePlanResult) -> list[tuple[str, str]]:

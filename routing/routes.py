@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from domain import modality
 from domain.constraints import meets_needs, serves_data_of, unpromised_needs
 from domain.enums import LatencyClass
+from domain.exclusions import ExclusionCode
 from domain.fallback import stand_ins
 from domain.invocation import Operation, Target
 from domain.planner import PlanRequest
@@ -265,6 +266,12 @@ class Routes:
             waiting_on = [d for d in (*candidates, *unhealthy) if stands_in(d)]
             if candidates:
                 raise NoneAvailable(profile_id, waiting_on, _why_not(view, candidates))
+            # The fallback chain's deployments that would take the call once well: a 503 to come
+            # back after, whatever refused the profile's own (a policy denial of them too).
+            chain = chain_waiting_on(view, profile, needs, constraints, set(candidates))
+            if chain := [d for d in chain if stands_in(d)]:
+                excluded = exclusions_of(decided[0]) + _why_not(view, chain)
+                raise NoneAvailable(profile_id, [*waiting_on, *chain], excluded)
             raise _empty(view.to_refuse(decided[0], profile, needs), profile_id, waiting_on)
         passed_over = _passed_over(view, targets, first, pinned_primary, decided)
         if refused is not None and passed_over is not None:
@@ -325,8 +332,15 @@ def _empty(
 
 
 def _why_not(view: CatalogView, deployment_ids: list[str]) -> list[tuple[str, str]]:
-    """Why each of a pinned plan's (or a chain's) deployments is not called now."""
-    return [(d, view.passed_over(None, d) or "no_candidate") for d in deployment_ids]
+    """Why each of a pinned plan's (or a chain's) deployments is not called now, in the
+    exclusion codes a decision's 503 lists (a Degraded one is `unhealthy` there too)."""
+    return [(d, _as_exclusion(view.passed_over(None, d))) for d in deployment_ids]
+
+
+def _as_exclusion(reason: str | None) -> str:
+    if reason == "degraded":
+        return ExclusionCode.UNHEALTHY.value
+    return reason or "no_candidate"
 
 
 def _first(

@@ -122,6 +122,10 @@ def test_each_refusal_has_its_problem() -> None:
     assert none.extensions["errorClass"] == "transient"
     assert none.extensions["reason"] == "unhealthy"
     assert none.extensions["excluded"] == [{"deploymentId": "d1", "code": "unhealthy"}]
+    # The reason is what the call waits on, not a mistyped id listed before it.
+    both = NoneAvailable("p", ["b"], [("ghost", "not_in_catalog"), ("b", "unhealthy")])
+    assert both.reason == "unhealthy"
+    assert NoneAvailable("p", [], [("ghost", "not_in_catalog")]).reason == "not_in_catalog"
     assert waited == [["d1", "d2"]]
     unknown = problem_of(UnknownProfile("p"), retry_after)
     assert (unknown.status, unknown.extensions["field"]) == (404, "profileId")

@@ -175,3 +175,45 @@ async def test_a_policy_denial_is_the_same_while_a_deployment_it_refuses_is_degr
     assert (none.value.reason, none.value.excluded) == ("unhealthy", [("rs/x", "unhealthy")])
     with pytest.raises(NoneAvailable):
         await routes.pin(internal, "rs-deg", uuid.uuid4())
+
+
+async def test_a_fallback_chain_waited_on_makes_the_refusal_transient(
+    routes: Routes,
+    http: httpx.AsyncClient,
+    token_for: TokenFactory,
+    tenant: str,
+    temporal_client: Client,
+    upstream: UpstreamServer,
+) -> None:
+    # Restricted data: the baseline policy refuses the profile's own Regional rs/r, and lets the
+    # chain's Local rs/l see it. Both Degraded: the chain will take the call once rs/l is back,
+    # so the answer is the 503 waiting on it, not the profile's denial.
+    auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
+    tag = uuid.uuid4().hex[:8]
+    for dep, privacy in (("rs/r", "Regional"), ("rs/l", "Local")):
+        await approved_deployment(
+            http,
+            auth,
+            temporal_client,
+            tenant,
+            dep,
+            model=f"{dep[-1]}-{tag}",
+            endpointRef=upstream.endpoint_ref,
+            privacyClass=privacy,
+        )
+    for event in (
+        profile_event("rs-local", ["rs/l"], {}, privacyClass="Local"),
+        profile_event("rs-main", ["rs/r"], {}, fallbackEnabled=True, fallbackChain=["rs-local"]),
+    ):
+        resp = await publish(http, auth, event)
+        assert resp.status_code == 200, resp.text
+    for dep in ("rs/r", "rs/l"):
+        handle = temporal_client.get_workflow_handle(workflow_id(tenant, dep))
+        assert (await handle.execute_update("probe_failed", result_type=dict))["state"] == (
+            "Degraded"
+        )
+    restricted = PlanRequest(tenant_id=tenant, data_classification=DataClassification.RESTRICTED)
+    with pytest.raises(NoneAvailable) as none:
+        await routes.route(restricted, "rs-main", None, Operation.CHAT)
+    assert "rs/l" in none.value.waiting_on
+    assert none.value.reason == "unhealthy"
