@@ -54,7 +54,8 @@ def _assistant_turns(messages: tuple[Message, ...] | list[Message]) -> list[Mess
     Code sends them) was OpenAI's 400. Their texts are joined by a newline, their calls kept in
     order: Chat Completions has no order between an assistant's text and its calls. Turns of
     two named speakers stay two (an agent group's), as the caller sent them: one would be said
-    by one of them only."""
+    by one of them only; unless the first holds calls, whose results must follow the turn that
+    made them (merged under the first's name, as before names were carried)."""
     out: list[Message] = []
     for message in messages:
         last = out[-1] if out else None
@@ -62,7 +63,7 @@ def _assistant_turns(messages: tuple[Message, ...] | list[Message]) -> list[Mess
             last is None
             or message.role != "assistant"
             or last.role != "assistant"
-            or message.name != last.name
+            or (message.name != last.name and not last.tool_calls)
         ):
             out.append(message)
             continue

@@ -145,3 +145,32 @@ async def test_a_name_that_is_not_a_string_is_a_400_naming_it(
     assert (refused.value.param, error["type"]) == ("messages.1.name", "invalid_request_error")
     assert upstream.requests(catalog.model("openai")) == before
     assert not await _claimed(sessions, tenant, key)
+
+
+async def test_calls_of_differently_named_turns_are_still_followed_by_their_results(
+    openai_sdk: AsyncOpenAI, catalog: Catalog, seen: dict[str, list[dict[str, Any]]]
+) -> None:
+    # [assistant(call a), assistant(call b), tool a, tool b]: OpenAI's 400 unless one turn holds
+    # both calls, as it did before names were carried; kept apart for their names, it failed.
+    def call(i: str) -> dict[str, Any]:
+        return {"id": i, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+
+    messages: Any = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "tool_calls": [call("a")], "name": "planner"},
+        {"role": "assistant", "content": None, "tool_calls": [call("b")]},
+        {"role": "tool", "tool_call_id": "a", "content": "1"},
+        {"role": "tool", "tool_call_id": "b", "content": "2"},
+    ]
+    answer = await openai_sdk.chat.completions.create(
+        model=catalog.profile("openai"), messages=messages
+    )
+    assert answer.choices[0].message.content
+    [body] = seen["openai"]
+    sent = [(m["role"], m.get("name"), len(m.get("tool_calls", []))) for m in body["messages"]]
+    assert sent == [
+        ("user", None, 0),
+        ("assistant", "planner", 2),
+        ("tool", None, 0),
+        ("tool", None, 0),
+    ], body["messages"]
