@@ -16,6 +16,8 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from pydantic import ValidationError
+
     from activities.lifecycle_types import (
         CONFLICT,
         ILLEGAL,
@@ -271,6 +273,10 @@ class DeploymentLifecycleWorkflow:
             return
         # A history from before conflicts were adopted kept its copy: replayed, it keeps it.
         if workflow.patched("conflict-adopts-stored"):
-            self._record = DeploymentRecord.model_validate(
-                cause.details[0], context=stored_context()
-            )
+            try:
+                self._record = DeploymentRecord.model_validate(
+                    cause.details[0], context=stored_context()
+                )
+            except ValidationError:
+                # Raised in workflow code it would fail the task for ever: the copy stays.
+                workflow.logger.warning("a conflict's stored deployment did not read")
