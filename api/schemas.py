@@ -35,6 +35,11 @@ class DeploymentView(DeploymentRecord):
     )
 
 
+class ExclusionView(BaseModel):
+    code: str
+    reason: str
+
+
 class AllowedDeployment(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
 
@@ -44,9 +49,12 @@ class AllowedDeployment(BaseModel):
     healthy: bool | None = None
     routable: bool = Field(
         default=False,
-        description="Approved and healthy, and its current evidence meets every threshold of "
-        "this profile version (the tenant policy, the call's data and the budget decide the rest: "
-        "the route-plan preview)",
+        description="No filter of this profile version leaves it out whatever the call (state, "
+        "health, pool, privacy floor, regions, thresholds, context window); the tenant policy, "
+        "the call's data, needs and budget decide the rest: the route-plan preview",
+    )
+    exclusion: ExclusionView | None = Field(
+        default=None, description="Why it is not routable for this profile, when it is not"
     )
     below_thresholds: list[str] = Field(
         default_factory=list,

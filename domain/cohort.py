@@ -179,6 +179,17 @@ class Cohort:
         self.epoch_starts, self.epoch_cost_logs = self._price_epochs(pricebook)
         self.unpriced: list[float] = [UNKNOWN] * n
 
+    def standing(self) -> dict[str, tuple[ExclusionCode, dict[str, Any]]]:
+        """Each listed deployment the profile's plans leave out whatever the call: its state,
+        its pool, the profile's privacy floor, regions, thresholds and context (the filters
+        worked out here); the tenant policy, the call's data, needs and budget decide the rest.
+        First failure only, as a decision reports it."""
+        out = {self.ids[i]: (code, detail) for i, code, detail in self.pre_excluded}
+        for i in self.members:
+            if (post := self.post[i]) is not None:
+                out[self.ids[i]] = post
+        return out
+
     def costs_at(self, epoch: int) -> list[float]:
         return self.epoch_cost_logs[epoch] if epoch >= 0 else self.unpriced
 

@@ -320,3 +320,18 @@ async def test_a_deployment_below_the_profiles_thresholds_is_not_shown_routable(
     [dep] = detail["deployments"]
     assert (dep["state"], dep["routable"]) == ("Approved", False)
     assert dep["belowThresholds"] == ["tool-calling"]
+    assert dep["exclusion"]["code"] == "capability_below_threshold"
+
+    # Any filter the planner applies whatever the call: a deployment of no known context window
+    # is in no plan of a profile with a context size, whatever its evidence.
+    await approved_deployment(
+        http, auth, temporal_client, tenant, "az/we/windowless", contextWindowTokens=None
+    )
+    published = await publish(
+        http, auth, profile_event("windowless", ["az/we/windowless"], version="1")
+    )
+    assert published.status_code == 200, published.text
+    detail = (await http.get("/factory/model-profiles/windowless", headers=auth)).json()
+    [dep] = detail["deployments"]
+    assert (dep["state"], dep["routable"], dep["belowThresholds"]) == ("Approved", False, [])
+    assert dep["exclusion"]["code"] == "context_window_unknown"

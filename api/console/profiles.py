@@ -95,7 +95,7 @@ async def profile_page(
         try:
             # The REST read itself: the same rows, the same allowed-deployment summary.
             detail = await profile_routes.get_profile(
-                profile_id, operator.principal, session, version or None
+                profile_id, operator.principal, session, runtime, version or None
             )
         except Problem as problem:
             raise ConsoleError(problem.status, problem.detail) from None

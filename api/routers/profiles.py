@@ -9,15 +9,15 @@ from fastapi import APIRouter, Body, Depends, Query, Response
 from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 
-from api.deps import SessionDep, require
+from api.deps import RuntimeDep, SessionDep, require
 from api.problems import UNREADABLE_TYPE, Problem
-from api.schemas import AllowedDeployment, ProfileDetail
+from api.schemas import AllowedDeployment, ExclusionView, ProfileDetail
 from api.views import evidence_summary
 from core.security import Principal
 from domain.access import Action
 from domain.catalog import below_thresholds
 from domain.enums import Scope
-from domain.lifecycle import is_routable
+from domain.exclusions import describe
 from domain.profile_releases import AssetEvent, AssetReleasePublished
 from domain.profiles import ModelProfile
 from store import profile_catalog
@@ -72,6 +72,7 @@ async def get_profile(
     profileId: str,
     principal: Reader,
     session: SessionDep,
+    runtime: RuntimeDep,
     version: Annotated[
         str | None, Query(max_length=50, description="A specific (possibly retired) version")
     ] = None,
@@ -99,6 +100,9 @@ async def get_profile(
     found = {d.deployment_id: d for d in await deployments.list()}
     listed = [found[i] for i in row.allowed_deployments if i in found]
     scores = await current_scores(session, principal.tenant_id, listed)
+    # The planner's own request-independent filters, on the catalog as routing holds it.
+    view = await runtime.snapshots.view(principal.tenant_id)
+    kept_out = view.snapshot.cohort(principal.tenant_id, profile).standing()
     allowed = []
     for deployment_id in row.allowed_deployments:
         d = found.get(deployment_id)
@@ -106,16 +110,20 @@ async def get_profile(
             allowed.append(AllowedDeployment(deployment_id=deployment_id, registered=False))
             continue
         rows = scores.get(deployment_id, [])
-        # The planner's own threshold rule: Approved and healthy alone said "routable" of a
-        # deployment re-evaluated below the profile's thresholds, which the router filters out.
         below = below_thresholds(profile, [capability_score(principal.tenant_id, r) for r in rows])
+        # Approved and healthy alone said "routable" of a deployment the planner leaves out of
+        # every plan of this profile (re-evaluated below its thresholds, no context window).
+        out = kept_out.get(deployment_id)
         allowed.append(
             AllowedDeployment(
                 deployment_id=deployment_id,
                 registered=True,
                 state=d.state.value,
                 healthy=d.healthy,
-                routable=is_routable(d.state, d.healthy) and not below,
+                routable=out is None,
+                exclusion=None
+                if out is None
+                else ExclusionView(code=out[0].value, reason=describe(*out)),
                 below_thresholds=below,
                 evidence=evidence_summary(d.capability_evidence_ref, rows),
             )
