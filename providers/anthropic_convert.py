@@ -177,14 +177,15 @@ def convert(
         if request.parallel_tool_calls is False and mode != "none":
             tool_choice["disable_parallel_tool_use"] = True
         params["tool_choice"] = tool_choice
-    # JSON output as Anthropic takes it (providers/anthropic_json_mode.py): a schema in its
-    # subset, JSON mode as a tool the model answers with.
+    # JSON output as Anthropic takes it (providers/anthropic_json_mode.py): JSON mode and a
+    # json_schema that is not strict as a tool the model answers with, any other json_schema
+    # (a strict one, the Messages surface's) in its structured outputs' subset.
     fmt = request.response_format
-    if fmt is not None and fmt.type == "json_schema":
-        params["output_config"] = {"format": output_format(fmt, provider)}
     answer = answer_tool(request)
     if answer is not None:
         ask_for_answer(request, params, answer)
+    elif fmt is not None and fmt.type == "json_schema":
+        params["output_config"] = {"format": output_format(fmt, provider)}
     if request.stop:
         params["stop_sequences"] = list(request.stop)
     if request.temperature is not None:

@@ -1,10 +1,11 @@
 """JSON output on Anthropic's Messages API, which has no JSON mode of its own and takes a
 structured-output schema only in a subset of JSON Schema.
 
-A `json_schema` format goes out as `output_config.format`, its schema made one Anthropic takes
-by the SDK's own `anthropic.transform_schema` (what its `messages.parse` sends), and so does a
-strict tool's `input_schema` (`sendable_schema`: strict tool use takes the same subset, and an
-OpenAI strict tool's `minimum` or `maxLength` was a 400 after the key was claimed): every object
+A strict `json_schema` format (and the few others the last paragraph names) goes out as
+`output_config.format`, its schema made one Anthropic takes by the SDK's own
+`anthropic.transform_schema` (what its `messages.parse` sends), and so does a strict tool's
+`input_schema` (`sendable_schema`: strict tool use takes the same subset, and an OpenAI strict
+tool's `minimum` or `maxLength` was a 400 after the key was claimed): every object
 closed with `additionalProperties: false` (a map's value schema dropped with it), and the
 keywords outside what the SDK sends as constraints (`minimum`, `maxLength`, `minItems` above 1,
 an unknown string `format`, and `pattern` too) moved into the description, where the model
@@ -27,7 +28,20 @@ With the caller's own tools, forcing the answer tool would keep them from being 
 with tools does: call a tool, or answer with a JSON object. Under `tool_choice: none` the
 answer tool alone is forced (no caller tool may be called, as asked); under `required` or a
 named tool the answer is a tool call, which JSON mode does not shape, so no answer tool is
-added."""
+added.
+
+A `json_schema` format that is not strict (OpenAI's default, which LangChain's
+`with_structured_output(method="json_schema")` sends) asks for the same answer tool, the
+caller's schema as its `input_schema` as given: a tool that is not strict takes any schema, and
+OpenAI honours an open object under `strict: false`, where the transform closed it and dropped
+a map's values (`dict[str, float]` could only be answered `{}`). Only a schema whose top level is
+an object goes so: Anthropic refuses an `input_schema` of another type, or with `anyOf`,
+`oneOf` or `allOf` at its top, and a tool's input is an object whatever its schema. A schema
+of another top level keeps `output_config.format` (wrapped in an object instead, the answer
+would have to be unwrapped again from every streamed fragment). Under a tool call the caller
+forces there is no answer tool, as for JSON mode, and the format goes as
+`output_config.format`, as a strict one always does (the Messages surface's is strict:
+constrained decoding is what it asks for)."""
 
 from __future__ import annotations
 
@@ -174,24 +188,48 @@ def sendable_schema(schema: dict[str, Any], provider: str, what: str) -> dict[st
         ) from None
 
 
-def output_format(fmt: ResponseFormat, provider: str) -> dict[str, Any]:
-    """`output_config.format` for a json_schema format, as Anthropic takes it."""
+def _described(fmt: ResponseFormat) -> dict[str, Any]:
+    """A json_schema format's schema carrying the format's description: neither Messages'
+    format nor the answer tool's schema has a description of its own."""
     schema: dict[str, Any] = fmt.json_schema or {}
     if fmt.description and "description" not in schema:
-        # Messages' format has no description of its own: the schema's carries it.
         schema = {**schema, "description": fmt.description}
+    return schema
+
+
+def output_format(fmt: ResponseFormat, provider: str) -> dict[str, Any]:
+    """`output_config.format` for a json_schema format, as Anthropic takes it."""
     # The surfaces name the field differently (response_format, text.format,
     # output_config.format): said as what it is.
-    sendable = sendable_schema(schema, provider, "the output format's JSON schema")
+    sendable = sendable_schema(_described(fmt), provider, "the output format's JSON schema")
     return {"type": "json_schema", "schema": sendable}
 
 
+# A tool's input_schema with one of these at its top is refused by Anthropic.
+_TOP_COMBINERS = frozenset(("anyOf", "oneOf", "allOf"))
+
+
+def _by_tool(fmt: ResponseFormat) -> bool:
+    """Whether `fmt` is answered with the answer tool: JSON mode, or a json_schema that is not
+    strict and whose top level a tool's input_schema can be (the module says why)."""
+    if fmt.type == "json_object":
+        return True
+    schema = fmt.json_schema
+    return (
+        fmt.type == "json_schema"
+        and not fmt.strict
+        and schema is not None
+        and schema.get("type") == "object"
+        and not _TOP_COMBINERS & schema.keys()
+    )
+
+
 def answer_tool(request: ChatRequest) -> str | None:
-    """The name of the tool that carries a JSON-mode answer in this request's call, or None
-    when the call has none (no json_object format, or a tool call forced by the caller). Never
-    one of the caller's tools' names."""
+    """The name of the tool that carries a JSON answer in this request's call, or None when
+    the call has none (no json_object format or json_schema answered so, or a tool call forced
+    by the caller). Never one of the caller's tools' names."""
     fmt = request.response_format
-    if fmt is None or fmt.type != "json_object":
+    if fmt is None or not _by_tool(fmt):
         return None
     choice = request.tool_choice
     if request.tools and choice is not None and choice.mode in ("required", "tool"):
@@ -206,7 +244,13 @@ def answer_tool(request: ChatRequest) -> str | None:
 def ask_for_answer(request: ChatRequest, params: dict[str, Any], name: str) -> None:
     """Adds the answer tool to `params` (after the caller's tools, so their cache prefix
     stays) and the tool choice that has the model answer with it (the module says why)."""
-    tool = {"name": name, "description": _ANSWER_DESCRIPTION, "input_schema": {"type": "object"}}
+    fmt = request.response_format
+    # JSON mode's any object, or the caller's schema as given (a tool that is not strict takes
+    # any schema; never the transform's, which closes every object).
+    schema = (
+        _described(fmt) if fmt is not None and fmt.type == "json_schema" else {"type": "object"}
+    )
+    tool = {"name": name, "description": _ANSWER_DESCRIPTION, "input_schema": schema}
     params["tools"] = [*params.get("tools", ()), tool]
     choice = request.tool_choice
     if request.tools and (choice is None or choice.mode == "auto"):

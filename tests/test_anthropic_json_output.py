@@ -1,7 +1,7 @@
 """JSON output on an Anthropic deployment, in forms the Messages API takes. Its structured
 outputs refuse an object not closed by `additionalProperties: false` and keywords such as
 `minimum` (the local upstream refuses them as Anthropic does: checked first here); so a
-json_schema goes out as the SDK's `transform_schema` makes it, and JSON mode
+strict json_schema goes out as the SDK's `transform_schema` makes it, and JSON mode
 (`response_format: json_object`, which the gateway sent as the open schema `{"type":
 "object"}`, a 400 blaming the caller) as a tool the model answers with, read back as the
 answer's text, whole and streamed alike, finish `stop`. With the caller's own tools the model
@@ -61,8 +61,8 @@ WEATHER: Any = {
     },
 }
 ASK: Any = [{"role": "user", "content": "The weather in Zürich, as a JSON object."}]
-# A schema written for OpenAI's non-strict json_schema: objects left open, a bound, a length,
-# a nullable field as a list of types.
+# A schema written for OpenAI's non-strict json_schema, sent strict: objects left open, a
+# bound, a length, a nullable field as a list of types.
 PERSON: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -427,7 +427,10 @@ async def _ask(
 async def test_a_schema_written_for_openai_is_sent_as_anthropic_takes_it(
     openai_sdk: AsyncOpenAI, catalog: Catalog, turns: list[ChatTurn], stream: bool
 ) -> None:
-    fmt: Any = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
+    # Strict: a format that is not goes as the answer tool, its schema as given
+    # (tests/test_anthropic_loose_schema.py).
+    spec = {"name": "person", "schema": PERSON, "strict": True}
+    fmt: Any = {"type": "json_schema", "json_schema": spec}
     ask: dict[str, Any] = {"model": catalog.profile("anthropic"), "response_format": fmt}
     answer = await _ask(openai_sdk, ask, [{"role": "user", "content": "a person"}], stream)
     assert answer["finish"] == "stop"
@@ -449,14 +452,18 @@ async def test_a_schema_written_for_openai_is_sent_as_anthropic_takes_it(
 async def test_a_schema_part_without_a_type_is_refused_without_a_call(
     openai_sdk: AsyncOpenAI, catalog: Catalog, upstream: UpstreamServer, turns: list[ChatTurn]
 ) -> None:
-    """No Anthropic schema takes a part with no type: the caller's request, refused as
-    invalid in our words, and the provider never asked (it would refuse it too)."""
+    """No Anthropic structured-output schema takes a part with no type: the caller's strict
+    request, refused as invalid in our words, and the provider never asked (it would refuse it
+    too)."""
     schema: Any = {"type": "object", "properties": {"anything": {}}}
     before = upstream.requests(catalog.model("anthropic"))
     with pytest.raises(openai.BadRequestError) as refused:
         await openai_sdk.chat.completions.create(
             model=catalog.profile("anthropic"),
-            response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": schema, "strict": True},
+            },
             messages=[{"role": "user", "content": "anything"}],
         )
     assert "output format's JSON schema has a part without a type" in str(refused.value)
