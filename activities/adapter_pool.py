@@ -10,7 +10,14 @@ every five minutes under load).
 A refresh that cannot resolve the credentials (a secret file caught mid-rewrite, a vault not
 answering) keeps the working client: it is asked again every `REFRESH_RETRY_SECONDS`, for up to
 one more TTL, and only then does the deployment's call fail for its credentials. The refresh
-used to fail the call in hand, on a client that worked."""
+used to fail the call in hand, on a client that worked.
+
+Clients are the tenant's: a client is built, and refreshed, through `for_tenant`, which asks
+whether the tenant may still name the reference (`secret_ref_tenants`, `tenants/<tenant>/`).
+Built with the plain broker, tenant B's deployment on a reference later kept for tenant A spent
+A's key on every call of B's. Asked only when a client is built, never per call: a restriction
+takes effect within one TTL. Such a refusal (KeptForOtherTenants) gets no grace: it fails the
+call at once and the client is dropped, not kept on for one more TTL."""
 
 from __future__ import annotations
 
@@ -21,6 +28,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
+from activities.secret_policy import KeptForOtherTenants, for_tenant
 from domain.invocation import Target
 from providers.base import ProviderAdapter
 from providers.registry import resolve_adapter
@@ -29,7 +37,9 @@ from providers.types import ProviderTimeouts
 
 log = logging.getLogger("model_router.adapters")
 REFRESH_RETRY_SECONDS = 30.0
-_Key = tuple[str, str, str, str, str]  # deployment, provider, model, endpoint, modality
+# tenant, deployment, provider, model, endpoint, modality: deployment ids are the tenant's own,
+# and whether a reference resolves depends on whose deployment it is.
+_Key = tuple[str, str, str, str, str, str]
 
 
 @dataclass(eq=False)
@@ -62,9 +72,10 @@ class AdapterPool:
         self.refreshes = 0  # clients replaced after their TTL
 
     @contextlib.asynccontextmanager
-    async def lease(self, target: Target) -> AsyncIterator[ProviderAdapter]:
-        """The deployment's adapter, kept open until the block ends, refreshed or not."""
-        entry = await self._entry(target)
+    async def lease(self, target: Target, tenant_id: str) -> AsyncIterator[ProviderAdapter]:
+        """`tenant_id`'s deployment's adapter, kept open until the block ends, refreshed or
+        not."""
+        entry = await self._entry(target, tenant_id)
         entry.leases += 1  # no await between finding the entry and leasing it
         try:
             yield entry.adapter
@@ -73,10 +84,10 @@ class AdapterPool:
             if entry.retired and entry.leases == 0:
                 await self._close(entry)
 
-    async def ready(self, target: Target) -> None:
-        """Resolve the deployment's credentials now (SecretResolutionError if they are
-        missing), so a run can refuse early."""
-        await self._entry(target)
+    async def ready(self, target: Target, tenant_id: str) -> None:
+        """Resolve `tenant_id`'s deployment's credentials now (SecretResolutionError if they
+        are missing or kept for other tenants), so a run can refuse early."""
+        await self._entry(target, tenant_id)
 
     @property
     def ttl_seconds(self) -> float:
@@ -90,9 +101,16 @@ class AdapterPool:
     def _fresh(self, entry: _Entry | None) -> bool:
         return entry is not None and self._clock() < entry.fresh_until
 
-    async def _entry(self, target: Target) -> _Entry:
+    async def _entry(self, target: Target, tenant_id: str) -> _Entry:
         modality = target.modality.value if target.modality else ""
-        key = (target.deployment_id, target.provider, target.model, target.endpoint_ref, modality)
+        key = (
+            tenant_id,
+            target.deployment_id,
+            target.provider,
+            target.model,
+            target.endpoint_ref,
+            modality,
+        )
         found = self._current.get(key)
         if found is not None and self._fresh(found):
             return found
@@ -102,7 +120,9 @@ class AdapterPool:
                 return found
             try:
                 adapter = await resolve_adapter(
-                    self._broker,
+                    # Only here, as a client is built: the tenant check reads the allow-list
+                    # (and, for a `file:`, the disk), which a call must not pay for.
+                    for_tenant(self._broker, tenant_id),
                     provider=target.provider,
                     model=target.model,
                     endpoint_ref=target.endpoint_ref,
@@ -110,6 +130,14 @@ class AdapterPool:
                     modality=target.modality,
                     prompt_caching=self._prompt_caching,
                 )
+            except KeptForOtherTenants:
+                # Not a secret caught mid-rewrite: the tenant may no longer name the reference.
+                # Kept on, the working client would spend the other tenants' key for one more
+                # TTL; dropped, the next call asks again rather than finding it.
+                if found is not None:
+                    del self._current[key]
+                    await self._retire(found)
+                raise
             except SecretResolutionError:
                 now = self._clock()
                 if found is None or now - found.born >= 2 * self._ttl:
@@ -127,12 +155,16 @@ class AdapterPool:
             self._current[key] = entry
             if found is not None:
                 self.refreshes += 1
-                found.retired = True
-                if found.leases == 0:
-                    await self._close(found)
-                else:
-                    self._retired.add(found)
+                await self._retire(found)
             return entry
+
+    async def _retire(self, entry: _Entry) -> None:
+        """No new call gets `entry`; it is closed when the calls it carries end."""
+        entry.retired = True
+        if entry.leases == 0:
+            await self._close(entry)
+        else:
+            self._retired.add(entry)
 
     async def _close(self, entry: _Entry) -> None:
         if entry.closed:

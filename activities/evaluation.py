@@ -177,13 +177,14 @@ class EvaluationActivities:
         suite = same_suite(self._suite(data.context_tokens), data.suite_version)
         case = suite.case(data.case_id)
         await self._stillevaluable(data.tenant_id, data.target.deployment_id)
-        await ready(self._adapters, data.target)
+        await ready(self._adapters, data.target, data.tenant_id)
         try:
             return await drive_case(
                 suite,
                 case,
                 self._adapters,
                 data.target,
+                data.tenant_id,
                 temperature=data.temperature,
                 temperature_refused=self._temperature_refused,
             )
@@ -215,8 +216,8 @@ class EvaluationActivities:
         """A fixed check's cases (a handful of small requests): the rerank check against a
         reranker, the embedding check against an embedding model."""
         await self._stillevaluable(data.tenant_id, data.target.deployment_id)
-        await ready(self._adapters, data.target)
-        async with self._adapters.lease(data.target) as adapter:
+        await ready(self._adapters, data.target, data.tenant_id)
+        async with self._adapters.lease(data.target, data.tenant_id) as adapter:
             if data.check == "embedding":
                 return await embedding_check(adapter)
             return await rerank_check(adapter)

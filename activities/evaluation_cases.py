@@ -43,18 +43,19 @@ async def drive_case(
     case: Case,
     adapters: AdapterPool,
     target: Target,
+    tenant_id: str,
     *,
     temperature: bool,
     temperature_refused: Callable[[], Awaitable[None]],
 ) -> CaseResult:
-    """The case's result. `temperature`: whether to send the suite's temperature at first;
-    `temperature_refused` is awaited once the model answered a request it had refused with
-    it."""
+    """The case's result, its requests sent through `tenant_id`'s client of the deployment.
+    `temperature`: whether to send the suite's temperature at first; `temperature_refused` is
+    awaited once the model answered a request it had refused with it."""
     sending = _Sending(temperature)
 
     async def send(request: SuiteRequest, with_temperature: bool) -> SuiteAnswer:
         sending.last, sending.last_with_temperature = request, with_temperature
-        async with adapters.lease(target) as adapter:
+        async with adapters.lease(target, tenant_id) as adapter:
             chat = to_chat(request, temperature=with_temperature)
             return to_answer(await adapter.complete(chat))
 

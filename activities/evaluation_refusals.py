@@ -12,6 +12,7 @@ from datetime import timedelta
 from temporalio.exceptions import ApplicationError
 
 from activities.adapter_pool import AdapterPool
+from activities.secret_policy import KeptForOtherTenants
 from domain.enums import Modality
 from domain.invocation import Target
 from domain.lifecycle import can_evaluate
@@ -60,13 +61,18 @@ def evaluable(row: ModelDeploymentRow | None) -> ModelDeploymentRow:
     return row
 
 
-async def ready(adapters: AdapterPool, target: Target) -> None:
-    """The deployment's credentials resolve, or the evaluation cannot run at all."""
+async def ready(adapters: AdapterPool, target: Target, tenant_id: str) -> None:
+    """`tenant_id`'s deployment's credentials resolve, or the evaluation cannot run at all."""
     try:
-        await adapters.ready(target)
-    except SecretResolutionError:
+        await adapters.ready(target, tenant_id)
+    except SecretResolutionError as exc:
+        # Missing, or kept for other tenants since registration: said apart, neither names a
+        # secret nor the tenants a reference is kept for.
+        why = (
+            "are kept for other tenants" if isinstance(exc, KeptForOtherTenants) else "are missing"
+        )
         raise ApplicationError(
-            f"credentials for endpointRef {target.endpoint_ref} are missing",
+            f"credentials for endpointRef {target.endpoint_ref} {why}",
             type=CANNOT_RUN,
             non_retryable=True,
         ) from None

@@ -67,9 +67,11 @@ async def attempts_on(
         attempt += 1
         try:
             # Each attempt: a retry's lease may find the client due for its refresh.
-            await adapters.ready(target)
+            await adapters.ready(target, data.tenant_id)
         except SecretResolutionError as exc:
-            # The credentials are missing or not allowed (docs/runbook.md): not called now.
+            # The credentials are missing or not allowed (docs/runbook.md), or the reference is
+            # kept for other tenants now (activities/adapter_pool.py): not called now, and the
+            # next candidate may answer (`auth` moves on).
             # A retry's used to escape the call as our own failure (`internal`). The caller
             # hears only that; which reference and why (never a secret: the broker's messages
             # name none) is the operator's, in the log. As the reason, the caller's 502 named
@@ -92,7 +94,7 @@ async def attempts_on(
         began = breaker.clock()
         remaining = started + data.timeout_seconds - time.monotonic()
         # Leased for the attempt: a refresh meanwhile never closes the client under it.
-        async with adapters.lease(target) as adapter:
+        async with adapters.lease(target, data.tenant_id) as adapter:
             with invoke_spans.provider_call(data, target, attempt) as span:
                 result = await attempt_once(
                     data, adapter, pending, started, timeouts, remaining, route

@@ -5,9 +5,10 @@ trials, evaluations), so an entry written before the allow-list existed is refus
 
 Which tenants may name a reference (`secret_ref_tenants`, `tenants/<tenant>/`) can change after
 a deployment was registered under it. The registration check alone left tenant B's deployment on
-a reference later kept for tenant A probed every two minutes with A's key: `EndpointBroker`
-carries the policy, so a broker acting for a known tenant (`for_tenant`) asks again at every
-resolution, before reading the secret."""
+a reference later kept for tenant A probed every two minutes, and called on every invocation,
+with A's key: `EndpointBroker` carries the policy, so a broker acting for a known tenant
+(`for_tenant`: probes, recovery trials, and the adapter pool when it builds or refreshes a
+client) asks again at every resolution, before reading the secret."""
 
 from __future__ import annotations
 
@@ -90,10 +91,18 @@ class EndpointBroker:
         return _TenantBroker(self, tenant_id)
 
 
+class KeptForOtherTenants(SecretResolutionError):
+    """The reference is kept for other tenants now: a refusal, not a secret that failed to
+    read. A SecretResolutionError, so every caller classes it as one (`credentials`); told
+    apart by the adapter pool, which gives a refresh that cannot read the secret one more TTL
+    on the working client but must not keep spending another tenant's key for as long."""
+
+
 class _TenantBroker:
     """Resolves only the references `tenant_id` may name now. A refusal is a
-    SecretResolutionError, as a reference that does not resolve: no request goes out, and the
-    caller classes it `credentials` (a probe holds the deployment rather than degrade it)."""
+    SecretResolutionError (KeptForOtherTenants), as a reference that does not resolve: no
+    request goes out, and the caller classes it `credentials` (a probe holds the deployment
+    rather than degrade it; an invocation fails the attempt and falls over)."""
 
     def __init__(self, broker: EndpointBroker, tenant_id: str) -> None:
         self._broker = broker
@@ -107,7 +116,7 @@ class _TenantBroker:
         )
         if refused:
             # Names the reference, as every broker error does; never the tenants it is kept for.
-            raise SecretResolutionError(f"endpointRef {endpoint_ref!r}: {refused}")
+            raise KeptForOtherTenants(f"endpointRef {endpoint_ref!r}: {refused}")
         return await self._broker.resolve(endpoint_ref)
 
 

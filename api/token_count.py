@@ -57,7 +57,8 @@ async def count_input_tokens(
         first_byte=settings.invoke_first_byte_timeout_seconds,
     )
     try:
-        async with runtime.invoke.adapters.lease(target) as adapter:
+        # The principal's deployment: a reference kept for other tenants is not counted there.
+        async with runtime.invoke.adapters.lease(target, principal.tenant_id) as adapter:
             return await adapter.count_tokens(chat, limits=limits)
     except ProviderError as exc:
         # The class only: a provider's message could quote the prompt.

@@ -52,7 +52,7 @@ async def test_a_refresh_during_streaming_cuts_no_call(upstream: UpstreamServer)
 
     async def call(i: int) -> tuple[str, bool]:
         text, finished = "", False
-        async with pool.lease(target) as adapter:
+        async with pool.lease(target, "refresh-tenant") as adapter:
             async for event in adapter.stream(REQUEST):
                 if isinstance(event, TextDelta):
                     text += event.text
@@ -78,7 +78,7 @@ async def test_a_refresh_during_streaming_cuts_no_call(upstream: UpstreamServer)
 
 async def _direct(target: Target) -> str:
     pool = AdapterPool(default_broker(allow_upstream=True), ProviderTimeouts(connect=2, read=10))
-    async with pool.lease(target) as adapter:
+    async with pool.lease(target, "refresh-tenant") as adapter:
         answer = (await adapter.complete(REQUEST)).text
     await pool.aclose()
     return answer
@@ -108,26 +108,26 @@ async def test_a_refresh_whose_credentials_fail_keeps_the_working_client(
         broker, ProviderTimeouts(connect=2, read=10), ttl_seconds=100, clock=lambda: now[0]
     )
     target = _target(upstream)
-    async with pool.lease(target) as first:
+    async with pool.lease(target, "refresh-tenant") as first:
         pass
     broker.failing = True
     now[0] = 150.0  # due for its refresh
-    async with pool.lease(target) as adapter:
+    async with pool.lease(target, "refresh-tenant") as adapter:
         assert adapter is first
         assert (await adapter.complete(REQUEST)).text
     now[0] = 170.0  # not asked again before REFRESH_RETRY_SECONDS
-    async with pool.lease(target) as adapter:
+    async with pool.lease(target, "refresh-tenant") as adapter:
         assert adapter is first
     broker.failing = False
     now[0] = 181.0  # asked again, and it resolves: a new client
-    async with pool.lease(target) as adapter:
+    async with pool.lease(target, "refresh-tenant") as adapter:
         assert adapter is not first
     assert pool.refreshes == 1
     # Past one more TTL of failures, the call fails for its credentials.
     broker.failing = True
     now[0] = 181.0 + 200.0
     with pytest.raises(SecretResolutionError):
-        async with pool.lease(target):
+        async with pool.lease(target, "refresh-tenant"):
             pass
     await pool.aclose()
 
