@@ -14,7 +14,8 @@ breaker and reported sustained failure before the trial had answered.
 
 Two rules say what one process's open breakers are worth beyond it: `network_suspected` (the
 health probe's network rule on them: its own network, not the providers) and `outlived` (the
-catalog judged the deployment since: the breaker is stale)."""
+catalog judged the deployment since: the breaker is stale). A third, `relapsed`, says when the
+process's own trials are not to be believed again."""
 
 from __future__ import annotations
 
@@ -171,3 +172,14 @@ def outlived(seen: CatalogDeployment | None, now: CatalogDeployment | None) -> b
     if now is None or now.state is DeploymentState.DEGRADED:
         return True
     return seen is not None and seen.version != now.version
+
+
+def relapsed(recovered_at: float | None, now: float, window: float) -> bool:
+    """Whether a deployment reported Degraded again `now` came back by this process's recovery
+    trials (at `recovered_at`, None: not within memory) less than `window` ago. The trial is the
+    health probe's one-token request, and a deployment that answers it but fails real traffic
+    (a self-hosted server erroring on long prompts, a proxy cutting long streams) passed it,
+    failed its callers again and was reported again: Degraded and back every 15-60 s, two
+    events, two webhooks and a catalog rebuild for every tenant each time. Relapsed, it is
+    left to the scheduled health probe, as when the trials give up."""
+    return recovered_at is not None and now - recovered_at < window

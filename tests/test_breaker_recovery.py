@@ -1,11 +1,13 @@
 """The recovery trials a process runs after its breaker reported a deployment Degraded, against
 the real lifecycle workflow and the local upstream: bounded in time, handing over to the health
-probe when they give up, and cancelled on shutdown. (The whole loop through the gateway —
-Degraded, healed, Approved within seconds — is in tests/test_resilience.py.)"""
+probe when they give up, or when a deployment they brought back fails again within their window,
+and cancelled on shutdown. (The whole loop through the gateway — Degraded, healed, Approved
+within seconds — is in tests/test_resilience.py.)"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 
 import httpx
 import pytest
@@ -13,9 +15,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from activities.breaker_recovery import BreakerRecovery
+from activities.lifecycle_client import LifecycleClient
 from activities.resilience import BreakerRegistry
 from core.settings import Settings
 from domain.breaker import BreakerState
+from domain.lifecycle import Transition
 from providers.secrets import default_broker
 from providers.upstream import Fault, FaultKind, UpstreamServer
 from tests.conftest import TokenFactory
@@ -58,6 +62,7 @@ def _recovery(
     sessions: async_sessionmaker[AsyncSession],
     breakers: BreakerRegistry,
     window: float,
+    clock: Callable[[], float] = time.monotonic,
 ) -> BreakerRecovery:
     return BreakerRecovery(
         client,
@@ -67,6 +72,7 @@ def _recovery(
         cooldown=COOLDOWN,
         window=window,
         trial_timeout=2.0,
+        clock=clock,
     )
 
 
@@ -188,3 +194,68 @@ async def test_shutdown_cancels_the_trials(
     assert recovery.next_trial_in(tenant, [DEPLOYMENT]) is None
     # Cancelled, not recovered: the breaker stays open and the deployment Degraded.
     assert breakers.get(tenant, DEPLOYMENT).state is BreakerState.OPEN
+
+
+async def test_a_deployment_its_trials_brought_back_that_fails_again_is_left_to_the_probe(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    upstream: UpstreamServer,
+    temporal_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    tenant: str,
+    breakers: BreakerRegistry,
+    recoveries: list[BreakerRecovery],
+) -> None:
+    # A deployment that answers the trial's one-token request but fails real traffic (a server
+    # erroring on long prompts): trialled back each time, it went Degraded and Approved every
+    # 15-60 s, two events, two webhooks and a catalog rebuild for every tenant each cycle.
+    # The window is read on the recovery's clock, which only this test moves.
+    now = [0.0]
+    window = 60.0
+    recovery = _recovery(temporal_client, sessions, breakers, window, clock=lambda: now[0])
+    recoveries.append(recovery)
+    reports: list[bool] = []
+    send = breakers.report
+    assert send is not None
+
+    def counted(tenant_id: str, deployment_id: str, healthy: bool) -> None:
+        reports.append(healthy)
+        send(tenant_id, deployment_id, healthy)
+
+    breakers.report = counted
+
+    async def state_is(state: str) -> bool:
+        return await _state(http, auth) == state
+
+    upstream.inject(MODEL, Fault(kind=FaultKind.UNAVAILABLE))
+    await _sustained_failure(breakers, tenant)
+    await eventually(lambda: recovery.next_trial_in(tenant, [DEPLOYMENT]) is not None)
+    upstream.state.clear_faults(MODEL)  # the ping answers: brought back by a trial
+    await eventually(lambda: state_is("Approved"), timeout=10)
+    await eventually(lambda: not recovery.trialling(tenant, DEPLOYMENT))
+
+    # Real traffic fails again within the window: reported Degraded once, and no trial sent,
+    # so no trial's success can report it recovered; the scheduled probe judges it.
+    upstream.inject(MODEL, Fault(kind=FaultKind.UNAVAILABLE))
+    before = upstream.requests(MODEL)
+    await _sustained_failure(breakers, tenant)
+    upstream.state.clear_faults(MODEL)  # the ping would pass
+    await eventually(lambda: not recovery.trialling(tenant, DEPLOYMENT))
+    assert await _state(http, auth) == "Degraded"
+    assert upstream.requests(MODEL) == before
+    assert reports == [False, True, False]
+    # Handed over as when the trials give up: the breaker is dropped with the report.
+    assert breakers.get(tenant, DEPLOYMENT).state is BreakerState.CLOSED
+
+    # Past the window the trials' recovery is forgotten: a later sustained failure is trialled
+    # back as before. (The probe's own recovery is stood in for by the lifecycle here.)
+    await LifecycleClient(temporal_client).transition(
+        tenant, DEPLOYMENT, Transition.PROBE_RECOVERED
+    )
+    now[0] += window
+    upstream.inject(MODEL, Fault(kind=FaultKind.UNAVAILABLE))
+    await _sustained_failure(breakers, tenant)
+    await eventually(lambda: recovery.next_trial_in(tenant, [DEPLOYMENT]) is not None)
+    upstream.state.clear_faults(MODEL)
+    await eventually(lambda: state_is("Approved"), timeout=10)
+    assert reports == [False, True, False, False, True]
