@@ -70,6 +70,9 @@ class AdapterPool:
         self._retired: set[_Entry] = set()
         self._lock = asyncio.Lock()
         self.refreshes = 0  # clients replaced after their TTL
+        # Keys refused as kept for other tenants, until when, and the refusal: one entry per
+        # (tenant, deployment) refused, dropped once a client is built for it again.
+        self._refused: dict[_Key, tuple[float, KeptForOtherTenants]] = {}
 
     @contextlib.asynccontextmanager
     async def lease(self, target: Target, tenant_id: str) -> AsyncIterator[ProviderAdapter]:
@@ -114,6 +117,12 @@ class AdapterPool:
         found = self._current.get(key)
         if found is not None and self._fresh(found):
             return found
+        refused = self._refused.get(key)
+        if refused is not None and self._clock() < refused[0]:
+            # Refused moments ago: asked again only every REFRESH_RETRY_SECONDS. Asked at every
+            # call, each took the pool's lock and (for a `file:`) listed the tenants' folders,
+            # for as long as the deployment stays routable: a refusal strikes no breaker.
+            raise refused[1]
         async with self._lock:
             found = self._current.get(key)
             if found is not None and self._fresh(found):
@@ -130,10 +139,11 @@ class AdapterPool:
                     modality=target.modality,
                     prompt_caching=self._prompt_caching,
                 )
-            except KeptForOtherTenants:
+            except KeptForOtherTenants as exc:
                 # Not a secret caught mid-rewrite: the tenant may no longer name the reference.
                 # Kept on, the working client would spend the other tenants' key for one more
-                # TTL; dropped, the next call asks again rather than finding it.
+                # TTL; dropped, a call after REFRESH_RETRY_SECONDS asks again.
+                self._refused[key] = (self._clock() + REFRESH_RETRY_SECONDS, exc)
                 if found is not None:
                     del self._current[key]
                     await self._retire(found)
@@ -153,6 +163,7 @@ class AdapterPool:
             now = self._clock()
             entry = _Entry(adapter, now, now + self._ttl)
             self._current[key] = entry
+            self._refused.pop(key, None)
             if found is not None:
                 self.refreshes += 1
                 await self._retire(found)

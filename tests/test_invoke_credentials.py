@@ -131,6 +131,17 @@ async def test_a_refresh_refused_for_the_tenant_drops_the_working_client_at_once
     async with pool.lease(target, OWNER) as adapter:  # A's own deployment on it
         assert (await adapter.complete(REQUEST)).text
     assert upstream.requests(model) == 2
+    # The operator shares the reference again. A refusal is asked again only every
+    # REFRESH_RETRY_SECONDS (30 s after the one at 150), not at every call: until then B's
+    # calls are refused as they were, without the pool's lock or a listing of the folders.
+    (tmp_path / "tenants" / OWNER).unlink()
+    now[0] = 175.0
+    with pytest.raises(KeptForOtherTenants):
+        await pool.ready(target, tenant_b)
+    now[0] = 181.0
+    async with pool.lease(target, tenant_b) as adapter:
+        assert (await adapter.complete(REQUEST)).text
+    assert upstream.requests(model) == 3
     await pool.aclose()
 
 
