@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
@@ -175,9 +176,13 @@ class BreakerRecovery:
         # routed, this process's breaker keeping its own calls off it, and the next failed
         # trial reports again.
         retries = iter(self._retries if healthy else ())
+        # One update id for the report and its resends: one not answered in time was usually
+        # taken and applies late, and a resend as a new update could then undo a Degraded the
+        # health probe recorded in between; Temporal applies an update id once.
+        update_id = f"breaker-{uuid.uuid4().hex}"
         while True:
             try:
-                await self._lifecycle.transition(*key, transition)
+                await self._lifecycle.transition(*key, transition, update_id=update_id)
                 return True
             except (LifecycleRefused, LifecycleClosed) as exc:
                 # The lifecycle's answer: retired, not yet approved, or no longer Degraded (the

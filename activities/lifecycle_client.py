@@ -119,15 +119,17 @@ class LifecycleClient:
         arg: Any = None,
         *,
         resume: Resume | None = None,
+        update_id: str | None = None,
     ) -> DeploymentRecord:
         """Send one transition; the workflow validates it before it enters history. With
         `resume` (the lifecycle's task queue, and a read of the deployment as the store holds
         it), a deployment whose workflow is gone though it is not Retired has it started again
         from that record, and the transition is sent to it: a workflow terminated by hand, or
         a Temporal cluster restored without its histories, left the deployment in its state for
-        good, approvals, retirements and health verdicts all refused."""
+        good, approvals, retirements and health verdicts all refused. `update_id` makes a
+        resend of the same transition the same update: Temporal applies it once."""
         try:
-            return await self._transition(tenant_id, deployment_id, transition, arg)
+            return await self._transition(tenant_id, deployment_id, transition, arg, update_id)
         except LifecycleClosed:
             if resume is None:
                 raise
@@ -136,7 +138,7 @@ class LifecycleClient:
             if record is None or record.state is DeploymentState.RETIRED:
                 raise
             await self._restart(task_queue, record)
-            return await self._transition(tenant_id, deployment_id, transition, arg)
+            return await self._transition(tenant_id, deployment_id, transition, arg, update_id)
 
     async def _restart(self, task_queue: str, record: DeploymentRecord) -> None:
         try:
@@ -161,7 +163,12 @@ class LifecycleClient:
             pass  # started again meanwhile, by another caller
 
     async def _transition(
-        self, tenant_id: str, deployment_id: str, transition: Transition, arg: Any = None
+        self,
+        tenant_id: str,
+        deployment_id: str,
+        transition: Transition,
+        arg: Any = None,
+        update_id: str | None = None,
     ) -> DeploymentRecord:
         handle = self._client.get_workflow_handle(workflow_id(tenant_id, deployment_id))
         try:
@@ -169,6 +176,7 @@ class LifecycleClient:
                 handle.execute_update(
                     UPDATE_OF[transition],
                     args=[] if arg is None else [arg],
+                    id=update_id,
                     result_type=DeploymentRecord,
                 )
             )
