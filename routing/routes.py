@@ -15,7 +15,6 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from domain import modality
 from domain.constraints import meets_needs, serves_data_of, unpromised_needs
 from domain.enums import LatencyClass
-from domain.exclusions import ExclusionCode
 from domain.fallback import stand_ins
 from domain.invocation import Operation, Target
 from domain.planner import PlanRequest
@@ -333,14 +332,8 @@ def _empty(
 
 def _why_not(view: CatalogView, deployment_ids: list[str]) -> list[tuple[str, str]]:
     """Why each of a pinned plan's (or a chain's) deployments is not called now, in the
-    exclusion codes a decision's 503 lists (a Degraded one is `unhealthy` there too)."""
-    return [(d, _as_exclusion(view.passed_over(None, d))) for d in deployment_ids]
-
-
-def _as_exclusion(reason: str | None) -> str:
-    if reason == "degraded":
-        return ExclusionCode.UNHEALTHY.value
-    return reason or "no_candidate"
+    exclusion codes a decision's 503 lists (CatalogView.exclusion_of)."""
+    return [(d, view.exclusion_of(d)) for d in deployment_ids]
 
 
 def _first(

@@ -292,6 +292,16 @@ class CatalogView:
             return found[0].value  # its pool draining or offline
         return reason
 
+    def exclusion_of(self, deployment_id: str) -> str:
+        """The exclusion code a decision gives the deployment for its state or pool now
+        (`unhealthy` for a Degraded one too), `not_in_catalog` when it is gone, else
+        `no_candidate` (routable, but not taking this call)."""
+        d = self.snapshot.deployment(self.tenant_id, deployment_id)
+        if d is None:
+            return ExclusionCode.NOT_IN_CATALOG.value
+        found = self._refusal(d)
+        return found[0].value if found is not None else "no_candidate"
+
     def _refusal(self, d: CatalogDeployment) -> tuple[ExclusionCode, dict[str, Any]] | None:
         """Why `d` may not be called now, as a decision would exclude it (domain.cohort): not
         Approved and healthy, or its pool draining or offline."""
