@@ -77,6 +77,10 @@ async def get_profile(
         str | None, Query(max_length=50, description="A specific (possibly retired) version")
     ] = None,
 ) -> ProfileDetail:
+    # The catalog as routing holds it, for the planner's request-independent filters below:
+    # read before this session's first query, so that a snapshot built now (on a connection of
+    # the same pool) never waits on one this request already holds.
+    view = await runtime.snapshots.view(principal.tenant_id)
     profiles = ModelProfileRepository(session, principal.tenant_id)
     if version is not None:
         row = await profiles.get_version(profileId, version)
@@ -100,8 +104,6 @@ async def get_profile(
     found = {d.deployment_id: d for d in await deployments.list()}
     listed = [found[i] for i in row.allowed_deployments if i in found]
     scores = await current_scores(session, principal.tenant_id, listed)
-    # The planner's own request-independent filters, on the catalog as routing holds it.
-    view = await runtime.snapshots.view(principal.tenant_id)
     kept_out = view.snapshot.cohort(principal.tenant_id, profile).standing()
     allowed = []
     for deployment_id in row.allowed_deployments:
