@@ -185,17 +185,20 @@ def _applied(
     """Whether the row one version on is what this transition wrote: in the state it leads to,
     holding its evidence or license. The version alone said so of any change (an Approve's row
     answered a Retire, which retired nothing)."""
-    if expected_state is None:
-        # An attempt scheduled before the state was sent (around an upgrade): the rule it was
-        # scheduled under, the version alone, rather than a spurious conflict.
-        return True
-    try:
-        if row.state != next_state(expected_state, transition):
-            return False
-    except IllegalTransition:
+    # An attempt scheduled before the state was sent (around an upgrade) is judged by the
+    # states the transition can lead to from any: a Retire's retry never takes an Approve's row.
+    starts = tuple(DeploymentState) if expected_state is None else (expected_state,)
+    if row.state not in {t for s in starts if (t := _after(s, transition)) is not None}:
         return False
     if evidence is not None and row.capability_evidence_ref != evidence.evidence_ref:
         return False
     if transition is Transition.RECORD_LICENSE and license_ is not None:
         return row.license_metadata == license_.model_dump(mode="json", by_alias=True)
     return True
+
+
+def _after(state: DeploymentState, transition: Transition) -> DeploymentState | None:
+    try:
+        return next_state(state, transition)
+    except IllegalTransition:
+        return None

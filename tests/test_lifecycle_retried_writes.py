@@ -259,3 +259,20 @@ async def test_a_history_from_before_conflicts_were_adopted_replays() -> None:
     history = WorkflowHistory.from_json(name, (HISTORIES / name).read_text())
     replayer = Replayer(workflows=[DeploymentLifecycleWorkflow], data_converter=data_converter)
     await replayer.replay_workflow(history)
+
+
+async def test_an_attempt_scheduled_before_the_state_was_sent_takes_only_a_row_it_could_write(
+    sessions: async_sessionmaker[AsyncSession], tenant: str
+) -> None:
+    # Around the upgrade an activity may carry no expected_state: its retry takes the row one
+    # version on only in a state its transition leads to (a Retire's retry, the Retired row),
+    # never another change's (a probe verdict's retry, that Retired row).
+    await _candidate(sessions, tenant, "d/old")
+    async with transaction(sessions) as session:
+        await lifecycle.apply_transition(session, tenant, "d/old", Transition.RETIRE, 1)
+    async with transaction(sessions) as session:
+        again = await lifecycle.apply_transition(session, tenant, "d/old", Transition.RETIRE, 1)
+    assert (again.state, again.version) == (DeploymentState.RETIRED, 2)
+    with pytest.raises(lifecycle.VersionConflict):
+        async with transaction(sessions) as session:
+            await lifecycle.apply_transition(session, tenant, "d/old", Transition.PROBE_FAILED, 1)
