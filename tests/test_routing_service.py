@@ -37,6 +37,35 @@ async def routes(
     await engine.dispose()
 
 
+async def _on_upstream(
+    http: httpx.AsyncClient,
+    auth: dict[str, str],
+    temporal: Client,
+    tenant: str,
+    upstream: UpstreamServer,
+    deployment_id: str,
+    **fields: str,
+) -> None:
+    """An Approved deployment on the local upstream, of a model name of its own."""
+    model = f"{deployment_id.replace('/', '-')}-{uuid.uuid4().hex[:8]}"
+    await approved_deployment(
+        http,
+        auth,
+        temporal,
+        tenant,
+        deployment_id,
+        model=model,
+        endpointRef=upstream.endpoint_ref,
+        **fields,
+    )
+
+
+async def _degrade(temporal: Client, tenant: str, deployment_id: str) -> None:
+    """What the health probe does when the deployment's probes fail: Approved → Degraded."""
+    handle = temporal.get_workflow_handle(workflow_id(tenant, deployment_id))
+    assert (await handle.execute_update("probe_failed", result_type=dict))["state"] == "Degraded"
+
+
 async def test_a_process_keeps_the_snapshots_of_the_tenants_it_compiled_last(
     settings: Settings,
     sessions: async_sessionmaker[AsyncSession],
@@ -67,16 +96,7 @@ async def test_a_call_gets_a_typed_route_and_a_run_its_pinned_plan(
     upstream: UpstreamServer,
 ) -> None:
     auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
-    tag = uuid.uuid4().hex[:8]
-    await approved_deployment(
-        http,
-        auth,
-        temporal_client,
-        tenant,
-        "rs/a",
-        model=f"a-{tag}",
-        endpointRef=upstream.endpoint_ref,
-    )
+    await _on_upstream(http, auth, temporal_client, tenant, upstream, "rs/a")
     resp = await publish(http, auth, profile_event("rs-chat", ["rs/a"], {}))
     assert resp.status_code == 200, resp.text
     needs = PlanRequest(tenant_id=tenant, data_classification=DataClassification.INTERNAL)
@@ -147,19 +167,10 @@ async def test_a_policy_denial_is_the_same_while_a_deployment_it_refuses_is_degr
     # is the planner's first filter: Degraded, rs/x was excluded as unhealthy alone, and a
     # Restricted call was the transient 503 it is refused as only once rs/x recovered.
     auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
-    await approved_deployment(
-        http,
-        auth,
-        temporal_client,
-        tenant,
-        "rs/x",
-        model=f"x-{uuid.uuid4().hex[:8]}",
-        endpointRef=upstream.endpoint_ref,
-    )
+    await _on_upstream(http, auth, temporal_client, tenant, upstream, "rs/x")
     resp = await publish(http, auth, profile_event("rs-deg", ["rs/x"], {}))
     assert resp.status_code == 200, resp.text
-    handle = temporal_client.get_workflow_handle(workflow_id(tenant, "rs/x"))
-    assert (await handle.execute_update("probe_failed", result_type=dict))["state"] == "Degraded"
+    await _degrade(temporal_client, tenant, "rs/x")
 
     restricted = PlanRequest(tenant_id=tenant, data_classification=DataClassification.RESTRICTED)
     with pytest.raises(PolicyDenied) as denied:
@@ -189,18 +200,8 @@ async def test_a_fallback_chain_waited_on_makes_the_refusal_transient(
     # chain's Local rs/l see it. Both Degraded: the chain will take the call once rs/l is back,
     # so the answer is the 503 waiting on it, not the profile's denial.
     auth = {"Authorization": f"Bearer {await token_for(tenant)}"}
-    tag = uuid.uuid4().hex[:8]
     for dep, privacy in (("rs/r", "Regional"), ("rs/l", "Local")):
-        await approved_deployment(
-            http,
-            auth,
-            temporal_client,
-            tenant,
-            dep,
-            model=f"{dep[-1]}-{tag}",
-            endpointRef=upstream.endpoint_ref,
-            privacyClass=privacy,
-        )
+        await _on_upstream(http, auth, temporal_client, tenant, upstream, dep, privacyClass=privacy)
     for event in (
         profile_event("rs-local", ["rs/l"], {}, privacyClass="Local"),
         profile_event("rs-main", ["rs/r"], {}, fallbackEnabled=True, fallbackChain=["rs-local"]),
@@ -208,10 +209,7 @@ async def test_a_fallback_chain_waited_on_makes_the_refusal_transient(
         resp = await publish(http, auth, event)
         assert resp.status_code == 200, resp.text
     for dep in ("rs/r", "rs/l"):
-        handle = temporal_client.get_workflow_handle(workflow_id(tenant, dep))
-        assert (await handle.execute_update("probe_failed", result_type=dict))["state"] == (
-            "Degraded"
-        )
+        await _degrade(temporal_client, tenant, dep)
     restricted = PlanRequest(tenant_id=tenant, data_classification=DataClassification.RESTRICTED)
     with pytest.raises(NoneAvailable) as none:
         await routes.route(restricted, "rs-main", None, Operation.CHAT)
