@@ -229,6 +229,7 @@ async def test_a_deployment_its_trials_brought_back_that_fails_again_is_left_to_
 
     upstream.inject(MODEL, Fault(kind=FaultKind.UNAVAILABLE))
     await _sustained_failure(breakers, tenant)
+    await eventually(lambda: state_is("Degraded"), timeout=10)  # not the Approved before it
     await eventually(lambda: recovery.next_trial_in(tenant, [DEPLOYMENT]) is not None)
     upstream.state.clear_faults(MODEL)  # the ping answers: brought back by a trial
     await eventually(lambda: state_is("Approved"), timeout=10)
@@ -255,6 +256,9 @@ async def test_a_deployment_its_trials_brought_back_that_fails_again_is_left_to_
     now[0] += window
     upstream.inject(MODEL, Fault(kind=FaultKind.UNAVAILABLE))
     await _sustained_failure(breakers, tenant)
+    # Its Degraded landed first: read before it, the Approved the lifecycle stood in for the
+    # probe's recovery with passed for the trial's.
+    await eventually(lambda: state_is("Degraded"), timeout=10)
     await eventually(lambda: recovery.next_trial_in(tenant, [DEPLOYMENT]) is not None)
     upstream.state.clear_faults(MODEL)
     await eventually(lambda: state_is("Approved"), timeout=10)
