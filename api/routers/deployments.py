@@ -8,6 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends
 from fastapi.responses import JSONResponse
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from activities.lifecycle_types import ApproveRequest
 from activities.secret_policy import secret_policy
@@ -228,12 +229,19 @@ async def retire_deployment(
 async def _stored(runtime: RuntimeDep, tenant_id: str, deployment_id: str) -> DeploymentRecord:
     """The deployment as the store holds it."""
     async with runtime.sessions() as session:
-        row = await ModelDeploymentRepository(session, tenant_id).get(deployment_id)
+        return deployment_record(await _readable(session, tenant_id, deployment_id))
+
+
+async def _readable(
+    session: AsyncSession, tenant_id: str, deployment_id: str
+) -> ModelDeploymentRow:
+    """The deployment's row: a 404 when there is none, a 409 when it no longer reads."""
+    row = await ModelDeploymentRepository(session, tenant_id).get(deployment_id)
     if row is None:
         raise Problem(404, f"No deployment {deployment_id!r}.", field="deploymentId")
     if not reads_as_record(row):
         raise unreadable(deployment_id)
-    return deployment_record(row)
+    return row
 
 
 @router.put(
@@ -272,11 +280,7 @@ async def get_deployment(
     # console asks every second while an evaluation runs), a slow Temporal held a pooled
     # connection per request, the pool the invoke path's plan and replay reads share.
     async with runtime.sessions() as session:
-        row = await ModelDeploymentRepository(session, principal.tenant_id).get(deploymentId)
-        if row is None:
-            raise Problem(404, f"No deployment {deploymentId!r}.", field="deploymentId")
-        if not reads_as_record(row):
-            raise unreadable(deploymentId)
+        row = await _readable(session, principal.tenant_id, deploymentId)
         view = (await deployment_views(session, principal.tenant_id, [row]))[0]
     view.evaluation = await evaluations.latest(
         await runtime.temporal(), runtime.sessions, principal.tenant_id, deploymentId
